@@ -1,0 +1,24 @@
+// posenc/core/check.hpp: the result of one property check.
+//
+// Each encoding family exposes `std::vector<check_result> <family>_checks()` that measures its
+// mathematical properties (the seeds' identities, the papers' formulas) and reports the largest
+// error seen against a tolerance derived from the arithmetic. `posenc check` prints them, the
+// report renders them, and the tests assert them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace posenc {
+
+struct check_result {
+  std::string group;  // family, e.g. "sinusoidal", "rope", "attention"
+  std::string name;   // short identifier, e.g. "shift_is_rotation"
+  std::string claim;  // one sentence: what is being checked
+  bool passed = false;
+  double max_error = 0;  // largest measured deviation (0 for exact/boolean checks)
+  double tolerance = 0;  // bound it was checked against
+  std::string detail;    // how the tolerance was derived, or a counterexample
+};
+
+}  // namespace posenc

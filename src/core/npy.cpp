@@ -1,0 +1,259 @@
+#include "posenc/core/npy.hpp"
+
+#include <cstring>
+#include <limits>
+#include <regex>
+
+#include "posenc/core/error.hpp"
+#include "posenc/core/file.hpp"
+
+namespace posenc {
+namespace {
+
+struct dtype_info {
+  dtype t;
+  const char* descr;
+  const char* name;
+  size_t size;
+};
+constexpr dtype_info kTypes[] = {
+    {dtype::f32, "<f4", "float32", 4}, {dtype::f64, "<f8", "float64", 8},
+    {dtype::i64, "<i8", "int64", 8},   {dtype::i32, "<i4", "int32", 4},
+    {dtype::u8, "|u1", "uint8", 1},    {dtype::b1, "|b1", "bool", 1},
+};
+const dtype_info& info(dtype t) {
+  for (const auto& i : kTypes)
+    if (i.t == t) return i;
+  return kTypes[0];
+}
+
+template <typename T>
+constexpr dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return dtype::f32;
+  if constexpr (std::is_same_v<T, double>) return dtype::f64;
+  if constexpr (std::is_same_v<T, int64_t>) return dtype::i64;
+  if constexpr (std::is_same_v<T, int32_t>) return dtype::i32;
+  if constexpr (std::is_same_v<T, uint8_t>) return dtype::u8;
+  if constexpr (std::is_same_v<T, bool>) return dtype::b1;
+}
+
+}  // namespace
+
+const char* dtype_name(dtype t) {
+  return info(t).name;
+}
+size_t dtype_size(dtype t) {
+  return info(t).size;
+}
+
+int64_t npy_array::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string npy_array::shape_str() const {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+template <typename T>
+T* npy_array::as() {
+  if (type != dtype_of<T>())
+    fail("array has dtype {}, expected {}", dtype_name(type), dtype_name(dtype_of<T>()));
+  return reinterpret_cast<T*>(data.data());
+}
+template <typename T>
+const T* npy_array::as() const {
+  if (type != dtype_of<T>())
+    fail("array has dtype {}, expected {}", dtype_name(type), dtype_name(dtype_of<T>()));
+  return reinterpret_cast<const T*>(data.data());
+}
+
+#define POSENC_NPY_INST(T)                              \
+  template T* npy_array::as<T>();                       \
+  template const T* npy_array::as<T>() const;           \
+  template <>                                           \
+  npy_array make_npy<T>(std::vector<int64_t> shape) {   \
+    npy_array a;                                        \
+    a.type = dtype_of<T>();                             \
+    a.shape = std::move(shape);                         \
+    a.data.assign(a.numel() * sizeof(T), std::byte{0}); \
+    return a;                                           \
+  }
+POSENC_NPY_INST(float)
+POSENC_NPY_INST(double)
+POSENC_NPY_INST(int64_t)
+POSENC_NPY_INST(int32_t)
+POSENC_NPY_INST(uint8_t)
+POSENC_NPY_INST(bool)
+#undef POSENC_NPY_INST
+
+std::vector<double> npy_array::to_f64() const {
+  std::vector<double> out(numel());
+  for (int64_t i = 0; i < numel(); ++i) {
+    const std::byte* p = data.data() + i * dtype_size(type);
+    switch (type) {
+      case dtype::f32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        out[i] = v;
+        break;
+      }
+      case dtype::f64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        out[i] = v;
+        break;
+      }
+      case dtype::i64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        out[i] = static_cast<double>(v);
+        break;
+      }
+      case dtype::i32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        out[i] = v;
+        break;
+      }
+      case dtype::u8:
+        out[i] = static_cast<double>(static_cast<uint8_t>(*p));
+        break;
+      case dtype::b1:
+        out[i] = static_cast<uint8_t>(*p) != 0 ? 1.0 : 0.0;
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> npy_array::to_i64() const {
+  if (type == dtype::f32 || type == dtype::f64)
+    fail("array has dtype {}, expected an integer dtype (int64, int32, uint8 or bool)",
+         dtype_name(type));
+  std::vector<int64_t> out(numel());
+  for (int64_t i = 0; i < numel(); ++i) {
+    const std::byte* p = data.data() + i * dtype_size(type);
+    switch (type) {
+      case dtype::i64:
+        std::memcpy(&out[i], p, 8);
+        break;
+      case dtype::i32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        out[i] = v;
+        break;
+      }
+      case dtype::u8:
+        out[i] = static_cast<uint8_t>(*p);
+        break;
+      case dtype::b1:
+        out[i] = static_cast<uint8_t>(*p) != 0;
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+npy_array parse_npy(const std::vector<std::byte>& bytes, const std::string& name) {
+  auto bad = [&](const std::string& why) { fail_io("{} is not a valid .npy file: {}", name, why); };
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  if (bytes.size() < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0)
+    bad("wrong magic (expected \\x93NUMPY)");
+  int major = b[6];
+  size_t header_len, offset;
+  if (major == 1) {
+    header_len = b[8] | (b[9] << 8);
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) bad("truncated header");
+    header_len = size_t(b[8]) | (size_t(b[9]) << 8) | (size_t(b[10]) << 16) | (size_t(b[11]) << 24);
+    offset = 12;
+  } else {
+    bad(fmt::format("unsupported format version {}.{}", major, int(b[7])));
+  }
+  if (bytes.size() < offset + header_len) bad("truncated header");
+  std::string header(reinterpret_cast<const char*>(b + offset), header_len);
+  std::smatch m;
+  static const std::regex descr_re(R"('descr'\s*:\s*'([^']*)')");
+  static const std::regex fortran_re(R"('fortran_order'\s*:\s*(True|False))");
+  static const std::regex shape_re(R"('shape'\s*:\s*\(([^)]*)\))");
+  if (!std::regex_search(header, m, descr_re)) bad("header has no 'descr'");
+  std::string descr = m[1];
+  if (!std::regex_search(header, m, fortran_re)) bad("header has no 'fortran_order'");
+  if (m[1] == "True") bad("Fortran order is not supported; save with np.ascontiguousarray");
+  if (!std::regex_search(header, m, shape_re)) bad("header has no 'shape'");
+  std::string shape_s = m[1];
+  npy_array a;
+  bool found = false;
+  for (const auto& i : kTypes) {
+    if (descr == i.descr ||
+        (i.size == 1 && descr.size() == 3 && descr.substr(1) == std::string(i.descr).substr(1))) {
+      a.type = i.t;
+      found = true;
+    }
+  }
+  if (!found)
+    bad(fmt::format("unsupported dtype '{}' (supported: <f4, <f8, <i8, <i4, |u1, |b1)", descr));
+  static const std::regex dim_re(R"(\s*(\d+)\s*)");
+  size_t pos = 0;
+  uint64_t count = 1;
+  while (pos < shape_s.size()) {
+    size_t comma = shape_s.find(',', pos);
+    std::string tok =
+        shape_s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? shape_s.size() : comma + 1;
+    if (tok.find_first_not_of(" \t") == std::string::npos) continue;
+    if (!std::regex_match(tok, m, dim_re)) bad(fmt::format("bad shape entry '{}'", tok));
+    if (m[1].length() > 12) bad("shape entry too large");
+    int64_t d = std::stoll(m[1]);
+    if (d != 0 && count > (1ull << 40) / static_cast<uint64_t>(d)) bad("shape too large");
+    count *= static_cast<uint64_t>(d);
+    a.shape.push_back(d);
+  }
+  size_t need = count * dtype_size(a.type);
+  size_t have = bytes.size() - offset - header_len;
+  if (have < need)
+    bad(fmt::format("truncated data: shape {} needs {} bytes, file has {}", a.shape_str(), need,
+                    have));
+  if (have > need)
+    bad(fmt::format("{} trailing bytes after the data of shape {}", have - need, a.shape_str()));
+  a.data.assign(bytes.begin() + offset + header_len, bytes.end());
+  return a;
+}
+
+npy_array read_npy(const std::string& path) {
+  return parse_npy(read_file(path), path);
+}
+
+std::vector<std::byte> serialize_npy(const npy_array& a) {
+  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
+                                 info(a.type).descr, a.shape_str());
+  size_t total = 10 + dict.size() + 1;
+  size_t pad = (64 - total % 64) % 64;
+  dict += std::string(pad, ' ') + "\n";
+  std::vector<std::byte> out;
+  out.reserve(10 + dict.size() + a.data.size());
+  const char magic[] = "\x93NUMPY\x01\x00";
+  for (int i = 0; i < 8; ++i) out.push_back(std::byte(static_cast<unsigned char>(magic[i])));
+  out.push_back(std::byte(dict.size() & 0xFF));
+  out.push_back(std::byte((dict.size() >> 8) & 0xFF));
+  for (char c : dict) out.push_back(std::byte(static_cast<unsigned char>(c)));
+  out.insert(out.end(), a.data.begin(), a.data.end());
+  return out;
+}
+
+void write_npy(const std::string& path, const npy_array& a) {
+  if (static_cast<size_t>(a.numel()) * dtype_size(a.type) != a.data.size())
+    fail("npy array data has {} bytes, shape {} of {} needs {}", a.data.size(), a.shape_str(),
+         dtype_name(a.type), a.numel() * dtype_size(a.type));
+  write_file_atomic(path, serialize_npy(a));
+}
+
+}  // namespace posenc

@@ -1,0 +1,34 @@
+// posenc: position in transformer attention. The executable is thin: each command parses its
+// arguments, calls the library and prints.
+#include <cstdio>
+#include <exception>
+
+#include "cli.hpp"
+#include "posenc/core/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"posenc: every way order enters transformer attention, exact and fast"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "posenc 0.1.0");
+  posenc::cli::setup_all(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "posenc: error: %s\n", e.what());
+    std::fprintf(stderr, "Run with --help for usage.\n");
+    return 2;
+  } catch (const posenc::cli::exit_with& e) {
+    return e.code;
+  } catch (const posenc::invalid_argument& e) {
+    std::fprintf(stderr, "posenc: error: %s\n", e.what());
+    return 2;
+  } catch (const posenc::io_error& e) {
+    std::fprintf(stderr, "posenc: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "posenc: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}
