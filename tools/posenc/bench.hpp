@@ -1,0 +1,46 @@
+// tools/posenc/bench.hpp: how a kernel family adds its cases to `posenc bench`.
+//
+// A case file (tools/posenc/bench_<family>.cpp) registers factories at static initialisation:
+//
+//   static const bool registered = posenc::cli::register_bench_case(
+//       {10, "rope_apply_half_T4096", [](const posenc::cli::bench_options& o) { ... }});
+//
+// The factory allocates and fills the inputs, and returns a bench_case whose `validate` compares
+// the fast path against the reference (run once before timing; a non-empty string is a
+// failure and the case is reported as invalid, never timed) and whose `run` is the timed body.
+// Benchmarks are not tests: nothing here asserts a time.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace posenc::cli {
+
+struct bench_options {
+  int threads = 2;
+  bool quick = false;  // small shapes: used by the end-to-end tests and `--quick`
+};
+
+struct bench_case {
+  std::string name;
+  double bytes = 0;                 // bytes read + written by one run (memory-bound cases)
+  double flops = 0;                 // floating-point operations of one run (compute-bound cases)
+  double footprint_bytes = 0;       // working set; bandwidth is compared with a probe of this size
+                                    // (0 = the DRAM probe)
+  std::string limit = "bandwidth";  // "bandwidth" or "peak": which limit the fraction is of
+  std::function<std::string()> validate;
+  std::function<void()> run;
+  std::string note;  // shape, layout, what is counted
+};
+
+struct bench_spec {
+  int order;
+  std::string name;
+  std::function<bench_case(const bench_options&)> make;
+};
+
+bool register_bench_case(bench_spec spec);
+const std::vector<bench_spec>& bench_specs();  // sorted by order
+
+}  // namespace posenc::cli

@@ -1,0 +1,223 @@
+// posenc bench: measures this machine's limits (STREAM copy/triad with 1 and N threads on arrays
+// far beyond the last-level cache, an FMA-peak loop), then each registered kernel case,
+// validated against its reference before timing, with warm-up, several repetitions, minimum and
+// median. Fractions are of limits probed in the same process.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "bench.hpp"
+#include "cli.hpp"
+#include "posenc/core/error.hpp"
+#include "posenc/core/file.hpp"
+#include "posenc/core/machine.hpp"
+#include "posenc/core/threads.hpp"
+
+namespace posenc::cli {
+namespace {
+
+std::vector<bench_spec>& specs() {
+  static std::vector<bench_spec> s;
+  return s;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct bench_opts {
+  out_format format = out_format::text;
+  int threads = 2;
+  int reps = 5;
+  double min_seconds = 0.5;
+  std::vector<std::string> filters;
+  bool quick = false;
+  std::string out;
+  bool list = false;
+};
+
+struct case_result {
+  std::string name, note, limit, error;
+  int threads = 0;
+  double seconds_min = 0, seconds_median = 0, bytes = 0, flops = 0, footprint = 0;
+  double gbps = 0, gflops = 0, fraction_of_bandwidth = NAN, fraction_of_peak = NAN;
+  double bandwidth_ref = 0;
+};
+
+void run_bench(const bench_opts& o) {
+  if (o.threads < 1 || o.threads > 1024) fail("--threads must be in [1, 1024], got {}", o.threads);
+  if (o.reps < 1 || o.reps > 1000) fail("--reps must be in [1, 1000], got {}", o.reps);
+  if (!(o.min_seconds >= 0) || o.min_seconds > 60)
+    fail("--min-seconds must be in [0, 60], got {}", o.min_seconds);
+  std::vector<const bench_spec*> selected;
+  for (const auto& s : bench_specs()) {
+    bool keep = o.filters.empty();
+    for (const auto& f : o.filters) keep |= s.name.find(f) != std::string::npos;
+    if (keep) selected.push_back(&s);
+  }
+  if (o.list) {
+    for (auto* s : selected) std::printf("%s\n", s->name.c_str());
+    return;
+  }
+  if (!o.filters.empty() && selected.empty())
+    fail("--filter matched no case; run `posenc bench --list` for the names");
+  set_num_threads(o.threads);
+  bench_options bo{o.threads, o.quick};
+
+  // Machine limits, measured now. DRAM probe: three arrays of 512 MiB (quick: 64 MiB).
+  const size_t dram_bytes = (o.quick ? size_t{64} : size_t{512}) << 20;
+  std::fprintf(stderr, "bench: probing memory bandwidth and FMA peak...\n");
+  bandwidth_result bw1 = measure_bandwidth(dram_bytes, 1, o.quick ? 2 : 5);
+  bandwidth_result bwn = measure_bandwidth(dram_bytes, o.threads, o.quick ? 2 : 5);
+  double peak1 = measure_fma_peak_gflops(1, o.quick ? 0.05 : 0.2);
+  double peakn = measure_fma_peak_gflops(o.threads, o.quick ? 0.05 : 0.2);
+  std::map<double, double> footprint_bw;  // footprint -> copy GB/s at o.threads
+
+  std::vector<case_result> results;
+  for (auto* s : selected) {
+    case_result r;
+    r.name = s->name;
+    r.threads = o.threads;
+    std::fprintf(stderr, "bench: %s\n", s->name.c_str());
+    bench_case c = s->make(bo);
+    r.note = c.note;
+    r.limit = c.limit;
+    r.bytes = c.bytes;
+    r.flops = c.flops;
+    r.footprint = c.footprint_bytes;
+    if (c.validate) r.error = c.validate();
+    if (!r.error.empty()) {
+      results.push_back(r);
+      continue;
+    }
+    c.run();  // warm-up
+    std::vector<double> times;
+    double start = now();
+    while (static_cast<int>(times.size()) < o.reps ||
+           (now() - start < o.min_seconds && times.size() < 1000)) {
+      double t0 = now();
+      c.run();
+      times.push_back(now() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    r.seconds_min = times.front();
+    r.seconds_median = times[times.size() / 2];
+    r.gbps = r.bytes / r.seconds_min / 1e9;
+    r.gflops = r.flops / r.seconds_min / 1e9;
+    if (r.bytes > 0) {
+      double ref = bwn.copy_gbps;
+      if (c.footprint_bytes > 0) {
+        auto it = footprint_bw.find(c.footprint_bytes);
+        if (it == footprint_bw.end()) {
+          // Two arrays whose sum is the footprint: the copy probe touches the same bytes.
+          size_t per = static_cast<size_t>(c.footprint_bytes / 2);
+          it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads).copy_gbps)
+                   .first;
+        }
+        ref = it->second;
+      }
+      r.bandwidth_ref = ref;
+      r.fraction_of_bandwidth = r.gbps / ref;
+    }
+    if (r.flops > 0) r.fraction_of_peak = r.gflops / peakn;
+    results.push_back(r);
+  }
+
+  auto jnum = [](double v) {
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+  };
+  nlohmann::ordered_json j;
+  j["machine"] = {{"simd", simd_target_name()},
+                  {"threads", o.threads},
+                  {"bandwidth_gbps", bwn.copy_gbps},
+                  {"triad_gbps", bwn.triad_gbps},
+                  {"bandwidth_gbps_1thread", bw1.copy_gbps},
+                  {"triad_gbps_1thread", bw1.triad_gbps},
+                  {"probe_bytes_per_array", bwn.bytes_per_array},
+                  {"peak_gflops", peakn},
+                  {"peak_gflops_1thread", peak1}};
+  j["cases"] = nlohmann::json::array();
+  for (const auto& r : results) {
+    nlohmann::ordered_json c = {
+        {"name", r.name},
+        {"threads", r.threads},
+        {"seconds_min", jnum(r.seconds_min)},
+        {"seconds_median", jnum(r.seconds_median)},
+        {"bytes", r.bytes},
+        {"flops", r.flops},
+        {"gbps", jnum(r.bytes > 0 ? r.gbps : NAN)},
+        {"gflops", jnum(r.flops > 0 ? r.gflops : NAN)},
+        {"fraction_of_bandwidth", jnum(r.fraction_of_bandwidth)},
+        {"fraction_of_peak", jnum(r.fraction_of_peak)},
+        {"bandwidth_reference_gbps", jnum(r.bytes > 0 ? r.bandwidth_ref : NAN)},
+        {"limit", r.limit},
+        {"note", r.note}};
+    if (!r.error.empty()) c["error"] = r.error;
+    j["cases"].push_back(c);
+  }
+  if (!o.out.empty()) write_file_atomic(o.out, j.dump(2) + "\n");
+  int invalid = 0;
+  for (const auto& r : results) invalid += !r.error.empty();
+  if (o.format == out_format::json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else if (o.format == out_format::csv) {
+    std::printf(
+        "name,threads,seconds_min,seconds_median,gbps,gflops,fraction_of_bandwidth,fraction_of_"
+        "peak\n");
+    for (const auto& r : results)
+      std::printf("%s,%d,%s,%s,%s,%s,%s,%s\n", r.name.c_str(), r.threads,
+                  num(r.seconds_min).c_str(), num(r.seconds_median).c_str(), num(r.gbps).c_str(),
+                  num(r.gflops).c_str(), num(r.fraction_of_bandwidth).c_str(),
+                  num(r.fraction_of_peak).c_str());
+  } else {
+    std::printf(
+        "machine: %s, %d threads; copy %.1f GB/s (1 thread %.1f), triad %.1f GB/s; FMA peak %.1f "
+        "GFLOP/s (1 thread %.1f)\n",
+        simd_target_name().c_str(), o.threads, bwn.copy_gbps, bw1.copy_gbps, bwn.triad_gbps, peakn,
+        peak1);
+    std::printf("%-40s %10s %10s %9s %9s %8s\n", "case", "min ms", "median ms", "GB/s", "GFLOP/s",
+                "fraction");
+    for (const auto& r : results) {
+      if (!r.error.empty()) {
+        std::printf("%-40s INVALID: %s\n", r.name.c_str(), r.error.c_str());
+        continue;
+      }
+      double frac = r.limit == "peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
+      std::printf("%-40s %10.3f %10.3f %9.2f %9.2f %8.3f\n", r.name.c_str(), r.seconds_min * 1e3,
+                  r.seconds_median * 1e3, r.gbps, r.gflops, frac);
+    }
+  }
+  std::fflush(stdout);
+  if (invalid) throw exit_with{1};
+}
+
+const bool registered = register_command(80, [](CLI::App& app) {
+  auto o = std::make_shared<bench_opts>();
+  auto* sub = app.add_subcommand("bench", "Measure machine limits and kernel speed against them");
+  add_format_option(sub, o->format);
+  sub->add_option("--threads", o->threads, "Threads for the kernels and the probes (default 2)");
+  sub->add_option("--reps", o->reps, "Timed repetitions per case (at least; default 5)");
+  sub->add_option("--min-seconds", o->min_seconds, "Keep repeating until this much time (0.5)");
+  sub->add_option("--filter", o->filters, "Run only cases whose name contains this (repeatable)");
+  sub->add_option("--out", o->out, "Also write the JSON results to this file");
+  sub->add_flag("--quick", o->quick, "Small shapes and short probes (for tests)");
+  sub->add_flag("--list", o->list, "List the case names and exit");
+  sub->callback([o] { run_bench(*o); });
+});
+
+}  // namespace
+
+bool register_bench_case(bench_spec spec) {
+  specs().push_back(std::move(spec));
+  std::stable_sort(specs().begin(), specs().end(),
+                   [](auto& a, auto& b) { return a.order < b.order; });
+  return true;
+}
+
+const std::vector<bench_spec>& bench_specs() {
+  return specs();
+}
+
+}  // namespace posenc::cli
