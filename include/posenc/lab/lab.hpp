@@ -1,0 +1,133 @@
+// posenc/lab/lab.hpp: train small transformers with each position scheme on a generated task,
+// then measure them in distribution and at longer evaluation lengths.
+//
+// Protocol (docs/lab.md):
+//   - every scheme and seed sees the same training batches: the batch of step s is drawn from
+//     posenc::rng(mix(seed, s)); its length is uniform in [train_min, train_max];
+//   - positions are 0..L-1, or with randomized_positions = N a sorted uniform sample of L
+//     distinct integers from [0, N) (Ruoss et al. 2023, sec. 3), in training and evaluation;
+//   - the model is initialised from posenc::rng(seed) (schemes differ only in their position
+//     parameters); AdamW, warm-up + cosine decay, gradient clipping (model/transformer.hpp);
+//   - evaluation: eval_samples fresh sequences per length from an evaluation stream (disjoint
+//     from training); in-distribution means length train_max;
+//   - a learned table has rows for positions 0..train_max-1 (0..N-1 when randomized); a length
+//     that needs a position past its last row is reported as "no defined position" (all metrics
+//     null), never clamped. With randomized positions a length above N is undefined for every
+//     scheme (L distinct positions cannot be drawn from [0, N)).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "posenc/lab/tasks.hpp"
+#include "posenc/model/transformer.hpp"
+
+namespace posenc::lab {
+
+struct lab_options {
+  task_kind task = task_kind::passkey;
+  std::string file;  // text task
+  std::vector<model::pos_scheme> schemes;
+  int64_t train_min = 16, train_max = 64;  // training lengths, inclusive
+  std::vector<int64_t> eval_lens;          // evaluation lengths
+  int64_t steps = 1000;
+  int64_t seeds = 1;        // seeds 0 .. seeds-1
+  int64_t batch_size = 16;  // sequences per step
+  int64_t d_model = 64, n_layers = 2, n_heads = 4, d_ff = 256;
+  model::norm_kind norm = model::norm_kind::layernorm;
+  double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
+  int64_t warmup = 0;                // 0 = steps / 10
+  int64_t randomized_positions = 0;  // N, 0 = off
+  int64_t eval_samples = 64;         // sequences per evaluation length
+  int64_t curve_every = 10;          // record the training loss every this many steps
+  std::string checkpoint_dir;        // empty = no checkpoints
+  int64_t checkpoint_every = 0;      // 0 = only at the end of each run
+  bool resume = false;               // continue from checkpoints found in checkpoint_dir
+  int64_t stop_after = -1;           // testing: stop each run after this many steps (>= 0)
+};
+
+// Throws invalid_argument naming the option for anything out of range (and checks every
+// length against the task).
+void validate(const lab_options& o, const task& t);
+
+// The model configuration a run of `scheme` uses.
+model::model_config lab_model_config(const lab_options& o, const task& t, model::pos_scheme s);
+
+struct eval_metrics {
+  int64_t length = 0;
+  bool defined = true;        // false: no defined position at this length (metrics are NaN)
+  std::string note;           // why not defined
+  double loss = 0;            // mean cross-entropy over scored tokens, nats
+  double token_accuracy = 0;  // argmax == target over scored tokens
+  double exact_match = 0;     // fraction of sequences with every scored token right; NaN for
+                              // language-modelling tasks (markov, text)
+  double loss_last64 = 0;     // LM tasks: loss over the last 64 positions; NaN otherwise
+  int64_t sequences = 0, scored_tokens = 0;
+};
+
+struct curve_point {
+  int64_t step = 0;  // updates applied
+  double loss = 0;   // training loss of that step's batch
+  double lr = 0;
+};
+
+struct run_result {
+  model::pos_scheme scheme = model::pos_scheme::nope;
+  int64_t seed = 0;
+  int64_t steps_done = 0;
+  bool completed = false;        // reached `steps` (false when stop_after cut it short)
+  bool resumed = false;          // started from a checkpoint
+  double train_seconds = 0;      // wall time of the training steps run in this process
+  double tokens_per_second = 0;  // training tokens (B*L summed) per second in this process
+  int64_t parameters = 0;
+  std::vector<curve_point> curve;
+  eval_metrics in_distribution;     // at length train_max
+  std::vector<eval_metrics> evals;  // one per eval_lens entry
+  std::vector<float> final_params;  // the trained weights (tests compare runs bitwise)
+};
+
+struct progress {
+  int64_t run = 0, runs = 0;  // 0-based index of this run, number of runs
+  model::pos_scheme scheme = model::pos_scheme::nope;
+  int64_t seed = 0;
+  int64_t step = 0, steps = 0;
+  double loss = 0;
+  double elapsed = 0;  // seconds since this run started
+  bool evaluating = false;
+};
+using progress_fn = std::function<void(const progress&)>;
+
+// Trains one scheme with one seed and evaluates it. Writes/reads checkpoints when
+// o.checkpoint_dir is set. Throws invalid_argument / io_error (bad or mismatched checkpoint).
+run_result train_and_evaluate(const lab_options& o, const task& t, model::pos_scheme s,
+                              int64_t seed, int64_t run_index = 0, int64_t runs = 1,
+                              const progress_fn& cb = {});
+
+// Evaluates a trained model at length L with eval_samples sequences from the evaluation
+// stream of `seed`.
+eval_metrics evaluate(model::transformer<float>& m, const lab_options& o, const task& t,
+                      int64_t length, int64_t seed);
+
+// Runs every scheme x seed.
+struct lab_results {
+  lab_options options;
+  task task_info;
+  std::vector<run_result> runs;
+};
+lab_results run_lab(const lab_options& o, const progress_fn& cb = {});
+
+// The results document (cmd_lab prints it with --format json and writes it to
+// DIR/results.json):
+//   {"task": "passkey", "results": [{"scheme", "seed", "eval_len", "loss",
+//    "token_accuracy", "exact_match", "loss_last64", "defined", "note", "in_distribution",
+//    "in_dist_loss", "in_dist_token_accuracy", "in_dist_exact_match"}, ...],
+//    "summary": [{"scheme", "eval_len", "seeds", "<metric>_mean", "<metric>_std", ...}],
+//    "config": {...}, "runs": [{"scheme", "seed", "steps", "train_seconds", "tokens_per_second",
+//    "curve": [[step, loss, lr], ...]}]}
+// Undefined values are null. std is the sample standard deviation over seeds (null for 1).
+nlohmann::ordered_json lab_results_json(const lab_results& r);
+
+}  // namespace posenc::lab

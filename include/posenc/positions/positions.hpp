@@ -1,0 +1,74 @@
+// posenc/positions/positions.hpp: the single owner of "which position is this token".
+//
+// Every position scheme (sinusoidal and learned tables, RoPE, ALiBi, T5, Shaw) consumes integer
+// position ids; this layer derives them from how the tokens arrived:
+//
+//   fresh sequence           p_t = start + t                        t = 0..T-1
+//   continuation after P     p_t = P + t        (generation with a KV cache: the seeds warn that
+//                                                resetting new tokens to 0 changes their relation
+//                                                to cached keys)
+//   padded batch (B, T)      real tokens of each row get start, start+1, ... in order, pad slots
+//                            get pad_position (-1); a pad never consumes or shifts a position, so
+//                            left padding, right padding and interior holes all give the same ids
+//                            to the real tokens as the unpadded row
+//   packed documents         positions restart at `start` in each document (cu_seqlens or
+//                            per-token document ids); start = padding_idx + 1 reproduces RoBERTa
+//
+// All functions validate their arguments at this boundary and throw posenc::invalid_argument
+// naming the argument; none of them guesses.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace posenc {
+
+// Position id given to padding slots. Never a valid position (all real ids are >= 0), so any
+// consumer that sees it knows the slot carries no meaningful position.
+inline constexpr int64_t pad_position = -1;
+
+// Fresh sequence: (T,) ids start, start+1, ..., start+T-1.
+// Requires T >= 0, start >= 0 and start + T <= 2^62 (so differences of ids never overflow).
+std::vector<int64_t> positions_fresh(int64_t T, int64_t start = 0);
+
+// Continuation after a cached prefix of length P: (T,) ids P, P+1, ..., P+T-1.
+// Same as positions_fresh(T, P); named separately so call sites say what they mean.
+std::vector<int64_t> positions_continuation(int64_t prefix_len, int64_t T);
+
+// Padded batch: mask is (B, T) row-major, nonzero = real token, 0 = pad. Returns (B, T) ids:
+// the k-th real token of a row (k = 0, 1, ...) gets start + k; pad slots get pad_position.
+//   mask [0 0 1 1 1]  ->  [-1 -1 0 1 2]     (left padded)
+//   mask [1 1 1 0 0]  ->  [ 0  1 2 -1 -1]   (right padded)
+// Requires mask.size() == B * T, B >= 0, T >= 0, start >= 0.
+std::vector<int64_t> positions_from_mask(std::span<const uint8_t> mask, int64_t B, int64_t T,
+                                         int64_t start = 0);
+
+// Validates cu_seqlens (cumulative document lengths, e.g. 0,5,12): at least one entry, first 0,
+// non-decreasing, last == total. Empty documents are allowed. `arg` names the argument in errors.
+void validate_cu_seqlens(std::span<const int64_t> cu_seqlens, int64_t total,
+                         const char* arg = "cu_seqlens");
+
+// Per-token document ids (total,) from cu_seqlens: token t belongs to document d when
+// cu[d] <= t < cu[d+1]. Validates as above with total = cu_seqlens.back().
+std::vector<int64_t> doc_ids_from_cu_seqlens(std::span<const int64_t> cu_seqlens);
+
+// Packed documents from cu_seqlens: ids restart at `start` at every document boundary.
+//   cu_seqlens 0,3,5, start 0  ->  [0 1 2 0 1]
+//   cu_seqlens 0,3,5, start 2  ->  [2 3 4 2 3]   (RoBERTa: padding_idx 1, start = 2)
+std::vector<int64_t> positions_packed(std::span<const int64_t> cu_seqlens, int64_t start = 0);
+
+// Packed documents from per-token document ids: a new document starts wherever the id differs
+// from the previous token's id (ids need not be sorted or distinct across non-adjacent runs,
+// matching position-reset packing). Ids must be >= 0 (a negative id is rejected rather than
+// silently treated as padding).
+//   doc_ids [7 7 7 2 2]  ->  [0 1 2 0 1]
+std::vector<int64_t> positions_packed_from_doc_ids(std::span<const int64_t> doc_ids,
+                                                   int64_t start = 0);
+
+// Validates caller-given position ids: (n,) with every id >= 0 or (if allow_pad) == pad_position,
+// and |id| <= 2^62. `arg` names the argument in errors.
+void validate_positions(std::span<const int64_t> positions, int64_t n, const char* arg,
+                        bool allow_pad = false);
+
+}  // namespace posenc

@@ -1,0 +1,379 @@
+// Property checks of group "attention" (posenc check): the seeds' argument about where order
+// enters attention, measured on the engine itself.
+//
+// Tolerance used by every "equal" check (double, u = 2^-53). Two runs of the tiled kernel on
+// the same problem presented differently (permuted, shifted, packed, padded, cached) each
+// differ from the exact result by at most (see tests/test_attention.cpp for the derivation)
+//   bound = (2 e_p + (2S + 2K + 8) u) V,   e_p = 2 ds + 4u (A + B) + u,
+//   ds = (D + 10) u A + 2u (A + B) + 4 t A,
+// where A = scale a^2 max|q| (max|k| + max|a^K|) bounds the scaled dot products, B bounds the
+// biases, V = max|v| + max|a^V|, K the Shaw clip and t the cos/sin error of RoPE's exact angle
+// mode (4e-16 absolute per entry, rope.hpp; doubled for the pair, so t = 8e-16, 0 without
+// RoPE). Their difference is at most 2 * bound. A "breaks" check passes when the deviation
+// exceeds 1000 times that rounding bound: the change is structural, not rounding.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "posenc/attention/attention.hpp"
+#include "posenc/attention/kv_cache.hpp"
+#include "posenc/core/rng.hpp"
+#include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/positions/positions.hpp"
+
+namespace posenc {
+namespace {
+
+constexpr double kU = 0x1p-53;
+constexpr double kTrig = 8e-16;
+constexpr double kBreakFactor = 1000;
+
+enum class scheme { none, rope, alibi, t5, shaw };
+const char* scheme_name(scheme s) {
+  switch (s) {
+    case scheme::rope:
+      return "rope";
+    case scheme::alibi:
+      return "alibi";
+    case scheme::t5:
+      return "t5";
+    case scheme::shaw:
+      return "shaw";
+    default:
+      return "none";
+  }
+}
+constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi, scheme::t5, scheme::shaw};
+
+// A small problem with one scheme switched on; owns every buffer the params point into.
+struct problem {
+  int64_t N = 20, Hq = 4, Hkv = 2, D = 16;
+  scheme sch = scheme::none;
+  bool causal = false;
+  std::vector<double> q, k, v;  // (N, Hq, D), (N, Hkv, D), (N, Hkv, D)
+  rope_freqs freqs;
+  std::vector<double> slopes;
+  t5_bias_table t5;
+  shaw_tables shaw;
+  attention_position pos;
+  double A = 0, B = 0, V = 0;
+  int64_t K = 0;
+
+  problem(scheme s, bool causal_, uint64_t seed) : sch(s), causal(causal_) {
+    rng r(seed);
+    auto fill = [&](std::vector<double>& x, int64_t n) {
+      x.resize(n);
+      for (auto& e : x) e = r.normal();
+    };
+    fill(q, N * Hq * D);
+    fill(k, N * Hkv * D);
+    fill(v, N * Hkv * D);
+    double amp = 1, akmax = 0, avmax = 0;
+    if (s == scheme::rope) {
+      rope_config c;
+      c.head_dim = D;
+      c.rotary_dim = D;
+      freqs = rope_frequencies(c);
+      pos.rope.freqs = &freqs;
+      amp = freqs.attention_factor;
+    } else if (s == scheme::alibi) {
+      slopes = alibi_slopes(Hq);
+      pos.alibi = slopes;
+      B = slopes[0] * 2 * N;  // |qpos - kpos| < 2N in every check below
+    } else if (s == scheme::t5) {
+      t5_params tp;
+      tp.bidirectional = !causal;
+      tp.num_buckets = 16;
+      tp.max_distance = 32;
+      t5 = t5_init(tp, Hq, seed + 1, 1.0);
+      pos.t5 = &t5;
+      for (float w : t5.weights) B = std::max(B, std::abs(double(w)));
+    } else if (s == scheme::shaw) {
+      shaw = shaw_init(4, D, seed + 2, 0.5);
+      pos.shaw = &shaw;
+      K = 4;
+      for (int64_t c = 0; c < 2 * K + 1; ++c) {
+        double n = 0;
+        for (int64_t d = 0; d < D; ++d) n += double(shaw.keys[c * D + d]) * shaw.keys[c * D + d];
+        akmax = std::max(akmax, std::sqrt(n));
+      }
+      for (float x : shaw.values) avmax = std::max(avmax, std::abs(double(x)));
+    }
+    recompute_magnitudes(amp, akmax, avmax);
+  }
+
+  void recompute_magnitudes(double amp, double akmax, double avmax) {
+    auto max_norm = [&](const std::vector<double>& x) {
+      double m = 0;
+      for (size_t t = 0; t < x.size() / D; ++t) {
+        double n = 0;
+        for (int64_t d = 0; d < D; ++d) n += x[t * D + d] * x[t * D + d];
+        m = std::max(m, std::sqrt(n));
+      }
+      return m;
+    };
+    A = amp * amp * max_norm(q) * (max_norm(k) + akmax) / std::sqrt(double(D));
+    V = avmax;
+    double vm = 0;
+    for (double x : v) vm = std::max(vm, std::abs(x));
+    V += vm;
+  }
+
+  // Twice the per-run rounding bound (see the top of this file).
+  double tolerance(int64_t S) const {
+    const double t = sch == scheme::rope ? kTrig : 0;
+    const double ds = (D + 10) * kU * A + 2 * kU * (A + B) + 4 * t * A;
+    const double ep = 2 * ds + 4 * kU * (A + B) + kU;
+    return 2 * (2 * ep + (2 * S + 2 * K + 8) * kU) * V;
+  }
+
+  attention_params<double> params(const double* qp, const double* kp, const double* vp, double* out,
+                                  int64_t T, int64_t S) const {
+    attention_params<double> p;
+    p.q = qp, p.k = kp, p.v = vp, p.out = out;
+    p.T = T, p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D;
+    p.causal = causal;
+    p.pos = pos;
+    return p;
+  }
+
+  std::vector<double> run(std::function<void(attention_params<double>&)> tweak = {}) const {
+    std::vector<double> out(N * Hq * D);
+    auto p = params(q.data(), k.data(), v.data(), out.data(), N, N);
+    if (tweak) tweak(p);
+    attention_forward(p);
+    return out;
+  }
+};
+
+double max_abs_diff(const double* a, const double* b, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+check_result equal_check(std::string name, std::string claim, double err, double tol,
+                         std::string how) {
+  check_result c{"attention", std::move(name), std::move(claim), err <= tol, err, tol, ""};
+  c.detail = fmt::format(
+      "{}; tolerance = 2 x the tiled kernel's rounding bound (derivation in "
+      "src/attention/attention_checks.cpp)",
+      how);
+  return c;
+}
+
+check_result breaks_check(std::string name, std::string claim, double dev, double tol,
+                          std::string how) {
+  check_result c{"attention", std::move(name), std::move(claim), false, dev, tol, ""};
+  c.passed = dev > kBreakFactor * tol && dev > 1e-6;
+  c.detail = fmt::format(
+      "{}; max_error is the deviation, which must exceed {} x the rounding "
+      "bound {} (tolerance column) to show a structural change",
+      how, kBreakFactor, tol);
+  return c;
+}
+
+// max |Attn(PX) - P Attn(X)| for a fixed random permutation P of the N token rows of q, k, v.
+double permutation_deviation(const problem& pr) {
+  rng r(99);
+  const int64_t N = pr.N;
+  std::vector<int64_t> perm(N);
+  for (int64_t i = 0; i < N; ++i) perm[i] = i;
+  for (int64_t i = N - 1; i > 0; --i) std::swap(perm[i], perm[r.below(i + 1)]);
+  auto permute = [&](const std::vector<double>& x, int64_t row) {
+    std::vector<double> y(x.size());
+    for (int64_t i = 0; i < N; ++i)
+      std::copy(&x[perm[i] * row], &x[perm[i] * row] + row, &y[i * row]);
+    return y;
+  };
+  const auto q = permute(pr.q, pr.Hq * pr.D), k = permute(pr.k, pr.Hkv * pr.D),
+             v = permute(pr.v, pr.Hkv * pr.D);
+  const auto o = pr.run();
+  std::vector<double> po(o.size());
+  auto p = pr.params(q.data(), k.data(), v.data(), po.data(), N, N);
+  attention_forward(p);
+  const int64_t row = pr.Hq * pr.D;
+  double m = 0;
+  for (int64_t i = 0; i < N; ++i)
+    m = std::max(m, max_abs_diff(&po[i * row], &o[perm[i] * row], row));
+  return m;
+}
+
+// Outputs with every position (q and k) shifted by c, against unshifted.
+double shift_deviation(const problem& pr, int64_t c) {
+  std::vector<int64_t> p0(pr.N), p1(pr.N);
+  for (int64_t i = 0; i < pr.N; ++i) p0[i] = i, p1[i] = i + c;
+  const auto a = pr.run([&](auto& p) { p.q_positions = p.k_positions = p0; });
+  const auto b = pr.run([&](auto& p) { p.q_positions = p.k_positions = p1; });
+  return max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size()));
+}
+
+// Packed documents (cu_seqlens, positions restart) vs each document run alone.
+double packed_deviation(const problem& pr, const std::vector<int64_t>& cu) {
+  const auto packed = pr.run([&](auto& p) { p.cu_seqlens = cu; });
+  double m = 0;
+  for (size_t d = 0; d + 1 < cu.size(); ++d) {
+    const int64_t b = cu[d], n = cu[d + 1] - cu[d];
+    std::vector<double> out(n * pr.Hq * pr.D);
+    auto p = pr.params(&pr.q[b * pr.Hq * pr.D], &pr.k[b * pr.Hkv * pr.D], &pr.v[b * pr.Hkv * pr.D],
+                       out.data(), n, n);
+    attention_forward(p);
+    m = std::max(m, max_abs_diff(out.data(), &packed[b * pr.Hq * pr.D], n * pr.Hq * pr.D));
+  }
+  return m;
+}
+
+// The first n real tokens of pr placed into a row of N slots with `pads` pad slots in front
+// (left padding) or behind (right padding); real rows compared with the unpadded run, pad
+// rows must be exactly zero.
+double padded_deviation(const problem& pr, int64_t n, bool left) {
+  const int64_t N = pr.N, pads = N - n, Hq = pr.Hq, Hkv = pr.Hkv, D = pr.D;
+  std::vector<uint8_t> mask(N, 1);
+  for (int64_t t = 0; t < pads; ++t) mask[left ? t : n + t] = 0;
+  const auto pos = positions_from_mask(mask, 1, N);
+  const int64_t off = left ? pads : 0;
+  // Padded tensors: real token t at slot off + t, pad slots hold garbage (must not matter).
+  std::vector<double> q(N * Hq * D, 1e3), k(N * Hkv * D, -1e3), v(N * Hkv * D, 1e3);
+  std::copy(pr.q.begin(), pr.q.begin() + n * Hq * D, q.begin() + off * Hq * D);
+  std::copy(pr.k.begin(), pr.k.begin() + n * Hkv * D, k.begin() + off * Hkv * D);
+  std::copy(pr.v.begin(), pr.v.begin() + n * Hkv * D, v.begin() + off * Hkv * D);
+  std::vector<double> padded(N * Hq * D), plain(n * Hq * D);
+  auto p = pr.params(q.data(), k.data(), v.data(), padded.data(), N, N);
+  p.q_positions = p.k_positions = pos;
+  p.key_padding = mask;
+  attention_forward(p);
+  auto u = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), plain.data(), n, n);
+  attention_forward(u);
+  double m = max_abs_diff(&padded[off * Hq * D], plain.data(), n * Hq * D);
+  for (int64_t t = 0; t < N; ++t)
+    if (!mask[t])
+      for (int64_t c = 0; c < Hq * D; ++c)
+        m = std::max(m, std::abs(padded[t * Hq * D + c]) * 1e300);  // any nonzero fails
+  return m;
+}
+
+// Token-by-token decoding through a kv_cache vs the full causal forward.
+double cache_deviation(const problem& pr) {
+  const auto full = pr.run();
+  kv_cache<double> cache(pr.N, pr.Hkv, pr.D, pr.pos.rope);
+  std::vector<double> out(pr.N * pr.Hq * pr.D);
+  for (int64_t t = 0; t < pr.N; ++t) {
+    cache.append(&pr.k[t * pr.Hkv * pr.D], &pr.v[t * pr.Hkv * pr.D], 1);
+    attention_params<double> p;
+    p.q = &pr.q[t * pr.Hq * pr.D], p.out = &out[t * pr.Hq * pr.D];
+    p.T = 1, p.Hq = pr.Hq, p.D = pr.D, p.causal = true, p.pos = pr.pos;
+    attention_forward_cached(p, cache);
+  }
+  return max_abs_diff(out.data(), full.data(), static_cast<int64_t>(out.size()));
+}
+
+}  // namespace
+
+std::vector<check_result> attention_checks() {
+  std::vector<check_result> r;
+  const uint64_t seed = 12345;
+
+  {  // The seeds' permutation argument.
+    problem pr(scheme::none, false, seed);
+    r.push_back(equal_check(
+        "permutation_equivariant_nope",
+        "Without position and without a mask, Attn(PX) = P Attn(X) (bidirectional)",
+        permutation_deviation(pr), pr.tolerance(pr.N),
+        "N=20 tokens, Hq=4, Hkv=2, D=16, one random permutation of the rows of q, k, v"));
+    problem pc(scheme::none, true, seed);
+    r.push_back(breaks_check("causal_breaks_permutation",
+                             "A causal mask alone already breaks permutation equivariance",
+                             permutation_deviation(pc), pc.tolerance(pc.N),
+                             "same problem with causal masking, no position scheme"));
+    for (scheme s : kSchemes) {
+      problem ps(s, false, seed);
+      r.push_back(breaks_check(
+          fmt::format("{}_breaks_permutation", scheme_name(s)),
+          fmt::format("With {} on, permuting the tokens no longer permutes the outputs",
+                      scheme_name(s)),
+          permutation_deviation(ps), ps.tolerance(ps.N),
+          "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+    }
+  }
+
+  // Translation invariance of the relative schemes.
+  for (scheme s : kSchemes) {
+    problem ps(s, true, seed);
+    const int64_t c = 1000003;
+    r.push_back(equal_check(
+        fmt::format("{}_translation_invariant", scheme_name(s)),
+        fmt::format("{}: shifting every position by c = {} leaves the outputs unchanged",
+                    scheme_name(s), c),
+        shift_deviation(ps, c), ps.tolerance(ps.N),
+        s == scheme::rope ? "causal; RoPE angles in exact mode (cos/sin error 4e-16 per entry)"
+                          : "causal; biases depend on kpos - qpos only"));
+  }
+  {  // An absolute scheme: sinusoidal PE added to the input (q = k = v = x + PE(pos)).
+    problem pa(scheme::none, true, seed);
+    sinusoidal_params sp;
+    sp.width = pa.D;
+    auto absolute = [&](int64_t shift) {
+      std::vector<int64_t> pos(pa.N);
+      for (int64_t i = 0; i < pa.N; ++i) pos[i] = i + shift;
+      const auto pe = sinusoidal_table(sp, pos);  // (N, D)
+      problem x = pa;
+      for (int64_t t = 0; t < x.N; ++t) {
+        for (int64_t h = 0; h < x.Hq; ++h)
+          for (int64_t d = 0; d < x.D; ++d) x.q[(t * x.Hq + h) * x.D + d] += pe[t * x.D + d];
+        for (int64_t h = 0; h < x.Hkv; ++h)
+          for (int64_t d = 0; d < x.D; ++d) {
+            x.k[(t * x.Hkv + h) * x.D + d] += pe[t * x.D + d];
+            x.v[(t * x.Hkv + h) * x.D + d] += pe[t * x.D + d];
+          }
+      }
+      x.recompute_magnitudes(1, 0, 0);
+      return std::make_pair(x.run(), x.tolerance(x.N));
+    };
+    const auto [a, ta] = absolute(0);
+    const auto [b, tb] = absolute(1000003);
+    r.push_back(breaks_check(
+        "sinusoidal_not_translation_invariant",
+        "An absolute scheme (sinusoidal PE added to the input) changes when positions shift",
+        max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), std::max(ta, tb),
+        "causal; PE(pos) vs PE(pos + 1000003) added to q, k and v"));
+  }
+
+  // Packed documents, padding, cache: for no scheme and every scheme, causal.
+  const std::vector<int64_t> cu = {0, 7, 12, 20};
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw}) {
+    problem ps(s, true, seed);
+    r.push_back(equal_check(
+        fmt::format("{}_packed_equals_separate", scheme_name(s)),
+        fmt::format("{}: attention over packed documents (cu_seqlens 0,7,12,20) equals each "
+                    "document alone",
+                    scheme_name(s)),
+        packed_deviation(ps, cu), ps.tolerance(ps.N),
+        "causal; positions restart at 0 in each document"));
+  }
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw}) {
+    problem ps(s, true, seed);
+    const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
+    r.push_back(equal_check(
+        fmt::format("{}_padded_equals_unpadded", scheme_name(s)),
+        fmt::format("{}: left- and right-padded rows give the unpadded outputs on real tokens "
+                    "and zeros on pads",
+                    scheme_name(s)),
+        dev, ps.tolerance(ps.N),
+        "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
+  }
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw}) {
+    problem ps(s, true, seed);
+    r.push_back(equal_check(
+        fmt::format("{}_cache_equals_full", scheme_name(s)),
+        fmt::format("{}: decoding token by token with the KV cache equals the full forward",
+                    scheme_name(s)),
+        cache_deviation(ps), ps.tolerance(ps.N),
+        "causal; keys rotated once on append, positions continue after the prefix"));
+  }
+  return r;
+}
+
+}  // namespace posenc

@@ -1,0 +1,42 @@
+// src/attention/attention_plan.hpp (private): what both attention implementations derive from
+// attention_params at the API boundary. Built once per call by make_attention_plan, which also
+// validates; the kernels only read it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "posenc/attention/attention.hpp"
+
+namespace posenc::detail {
+
+struct attention_plan {
+  double scale = 1;
+  int64_t group = 1;                // Hq / Hkv: q head h reads kv head h / group
+  std::vector<int64_t> qpos;        // (T,) resolved position ids (pad_position for pad queries)
+  std::vector<int64_t> kpos;        // (S,) resolved position ids (pad_position for pad keys)
+  std::vector<int64_t> qpos_rope;   // (T,) qpos with pads replaced by 0 (rows are masked anyway;
+  std::vector<int64_t> kpos_rope;   // (S,) rope_apply rejects negative positions)
+  std::vector<int64_t> qdoc, kdoc;  // (T,), (S,) document ids; empty = one document
+  std::vector<uint8_t> qvalid;      // (T,) 0 = pad query: sees nothing
+  std::vector<uint8_t> kvalid;      // (S,) 0 = pad key (key_padding or pad position)
+};
+
+// Validates p and resolves defaults (see attention.hpp for the rules).
+template <typename Real>
+attention_plan make_attention_plan(const attention_params<Real>& p);
+
+// Query i may see key j (token-index masks, documents, padding). Shared by both paths so the
+// mask semantics are written once; the tiled path additionally skips whole key blocks that
+// the causal and window rules exclude (a pure optimisation: this predicate stays exact).
+inline bool attention_visible(const attention_plan& pl, bool causal, int64_t window, int64_t T,
+                              int64_t S, int64_t i, int64_t j) {
+  const int64_t qi = S - T + i;  // the query's token index in the key sequence
+  if (!pl.qvalid[i] || !pl.kvalid[j]) return false;
+  if (causal && j > qi) return false;
+  if (window > 0 && qi - j >= window) return false;
+  if (!pl.qdoc.empty() && pl.qdoc[i] != pl.kdoc[j]) return false;
+  return true;
+}
+
+}  // namespace posenc::detail

@@ -1,0 +1,219 @@
+// The attention specification: validation, default resolution, and the plain reference
+// (full score row per query, double accumulation). Everything here favours obviousness over
+// speed; src/attention/attention.cpp is tested against it.
+#include <cmath>
+#include <limits>
+
+#include "attention_plan.hpp"
+#include "posenc/core/error.hpp"
+#include "posenc/encodings/alibi.hpp"
+#include "posenc/positions/positions.hpp"
+
+namespace posenc {
+namespace detail {
+
+template <typename Real>
+attention_plan make_attention_plan(const attention_params<Real>& p) {
+  if (p.T < 0) fail("attention: T must be >= 0, got {}", p.T);
+  if (p.S < 0) fail("attention: S must be >= 0, got {}", p.S);
+  if (p.Hq < 1) fail("attention: Hq must be >= 1, got {}", p.Hq);
+  if (p.Hkv < 1) fail("attention: Hkv must be >= 1, got {}", p.Hkv);
+  if (p.D < 1) fail("attention: D must be >= 1, got {}", p.D);
+  if (p.Hq % p.Hkv != 0)
+    fail("attention: Hq must be a multiple of Hkv, got Hq = {} and Hkv = {}", p.Hq, p.Hkv);
+  checked_bytes("attention q/out", static_cast<unsigned long long>(p.T),
+                static_cast<unsigned long long>(p.Hq), static_cast<unsigned long long>(p.D),
+                sizeof(Real));
+  checked_bytes("attention k/v", static_cast<unsigned long long>(p.S),
+                static_cast<unsigned long long>(p.Hkv), static_cast<unsigned long long>(p.D),
+                sizeof(Real));
+  if (p.T > 0 && (!p.q || !p.out)) fail("attention: q and out must not be null when T = {}", p.T);
+  if (p.S > 0 && (!p.k || !p.v)) fail("attention: k and v must not be null when S = {}", p.S);
+  if (p.window < 0) fail("attention: window must be >= 0 (0 = none), got {}", p.window);
+
+  attention_plan pl;
+  pl.group = p.Hq / p.Hkv;
+  pl.scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
+  if (!std::isfinite(pl.scale)) fail("attention: scale must be finite, got {}", pl.scale);
+
+  const int64_t T = p.T, S = p.S;
+  if (!p.key_padding.empty() && static_cast<int64_t>(p.key_padding.size()) != S)
+    fail("key_padding must have shape (S,) = ({},), got ({},)", S, p.key_padding.size());
+
+  // Documents.
+  std::vector<int64_t> kdef;  // default key positions
+  const bool have_cu = !p.cu_seqlens.empty();
+  const bool have_ids = !p.q_doc_ids.empty() || !p.k_doc_ids.empty();
+  if (have_cu && have_ids)
+    fail("attention: give packed documents as cu_seqlens or as q_doc_ids/k_doc_ids, not both");
+  if (have_cu) {
+    validate_cu_seqlens(p.cu_seqlens, S, "cu_seqlens");
+    if (T > S)
+      fail("cu_seqlens describes the S = {} keys and needs T <= S queries, got T = {}", S, T);
+    pl.kdoc = doc_ids_from_cu_seqlens(p.cu_seqlens);
+    pl.qdoc.assign(pl.kdoc.end() - T, pl.kdoc.end());
+    kdef = positions_packed(p.cu_seqlens, 0);
+  } else if (have_ids) {
+    if (static_cast<int64_t>(p.q_doc_ids.size()) != T)
+      fail("q_doc_ids must have shape (T,) = ({},), got ({},)", T, p.q_doc_ids.size());
+    if (static_cast<int64_t>(p.k_doc_ids.size()) != S)
+      fail("k_doc_ids must have shape (S,) = ({},), got ({},)", S, p.k_doc_ids.size());
+    pl.qdoc.assign(p.q_doc_ids.begin(), p.q_doc_ids.end());
+    pl.kdoc.assign(p.k_doc_ids.begin(), p.k_doc_ids.end());
+    kdef = positions_packed_from_doc_ids(p.k_doc_ids, 0);  // also rejects negative ids
+    for (size_t i = 0; i < pl.qdoc.size(); ++i)
+      if (pl.qdoc[i] < 0) fail("q_doc_ids must be >= 0, got {} at index {}", pl.qdoc[i], i);
+  } else {
+    kdef = positions_fresh(S, 0);
+  }
+
+  // Positions.
+  if (!p.k_positions.empty()) {
+    validate_positions(p.k_positions, S, "k_positions", true);
+    pl.kpos.assign(p.k_positions.begin(), p.k_positions.end());
+  } else {
+    pl.kpos = kdef;
+  }
+  if (!p.q_positions.empty()) {
+    validate_positions(p.q_positions, T, "q_positions", true);
+    pl.qpos.assign(p.q_positions.begin(), p.q_positions.end());
+  } else {
+    if (T > S)
+      fail(
+          "q_positions must be given when T > S (default positions align the T = {} queries "
+          "with the last of the S = {} keys)",
+          T, S);
+    pl.qpos.assign(pl.kpos.end() - T, pl.kpos.end());
+  }
+  pl.qvalid.resize(T);
+  pl.kvalid.resize(S);
+  pl.qpos_rope = pl.qpos;
+  pl.kpos_rope = pl.kpos;
+  for (int64_t i = 0; i < T; ++i) {
+    pl.qvalid[i] = pl.qpos[i] != pad_position;
+    if (!pl.qvalid[i]) pl.qpos_rope[i] = 0;
+  }
+  for (int64_t j = 0; j < S; ++j) {
+    pl.kvalid[j] = pl.kpos[j] != pad_position && (p.key_padding.empty() || p.key_padding[j]);
+    if (pl.kpos[j] == pad_position) pl.kpos_rope[j] = 0;
+  }
+
+  // Position schemes.
+  const auto& ps = p.pos;
+  if (ps.rope.freqs) {
+    rope_validate(*ps.rope.freqs);
+    if (ps.rope.freqs->rotary_dim > p.D)
+      fail("rope: rotary_dim must be <= D = {}, got {}", p.D, ps.rope.freqs->rotary_dim);
+    if (ps.rope.freqs->head_dim != 0 && ps.rope.freqs->head_dim != p.D)
+      fail("rope: head_dim must equal the attention head dim D = {}, got {}", p.D,
+           ps.rope.freqs->head_dim);
+  }
+  if (!ps.alibi.empty()) {
+    if (static_cast<int64_t>(ps.alibi.size()) != p.Hq)
+      fail("alibi slopes must have shape (Hq,) = ({},), got ({},)", p.Hq, ps.alibi.size());
+    for (size_t h = 0; h < ps.alibi.size(); ++h)
+      if (!std::isfinite(ps.alibi[h]))
+        fail("alibi slopes must be finite, got {} for head {}", ps.alibi[h], h);
+  }
+  if (ps.t5) {
+    t5_validate(*ps.t5);
+    if (ps.t5->heads != p.Hq)
+      fail("t5 table must have Hq = {} heads (shape (num_buckets, Hq)), got {}", p.Hq,
+           ps.t5->heads);
+  }
+  if (ps.shaw) {
+    shaw_validate(*ps.shaw);
+    if (ps.shaw->dim != p.D)
+      fail("shaw tables must have shape (2K+1, D) with D = {}, got dim {}", p.D, ps.shaw->dim);
+  }
+  return pl;
+}
+
+template attention_plan make_attention_plan(const attention_params<float>&);
+template attention_plan make_attention_plan(const attention_params<double>&);
+
+}  // namespace detail
+
+template <typename Real>
+void attention_validate(const attention_params<Real>& p) {
+  (void)detail::make_attention_plan(p);
+}
+
+// Reference. Per query head h and query i (plain loops, double throughout):
+//   s_j = scale * q'_i . (k'_j + a^K_c) + alibi + t5        for visible j, else -inf
+//   m = max_j s_j;  w_j = exp(s_j - m);  l = sum_j w_j       (two-pass softmax)
+//   out_i = sum_j (w_j / l) (v_j + a^V_c);  lse_i = m + log(l)
+// A row with no visible key: out_i = 0, lse_i = -inf.
+template <typename Real>
+void attention_reference(const attention_params<Real>& p) {
+  const auto pl = detail::make_attention_plan(p);
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  const auto& ps = p.pos;
+
+  // q', k' in double: (T, Hq, D) and (S, Hkv, D).
+  std::vector<double> q(p.q, p.q + T * Hq * D), k(p.k, p.k + S * Hkv * D),
+      v(p.v, p.v + S * Hkv * D);
+  if (ps.rope.freqs) {
+    rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.qpos_rope, q.data(), T, Hq, D);
+    if (!ps.rope.keys_rotated)
+      rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.kpos_rope, k.data(), S, Hkv, D);
+  }
+  const int64_t K = ps.shaw ? ps.shaw->clip : 0;
+
+  std::vector<double> s(S), o(D);
+  for (int64_t h = 0; h < Hq; ++h) {
+    const int64_t hk = h / pl.group;
+    for (int64_t i = 0; i < T; ++i) {
+      const double* qi = &q[(i * Hq + h) * D];
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < S; ++j) {
+        if (!detail::attention_visible(pl, p.causal, p.window, T, S, i, j)) {
+          s[j] = -std::numeric_limits<double>::infinity();
+          continue;
+        }
+        const double* kj = &k[(j * Hkv + hk) * D];
+        const float* ak =
+            ps.shaw ? &ps.shaw->keys[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (ak ? double{ak[d]} : 0.0));
+        double sc = pl.scale * dot;
+        if (!ps.alibi.empty()) sc += alibi_bias(ps.alibi[h], pl.qpos[i], pl.kpos[j], p.causal);
+        if (ps.t5) {
+          const int64_t b = t5_bucket(pl.kpos[j] - pl.qpos[i], ps.t5->params);
+          sc += double{ps.t5->weights[b * Hq + h]};
+        }
+        s[j] = sc;
+        if (sc > m) m = sc;
+      }
+      Real* out = p.out + (i * Hq + h) * D;
+      if (m == -std::numeric_limits<double>::infinity()) {
+        for (int64_t d = 0; d < D; ++d) out[d] = Real(0);
+        if (p.lse) p.lse[i * Hq + h] = -std::numeric_limits<Real>::infinity();
+        continue;
+      }
+      double l = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        s[j] = std::exp(s[j] - m);  // exp(-inf) = 0 for masked keys
+        l += s[j];
+      }
+      for (int64_t d = 0; d < D; ++d) o[d] = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        if (s[j] == 0) continue;
+        const double w = s[j] / l;
+        const double* vj = &v[(j * Hkv + hk) * D];
+        const float* av =
+            ps.shaw ? &ps.shaw->values[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
+        for (int64_t d = 0; d < D; ++d) o[d] += w * (vj[d] + (av ? double{av[d]} : 0.0));
+      }
+      for (int64_t d = 0; d < D; ++d) out[d] = static_cast<Real>(o[d]);
+      if (p.lse) p.lse[i * Hq + h] = static_cast<Real>(m + std::log(l));
+    }
+  }
+}
+
+template void attention_validate(const attention_params<float>&);
+template void attention_validate(const attention_params<double>&);
+template void attention_reference(const attention_params<float>&);
+template void attention_reference(const attention_params<double>&);
+
+}  // namespace posenc

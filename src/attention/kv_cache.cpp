@@ -1,0 +1,108 @@
+#include "posenc/attention/kv_cache.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "posenc/core/error.hpp"
+#include "posenc/positions/positions.hpp"
+
+namespace posenc {
+
+template <typename Real>
+kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_rope rope,
+                         int64_t start_position)
+    : capacity_(capacity),
+      hkv_(Hkv),
+      d_(D),
+      start_(start_position),
+      next_(start_position),
+      rope_(rope) {
+  if (capacity < 1) fail("kv_cache: capacity must be >= 1, got {}", capacity);
+  if (Hkv < 1) fail("kv_cache: Hkv must be >= 1, got {}", Hkv);
+  if (D < 1) fail("kv_cache: D must be >= 1, got {}", D);
+  if (start_position < 0 || start_position > (int64_t{1} << 62) - capacity)
+    fail("kv_cache: start_position must be in [0, 2^62 - capacity], got {}", start_position);
+  checked_bytes("kv_cache", static_cast<unsigned long long>(capacity),
+                static_cast<unsigned long long>(Hkv), static_cast<unsigned long long>(D),
+                2 * sizeof(Real));
+  if (rope_.freqs) {
+    rope_validate(*rope_.freqs);
+    if (rope_.freqs->rotary_dim > D)
+      fail("kv_cache: rope rotary_dim must be <= D = {}, got {}", D, rope_.freqs->rotary_dim);
+  }
+  rope_.keys_rotated = false;
+  k_.resize(capacity * Hkv * D);
+  v_.resize(capacity * Hkv * D);
+  pos_.resize(capacity);
+}
+
+template <typename Real>
+std::vector<int64_t> kv_cache<Real>::append(const Real* k, const Real* v, int64_t n,
+                                            std::span<const int64_t> positions) {
+  if (n < 0) fail("kv_cache append: n must be >= 0, got {}", n);
+  if (n > capacity_ - size_)
+    fail(
+        "kv_cache append: {} new tokens do not fit: the cache holds {} of its capacity {} "
+        "({} free)",
+        n, size_, capacity_, capacity_ - size_);
+  if (n > 0 && (!k || !v)) fail("kv_cache append: k and v must not be null when n = {}", n);
+  std::vector<int64_t> pos;
+  if (positions.empty()) {
+    if (next_ > (int64_t{1} << 62) - n)
+      fail("kv_cache append: positions would exceed 2^62 (next position {})", next_);
+    pos = positions_fresh(n, next_);
+  } else {
+    validate_positions(positions, n, "kv_cache append positions");
+    pos.assign(positions.begin(), positions.end());
+  }
+  const int64_t row = hkv_ * d_;
+  Real* kd = k_.data() + size_ * row;
+  if (n > 0) {
+    std::memcpy(kd, k, sizeof(Real) * n * row);
+    std::memcpy(v_.data() + size_ * row, v, sizeof(Real) * n * row);
+    // Hook 1 on keys, once, at their absolute positions.
+    if (rope_.freqs) rope_apply(*rope_.freqs, rope_.layout, rope_.angle, pos, kd, n, hkv_, d_);
+  }
+  std::copy(pos.begin(), pos.end(), pos_.begin() + size_);
+  size_ += n;
+  for (int64_t p : pos) next_ = std::max(next_, p + 1);
+  return pos;
+}
+
+template <typename Real>
+void kv_cache<Real>::clear() {
+  size_ = 0;
+  next_ = start_;
+}
+
+template <typename Real>
+void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& cache) {
+  if (p.k || p.v || p.S != 0 || !p.k_positions.empty())
+    fail("attention_forward_cached: k, v, S and k_positions come from the cache; leave them unset");
+  if (!p.key_padding.empty() || !p.cu_seqlens.empty() || !p.q_doc_ids.empty() ||
+      !p.k_doc_ids.empty())
+    fail("attention_forward_cached: key_padding and documents are not supported with a cache");
+  if (p.D != cache.head_dim())
+    fail("attention_forward_cached: D must equal the cache's head dim {}, got {}", cache.head_dim(),
+         p.D);
+  if (p.pos.rope.freqs && p.pos.rope.freqs != cache.rope().freqs)
+    fail("attention_forward_cached: pos.rope must be left unset or equal the cache's RoPE");
+  if (p.T > cache.size())
+    fail("attention_forward_cached: T = {} queries but the cache holds only {} tokens", p.T,
+         cache.size());
+  p.k = cache.keys();
+  p.v = cache.values();
+  p.S = cache.size();
+  p.Hkv = cache.kv_heads();
+  p.k_positions = cache.positions();
+  p.pos.rope = cache.rope();
+  p.pos.rope.keys_rotated = true;
+  attention_forward(p);
+}
+
+template class kv_cache<float>;
+template class kv_cache<double>;
+template void attention_forward_cached(attention_params<float>, const kv_cache<float>&);
+template void attention_forward_cached(attention_params<double>, const kv_cache<double>&);
+
+}  // namespace posenc

@@ -1,0 +1,320 @@
+// Reading a RoPE configuration from a Hugging Face config.json (see rope_config.hpp for the
+// keys and the precedence rules).
+#include "posenc/encodings/rope_config.hpp"
+
+#include <cmath>
+#include <set>
+
+#include "posenc/core/error.hpp"
+#include "posenc/core/file.hpp"
+
+namespace posenc {
+namespace {
+
+using nlohmann::json;
+
+bool present(const json& o, const char* key) {
+  return o.is_object() && o.contains(key) && !o.at(key).is_null();
+}
+
+std::optional<double> get_number(const json& o, const char* key, const std::string& prefix) {
+  if (!present(o, key)) return std::nullopt;
+  const json& v = o.at(key);
+  if (!v.is_number()) fail("{}{} must be a number, got {}", prefix, key, v.dump());
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) fail("{}{} must be finite, got {}", prefix, key, v.dump());
+  return d;
+}
+
+std::optional<int64_t> get_int(const json& o, const char* key, const std::string& prefix) {
+  if (!present(o, key)) return std::nullopt;
+  const json& v = o.at(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15)
+      return static_cast<int64_t>(d);
+  }
+  fail("{}{} must be an integer, got {}", prefix, key, v.dump());
+}
+
+std::vector<double> get_list(const json& o, const char* key, const std::string& prefix) {
+  if (!present(o, key)) fail("{}{} is required for rope_type longrope", prefix, key);
+  const json& v = o.at(key);
+  if (!v.is_array()) fail("{}{} must be a list of numbers, got {}", prefix, key, v.dump());
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number()) fail("{}{}[{}] must be a number, got {}", prefix, key, i, v[i].dump());
+    out.push_back(v[i].get<double>());
+  }
+  return out;
+}
+
+// Two sources for one setting: the first wins; a disagreement is a warning.
+template <typename T>
+std::optional<T> first_of(std::optional<T> a, const std::string& a_name, std::optional<T> b,
+                          const std::string& b_name, std::vector<std::string>* warnings) {
+  if (a && b && *a != *b && warnings)
+    warnings->push_back(
+        fmt::format("{} = {} and {} = {} disagree; using {}", a_name, *a, b_name, *b, a_name));
+  return a ? a : b;
+}
+
+}  // namespace
+
+rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::string>* warnings) {
+  if (!j.is_object()) fail("config must be a JSON object, got {}", j.type_name());
+  std::vector<std::string> local;
+  if (!warnings) warnings = &local;
+  rope_config c;
+
+  // The scaling block: rope_parameters (newer) wins over rope_scaling.
+  const json empty = json::object();
+  const json* rs = &empty;
+  std::string px;
+  if (present(j, "rope_parameters")) {
+    rs = &j.at("rope_parameters");
+    px = "rope_parameters.";
+    if (present(j, "rope_scaling"))
+      warnings->push_back(
+          "both rope_parameters and rope_scaling are present; using "
+          "rope_parameters");
+  } else if (present(j, "rope_scaling")) {
+    rs = &j.at("rope_scaling");
+    px = "rope_scaling.";
+  }
+  if (!rs->is_object())
+    fail("{} must be an object, got {}", px.substr(0, px.size() - 1), rs->dump());
+  const bool has_block = !px.empty();
+  if (has_block && !present(*rs, "type") && !present(*rs, "rope_type")) {
+    for (auto it = rs->begin(); it != rs->end(); ++it)
+      if (it.value().is_object())
+        fail(
+            "{}{} is a per-layer-type block ({}{} is an object); posenc reads one RoPE "
+            "configuration: pass that block's contents as the config",
+            px, it.key(), px, it.key());
+  }
+
+  // theta
+  auto theta = first_of(get_number(*rs, "rope_theta", px), px + "rope_theta",
+                        get_number(j, "rope_theta", ""), "rope_theta", warnings);
+  theta = first_of(theta, "rope_theta", get_number(j, "rotary_emb_base", ""), "rotary_emb_base",
+                   warnings);
+  c.theta = theta.value_or(10000.0);
+
+  // head_dim: MLA's rotary head (qk_rope_head_dim) > head_dim > hidden_size / heads.
+  if (auto q = get_int(j, "qk_rope_head_dim", "")) {
+    c.head_dim = *q;
+  } else if (auto h = get_int(j, "head_dim", "")) {
+    c.head_dim = *h;
+  } else {
+    auto hs = get_int(j, "hidden_size", "");
+    auto nh = get_int(j, "num_attention_heads", "");
+    if (!hs || !nh)
+      fail(
+          "head_dim is missing and cannot be derived: need hidden_size and "
+          "num_attention_heads");
+    if (*nh <= 0 || *hs <= 0 || *hs % *nh != 0)
+      fail(
+          "hidden_size ({}) must be a positive multiple of num_attention_heads ({}) to derive "
+          "head_dim",
+          *hs, *nh);
+    c.head_dim = *hs / *nh;
+  }
+  if (c.head_dim < 2) fail("head_dim must be >= 2, got {}", c.head_dim);
+
+  // rotary width
+  auto prf =
+      first_of(get_number(*rs, "partial_rotary_factor", px), px + "partial_rotary_factor",
+               get_number(j, "partial_rotary_factor", ""), "partial_rotary_factor", warnings);
+  prf = first_of(prf, "partial_rotary_factor", get_number(j, "rotary_pct", ""), "rotary_pct",
+                 warnings);
+  if (prf && (*prf <= 0 || *prf > 1)) fail("partial_rotary_factor must be in (0, 1], got {}", *prf);
+  const double rd = static_cast<double>(c.head_dim) * prf.value_or(1.0);
+  if (std::fabs(rd - std::round(rd)) > 1e-9 || static_cast<int64_t>(std::round(rd)) % 2 != 0)
+    fail("partial_rotary_factor ({}) times head_dim ({}) must be an even integer, got {}",
+         prf.value_or(1.0), c.head_dim, rd);
+  c.rotary_dim = static_cast<int64_t>(std::round(rd));
+  if (auto r = get_int(j, "rotary_dim", "")) {
+    if (prf && *r != c.rotary_dim)
+      fail("rotary_dim ({}) disagrees with head_dim * partial_rotary_factor ({})", *r,
+           c.rotary_dim);
+    c.rotary_dim = *r;
+  }
+  if (c.rotary_dim < 2 || c.rotary_dim % 2 || c.rotary_dim > c.head_dim)
+    fail("rotary_dim must be even and in [2, head_dim = {}], got {}", c.head_dim, c.rotary_dim);
+
+  // lengths
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", "").value_or(0);
+  if (c.max_position_embeddings < 0)
+    fail("max_position_embeddings must be >= 0, got {}", c.max_position_embeddings);
+  auto ompe = first_of(get_int(*rs, "original_max_position_embeddings", px),
+                       px + "original_max_position_embeddings",
+                       get_int(j, "original_max_position_embeddings", ""),
+                       "original_max_position_embeddings", warnings);
+  c.original_max_position_embeddings = ompe.value_or(0);
+  if (c.original_max_position_embeddings < 0)
+    fail("original_max_position_embeddings must be >= 0, got {}",
+         c.original_max_position_embeddings);
+
+  if (!has_block) {
+    rope_validate(c);
+    return c;
+  }
+
+  // type
+  std::optional<std::string> tname;
+  for (const char* key : {"rope_type", "type"}) {
+    if (!present(*rs, key)) continue;
+    if (!rs->at(key).is_string())
+      fail("{}{} must be a string, got {}", px, key, rs->at(key).dump());
+    const std::string v = rs->at(key).get<std::string>();
+    if (tname && *tname != v)
+      fail("{}rope_type ('{}') and {}type ('{}') disagree", px, *tname, px, v);
+    tname = v;
+  }
+  if (!tname) fail("{}rope_type (or {}type) is missing", px, px);
+  c.type = rope_type_from_name(*tname, px + "rope_type");
+  const std::string tn = rope_type_name(c.type);
+
+  std::set<std::string> known = {"rope_type",  "type",
+                                 "rope_theta", "partial_rotary_factor",
+                                 "factor",     "original_max_position_embeddings"};
+  auto factor = get_number(*rs, "factor", px);
+  if (factor && *factor < 1) fail("{}factor must be >= 1, got {}", px, *factor);
+  const bool have_ratio = c.max_position_embeddings > 0 && c.original_max_position_embeddings > 0;
+  const double ratio = have_ratio ? static_cast<double>(c.max_position_embeddings) /
+                                        static_cast<double>(c.original_max_position_embeddings)
+                                  : 0.0;
+  switch (c.type) {
+    case rope_type::default_:
+      if (factor && *factor != 1)
+        warnings->push_back(
+            fmt::format("{}factor = {} is ignored for rope_type default", px, *factor));
+      break;
+    case rope_type::linear:
+    case rope_type::dynamic:
+    case rope_type::llama3:
+      if (!factor) fail("{}factor is required for rope_type {}", px, tn);
+      c.factor = *factor;
+      break;
+    case rope_type::yarn:
+    case rope_type::longrope:
+      if (factor) {
+        // Precedence: an explicit factor wins; say so when the lengths imply another one.
+        c.factor = *factor;
+        if (have_ratio && std::fabs(ratio - *factor) > 1e-9 * *factor)
+          warnings->push_back(fmt::format(
+              "{}factor = {} disagrees with max_position_embeddings / "
+              "original_max_position_embeddings = {} / {} = {}; using factor = {} (an explicit "
+              "factor wins; some implementations use the ratio instead, which for {} changes "
+              "the frequencies and the attention factor)",
+              px, *factor, c.max_position_embeddings, c.original_max_position_embeddings, ratio,
+              *factor, tn));
+      } else {
+        if (!have_ratio)
+          fail(
+              "{}factor is missing and cannot be derived: rope_type {} needs factor or both "
+              "max_position_embeddings and original_max_position_embeddings",
+              px, tn);
+        if (ratio < 1)
+          fail(
+              "max_position_embeddings / original_max_position_embeddings = {} / {} must be "
+              ">= 1 when {}factor is absent",
+              c.max_position_embeddings, c.original_max_position_embeddings, px);
+        c.factor = ratio;
+      }
+      break;
+  }
+
+  if (c.type == rope_type::yarn) {
+    known.insert(
+        {"beta_fast", "beta_slow", "truncate", "attention_factor", "mscale", "mscale_all_dim"});
+    // HF reads beta_fast / beta_slow with `or` defaults: a 0 or null means the default.
+    if (auto b = get_number(*rs, "beta_fast", px); b && *b != 0) c.beta_fast = *b;
+    if (auto b = get_number(*rs, "beta_slow", px); b && *b != 0) c.beta_slow = *b;
+    if (present(*rs, "truncate")) {
+      if (!rs->at("truncate").is_boolean())
+        fail("{}truncate must be true or false, got {}", px, rs->at("truncate").dump());
+      c.truncate = rs->at("truncate").get<bool>();
+    }
+    c.attention_factor = get_number(*rs, "attention_factor", px);
+    c.mscale = get_number(*rs, "mscale", px);
+    c.mscale_all_dim = get_number(*rs, "mscale_all_dim", px);
+    if (c.attention_factor && (c.mscale || c.mscale_all_dim))
+      warnings->push_back(
+          fmt::format("{}attention_factor = {} is given, so mscale / mscale_all_dim are not used",
+                      px, *c.attention_factor));
+    else if (static_cast<bool>(c.mscale) != static_cast<bool>(c.mscale_all_dim))
+      warnings->push_back(fmt::format(
+          "{}{} is given without {}; following HF, the attention factor is 0.1 ln(factor) + 1 "
+          "(DeepSeek's reference code would use get_mscale(factor, mscale) / "
+          "get_mscale(factor, mscale_all_dim) with defaults 1 and 0)",
+          px, c.mscale ? "mscale" : "mscale_all_dim", c.mscale ? "mscale_all_dim" : "mscale"));
+    if (c.original_max_position_embeddings == 0)
+      warnings->push_back(fmt::format(
+          "{}original_max_position_embeddings is absent; yarn uses max_position_embeddings = "
+          "{} as the original context",
+          px, c.max_position_embeddings));
+  } else if (c.type == rope_type::longrope) {
+    known.insert({"short_factor", "long_factor", "attention_factor"});
+    c.short_factor = get_list(*rs, "short_factor", px);
+    c.long_factor = get_list(*rs, "long_factor", px);
+    const size_t half = static_cast<size_t>(c.rotary_dim / 2);
+    for (const auto* l : {&c.short_factor, &c.long_factor})
+      if (l->size() != half)
+        fail("{}{} must have rotary_dim/2 = {} entries, got {}", px,
+             l == &c.short_factor ? "short_factor" : "long_factor", half, l->size());
+    c.attention_factor = get_number(*rs, "attention_factor", px);
+    if (c.original_max_position_embeddings == 0)
+      warnings->push_back(
+          "original_max_position_embeddings is absent; longrope switches to "
+          "long_factor beyond max_position_embeddings");
+  } else if (c.type == rope_type::llama3) {
+    known.insert({"low_freq_factor", "high_freq_factor"});
+    auto lo = get_number(*rs, "low_freq_factor", px);
+    auto hi = get_number(*rs, "high_freq_factor", px);
+    if (!lo) fail("{}low_freq_factor is required for rope_type llama3", px);
+    if (!hi) fail("{}high_freq_factor is required for rope_type llama3", px);
+    c.low_freq_factor = *lo;
+    c.high_freq_factor = *hi;
+    if (c.original_max_position_embeddings == 0)
+      fail("{}original_max_position_embeddings is required for rope_type llama3", px);
+  }
+  for (auto it = rs->begin(); it != rs->end(); ++it)
+    if (!known.count(it.key()))
+      warnings->push_back(
+          fmt::format("{}{} is not used by rope_type {}; ignored", px, it.key(), tn));
+
+  // Validation with the block's key names in the messages.
+  try {
+    rope_validate(c);
+  } catch (const invalid_argument& e) {
+    std::string m = e.what();
+    if (px != "rope_scaling.") {
+      for (size_t p = m.find("rope_scaling."); p != std::string::npos;
+           p = m.find("rope_scaling.", p + px.size()))
+        m.replace(p, 13, px);
+    }
+    throw invalid_argument(m);
+  }
+  return c;
+}
+
+rope_config rope_config_from_file(const std::string& path, std::vector<std::string>* warnings) {
+  const auto bytes = read_file(path);
+  json j;
+  try {
+    j = json::parse(reinterpret_cast<const char*>(bytes.data()),
+                    reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+  } catch (const json::exception& e) {
+    fail_io("{} is not valid JSON: {}", path, e.what());
+  }
+  try {
+    return rope_config_from_json(j, warnings);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+}  // namespace posenc

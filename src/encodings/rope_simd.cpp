@@ -1,0 +1,267 @@
+// RoPE SIMD kernels (Highway dynamic dispatch: one binary, best target at run time; this file is
+// compiled once per target through hwy/foreach_target.h):
+//   - the rotate loop over H heads of one token, both layouts, float32 and float64, any R <= D
+//     (partial rotary: channels [R, D) are never touched);
+//   - the exact-mode cos/sin row: the double-double argument reduction of rope.cpp's
+//     exact_cos_sin done lane-wise, then sine and cosine together of the reduced angle in
+//     double (SinCosReduced, src/encodings/sincos_simd-inl.h).
+// rope.cpp calls these through the detail:: entry points at the bottom and keeps the plain loops
+// (and the binary128 reference) as the specification they are tested against.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/encodings/rope_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "src/encodings/sincos_simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posenc {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ---------------------------------------------------------------------------------------------
+// Rotate: forward and inverse side by side (Su et al. 2021, eq. 34, one 2x2 rotation per pair).
+// ---------------------------------------------------------------------------------------------
+
+// half: x_h = [u_0 .. u_{n-1} | v_0 .. v_{n-1} | pass], pair i = (u_i, v_i), n = R/2.
+//   c, s: (n,); x: H heads, head h at x + h * stride. Vectors run over i.
+template <bool kInverse, typename T>
+HWY_INLINE void RotateHalfT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RESTRICT s, T* x,
+                            int64_t H, int64_t stride) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t h = 0; h < H; ++h) {
+    T* HWY_RESTRICT u = x + h * stride;
+    T* HWY_RESTRICT v = u + n;
+    int64_t i = 0;
+    for (; i + N <= n; i += N) {
+      const auto cv = hn::LoadU(d, c + i), sv = hn::LoadU(d, s + i);
+      const auto a = hn::LoadU(d, u + i), b = hn::LoadU(d, v + i);
+      if constexpr (!kInverse) {
+        // forward: u' = u c - v s; v' = v c + u s
+        hn::StoreU(hn::MulSub(a, cv, hn::Mul(b, sv)), d, u + i);
+        hn::StoreU(hn::MulAdd(a, sv, hn::Mul(b, cv)), d, v + i);
+      } else {
+        // backward of "u' = u c - v s; v' = v c + u s": the transpose, sine negated.
+        hn::StoreU(hn::MulAdd(b, sv, hn::Mul(a, cv)), d, u + i);
+        hn::StoreU(hn::MulSub(b, cv, hn::Mul(a, sv)), d, v + i);
+      }
+    }
+    for (; i < n; ++i) {
+      const T a = u[i], b = v[i];
+      if constexpr (!kInverse) {
+        u[i] = a * c[i] - b * s[i];
+        v[i] = b * c[i] + a * s[i];
+      } else {
+        u[i] = a * c[i] + b * s[i];
+        v[i] = b * c[i] - a * s[i];
+      }
+    }
+  }
+}
+
+// interleaved: x_h = [u_0 v_0 | u_1 v_1 | ... | pass], pair i = (x[2i], x[2i+1]).
+// With ce = [c_0 c_0 c_1 c_1 ..] and se = [-s_0 s_0 -s_1 s_1 ..] (signs flipped for the
+// inverse), y = x * ce + swap_pairs(x) * se gives
+//   y[2i] = u c - v s,  y[2i+1] = v c + u s       (forward)
+//   y[2i] = u c + v s,  y[2i+1] = v c - u s       (inverse: the transpose)
+// ce/se are expanded on the stack in chunks of kChunk pairs (no allocation) and reused by all
+// H heads of the token.
+template <bool kInverse, typename T>
+HWY_INLINE void RotateInterleavedT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RESTRICT s,
+                                   T* x, int64_t H, int64_t stride) {
+  constexpr int64_t kChunk = 128;  // pairs per chunk: 2 x 256 T of stack
+  HWY_ALIGN T ce[2 * kChunk];
+  HWY_ALIGN T se[2 * kChunk];
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - j0), w = 2 * m;
+    for (int64_t i = 0; i < m; ++i) {
+      const T si = kInverse ? -s[j0 + i] : s[j0 + i];
+      ce[2 * i] = ce[2 * i + 1] = c[j0 + i];
+      se[2 * i] = -si;
+      se[2 * i + 1] = si;
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      T* HWY_RESTRICT y = x + h * stride + 2 * j0;
+      int64_t i = 0;
+      for (; i + N <= w; i += N) {
+        const auto a = hn::LoadU(d, y + i);
+        const auto sw = hn::Reverse2(d, a);  // [v_0 u_0 v_1 u_1 ..]
+        hn::StoreU(hn::MulAdd(a, hn::Load(d, ce + i), hn::Mul(sw, hn::Load(d, se + i))), d, y + i);
+      }
+      for (; i < w; i += 2) {  // whole pairs: w and N are even
+        const T a = y[i], b = y[i + 1];
+        y[i] = a * ce[i] + b * se[i];
+        y[i + 1] = b * ce[i + 1] + a * se[i + 1];
+      }
+    }
+  }
+}
+
+template <typename T>
+HWY_INLINE void RotateT(int layout_interleaved, int64_t R, const T* c, const T* s, T* x, int64_t H,
+                        int64_t stride, bool inverse) {
+  const int64_t n = R / 2;
+  if (layout_interleaved) {
+    if (inverse)
+      RotateInterleavedT<true>(n, c, s, x, H, stride);
+    else
+      RotateInterleavedT<false>(n, c, s, x, H, stride);
+  } else {
+    if (inverse)
+      RotateHalfT<true>(n, c, s, x, H, stride);
+    else
+      RotateHalfT<false>(n, c, s, x, H, stride);
+  }
+}
+
+void RotateF32(int layout_interleaved, int64_t R, const float* c, const float* s, float* x,
+               int64_t H, int64_t stride, bool inverse) {
+  RotateT(layout_interleaved, R, c, s, x, H, stride, inverse);
+}
+
+void RotateF64(int layout_interleaved, int64_t R, const double* c, const double* s, double* x,
+               int64_t H, int64_t stride, bool inverse) {
+  RotateT(layout_interleaved, R, c, s, x, H, stride, inverse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact-mode cos/sin row
+// ---------------------------------------------------------------------------------------------
+
+// 2 pi = P0 + P1 + P2 to about 2^-160 (the same triple-double split as rope.cpp).
+constexpr double kP0 = 0x1.921fb54442d18p+2;
+constexpr double kP1 = 0x1.1a62633145c07p-52;
+constexpr double kP2 = -0x1.f1976b7ed8fbcp-108;
+constexpr double kInv2Pi = 0.15915494309189533577;
+
+// c[i] = scale * cos(pos w[i]), s[i] = scale * sin(pos w[i]), i < n, pos an integer <= 2^53.
+// Lane-wise the arithmetic of rope.cpp's exact_cos_sin:
+//   p w = hi + lo exactly (FMA two-product); k = round(hi / 2pi);
+//   r = hi - k P0 - k P1 - k P2 + lo with k P0 and k P1 split exactly by FMA and the small terms
+//   gathered with TwoSum into rh + rl (|rl| <= ulp(rh)/2, |rh| <= pi + 2^-40).
+// The reduction error is <= ~2^-100 absolute for every p <= 2^53 (rope.cpp's derivation).
+// Then SinCosReduced (sincos_simd-inl.h: one quadrant reduction, fdlibm's kernels) on rh,
+// |rh| <= pi + 2^-40: error < 1.8 * 2^-53 absolute. The first-order correction
+// cos(r) = cos(rh) - sin(rh) rl (and likewise sin) rounds once more (<= 2^-54; the dropped
+// rl^2/2 is < 2^-105; sin/cos's error times |rl| <= 2^-51 is negligible), so
+// |c/scale - cos(p w)|, |s/scale - sin(p w)| <= 2.5 * 2^-53 < 2.8e-16, the bound rope.hpp states.
+// Targets without a native FMA (SSE4, scalar) run the same steps one lane at a time with
+// std::fma, which is exact everywhere, and libm cos/sin (<= 1 ulp).
+inline void TwoSumV(hn::ScalableTag<double> /*d*/, hn::Vec<hn::ScalableTag<double>> a,
+                    hn::Vec<hn::ScalableTag<double>> b, hn::Vec<hn::ScalableTag<double>>& s,
+                    hn::Vec<hn::ScalableTag<double>>& e) {
+  s = hn::Add(a, b);
+  const auto bb = hn::Sub(s, a);
+  e = hn::Add(hn::Sub(a, hn::Sub(s, bb)), hn::Sub(b, bb));
+}
+
+inline void TwoSumS(double a, double b, double& s, double& e) {
+  s = a + b;
+  const double bb = s - a;
+  e = (a - (s - bb)) + (b - bb);
+}
+
+inline void ExactScalar(double p, double w, double& c, double& s) {
+  const double hi = p * w;
+  const double lo = std::fma(p, w, -hi);
+  const double k = std::nearbyint(hi * kInv2Pi);
+  const double a0 = k * kP0, b0 = std::fma(k, kP0, -a0);
+  const double a1 = k * kP1, b1 = std::fma(k, kP1, -a1);
+  double sum, err, acc = 0;
+  TwoSumS(hi - a0, -b0, sum, err);
+  acc += err;
+  TwoSumS(sum, -a1, sum, err);
+  acc += err;
+  TwoSumS(sum, lo, sum, err);
+  acc += err;
+  acc += -b1 - k * kP2;
+  double rh, rl;
+  TwoSumS(sum, acc, rh, rl);
+  const double ch = std::cos(rh), sh = std::sin(rh);
+  c = ch - sh * rl;
+  s = sh + ch * rl;
+}
+
+void ExactCosSinRow(int64_t pos, const double* HWY_RESTRICT w, int64_t n, double scale,
+                    double* HWY_RESTRICT c, double* HWY_RESTRICT s) {
+  const double pd = static_cast<double>(pos);
+  int64_t i = 0;
+#if HWY_NATIVE_FMA
+  const hn::ScalableTag<double> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto p = hn::Set(d, pd), P0 = hn::Set(d, kP0), P1 = hn::Set(d, kP1);
+  const auto P2 = hn::Set(d, kP2), inv = hn::Set(d, kInv2Pi), sc = hn::Set(d, scale);
+  for (; i + N <= n; i += N) {
+    const auto wv = hn::LoadU(d, w + i);
+    const auto hi = hn::Mul(p, wv);
+    const auto lo = hn::MulSub(p, wv, hi);  // exact: p w - hi
+    const auto k = hn::Round(hn::Mul(hi, inv));
+    const auto a0 = hn::Mul(k, P0), b0 = hn::MulSub(k, P0, a0);
+    const auto a1 = hn::Mul(k, P1), b1 = hn::MulSub(k, P1, a1);
+    hn::Vec<decltype(d)> sum, err;
+    TwoSumV(d, hn::Sub(hi, a0), hn::Neg(b0), sum, err);  // hi - a0 is exact (Sterbenz)
+    auto acc = err;
+    TwoSumV(d, sum, hn::Neg(a1), sum, err);
+    acc = hn::Add(acc, err);
+    TwoSumV(d, sum, lo, sum, err);
+    acc = hn::Add(acc, err);
+    acc = hn::Add(acc, hn::Sub(hn::Neg(b1), hn::Mul(k, P2)));
+    hn::Vec<decltype(d)> rh, rl;
+    TwoSumV(d, sum, acc, rh, rl);
+    hn::Vec<decltype(d)> sh, ch;
+    SinCosReduced(d, rh, sh, ch);
+    hn::StoreU(hn::Mul(sc, hn::NegMulAdd(sh, rl, ch)), d, c + i);
+    hn::StoreU(hn::Mul(sc, hn::MulAdd(ch, rl, sh)), d, s + i);
+  }
+#endif
+  for (; i < n; ++i) {
+    double cc, ss;
+    ExactScalar(pd, w[i], cc, ss);
+    c[i] = scale * cc;
+    s[i] = scale * ss;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace posenc
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace posenc {
+HWY_EXPORT(RotateF32);
+HWY_EXPORT(RotateF64);
+HWY_EXPORT(ExactCosSinRow);
+
+namespace detail {
+
+// Declared in rope.cpp (the only caller): the dispatching entry points.
+void rope_rotate_simd(bool interleaved, int64_t R, const float* c, const float* s, float* x,
+                      int64_t H, int64_t stride, bool inverse);
+void rope_rotate_simd(bool interleaved, int64_t R, const double* c, const double* s, double* x,
+                      int64_t H, int64_t stride, bool inverse);
+void rope_exact_row_simd(int64_t pos, const double* w, int64_t n, double scale, double* c,
+                         double* s);
+
+void rope_rotate_simd(bool interleaved, int64_t R, const float* c, const float* s, float* x,
+                      int64_t H, int64_t stride, bool inverse) {
+  HWY_DYNAMIC_DISPATCH(RotateF32)(interleaved ? 1 : 0, R, c, s, x, H, stride, inverse);
+}
+void rope_rotate_simd(bool interleaved, int64_t R, const double* c, const double* s, double* x,
+                      int64_t H, int64_t stride, bool inverse) {
+  HWY_DYNAMIC_DISPATCH(RotateF64)(interleaved ? 1 : 0, R, c, s, x, H, stride, inverse);
+}
+void rope_exact_row_simd(int64_t pos, const double* w, int64_t n, double scale, double* c,
+                         double* s) {
+  HWY_DYNAMIC_DISPATCH(ExactCosSinRow)(pos, w, n, scale, c, s);
+}
+
+}  // namespace detail
+}  // namespace posenc
+#endif

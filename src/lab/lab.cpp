@@ -1,0 +1,490 @@
+// The lab: training runs per scheme and seed, evaluation at several lengths, results JSON.
+#include "posenc/lab/lab.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "posenc/core/error.hpp"
+#include "posenc/core/rng.hpp"
+#include "posenc/core/threads.hpp"
+
+namespace posenc::lab {
+namespace {
+
+using model::pos_scheme;
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+// splitmix64 finaliser: decorrelated seeds for (seed, stream, step).
+uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
+               (c + 0x2545F4914F6CDD1Dull) * 0x94D049BB133111EBull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+constexpr uint64_t stream_train = 1, stream_eval = 2;
+
+// Sorted uniform sample of L distinct integers from [0, N) (Knuth's selection sampling,
+// Algorithm S): each subset is equally likely.
+void sample_positions(rng& r, int64_t L, int64_t N, int64_t* out) {
+  int64_t chosen = 0;
+  for (int64_t i = 0; i < N && chosen < L; ++i)
+    if (static_cast<int64_t>(r.below(static_cast<uint64_t>(N - i))) < L - chosen) out[chosen++] = i;
+}
+
+// One batch of B sequences of length L from rng r.
+model::batch make_batch(const lab_options& o, const task& t, int64_t B, int64_t L, bool eval,
+                        rng& r) {
+  model::batch b;
+  b.B = B;
+  b.T = L;
+  b.tokens.resize(B * L);
+  b.targets.resize(B * L);
+  b.positions.resize(B * L);
+  for (int64_t i = 0; i < B; ++i) {
+    task_sample(t, L, eval, r, b.tokens.data() + i * L, b.targets.data() + i * L);
+    int64_t* pos = b.positions.data() + i * L;
+    if (o.randomized_positions > 0)
+      sample_positions(r, L, o.randomized_positions, pos);
+    else
+      for (int64_t j = 0; j < L; ++j) pos[j] = j;
+  }
+  return b;
+}
+
+nlohmann::ordered_json config_json(const lab_options& o, const model::model_config& c) {
+  nlohmann::ordered_json j;
+  j["task"] = task_kind_name(o.task);
+  j["file"] = o.file;
+  j["scheme"] = model::pos_scheme_name(c.scheme);
+  j["vocab"] = c.vocab;
+  j["d_model"] = c.d_model;
+  j["n_layers"] = c.n_layers;
+  j["n_heads"] = c.n_heads;
+  j["d_ff"] = c.d_ff;
+  j["norm"] = model::norm_kind_name(c.norm);
+  j["max_positions"] = c.max_positions;
+  j["train_min"] = o.train_min;
+  j["train_max"] = o.train_max;
+  j["steps"] = o.steps;
+  j["batch_size"] = o.batch_size;
+  j["lr"] = o.lr;
+  j["warmup"] = o.warmup;
+  j["weight_decay"] = o.weight_decay;
+  j["clip"] = o.clip;
+  j["randomized_positions"] = o.randomized_positions;
+  return j;
+}
+
+model::adamw_config adamw_for(const lab_options& o) {
+  model::adamw_config a;
+  a.lr = o.lr;
+  a.weight_decay = o.weight_decay;
+  a.clip_norm = o.clip;
+  a.total = o.steps;
+  a.warmup = o.warmup > 0 ? o.warmup : std::max<int64_t>(1, o.steps / 10);
+  return a;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+nlohmann::ordered_json num_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+}  // namespace
+
+void validate(const lab_options& o, const task& t) {
+  if (o.schemes.empty()) fail("--schemes must name at least one scheme");
+  if (o.train_min < 1 || o.train_max < o.train_min)
+    fail("--train-len must be A:B with 1 <= A <= B, got {}:{}", o.train_min, o.train_max);
+  task_validate_length(t, o.train_min, "--train-len");
+  task_validate_length(t, o.train_max, "--train-len");
+  if (o.train_max > 4096) fail("--train-len upper end must be <= 4096, got {}", o.train_max);
+  for (int64_t L : o.eval_lens) {
+    if (L < 1 || L > 8192) fail("--eval-lens entries must be in [1, 8192], got {}", L);
+    task_validate_length(t, L, "--eval-lens");
+  }
+  if (o.steps < 1 || o.steps > 10000000) fail("--steps must be in [1, 10^7], got {}", o.steps);
+  if (o.seeds < 1 || o.seeds > 1000) fail("--seeds must be in [1, 1000], got {}", o.seeds);
+  if (o.batch_size < 1 || o.batch_size > 4096)
+    fail("--batch must be in [1, 4096], got {}", o.batch_size);
+  if (o.eval_samples < 1 || o.eval_samples > 100000)
+    fail("--eval-samples must be in [1, 100000], got {}", o.eval_samples);
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) fail("--lr must be finite and > 0, got {}", o.lr);
+  if (!(o.weight_decay >= 0)) fail("--weight-decay must be >= 0, got {}", o.weight_decay);
+  if (!(o.clip >= 0)) fail("--clip must be >= 0 (0 = off), got {}", o.clip);
+  if (o.warmup < 0) fail("--warmup must be >= 0, got {}", o.warmup);
+  if (o.curve_every < 1) fail("curve_every must be >= 1, got {}", o.curve_every);
+  if (o.randomized_positions < 0 || o.randomized_positions > (int64_t{1} << 24))
+    fail("--randomized-positions must be in [0, 2^24], got {}", o.randomized_positions);
+  if (o.randomized_positions > 0 && o.randomized_positions < o.train_max)
+    fail("--randomized-positions N must be >= the longest training length {}, got {}", o.train_max,
+         o.randomized_positions);
+  if (o.checkpoint_every < 0) fail("--checkpoint-every must be >= 0, got {}", o.checkpoint_every);
+  if (o.resume && o.checkpoint_dir.empty())
+    fail("--resume needs --out DIR (checkpoints are read from DIR/checkpoints)");
+  for (auto s : o.schemes) model::validate(lab_model_config(o, t, s));
+}
+
+model::model_config lab_model_config(const lab_options& o, const task& t, pos_scheme s) {
+  model::model_config c;
+  c.vocab = t.vocab;
+  c.d_model = o.d_model;
+  c.n_layers = o.n_layers;
+  c.n_heads = o.n_heads;
+  c.d_ff = o.d_ff;
+  c.scheme = s;
+  c.norm = o.norm;
+  c.max_positions = o.randomized_positions > 0 ? o.randomized_positions : o.train_max;
+  return c;
+}
+
+eval_metrics evaluate(model::transformer<float>& m, const lab_options& o, const task& t, int64_t L,
+                      int64_t seed) {
+  eval_metrics e;
+  e.length = L;
+  const bool lm = !t.exact_match;
+  if (o.randomized_positions > 0 && L > o.randomized_positions) {
+    e.defined = false;
+    e.note = fmt::format(
+        "no defined position: {} distinct positions cannot be drawn from [0, {}) "
+        "(--randomized-positions)",
+        L, o.randomized_positions);
+  } else if (m.config().scheme == pos_scheme::learned && L > m.config().max_positions) {
+    e.defined = false;
+    e.note = fmt::format(
+        "no defined position: the learned table has {} rows (positions 0..{}); length {} needs "
+        "position {}",
+        m.config().max_positions, m.config().max_positions - 1, L, L - 1);
+  }
+  if (!e.defined) {
+    e.loss = e.token_accuracy = e.exact_match = e.loss_last64 = nan;
+    return e;
+  }
+  // Chunks keep the saved (B, H, T, T) probabilities near 4M floats per layer.
+  const int64_t chunk =
+      std::clamp<int64_t>((int64_t{1} << 22) / (o.n_heads * L * L), 1, o.eval_samples);
+  rng r(mix(static_cast<uint64_t>(seed), stream_eval, static_cast<uint64_t>(L)));
+  double loss = 0, last = 0;
+  int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
+  const int64_t V = t.vocab;
+  for (int64_t done = 0; done < o.eval_samples; done += chunk) {
+    const int64_t B = std::min(chunk, o.eval_samples - done);
+    model::batch b = make_batch(o, t, B, L, true, r);
+    m.forward(b);
+    const auto& probs = m.probs();
+    const auto& nll = m.nll();
+    for (int64_t s = 0; s < B; ++s) {
+      bool all = true;
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t i = s * L + j;
+        const int64_t tg = b.targets[i];
+        if (tg < 0) continue;
+        const float* p = probs.data() + i * V;
+        const int64_t arg = std::max_element(p, p + V) - p;
+        loss += nll[i];
+        ++scored;
+        if (arg == tg)
+          ++correct;
+        else
+          all = false;
+        if (lm && j >= L - 64) {
+          last += nll[i];
+          ++last_n;
+        }
+      }
+      exact += all;
+    }
+  }
+  e.sequences = o.eval_samples;
+  e.scored_tokens = scored;
+  e.loss = scored ? loss / static_cast<double>(scored) : nan;
+  e.token_accuracy = scored ? static_cast<double>(correct) / static_cast<double>(scored) : nan;
+  e.exact_match = lm ? nan : static_cast<double>(exact) / static_cast<double>(o.eval_samples);
+  e.loss_last64 = lm && last_n ? last / static_cast<double>(last_n) : nan;
+  return e;
+}
+
+run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s, int64_t seed,
+                              int64_t run_index, int64_t runs, const progress_fn& cb) {
+  const model::model_config mc = lab_model_config(o, t, s);
+  model::transformer<float> m(mc);
+  m.init(mix(static_cast<uint64_t>(seed), 0, 0));
+  const model::adamw_config ac = adamw_for(o);
+  model::adamw_state opt;
+  run_result res;
+  res.scheme = s;
+  res.seed = seed;
+  res.parameters = m.layout().total;
+  const nlohmann::ordered_json cfg = config_json(o, mc);
+
+  std::string ckpt;
+  if (!o.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec) fail_io("cannot create checkpoint directory {}: {}", o.checkpoint_dir, ec.message());
+    ckpt = fmt::format("{}/{}-{}-seed{}.ckpt", o.checkpoint_dir, task_kind_name(o.task),
+                       model::pos_scheme_name(s), seed);
+  }
+  if (o.resume && std::filesystem::exists(ckpt)) {
+    model::checkpoint c = model::load_checkpoint(ckpt);
+    nlohmann::json meta;
+    try {
+      meta = nlohmann::json::parse(c.meta);
+    } catch (const std::exception& e) {
+      fail_io("checkpoint {} has unreadable metadata: {}", ckpt, e.what());
+    }
+    if (!meta.contains("config") || !meta.contains("curve"))
+      fail_io("checkpoint {} has metadata without config or curve", ckpt);
+    for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+      if (!meta["config"].contains(it.key()) || meta["config"][it.key()] != it.value())
+        fail("checkpoint {} does not match this run: {} is {} in the checkpoint but {} here", ckpt,
+             it.key(), meta["config"].value(it.key(), nlohmann::json()).dump(), it.value().dump());
+    }
+    if (static_cast<int64_t>(c.params.size()) != m.layout().total || c.opt.step > o.steps)
+      fail(
+          "checkpoint {} does not match this run: {} parameters at step {}, expected {} "
+          "parameters and at most {} steps",
+          ckpt, c.params.size(), c.opt.step, m.layout().total, o.steps);
+    std::copy(c.params.begin(), c.params.end(), m.params().begin());
+    opt = std::move(c.opt);
+    for (const auto& p : meta["curve"])
+      res.curve.push_back({p.at(0).get<int64_t>(), p.at(1).get<double>(), p.at(2).get<double>()});
+    res.resumed = true;
+  }
+  auto save = [&] {
+    if (ckpt.empty()) return;
+    nlohmann::ordered_json meta;
+    meta["config"] = cfg;
+    meta["curve"] = nlohmann::ordered_json::array();
+    for (const auto& p : res.curve) meta["curve"].push_back({p.step, p.loss, p.lr});
+    model::checkpoint c;
+    c.meta = meta.dump();
+    c.opt = opt;
+    c.params = m.params();
+    model::save_checkpoint(ckpt, c);
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  double tokens = 0;
+  int64_t ran = 0;
+  progress pr{run_index, runs, s, seed, opt.step, o.steps, 0, 0, false};
+  while (opt.step < o.steps) {
+    if (o.stop_after >= 0 && ran >= o.stop_after) break;
+    const int64_t step = opt.step;
+    rng r(mix(static_cast<uint64_t>(seed), stream_train, static_cast<uint64_t>(step)));
+    const int64_t L = o.train_min + static_cast<int64_t>(r.below(o.train_max - o.train_min + 1));
+    model::batch b = make_batch(o, t, o.batch_size, L, false, r);
+    const double loss = m.forward(b);
+    m.backward();
+    model::clip_grad_norm(m.grads(), ac.clip_norm);
+    const double lr = model::learning_rate(ac, step);
+    model::adamw_update(ac, m.layout(), m.params(), m.grads(), opt);
+    tokens += static_cast<double>(o.batch_size * L);
+    ++ran;
+    if (opt.step % o.curve_every == 0 || opt.step == o.steps || step == 0)
+      res.curve.push_back({opt.step, loss, lr});
+    if (o.checkpoint_every > 0 && opt.step % o.checkpoint_every == 0 && opt.step < o.steps) save();
+    if (cb) {
+      pr.step = opt.step;
+      pr.loss = loss;
+      pr.elapsed = seconds_since(t0);
+      cb(pr);
+    }
+  }
+  res.train_seconds = seconds_since(t0);
+  res.tokens_per_second = res.train_seconds > 0 ? tokens / res.train_seconds : 0;
+  res.steps_done = opt.step;
+  res.completed = opt.step == o.steps;
+  if (ran > 0 || !res.resumed) save();
+  res.final_params = m.params();
+  if (!res.completed) return res;
+  if (cb) {
+    pr.evaluating = true;
+    pr.elapsed = seconds_since(t0);
+    cb(pr);
+  }
+  res.in_distribution = evaluate(m, o, t, o.train_max, seed);
+  for (int64_t L : o.eval_lens) res.evals.push_back(evaluate(m, o, t, L, seed));
+  return res;
+}
+
+lab_results run_lab(const lab_options& o, const progress_fn& cb) {
+  lab_results r;
+  r.options = o;
+  r.task_info = make_task(o.task, o.file);
+  validate(o, r.task_info);
+  const int64_t runs = static_cast<int64_t>(o.schemes.size()) * o.seeds;
+  r.runs.resize(runs);
+  // Runs are independent, so with several threads they run concurrently, one thread each:
+  // no barrier inside a step (OpenMP regions of a few microseconds scale badly on a shared
+  // 2-core machine), and each run's arithmetic is the single-threaded one, so the results do
+  // not depend on the thread count.
+  const int threads = num_threads();
+  const int workers = static_cast<int>(std::min<int64_t>(threads, runs));
+  if (workers <= 1) {
+    for (int64_t i = 0; i < runs; ++i)
+      r.runs[i] =
+          train_and_evaluate(o, r.task_info, o.schemes[i / o.seeds], i % o.seeds, i, runs, cb);
+    return r;
+  }
+  set_num_threads(1);
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  std::exception_ptr error;
+  progress_fn locked;
+  if (cb)
+    locked = [&](const progress& p) {
+      std::lock_guard<std::mutex> lock(mu);
+      cb(p);
+    };
+  std::vector<std::thread> pool;
+  for (int w = 0; w < workers; ++w)
+    pool.emplace_back([&] {
+      for (;;) {
+        const int64_t i = next.fetch_add(1);
+        if (i >= runs) return;
+        try {
+          r.runs[i] = train_and_evaluate(o, r.task_info, o.schemes[i / o.seeds], i % o.seeds, i,
+                                         runs, locked);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!error) error = std::current_exception();
+          next.store(runs);
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  set_num_threads(threads);
+  if (error) std::rethrow_exception(error);
+  return r;
+}
+
+nlohmann::ordered_json lab_results_json(const lab_results& r) {
+  using J = nlohmann::ordered_json;
+  const auto& o = r.options;
+  J j;
+  j["task"] = task_kind_name(o.task);
+  J cfg;
+  cfg["schemes"] = J::array();
+  for (auto s : o.schemes) cfg["schemes"].push_back(model::pos_scheme_name(s));
+  cfg["train_len"] = {o.train_min, o.train_max};
+  cfg["eval_lens"] = o.eval_lens;
+  cfg["steps"] = o.steps;
+  cfg["seeds"] = o.seeds;
+  cfg["batch_size"] = o.batch_size;
+  cfg["d_model"] = o.d_model;
+  cfg["n_layers"] = o.n_layers;
+  cfg["n_heads"] = o.n_heads;
+  cfg["d_ff"] = o.d_ff;
+  cfg["norm"] = model::norm_kind_name(o.norm);
+  cfg["lr"] = o.lr;
+  cfg["warmup"] = adamw_for(o).warmup;
+  cfg["weight_decay"] = o.weight_decay;
+  cfg["clip"] = o.clip;
+  cfg["randomized_positions"] = o.randomized_positions;
+  cfg["eval_samples"] = o.eval_samples;
+  cfg["vocab"] = r.task_info.vocab;
+  if (o.task == task_kind::markov) cfg["entropy_rate"] = r.task_info.entropy_rate;
+  if (o.task == task_kind::text) cfg["file"] = o.file;
+  auto metrics = [](J& row, const eval_metrics& e, const std::string& prefix) {
+    row[prefix + "loss"] = num_or_null(e.loss);
+    row[prefix + "token_accuracy"] = num_or_null(e.token_accuracy);
+    row[prefix + "exact_match"] = num_or_null(e.exact_match);
+  };
+  j["results"] = J::array();
+  for (const auto& run : r.runs) {
+    if (!run.completed) continue;
+    for (const auto& e : run.evals) {
+      J row;
+      row["scheme"] = model::pos_scheme_name(run.scheme);
+      row["seed"] = run.seed;
+      row["eval_len"] = e.length;
+      metrics(row, e, "");
+      row["loss_last64"] = num_or_null(e.loss_last64);
+      row["defined"] = e.defined;
+      row["note"] = e.defined ? J(nullptr) : J(e.note);
+      row["in_distribution"] = e.length <= o.train_max;
+      row["in_dist_len"] = run.in_distribution.length;
+      metrics(row, run.in_distribution, "in_dist_");
+      j["results"].push_back(row);
+    }
+  }
+  // Summary over seeds: mean and sample standard deviation; null if any seed is undefined.
+  j["summary"] = J::array();
+  std::vector<int64_t> lens = o.eval_lens;
+  for (auto s : o.schemes) {
+    for (size_t li = 0; li <= lens.size(); ++li) {
+      const bool in_dist = li == lens.size();
+      J row;
+      row["scheme"] = model::pos_scheme_name(s);
+      row["eval_len"] = in_dist ? o.train_max : lens[li];
+      row["in_distribution"] = in_dist || lens[li] <= o.train_max;
+      row["measure"] = in_dist ? "in_distribution" : "eval";
+      std::vector<const eval_metrics*> es;
+      for (const auto& run : r.runs)
+        if (run.scheme == s && run.completed)
+          es.push_back(in_dist ? &run.in_distribution : &run.evals[li]);
+      row["seeds"] = es.size();
+      bool defined = !es.empty();
+      for (auto* e : es) defined &= e->defined;
+      row["defined"] = defined;
+      for (const char* name : {"loss", "token_accuracy", "exact_match", "loss_last64"}) {
+        const std::string n = name;
+        std::vector<double> v;
+        for (auto* e : es) {
+          const double x = n == "loss"             ? e->loss
+                           : n == "token_accuracy" ? e->token_accuracy
+                           : n == "exact_match"    ? e->exact_match
+                                                   : e->loss_last64;
+          v.push_back(x);
+        }
+        bool finite = defined;
+        for (double x : v) finite &= std::isfinite(x);
+        if (!finite) {
+          row[n + "_mean"] = nullptr;
+          row[n + "_std"] = nullptr;
+          continue;
+        }
+        double mean = 0;
+        for (double x : v) mean += x;
+        mean /= static_cast<double>(v.size());
+        double var = 0;
+        for (double x : v) var += (x - mean) * (x - mean);
+        row[n + "_mean"] = mean;
+        row[n + "_std"] =
+            v.size() > 1 ? J(std::sqrt(var / static_cast<double>(v.size() - 1))) : J(nullptr);
+      }
+      j["summary"].push_back(row);
+    }
+  }
+  j["config"] = cfg;
+  j["runs"] = J::array();
+  for (const auto& run : r.runs) {
+    J row;
+    row["scheme"] = model::pos_scheme_name(run.scheme);
+    row["seed"] = run.seed;
+    row["steps"] = run.steps_done;
+    row["completed"] = run.completed;
+    row["resumed"] = run.resumed;
+    row["parameters"] = run.parameters;
+    row["train_seconds"] = run.train_seconds;
+    row["tokens_per_second"] = run.tokens_per_second;
+    row["curve"] = J::array();
+    for (const auto& p : run.curve) row["curve"].push_back({p.step, p.loss, p.lr});
+    j["runs"].push_back(row);
+  }
+  return j;
+}
+
+}  // namespace posenc::lab

@@ -1,0 +1,249 @@
+// `posenc attend` end to end: the binary reads .npy files, writes O.npy in Q's dtype, and its
+// output matches an independent naive implementation written here from the formulas
+// (softmax(q k^T * scale + bias) v; ALiBi slopes of Press et al. 2022; RoPE of Su et al. 2021
+// in the half layout). Bad inputs exit 2 with a message and no output file.
+//
+// Tolerance: float32 inputs, output rounded once to float32 by the binary after float
+// arithmetic; with |q|, |k| <= ~3 sqrt(D), D = 8, S = 6 the score error is below
+// (D + 10) 2^-24 * 10 ~ 1e-5 and the output error below 1e-4 * max|v|; we use 1e-4 absolute.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "posenc/core/npy.hpp"
+#include "posenc/core/rng.hpp"
+#include "test_support.hpp"
+
+using namespace posenc;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t T = 4, S = 6, Hq = 2, Hkv = 1, D = 8;
+
+struct inputs {
+  test::temp_dir dir;
+  std::vector<double> q, k, v;
+  inputs(dtype t = dtype::f32) {
+    rng r(7);
+    q.resize(T * Hq * D), k.resize(S * Hkv * D), v.resize(S * Hkv * D);
+    for (auto* x : {&q, &k, &v})
+      for (auto& e : *x) e = r.normal();
+    write("q.npy", q, {T, Hq, D}, t);
+    write("k.npy", k, {S, Hkv, D}, t);
+    write("v.npy", v, {S, Hkv, D}, t);
+  }
+  void write(const std::string& name, std::vector<double>& x, std::vector<int64_t> shape, dtype t) {
+    if (t == dtype::f32) {
+      auto a = make_npy<float>(shape);
+      for (size_t i = 0; i < x.size(); ++i) {
+        a.as<float>()[i] = static_cast<float>(x[i]);
+        x[i] = a.as<float>()[i];  // the naive side sees the same rounded inputs
+      }
+      write_npy(dir.file(name), a);
+    } else {
+      auto a = make_npy<double>(shape);
+      std::copy(x.begin(), x.end(), a.as<double>());
+      write_npy(dir.file(name), a);
+    }
+  }
+  std::vector<std::string> base() const {
+    return {"attend",
+            "--q",
+            dir.file("q.npy"),
+            "--k",
+            dir.file("k.npy"),
+            "--v",
+            dir.file("v.npy"),
+            "--out",
+            dir.file("o.npy"),
+            "--format",
+            "json"};
+  }
+};
+
+// Naive attention from the formulas, double. rope: rotate q and k in the half layout with
+// theta = 10000 at positions (queries at S - T + i, keys at j). slopes: ALiBi, causal form.
+std::vector<double> naive(const inputs& in, bool causal, const std::vector<double>& slopes,
+                          bool rope) {
+  auto q = in.q, k = in.k;
+  if (rope) {
+    auto rot = [](double* x, int64_t pos) {
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double w = std::pow(10000.0, -2.0 * i / D), a = pos * w;
+        const double u = x[i], v = x[i + D / 2];
+        x[i] = u * std::cos(a) - v * std::sin(a);
+        x[i + D / 2] = v * std::cos(a) + u * std::sin(a);
+      }
+    };
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < Hq; ++h) rot(&q[(i * Hq + h) * D], S - T + i);
+    for (int64_t j = 0; j < S; ++j) rot(&k[j * D], j);
+  }
+  std::vector<double> out(T * Hq * D, 0.0);
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> s(S, -INFINITY);
+      double m = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        if (causal && j > S - T + i) continue;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += q[(i * Hq + h) * D + d] * k[j * D + d];
+        s[j] = dot / std::sqrt(double(D));
+        if (!slopes.empty()) s[j] -= slopes[h] * double((S - T + i) - j);
+        m = std::max(m, s[j]);
+      }
+      double l = 0;
+      for (auto& x : s) l += (x = std::exp(x - m));
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t d = 0; d < D; ++d) out[(i * Hq + h) * D + d] += s[j] / l * in.v[j * D + d];
+    }
+  return out;
+}
+
+double max_diff(const npy_array& o, const std::vector<double>& ref) {
+  const auto x = o.to_f64();
+  double m = 0;
+  for (size_t i = 0; i < ref.size(); ++i) m = std::max(m, std::abs(x[i] - ref[i]));
+  return m;
+}
+
+}  // namespace
+
+TEST(CliAttend, MatchesNaiveFormula) {
+  inputs in;
+  auto args = in.base();
+  args.push_back("--causal");
+  auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = json::parse(r.out);
+  EXPECT_EQ(j["shape"], json({T, Hq, D}));
+  EXPECT_EQ(j["dtype"], "float32");
+  EXPECT_EQ(j["implementation"], "tiled");
+  EXPECT_EQ(j["fully_masked_rows"], 0);
+  const auto o = read_npy(in.dir.file("o.npy"));
+  EXPECT_EQ(o.type, dtype::f32);
+  EXPECT_EQ(o.shape, (std::vector<int64_t>{T, Hq, D}));
+  EXPECT_LE(max_diff(o, naive(in, true, {}, false)), 1e-4);
+}
+
+TEST(CliAttend, AlibiAndRopeMatchNaiveFormula) {
+  inputs in;
+  // Press et al. 2022 slopes for 2 heads, max_bias 8: 2^(-8/2 * h), h = 1, 2.
+  const std::vector<double> slopes = {1.0 / 16, 1.0 / 256};
+  auto args = in.base();
+  for (const char* a : {"--causal", "--alibi"}) args.push_back(a);
+  auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["schemes"], json({"alibi"}));
+  EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, slopes, false)), 1e-4);
+
+  args = in.base();
+  for (const char* a : {"--causal", "--rope", "--layout", "half"}) args.push_back(a);
+  r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, {}, true)), 1e-4);
+  // The interleaved layout pairs different channels: a different answer.
+  args = in.base();
+  for (const char* a : {"--causal", "--rope", "--layout", "interleaved"}) args.push_back(a);
+  r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, {}, true)), 1e-3);
+}
+
+TEST(CliAttend, Float64KeepsDtypeAndWritesLse) {
+  inputs in(dtype::f64);
+  auto args = in.base();
+  args.push_back("--lse-out");
+  args.push_back(in.dir.file("lse.npy"));
+  auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto o = read_npy(in.dir.file("o.npy"));
+  EXPECT_EQ(o.type, dtype::f64);
+  // double throughout: error ~ (D + S) 2^-53 * 10, far below 1e-12.
+  EXPECT_LE(max_diff(o, naive(in, false, {}, false)), 1e-12);
+  const auto l = read_npy(in.dir.file("lse.npy"));
+  EXPECT_EQ(l.shape, (std::vector<int64_t>{T, Hq}));
+}
+
+TEST(CliAttend, KeyPaddingPositionsAndReferenceSwitch) {
+  inputs in;
+  auto m = make_npy<bool>({S});
+  for (int j = 0; j < S; ++j) m.as<bool>()[j] = j != 2;
+  write_npy(in.dir.file("m.npy"), m);
+  auto p = make_npy<int64_t>({T});
+  for (int i = 0; i < T; ++i) p.as<int64_t>()[i] = 100 + i;
+  write_npy(in.dir.file("qp.npy"), p);
+  auto args = in.base();
+  args.insert(args.end(), {"--key-padding", in.dir.file("m.npy"), "--q-positions",
+                           in.dir.file("qp.npy"), "--alibi", "--window", "3"});
+  auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto tiled = read_npy(in.dir.file("o.npy")).to_f64();
+  ::setenv("POSENC_REFERENCE", "1", 1);
+  r = test::run_cli(args);
+  ::unsetenv("POSENC_REFERENCE");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["implementation"], "reference");
+  const auto ref = read_npy(in.dir.file("o.npy")).to_f64();
+  double m2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) m2 = std::max(m2, std::abs(ref[i] - tiled[i]));
+  EXPECT_LE(m2, 1e-4);
+}
+
+TEST(CliAttend, BadInputsExit2WithoutOutput) {
+  inputs in;
+  {
+    std::ofstream f(in.dir.file("bad.npy"), std::ios::binary);
+    f << "not an npy file";
+  }
+  auto v2 = make_npy<float>({S, Hkv, D + 1});
+  write_npy(in.dir.file("v2.npy"), v2);
+  auto tt = make_npy<float>({32, Hq + 1});
+  write_npy(in.dir.file("t5.npy"), tt);
+  auto m = make_npy<uint8_t>({S});
+  m.as<uint8_t>()[0] = 2;
+  write_npy(in.dir.file("m.npy"), m);
+  auto pf = make_npy<float>({T});
+  write_npy(in.dir.file("pf.npy"), pf);
+  auto k3 = make_npy<float>({S, 3, D});
+  write_npy(in.dir.file("k3.npy"), k3);
+  struct bad {
+    std::vector<std::string> extra;
+    std::string msg;
+  };
+  const std::vector<bad> cases = {
+      {{"--q", in.dir.file("bad.npy")}, "bad.npy"},
+      {{"--v", in.dir.file("v2.npy")}, "--v must have the shape of --k"},
+      {{"--k", in.dir.file("k3.npy"), "--v", in.dir.file("k3.npy")}, "multiple of --k heads"},
+      {{"--t5-table", in.dir.file("t5.npy")}, "--t5-table must have shape (num_buckets, Hq)"},
+      {{"--key-padding", in.dir.file("m.npy")}, "--key-padding must hold 0 (pad) or 1"},
+      {{"--q-positions", in.dir.file("pf.npy")}, "--q-positions must be int64"},
+      {{"--cu-seqlens", "0,2,5"}, "--cu-seqlens must end at the number of tokens 6"},
+      {{"--rope"}, "--layout"},
+      {{"--rope", "--layout", "diagonal"}, "diagonal"},
+      {{"--shaw-clip", "2"}, "--shaw-keys"},
+      {{"--window", "-2"}, "--window"},
+      {{"--alibi", "--max-bias", "-1"}, "max_bias"},
+  };
+  for (const auto& c : cases) {
+    // Later options override the base ones in CLI11 only for repeated flags; build fresh.
+    std::vector<std::string> args = {"attend", "--out", in.dir.file("o.npy")};
+    auto has = [&](const char* o) {
+      return std::find(c.extra.begin(), c.extra.end(), o) != c.extra.end();
+    };
+    if (!has("--q")) args.insert(args.end(), {"--q", in.dir.file("q.npy")});
+    if (!has("--k")) args.insert(args.end(), {"--k", in.dir.file("k.npy")});
+    if (!has("--v")) args.insert(args.end(), {"--v", in.dir.file("v.npy")});
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << c.msg << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.msg), std::string::npos) << "expected '" << c.msg << "' in " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy"))) << c.msg;
+  }
+}

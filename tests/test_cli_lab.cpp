@@ -1,0 +1,154 @@
+// posenc lab end to end: a tiny run's JSON (shape, nulls for undefined positions, summary over
+// seeds), the files it writes, the progress bar, --resume through the CLI, and argument errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
+
+using posenc::test::run_cli;
+
+namespace {
+
+std::vector<std::string> tiny(const std::string& out) {
+  return {"lab",
+          "--task",
+          "passkey",
+          "--schemes",
+          "alibi,learned",
+          "--train-len",
+          "9:12",
+          "--eval-lens",
+          "12,24",
+          "--steps",
+          "6",
+          "--seeds",
+          "2",
+          "--batch",
+          "4",
+          "--d-model",
+          "16",
+          "--layers",
+          "1",
+          "--heads",
+          "2",
+          "--d-ff",
+          "32",
+          "--eval-samples",
+          "4",
+          "--format",
+          "json",
+          "--out",
+          out};
+}
+
+// The results without the timing fields, which differ between runs.
+nlohmann::json strip(nlohmann::json j) {
+  for (auto& r : j["runs"]) {
+    r.erase("train_seconds");
+    r.erase("tokens_per_second");
+    r.erase("resumed");
+  }
+  return j;
+}
+
+}  // namespace
+
+TEST(CliLab, TinyRunJson) {
+  posenc::test::temp_dir d;
+  const auto r = run_cli(tiny(d.path));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["task"], "passkey");
+  ASSERT_EQ(j["results"].size(), 2u * 2u * 2u);  // schemes x seeds x eval lengths
+  for (const auto& row : j["results"]) {
+    for (const char* k : {"scheme", "seed", "eval_len", "loss", "token_accuracy", "exact_match",
+                          "in_dist_token_accuracy", "in_dist_exact_match"})
+      EXPECT_TRUE(row.contains(k)) << k;
+    const bool undefined = row["scheme"] == "learned" && row["eval_len"] == 24;
+    EXPECT_EQ(row["loss"].is_null(), undefined);
+    EXPECT_EQ(row["exact_match"].is_null(), undefined);
+    EXPECT_EQ(row["defined"].get<bool>(), !undefined);
+    if (!undefined) {
+      const double acc = row["token_accuracy"];
+      EXPECT_GE(acc, 0.0);
+      EXPECT_LE(acc, 1.0);
+    } else {
+      EXPECT_NE(row["note"].get<std::string>().find("no defined position"), std::string::npos);
+    }
+    EXPECT_FALSE(row["in_dist_exact_match"].is_null());  // every scheme is defined at 12
+  }
+  ASSERT_FALSE(j["summary"].empty());
+  for (const auto& s : j["summary"]) {
+    EXPECT_EQ(s["seeds"], 2);
+    const bool undefined = s["scheme"] == "learned" && s["eval_len"] == 24;
+    EXPECT_EQ(s["token_accuracy_mean"].is_null(), undefined);
+    EXPECT_EQ(s["token_accuracy_std"].is_null(), undefined);
+  }
+  // Files: results.json equal to stdout, curves.csv with a header and one row per record.
+  const auto file = nlohmann::json::parse(posenc::test::read_text(d.file("results.json")));
+  EXPECT_EQ(file, j);
+  const std::string csv = posenc::test::read_text(d.file("curves.csv"));
+  EXPECT_EQ(csv.rfind("scheme,seed,step,loss,lr\n", 0), 0u);
+  EXPECT_TRUE(std::filesystem::exists(d.file("checkpoints/passkey-alibi-seed1.ckpt")));
+  // The progress bar (stderr is not a terminal: one line per quarter) shows elapsed and ETA.
+  EXPECT_NE(r.err.find("ETA"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("elapsed"), std::string::npos);
+}
+
+TEST(CliLab, ResumeAfterInterruptionGivesTheSameResults) {
+  posenc::test::temp_dir a, b;
+  const auto full = run_cli(tiny(a.path));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  auto args = tiny(b.path);
+  args.push_back("--stop-after");
+  args.push_back("3");
+  const auto first = run_cli(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_TRUE(nlohmann::json::parse(first.out)["results"].empty());  // nothing finished
+  args = tiny(b.path);
+  args.push_back("--resume");
+  const auto second = run_cli(args);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(strip(nlohmann::json::parse(second.out)), strip(nlohmann::json::parse(full.out)));
+}
+
+TEST(CliLab, TextAndCsvFormats) {
+  posenc::test::temp_dir d;
+  auto args = tiny(d.path);
+  args[args.size() - 3] = "text";
+  const auto t = run_cli(args);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("in-dist@12"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("n/a"), std::string::npos) << t.out;  // learned at 24
+  args[args.size() - 3] = "csv";
+  const auto c = run_cli(args);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.out.rfind("scheme,seed,eval_len,defined,", 0), 0u) << c.out;
+}
+
+TEST(CliLab, BadArgumentsAreClearErrors) {
+  struct bad {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const bad cases[] = {
+      {{"lab", "--schemes", "rope,xpos"}, "--schemes"},
+      {{"lab", "--train-len", "12:9"}, "--train-len"},
+      {{"lab", "--task", "sorting"}, "--task"},
+      {{"lab", "--task", "copy", "--eval-lens", "600"}, "--eval-lens"},
+      {{"lab", "--steps", "0"}, "--steps"},
+      {{"lab", "--randomized-positions", "10"}, "--randomized-positions"},
+      {{"lab", "--task", "text"}, "--file"},
+      {{"lab", "--task", "text", "--file", "/nonexistent/x.txt"}, "/nonexistent/x.txt"},
+      {{"lab", "--resume"}, "--resume"},
+      {{"lab", "--schemes", "rope,rope"}, "twice"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_cli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args.back();
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}

@@ -1,0 +1,210 @@
+// KV cache: decoding token by token (and prefill + decode) equals the full causal forward for
+// every position scheme, positions continue after the prefix, and capacity is enforced.
+//
+// Tolerance: both sides run the tiled kernel on bit-identical rotated keys (rope_apply works
+// per token row, so rotating all S keys at once or one at a time gives the same bits) with the
+// same key-block boundaries (blocks start at key 0 in both), so only the query-block grouping
+// differs, which does not change any per-row sum. We still allow the summation-order bound of
+// tests/test_attention.cpp, (2S + 2K + 8) u V with u the unit roundoff, V = max|v| + max|a^V|,
+// and report the measured value (expected 0).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "posenc/attention/kv_cache.hpp"
+#include "posenc/core/error.hpp"
+#include "posenc/core/rng.hpp"
+#include "posenc/encodings/alibi.hpp"
+
+using namespace posenc;
+
+namespace {
+
+enum class scheme { none, rope_half, rope_interleaved, alibi, t5, shaw, all };
+
+template <typename Real>
+struct decode_case {
+  int64_t N = 70, Hq = 4, Hkv = 2, D = 48;
+  std::vector<Real> q, k, v;
+  rope_freqs freqs;
+  std::vector<double> slopes;
+  t5_bias_table t5;
+  shaw_tables shaw;
+  attention_position pos;
+  double V = 0;
+  int64_t K = 0;
+
+  decode_case(scheme s, uint64_t seed) {
+    rng r(seed);
+    auto fill = [&](std::vector<Real>& x, int64_t n) {
+      x.resize(n);
+      for (auto& e : x) e = static_cast<Real>(r.normal());
+    };
+    fill(q, N * Hq * D);
+    fill(k, N * Hkv * D);
+    fill(v, N * Hkv * D);
+    for (auto x : v) V = std::max(V, std::abs(double(x)));
+    if (s == scheme::rope_half || s == scheme::rope_interleaved || s == scheme::all) {
+      rope_config c;
+      c.head_dim = D;
+      c.rotary_dim = s == scheme::rope_interleaved ? 32 : D;
+      c.theta = 500000;
+      freqs = rope_frequencies(c);
+      pos.rope.freqs = &freqs;
+      pos.rope.layout = s == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
+    }
+    if (s == scheme::alibi || s == scheme::all) {
+      slopes = alibi_slopes(Hq);
+      pos.alibi = slopes;
+    }
+    if (s == scheme::t5 || s == scheme::all) {
+      t5_params tp;
+      tp.bidirectional = false;
+      tp.num_buckets = 16;
+      tp.max_distance = 40;
+      t5 = t5_init(tp, Hq, seed + 1, 1.0);
+      pos.t5 = &t5;
+    }
+    if (s == scheme::shaw || s == scheme::all) {
+      shaw = shaw_init(5, D, seed + 2, 0.5);
+      pos.shaw = &shaw;
+      K = 5;
+      double m = 0;
+      for (auto x : shaw.values) m = std::max(m, std::abs(double(x)));
+      V += m;
+    }
+  }
+
+  // Full causal forward over all N tokens at positions start..start+N-1.
+  std::vector<Real> full(int64_t start) {
+    std::vector<Real> out(N * Hq * D);
+    std::vector<int64_t> kp(N);
+    for (int64_t j = 0; j < N; ++j) kp[j] = start + j;
+    attention_params<Real> p;
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
+    p.T = N, p.S = N, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true, p.pos = pos;
+    p.k_positions = kp;
+    attention_forward(p);
+    return out;
+  }
+
+  // Prefill `prefill` tokens at once, then decode one token at a time through the cache.
+  std::vector<Real> decoded(int64_t prefill, int64_t start) {
+    std::vector<Real> out(N * Hq * D);
+    kv_cache<Real> cache(N, Hkv, D, pos.rope, start);
+    int64_t t = 0;
+    while (t < N) {
+      const int64_t n = t == 0 && prefill > 0 ? prefill : 1;
+      const auto used = cache.append(&k[t * Hkv * D], &v[t * Hkv * D], n);
+      EXPECT_EQ(used.front(), start + t);  // continues after the prefix
+      attention_params<Real> p;
+      p.q = &q[t * Hq * D], p.out = &out[t * Hq * D];
+      p.T = n, p.Hq = Hq, p.D = D, p.causal = true, p.pos = pos;
+      attention_forward_cached(p, cache);
+      t += n;
+    }
+    EXPECT_EQ(cache.size(), N);
+    return out;
+  }
+};
+
+template <typename Real>
+void check_scheme(scheme s) {
+  SCOPED_TRACE(static_cast<int>(s));
+  decode_case<Real> c(s, 40 + static_cast<int>(s));
+  const double u = std::numeric_limits<Real>::epsilon() / 2;
+  const double tol = (2 * c.N + 2 * c.K + 8) * u * c.V;
+  for (int64_t start : {int64_t{0}, int64_t{1000}}) {
+    const auto ref = c.full(start);
+    for (int64_t prefill : {int64_t{0}, int64_t{13}}) {
+      const auto got = c.decoded(prefill, start);
+      double err = 0;
+      for (size_t n = 0; n < ref.size(); ++n)
+        err = std::max(err, std::abs(double(got[n]) - double(ref[n])));
+      EXPECT_LE(err, tol) << "start " << start << " prefill " << prefill;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(KvCache, DecodeEqualsFullForEveryScheme) {
+  for (scheme s : {scheme::none, scheme::rope_half, scheme::rope_interleaved, scheme::alibi,
+                   scheme::t5, scheme::shaw, scheme::all}) {
+    check_scheme<float>(s);
+    check_scheme<double>(s);
+  }
+}
+
+// The seeds' warning made concrete: resetting each new token to position 0 instead of
+// continuing after the prefix changes the output under RoPE (by O(1), not rounding).
+TEST(KvCache, ResettingPositionsIsWrong) {
+  decode_case<double> c(scheme::rope_half, 9);
+  const auto ref = c.full(0);
+  kv_cache<double> cache(c.N, c.Hkv, c.D, c.pos.rope);
+  cache.append(c.k.data(), c.v.data(), c.N - 1);
+  cache.append(&c.k[(c.N - 1) * c.Hkv * c.D], &c.v[(c.N - 1) * c.Hkv * c.D], 1,
+               std::vector<int64_t>{0});  // the bug: new token at position 0
+  std::vector<double> out(c.Hq * c.D);
+  attention_params<double> p;
+  p.q = &c.q[(c.N - 1) * c.Hq * c.D], p.out = out.data();
+  p.T = 1, p.Hq = c.Hq, p.D = c.D, p.causal = true, p.pos = c.pos;
+  const int64_t qp[] = {0};
+  p.q_positions = qp;
+  attention_forward_cached(p, cache);
+  double diff = 0;
+  for (int64_t d = 0; d < c.Hq * c.D; ++d)
+    diff = std::max(diff, std::abs(out[d] - ref[(c.N - 1) * c.Hq * c.D + d]));
+  EXPECT_GT(diff, 1e-3);
+}
+
+TEST(KvCache, CapacityAndPositions) {
+  rope_config rc;
+  rc.head_dim = 8;
+  rc.rotary_dim = 8;
+  const auto f = rope_frequencies(rc);
+  attention_rope rope;
+  rope.freqs = &f;
+  kv_cache<float> cache(4, 1, 8, rope, 7);
+  std::vector<float> k(5 * 8, 1.0f), v(5 * 8, 2.0f);
+  EXPECT_EQ(cache.next_position(), 7);
+  EXPECT_EQ(cache.append(k.data(), v.data(), 3), (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(cache.next_position(), 10);
+  try {
+    cache.append(k.data(), v.data(), 2);
+    FAIL() << "append past capacity must throw";
+  } catch (const invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("capacity 4"), std::string::npos) << m;
+    EXPECT_NE(m.find("holds 3"), std::string::npos) << m;
+  }
+  EXPECT_EQ(cache.size(), 3);  // unchanged by the rejected append
+  // Keys are stored rotated: position 7 of an all-ones key differs from the input...
+  EXPECT_NE(cache.keys()[0], 1.0f);
+  // ...values are stored as given.
+  EXPECT_EQ(cache.values()[0], 2.0f);
+  EXPECT_EQ(cache.append(k.data(), v.data(), 1), (std::vector<int64_t>{10}));
+  EXPECT_EQ(cache.size(), 4);
+  EXPECT_THROW(cache.append(k.data(), v.data(), 1), invalid_argument);
+  EXPECT_EQ(cache.positions().size(), 4u);
+  cache.clear();
+  EXPECT_EQ(cache.size(), 0);
+  EXPECT_EQ(cache.next_position(), 7);
+  EXPECT_THROW(kv_cache<float>(0, 1, 8), invalid_argument);
+  EXPECT_THROW(kv_cache<float>(4, 0, 8), invalid_argument);
+  EXPECT_THROW(kv_cache<float>(4, 1, 8, {}, -1), invalid_argument);
+  EXPECT_THROW(cache.append(k.data(), v.data(), 1, std::vector<int64_t>{-3}), invalid_argument);
+  // attention_forward_cached rejects keys of its own.
+  std::vector<float> q(8), out(8);
+  cache.append(k.data(), v.data(), 1);
+  attention_params<float> p;
+  p.q = q.data(), p.out = out.data(), p.T = 1, p.Hq = 1, p.D = 8;
+  p.k = k.data();
+  EXPECT_THROW(attention_forward_cached(p, cache), invalid_argument);
+  p.k = nullptr;
+  p.D = 4;
+  EXPECT_THROW(attention_forward_cached(p, cache), invalid_argument);
+  p.D = 8;
+  EXPECT_NO_THROW(attention_forward_cached(p, cache));
+}

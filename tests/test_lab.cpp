@@ -1,0 +1,326 @@
+// The lab: task generators, determinism, checkpoints (round trip and every corruption), resume
+// reproducing an uninterrupted run bitwise, undefined positions reported as such, and that a
+// short run actually learns.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "posenc/core/error.hpp"
+#include "posenc/core/file.hpp"
+#include "posenc/core/threads.hpp"
+#include "posenc/lab/lab.hpp"
+#include "test_support.hpp"
+
+using namespace posenc;
+using namespace posenc::lab;
+using model::pos_scheme;
+
+namespace {
+
+// Tiny models: one thread avoids an OpenMP barrier per op on a shared machine (the results do
+// not depend on the thread count; tests/test_model_grad.cpp checks that bitwise).
+const bool one_thread = (set_num_threads(1), true);
+
+struct sample {
+  std::vector<int64_t> tok, tgt;
+};
+sample draw(const task& t, int64_t L, uint64_t seed, bool eval = false) {
+  sample s{std::vector<int64_t>(L), std::vector<int64_t>(L)};
+  rng r(seed);
+  task_sample(t, L, eval, r, s.tok.data(), s.tgt.data());
+  return s;
+}
+
+lab_options tiny_options(const std::string& dir) {
+  lab_options o;
+  o.task = task_kind::passkey;
+  o.schemes = {pos_scheme::rope};
+  o.train_min = 9;
+  o.train_max = 12;
+  o.eval_lens = {16};
+  o.steps = 12;
+  o.seeds = 1;
+  o.batch_size = 4;
+  o.d_model = 16;
+  o.n_layers = 1;
+  o.n_heads = 2;
+  o.d_ff = 32;
+  o.eval_samples = 8;
+  o.curve_every = 1;
+  o.checkpoint_dir = dir;
+  return o;
+}
+
+}  // namespace
+
+TEST(Tasks, CopyFormat) {
+  const task t = make_task(task_kind::copy);
+  for (int64_t L : {5, 20, 23, 515}) {
+    const auto s = draw(t, L, 3);
+    const int64_t n = (L - 3) / 2;
+    EXPECT_EQ(s.tok[0], 1);          // BOS
+    EXPECT_EQ(s.tok[n + 1], 2);      // SEP
+    EXPECT_EQ(s.tok[2 * n + 2], 3);  // EOS
+    std::set<int64_t> syms(s.tok.begin() + 1, s.tok.begin() + 1 + n);
+    EXPECT_EQ(static_cast<int64_t>(syms.size()), n);  // distinct
+    int64_t scored = 0;
+    for (int64_t i = 0; i < L; ++i) {
+      if (i < n) {
+        EXPECT_EQ(s.tok[1 + i], s.tok[n + 2 + i]);
+      }
+      if (s.tgt[i] >= 0) {
+        ++scored;
+        EXPECT_EQ(s.tgt[i], s.tok[i + 1]);
+        EXPECT_GE(i, n + 1);
+      }
+    }
+    EXPECT_EQ(scored, n + 1);  // the copy and EOS
+    if ((L - 3) % 2) {
+      EXPECT_EQ(s.tok[L - 1], 0);  // PAD
+    }
+  }
+  EXPECT_THROW(task_validate_length(t, 516, "--eval-lens"), posenc::invalid_argument);
+  EXPECT_THROW(task_validate_length(t, 4, "--train-len"), posenc::invalid_argument);
+}
+
+TEST(Tasks, PasskeyFormat) {
+  const task t = make_task(task_kind::passkey);
+  std::set<int64_t> depths;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    const int64_t L = 40;
+    const auto s = draw(t, L, seed);
+    EXPECT_EQ(s.tok[0], 1);
+    EXPECT_EQ(s.tok[L - 4], 3);  // QUERY
+    int64_t mark = -1, marks = 0;
+    for (int64_t i = 0; i < L; ++i)
+      if (s.tok[i] == 2) {
+        mark = i;
+        ++marks;
+      }
+    ASSERT_EQ(marks, 1);
+    depths.insert(mark);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(s.tok[mark + 1 + k], s.tok[L - 3 + k]);
+      EXPECT_GE(s.tok[L - 3 + k], 4);
+      EXPECT_LE(s.tok[L - 3 + k], 13);
+      EXPECT_EQ(s.tgt[L - 4 + k], s.tok[L - 3 + k]);
+    }
+    int64_t scored = 0;
+    for (int64_t v : s.tgt) scored += v >= 0;
+    EXPECT_EQ(scored, 3);
+    for (int64_t v : s.tok) EXPECT_LT(v, t.vocab);
+  }
+  EXPECT_GT(depths.size(), 10u);  // the depth varies
+}
+
+TEST(Tasks, RepeatCountFormat) {
+  const task t = make_task(task_kind::repeat_count);
+  const auto s = draw(t, 21, 9);  // n = 9
+  EXPECT_EQ(s.tok[10], 2);
+  EXPECT_EQ(s.tok[20], 3);
+  for (int64_t i = 1; i <= 9; ++i) EXPECT_EQ(s.tok[i], s.tok[1]);
+  EXPECT_EQ(s.tgt[19], 3);  // the count: EOS after exactly n copies
+  EXPECT_EQ(s.tgt[9], -1);
+}
+
+// Entropy rates computed by hand: every row uniform over 16 symbols -> ln 16 =
+// 2.772588722239781; 2 symbols with every row (0.9, 0.1) -> H(0.9) = 0.3250829733914482.
+TEST(Tasks, MarkovEntropyRate) {
+  std::vector<double> uniform(16 * 16 * 16, 1.0 / 16);
+  EXPECT_NEAR(markov_entropy_rate(uniform, 16), 2.772588722239781, 1e-12);
+  std::vector<double> two(2 * 2 * 2);
+  for (int s = 0; s < 4; ++s) {
+    two[s * 2] = 0.9;
+    two[s * 2 + 1] = 0.1;
+  }
+  EXPECT_NEAR(markov_entropy_rate(two, 2), 0.3250829733914482, 1e-12);
+  const task t = make_task(task_kind::markov);
+  EXPECT_GT(t.entropy_rate, 0.5);
+  EXPECT_LT(t.entropy_rate, std::log(16.0));
+  for (int64_t s = 0; s < 256; ++s) {
+    double z = 0;
+    for (int c = 0; c < 16; ++c) z += t.markov[s * 16 + c];
+    EXPECT_NEAR(z, 1.0, 1e-12);
+  }
+  const auto x = draw(t, 100, 1);
+  for (int64_t i = 0; i + 1 < 100; ++i) EXPECT_EQ(x.tgt[i], x.tok[i + 1]);
+}
+
+TEST(Tasks, TextWindowsComeFromTheirSplit) {
+  test::temp_dir d;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += (i < 180 ? "ab" : "cd");  // last 10% is only c/d
+  write_file_atomic(d.file("t.txt"), text);
+  const task t = make_task(task_kind::text, d.file("t.txt"));
+  EXPECT_EQ(t.vocab, 4);
+  EXPECT_NO_THROW(task_validate_length(t, 16, "--eval-lens"));
+  EXPECT_THROW(task_validate_length(t, 40, "--eval-lens"), posenc::invalid_argument);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const auto e = draw(t, 16, seed, true);
+    for (int64_t v : e.tok) EXPECT_GE(v, 2);  // 'c' or 'd'
+  }
+  EXPECT_THROW(make_task(task_kind::text, d.file("missing.txt")), posenc::io_error);
+}
+
+TEST(Tasks, DeterministicPerSeed) {
+  for (auto k : {task_kind::copy, task_kind::passkey, task_kind::repeat_count, task_kind::markov}) {
+    const task t = make_task(k);
+    EXPECT_EQ(draw(t, 31, 5).tok, draw(t, 31, 5).tok);
+    EXPECT_NE(draw(t, 31, 5).tok, draw(t, 31, 6).tok);
+  }
+}
+
+TEST(Checkpoint, RoundTripAndCorruption) {
+  test::temp_dir d;
+  model::checkpoint c;
+  c.meta = R"({"config":{"a":1}})";
+  c.params = {1.5f, -2.0f, 3.25f};
+  c.opt.m = {0.1f, 0.2f, 0.3f};
+  c.opt.v = {0.01f, 0.02f, 0.03f};
+  c.opt.step = 42;
+  const std::string p = d.file("c.ckpt");
+  model::save_checkpoint(p, c);
+  const auto back = model::load_checkpoint(p);
+  EXPECT_EQ(back.meta, c.meta);
+  EXPECT_EQ(back.params, c.params);
+  EXPECT_EQ(back.opt.m, c.opt.m);
+  EXPECT_EQ(back.opt.v, c.opt.v);
+  EXPECT_EQ(back.opt.step, 42);
+  EXPECT_FALSE(std::filesystem::exists(p + ".tmp"));
+
+  const auto bytes = read_file(p);
+  auto expect_error = [&](std::vector<std::byte> b, const std::string& what) {
+    write_file_atomic(d.file("bad.ckpt"), b);
+    try {
+      model::load_checkpoint(d.file("bad.ckpt"));
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const posenc::io_error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.ckpt"), std::string::npos) << e.what();
+    }
+  };
+  auto flipped = bytes;
+  flipped[40] ^= std::byte{0x10};  // one bit in the parameters
+  expect_error(flipped, "CRC-32");
+  expect_error(std::vector<std::byte>(bytes.begin(), bytes.end() - 5), "truncated");
+  auto trailing = bytes;
+  trailing.push_back(std::byte{0});
+  expect_error(trailing, "trailing");
+  auto magic = bytes;
+  magic[0] = std::byte{'X'};
+  expect_error(magic, "magic");
+  auto version = bytes;
+  version[8] = std::byte{9};
+  expect_error(version, "version");
+  expect_error(std::vector<std::byte>(bytes.begin(), bytes.begin() + 10), "truncated");
+  EXPECT_THROW(model::load_checkpoint(d.file("none.ckpt")), posenc::io_error);
+}
+
+TEST(Lab, ResumeReproducesAnUninterruptedRun) {
+  test::temp_dir a, b;
+  const lab_options full = tiny_options(a.path);
+  const task t = make_task(full.task);
+  const run_result ref = train_and_evaluate(full, t, pos_scheme::rope, 0);
+  ASSERT_TRUE(ref.completed);
+
+  lab_options part = tiny_options(b.path);
+  part.checkpoint_every = 2;
+  part.stop_after = 5;  // "killed" after step 5; the last checkpoint is written at stop
+  const run_result first = train_and_evaluate(part, t, pos_scheme::rope, 0);
+  EXPECT_FALSE(first.completed);
+  EXPECT_EQ(first.steps_done, 5);
+  part.stop_after = -1;
+  part.resume = true;
+  const run_result second = train_and_evaluate(part, t, pos_scheme::rope, 0);
+  EXPECT_TRUE(second.resumed);
+  ASSERT_TRUE(second.completed);
+  EXPECT_EQ(second.final_params, ref.final_params);  // bitwise
+  ASSERT_EQ(second.curve.size(), ref.curve.size());
+  for (size_t i = 0; i < ref.curve.size(); ++i) {
+    EXPECT_EQ(second.curve[i].step, ref.curve[i].step);
+    EXPECT_EQ(second.curve[i].loss, ref.curve[i].loss);
+  }
+  EXPECT_EQ(second.evals[0].loss, ref.evals[0].loss);
+  EXPECT_EQ(second.in_distribution.token_accuracy, ref.in_distribution.token_accuracy);
+
+  // Resuming with a different configuration is a clear error naming the field.
+  lab_options other = part;
+  other.lr = 1e-3;
+  try {
+    train_and_evaluate(other, t, pos_scheme::rope, 0);
+    ADD_FAILURE() << "mismatched checkpoint accepted";
+  } catch (const posenc::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("lr"), std::string::npos) << e.what();
+  }
+  // A corrupted checkpoint is an io_error, not a silent restart.
+  const std::string ck = b.file("passkey-rope-seed0.ckpt");
+  auto bytes = read_file(ck);
+  bytes[bytes.size() / 2] ^= std::byte{1};
+  write_file_atomic(ck, bytes);
+  EXPECT_THROW(train_and_evaluate(part, t, pos_scheme::rope, 0), posenc::io_error);
+}
+
+TEST(Lab, UndefinedPositionsAreReportedNotClamped) {
+  lab_options o = tiny_options("");
+  o.schemes = {pos_scheme::learned, pos_scheme::alibi};
+  o.steps = 2;
+  o.eval_lens = {12, 20};
+  const lab_results r = run_lab(o);
+  ASSERT_EQ(r.runs.size(), 2u);
+  const auto& learned = r.runs[0];
+  EXPECT_TRUE(learned.evals[0].defined);  // 12 <= 12 rows
+  EXPECT_FALSE(learned.evals[1].defined);
+  EXPECT_TRUE(std::isnan(learned.evals[1].exact_match));
+  EXPECT_NE(learned.evals[1].note.find("no defined position"), std::string::npos);
+  EXPECT_TRUE(r.runs[1].evals[1].defined);  // ALiBi is defined everywhere
+  const auto j = lab_results_json(r);
+  int nulls = 0;
+  for (const auto& row : j["results"])
+    if (row["scheme"] == "learned" && row["eval_len"] == 20) {
+      EXPECT_TRUE(row["exact_match"].is_null());
+      EXPECT_TRUE(row["loss"].is_null());
+      EXPECT_FALSE(row["defined"].get<bool>());
+      ++nulls;
+    }
+  EXPECT_EQ(nulls, 1);
+  for (const auto& row : j["summary"])
+    if (row["scheme"] == "learned" && row["eval_len"] == 20) {
+      EXPECT_TRUE(row["exact_match_mean"].is_null());
+    }
+}
+
+TEST(Lab, RandomizedPositionsBeyondTheRangeAreUndefined) {
+  lab_options o = tiny_options("");
+  o.schemes = {pos_scheme::learned};
+  o.steps = 2;
+  o.randomized_positions = 16;
+  o.eval_lens = {16, 20};
+  const lab_results r = run_lab(o);
+  EXPECT_TRUE(r.runs[0].evals[0].defined);  // table has 16 rows: positions from [0, 16)
+  EXPECT_FALSE(r.runs[0].evals[1].defined);
+  o.randomized_positions = 8;  // below the training length
+  EXPECT_THROW(run_lab(o), posenc::invalid_argument);
+}
+
+TEST(Lab, ShortTrainingLearns) {
+  // repeat-count at length 21 (n = 9): after the first copy, "predict the current token" gets
+  // the next n - 1 = 8 of the 10 scored tokens right, a mapping a model learns in a few dozen
+  // steps; an untrained model scores ~1/20 (uniform over the 20-token vocabulary).
+  lab_options o = tiny_options("");
+  o.task = task_kind::repeat_count;
+  o.schemes = {pos_scheme::alibi};
+  o.train_min = o.train_max = 21;
+  o.eval_lens = {21};
+  o.steps = 100;
+  o.batch_size = 8;
+  o.d_model = 32;
+  o.lr = 1e-2;
+  o.eval_samples = 16;
+  const lab_results r = run_lab(o);
+  const auto& e = r.runs[0].evals[0];
+  EXPECT_GT(e.token_accuracy, 0.6) << "loss " << e.loss;
+  EXPECT_LT(e.loss, r.runs[0].curve.front().loss);
+}

@@ -1,0 +1,136 @@
+// posenc bench cases for the tables and bias rows (issue 5):
+//   sinusoidal_table/N=65536/d=1024  float32 table of positions 0 .. N-1 (paper convention),
+//                                    bytes = the table written once (N d 4);
+//   bias_row/alibi/H=32/S=262144     alibi_bias_row for one query against S keys, every head;
+//   bias_row/t5/H=32/S=262144        t5_bias_row likewise (32 buckets, max_distance 128);
+//                                    bytes = rows written (H S 4) + key ids read per head (H S 8).
+// Each case validates sampled entries against the scalar reference before timing.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+#include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/encodings/t5_bias.hpp"
+
+namespace posenc::cli {
+namespace {
+
+struct sin_data {
+  sinusoidal_params p;
+  std::vector<int64_t> pos;
+  std::vector<float> out;
+};
+
+bench_case make_sinusoidal(const bench_options& o, const std::string& name) {
+  auto d = std::make_shared<sin_data>();
+  const int64_t N = o.quick ? 256 : 65536, w = 1024;
+  d->p.width = w;
+  d->pos.resize(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) d->pos[static_cast<size_t>(i)] = i;
+  d->out.resize(static_cast<size_t>(N * w));
+  bench_case bc;
+  bc.name = name;
+  bc.bytes = static_cast<double>(N * w) * sizeof(float);
+  // |float entry - exact| <= bound + 2^-25 (the final rounding to float of a value <= 1); the
+  // long double reference obeys the bound too: |fast - reference| <= 2 bound + 2^-25.
+  bc.validate = [d, N, w] {
+    sinusoidal_table(d->p, d->pos, std::span<float>(d->out));
+    std::vector<int64_t> rows = {0, 1, N / 3, N - 1};
+    std::vector<double> ref(rows.size() * static_cast<size_t>(w));
+    std::vector<int64_t> rp;
+    for (int64_t r : rows) rp.push_back(d->pos[static_cast<size_t>(r)]);
+    sinusoidal_table_reference(d->p, rp, ref);
+    const double tol = 2 * sinusoidal_entry_error_bound(d->p, N) + 0x1p-25;
+    double worst = 0;
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t c = 0; c < w; ++c)
+        worst =
+            std::max(worst, std::fabs(d->out[static_cast<size_t>(rows[i] * w + c)] -
+                                      ref[i * static_cast<size_t>(w) + static_cast<size_t>(c)]));
+    if (!(worst <= tol))
+      return "sinusoidal_table differs from the reference by " + std::to_string(worst) + " > " +
+             std::to_string(tol);
+    return std::string();
+  };
+  bc.run = [d] { sinusoidal_table(d->p, d->pos, std::span<float>(d->out)); };
+  bc.note = "sinusoidal_table float32, positions 0.." + std::to_string(N - 1) +
+            ", d = 1024, interleaved [sin cos]; bytes = table written";
+  return bc;
+}
+
+struct bias_data {
+  int64_t H, S;
+  std::vector<double> slopes;
+  t5_bias_table table;
+  t5_row_plan plan;
+  std::vector<int64_t> kpos;
+  std::vector<float> out;  // (H, S)
+  int64_t qpos;
+};
+
+bench_case make_bias(const bench_options& o, const std::string& name, bool t5) {
+  auto d = std::make_shared<bias_data>();
+  d->H = 32;
+  d->S = o.quick ? 4096 : 262144;
+  d->slopes = alibi_slopes(d->H);
+  d->table = t5_init(t5_params{32, 128, false}, d->H, 7, 1.0);
+  d->plan = t5_plan_rows(d->table.params);
+  d->kpos.resize(static_cast<size_t>(d->S));
+  for (int64_t j = 0; j < d->S; ++j) d->kpos[static_cast<size_t>(j)] = j;
+  d->qpos = d->S - 1;  // the last query of a causal prefill: distances 0 .. S-1
+  d->out.resize(static_cast<size_t>(d->H * d->S));
+  bench_case bc;
+  bc.name = name;
+  bc.bytes = static_cast<double>(d->H * d->S) * (sizeof(float) + sizeof(int64_t));
+  auto run = [d, t5] {
+    for (int64_t h = 0; h < d->H; ++h) {
+      float* row = d->out.data() + h * d->S;
+      if (t5)
+        t5_bias_row(d->table, d->plan, h, d->qpos, d->kpos.data(), d->S, row);
+      else
+        alibi_bias_row(d->slopes[static_cast<size_t>(h)], d->qpos, d->kpos.data(), d->S, true, row);
+    }
+  };
+  // Exact: both rows equal the dense reference bit for bit (alibi: the same double product
+  // rounded once; t5: a copy of a table entry).
+  bc.validate = [d, t5, run] {
+    run();
+    const int64_t qp = d->qpos;
+    std::vector<float> ref(static_cast<size_t>(d->H * d->S));
+    if (t5)
+      t5_bias_dense(d->table, {&qp, 1}, d->kpos, ref.data());
+    else
+      alibi_bias_dense(d->slopes, {&qp, 1}, d->kpos, true, ref.data());
+    for (size_t i = 0; i < ref.size(); ++i)
+      if (ref[i] != d->out[i])
+        return std::string(t5 ? "t5" : "alibi") + "_bias_row differs from the dense reference at " +
+               std::to_string(i);
+    return std::string();
+  };
+  bc.run = run;
+  bc.note =
+      std::string(t5 ? "t5_bias_row (causal, 32 buckets, M = 128)" : "alibi_bias_row (causal)") +
+      ", 1 query x S keys x 32 heads, one thread; bytes = rows written + key ids read";
+  return bc;
+}
+
+const bool registered =
+    register_bench_case({30, "sinusoidal_table/N=65536/d=1024",
+                         [](const bench_options& o) {
+                           return make_sinusoidal(o, "sinusoidal_table/N=65536/d=1024");
+                         }}) &&
+    register_bench_case({31, "bias_row/alibi/H=32/S=262144",
+                         [](const bench_options& o) {
+                           return make_bias(o, "bias_row/alibi/H=32/S=262144", false);
+                         }}) &&
+    register_bench_case({32, "bias_row/t5/H=32/S=262144", [](const bench_options& o) {
+                           return make_bias(o, "bias_row/t5/H=32/S=262144", true);
+                         }});
+
+}  // namespace
+}  // namespace posenc::cli

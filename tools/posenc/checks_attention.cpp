@@ -1,0 +1,9 @@
+// Registers the attention property checks (src/attention/attention_checks.cpp) with
+// `posenc check` as group "attention".
+#include "cli.hpp"
+#include "posenc/attention/attention.hpp"
+
+namespace {
+const bool registered = posenc::cli::register_check_group(
+    50, "attention", true, [] { return posenc::attention_checks(); });
+}  // namespace

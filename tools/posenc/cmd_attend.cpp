@@ -1,0 +1,346 @@
+// posenc attend: multi-head attention with any position scheme on .npy inputs, so posenc can
+// serve as an oracle (dump q, k, v from another engine, compare its output with O.npy).
+//
+//   posenc attend --q Q.npy --k K.npy --v V.npy --out O.npy [--causal] [--scale X]
+//     [--rope (--hf-config FILE | --theta B --partial F --scaling TYPE --factor F ...)
+//      --layout half|interleaved [--angle exact|compat_f32] [--seq-len N]]
+//     [--alibi [--max-bias 8] [--alibi-convention press|mpt|geometric]]
+//     [--t5-table TABLE.npy --num-buckets 32 --max-distance 128 [--bidirectional]]
+//     [--q-positions P.npy] [--k-positions P.npy] [--key-padding M.npy]
+//     [--cu-seqlens 0,5,12] [--window W]
+//     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
+//
+// Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
+// dtype); TABLE (num_buckets, Hq); positions (T,) / (S,) int64 or int32; M (S,) bool or uint8
+// with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). Every input is read and
+// validated and the attention computed before anything is written; a bad file or argument
+// prints one message and exits 2 with no output file.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "posenc/attention/attention.hpp"
+#include "posenc/core/error.hpp"
+#include "posenc/core/npy.hpp"
+#include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/rope_config.hpp"
+#include "posenc/positions/positions.hpp"
+
+namespace posenc::cli {
+namespace {
+
+struct attend_opts {
+  out_format format = out_format::text;
+  std::string q, k, v, out, lse_out;
+  bool causal = false;
+  double scale = 0;
+  // RoPE
+  bool rope = false;
+  std::string hf_config, layout, angle = "exact", scaling = "default";
+  double theta = 10000, partial = 1, factor = 1, attention_factor = 1, beta_fast = 32,
+         beta_slow = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int64_t max_pos = 0, original_max_pos = 0, seq_len = -1;
+  // ALiBi
+  bool alibi = false;
+  double max_bias = 8;
+  std::string alibi_convention = "press";
+  // T5
+  std::string t5_table;
+  int64_t num_buckets = 32, max_distance = 128;
+  bool bidirectional = false;
+  // positions, masks
+  std::string q_positions, k_positions, key_padding, cu_seqlens;
+  int64_t window = 0;
+  // Shaw
+  std::string shaw_keys, shaw_values;
+  int64_t shaw_clip = -1;
+  CLI::App* sub = nullptr;
+};
+
+bool given(const attend_opts& o, const char* name) {
+  return o.sub->count(name) > 0;
+}
+
+void require_float(const npy_array& a, const std::string& arg) {
+  if (a.type != dtype::f32 && a.type != dtype::f64)
+    fail("{} must be float32 or float64, got {}", arg, dtype_name(a.type));
+}
+
+void require_shape(const npy_array& a, const std::string& arg, std::vector<int64_t> shape,
+                   const std::string& expected) {
+  if (a.shape != shape) fail("{} must have shape {}, got {}", arg, expected, a.shape_str());
+}
+
+std::vector<int64_t> read_positions(const std::string& path, const std::string& arg, int64_t n,
+                                    const char* what) {
+  const auto a = read_npy(path);
+  if (a.type != dtype::i64 && a.type != dtype::i32)
+    fail("{} must be int64 (or int32), got {}", arg, dtype_name(a.type));
+  require_shape(a, arg, {n}, fmt::format("({},) = ({},)", what, n));
+  return a.to_i64();
+}
+
+rope_config make_rope_config(const attend_opts& o, int64_t D) {
+  std::vector<std::string> warnings;
+  rope_config c;
+  if (!o.hf_config.empty()) {
+    c = rope_config_from_file(o.hf_config, &warnings);
+  } else {
+    nlohmann::json j;
+    j["head_dim"] = D;
+    j["rope_theta"] = o.theta;
+    if (given(o, "--partial")) j["partial_rotary_factor"] = o.partial;
+    if (given(o, "--max-pos")) j["max_position_embeddings"] = o.max_pos;
+    if (given(o, "--original-max-pos")) j["original_max_position_embeddings"] = o.original_max_pos;
+    const auto type = rope_type_from_name(o.scaling, "--scaling");
+    nlohmann::json rs;
+    rs["rope_type"] = rope_type_name(type);
+    if (given(o, "--factor")) rs["factor"] = o.factor;
+    if (given(o, "--beta-fast")) rs["beta_fast"] = o.beta_fast;
+    if (given(o, "--beta-slow")) rs["beta_slow"] = o.beta_slow;
+    if (given(o, "--attention-factor")) rs["attention_factor"] = o.attention_factor;
+    if (given(o, "--low-freq-factor")) rs["low_freq_factor"] = o.low_freq_factor;
+    if (given(o, "--high-freq-factor")) rs["high_freq_factor"] = o.high_freq_factor;
+    if (type != rope_type::default_ || rs.size() > 1) j["rope_scaling"] = rs;
+    c = rope_config_from_json(j, &warnings);
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
+  if (c.head_dim != D)
+    fail("--hf-config head_dim {} does not match the head dim D = {} of --q", c.head_dim, D);
+  return c;
+}
+
+template <typename Real>
+std::vector<Real> as_real(const npy_array& a) {
+  const auto d = a.to_f64();
+  return std::vector<Real>(d.begin(), d.end());
+}
+
+template <typename Real>
+void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
+               const npy_array& va) {
+  const int64_t T = qa.shape[0], Hq = qa.shape[1], D = qa.shape[2];
+  const int64_t S = ka.shape[0], Hkv = ka.shape[1];
+  const auto q = as_real<Real>(qa), k = as_real<Real>(ka), v = as_real<Real>(va);
+  std::vector<Real> out(T * Hq * D), lse(T * Hq);
+  attention_params<Real> p;
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data(), p.lse = lse.data();
+  p.T = T, p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D;
+  p.causal = o.causal;
+  if (given(o, "--scale")) p.scale = o.scale;
+  if (o.window < 0) fail("--window must be >= 0 (0 = none), got {}", o.window);
+  p.window = o.window;
+  std::vector<std::string> schemes;
+
+  std::vector<int64_t> qpos, kpos, cu;
+  if (!o.q_positions.empty()) qpos = read_positions(o.q_positions, "--q-positions", T, "T");
+  if (!o.k_positions.empty()) kpos = read_positions(o.k_positions, "--k-positions", S, "S");
+  p.q_positions = qpos;
+  p.k_positions = kpos;
+  std::vector<uint8_t> pad;
+  if (!o.key_padding.empty()) {
+    const auto m = read_npy(o.key_padding);
+    if (m.type != dtype::b1 && m.type != dtype::u8)
+      fail("--key-padding must be bool or uint8, got {}", dtype_name(m.type));
+    require_shape(m, "--key-padding", {S}, fmt::format("(S,) = ({},)", S));
+    const auto vals = m.to_i64();
+    for (size_t j = 0; j < vals.size(); ++j) {
+      if (vals[j] != 0 && vals[j] != 1)
+        fail("--key-padding must hold 0 (pad) or 1 (real token), got {} at index {}", vals[j], j);
+      pad.push_back(static_cast<uint8_t>(vals[j]));
+    }
+    p.key_padding = pad;
+  }
+  if (!o.cu_seqlens.empty()) {
+    cu = parse_ints(o.cu_seqlens, "--cu-seqlens");
+    validate_cu_seqlens(cu, S, "--cu-seqlens");
+    p.cu_seqlens = cu;
+  }
+
+  rope_freqs freqs;
+  if (o.rope) {
+    if (o.layout.empty()) fail("--rope needs --layout half|interleaved");
+    const auto c = make_rope_config(o, D);
+    if (given(o, "--seq-len") && o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
+    freqs = rope_frequencies(c, given(o, "--seq-len") ? o.seq_len : S);
+    p.pos.rope.freqs = &freqs;
+    p.pos.rope.layout = rope_layout_from_name(o.layout, "--layout");
+    p.pos.rope.angle = rope_angle_from_name(o.angle, "--angle");
+    schemes.push_back("rope");
+  } else if (!o.hf_config.empty() || !o.layout.empty()) {
+    fail("--hf-config and --layout need --rope");
+  }
+  std::vector<double> slopes;
+  if (o.alibi) {
+    slopes = alibi_slopes(Hq, o.max_bias,
+                          alibi_convention_from_name(o.alibi_convention, "--alibi-convention"));
+    p.pos.alibi = slopes;
+    schemes.push_back("alibi");
+  } else if (given(o, "--max-bias") || given(o, "--alibi-convention")) {
+    fail("--max-bias and --alibi-convention need --alibi");
+  }
+  t5_bias_table t5;
+  if (!o.t5_table.empty()) {
+    t5.params.num_buckets = o.num_buckets;
+    t5.params.max_distance = o.max_distance;
+    t5.params.bidirectional = o.bidirectional;
+    t5_validate(t5.params);
+    const auto a = read_npy(o.t5_table);
+    require_float(a, "--t5-table");
+    require_shape(a, "--t5-table", {o.num_buckets, Hq},
+                  fmt::format("(num_buckets, Hq) = ({}, {})", o.num_buckets, Hq));
+    const auto w = a.to_f64();
+    t5.heads = Hq;
+    t5.weights.assign(w.begin(), w.end());
+    p.pos.t5 = &t5;
+    schemes.push_back("t5");
+  } else if (given(o, "--num-buckets") || given(o, "--max-distance") || o.bidirectional) {
+    fail("--num-buckets, --max-distance and --bidirectional need --t5-table");
+  }
+  shaw_tables shaw;
+  const bool any_shaw = !o.shaw_keys.empty() || !o.shaw_values.empty() || given(o, "--shaw-clip");
+  if (any_shaw) {
+    if (o.shaw_keys.empty() || o.shaw_values.empty() || !given(o, "--shaw-clip"))
+      fail("Shaw needs all of --shaw-keys, --shaw-values and --shaw-clip");
+    if (o.shaw_clip < 0 || o.shaw_clip > (int64_t{1} << 20))
+      fail("--shaw-clip must be in [0, 2^20], got {}", o.shaw_clip);
+    const int64_t rows = 2 * o.shaw_clip + 1;
+    const auto expect = fmt::format("(2K+1, D) = ({}, {})", rows, D);
+    const auto ak = read_npy(o.shaw_keys);
+    require_float(ak, "--shaw-keys");
+    require_shape(ak, "--shaw-keys", {rows, D}, expect);
+    const auto av = read_npy(o.shaw_values);
+    require_float(av, "--shaw-values");
+    require_shape(av, "--shaw-values", {rows, D}, expect);
+    shaw.clip = o.shaw_clip;
+    shaw.dim = D;
+    const auto kd = ak.to_f64(), vd = av.to_f64();
+    shaw.keys.assign(kd.begin(), kd.end());
+    shaw.values.assign(vd.begin(), vd.end());
+    p.pos.shaw = &shaw;
+    schemes.push_back("shaw");
+  }
+
+  attention_forward(p);
+
+  int64_t masked_rows = 0;
+  for (Real x : lse) masked_rows += std::isinf(x) ? 1 : 0;
+  npy_array oa = make_npy<Real>({T, Hq, D});
+  std::copy(out.begin(), out.end(), oa.template as<Real>());
+  npy_array la = make_npy<Real>({T, Hq});
+  std::copy(lse.begin(), lse.end(), la.template as<Real>());
+  write_npy(o.out, oa);
+  if (!o.lse_out.empty()) write_npy(o.lse_out, la);
+
+  const char* impl = attention_reference_selected() ? "reference" : "tiled";
+  const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  if (o.format == out_format::json) {
+    nlohmann::ordered_json j;
+    j["out"] = o.out;
+    j["shape"] = {T, Hq, D};
+    j["dtype"] = dtype_name(oa.type);
+    j["S"] = S;
+    j["Hkv"] = Hkv;
+    j["scale"] = scale;
+    j["causal"] = o.causal;
+    j["schemes"] = schemes;
+    j["implementation"] = impl;
+    j["fully_masked_rows"] = masked_rows;
+    if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::string sch;
+    for (const auto& s : schemes) sch += (sch.empty() ? "" : "+") + s;
+    if (sch.empty()) sch = "none";
+    if (o.format == out_format::csv) {
+      std::printf("out,T,Hq,D,S,Hkv,dtype,scale,causal,schemes,implementation,fully_masked_rows\n");
+      std::printf("%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,%lld\n", o.out.c_str(), (long long)T,
+                  (long long)Hq, (long long)D, (long long)S, (long long)Hkv, dtype_name(oa.type),
+                  num(scale).c_str(), o.causal ? "true" : "false", sch.c_str(), impl,
+                  (long long)masked_rows);
+    } else {
+      std::printf(
+          "wrote %s: (%lld, %lld, %lld) %s, S = %lld keys, Hkv = %lld, scale %s, %s, "
+          "schemes: %s, %s path, %lld fully masked rows\n",
+          o.out.c_str(), (long long)T, (long long)Hq, (long long)D, dtype_name(oa.type),
+          (long long)S, (long long)Hkv, num(scale).c_str(), o.causal ? "causal" : "bidirectional",
+          sch.c_str(), impl, (long long)masked_rows);
+    }
+  }
+}
+
+void run_attend(const attend_opts& o) {
+  const auto qa = read_npy(o.q);
+  const auto ka = read_npy(o.k);
+  const auto va = read_npy(o.v);
+  require_float(qa, "--q");
+  require_float(ka, "--k");
+  require_float(va, "--v");
+  if (qa.shape.size() != 3) fail("--q must have shape (T, Hq, D), got {}", qa.shape_str());
+  if (ka.shape.size() != 3) fail("--k must have shape (S, Hkv, D), got {}", ka.shape_str());
+  const int64_t D = qa.shape[2];
+  if (ka.shape[2] != D)
+    fail("--k must have shape (S, Hkv, D) with D = {} as in --q, got {}", D, ka.shape_str());
+  if (va.shape != ka.shape)
+    fail("--v must have the shape of --k (S, Hkv, D) = {}, got {}", ka.shape_str(), va.shape_str());
+  if (ka.shape[1] < 1 || qa.shape[1] % ka.shape[1] != 0)
+    fail("--q heads Hq = {} must be a multiple of --k heads Hkv = {}", qa.shape[1], ka.shape[1]);
+  if (o.out == o.lse_out) fail("--lse-out must differ from --out, got '{}'", o.out);
+  if (qa.type == dtype::f32)
+    run_typed<float>(o, qa, ka, va);
+  else
+    run_typed<double>(o, qa, ka, va);
+}
+
+const bool registered = register_command(50, [](CLI::App& app) {
+  auto o = std::make_shared<attend_opts>();
+  auto* sub = app.add_subcommand(
+      "attend", "Multi-head attention with a position scheme on .npy inputs (an oracle)");
+  o->sub = sub;
+  add_format_option(sub, o->format);
+  sub->add_option("--q", o->q, "Queries Q.npy (T, Hq, D), float32 or float64")->required();
+  sub->add_option("--k", o->k, "Keys K.npy (S, Hkv, D)")->required();
+  sub->add_option("--v", o->v, "Values V.npy (S, Hkv, D)")->required();
+  sub->add_option("--out", o->out, "Output O.npy (T, Hq, D) in Q's dtype")->required();
+  sub->add_option("--lse-out", o->lse_out, "Also write the per-row log-sum-exp (T, Hq)");
+  sub->add_flag("--causal", o->causal, "Causal mask, aligned bottom-right (j <= S - T + i)");
+  sub->add_option("--scale", o->scale, "Score scale (default 1/sqrt(D))");
+  sub->add_flag("--rope", o->rope, "Rotate q and k at their positions (RoPE)");
+  sub->add_option("--hf-config", o->hf_config, "RoPE from a Hugging Face config.json");
+  sub->add_option("--layout", o->layout, "RoPE pair layout: half or interleaved");
+  sub->add_option("--angle", o->angle, "RoPE angle mode: exact (default) or compat_f32");
+  sub->add_option("--theta", o->theta, "rope_theta (default 10000)");
+  sub->add_option("--partial", o->partial, "partial_rotary_factor (default 1)");
+  sub->add_option("--scaling", o->scaling,
+                  "rope_type: default, linear, dynamic, yarn, longrope, llama3");
+  sub->add_option("--factor", o->factor, "rope_scaling.factor");
+  sub->add_option("--max-pos", o->max_pos, "max_position_embeddings");
+  sub->add_option("--original-max-pos", o->original_max_pos, "original_max_position_embeddings");
+  sub->add_option("--attention-factor", o->attention_factor, "yarn/longrope attention_factor");
+  sub->add_option("--beta-fast", o->beta_fast, "yarn beta_fast (default 32)");
+  sub->add_option("--beta-slow", o->beta_slow, "yarn beta_slow (default 1)");
+  sub->add_option("--low-freq-factor", o->low_freq_factor, "llama3 low_freq_factor");
+  sub->add_option("--high-freq-factor", o->high_freq_factor, "llama3 high_freq_factor");
+  sub->add_option("--seq-len", o->seq_len,
+                  "Sequence length for dynamic/longrope frequencies (default S)");
+  sub->add_flag("--alibi", o->alibi, "ALiBi biases (Press et al. 2022)");
+  sub->add_option("--max-bias", o->max_bias, "ALiBi max_bias (default 8)");
+  sub->add_option("--alibi-convention", o->alibi_convention,
+                  "ALiBi slopes for non-power-of-two heads: press (default), mpt, geometric");
+  sub->add_option("--t5-table", o->t5_table, "T5 bias table TABLE.npy (num_buckets, Hq)");
+  sub->add_option("--num-buckets", o->num_buckets, "T5 num_buckets (default 32)");
+  sub->add_option("--max-distance", o->max_distance, "T5 max_distance (default 128)");
+  sub->add_flag("--bidirectional", o->bidirectional, "T5 bidirectional buckets (encoder)");
+  sub->add_option("--q-positions", o->q_positions, "Query position ids P.npy (T,) int64");
+  sub->add_option("--k-positions", o->k_positions, "Key position ids P.npy (S,) int64");
+  sub->add_option("--key-padding", o->key_padding, "Key mask M.npy (S,) bool/uint8, 1 = real");
+  sub->add_option("--cu-seqlens", o->cu_seqlens, "Packed documents over the keys: 0,5,12");
+  sub->add_option("--window", o->window, "Sliding window W: keys fewer than W tokens behind");
+  sub->add_option("--shaw-keys", o->shaw_keys, "Shaw a^K AK.npy (2K+1, D)");
+  sub->add_option("--shaw-values", o->shaw_values, "Shaw a^V AV.npy (2K+1, D)");
+  sub->add_option("--shaw-clip", o->shaw_clip, "Shaw clip distance K");
+  sub->callback([o] { run_attend(*o); });
+});
+
+}  // namespace
+}  // namespace posenc::cli

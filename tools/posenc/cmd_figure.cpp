@@ -1,0 +1,223 @@
+// posenc figure: the seeds' width-comparison figures as SVG.
+//
+//   posenc figure --width 20 --width 50 --out figures/
+//   posenc figure --width 64 --positions 128 --base 500 --out figures/ --format json
+//
+// For each width d: a heatmap of the table PE(i, j) (positions x channels, colour bar) and the
+// first channels' curves over position; plus one plot of the frequency omega_r against the
+// channel fraction q = 2r/d for every given width (log y). The seed ("Position Encodings:
+// Order Must Enter Somewhere", section "How does encoding depend on the dimensions?") makes the
+// point these show: a wider vector samples the same log-frequency curve more densely, so a
+// fixed channel index lands at a different fraction q and gets a different frequency.
+//
+// Every value plotted comes from the library (sinusoidal_table, sinusoidal_frequencies). All
+// arguments are validated and all SVGs rendered in memory before the first file is written;
+// each file is written atomically, and files this run wrote are removed if a later one fails.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "posenc/core/error.hpp"
+#include "posenc/core/file.hpp"
+#include "posenc/encodings/sinusoidal.hpp"
+#include "svg.hpp"
+
+namespace posenc::cli {
+
+// One rendered figure: file name (no directory), SVG text and a caption for the report.
+struct sinusoidal_figure {
+  std::string file;
+  std::string svg;
+  std::string caption;
+};
+
+// Limits that keep a figure legible (one heatmap cell per position x channel).
+inline constexpr int64_t figure_max_width = 512;
+inline constexpr int64_t figure_max_positions = 1024;
+
+// Renders the figures of `posenc figure` (also used by the report). widths: distinct, each
+// valid for the library and <= figure_max_width; positions in 2..figure_max_positions.
+// Throws invalid_argument naming the option (--width, --positions, --base) otherwise.
+std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& widths,
+                                                  int64_t positions, double base, sin_layout layout,
+                                                  sin_denominator denominator) {
+  if (widths.empty()) fail("--width is required (repeat it to compare widths, e.g. 20 and 50)");
+  for (size_t a = 0; a < widths.size(); ++a) {
+    const int64_t w = widths[a];
+    if (w < 2 || w % 2 != 0 || w > figure_max_width)
+      fail("--width must be even and in 2..{} for a figure, got {}", figure_max_width, w);
+    for (size_t b = 0; b < a; ++b)
+      if (widths[b] == w) fail("--width {} is given twice; give each width once", w);
+  }
+  if (positions < 2 || positions > figure_max_positions)
+    fail("--positions must be in 2..{} for a figure, got {}", figure_max_positions, positions);
+  if (!std::isfinite(base) || !(base > 1)) fail("--base must be finite and > 1, got {}", base);
+
+  std::vector<int64_t> pos(static_cast<size_t>(positions));
+  for (int64_t i = 0; i < positions; ++i) pos[static_cast<size_t>(i)] = i;
+  const std::string base_s = num(base);
+
+  std::vector<sinusoidal_figure> out;
+  svg::line_plot freq;
+  freq.title = fmt::format("Frequency of each channel pair, base {}", base_s);
+  freq.x.label = "channel fraction q = 2r/d";
+  freq.y.label = "frequency ω_r (radians per position)";
+  freq.y.kind = svg::scale::log;
+  freq.x.min = 0;
+  freq.x.max = 1;
+
+  for (const int64_t d : widths) {
+    sinusoidal_params p;
+    p.width = d;
+    p.base = base;
+    p.layout = layout;
+    p.denominator = denominator;
+    sinusoidal_validate(p);
+    const auto table = sinusoidal_table(p, pos);  // (positions, d) row-major
+    const auto omega = sinusoidal_frequencies(p);
+
+    svg::heatmap h;
+    h.title = fmt::format("Sinusoidal table, width d = {} ({} layout)", d, sin_layout_name(layout));
+    h.x_label = "channel j";
+    h.y_label = "position i";
+    h.value_label = "PE(i, j)";
+    h.rows = positions;
+    h.cols = d;
+    h.values = table;
+    h.map = svg::colormap::diverging;
+    h.vmin = -1;
+    h.vmax = 1;
+    h.width = 760;
+    h.height = std::clamp<int>(static_cast<int>(positions) * 7 + 110, 360, 760);
+    out.push_back({fmt::format("sinusoidal_table_d{}.svg", d), svg::render(h),
+                   fmt::format("Width {}: every row is one position's {}-channel vector; red is "
+                               "+1, blue -1. Left-hand channels change from row to row (fast "
+                               "pairs), right-hand channels hardly change over {} positions "
+                               "(slow pairs).",
+                               d, d, positions)});
+
+    // The first two pairs' curves: sine solid, cosine dashed, one colour per pair. Pair 0 is
+    // sin(i), cos(i) at every width; pair 1 (channels 2, 3) is where widths differ.
+    svg::line_plot c;
+    // At most 32 positions: the fastest pair (1 radian per position) then makes about five
+    // turns, which still reads as a curve; more would be a blur of zig-zags.
+    const int64_t curve_n = std::min<int64_t>(positions, 32);
+    const int64_t pairs = std::min<int64_t>(d / 2, 2);
+    c.title = fmt::format("First {} over positions 0-{}, width d = {}",
+                          pairs == 1 ? "channel pair" : "two channel pairs", curve_n - 1, d);
+    c.x.label = "position i";
+    c.y.label = "PE(i, j)";
+    c.y.min = -1.1;
+    c.y.max = 1.1;
+    c.y.ticks = {-1, -0.5, 0, 0.5, 1};
+    for (int64_t r = 0; r < pairs; ++r) {
+      for (const bool is_cos : {false, true}) {
+        const int64_t j = sinusoidal_channel(p, r, is_cos);
+        svg::line_series s;
+        s.name = fmt::format("channel {} ({} ω = {:.4g})", j, is_cos ? "cos," : "sin,",
+                             omega[static_cast<size_t>(r)]);
+        s.dashed = is_cos;
+        s.markers = true;
+        s.color = svg::palette_color(static_cast<size_t>(r));
+        for (int64_t i = 0; i < curve_n; ++i) {
+          s.x.push_back(static_cast<double>(i));
+          s.y.push_back(table[static_cast<size_t>(i * d + j)]);
+        }
+        c.series.push_back(std::move(s));
+      }
+    }
+    out.push_back({fmt::format("sinusoidal_curves_d{}.svg", d), svg::render(c),
+                   fmt::format("Width {}: the first {} channel pairs at integer positions (dots; "
+                               "solid = sine, dashed = cosine). "
+                               "Sine and cosine of one pair share a colour and a frequency; "
+                               "later pairs turn more slowly.",
+                               d, pairs)});
+
+    svg::line_series f;
+    f.name = fmt::format("width d = {}", d);
+    f.markers = true;
+    // Earlier widths get larger dots (drawn first, underneath), so that where two widths share
+    // a frequency both dots stay visible.
+    f.marker_radius =
+        std::min(3.0 + 2.0 * static_cast<double>(widths.size() - 1 - freq.series.size()), 9.0);
+    for (size_t r = 0; r < omega.size(); ++r) {
+      f.x.push_back(2.0 * static_cast<double>(r) / static_cast<double>(d));
+      f.y.push_back(omega[r]);
+    }
+    freq.series.push_back(std::move(f));
+  }
+  out.push_back({"sinusoidal_frequencies.svg", svg::render(freq),
+                 "Frequency against the pair's place in the vector, q = 2r/d, on a log scale. "
+                 "Every width samples the same straight line ω = base^(-q); a wider vector only "
+                 "samples it more densely."});
+  return out;
+}
+
+namespace {
+
+struct figure_opts {
+  out_format format = out_format::text;
+  std::vector<int64_t> widths;
+  int64_t positions = 64;
+  double base = 10000.0;
+  std::string layout = "interleaved";
+  std::string denominator = "width";
+  std::string out;
+};
+
+void run_figure(const figure_opts& o) {
+  if (o.out.empty()) fail("--out must name a directory, got an empty value");
+  const auto figs =
+      sinusoidal_figures(o.widths, o.positions, o.base, parse_sin_layout(o.layout, "--layout"),
+                         parse_sin_denominator(o.denominator, "--denominator"));
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec || !std::filesystem::is_directory(o.out))
+    fail_io("--out: cannot create directory {}: {}", o.out,
+            ec ? ec.message() : "a file of that name exists");
+  std::vector<std::string> written;
+  try {
+    for (const auto& f : figs) {
+      const std::string path = (std::filesystem::path(o.out) / f.file).string();
+      write_file_atomic(path, f.svg);
+      written.push_back(path);
+    }
+  } catch (...) {
+    for (const auto& w : written) std::filesystem::remove(w, ec);
+    throw;
+  }
+  if (o.format == out_format::json) {
+    nlohmann::ordered_json j;
+    j["files"] = written;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else if (o.format == out_format::csv) {
+    std::printf("file\n");
+    for (const auto& w : written) std::printf("%s\n", w.c_str());
+  } else {
+    for (const auto& w : written) std::printf("%s\n", w.c_str());
+  }
+  std::fflush(stdout);
+}
+
+const bool registered = register_command(40, [](CLI::App& app) {
+  auto o = std::make_shared<figure_opts>();
+  auto* sub = app.add_subcommand(
+      "figure", "Write SVG figures of the sinusoidal table for one or more widths to --out DIR");
+  sub->add_option("--width", o->widths, "Embedding width d (repeat to compare, e.g. 20 and 50)")
+      ->required();
+  sub->add_option("--positions", o->positions, "Number of positions 0..N-1 (default 64)");
+  sub->add_option("--base", o->base, "Frequency base (default 10000)");
+  sub->add_option("--layout", o->layout, "interleaved (default) or halves");
+  sub->add_option("--denominator", o->denominator, "width (default) or half-minus-one");
+  sub->add_option("--out", o->out, "Output directory (created if missing)")->required();
+  add_format_option(sub, o->format);
+  sub->callback([o] { run_figure(*o); });
+});
+
+}  // namespace
+}  // namespace posenc::cli

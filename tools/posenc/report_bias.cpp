@@ -1,0 +1,131 @@
+// Report section "bias": the score-bias families. An ALiBi bias heatmap per head (H = 6, a
+// head count that is not a power of two, causal, 12 positions), the slope conventions side by
+// side, the T5 bucket of each offset in both modes, and the alibi/t5/shaw check results.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cli.hpp"
+#include "posenc/core/file.hpp"
+#include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/t5_bias.hpp"
+#include "report.hpp"
+#include "svg.hpp"
+
+namespace posenc::cli {
+namespace {
+
+report_section bias_section(report_context& ctx) {
+  report_section sec;
+  sec.id = "bias";
+  sec.title = "Score biases: ALiBi slopes and T5 buckets";
+
+  // ALiBi heatmaps: bias(h, i, j) = -m_h (i - j) for j <= i; the future (j > i) is masked.
+  const int64_t H = 6, T = 12;
+  const auto press = alibi_slopes(H);
+  const auto geo = alibi_slopes(H, 8.0, alibi_convention::geometric);
+  std::string figs_html, figs_md;
+  for (int64_t h = 0; h < H; ++h) {
+    svg::heatmap hm;
+    hm.title = fmt::format("ALiBi head {} (slope {}), causal", h, num(press[h]));
+    hm.x_label = "key position j";
+    hm.y_label = "query position i";
+    hm.value_label = "bias -m (i - j)";
+    hm.rows = T;
+    hm.cols = T;
+    hm.width = 420;
+    hm.height = 360;
+    hm.masked_label = "masked (j > i)";
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j)
+        hm.values.push_back(j > i ? std::numeric_limits<double>::quiet_NaN()
+                                  : alibi_bias(press[h], i, j, true));
+    // One colour scale for all heads (the steepest head sets the minimum) so they compare.
+    double vmin = 0;
+    for (double m : press) vmin = std::min(vmin, -m * static_cast<double>(T - 1));
+    hm.vmin = vmin;
+    hm.vmax = 0.0;
+    const std::string file = fmt::format("alibi_head{}.svg", h);
+    write_file_atomic(ctx.out_dir + "/" + file, svg::render(hm));
+    figs_html +=
+        fmt::format("<img src=\"{}\" alt=\"ALiBi bias head {}\" width=\"420\">\n", file, h);
+    figs_md += fmt::format("![ALiBi head {}]({}) ", h, file);
+  }
+
+  std::string slopes_html =
+      "<table><tr><th>head</th><th>press / Bloom / vLLM / ggml (= mpt)</th><th>plain "
+      "geometric 2^(-8(h+1)/H)</th></tr>\n";
+  std::string slopes_md = "| head | press (= mpt) | geometric |\n|---|---|---|\n";
+  for (int64_t h = 0; h < H; ++h) {
+    slopes_html +=
+        fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", h, num(press[h]), num(geo[h]));
+    slopes_md += fmt::format("| {} | {} | {} |\n", h, num(press[h]), num(geo[h]));
+  }
+  slopes_html += "</table>\n";
+
+  // T5 buckets against the offset kpos - qpos, (32, 128), both modes.
+  svg::line_plot plot;
+  plot.title = "T5 relative position buckets, num_buckets 32, max_distance 128";
+  plot.x.label = "offset r = key position - query position";
+  plot.y.label = "bucket";
+  for (bool bidi : {true, false}) {
+    svg::line_series s;
+    s.name = bidi ? "bidirectional (encoder)" : "causal (decoder)";
+    s.dashed = !bidi;
+    for (int64_t r = -160; r <= 160; ++r) {
+      s.x.push_back(static_cast<double>(r));
+      s.y.push_back(static_cast<double>(t5_bucket(r, bidi)));
+    }
+    plot.series.push_back(s);
+  }
+  write_file_atomic(ctx.out_dir + "/t5_buckets.svg", svg::render(plot));
+
+  const std::string intro =
+      "ALiBi (Press et al. 2022) adds -m_h (i - j) to the scores of head h; the slopes form a "
+      "geometric sequence, and for a head count that is not a power of two the reference code "
+      "completes it with every other slope of the next power of two. MPT's ceil-then-shuffle "
+      "formula produces the same slopes; only the plain geometric rule (some examples, mlx before "
+      "its fix) differs. Positions are position ids, so padding and packing need no special case. "
+      "Reproduce with <code>posenc alibi slopes --heads 6 --format json</code> and "
+      "<code>posenc alibi bias --heads 6 --q-positions 0:12 --k-positions 0:12 --causal</code>.";
+  sec.html = "<p>" + intro + "</p>\n<figure>" + figs_html +
+             "<figcaption>ALiBi bias per head, H = 6, causal, positions 0..11 (hatched: "
+             "masked future keys).</figcaption></figure>\n" +
+             slopes_html;
+  sec.markdown = intro + "\n\n" + figs_md + "\n\n" + slopes_md;
+
+  const std::string t5_text =
+      "T5 (Raffel et al. 2020) maps the offset r = key position - query position to one of "
+      "num_buckets buckets: exact for small |r|, logarithmic up to max_distance, then "
+      "saturated; bidirectional attention gives each sign half the buckets (positive offsets "
+      "above), causal attention sends every future key to bucket 0. Each bucket owns a learned "
+      "bias per head. Reproduce with <code>posenc t5 buckets --offsets -160:161 --format "
+      "json</code> (add <code>--causal</code>).";
+  sec.html += "<p>" + t5_text +
+              "</p>\n<figure><img src=\"t5_buckets.svg\" alt=\"T5 buckets\"><figcaption>T5 "
+              "bucket against offset, both modes.</figcaption></figure>\n";
+  sec.markdown += "\n" + t5_text + "\n\n![T5 buckets](t5_buckets.svg)\n";
+
+  int n = 0, failed = 0;
+  for (const auto& c : ctx.checks)
+    if (c.group == "alibi" || c.group == "t5" || c.group == "shaw") {
+      ++n;
+      failed += !c.passed;
+    }
+  sec.html += fmt::format(
+      "<p>ALiBi, T5 and Shaw property checks: {} run, {} failed (<code>posenc check --group alibi "
+      "--group t5 --group shaw</code>).</p>\n",
+      n, failed);
+  sec.markdown += fmt::format(
+      "\nALiBi, T5 and Shaw property checks: {} run, {} failed (`posenc check --group alibi "
+      "--group t5 --group shaw`).\n",
+      n, failed);
+  return sec;
+}
+
+const bool registered = register_report_section(40, "bias", bias_section);
+
+}  // namespace
+}  // namespace posenc::cli

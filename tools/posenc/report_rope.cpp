@@ -1,0 +1,133 @@
+// Report section "rope": the frequency schedule of each RoPE scaling type (log10 omega_i
+// against pair index i) for one head configuration, with each type's attention factor, and the
+// RoPE check results.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "cli.hpp"
+#include "posenc/core/file.hpp"
+#include "posenc/encodings/rope.hpp"
+#include "report.hpp"
+#include "svg.hpp"
+
+namespace posenc::cli {
+namespace {
+
+report_section rope_section(report_context& ctx) {
+  // One head of a Llama-2-like model: D = R = 128, theta 1e4, original context 4096, every
+  // scaling extending it 8x to 32768.
+  const int64_t D = 128, orig = 4096, target = 32768;
+  const double s = 8;
+  rope_config base;
+  base.head_dim = D;
+  base.rotary_dim = D;
+  base.theta = 10000;
+  base.max_position_embeddings = orig;
+  base.original_max_position_embeddings = orig;
+
+  struct entry {
+    std::string label;
+    rope_config c;
+    int64_t seq_len;
+  };
+  std::vector<entry> entries;
+  entries.push_back({"default", base, 0});
+  auto lin = base;
+  lin.type = rope_type::linear;
+  lin.factor = s;
+  entries.push_back({"linear (PI), s = 8", lin, 0});
+  auto dyn = base;
+  dyn.type = rope_type::dynamic;
+  dyn.factor = s;
+  entries.push_back({"dynamic NTK, s = 8 at L = 32768", dyn, target});
+  auto yarn = base;
+  yarn.type = rope_type::yarn;
+  yarn.factor = s;
+  entries.push_back({"yarn, s = 8", yarn, 0});
+  auto l3 = base;
+  l3.type = rope_type::llama3;
+  l3.factor = s;
+  entries.push_back({"llama3, s = 8 (low 1, high 4)", l3, 0});
+  // LongRoPE's factors come from a search per model; this illustrative long_factor rises
+  // linearly from 1 (fastest pair) to s (slowest pair), short_factor is all ones.
+  auto lr = base;
+  lr.type = rope_type::longrope;
+  lr.factor = s;
+  lr.max_position_embeddings = target;
+  for (int64_t i = 0; i < D / 2; ++i) {
+    lr.short_factor.push_back(1.0);
+    lr.long_factor.push_back(1.0 + (s - 1) * static_cast<double>(i) / (D / 2 - 1));
+  }
+  entries.push_back({"longrope (illustrative linear long_factor), L = 32768", lr, target});
+
+  svg::line_plot plot;
+  plot.title = "RoPE frequency schedules, D = R = 128, theta = 1e4, 4096 -> 32768";
+  plot.x.label = "pair index i";
+  plot.y.label = "inv_freq omega_i (radians per position)";
+  plot.y.kind = svg::scale::log;
+  std::string rows_html, rows_md;
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const auto f = rope_frequencies(entries[k].c, entries[k].seq_len);
+    svg::line_series ser;
+    ser.name = entries[k].label;
+    for (size_t i = 0; i < f.inv_freq.size(); ++i) {
+      ser.x.push_back(static_cast<double>(i));
+      ser.y.push_back(f.inv_freq[i]);
+    }
+    ser.dashed = k == 0;
+    plot.series.push_back(ser);
+    const double last = f.inv_freq.back();
+    rows_html +=
+        fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", entries[k].label,
+                    num(f.inv_freq[0]), num(last), num(f.attention_factor));
+    rows_md += fmt::format("| {} | {} | {} | {} |\n", entries[k].label, num(f.inv_freq[0]),
+                           num(last), num(f.attention_factor));
+  }
+  write_file_atomic(ctx.out_dir + "/rope_freqs.svg", svg::render(plot));
+
+  report_section sec;
+  sec.id = "rope";
+  sec.title = "RoPE: frequency schedules of the scaling types";
+  const std::string intro =
+      "Every RoPE scaling type changes only the per-pair frequencies omega_i (and a magnitude "
+      "a multiplying cos and sin); the rotation is shared. Linear interpolation divides every "
+      "frequency by s; dynamic NTK raises the base; YaRN keeps the fast pairs (many rotations "
+      "inside the original context) and interpolates the slow ones with a ramp between; Llama "
+      "3.1 does the same by wavelength with a smooth blend; LongRoPE divides by a searched "
+      "per-pair factor. Reproduce one row with <code>posenc rope freqs --head-dim 128 "
+      "--scaling yarn --factor 8 --original-max-pos 4096 --format json</code>.";
+  sec.html = "<p>" + intro + "</p>\n";
+  sec.html +=
+      "<figure><img src=\"rope_freqs.svg\" alt=\"RoPE frequency schedules\"><figcaption>log "
+      "inv_freq against pair index for each scaling type.</figcaption></figure>\n";
+  sec.html +=
+      "<table><tr><th>scaling</th><th>omega_0</th><th>omega_{R/2-1}</th><th>attention "
+      "factor a</th></tr>\n" +
+      rows_html + "</table>\n";
+  std::string intro_md = intro;
+  for (const char* tag : {"<code>", "</code>"})
+    for (size_t p = intro_md.find(tag); p != std::string::npos; p = intro_md.find(tag))
+      intro_md.replace(p, std::string(tag).size(), "`");
+  sec.markdown = intro_md + "\n\n![RoPE frequency schedules](rope_freqs.svg)\n\n";
+  sec.markdown += "| scaling | omega_0 | omega_{R/2-1} | attention factor a |\n|---|---|---|---|\n";
+  sec.markdown += rows_md;
+  int n = 0, failed = 0;
+  for (const auto& c : ctx.checks)
+    if (c.group == "rope") {
+      ++n;
+      failed += !c.passed;
+    }
+  sec.html += fmt::format(
+      "<p>RoPE property checks: {} run, {} failed (see the checks table; "
+      "<code>posenc check --group rope</code>).</p>\n",
+      n, failed);
+  sec.markdown += fmt::format(
+      "\nRoPE property checks: {} run, {} failed (`posenc check --group rope`).\n", n, failed);
+  return sec;
+}
+
+const bool registered = register_report_section(30, "rope", rope_section);
+
+}  // namespace
+}  // namespace posenc::cli
