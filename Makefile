@@ -17,7 +17,12 @@ build-asan: deps
 	cmake --preset asan >/dev/null
 	cmake --build --preset asan -j $(JOBS)
 
+# The main job: measure speed against this machine's limits, train the quick lab comparison,
+# then write the report that renders both alongside the worked examples and checks.
 run: build
+	mkdir -p report
+	$(BIN) bench --out report/bench.json
+	$(BIN) lab --quick --out report/lab
 	$(BIN) report --out report/
 
 test: build
@@ -26,7 +31,9 @@ test: build
 	ctest --preset asan
 
 bench: build
+	scripts/install-bench-deps
 	$(BIN) bench
+	/usr/bin/python3 bench/compare_torch.py --posenc $(BIN)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')

@@ -12,8 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../tools/posenc/svg.cpp"  // NOLINT(bugprone-suspicious-include)
-#include "../tools/posenc/svg.hpp"
+#include "svg.hpp"
 #include "posenc/core/error.hpp"
 
 using namespace posenc;

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attention_plan.hpp"
 #include "posenc/core/error.hpp"
@@ -298,6 +299,11 @@ void attention_tiled(const attention_params<Real>& p) {
     }
   }
 
+  if constexpr (std::is_same_v<Real, float>) {
+    // float32: the register-blocked SIMD kernels of attention_simd.cpp.
+    detail::attention_simd_f32(p, pl, q, k, num_threads());
+    return;
+  }
   const auto bias = make_bias_tables(p, pl);
   tiled_problem<Real> pr{&p, &pl, q, k, &bias};
   std::vector<Real> shaw_k, shaw_v;

@@ -27,6 +27,19 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Rotate: forward and inverse side by side (Su et al. 2021, eq. 34, one 2x2 rotation per pair).
 // ---------------------------------------------------------------------------------------------
 
+// Both layouts compute every output as one multiply-add of the same operands,
+//   u' = fma(u, c, -(v s)),  v' = fma(v, c, u s)      (forward)
+//   u' = fma(u, c, v s),     v' = fma(v, c, -(u s))   (inverse)
+// in the vector body and in the tails, so half and interleaved agree bit for bit under the
+// channel permutation (rope_checks "layouts_agree"). Fma1 is the target's own MulAdd on one
+// lane: fused where the target has FMA, multiply-then-add where it emulates it, exactly as the
+// vector body.
+template <typename T>
+HWY_INLINE T Fma1(T a, T b, T c) {
+  const hn::CappedTag<T, 1> d1;
+  return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
+}
+
 // half: x_h = [u_0 .. u_{n-1} | v_0 .. v_{n-1} | pass], pair i = (u_i, v_i), n = R/2.
 //   c, s: (n,); x: H heads, head h at x + h * stride. Vectors run over i.
 template <bool kInverse, typename T>
@@ -44,21 +57,21 @@ HWY_INLINE void RotateHalfT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RES
       if constexpr (!kInverse) {
         // forward: u' = u c - v s; v' = v c + u s
         hn::StoreU(hn::MulSub(a, cv, hn::Mul(b, sv)), d, u + i);
-        hn::StoreU(hn::MulAdd(a, sv, hn::Mul(b, cv)), d, v + i);
+        hn::StoreU(hn::MulAdd(b, cv, hn::Mul(a, sv)), d, v + i);
       } else {
         // backward of "u' = u c - v s; v' = v c + u s": the transpose, sine negated.
-        hn::StoreU(hn::MulAdd(b, sv, hn::Mul(a, cv)), d, u + i);
+        hn::StoreU(hn::MulAdd(a, cv, hn::Mul(b, sv)), d, u + i);
         hn::StoreU(hn::MulSub(b, cv, hn::Mul(a, sv)), d, v + i);
       }
     }
     for (; i < n; ++i) {
       const T a = u[i], b = v[i];
       if constexpr (!kInverse) {
-        u[i] = a * c[i] - b * s[i];
-        v[i] = b * c[i] + a * s[i];
+        u[i] = Fma1(a, c[i], -(b * s[i]));
+        v[i] = Fma1(b, c[i], a * s[i]);
       } else {
-        u[i] = a * c[i] + b * s[i];
-        v[i] = b * c[i] - a * s[i];
+        u[i] = Fma1(a, c[i], b * s[i]);
+        v[i] = Fma1(b, c[i], -(a * s[i]));
       }
     }
   }
@@ -97,8 +110,8 @@ HWY_INLINE void RotateInterleavedT(int64_t n, const T* HWY_RESTRICT c, const T* 
       }
       for (; i < w; i += 2) {  // whole pairs: w and N are even
         const T a = y[i], b = y[i + 1];
-        y[i] = a * ce[i] + b * se[i];
-        y[i + 1] = b * ce[i + 1] + a * se[i + 1];
+        y[i] = Fma1(a, ce[i], b * se[i]);
+        y[i + 1] = Fma1(b, ce[i + 1], a * se[i + 1]);
       }
     }
   }

@@ -72,6 +72,10 @@ void validate(const model_config& c) {
                 static_cast<unsigned long long>(c.d_model), 16, 8);
 }
 
+double sinusoidal_amplitude(const model_config& c) {
+  return std::sqrt(2.0) * c.init_std;
+}
+
 param_layout make_layout(const model_config& c) {
   validate(c);
   param_layout L;
@@ -143,11 +147,12 @@ void transformer<S>::init(uint64_t seed) {
     const bool gain = t.name.ends_with("_g");
     const bool bias = t.name.ends_with("_b") || t.name.find(".b") != std::string::npos;
     const bool resid = t.name.ends_with(".wo") || t.name.ends_with(".w2");
-    // Sinusoids have unit amplitude; token embeddings of std 0.02 would be drowned by them, so
-    // with sinusoidal positions the embeddings start at unit scale (the reason Vaswani et al.
-    // 2017, sec. 3.4, multiply embeddings by sqrt(d_model)).
-    const double std =
-        t.name == "tok_emb" && cfg_.scheme == pos_scheme::sinusoidal ? 1.0 : cfg_.init_std;
+    // Every scheme starts its token embeddings at init_std; the sinusoids are scaled down to
+    // the same per-channel RMS instead (sinusoidal_amplitude below). Scaling the embeddings up
+    // to the sinusoids' unit amplitude (Vaswani et al. 2017, sec. 3.4) makes the residual
+    // stream ~50x larger than the init_std-scaled layer outputs added to it, and the lab's
+    // 1000-step runs then never left the "uniform digit" plateau (loss ln 10).
+    const double std = cfg_.init_std;
     for (int64_t i = 0; i < t.size; ++i) {
       if (gain)
         p[i] = S(1);
@@ -447,7 +452,11 @@ double transformer<S>::forward(const batch& bt) {
     std::vector<double> tab(N_ * C);
     sinusoidal_table(sinusoidal_params{C, 10000.0, sin_layout::interleaved, sin_denominator::width},
                      positions_, std::span<double>(tab));
-    sin_table_.assign(tab.begin(), tab.end());
+    // P(pos) = a * PE(pos) with a = sqrt(2) init_std: each sin/cos channel has RMS 1/sqrt(2)
+    // over positions, so a PE has per-channel RMS init_std, the token embeddings' init std.
+    const double a = sinusoidal_amplitude(cfg_);
+    sin_table_.resize(tab.size());
+    for (size_t i = 0; i < tab.size(); ++i) sin_table_[i] = static_cast<S>(a * tab[i]);
   } else if (cfg_.scheme == pos_scheme::rope) {
     rope_config rc;
     rc.head_dim = D;

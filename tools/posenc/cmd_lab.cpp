@@ -41,7 +41,7 @@ std::string fmt_time(double s) {
                    : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
-// The --quick preset: a whole six-scheme comparison, about 6.5M training tokens in all
+// The --quick preset: a whole six-scheme comparison, about 3.8M training tokens in all
 // (6 runs x 1000 steps x 16 sequences x 40 tokens on average), a few minutes on 2 quiet cores.
 // Applied only to options the user did not give explicitly.
 void apply_quick(lab_cli& o, CLI::App* sub) {

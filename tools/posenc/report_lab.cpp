@@ -228,7 +228,18 @@ report_section lab_section_json(report_context& ctx) {
       task, cfg["train_len"][0].get<int64_t>(), train_max, cfg["steps"].get<int64_t>(),
       cfg["seeds"].get<int64_t>(), metric_label, provenance, nruns ? tps / nruns : 0.0);
   sec.html = "<p>" + intro + "</p>\n" + figs_html + table;
-  sec.markdown = intro + "\n\n" + figs_md + md;
+  // The same sentences as Markdown: inline HTML tags mapped to their Markdown spelling.
+  std::string intro_md = intro;
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"<b>", "**"},
+                                                                                 {"</b>", "**"},
+                                                                                 {"<i>", "*"},
+                                                                                 {"</i>", "*"},
+                                                                                 {"<code>", "`"},
+                                                                                 {"</code>", "`"},
+                                                                                 {"&plusmn;", "±"}})
+    for (size_t p = intro_md.find(from); p != std::string::npos; p = intro_md.find(from, p))
+      intro_md.replace(p, from.size(), to);
+  sec.markdown = intro_md + "\n\n" + figs_md + md;
   return sec;
 }
 

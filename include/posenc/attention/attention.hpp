@@ -33,7 +33,10 @@
 //                        blocks with an online softmax (Milakov and Gimelshein 2018), extra
 //                        memory O(Bq * (D + Bk + 2K+1)) per thread plus one rotated copy of q and
 //                        k when RoPE is on; never a T x S score or bias matrix. Arithmetic in
-//                        the element type (float or double).
+//                        the element type (float or double). float32 runs Highway
+//                        micro-kernels (src/attention/attention_simd.cpp: register-blocked
+//                        Q K^T and P V, keys transposed once per call, O(S * Hkv * D) extra);
+//                        double runs the plain loops of attention.cpp.
 //   attention_forward    the tiled path, or the reference when the environment variable
 //                        POSENC_REFERENCE=1 is set (one binary can compare both).
 #pragma once

@@ -12,7 +12,7 @@
 // by the same formula but never reaches the softmax.
 //
 // The slopes m_h are a geometric sequence; three conventions exist when H is not a power of
-// two (see docs/conventions_bias.md and PEERS 9.3); they agree for every power of two except
+// two (see docs/conventions.md and PEERS 9.3); they agree for every power of two except
 // `geometric`, which always agrees.
 #pragma once
 

@@ -56,6 +56,12 @@ struct model_config {
 // Throws invalid_argument naming the field for any invalid value.
 void validate(const model_config& c);
 
+// Amplitude a of the sinusoidal input positions, x_0 = E[token] + a PE(pos) (Vaswani et al.
+// 2017, sec. 3.5, PE with unit amplitude): a = sqrt(2) init_std, so the table's per-channel RMS
+// (1/sqrt(2) for a unit sinusoid) equals the token embeddings' init std and neither input
+// drowns the other at initialisation.
+double sinusoidal_amplitude(const model_config& c);
+
 // One named parameter tensor inside the flat vector.
 struct param_tensor {
   std::string name;  // "tok_emb", "layer0.wqkv", ...
@@ -96,8 +102,8 @@ class transformer {
  public:
   explicit transformer(const model_config& c);  // parameters zero; call init
   // GPT-2 style initialisation from posenc::rng(seed): matrices N(0, std^2) (residual output
-  // projections std / sqrt(2 L)), gains 1, biases 0, T5/Shaw tables N(0, std^2); with
-  // sinusoidal positions the token embeddings are N(0, 1), the scale of the sinusoids.
+  // projections std / sqrt(2 L)), gains 1, biases 0, T5/Shaw tables N(0, std^2); token
+  // embeddings N(0, std^2) for every scheme (sinusoids are scaled by sinusoidal_amplitude).
   void init(uint64_t seed);
 
   const model_config& config() const { return cfg_; }

@@ -1,0 +1,540 @@
+// The float32 fast path of attention_tiled: Highway micro-kernels (dynamic dispatch, one binary,
+// best target at run time; this file is compiled once per target through foreach_target.h).
+//
+// Same algorithm as the generic tiled path in attention.cpp (FlashAttention-2, Dao 2023,
+// Algorithm 1; online softmax, Milakov and Gimelshein 2018), with the two block products done
+// by one register-blocked micro-kernel:
+//
+//   C(MR x NV*N) = beta_r * C + A(MR x K) . B(K x NV*N)      N = float lanes (8 with AVX2)
+//     A read by broadcasts (row stride lda), B by vector loads (row stride ldb), C kept in
+//     MR * NV <= 12 registers over the whole K loop (6 rows x 2 vectors: 12 accumulators cover
+//     FMA latency x 2 FMA ports; 2 loads + 6 broadcasts per 12 FMAs)
+//
+//   Q K^T:  A = q block (rows, D), pre-multiplied by the scale;  B = kT (D, Bk): the key block
+//           transposed once per call for the whole of K ("packed": (Hkv, S/Bk, D, Bk), keys
+//           contiguous), shared by every query block and every query head of the group (GQA:
+//           no copy per head);  C = s (rows, Bk), beta = 0.
+//   P V:    A = p (rows, Bk);  B = v rows of the block read in place (stride Hkv*D; copied to a
+//           zero-padded (Hkv, S, Dp) layout only when D is not a multiple of N);
+//           C = acc (rows, Dp), beta_r = alpha_r = exp(m_old - m_new): the softmax rescale is
+//           fused into the accumulator load.
+//
+// Work item = (kv head, block of bq queries) x its G = Hq / Hkv query heads = G * bq tile rows
+// (<= 64 + G); items are taken from an atomic counter, heaviest (last, for causal) first.
+// Inside a key block of Bk = 64 keys, per tile row:
+//   score mod   s += scale q.a^K_c (Shaw-K, scalar)  + ALiBi row (alibi_bias_row, vectorised,
+//               bit-identical to the scalar formula rounded to float) + T5 (a per-call float
+//               LUT over offsets kpos - qpos, clamped where the bucket saturates; contiguous
+//               positions load the row's slice of the LUT with one vector load per 8 keys, or a
+//               broadcast when the whole block is past saturation)
+//   masks       causal / window as a key-index range per row; key padding as an additive
+//               0 / -inf row per block; documents by a per-block "one document" test, else a
+//               scalar compare
+//   softmax     vector row max, p = Exp(s - m) (hwy/contrib/math Exp: max error 1 ulp for x in
+//               [-FLT_MAX, 104]; it returns exactly 0 below -104 and for -inf, so masked keys
+//               give p = 0), vector row sum.
+// The decode shape (fewer than 16 tile rows per item) skips the K transpose (it would cost an
+// extra pass over a K that is read once) and forms each score as a vector dot product over D.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/attention/attention_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "src/attention/attention_plan.hpp"
+
+#ifndef POSENC_ATTENTION_SIMD_TYPES
+#define POSENC_ATTENTION_SIMD_TYPES
+#include "posenc/core/threads.hpp"
+#include "posenc/encodings/alibi.hpp"
+
+namespace posenc::detail {
+
+constexpr int64_t kSimdBk = 64;    // keys per block
+constexpr int64_t kSimdRows = 64;  // target tile rows per work item
+
+// Everything the per-target kernel reads; built once per call by attention_simd_f32.
+struct simd_problem {
+  const attention_params<float>* p;
+  const attention_plan* pl;
+  const float* q;   // (T, Hq, D), rotated when RoPE is on
+  const float* k;   // (S, Hkv, D), rotated when RoPE is on (decode path only)
+  const float* kT;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
+  const float* v;   // (S, Hkv, ldv_head): p.v or the zero-padded copy (row stride v_row)
+  int64_t v_row = 0;           // floats between consecutive keys of one head in v
+  int64_t Dp = 0;              // D rounded up to the vector length
+  int64_t nkb = 0;             // key blocks
+  int64_t bq = 1, nqb = 1;     // queries per item, query blocks
+  float scale = 1;
+  // ALiBi (hook 2b): slopes (Hq,), empty = off.
+  std::vector<double> alibi;
+  // T5 (hook 2b): lut (Hq, span) of float bias at offset r in [lo, hi] (clamped: exact,
+  // see make_t5_lut); t5_direct: offsets too spread for a table, bucket computed per pair.
+  bool t5 = false, t5_direct = false;
+  std::vector<float> t5_lut;
+  int64_t lo = 0, hi = 0, span = 0;
+  const t5_bias_table* t5_table = nullptr;
+  // Shaw (hooks 2a, 3).
+  const float* shaw_k = nullptr;  // (C, D)
+  const float* shaw_v = nullptr;  // (C, D)
+  int64_t shaw_clip = 0, C = 0;
+  bool kpos_contiguous = true;  // kpos[j] == j for every key (the default; enables T5 slices)
+  bool any_key_pad = false;
+};
+
+// One thread's scratch, sized once before the parallel region.
+struct simd_scratch {
+  std::vector<float> qs;    // (rows, D): scale * q rows of the item
+  std::vector<float> s;     // (rows, Bk): scores, then probabilities
+  std::vector<float> acc;   // (rows, Dp): unnormalised output
+  std::vector<float> m, l;  // (rows,): running max and sum
+  std::vector<float> beta;  // (rows,): this block's rescale alpha
+  std::vector<float> kadd;  // (Bk,): 0 for a real key, -inf for a pad key
+  std::vector<float> qa;    // (rows, C): scale q . a^K_c (Shaw only)
+  std::vector<float> w;     // (rows, C): probability mass per Shaw offset
+};
+
+}  // namespace posenc::detail
+#endif  // POSENC_ATTENTION_SIMD_TYPES
+
+HWY_BEFORE_NAMESPACE();
+namespace posenc {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using detail::kSimdBk;
+using detail::simd_problem;
+using detail::simd_scratch;
+
+// At most 8 lanes: the AVX-512 target then also runs 256-bit vectors, so that D = 80 or any
+// multiple of 8 needs no padding and the register blocking below stays within 16 registers.
+using DF = hn::CappedTag<float, 8>;
+
+// C(MR x NV*N) = beta_r * C + A(MR x K) . B(K x NV*N), beta == nullptr: C = A . B.
+//   A: row r at A + r * lda, element kk at [kk];  B: row kk at B + kk * ldb;  C: row r at
+//   C + r * ldc. Accumulation order: for each output, kk = 0, 1, ..., K-1 with FMA.
+template <int MR, int NV>
+HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const float* HWY_RESTRICT B,
+                            int64_t ldb, float* HWY_RESTRICT C, int64_t ldc, int64_t K,
+                            const float* HWY_RESTRICT beta) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> c[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v)
+      c[r][v] = beta ? hn::Mul(hn::Set(d, beta[r]), hn::LoadU(d, C + r * ldc + v * N))
+                     : hn::Zero(d);
+  for (int64_t kk = 0; kk < K; ++kk) {
+    hn::Vec<DF> b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, B + kk * ldb + v * N);
+    for (int r = 0; r < MR; ++r) {
+      const auto a = hn::Set(d, A[r * lda + kk]);
+      for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(a, b[v], c[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) hn::StoreU(c[r][v], d, C + r * ldc + v * N);
+}
+
+// C(rows x ncols) over the whole tile: ncols a multiple of N; rows in strips of 6, then 4/2/1.
+template <int NV>
+HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const float* B, int64_t ldb,
+                          float* C, int64_t ldc, int64_t K, const float* beta) {
+  int64_t r = 0;
+  for (; r + 6 <= rows; r += 6)
+    MicroKernel<6, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+  for (; r + 4 <= rows; r += 4)
+    MicroKernel<4, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+  for (; r + 2 <= rows; r += 2)
+    MicroKernel<2, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+  for (; r < rows; ++r)
+    MicroKernel<1, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+}
+
+HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t c0 = 0;
+  // Column strips of 2 vectors; a strip stays in L1 while all row strips pass over it.
+  for (; c0 + 2 * N <= ncols; c0 += 2 * N)
+    GemmStrip<2>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta);
+  if (c0 < ncols) GemmStrip<1>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta);
+}
+
+// Transposes key blocks of K into kT: (Hkv, nkb, D, Bk), zero for keys past S. Work is split
+// over (head, block) items by the caller.
+void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, float* kT,
+              int64_t item_begin, int64_t item_end) {
+  for (int64_t item = item_begin; item < item_end; ++item) {
+    const int64_t hk = item / nkb, kb = item % nkb;
+    float* dst = kT + item * D * kSimdBk;  // (D, Bk)
+    const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
+    // 8 keys at a time: each source row is read contiguously, each destination row gets 8
+    // consecutive floats, so both sides stay within a few cache lines.
+    for (int64_t jj0 = 0; jj0 < kSimdBk; jj0 += 8) {
+      for (int64_t d = 0; d < D; ++d) {
+        float* out = dst + d * kSimdBk + jj0;
+        for (int64_t t = 0; t < 8; ++t) {
+          const int64_t jj = jj0 + t;
+          out[t] = jj < nb ? k[((j0 + jj) * Hkv + hk) * D + d] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// One work item: kv head hk, queries [i0, i1) of the G heads that read it. Tile row r holds
+// query head hk * G + r / nq and query i0 + r % nq.
+void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0, int64_t i1) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto& p = *pr.p;
+  const auto& pl = *pr.pl;
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, Dp = pr.Dp, C = pr.C;
+  const int64_t G = pl.group, nq = i1 - i0, rows = G * nq;
+  auto head_of = [&](int64_t r) { return hk * G + r / nq; };
+  auto query_of = [&](int64_t r) { return i0 + r % nq; };
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float* qs = sc.qs.data();
+  float* s = sc.s.data();
+  float* acc = sc.acc.data();
+  float* m = sc.m.data();
+  float* l = sc.l.data();
+  float* beta = sc.beta.data();
+  float* kadd = sc.kadd.data();
+  float* qa = sc.qa.data();
+  float* w = sc.w.data();
+  const bool shaw = pr.shaw_k != nullptr;
+  const bool alibi = !pr.alibi.empty();
+
+  // qs(rows, D) = scale * q rows: the score scale folded into q once per item.
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* qi = pr.q + (query_of(r) * Hq + head_of(r)) * D;
+    for (int64_t e = 0; e < D; ++e) qs[r * D + e] = pr.scale * qi[e];
+    m[r] = neg_inf;
+    l[r] = 0;
+  }
+  std::fill(acc, acc + rows * Dp, 0.0f);
+  if (shaw) {
+    std::fill(w, w + rows * C, 0.0f);
+    // qa[r][c] = scale q_i . a^K_c: Shaw-K's score term (Shaw et al. 2018, eq. 4).
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        float dot = 0;
+        for (int64_t e = 0; e < D; ++e) dot += qs[r * D + e] * pr.shaw_k[c * D + e];
+        qa[r * C + c] = dot;
+      }
+  }
+
+  // Key range any row may see by token index (causal and window rules).
+  int64_t j_begin = 0, j_end = S;
+  if (p.causal) j_end = std::clamp<int64_t>(S - T + i1, 0, S);
+  if (p.window > 0) j_begin = std::clamp<int64_t>(S - T + i0 - p.window + 1, 0, S);
+  const int64_t kb_begin = j_begin / kSimdBk;
+
+  for (int64_t kb = kb_begin; kb * kSimdBk < j_end; ++kb) {
+    const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
+    const int64_t ncols = (nb + N - 1) / N * N;
+    // 1. Q K^T: s(rows, ncols).
+    if (pr.kT) {
+      Gemm(rows, ncols, qs, D, pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
+           nullptr);
+    } else {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t jj = 0; jj < nb; ++jj) {
+          const float* kj = pr.k + ((j0 + jj) * Hkv + hk) * D;
+          const float* qr = qs + r * D;
+          auto a0 = hn::Zero(d), a1 = hn::Zero(d);
+          int64_t e = 0;
+          for (; e + 2 * N <= D; e += 2 * N) {
+            a0 = hn::MulAdd(hn::LoadU(d, qr + e), hn::LoadU(d, kj + e), a0);
+            a1 = hn::MulAdd(hn::LoadU(d, qr + e + N), hn::LoadU(d, kj + e + N), a1);
+          }
+          float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+          for (; e < D; ++e) dot += qr[e] * kj[e];
+          s[r * kSimdBk + jj] = dot;
+        }
+    }
+    // Key-side masks of this block, shared by every row.
+    bool block_pad = false;
+    if (pr.any_key_pad) {
+      for (int64_t jj = 0; jj < nb; ++jj) {
+        kadd[jj] = pl.kvalid[j0 + jj] ? 0.0f : neg_inf;
+        block_pad |= !pl.kvalid[j0 + jj];
+      }
+    }
+    const bool docs = !pl.qdoc.empty();
+    bool one_doc = true;
+    if (docs)
+      for (int64_t jj = 1; jj < nb; ++jj) one_doc &= pl.kdoc[j0 + jj] == pl.kdoc[j0];
+
+    // 2. Score mod and 3. online softmax, row by row.
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = query_of(r), h = head_of(r);
+      const int64_t qi = S - T + i, qp = pl.qpos[i];
+      float* srow = s + r * kSimdBk;
+      // Visible key-index range [lo_j, hi_j) of this row within the block.
+      int64_t lo_j = 0, hi_j = nb;
+      if (p.causal) hi_j = std::min(hi_j, qi - j0 + 1);
+      if (p.window > 0) lo_j = std::max(lo_j, qi - p.window + 1 - j0);
+      bool none = !pl.qvalid[i] || lo_j >= hi_j;
+      if (docs && one_doc && pl.kdoc[j0] != pl.qdoc[i]) none = true;
+      if (none) {
+        beta[r] = 1;  // the row's acc is unchanged; its probabilities are zero
+        for (int64_t jj = 0; jj < ncols; ++jj) srow[jj] = 0;
+        continue;
+      }
+      if (shaw)
+        for (int64_t jj = lo_j; jj < hi_j; ++jj)
+          srow[jj] += qa[r * C + shaw_index(qp, pl.kpos[j0 + jj], pr.shaw_clip)];
+      if (alibi) alibi_bias_row(pr.alibi[h], qp, pl.kpos.data() + j0, nb, p.causal, srow, true);
+      if (pr.t5) {
+        if (pr.t5_direct) {
+          const auto& t = *pr.t5_table;
+          for (int64_t jj = lo_j; jj < hi_j; ++jj)
+            srow[jj] += static_cast<float>(
+                t.weights[t5_bucket(pl.kpos[j0 + jj] - qp, t.params) * t.heads + h]);
+        } else if (pr.kpos_contiguous) {
+          const float* lut = pr.t5_lut.data() + h * pr.span;
+          const int64_t r0 = j0 - qp, r1 = j0 + nb - 1 - qp;  // offsets of the block's keys
+          if (r1 <= pr.lo || r0 >= pr.hi) {                  // saturated: one value
+            const auto bv = hn::Set(d, lut[(r1 <= pr.lo ? pr.lo : pr.hi) - pr.lo]);
+            for (int64_t jj = 0; jj < ncols; jj += N)
+              hn::StoreU(hn::Add(hn::LoadU(d, srow + jj), bv), d, srow + jj);
+          } else if (r0 >= pr.lo && r1 <= pr.hi) {  // inside the table: a slice
+            const float* slice = lut + (r0 - pr.lo);
+            int64_t jj = 0;
+            for (; jj + N <= nb; jj += N)
+              hn::StoreU(hn::Add(hn::LoadU(d, srow + jj), hn::LoadU(d, slice + jj)), d, srow + jj);
+            for (; jj < nb; ++jj) srow[jj] += slice[jj];
+          } else {
+            for (int64_t jj = 0; jj < nb; ++jj)
+              srow[jj] += lut[std::clamp(r0 + jj, pr.lo, pr.hi) - pr.lo];
+          }
+        } else {
+          const float* lut = pr.t5_lut.data() + h * pr.span;
+          for (int64_t jj = 0; jj < nb; ++jj)
+            srow[jj] += lut[std::clamp(pl.kpos[j0 + jj] - qp, pr.lo, pr.hi) - pr.lo];
+        }
+      }
+      // Masks: outside [lo_j, hi_j) (and the padded columns), pad keys, other documents.
+      for (int64_t jj = 0; jj < lo_j; ++jj) srow[jj] = neg_inf;
+      for (int64_t jj = hi_j; jj < ncols; ++jj) srow[jj] = neg_inf;
+      if (block_pad)
+        for (int64_t jj = 0; jj < ncols; jj += N)
+          hn::StoreU(hn::Add(hn::LoadU(d, srow + jj), hn::LoadU(d, kadd + jj)), d, srow + jj);
+      if (docs && !one_doc)
+        for (int64_t jj = lo_j; jj < hi_j; ++jj)
+          if (pl.kdoc[j0 + jj] != pl.qdoc[i]) srow[jj] = neg_inf;
+
+      // Online softmax.
+      auto vmax = hn::Set(d, neg_inf);
+      for (int64_t jj = 0; jj < ncols; jj += N) vmax = hn::Max(vmax, hn::LoadU(d, srow + jj));
+      const float mx = hn::GetLane(hn::MaxOfLanes(d, vmax));
+      const float m_new = std::max(m[r], mx);
+      if (m_new == neg_inf) {  // nothing visible yet in this row (all keys masked)
+        beta[r] = 1;
+        for (int64_t jj = 0; jj < ncols; ++jj) srow[jj] = 0;
+        continue;
+      }
+      const float alpha = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first visible block
+      const auto vm = hn::Set(d, m_new);
+      auto vsum = hn::Zero(d);
+      for (int64_t jj = 0; jj < ncols; jj += N) {
+        const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, srow + jj), vm));  // masked: exactly 0
+        hn::StoreU(e, d, srow + jj);
+        vsum = hn::Add(vsum, e);
+      }
+      l[r] = alpha * l[r] + hn::GetLane(hn::SumOfLanes(d, vsum));
+      m[r] = m_new;
+      beta[r] = alpha;
+      if (shaw) {
+        float* wrow = w + r * C;
+        if (alpha != 1.0f)
+          for (int64_t c = 0; c < C; ++c) wrow[c] *= alpha;
+        for (int64_t jj = lo_j; jj < hi_j; ++jj)
+          wrow[shaw_index(qp, pl.kpos[j0 + jj], pr.shaw_clip)] += srow[jj];
+      }
+    }
+    // 4. P V with the rescale fused: acc = beta_r acc + p v_blk.
+    Gemm(rows, Dp, s, kSimdBk, pr.v + (j0 * Hkv + hk) * pr.v_row, Hkv * pr.v_row, acc, Dp, nb,
+         beta);
+  }
+
+  // Epilogue: normalise, add Shaw-V (eq. 3: sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = query_of(r), h = head_of(r);
+    float* out = p.out + (i * Hq + h) * D;
+    if (l[r] == 0.0f) {
+      for (int64_t e = 0; e < D; ++e) out[e] = 0;
+      if (p.lse) p.lse[i * Hq + h] = neg_inf;
+      continue;
+    }
+    const float inv = 1.0f / l[r];
+    const float* arow = acc + r * Dp;
+    for (int64_t e = 0; e < D; ++e) out[e] = arow[e];
+    if (shaw) {
+      const float* wrow = w + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const float wc = wrow[c];
+        if (wc == 0.0f) continue;
+        const float* av = pr.shaw_v + c * D;
+        for (int64_t e = 0; e < D; ++e) out[e] += wc * av[e];
+      }
+    }
+    for (int64_t e = 0; e < D; ++e) out[e] *= inv;
+    if (p.lse) p.lse[i * Hq + h] = m[r] + std::log(l[r]);
+  }
+}
+
+// The thread body: takes items from the shared counter until none is left. Item n maps to
+// query block nqb - 1 - n / Hkv (the heaviest causal blocks first) and kv head n % Hkv.
+void AttendItems(const simd_problem& pr, simd_scratch& sc, std::atomic<int64_t>* next) {
+  const auto& p = *pr.p;
+  const int64_t work = p.Hkv * pr.nqb;
+  for (;;) {
+    const int64_t n = next->fetch_add(1, std::memory_order_relaxed);
+    if (n >= work) return;
+    const int64_t qb = pr.nqb - 1 - n / p.Hkv, hk = n % p.Hkv;
+    AttendItem(pr, sc, hk, qb * pr.bq, std::min(p.T, (qb + 1) * pr.bq));
+  }
+}
+
+int64_t Lanes() {
+  return static_cast<int64_t>(hn::Lanes(DF()));
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace posenc
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace posenc::detail {
+HWY_EXPORT(PackKeys);
+HWY_EXPORT(AttendItems);
+HWY_EXPORT(Lanes);
+
+namespace {
+
+// The T5 bias of head h at offset r = kpos - qpos, as a float table over [lo, hi]. The bucket
+// is constant for |r| >= 2 * max_distance + num_buckets (the logarithmic branch reaches its last
+// bucket at |r| >= max_distance), so clamping offsets to that range is exact.
+void make_t5_lut(simd_problem& pr, const attention_params<float>& p, const attention_plan& pl) {
+  const t5_bias_table& t = *p.pos.t5;
+  pr.t5 = true;
+  pr.t5_table = &t;
+  int64_t qmin = std::numeric_limits<int64_t>::max(), qmax = std::numeric_limits<int64_t>::min();
+  int64_t kmin = qmin, kmax = qmax;
+  for (int64_t i = 0; i < p.T; ++i)
+    if (pl.qvalid[i]) qmin = std::min(qmin, pl.qpos[i]), qmax = std::max(qmax, pl.qpos[i]);
+  for (int64_t j = 0; j < p.S; ++j)
+    if (pl.kvalid[j]) kmin = std::min(kmin, pl.kpos[j]), kmax = std::max(kmax, pl.kpos[j]);
+  const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
+  if (qmin > qmax || kmin > kmax) {  // nothing visible: a one-entry table never read
+    pr.lo = pr.hi = 0;
+  } else {
+    pr.lo = std::max(kmin - qmax, -sat);  // positions <= 2^62: no overflow
+    pr.hi = std::min(kmax - qmin, sat);
+    if (pr.lo > pr.hi) pr.lo = pr.hi;  // every offset clamps to one end
+  }
+  pr.span = pr.hi - pr.lo + 1;
+  if (pr.span > (int64_t{1} << 22) || pr.span * p.Hq > (int64_t{1} << 26)) {
+    pr.t5_direct = true;
+    return;
+  }
+  pr.t5_lut.resize(static_cast<size_t>(p.Hq * pr.span));
+  for (int64_t r = pr.lo; r <= pr.hi; ++r) {
+    const int64_t bucket = t5_bucket(r, t.params);
+    for (int64_t h = 0; h < p.Hq; ++h)
+      pr.t5_lut[h * pr.span + (r - pr.lo)] = static_cast<float>(t.weights[bucket * t.heads + h]);
+  }
+}
+
+}  // namespace
+
+void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
+                        const float* q, const float* k, int max_threads) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  simd_problem pr;
+  pr.p = &p;
+  pr.pl = &pl;
+  pr.q = q;
+  pr.k = k;
+  pr.scale = static_cast<float>(pl.scale);
+  const int64_t N = HWY_DYNAMIC_DISPATCH(Lanes)();
+  pr.Dp = (D + N - 1) / N * N;
+  pr.nkb = (S + kSimdBk - 1) / kSimdBk;
+  const int64_t G = pl.group;
+  pr.bq = std::max<int64_t>(1, kSimdRows / G);
+  pr.nqb = (T + pr.bq - 1) / pr.bq;
+  const int64_t rows = G * std::min(pr.bq, T);
+
+  pr.alibi.assign(p.pos.alibi.begin(), p.pos.alibi.end());
+  for (int64_t j = 0; j < S; ++j) {
+    pr.kpos_contiguous &= pl.kpos[j] == j;
+    pr.any_key_pad |= !pl.kvalid[j];
+  }
+  if (p.pos.t5) make_t5_lut(pr, p, pl);
+  if (p.pos.shaw) {
+    pr.shaw_k = p.pos.shaw->keys.data();
+    pr.shaw_v = p.pos.shaw->values.data();
+    pr.shaw_clip = p.pos.shaw->clip;
+    pr.C = 2 * p.pos.shaw->clip + 1;
+  }
+
+  // Threads only pay off above ~1M multiply-adds (see attention.cpp).
+  const double flops = double(Hq) * double(T) * double(std::max<int64_t>(S, 1)) * double(D);
+  const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(flops / double(1 << 20)));
+  const int64_t work = Hkv * pr.nqb;
+  const int nth = static_cast<int>(std::min<int64_t>({max_threads, work, by_work}));
+
+  // Transposed key blocks (Hkv, nkb, D, Bk): one pass over K, shared by every query block.
+  // Decode-like calls (few tile rows) read K in place instead.
+  std::vector<float> kT;
+  if (rows >= 16 && S > 0) {
+    kT.resize(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
+    parallel_for(Hkv * pr.nkb, [&](int64_t b, int64_t e) {
+      HWY_DYNAMIC_DISPATCH(PackKeys)(k, S, Hkv, D, pr.nkb, kT.data(), b, e);
+    });
+    pr.kT = kT.data();
+  }
+  // V in place when D is a multiple of the vector length, else a zero-padded (S, Hkv, Dp) copy.
+  std::vector<float> vpad;
+  if (pr.Dp == D) {
+    pr.v = p.v;
+    pr.v_row = D;
+  } else {
+    vpad.assign(static_cast<size_t>(S * Hkv * pr.Dp), 0.0f);
+    for (int64_t j = 0; j < S * Hkv; ++j)
+      std::copy(p.v + j * D, p.v + (j + 1) * D, vpad.begin() + j * pr.Dp);
+    pr.v = vpad.data();
+    pr.v_row = pr.Dp;
+  }
+
+  std::vector<simd_scratch> scratch(static_cast<size_t>(nth));
+  for (auto& sc : scratch) {
+    sc.qs.resize(static_cast<size_t>(rows * D));
+    sc.s.resize(static_cast<size_t>(rows * kSimdBk));
+    sc.acc.resize(static_cast<size_t>(rows * pr.Dp));
+    sc.m.resize(static_cast<size_t>(rows));
+    sc.l.resize(static_cast<size_t>(rows));
+    sc.beta.resize(static_cast<size_t>(rows));
+    sc.kadd.resize(static_cast<size_t>(kSimdBk));
+    sc.qa.resize(static_cast<size_t>(rows * pr.C));
+    sc.w.resize(static_cast<size_t>(rows * pr.C));
+  }
+  std::atomic<int64_t> next{0};
+  parallel_for(nth, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) HWY_DYNAMIC_DISPATCH(AttendItems)(pr, scratch[t], &next);
+  });
+}
+
+}  // namespace posenc::detail
+#endif  // HWY_ONCE
