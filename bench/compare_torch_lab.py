@@ -17,7 +17,9 @@ passkey-task tokens (BOS filler MARK k k k filler QUERY k k k; the last 3 key di
 
 posenc is timed by `posenc lab ... --format json` with one scheme and one seed, so the single
 run uses all --threads threads; its tokens_per_second counts training steps only (no evaluation).
-PyTorch is timed over the same number of steps after a few untimed warm-up steps.
+PyTorch is timed over the same number of steps after a few untimed warm-up steps. Both are
+reported per wall second and per CPU second (process CPU time: the second is less sensitive to
+other load on a shared machine, and shows threads that spin or wait rather than compute).
 
 Usage: bench/compare_torch_lab.py [--posenc build/release/posenc] [--threads 2]
        [--schemes nope,rope,alibi,learned] [--steps 100] [--json OUT.json]
@@ -27,6 +29,7 @@ import argparse
 import json
 import math
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -178,11 +181,11 @@ def torch_tokens_per_second(scheme, a, lengths):
     for i in range(a.warmup_steps):
         step(*batches[i % len(batches)])
     tokens = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for toks, tgts in batches:
         step(toks, tgts)
         tokens += toks.numel()
-    return tokens / (time.perf_counter() - t0)
+    return tokens / (time.perf_counter() - t0), tokens / (time.process_time() - c0)
 
 
 def posenc_run(scheme, a):
@@ -192,9 +195,15 @@ def posenc_run(scheme, a):
            str(a.layers), "--heads", str(a.heads), "--d-ff", str(a.d_ff), "--eval-lens",
            str(a.train_max), "--eval-samples", "1", "--threads", str(a.threads),
            "--no-progress", "--format", "json"]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = json.loads(out)["runs"][0]
-    return run["tokens_per_second"], run
+    # CPU seconds of the whole process (start-up and a 1-sequence evaluation included, which
+    # slightly favours PyTorch); wall tokens/s is posenc's own timing of the training steps.
+    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    tokens = run["tokens_per_second"] * run["train_seconds"]
+    return run["tokens_per_second"], tokens / cpu
 
 
 def main():
@@ -219,14 +228,18 @@ def main():
     print("PyTorch %s, %d threads; model C=%d layers=%d heads=%d d_ff=%d; batch %d, L in [%d, %d], "
           "%d steps" % (torch.__version__, torch.get_num_threads(), a.d_model, a.layers, a.heads,
                         a.d_ff, a.batch, a.train_min, a.train_max, a.steps))
-    print("%-11s %14s %14s %8s" % ("scheme", "posenc tok/s", "torch tok/s", "ratio"))
+    print("tokens per wall second, and per CPU second (less sensitive to a loaded machine)")
+    print("%-11s %13s %13s %7s %13s %13s %7s" % ("scheme", "posenc wall", "torch wall", "ratio",
+                                                  "posenc cpu", "torch cpu", "ratio"))
     rows = []
     for s in a.schemes.split(","):
-        p, _ = posenc_run(s, a)
-        t = torch_tokens_per_second(s, a, lengths)
+        p, pc = posenc_run(s, a)
+        t, tc = torch_tokens_per_second(s, a, lengths)
         rows.append({"scheme": s, "posenc_tokens_per_second": p, "torch_tokens_per_second": t,
-                     "ratio": p / t})
-        print("%-11s %14.0f %14.0f %7.2fx" % (s, p, t, p / t), flush=True)
+                     "ratio": p / t, "posenc_tokens_per_cpu_second": pc,
+                     "torch_tokens_per_cpu_second": tc, "cpu_ratio": pc / tc})
+        print("%-11s %13.0f %13.0f %6.2fx %13.0f %13.0f %6.2fx" % (s, p, t, p / t, pc, tc, pc / tc),
+              flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"threads": a.threads, "torch": torch.__version__, "config": vars(a),

@@ -93,8 +93,8 @@ void build(fixture& f, const spec& c) {
   p.k = f.k.data();
   p.v = f.v.data();
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
-  p.causal = c.msk == mask::causal || c.msk == mask::causal_window ||
-             c.msk == mask::everything || c.sch == scheme::t5_causal;
+  p.causal = c.msk == mask::causal || c.msk == mask::causal_window || c.msk == mask::everything ||
+             c.sch == scheme::t5_causal;
   if (c.msk == mask::padding || c.msk == mask::everything) {
     f.pad.resize(static_cast<size_t>(S));
     for (auto& m : f.pad) m = r.uniform() < 0.75;
@@ -236,8 +236,14 @@ TEST(AttentionSimd, EverySchemeAndMaskAgainstReference) {
   for (int s = 0; s < static_cast<int>(scheme::count); ++s)
     for (int m = 0; m < static_cast<int>(mask::count); ++m, ++idx) {
       const auto [hq, hkv] = kHeads[idx % 6];
-      spec c{kLens[idx % 5], kLens[(idx / 5 + idx) % 5], kDims[idx % 4], hq, hkv,
-             static_cast<scheme>(s), static_cast<mask>(m), 1000u + static_cast<uint64_t>(idx)};
+      spec c{kLens[idx % 5],
+             kLens[(idx / 5 + idx) % 5],
+             kDims[idx % 4],
+             hq,
+             hkv,
+             static_cast<scheme>(s),
+             static_cast<mask>(m),
+             1000u + static_cast<uint64_t>(idx)};
       run_case(c);
       if (HasFatalFailure()) return;
     }
@@ -249,7 +255,8 @@ TEST(AttentionSimd, CausalGqaAllLengths) {
   for (int64_t T : kLens)
     for (int64_t S : kLens) {
       if (T > S) continue;  // bottom-right causal with T > S needs explicit positions
-      const scheme sch = idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : scheme::t5_causal);
+      const scheme sch =
+          idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : scheme::t5_causal);
       run_case({T, S, kDims[idx % 3], 8, 2, sch, mask::causal, 77u + static_cast<uint64_t>(idx)});
       if (HasFatalFailure()) return;
       ++idx;
@@ -299,8 +306,8 @@ TEST(AttentionSimd, ReferenceSwitch) {
 }
 
 RC_GTEST_PROP(AttentionSimd, RandomAwkwardShapes, ()) {
-  const auto hs = *rc::gen::elementOf(std::vector<std::pair<int64_t, int64_t>>(
-      std::begin(kHeads), std::end(kHeads)));
+  const auto hs = *rc::gen::elementOf(
+      std::vector<std::pair<int64_t, int64_t>>(std::begin(kHeads), std::end(kHeads)));
   spec c{*rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens))),
          *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens))),
          *rc::gen::elementOf(std::vector<int64_t>(std::begin(kDims), std::end(kDims))),

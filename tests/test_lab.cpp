@@ -324,3 +324,44 @@ TEST(Lab, ShortTrainingLearns) {
   EXPECT_GT(e.token_accuracy, 0.6) << "loss " << e.loss;
   EXPECT_LT(e.loss, r.runs[0].curve.front().loss);
 }
+
+// The sinusoidal input is x_0 = E[token] + a PE(pos) with a = sqrt(2) init_std (model/
+// transformer.hpp, sinusoidal_amplitude). At position 0 the paper's table (Vaswani et al. 2017,
+// sec. 3.5, interleaved: PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i)) is exactly
+// [0, 1, 0, 1, ...], so a NoPE model whose embedding row for the token is E + a [0, 1, 0, 1, ...]
+// must compute the same loss. With init_std 0.5 (so the shift is not swamped), a = sqrt(2) * 0.5 =
+// 1/sqrt(2) = 0.70710678118654752 (by hand). The row is
+// formed with the same float addition the forward pass does (E + float(a * 1)), so the two
+// losses are bitwise equal; the tolerance 1e-7 only guards against a different but equally
+// exact summation order. A second comparison without the shift must differ (the test can fail).
+TEST(Model, SinusoidalInputIsScaledTable) {
+  model::model_config c;
+  c.vocab = 5;
+  c.d_model = 8;
+  c.n_heads = 2;
+  c.n_layers = 1;
+  c.d_ff = 16;
+  c.scheme = pos_scheme::sinusoidal;
+  c.init_std = 0.5;
+  EXPECT_DOUBLE_EQ(model::sinusoidal_amplitude(c), 0.70710678118654752);
+  model::transformer<float> sin_model(c);
+  sin_model.init(7);
+  model::batch b;
+  b.B = 1;
+  b.T = 1;
+  b.tokens = {3};
+  b.positions = {0};
+  b.targets = {2};
+  const double loss_sin = sin_model.forward(b);
+
+  c.scheme = pos_scheme::nope;
+  model::transformer<float> nope_model(c);
+  nope_model.params() = sin_model.params();  // same layout: sinusoidal adds no parameters
+  const double loss_unshifted = nope_model.forward(b);
+  const int64_t row = nope_model.layout().tok_emb + 3 * c.d_model;
+  const float a = static_cast<float>(0.70710678118654752);
+  for (int64_t j = 1; j < c.d_model; j += 2) nope_model.params()[row + j] += a;
+  const double loss_shifted = nope_model.forward(b);
+  EXPECT_NEAR(loss_shifted, loss_sin, 1e-7);
+  EXPECT_GT(std::abs(loss_unshifted - loss_sin), 1e-4);
+}

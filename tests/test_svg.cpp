@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "svg.hpp"
 #include "posenc/core/error.hpp"
+#include "svg.hpp"
 
 using namespace posenc;
 

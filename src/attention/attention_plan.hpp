@@ -42,7 +42,7 @@ inline bool attention_visible(const attention_plan& pl, bool causal, int64_t win
 // The float32 SIMD path (src/attention/attention_simd.cpp): Highway micro-kernels for Q K^T and
 // P V, every scheme and mask fused into the tile. q, k: (T, Hq, D) and (S, Hkv, D), already
 // rotated when RoPE is on; pl from make_attention_plan(p); runs on at most max_threads threads.
-void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
-                        const float* q, const float* k, int max_threads);
+void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl, const float* q,
+                        const float* k, int max_threads);
 
 }  // namespace posenc::detail

@@ -63,16 +63,17 @@ constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 
 // Everything the per-target kernel reads; built once per call by attention_simd_f32.
 struct simd_problem {
-  const attention_params<float>* p;
-  const attention_plan* pl;
-  const float* q;   // (T, Hq, D), rotated when RoPE is on
-  const float* k;   // (S, Hkv, D), rotated when RoPE is on (decode path only)
-  const float* kT;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
-  const float* v;   // (S, Hkv, ldv_head): p.v or the zero-padded copy (row stride v_row)
-  int64_t v_row = 0;           // floats between consecutive keys of one head in v
-  int64_t Dp = 0;              // D rounded up to the vector length
-  int64_t nkb = 0;             // key blocks
-  int64_t bq = 1, nqb = 1;     // queries per item, query blocks
+  const attention_params<float>* p = nullptr;
+  const attention_plan* pl = nullptr;
+  const float* q = nullptr;  // (T, Hq, D), rotated when RoPE is on
+  const float* k = nullptr;  // (S, Hkv, D), rotated when RoPE is on (decode path only)
+  const float* kT =
+      nullptr;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
+  const float* v = nullptr;  // (S, Hkv, ldv_head): p.v or the zero-padded copy (row stride v_row)
+  int64_t v_row = 0;         // floats between consecutive keys of one head in v
+  int64_t Dp = 0;            // D rounded up to the vector length
+  int64_t nkb = 0;           // key blocks
+  int64_t bq = 1, nqb = 1;   // queries per item, query blocks
   float scale = 1;
   // ALiBi (hook 2b): slopes (Hq,), empty = off.
   std::vector<double> alibi;
@@ -129,8 +130,8 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const floa
   hn::Vec<DF> c[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v)
-      c[r][v] = beta ? hn::Mul(hn::Set(d, beta[r]), hn::LoadU(d, C + r * ldc + v * N))
-                     : hn::Zero(d);
+      c[r][v] =
+          beta ? hn::Mul(hn::Set(d, beta[r]), hn::LoadU(d, C + r * ldc + v * N)) : hn::Zero(d);
   for (int64_t kk = 0; kk < K; ++kk) {
     hn::Vec<DF> b[NV];
     for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, B + kk * ldb + v * N);
@@ -304,7 +305,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         } else if (pr.kpos_contiguous) {
           const float* lut = pr.t5_lut.data() + h * pr.span;
           const int64_t r0 = j0 - qp, r1 = j0 + nb - 1 - qp;  // offsets of the block's keys
-          if (r1 <= pr.lo || r0 >= pr.hi) {                  // saturated: one value
+          if (r1 <= pr.lo || r0 >= pr.hi) {                   // saturated: one value
             const auto bv = hn::Set(d, lut[(r1 <= pr.lo ? pr.lo : pr.hi) - pr.lo]);
             for (int64_t jj = 0; jj < ncols; jj += N)
               hn::StoreU(hn::Add(hn::LoadU(d, srow + jj), bv), d, srow + jj);
@@ -459,8 +460,8 @@ void make_t5_lut(simd_problem& pr, const attention_params<float>& p, const atten
 
 }  // namespace
 
-void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
-                        const float* q, const float* k, int max_threads) {
+void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl, const float* q,
+                        const float* k, int max_threads) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   simd_problem pr;
   pr.p = &p;

@@ -170,8 +170,8 @@ bench_case make_attention(const bench_options& o, const std::string& name, int64
   bc.limit = "peak";
   bc.validate = [d] { return validate_attention(*d); };
   bc.run = [d] { attention_forward(d->params()); };
-  bc.note = "attention_forward float32 causal, T=" + std::to_string(T) +
-            " S=" + std::to_string(S) + " Hq=32 Hkv=8 D=128, scheme " + scheme +
+  bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +
+            " Hq=32 Hkv=8 D=128, scheme " + scheme +
             "; flops = 4 D Hq x visible pairs (causal lower triangle only, " +
             std::to_string(static_cast<int64_t>(pairs)) + " pairs per head)";
   return bc;
@@ -238,8 +238,7 @@ bool add(int order, int64_t T, int64_t S, const std::string& scheme) {
 const bool registered =
     add(40, 2048, 2048, "none") && add(41, 2048, 2048, "rope") && add(42, 2048, 2048, "alibi") &&
     add(43, 2048, 2048, "t5") && add(44, 1, 8192, "none") &&
-    register_bench_case({49, "memory/T=32768/S=32768/H=8/D=64/causal",
-                         [](const bench_options& o) {
+    register_bench_case({49, "memory/T=32768/S=32768/H=8/D=64/causal", [](const bench_options& o) {
                            return make_memory(o, "memory/T=32768/S=32768/H=8/D=64/causal");
                          }});
 

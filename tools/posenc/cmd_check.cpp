@@ -57,9 +57,8 @@ void run_check(const check_opts& o) {
                   num(c.max_error).c_str(), num(c.tolerance).c_str());
   } else {
     for (const auto& c : all) {
-      std::printf("%s  %-11s %-40s max_error=%-12s tol=%s\n", c.passed ? "PASS" : "FAIL",
-                  c.group.c_str(), c.name.c_str(), num(c.max_error).c_str(),
-                  num(c.tolerance).c_str());
+      std::printf("%s  %-10s %-42s max_error %-10.3g tolerance %.3g\n", c.passed ? "PASS" : "FAIL",
+                  c.group.c_str(), c.name.c_str(), c.max_error, c.tolerance);
       if (!c.passed && !c.detail.empty()) std::printf("      %s\n", c.detail.c_str());
     }
     std::printf("%zu checks, %d failed\n", all.size(), failed);
