@@ -14,101 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "xml_check.hpp"
+
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
 using posenc::test::read_text;
 using posenc::test::run_cli;
 using posenc::test::temp_dir;
+using posenc::test::values_after;
+using posenc::test::xml_problem;
 
 namespace {
-
-// Every quoted value that follows `key` (e.g. `fill="`) in s, in order.
-std::vector<std::string> values_after(const std::string& s, const std::string& key) {
-  std::vector<std::string> out;
-  for (size_t p = s.find(key); p != std::string::npos; p = s.find(key, p + 1)) {
-    const size_t b = p + key.size(), e = s.find('"', b);
-    if (e == std::string::npos) break;
-    out.push_back(s.substr(b, e - b));
-  }
-  return out;
-}
-
-// True when s[at] == '&' does not start an entity reference: &name; or &#digits; or &#xhex;.
-bool bad_amp(const std::string& s, size_t at) {
-  const size_t semi = s.find(';', at);
-  if (semi == std::string::npos || semi - at < 2 || semi - at > 10) return true;
-  const std::string body = s.substr(at + 1, semi - at - 1);
-  if (body == "amp" || body == "lt" || body == "gt" || body == "quot" || body == "apos")
-    return false;
-  if (body[0] != '#' || body.size() < 2) return true;
-  const bool hex = body[1] == 'x';
-  if (hex && body.size() < 3) return true;
-  for (size_t k = hex ? 2 : 1; k < body.size(); ++k)
-    if (!(hex ? std::isxdigit(static_cast<unsigned char>(body[k]))
-              : std::isdigit(static_cast<unsigned char>(body[k]))))
-      return true;
-  return false;
-}
-
-// Minimal XML well-formedness check (same rules as in test_svg.cpp): one root element, tags
-// nested and closed, attribute values quoted, '&' only in entity references, no raw '<'
-// inside attributes. Returns "" when well formed.
-std::string xml_problem(const std::string& s) {
-  std::vector<std::string> stack;
-  int roots = 0;
-  size_t i = 0;
-  while (i < s.size()) {
-    if (s[i] != '<') {
-      if (s[i] == '&' && bad_amp(s, i)) return "bad & at " + std::to_string(i);
-      if (stack.empty() && !std::isspace(static_cast<unsigned char>(s[i])))
-        return "text outside the root at " + std::to_string(i);
-      ++i;
-      continue;
-    }
-    if (s.compare(i, 2, "<?") == 0) {
-      size_t e = s.find("?>", i);
-      if (i != 0 || e == std::string::npos) return "bad XML declaration";
-      i = e + 2;
-      continue;
-    }
-    const bool closing = s[i + 1] == '/';
-    size_t j = i + (closing ? 2 : 1), n0 = j;
-    while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '-' ||
-                            s[j] == ':' || s[j] == '_'))
-      ++j;
-    const std::string name = s.substr(n0, j - n0);
-    if (name.empty()) return "empty tag name at " + std::to_string(i);
-    if (closing) {
-      if (stack.empty() || stack.back() != name || s[j] != '>') return "bad </" + name + ">";
-      stack.pop_back();
-      i = j + 1;
-      continue;
-    }
-    for (;;) {
-      while (j < s.size() && std::isspace(static_cast<unsigned char>(s[j]))) ++j;
-      if (j >= s.size()) return "unterminated <" + name + ">";
-      if (s[j] == '>' || s.compare(j, 2, "/>") == 0) break;
-      const size_t eq = s.find('=', j);
-      if (eq == std::string::npos || eq + 1 >= s.size() || s[eq + 1] != '"')
-        return "unquoted attribute in <" + name + ">";
-      const size_t e = s.find('"', eq + 2);
-      if (e == std::string::npos) return "unterminated attribute in <" + name + ">";
-      for (size_t k = eq + 2; k < e; ++k)
-        if (s[k] == '<' || (s[k] == '&' && bad_amp(s, k))) return "bad attribute in <" + name + ">";
-      j = e + 1;
-    }
-    if (stack.empty()) ++roots;
-    if (s[j] == '/') {
-      i = j + 2;
-    } else {
-      stack.push_back(name);
-      i = j + 1;
-    }
-  }
-  if (!stack.empty()) return "unclosed <" + stack.back() + ">";
-  return roots == 1 ? "" : "expected one root element";
-}
 
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;
