@@ -11,6 +11,7 @@
 // Benchmarks are not tests: nothing here asserts a time.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct bench_spec {
 };
 
 bool register_bench_case(bench_spec spec);
+
+// Fills v with deterministic values in [-1, 1) from (seed, index) (splitmix64), on the kernels'
+// threads so that first touch places the pages where the kernel will use them.
+void bench_fill(std::vector<float>& v, uint64_t seed);
 const std::vector<bench_spec>& bench_specs();  // sorted by order
 
 }  // namespace posenc::cli

@@ -35,23 +35,6 @@
 namespace posenc::cli {
 namespace {
 
-// Deterministic values in [-1, 1) from an index (splitmix64), filled on the kernel's threads.
-void fill(std::vector<float>& v, uint64_t seed) {
-  parallel_for(
-      static_cast<int64_t>(v.size()),
-      [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
-          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-          z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-          z ^= z >> 31;
-          v[static_cast<size_t>(i)] =
-              static_cast<float>(static_cast<double>(z >> 40) * 0x1p-23 - 1);
-        }
-      },
-      1 << 16);
-}
-
 struct attn_data {
   int64_t T, S, Hq, Hkv, D;
   std::string scheme;
@@ -140,9 +123,9 @@ std::shared_ptr<attn_data> make_data(int64_t T, int64_t S, int64_t Hq, int64_t H
   d->k.resize(static_cast<size_t>(S * Hkv * D));
   d->v.resize(static_cast<size_t>(S * Hkv * D));
   d->out.resize(static_cast<size_t>(T * Hq * D));
-  fill(d->q, 11);
-  fill(d->k, 12);
-  fill(d->v, 13);
+  bench_fill(d->q, 11);
+  bench_fill(d->k, 12);
+  bench_fill(d->v, 13);
   rope_config c;
   c.head_dim = c.rotary_dim = D;
   c.theta = 10000;

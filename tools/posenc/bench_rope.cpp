@@ -16,24 +16,6 @@
 namespace posenc::cli {
 namespace {
 
-// Deterministic values in [-1, 1) from an index (splitmix64), filled on the kernel's threads so
-// first-touch places the pages where they are used.
-void fill(std::vector<float>& v, uint64_t seed) {
-  parallel_for(
-      static_cast<int64_t>(v.size()),
-      [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
-          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-          z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-          z ^= z >> 31;
-          v[static_cast<size_t>(i)] =
-              static_cast<float>(static_cast<double>(z >> 40) * 0x1p-23 - 1);
-        }
-      },
-      1 << 16);
-}
-
 struct rope_data {
   int64_t T, H, D;
   rope_layout layout;
@@ -91,8 +73,8 @@ bench_case make_rope(const bench_options& o, const std::string& name, int64_t T,
   const size_t n = static_cast<size_t>(d->T * d->H * d->D);
   d->q.resize(n);
   d->k.resize(n);
-  fill(d->q, 1);
-  fill(d->k, 2);
+  bench_fill(d->q, 1);
+  bench_fill(d->k, 2);
   bench_case bc;
   bc.name = name;
   const double tensor_bytes = static_cast<double>(n) * sizeof(float);

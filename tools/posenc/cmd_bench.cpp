@@ -220,4 +220,20 @@ const std::vector<bench_spec>& bench_specs() {
   return specs();
 }
 
+void bench_fill(std::vector<float>& v, uint64_t seed) {
+  parallel_for(
+      static_cast<int64_t>(v.size()),
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+          z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+          z ^= z >> 31;
+          v[static_cast<size_t>(i)] =
+              static_cast<float>(static_cast<double>(z >> 40) * 0x1p-23 - 1);
+        }
+      },
+      1 << 16);
+}
+
 }  // namespace posenc::cli
