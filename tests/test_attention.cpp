@@ -76,12 +76,14 @@ struct case_spec {
   scheme sch;
   mask msk;
   uint64_t seed;
-  double q_scale = 1;  // multiplies q (large-score tests)
+  double q_scale = 1;   // multiplies q (large-score tests)
+  int64_t k_shift = 0;  // added to every key position of mask::positions (far offsets)
 };
 
 std::string describe(const case_spec& c) {
-  return fmt::format("T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={}", c.T, c.S,
-                     c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale);
+  return fmt::format("T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}",
+                     c.T, c.S, c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale,
+                     c.k_shift);
 }
 
 // Everything one case owns (the params struct only points into it).
@@ -154,7 +156,7 @@ void build(fixture<Real>& f, const case_spec& c) {
     f.qpos.resize(T);
     f.kpos.resize(S);
     for (auto& x : f.qpos) x = base + static_cast<int64_t>(r.below(300));
-    for (auto& x : f.kpos) x = base + static_cast<int64_t>(r.below(300));
+    for (auto& x : f.kpos) x = base + c.k_shift + static_cast<int64_t>(r.below(300));
     if (T > 1) f.qpos[r.below(T)] = pad_position;
     if (S > 1) f.kpos[r.below(S)] = pad_position;
     p.q_positions = f.qpos;
@@ -348,6 +350,18 @@ TEST(Attention, LargeScoresStayStable) {
     run_case<double>(c);
     run_case<float>(c);
   }
+}
+
+// T5 with every key far ahead of or behind every query: all offsets lie beyond the bucket
+// saturation (2 max_distance + num_buckets = 288), so the tiled path's offset table collapses
+// to one entry. (The double path once sized that table negatively here and threw.)
+TEST(Attention, T5AllOffsetsBeyondSaturation) {
+  for (int64_t shift : {5000, -5000})
+    for (scheme s : {scheme::t5_bidir, scheme::t5_causal}) {
+      case_spec c{17, 64, 32, 4, 2, s, mask::positions, 91, 1.0, shift};
+      run_case<double>(c);
+      run_case<float>(c);
+    }
 }
 
 // Golden values computed with python3's math module (no numpy), D = 1, one head, no scheme:

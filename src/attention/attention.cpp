@@ -76,19 +76,11 @@ bias_tables<Real> make_bias_tables(const attention_params<Real>& p,
   const t5_bias_table& t = *p.pos.t5;
   b.t5 = true;
   b.t5_table = &t;
-  int64_t qmin = std::numeric_limits<int64_t>::max(), qmax = std::numeric_limits<int64_t>::min();
-  int64_t kmin = qmin, kmax = qmax;
-  for (int64_t i = 0; i < p.T; ++i)
-    if (pl.qvalid[i]) qmin = std::min(qmin, pl.qpos[i]), qmax = std::max(qmax, pl.qpos[i]);
-  for (int64_t j = 0; j < p.S; ++j)
-    if (pl.kvalid[j]) kmin = std::min(kmin, pl.kpos[j]), kmax = std::max(kmax, pl.kpos[j]);
-  if (qmin > qmax || kmin > kmax) {  // nothing visible: the functor is never called
-    b.t5_direct = true;
+  const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
+  if (!detail::visible_offset_range(pl, sat, &b.lo, &b.hi)) {
+    b.t5_direct = true;  // nothing visible: the functor is never called
     return b;
   }
-  const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
-  b.lo = std::max(kmin - qmax, -sat);  // positions <= 2^62, so no overflow
-  b.hi = std::min(kmax - qmin, sat);
   b.span = b.hi - b.lo + 1;
   if (b.span > (int64_t{1} << 22) || b.span * p.Hq > (int64_t{1} << 26)) {
     b.t5_direct = true;

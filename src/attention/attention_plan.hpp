@@ -3,6 +3,7 @@
 // validates; the kernels only read it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +37,23 @@ inline bool attention_visible(const attention_plan& pl, bool causal, int64_t win
   if (causal && j > qi) return false;
   if (window > 0 && qi - j >= window) return false;
   if (!pl.qdoc.empty() && pl.qdoc[i] != pl.kdoc[j]) return false;
+  return true;
+}
+
+// The offsets kpos - qpos over valid queries and keys, clamped to [-sat, sat], as a non-empty
+// range [lo, hi]. A bias that is constant beyond |offset| >= sat (T5: sat = 2 max_distance +
+// num_buckets) can then be tabulated over [lo, hi] and looked up at the clamped offset exactly.
+// When every offset lies beyond one end, lo == hi is that end's value. False when no query or
+// no key is valid (nothing is visible). Positions are <= 2^62, so the differences cannot overflow.
+inline bool visible_offset_range(const attention_plan& pl, int64_t sat, int64_t* lo, int64_t* hi) {
+  int64_t qmin = INT64_MAX, qmax = INT64_MIN, kmin = INT64_MAX, kmax = INT64_MIN;
+  for (size_t i = 0; i < pl.qpos.size(); ++i)
+    if (pl.qvalid[i]) qmin = std::min(qmin, pl.qpos[i]), qmax = std::max(qmax, pl.qpos[i]);
+  for (size_t j = 0; j < pl.kpos.size(); ++j)
+    if (pl.kvalid[j]) kmin = std::min(kmin, pl.kpos[j]), kmax = std::max(kmax, pl.kpos[j]);
+  if (qmin > qmax || kmin > kmax) return false;
+  *hi = std::min(kmax - qmin, sat);
+  *lo = std::min(std::max(kmin - qmax, -sat), *hi);
   return true;
 }
 

@@ -431,20 +431,9 @@ void make_t5_lut(simd_problem& pr, const attention_params<float>& p, const atten
   const t5_bias_table& t = *p.pos.t5;
   pr.t5 = true;
   pr.t5_table = &t;
-  int64_t qmin = std::numeric_limits<int64_t>::max(), qmax = std::numeric_limits<int64_t>::min();
-  int64_t kmin = qmin, kmax = qmax;
-  for (int64_t i = 0; i < p.T; ++i)
-    if (pl.qvalid[i]) qmin = std::min(qmin, pl.qpos[i]), qmax = std::max(qmax, pl.qpos[i]);
-  for (int64_t j = 0; j < p.S; ++j)
-    if (pl.kvalid[j]) kmin = std::min(kmin, pl.kpos[j]), kmax = std::max(kmax, pl.kpos[j]);
   const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
-  if (qmin > qmax || kmin > kmax) {  // nothing visible: a one-entry table never read
-    pr.lo = pr.hi = 0;
-  } else {
-    pr.lo = std::max(kmin - qmax, -sat);  // positions <= 2^62: no overflow
-    pr.hi = std::min(kmax - qmin, sat);
-    if (pr.lo > pr.hi) pr.lo = pr.hi;  // every offset clamps to one end
-  }
+  // Nothing visible: a one-entry table that is never read.
+  if (!visible_offset_range(pl, sat, &pr.lo, &pr.hi)) pr.lo = pr.hi = 0;
   pr.span = pr.hi - pr.lo + 1;
   if (pr.span > (int64_t{1} << 22) || pr.span * p.Hq > (int64_t{1} << 26)) {
     pr.t5_direct = true;
