@@ -752,15 +752,7 @@ constexpr double kEps = 0x1p-53;  // unit roundoff of double
 
 check_result make_check(std::string name, std::string claim, double err, double tol,
                         std::string detail) {
-  check_result r;
-  r.group = "rope";
-  r.name = std::move(name);
-  r.claim = std::move(claim);
-  r.max_error = err;
-  r.tolerance = tol;
-  r.passed = std::isfinite(err) && err <= tol;
-  r.detail = std::move(detail);
-  return r;
+  return measured_check("rope", std::move(name), std::move(claim), err, tol, std::move(detail));
 }
 
 rope_config base_config(int64_t D, int64_t R) {

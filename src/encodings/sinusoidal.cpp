@@ -367,15 +367,8 @@ namespace {
 
 check_result make(std::string name, std::string claim, double max_error, double tol,
                   std::string detail) {
-  check_result c;
-  c.group = "sinusoidal";
-  c.name = std::move(name);
-  c.claim = std::move(claim);
-  c.max_error = max_error;
-  c.tolerance = tol;
-  c.passed = std::isfinite(max_error) && max_error <= tol;
-  c.detail = std::move(detail);
-  return c;
+  return measured_check("sinusoidal", std::move(name), std::move(claim), max_error, tol,
+                        std::move(detail));
 }
 
 std::vector<int64_t> iota_positions(int64_t n) {

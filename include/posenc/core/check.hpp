@@ -6,7 +6,9 @@
 // report renders them, and the tests assert them.
 #pragma once
 
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace posenc {
@@ -20,5 +22,20 @@ struct check_result {
   double tolerance = 0;  // bound it was checked against
   std::string detail;    // how the tolerance was derived, or a counterexample
 };
+
+// A check of a measured deviation: passes when max_error is finite and <= tolerance (NaN and
+// infinity fail).
+inline check_result measured_check(std::string group, std::string name, std::string claim,
+                                   double max_error, double tolerance, std::string detail) {
+  check_result c;
+  c.group = std::move(group);
+  c.name = std::move(name);
+  c.claim = std::move(claim);
+  c.max_error = max_error;
+  c.tolerance = tolerance;
+  c.passed = std::isfinite(max_error) && max_error <= tolerance;
+  c.detail = std::move(detail);
+  return c;
+}
 
 }  // namespace posenc
