@@ -3,6 +3,7 @@
 // short run actually learns.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -108,6 +109,10 @@ TEST(Tasks, PasskeyFormat) {
       EXPECT_LE(s.tok[L - 3 + k], 13);
       EXPECT_EQ(s.tgt[L - 4 + k], s.tok[L - 3 + k]);
     }
+    // The key's digits are distinct (tasks.hpp says why).
+    EXPECT_NE(s.tok[L - 3], s.tok[L - 2]);
+    EXPECT_NE(s.tok[L - 3], s.tok[L - 1]);
+    EXPECT_NE(s.tok[L - 2], s.tok[L - 1]);
     int64_t scored = 0;
     for (int64_t v : s.tgt) scored += v >= 0;
     EXPECT_EQ(scored, 3);
@@ -261,6 +266,61 @@ TEST(Lab, ResumeReproducesAnUninterruptedRun) {
   bytes[bytes.size() / 2] ^= std::byte{1};
   write_file_atomic(ck, bytes);
   EXPECT_THROW(train_and_evaluate(part, t, pos_scheme::rope, 0), posenc::io_error);
+}
+
+// The sharded step computes the gradient of the whole batch's mean loss: shards of 4, 4 and 2
+// sequences against one forward/backward over all 10. The two differ only in the order of the
+// float32 sums over the batch's N = 10 x 20 tokens and one rounding of each shard weight
+// n_s / n, which moves an entry by at most about (N + 2) eps_f32 = 2.4e-5 times the sum of the
+// magnitudes of its terms; 1e-4 of the largest entry leaves room for the terms' spread. A wrong
+// weight or a dropped shard changes entries by tens of percent.
+TEST(Lab, ShardedStepIsTheWholeBatchGradient) {
+  const task t = make_task(task_kind::passkey);
+  lab_options o = tiny_options("");
+  const model::model_config mc = lab_model_config(o, t, pos_scheme::alibi);
+  model::transformer<float> whole(mc), m(mc);
+  whole.init(7);
+  m.params() = whole.params();
+  model::batch b;
+  b.B = 10;
+  b.T = 20;
+  rng r(3);
+  b.tokens.resize(200);
+  b.targets.resize(200);
+  b.positions.resize(200);
+  for (int64_t s = 0; s < b.B; ++s) {
+    task_sample(t, b.T, false, r, b.tokens.data() + s * b.T, b.targets.data() + s * b.T);
+    for (int64_t j = 0; j < b.T; ++j) b.positions[s * b.T + j] = j;
+  }
+  const double loss_ref = whole.forward(b);
+  whole.backward();
+  std::vector<model::transformer<float>> reps(3, model::transformer<float>(mc));
+  const double loss = sharded_forward_backward(m, reps, b);
+  EXPECT_NEAR(loss, loss_ref, 1e-5 * std::abs(loss_ref));
+  float gmax = 0;
+  for (float g : whole.grads()) gmax = std::max(gmax, std::abs(g));
+  ASSERT_GT(gmax, 0.0f);
+  for (size_t i = 0; i < whole.grads().size(); ++i)
+    ASSERT_NEAR(m.grads()[i], whole.grads()[i], 1e-4 * gmax) << "entry " << i;
+  // The wrong number of replicas is an error, not a partial gradient.
+  std::vector<model::transformer<float>> two(2, model::transformer<float>(mc));
+  EXPECT_THROW(sharded_forward_backward(m, two, b), posenc::invalid_argument);
+}
+
+// Two threads run the shards concurrently and give bitwise the numbers of one.
+TEST(Lab, ThreadCountDoesNotChangeTheNumbers) {
+  lab_options o = tiny_options("");
+  o.batch_size = 10;  // shards of 4, 4, 2
+  const task t = make_task(o.task);
+  set_num_threads(1);
+  const run_result one = train_and_evaluate(o, t, pos_scheme::t5, 0);
+  set_num_threads(2);
+  const run_result two = train_and_evaluate(o, t, pos_scheme::t5, 0);
+  set_num_threads(1);
+  ASSERT_TRUE(one.completed && two.completed);
+  EXPECT_EQ(one.final_params, two.final_params);
+  EXPECT_EQ(one.evals[0].loss, two.evals[0].loss);
+  EXPECT_EQ(one.in_distribution.token_accuracy, two.in_distribution.token_accuracy);
 }
 
 TEST(Lab, UndefinedPositionsAreReportedNotClamped) {

@@ -6,10 +6,14 @@
 
 namespace posenc {
 namespace {
-int g_threads = 0;
+// Per calling thread, so concurrent lab runs can each choose their own count.
+thread_local int g_threads = 0;
 }
 
 int num_threads() {
+  // Inside a parallel region (a lab shard, say) every nested parallel_for runs serially: an
+  // inner team would get one thread anyway, and its shares must then cover all items.
+  if (omp_in_parallel()) return 1;
   if (g_threads > 0) return g_threads;
   if (const char* e = std::getenv("POSENC_THREADS")) {
     int n = std::atoi(e);

@@ -101,6 +101,20 @@ nlohmann::ordered_json num_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }
 
+// Sequences [s0, s1) of b.
+model::batch sub_batch(const model::batch& b, int64_t s0, int64_t s1) {
+  model::batch r;
+  r.B = s1 - s0;
+  r.T = b.T;
+  const auto cut = [&](const std::vector<int64_t>& v) {
+    return std::vector<int64_t>(v.begin() + s0 * b.T, v.begin() + s1 * b.T);
+  };
+  r.tokens = cut(b.tokens);
+  r.positions = cut(b.positions);
+  r.targets = cut(b.targets);
+  return r;
+}
+
 }  // namespace
 
 void validate(const lab_options& o, const task& t) {
@@ -149,7 +163,48 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
   return c;
 }
 
-eval_metrics evaluate(model::transformer<float>& m, const lab_options& o, const task& t, int64_t L,
+// The batch's mean loss over its n scored targets is sum_s (n_s / n) loss_s, so its gradient is
+// sum_s (n_s / n) grad_s.
+double sharded_forward_backward(model::transformer<float>& m, std::vector<model::transformer<float>>& reps,
+                  const model::batch& b) {
+  const int64_t n = static_cast<int64_t>(reps.size());
+  if (n != (b.B + sequences_per_shard - 1) / sequences_per_shard)
+    fail("sharded_forward_backward: a batch of {} sequences needs {} replicas, got {}", b.B,
+         (b.B + sequences_per_shard - 1) / sequences_per_shard, n);
+  std::vector<double> loss(n);
+  parallel_for(n, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t a = s * sequences_per_shard, e = std::min(b.B, a + sequences_per_shard);
+      reps[s].params() = m.params();
+      loss[s] = reps[s].forward(sub_batch(b, a, e));
+      reps[s].backward();
+    }
+  });
+  int64_t scored = 0;
+  for (const auto& r : reps) scored += r.scored();
+  std::vector<float>& g = m.grads();
+  std::fill(g.begin(), g.end(), 0.0f);
+  if (scored == 0) return nan;
+  double total = 0;
+  std::vector<float> w(n);
+  for (int64_t s = 0; s < n; ++s) {
+    w[s] = static_cast<float>(static_cast<double>(reps[s].scored()) / static_cast<double>(scored));
+    total += loss[s] * static_cast<double>(reps[s].scored());
+  }
+  parallel_for(
+      static_cast<int64_t>(g.size()),
+      [&](int64_t i0, int64_t i1) {
+        for (int64_t s = 0; s < n; ++s) {
+          if (reps[s].scored() == 0) continue;
+          const float* gs = reps[s].grads().data();
+          for (int64_t i = i0; i < i1; ++i) g[i] += w[s] * gs[i];
+        }
+      },
+      int64_t{1} << 14);
+  return total / static_cast<double>(scored);
+}
+
+eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, const task& t, int64_t L,
                       int64_t seed) {
   eval_metrics e;
   e.length = L;
@@ -171,40 +226,68 @@ eval_metrics evaluate(model::transformer<float>& m, const lab_options& o, const 
     e.loss = e.token_accuracy = e.exact_match = e.loss_last64 = nan;
     return e;
   }
-  // Chunks keep the saved (B, H, T, T) probabilities near 4M floats per layer.
+  // Chunks keep the saved (B, H, T, T) probabilities near 4M floats per layer. The batches are
+  // drawn in order from one stream, the chunks run concurrently on model replicas, and their
+  // sums are added in chunk order: the numbers do not depend on the thread count.
   const int64_t chunk =
       std::clamp<int64_t>((int64_t{1} << 22) / (o.n_heads * L * L), 1, o.eval_samples);
   rng r(mix(static_cast<uint64_t>(seed), stream_eval, static_cast<uint64_t>(L)));
-  double loss = 0, last = 0;
-  int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
+  std::vector<model::batch> batches;
+  for (int64_t done = 0; done < o.eval_samples; done += chunk)
+    batches.push_back(make_batch(o, t, std::min(chunk, o.eval_samples - done), L, true, r));
+  struct sums {
+    double loss = 0, last = 0;
+    int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
+  };
+  std::vector<sums> part(batches.size());
   const int64_t V = t.vocab;
-  for (int64_t done = 0; done < o.eval_samples; done += chunk) {
-    const int64_t B = std::min(chunk, o.eval_samples - done);
-    model::batch b = make_batch(o, t, B, L, true, r);
-    m.forward(b);
-    const auto& probs = m.probs();
-    const auto& nll = m.nll();
-    for (int64_t s = 0; s < B; ++s) {
-      bool all = true;
-      for (int64_t j = 0; j < L; ++j) {
-        const int64_t i = s * L + j;
-        const int64_t tg = b.targets[i];
-        if (tg < 0) continue;
-        const float* p = probs.data() + i * V;
-        const int64_t arg = std::max_element(p, p + V) - p;
-        loss += nll[i];
-        ++scored;
-        if (arg == tg)
-          ++correct;
-        else
-          all = false;
-        if (lm && j >= L - 64) {
-          last += nll[i];
-          ++last_n;
+  const int64_t nrep = std::min<int64_t>(num_threads(), static_cast<int64_t>(batches.size()));
+  std::vector<model::transformer<float>> reps(nrep, model::transformer<float>(m.config()));
+  parallel_for(nrep, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      model::transformer<float>& rm = reps[w];
+      rm.params() = m.params();
+      auto [c0, c1] = thread_range(static_cast<int64_t>(batches.size()), static_cast<int>(w),
+                                   static_cast<int>(nrep));
+      for (int64_t c = c0; c < c1; ++c) {
+        const model::batch& b = batches[c];
+        sums& q = part[c];
+        rm.forward(b);
+        const auto& probs = rm.probs();
+        const auto& nll = rm.nll();
+        for (int64_t s = 0; s < b.B; ++s) {
+          bool all = true;
+          for (int64_t j = 0; j < L; ++j) {
+            const int64_t i = s * L + j;
+            const int64_t tg = b.targets[i];
+            if (tg < 0) continue;
+            const float* p = probs.data() + i * V;
+            const int64_t arg = std::max_element(p, p + V) - p;
+            q.loss += nll[i];
+            ++q.scored;
+            if (arg == tg)
+              ++q.correct;
+            else
+              all = false;
+            if (lm && j >= L - 64) {
+              q.last += nll[i];
+              ++q.last_n;
+            }
+          }
+          q.exact += all;
         }
       }
-      exact += all;
     }
+  });
+  double loss = 0, last = 0;
+  int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
+  for (const sums& q : part) {
+    loss += q.loss;
+    last += q.last;
+    scored += q.scored;
+    correct += q.correct;
+    exact += q.exact;
+    last_n += q.last_n;
   }
   e.sequences = o.eval_samples;
   e.scored_tokens = scored;
@@ -275,6 +358,8 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
     model::save_checkpoint(ckpt, c);
   };
 
+  std::vector<model::transformer<float>> reps(
+      (o.batch_size + sequences_per_shard - 1) / sequences_per_shard, model::transformer<float>(mc));
   const auto t0 = std::chrono::steady_clock::now();
   double tokens = 0;
   int64_t ran = 0;
@@ -284,9 +369,8 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
     const int64_t step = opt.step;
     rng r(mix(static_cast<uint64_t>(seed), stream_train, static_cast<uint64_t>(step)));
     const int64_t L = o.train_min + static_cast<int64_t>(r.below(o.train_max - o.train_min + 1));
-    model::batch b = make_batch(o, t, o.batch_size, L, false, r);
-    const double loss = m.forward(b);
-    m.backward();
+    const model::batch b = make_batch(o, t, o.batch_size, L, false, r);
+    const double loss = sharded_forward_backward(m, reps, b);
     model::clip_grad_norm(m.grads(), ac.clip_norm);
     const double lr = model::learning_rate(ac, step);
     model::adamw_update(ac, m.layout(), m.params(), m.grads(), opt);
@@ -326,10 +410,10 @@ lab_results run_lab(const lab_options& o, const progress_fn& cb) {
   validate(o, r.task_info);
   const int64_t runs = static_cast<int64_t>(o.schemes.size()) * o.seeds;
   r.runs.resize(runs);
-  // Runs are independent, so with several threads they run concurrently, one thread each:
-  // no barrier inside a step (OpenMP regions of a few microseconds scale badly on a shared
-  // 2-core machine), and each run's arithmetic is the single-threaded one, so the results do
-  // not depend on the thread count.
+  // Runs are independent, so with several threads they run concurrently, each on its share of
+  // the threads (no barrier between runs); a run with several threads splits each step's batch
+  // into shards (sharded_forward_backward). The shards are fixed by the batch size, so the results do not
+  // depend on the thread count.
   const int threads = num_threads();
   const int workers = static_cast<int>(std::min<int64_t>(threads, runs));
   if (workers <= 1) {
@@ -338,7 +422,7 @@ lab_results run_lab(const lab_options& o, const progress_fn& cb) {
           train_and_evaluate(o, r.task_info, o.schemes[i / o.seeds], i % o.seeds, i, runs, cb);
     return r;
   }
-  set_num_threads(1);
+  const int per_run = std::max(1, threads / workers);
   std::atomic<int64_t> next{0};
   std::mutex mu;
   std::exception_ptr error;
@@ -351,6 +435,7 @@ lab_results run_lab(const lab_options& o, const progress_fn& cb) {
   std::vector<std::thread> pool;
   for (int w = 0; w < workers; ++w)
     pool.emplace_back([&] {
+      set_num_threads(per_run);  // this worker thread's count
       for (;;) {
         const int64_t i = next.fetch_add(1);
         if (i >= runs) return;
@@ -365,7 +450,6 @@ lab_results run_lab(const lab_options& o, const progress_fn& cb) {
       }
     });
   for (auto& t : pool) t.join();
-  set_num_threads(threads);
   if (error) std::rethrow_exception(error);
   return r;
 }

@@ -151,8 +151,12 @@ void task_sample(const task& t, int64_t L, bool eval, rng& r, int64_t* tok, int6
       // BOS filler.. MARK k1 k2 k3 filler.. QUERY k1 k2 k3
       const int64_t fill = L - 9;
       const int64_t depth = static_cast<int64_t>(r.below(fill + 1));  // filler before MARK
-      int64_t key[3];
-      for (auto& k : key) k = passkey_digits0 + static_cast<int64_t>(r.below(10));
+      // Three distinct digits: the first three of a partial Fisher-Yates shuffle of 0..9.
+      int64_t digits[10];
+      for (int64_t i = 0; i < 10; ++i) digits[i] = passkey_digits0 + i;
+      for (int64_t i = 0; i < 3; ++i)
+        std::swap(digits[i], digits[i + static_cast<int64_t>(r.below(10 - i))]);
+      const int64_t key[3] = {digits[0], digits[1], digits[2]};
       int64_t p = 0;
       tok[p++] = BOS;
       for (int64_t i = 0; i < depth; ++i)

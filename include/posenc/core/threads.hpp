@@ -20,7 +20,9 @@ namespace detail {
 int omp_thread_num();
 }
 
-// Number of threads parallel_for uses: POSENC_THREADS if set, else OpenMP's default.
+// Number of threads parallel_for uses: 1 inside an OpenMP parallel region (nested calls run
+// serially), else the calling thread's set_num_threads value, else POSENC_THREADS if set, else
+// OpenMP's default. set_num_threads applies to the calling thread only (0 = back to default).
 int num_threads();
 void set_num_threads(int n);
 

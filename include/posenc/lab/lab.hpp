@@ -27,6 +27,12 @@
 
 namespace posenc::lab {
 
+// Data parallelism of a training step: the batch is split into shards of this many sequences,
+// each run forward and backward on its own model replica (concurrently with several threads),
+// and the shard gradients are combined in shard order. Fixed, so that the numbers of a run do
+// not depend on the thread count.
+inline constexpr int64_t sequences_per_shard = 4;
+
 struct lab_options {
   task_kind task = task_kind::passkey;
   std::string file;  // text task
@@ -100,6 +106,15 @@ struct progress {
 };
 using progress_fn = std::function<void(const progress&)>;
 
+// One training step's forward and backward, data-parallel: shard s holds sequences
+// [s P, (s + 1) P) of b (P = sequences_per_shard) and runs on replica reps[s] (which needs
+// ceil(b.B / P) replicas of m's configuration) with m's parameters, concurrently when
+// num_threads() > 1. Writes the gradient of the batch's mean loss into m.grads(), combined in
+// shard order, and returns that mean loss (NaN when nothing is scored, with zero gradients).
+double sharded_forward_backward(model::transformer<float>& m,
+                                std::vector<model::transformer<float>>& reps,
+                                const model::batch& b);
+
 // Trains one scheme with one seed and evaluates it. Writes/reads checkpoints when
 // o.checkpoint_dir is set. Throws invalid_argument / io_error (bad or mismatched checkpoint).
 run_result train_and_evaluate(const lab_options& o, const task& t, model::pos_scheme s,
@@ -107,8 +122,9 @@ run_result train_and_evaluate(const lab_options& o, const task& t, model::pos_sc
                               const progress_fn& cb = {});
 
 // Evaluates a trained model at length L with eval_samples sequences from the evaluation
-// stream of `seed`.
-eval_metrics evaluate(model::transformer<float>& m, const lab_options& o, const task& t,
+// stream of `seed`. The chunks run concurrently on replicas of m (num_threads()); the result
+// does not depend on the thread count.
+eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, const task& t,
                       int64_t length, int64_t seed);
 
 // Runs every scheme x seed.

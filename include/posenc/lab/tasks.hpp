@@ -10,9 +10,13 @@
 //
 //   copy          BOS x1..xn SEP x1..xn EOS, x drawn without replacement from 256 symbols
 //                 (so n <= 256, L <= 515); scored: the copied x1..xn and EOS.
-//   passkey       BOS filler.. MARK k1 k2 k3 filler.. QUERY k1 k2 k3; the key is 3 random
-//                 digits at a uniformly random depth, filler from 16 symbols; scored: the 3
-//                 key digits after QUERY. L >= 9.
+//   passkey       BOS filler.. MARK k1 k2 k3 filler.. QUERY k1 k2 k3; the key is 3 distinct
+//                 random digits at a uniformly random depth, filler from 16 symbols; scored:
+//                 the 3 key digits after QUERY. L >= 9. Distinct, because with a repeated digit
+//                 (28% of keys) the answer is not determined by content retrieval ("the digit
+//                 after the last one said") and a model must also count offsets from MARK; a
+//                 NoPE model stalls at exactly the 0.72 exact match of the distinct keys then
+//                 (docs/lab.md).
 //   repeat-count  BOS s^n SEP s^n EOS, one symbol s of 16 repeated n times; scored: the n
 //                 reproduced symbols and EOS (the count). L >= 5.
 //   markov        x_0..x_L from an order-2 Markov chain over 16 symbols (fixed transition

@@ -122,6 +122,8 @@ class transformer {
   // probs: (B*T, V) softmax of the last forward's logits; nll: (B*T) per-token loss.
   const std::vector<S>& probs() const { return probs_; }
   const std::vector<S>& nll() const { return nll_; }
+  // Number of scored targets (>= 0) in the last forward's batch: the loss's denominator.
+  int64_t scored() const { return scored_; }
 
  private:
   // Saved activations of one layer; (N, .) rows are tokens b*T + t; heads (B, H, T, .).
