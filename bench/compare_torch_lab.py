@@ -7,13 +7,15 @@ public eager implementations write it (nanoGPT / Hugging Face GPT-2 style):
   tokens (B, T) -> E[token] (+ sinusoidal table | learned table)
   per layer: x += Wo attn(LN1(x)) ; x += W2 gelu_tanh(W1 LN2(x))    (pre-norm, biases on)
   attn: qkv = h Wqkv + b, split into heads (B, H, T, D); RoPE (half layout, theta 10000) on q, k
-        for rope; scores q k^T / sqrt(D) + bias (ALiBi m_h (j - i), Press et al. 2022) with a
-        causal -inf mask; softmax; P V; merge heads
+        for rope; scores q k^T / sqrt(D) + bias (ALiBi m_h (j - i), Press et al. 2022, or a
+        learned T5 bucket table, Raffel et al. 2020) with a causal -inf mask; softmax; P V;
+        merge heads
   logits = LN_f(x) W_out (untied, no bias); loss = mean cross-entropy over scored targets
   AdamW (betas 0.9, 0.99, eps 1e-8, decoupled weight decay on matrices only), linear warm-up and
   cosine decay, global gradient-norm clip 1.0.
 Batches have the lab's shape: B sequences of one length L drawn uniformly from [A, B] per step,
-passkey-task tokens (BOS filler MARK k k k filler QUERY k k k; the last 3 key digits scored).
+passkey-task tokens (BOS filler MARK k k k filler QUERY k k k, distinct key digits; the
+last 3 key digits scored).
 
 posenc is timed by `posenc lab ... --format json` with one scheme and one seed, so the single
 run uses all --threads threads; its tokens_per_second counts training steps only (no evaluation).
@@ -22,7 +24,7 @@ reported per wall second and per CPU second (process CPU time: the second is les
 other load on a shared machine, and shows threads that spin or wait rather than compute).
 
 Usage: bench/compare_torch_lab.py [--posenc build/release/posenc] [--threads 2]
-       [--schemes nope,rope,alibi,learned] [--steps 100] [--json OUT.json]
+       [--schemes nope,sinusoidal,learned,rope,alibi,t5] [--steps 100] [--json OUT.json]
 Needs Debian's python3-torch (run with /usr/bin/python3).
 """
 import argparse
@@ -48,7 +50,7 @@ def passkey_batch(rnd, B, L):
     for b in range(B):
         fill = L - 9
         depth = rnd.randint(0, fill)
-        key = [DIGIT0 + rnd.randrange(10) for _ in range(3)]
+        key = [DIGIT0 + d for d in rnd.sample(range(10), 3)]  # distinct digits, as posenc
         seq = [BOS] + [FILLER0 + rnd.randrange(N_FILLER) for _ in range(depth)] + [MARK] + key
         seq += [FILLER0 + rnd.randrange(N_FILLER) for _ in range(fill - depth)] + [QUERY] + key
         toks[b] = torch.tensor(seq)
@@ -66,6 +68,19 @@ def alibi_slopes(n):
         return pow2(n)
     p = 2 ** math.floor(math.log2(n))
     return pow2(p) + pow2(2 * p)[0::2][: n - p]
+
+
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
+
+
+def t5_causal_bucket(n):
+    # n = i - j >= 0 for visible keys (clamped below at 0); Raffel et al. 2020 causal buckets:
+    # exact below num_buckets / 2, logarithmic up to max_distance, then the last bucket.
+    n = n.clamp(min=0)
+    exact = T5_BUCKETS // 2
+    big = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(T5_MAX_DISTANCE / exact)
+                   * (T5_BUCKETS - exact)).long()
+    return torch.where(n < exact, n, big.clamp(max=T5_BUCKETS - 1))
 
 
 def rotate_half(x):
@@ -115,12 +130,12 @@ class Model(torch.nn.Module):
         for n, p in self.named_parameters():
             if p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * L) if n.endswith(("o.weight", "w2.weight")) else 0.02
-                if n == "tok.weight" and scheme == "sinusoidal":
-                    std = 1.0
                 torch.nn.init.normal_(p, 0.0, std)
             elif n.endswith("bias"):
                 torch.nn.init.zeros_(p)
         self.slopes = torch.tensor(alibi_slopes(H)).view(1, H, 1, 1)
+        # T5 (Raffel et al. 2020): one learned (buckets, H) table shared by the layers.
+        self.t5 = torch.nn.Parameter(0.02 * torch.randn(T5_BUCKETS, H)) if scheme == "t5" else None
 
     def forward(self, toks):
         B, T = toks.shape
@@ -132,7 +147,8 @@ class Model(torch.nn.Module):
         elif self.scheme == "sinusoidal":
             om = torch.exp(-math.log(10000.0) * torch.arange(0, C, 2, dtype=torch.float32) / C)
             ang = pos[:, None].float() * om[None, :]
-            x = x + torch.stack((ang.sin(), ang.cos()), -1).view(T, C)
+            # posenc's amplitude sqrt(2) * init_std (model::sinusoidal_amplitude)
+            x = x + math.sqrt(2) * 0.02 * torch.stack((ang.sin(), ang.cos()), -1).view(T, C)
         cos = sin = None
         if self.scheme == "rope":
             inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
@@ -143,6 +159,8 @@ class Model(torch.nn.Module):
         bias = torch.zeros(T, T).masked_fill(rel > 0, float("-inf"))
         if self.scheme == "alibi":
             bias = bias + self.slopes * rel
+        if self.scheme == "t5":
+            bias = bias + self.t5[t5_causal_bucket(-rel.long())].permute(2, 0, 1).unsqueeze(0)
         for blk in self.blocks:
             x = blk(x, self.scheme, cos, sin, bias)
         return self.out(self.lnf(x))
@@ -210,7 +228,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--posenc", default="build/release/posenc")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--schemes", default="nope,rope,alibi,learned")
+    ap.add_argument("--schemes", default="nope,sinusoidal,learned,rope,alibi,t5")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup-steps", type=int, default=5, help="untimed PyTorch steps")
     ap.add_argument("--batch", type=int, default=16)

@@ -37,6 +37,7 @@
 // extra pass over a K that is read once) and forms each score as a vector dot product over D.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/attention/attention_simd.cpp"
+#include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
@@ -243,6 +244,20 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   for (int64_t kb = kb_begin; kb * kSimdBk < j_end; ++kb) {
     const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
     const int64_t ncols = (nb + N - 1) / N * N;
+    // The next block's key and value rows of this head lie Hkv * D floats apart (4 KiB for
+    // Hkv * D = 1024): a new page per row, where hardware prefetchers stop. Request them one
+    // block ahead so that a decode step streams K and V instead of waiting on each row.
+    if (const int64_t n0 = j0 + kSimdBk; n0 < j_end) {
+      const int64_t n1 = std::min(j_end, n0 + kSimdBk);
+      for (int64_t j = n0; j < n1; ++j) {
+        const float* vj = pr.v + (j * Hkv + hk) * pr.v_row;
+        const float* kj = pr.k + (j * Hkv + hk) * D;
+        for (int64_t e = 0; e < D; e += 16) {
+          hwy::Prefetch(vj + e);
+          if (!pr.kT) hwy::Prefetch(kj + e);
+        }
+      }
+    }
     // 1. Q K^T: s(rows, ncols).
     if (pr.kT) {
       Gemm(rows, ncols, qs, D, pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,

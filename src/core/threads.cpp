@@ -8,7 +8,7 @@ namespace posenc {
 namespace {
 // Per calling thread, so concurrent lab runs can each choose their own count.
 thread_local int g_threads = 0;
-}
+}  // namespace
 
 int num_threads() {
   // Inside a parallel region (a lab shard, say) every nested parallel_for runs serially: an

@@ -165,21 +165,30 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
 
 // The batch's mean loss over its n scored targets is sum_s (n_s / n) loss_s, so its gradient is
 // sum_s (n_s / n) grad_s.
-double sharded_forward_backward(model::transformer<float>& m, std::vector<model::transformer<float>>& reps,
-                  const model::batch& b) {
+double sharded_forward_backward(model::transformer<float>& m,
+                                std::vector<model::transformer<float>>& reps,
+                                const model::batch& b) {
   const int64_t n = static_cast<int64_t>(reps.size());
   if (n != (b.B + sequences_per_shard - 1) / sequences_per_shard)
     fail("sharded_forward_backward: a batch of {} sequences needs {} replicas, got {}", b.B,
          (b.B + sequences_per_shard - 1) / sequences_per_shard, n);
   std::vector<double> loss(n);
+  // An exception must not leave an OpenMP region: each shard's is kept and the first rethrown.
+  std::vector<std::exception_ptr> error(n);
   parallel_for(n, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
-      const int64_t a = s * sequences_per_shard, e = std::min(b.B, a + sequences_per_shard);
-      reps[s].params() = m.params();
-      loss[s] = reps[s].forward(sub_batch(b, a, e));
-      reps[s].backward();
+      try {
+        const int64_t a = s * sequences_per_shard, e = std::min(b.B, a + sequences_per_shard);
+        reps[s].params() = m.params();
+        loss[s] = reps[s].forward(sub_batch(b, a, e));
+        reps[s].backward();
+      } catch (...) {
+        error[s] = std::current_exception();
+      }
     }
   });
+  for (const auto& e : error)
+    if (e) std::rethrow_exception(e);
   int64_t scored = 0;
   for (const auto& r : reps) scored += r.scored();
   std::vector<float>& g = m.grads();
@@ -204,8 +213,8 @@ double sharded_forward_backward(model::transformer<float>& m, std::vector<model:
   return total / static_cast<double>(scored);
 }
 
-eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, const task& t, int64_t L,
-                      int64_t seed) {
+eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, const task& t,
+                      int64_t L, int64_t seed) {
   eval_metrics e;
   e.length = L;
   const bool lm = !t.exact_match;
@@ -240,6 +249,7 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
     int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
   };
   std::vector<sums> part(batches.size());
+  std::vector<std::exception_ptr> error(batches.size());  // none may leave the OpenMP region
   const int64_t V = t.vocab;
   const int64_t nrep = std::min<int64_t>(num_threads(), static_cast<int64_t>(batches.size()));
   std::vector<model::transformer<float>> reps(nrep, model::transformer<float>(m.config()));
@@ -252,7 +262,12 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
       for (int64_t c = c0; c < c1; ++c) {
         const model::batch& b = batches[c];
         sums& q = part[c];
-        rm.forward(b);
+        try {
+          rm.forward(b);
+        } catch (...) {
+          error[c] = std::current_exception();
+          continue;
+        }
         const auto& probs = rm.probs();
         const auto& nll = rm.nll();
         for (int64_t s = 0; s < b.B; ++s) {
@@ -279,6 +294,8 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
       }
     }
   });
+  for (const auto& x : error)
+    if (x) std::rethrow_exception(x);
   double loss = 0, last = 0;
   int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
   for (const sums& q : part) {
@@ -359,7 +376,8 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
   };
 
   std::vector<model::transformer<float>> reps(
-      (o.batch_size + sequences_per_shard - 1) / sequences_per_shard, model::transformer<float>(mc));
+      (o.batch_size + sequences_per_shard - 1) / sequences_per_shard,
+      model::transformer<float>(mc));
   const auto t0 = std::chrono::steady_clock::now();
   double tokens = 0;
   int64_t ran = 0;
@@ -412,8 +430,8 @@ lab_results run_lab(const lab_options& o, const progress_fn& cb) {
   r.runs.resize(runs);
   // Runs are independent, so with several threads they run concurrently, each on its share of
   // the threads (no barrier between runs); a run with several threads splits each step's batch
-  // into shards (sharded_forward_backward). The shards are fixed by the batch size, so the results do not
-  // depend on the thread count.
+  // into shards (sharded_forward_backward). The shards are fixed by the batch size, so the results
+  // do not depend on the thread count.
   const int threads = num_threads();
   const int workers = static_cast<int>(std::min<int64_t>(threads, runs));
   if (workers <= 1) {

@@ -150,7 +150,10 @@ bench_case make_attention(const bench_options& o, const std::string& name, int64
   // Visible (query, key) pairs per head: query i sees keys j <= S - T + i.
   const double pairs = double(T) * double(S - T) + double(T) * double(T + 1) / 2;
   bc.flops = 4.0 * double(D) * double(Hq) * pairs;
-  bc.limit = "peak";
+  // A decode step reads every key and value once and does 4 D FLOPs per 8 D bytes of them per
+  // query head sharing the kv head (G = 4): memory-bound, so its limit is the bandwidth.
+  if (T == 1) bc.bytes = 4.0 * double(2 * S * Hkv * D + 2 * T * Hq * D);
+  bc.limit = T == 1 ? "bandwidth" : "peak";
   bc.validate = [d] { return validate_attention(*d); };
   bc.run = [d] { attention_forward(d->params()); };
   bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +
