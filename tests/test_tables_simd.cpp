@@ -7,6 +7,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -213,6 +214,46 @@ TEST(TablesSimd, T5BiasRowEqualsDenseReference) {
     for (int64_t j = 0; j < S; ++j) {
       EXPECT_EQ(row[j], dense[h * S + j]);
       EXPECT_EQ(acc[j], 1.5f + dense[h * S + j]);
+    }
+  }
+}
+
+// Rows whose keys are all past the last threshold take a one-bucket shortcut (and t5_bias_row
+// a constant fill); rows with one key just inside it must not. Both against the scalar bucket.
+TEST(TablesSimd, T5SaturatedRowsEqualScalarBucket) {
+  for (bool bidir : {false, true}) {
+    const t5_params p{32, 128, bidir};
+    const auto plan = t5_plan_rows(p);
+    const int64_t last = plan.gt.back();  // n > last: the last bucket
+    for (int64_t q : {int64_t{0}, int64_t{1000000}}) {
+      for (int64_t edge : {last + 1, last, last - 1}) {  // nearest key at n = edge
+        for (int64_t dir : {-1, 1}) {
+          std::vector<int64_t> kpos;
+          for (int64_t j = 0; j < 300; ++j) kpos.push_back(q + dir * (edge + 7 * j));
+          std::reverse(kpos.begin() + 100, kpos.end());  // not sorted
+          std::vector<int32_t> b(kpos.size());
+          t5_bucket_row(plan, q, kpos.data(), static_cast<int64_t>(kpos.size()), b.data());
+          for (size_t j = 0; j < kpos.size(); ++j)
+            ASSERT_EQ(b[j], t5_bucket(kpos[j] - q, p))
+                << "bidir=" << bidir << " edge=" << edge << " dir=" << dir << " j=" << j;
+        }
+      }
+    }
+  }
+  const auto t = t5_init(t5_params{32, 128, false}, 3, 2, 1.0);
+  const auto plan = t5_plan_rows(t.params);
+  const int64_t S = 600, q = 5000;  // keys 0..599: every one beyond 128 behind the query
+  std::vector<int64_t> kpos(S);
+  for (int64_t j = 0; j < S; ++j) kpos[static_cast<size_t>(j)] = j;
+  std::vector<float> dense(static_cast<size_t>(3 * S));
+  t5_bias_dense(t, {&q, 1}, kpos, dense.data());
+  for (int64_t h = 0; h < 3; ++h) {
+    std::vector<float> row(static_cast<size_t>(S)), acc(static_cast<size_t>(S), -2.0f);
+    t5_bias_row(t, plan, h, q, kpos.data(), S, row.data());
+    t5_bias_row(t, plan, h, q, kpos.data(), S, acc.data(), true);
+    for (int64_t j = 0; j < S; ++j) {
+      ASSERT_EQ(row[j], dense[h * S + j]);
+      ASSERT_EQ(acc[j], -2.0f + dense[h * S + j]);
     }
   }
 }

@@ -190,6 +190,15 @@ void t5_bias_row(const t5_bias_table& t, const t5_row_plan& plan, int64_t head, 
   for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
     const int64_t m = std::min(kChunk, n - j0);
     t5_bucket_row(plan, qpos, kpos + j0, m, b);
+    if (b[0] == b[m - 1] && std::all_of(b + 1, b + m, [&](int32_t x) { return x == b[0]; })) {
+      const float c =
+          w[b[0] * H];  // one bucket (a saturated chunk): a fill the compiler vectorises
+      if (add)
+        for (int64_t j = 0; j < m; ++j) out[j0 + j] += c;
+      else
+        std::fill(out + j0, out + j0 + m, c);
+      continue;
+    }
     if (add) {
       for (int64_t j = 0; j < m; ++j) out[j0 + j] += w[b[j] * H];
     } else {

@@ -12,6 +12,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -159,6 +160,25 @@ void T5BucketRow(int64_t half_buckets, int64_t exact, bool bidirectional, const 
   const int64_t N = static_cast<int64_t>(hn::Lanes(di));
   const auto q = hn::Set(di, qpos), zero = hn::Zero(di), E = hn::Set(di, exact);
   const auto nb = hn::Set(di, half_buckets);
+  // Saturation: once n exceeds the last threshold every key has the same bucket (keys far from
+  // the query: most of a long row). One pass over the offsets' range decides it for the row.
+  if (ngt > 0 && n > 0) {
+    int64_t lo = kpos[0], hi = kpos[0];
+    for (int64_t j = 1; j < n; ++j) {
+      lo = std::min(lo, kpos[j]);
+      hi = std::max(hi, kpos[j]);
+    }
+    const int64_t rlo = lo - qpos, rhi = hi - qpos;  // offsets r = kpos - qpos
+    int64_t saturated = -1;
+    if (rhi < 0 && -rhi > gt[ngt - 1])  // every key behind, beyond the last threshold
+      saturated = exact + ngt;
+    else if (bidirectional && rlo > 0 && rlo > gt[ngt - 1])  // every key ahead, beyond it
+      saturated = half_buckets + exact + ngt;
+    if (saturated >= 0) {
+      std::fill(bucket, bucket + n, static_cast<int32_t>(saturated));
+      return;
+    }
+  }
   int64_t j = 0;
   for (; j + N <= n; j += N) {
     const auto r = hn::Sub(hn::LoadU(di, kpos + j), q);

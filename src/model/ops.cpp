@@ -19,6 +19,51 @@ int64_t rows_per_thread(int64_t work_per_row) {
   return std::max<int64_t>(1, target / std::max<int64_t>(1, work_per_row));
 }
 
+// Four rows by W columns of c, accumulated over k in [k0, k1) in increasing k: the same sums in
+// the same order as the plain loop "for k: for j: c[j] += a_k b_kj", with the 4 x W tile held
+// in registers across the k loop instead of loaded and stored at every k (bit-identical
+// results, several times fewer memory operations). Row r's a at k is a[r * a_row + k * a_k].
+template <typename S, int W>
+inline void tile4(const S* a, int64_t a_row, int64_t a_k, const S* b, int64_t ldb, S* c,
+                  int64_t ldc, int64_t k0, int64_t k1) {
+  S acc[4][W];
+  for (int r = 0; r < 4; ++r)
+    for (int jj = 0; jj < W; ++jj) acc[r][jj] = c[r * ldc + jj];
+  for (int64_t k = k0; k < k1; ++k) {
+    const S* bk = b + k * ldb;
+    const S a0 = a[k * a_k], a1 = a[a_row + k * a_k];
+    const S a2 = a[2 * a_row + k * a_k], a3 = a[3 * a_row + k * a_k];
+    for (int jj = 0; jj < W; ++jj) {
+      const S bv = bk[jj];
+      acc[0][jj] += a0 * bv;
+      acc[1][jj] += a1 * bv;
+      acc[2][jj] += a2 * bv;
+      acc[3][jj] += a3 * bv;
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int jj = 0; jj < W; ++jj) c[r * ldc + jj] = acc[r][jj];
+}
+
+// Columns [0, N) of four rows of c: tiles of 64 / sizeof(S) columns (two AVX2 vectors), then
+// the remaining columns by the plain loop (same order of sums).
+template <typename S>
+inline void rows4(const S* a, int64_t a_row, int64_t a_k, const S* b, int64_t ldb, S* c,
+                  int64_t ldc, int64_t N, int64_t k0, int64_t k1) {
+  constexpr int W = 64 / sizeof(S);
+  int64_t j = 0;
+  for (; j + W <= N; j += W) tile4<S, W>(a, a_row, a_k, b + j, ldb, c + j, ldc, k0, k1);
+  if (j == N) return;
+  for (int64_t k = k0; k < k1; ++k) {
+    const S* bk = b + k * ldb;
+    for (int r = 0; r < 4; ++r) {
+      const S ar = a[r * a_row + k * a_k];
+      S* cr = c + r * ldc;
+      for (int64_t jj = j; jj < N; ++jj) cr[jj] += ar * bk[jj];
+    }
+  }
+}
+
 }  // namespace
 
 template <typename S>
@@ -32,25 +77,9 @@ void matmul_nn(const S* a, int64_t lda, const S* b, int64_t ldb, S* c, int64_t l
         for (int64_t k0 = 0; k0 < K; k0 += k_block) {
           const int64_t k1 = std::min(K, k0 + k_block);
           int64_t i = r0;
-          // Four rows of c share each load of a row of b.
-          for (; i + 4 <= r1; i += 4) {
-            S* c0 = c + i * ldc;
-            S* c1 = c0 + ldc;
-            S* c2 = c1 + ldc;
-            S* c3 = c2 + ldc;
-            for (int64_t k = k0; k < k1; ++k) {
-              const S a0 = a[i * lda + k], a1 = a[(i + 1) * lda + k];
-              const S a2 = a[(i + 2) * lda + k], a3 = a[(i + 3) * lda + k];
-              const S* bk = b + k * ldb;
-              for (int64_t j = 0; j < N; ++j) {
-                const S bv = bk[j];
-                c0[j] += a0 * bv;
-                c1[j] += a1 * bv;
-                c2[j] += a2 * bv;
-                c3[j] += a3 * bv;
-              }
-            }
-          }
+          // Four rows of c share each load of a row of b; their tiles stay in registers.
+          for (; i + 4 <= r1; i += 4)
+            rows4(a + i * lda, lda, 1, b, ldb, c + i * ldc, ldc, N, k0, k1);
           for (; i < r1; ++i) {
             S* ci = c + i * ldc;
             for (int64_t k = k0; k < k1; ++k) {
@@ -98,24 +127,7 @@ void matmul_tn(const S* a, int64_t lda, const S* b, int64_t ldb, S* c, int64_t l
         if (!accumulate)
           for (int64_t i = r0; i < r1; ++i) std::fill(c + i * ldc, c + i * ldc + N, S(0));
         int64_t i = r0;
-        for (; i + 4 <= r1; i += 4) {
-          S* c0 = c + i * ldc;
-          S* c1 = c0 + ldc;
-          S* c2 = c1 + ldc;
-          S* c3 = c2 + ldc;
-          for (int64_t k = 0; k < K; ++k) {
-            const S* ak = a + k * lda + i;
-            const S a0 = ak[0], a1 = ak[1], a2 = ak[2], a3 = ak[3];
-            const S* bk = b + k * ldb;
-            for (int64_t j = 0; j < N; ++j) {
-              const S bv = bk[j];
-              c0[j] += a0 * bv;
-              c1[j] += a1 * bv;
-              c2[j] += a2 * bv;
-              c3[j] += a3 * bv;
-            }
-          }
-        }
+        for (; i + 4 <= r1; i += 4) rows4(a + i, 1, lda, b, ldb, c + i * ldc, ldc, N, 0, K);
         for (; i < r1; ++i) {
           S* ci = c + i * ldc;
           for (int64_t k = 0; k < K; ++k) {
