@@ -5,8 +5,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "posenc/core/threads.hpp"
+
+namespace posenc::detail {
+// The GELU kernels of ops_simd.cpp (Highway dynamic dispatch).
+void gelu_forward_simd(const float* u, float* y, int64_t n);
+void gelu_forward_simd(const double* u, double* y, int64_t n);
+void gelu_backward_simd(const float* u, const float* dy, float* du, int64_t n);
+void gelu_backward_simd(const double* u, const double* dy, double* du, int64_t n);
+}  // namespace posenc::detail
 
 namespace posenc::model {
 namespace {
@@ -45,8 +54,9 @@ inline void tile4(const S* a, int64_t a_row, int64_t a_k, const S* b, int64_t ld
     for (int jj = 0; jj < W; ++jj) c[r * ldc + jj] = acc[r][jj];
 }
 
-// Columns [0, N) of four rows of c: tiles of 64 / sizeof(S) columns (two AVX2 vectors), then
-// the remaining columns by the plain loop (same order of sums).
+// Columns [0, N) of four rows of c: tiles of 64 bytes of columns, then the remaining columns by
+// the plain loop (same order of sums). Measured on the lab's model (SSE2 baseline build): 16
+// float columns train 2x faster than 8 and as fast as 32.
 template <typename S>
 inline void rows4(const S* a, int64_t a_row, int64_t a_k, const S* b, int64_t ldb, S* c,
                   int64_t ldc, int64_t N, int64_t k0, int64_t k1) {
@@ -157,8 +167,16 @@ template <typename S>
 void linear_backward(const S* x, const S* w, const S* dy, S* dx, S* dw, S* db, int64_t n,
                      int64_t in, int64_t out) {
   // forward: y = x W + b
-  if (dx) matmul_nt(dy, out, w, out, dx, in, n, out, in, true);  // dx += dy W^T
-  matmul_tn(x, in, dy, out, dw, out, in, n, out, true);          // dW += x^T dy
+  if (dx) {
+    // dx += dy W^T as a row-times-matrix product against W^T (out, in), built once per call:
+    // the register-tiled form of matmul_nn instead of one dot product per element.
+    thread_local std::vector<S> wt;
+    wt.resize(static_cast<size_t>(in * out));
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t j = 0; j < out; ++j) wt[j * in + i] = w[i * out + j];
+    matmul_nn(dy, out, wt.data(), in, dx, in, n, out, in, true);
+  }
+  matmul_tn(x, in, dy, out, dw, out, in, n, out, true);  // dW += x^T dy
   if (db)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < out; ++j) db[j] += dy[i * out + j];  // db += sum_rows dy
@@ -274,39 +292,21 @@ void rmsnorm_backward(const S* x, const S* g, const S* rstd, const S* dy, S* dx,
 }
 
 // ---- GELU ----------------------------------------------------------------------------------
-
-namespace {
-constexpr double k_gelu_a = 0.7978845608028654;  // sqrt(2/pi)
-constexpr double k_gelu_b = 0.044715;
-}  // namespace
+// Hendrycks and Gimpel (2016), tanh approximation; formulas in ops.hpp and ops_simd.cpp.
 
 template <typename S>
 void gelu_forward(const S* u, S* y, int64_t n) {
+  // Element-wise: the thread split cannot change a result. SIMD kernel in ops_simd.cpp.
   parallel_for(
-      n,
-      [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0; i < r1; ++i) {
-          const S x = u[i];
-          // gelu(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))
-          y[i] = S(0.5) * x * (S(1) + std::tanh(S(k_gelu_a) * (x + S(k_gelu_b) * x * x * x)));
-        }
-      },
-      4096);
+      n, [&](int64_t r0, int64_t r1) { detail::gelu_forward_simd(u + r0, y + r0, r1 - r0); }, 4096);
 }
 
 template <typename S>
 void gelu_backward(const S* u, const S* dy, S* du, int64_t n) {
-  // forward: y = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))
   parallel_for(
       n,
       [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0; i < r1; ++i) {
-          const S x = u[i];
-          const S t = std::tanh(S(k_gelu_a) * (x + S(k_gelu_b) * x * x * x));
-          const S d = S(0.5) * (S(1) + t) +
-                      S(0.5) * x * (S(1) - t * t) * S(k_gelu_a) * (S(1) + S(3 * k_gelu_b) * x * x);
-          du[i] += dy[i] * d;
-        }
+        detail::gelu_backward_simd(u + r0, dy + r0, du + r0, r1 - r0);
       },
       4096);
 }
