@@ -43,9 +43,9 @@ std::string fmt_time(double s) {
 
 // The --quick preset: a whole six-scheme comparison with one seed, about 7.7M training tokens
 // in all (6 runs x 2000 steps x 16 sequences x 40 tokens on average), evaluated at 64..512 with
-// 32 sequences per length. At the ~12.5k tokens per CPU-second measured for this model
-// (docs/lab.md) that is ~10 CPU-minutes, about 5 minutes on 2 quiet cores. With 2000 steps
-// every scheme reaches exact match 1.0 on passkey in distribution (docs/lab.md, "Measured").
+// 32 sequences per length. Measured: about 3 minutes on the 2-core machine (two runs at a time,
+// ~21k tokens/s each; `make run` with the bench and the report took 5 min 27 s). With 2000
+// steps every scheme reaches exact match >= 0.97 on passkey in distribution (docs/lab.md).
 // Applied only to options the user did not give explicitly.
 void apply_quick(lab_cli& o, CLI::App* sub) {
   auto unset = [&](const char* name) { return sub->get_option(name)->count() == 0; };
