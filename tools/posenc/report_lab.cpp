@@ -218,10 +218,11 @@ report_section lab_section_json(report_context& ctx) {
       "the <b>{}</b> task at lengths {}..{} for {} steps ({} seed(s) per scheme), then evaluated "
       "at longer lengths. Every position scheme is the library's own implementation, and the "
       "training code (forward and backward of every op) is checked against finite differences "
-      "(<code>posenc check --gradients</code>). The seeds' tension shows up directly: a learned "
-      "table has <i>no defined position</i> past its rows (n/a, never clamped), sinusoids are "
-      "defined everywhere but need not be usable, and biases inside attention (ALiBi, T5) "
-      "extrapolate. Metric: {} (mean &plusmn; sample std over seeds). {} Training speed: {:.0f} "
+      "(<code>posenc check --gradients</code>). The seeds' tension is what the table measures: a "
+      "learned table has <i>no defined position</i> past its rows (n/a, never clamped), "
+      "sinusoids, rotations and the biases inside attention (ALiBi, T5) are defined at every "
+      "length, and the columns past the training length show which of them the trained models "
+      "can still use. Metric: {} (mean &plusmn; sample std over seeds). {} Training speed: {:.0f} "
       "tokens/s per run (mean). Protocol and comparison with the published numbers: "
       "<code>docs/lab.md</code>.",
       cfg["n_layers"].get<int64_t>(), cfg["d_model"].get<int64_t>(), cfg["n_heads"].get<int64_t>(),
