@@ -39,6 +39,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+# The ALiBi slopes and causal T5 buckets of the kernel comparison (same directory).
+from compare_torch import alibi_slopes, t5_bucket
+
 # Passkey task token ids (src/lab/tasks.cpp): BOS 1, MARK 2, QUERY 3, digits 4..13, filler 14..29.
 BOS, MARK, QUERY, DIGIT0, FILLER0, N_FILLER = 1, 2, 3, 4, 14, 16
 VOCAB = FILLER0 + N_FILLER
@@ -59,28 +62,7 @@ def passkey_batch(rnd, B, L):
     return toks, tgts
 
 
-def alibi_slopes(n):
-    # Press et al. 2022 reference get_slopes
-    def pow2(n):
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start ** i for i in range(n)]
-    if math.log2(n).is_integer():
-        return pow2(n)
-    p = 2 ** math.floor(math.log2(n))
-    return pow2(p) + pow2(2 * p)[0::2][: n - p]
-
-
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
-
-
-def t5_causal_bucket(n):
-    # n = i - j >= 0 for visible keys (clamped below at 0); Raffel et al. 2020 causal buckets:
-    # exact below num_buckets / 2, logarithmic up to max_distance, then the last bucket.
-    n = n.clamp(min=0)
-    exact = T5_BUCKETS // 2
-    big = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(T5_MAX_DISTANCE / exact)
-                   * (T5_BUCKETS - exact)).long()
-    return torch.where(n < exact, n, big.clamp(max=T5_BUCKETS - 1))
 
 
 def rotate_half(x):
@@ -160,7 +142,7 @@ class Model(torch.nn.Module):
         if self.scheme == "alibi":
             bias = bias + self.slopes * rel
         if self.scheme == "t5":
-            bias = bias + self.t5[t5_causal_bucket(-rel.long())].permute(2, 0, 1).unsqueeze(0)
+            bias = bias + self.t5[t5_bucket(rel.long(), T5_BUCKETS, T5_MAX_DISTANCE)].permute(2, 0, 1).unsqueeze(0)
         for blk in self.blocks:
             x = blk(x, self.scheme, cos, sin, bias)
         return self.out(self.lnf(x))
