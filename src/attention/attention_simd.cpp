@@ -401,7 +401,6 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     for (int64_t jj = 0; jj < nb; ++jj) {
       const float* src = pr.v + ((j0 + jj) * Hkv + hk) * D;
       std::copy(src, src + D, vb + jj * ldv);
-      std::fill(vb + jj * ldv + D, vb + jj * ldv + Dp, 0.0f);
     }
     Gemm(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
   }
@@ -545,7 +544,8 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     sc.kadd.resize(static_cast<size_t>(kSimdBk));
     sc.qa.resize(static_cast<size_t>(rows * pr.C));
     sc.w.resize(static_cast<size_t>(rows * pr.C));
-    sc.vb.resize(static_cast<size_t>(kSimdBk * vb_row(pr.Dp)));
+    // Zero once: the packing writes columns [0, D) only, so the padding to Dp stays zero.
+    sc.vb.assign(static_cast<size_t>(kSimdBk * vb_row(pr.Dp)), 0.0f);
   }
   std::atomic<int64_t> next{0};
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
