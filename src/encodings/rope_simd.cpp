@@ -2,9 +2,9 @@
 // compiled once per target through hwy/foreach_target.h):
 //   - the rotate loop over H heads of one token, both layouts, float32 and float64, any R <= D
 //     (partial rotary: channels [R, D) are never touched);
-//   - the exact-mode cos/sin row: the double-double argument reduction of rope.cpp's
-//     exact_cos_sin done lane-wise, then sine and cosine together of the reduced angle in
-//     double (SinCosReduced, src/encodings/sincos_simd-inl.h).
+//   - the exact-mode cos/sin row: CosSinExact of src/core/angle_simd-inl.h (the exact
+//     reduction of src/core/angle.hpp lane-wise, then sine and cosine together of the reduced
+//     angle in double).
 // rope.cpp calls these through the detail:: entry points at the bottom and keeps the plain loops
 // (and the binary128 reference) as the specification they are tested against.
 #undef HWY_TARGET_INCLUDE
@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "src/encodings/sincos_simd-inl.h"
+#include "src/core/angle_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {
@@ -148,60 +148,11 @@ void RotateF64(int layout_interleaved, int64_t R, const double* c, const double*
 // Exact-mode cos/sin row
 // ---------------------------------------------------------------------------------------------
 
-// 2 pi = P0 + P1 + P2 to about 2^-160 (the same triple-double split as rope.cpp).
-constexpr double kP0 = 0x1.921fb54442d18p+2;
-constexpr double kP1 = 0x1.1a62633145c07p-52;
-constexpr double kP2 = -0x1.f1976b7ed8fbcp-108;
-constexpr double kInv2Pi = 0.15915494309189533577;
-
-// c[i] = scale * cos(pos w[i]), s[i] = scale * sin(pos w[i]), i < n, pos an integer <= 2^53.
-// Lane-wise the arithmetic of rope.cpp's exact_cos_sin:
-//   p w = hi + lo exactly (FMA two-product); k = round(hi / 2pi);
-//   r = hi - k P0 - k P1 - k P2 + lo with k P0 and k P1 split exactly by FMA and the small terms
-//   gathered with TwoSum into rh + rl (|rl| <= ulp(rh)/2, |rh| <= pi + 2^-40).
-// The reduction error is <= ~2^-100 absolute for every p <= 2^53 (rope.cpp's derivation).
-// Then SinCosReduced (sincos_simd-inl.h: one quadrant reduction, fdlibm's kernels) on rh,
-// |rh| <= pi + 2^-40: error < 1.8 * 2^-53 absolute. The first-order correction
-// cos(r) = cos(rh) - sin(rh) rl (and likewise sin) rounds once more (<= 2^-54; the dropped
-// rl^2/2 is < 2^-105; sin/cos's error times |rl| <= 2^-51 is negligible), so
-// |c/scale - cos(p w)|, |s/scale - sin(p w)| <= 2.5 * 2^-53 < 2.8e-16, the bound rope.hpp states.
-// Targets without a native FMA (SSE4, scalar) run the same steps one lane at a time with
-// std::fma, which is exact everywhere, and libm cos/sin (<= 1 ulp).
-inline void TwoSumV(hn::ScalableTag<double> /*d*/, hn::Vec<hn::ScalableTag<double>> a,
-                    hn::Vec<hn::ScalableTag<double>> b, hn::Vec<hn::ScalableTag<double>>& s,
-                    hn::Vec<hn::ScalableTag<double>>& e) {
-  s = hn::Add(a, b);
-  const auto bb = hn::Sub(s, a);
-  e = hn::Add(hn::Sub(a, hn::Sub(s, bb)), hn::Sub(b, bb));
-}
-
-inline void TwoSumS(double a, double b, double& s, double& e) {
-  s = a + b;
-  const double bb = s - a;
-  e = (a - (s - bb)) + (b - bb);
-}
-
-inline void ExactScalar(double p, double w, double& c, double& s) {
-  const double hi = p * w;
-  const double lo = std::fma(p, w, -hi);
-  const double k = std::nearbyint(hi * kInv2Pi);
-  const double a0 = k * kP0, b0 = std::fma(k, kP0, -a0);
-  const double a1 = k * kP1, b1 = std::fma(k, kP1, -a1);
-  double sum, err, acc = 0;
-  TwoSumS(hi - a0, -b0, sum, err);
-  acc += err;
-  TwoSumS(sum, -a1, sum, err);
-  acc += err;
-  TwoSumS(sum, lo, sum, err);
-  acc += err;
-  acc += -b1 - k * kP2;
-  double rh, rl;
-  TwoSumS(sum, acc, rh, rl);
-  const double ch = std::cos(rh), sh = std::sin(rh);
-  c = ch - sh * rl;
-  s = sh + ch * rl;
-}
-
+// c[i] = scale * cos(pos w[i]), s[i] = scale * sin(pos w[i]), i < n, pos an integer <= 2^53:
+// CosSinExact lane-wise (src/core/angle_simd-inl.h: the exact reduction, SinCosReduced and the
+// first-order correction), |c/scale - cos(p w)|, |s/scale - sin(p w)| <= 2.5 * 2^-53 < 2.8e-16,
+// the bound rope.hpp states. Tails and targets without a native FMA (SSE4, scalar) run the
+// scalar twin detail::angle_cos_sin_exact (std::fma, exact everywhere, and libm, <= 2^-52).
 void ExactCosSinRow(int64_t pos, const double* HWY_RESTRICT w, int64_t n, double scale,
                     double* HWY_RESTRICT c, double* HWY_RESTRICT s) {
   const double pd = static_cast<double>(pos);
@@ -209,34 +160,17 @@ void ExactCosSinRow(int64_t pos, const double* HWY_RESTRICT w, int64_t n, double
 #if HWY_NATIVE_FMA
   const hn::ScalableTag<double> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto p = hn::Set(d, pd), P0 = hn::Set(d, kP0), P1 = hn::Set(d, kP1);
-  const auto P2 = hn::Set(d, kP2), inv = hn::Set(d, kInv2Pi), sc = hn::Set(d, scale);
+  const auto p = hn::Set(d, pd), sc = hn::Set(d, scale);
   for (; i + N <= n; i += N) {
-    const auto wv = hn::LoadU(d, w + i);
-    const auto hi = hn::Mul(p, wv);
-    const auto lo = hn::MulSub(p, wv, hi);  // exact: p w - hi
-    const auto k = hn::Round(hn::Mul(hi, inv));
-    const auto a0 = hn::Mul(k, P0), b0 = hn::MulSub(k, P0, a0);
-    const auto a1 = hn::Mul(k, P1), b1 = hn::MulSub(k, P1, a1);
-    hn::Vec<decltype(d)> sum, err;
-    TwoSumV(d, hn::Sub(hi, a0), hn::Neg(b0), sum, err);  // hi - a0 is exact (Sterbenz)
-    auto acc = err;
-    TwoSumV(d, sum, hn::Neg(a1), sum, err);
-    acc = hn::Add(acc, err);
-    TwoSumV(d, sum, lo, sum, err);
-    acc = hn::Add(acc, err);
-    acc = hn::Add(acc, hn::Sub(hn::Neg(b1), hn::Mul(k, P2)));
-    hn::Vec<decltype(d)> rh, rl;
-    TwoSumV(d, sum, acc, rh, rl);
-    hn::Vec<decltype(d)> sh, ch;
-    SinCosReduced(d, rh, sh, ch);
-    hn::StoreU(hn::Mul(sc, hn::NegMulAdd(sh, rl, ch)), d, c + i);
-    hn::StoreU(hn::Mul(sc, hn::MulAdd(ch, rl, sh)), d, s + i);
+    hn::Vec<decltype(d)> cv, sv;
+    CosSinExact(d, p, hn::LoadU(d, w + i), cv, sv);
+    hn::StoreU(hn::Mul(sc, cv), d, c + i);
+    hn::StoreU(hn::Mul(sc, sv), d, s + i);
   }
 #endif
   for (; i < n; ++i) {
     double cc, ss;
-    ExactScalar(pd, w[i], cc, ss);
+    ::posenc::detail::angle_cos_sin_exact(pd, w[i], cc, ss);
     c[i] = scale * cc;
     s[i] = scale * ss;
   }

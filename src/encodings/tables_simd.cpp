@@ -1,7 +1,8 @@
 // SIMD kernels for the tables and score-bias rows (Highway dynamic dispatch; this file is
 // compiled once per target through hwy/foreach_target.h):
-//   - sinusoidal table rows (Vaswani et al. 2017, sec. 3.5): the Cody-Waite reduction of
-//     sinusoidal.cpp's reduced_angle lane-wise, then SinCosReduced (sincos_simd-inl.h);
+//   - sinusoidal table rows (Vaswani et al. 2017, sec. 3.5): SinCosCw of
+//     src/core/angle_simd-inl.h (the Cody-Waite reduction of src/core/angle.hpp lane-wise, then
+//     SinCosReduced); tails and targets without a native FMA: the scalar reduction and libm;
 //   - ALiBi bias rows (Press et al. 2022, sec. 3): -m |i - j| (or m (j - i) causal) per key;
 //   - T5 bucket rows (Raffel et al. 2020, sec. 2.1): the logarithmic branch replaced by a count
 //     of precomputed thresholds, exact by monotonicity (see t5_bias.cpp).
@@ -16,39 +17,18 @@
 #include <cmath>
 #include <cstdint>
 
-#include "src/encodings/sincos_simd-inl.h"
+#include "src/core/angle_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// 2*pi = C1 + C2 + C3 (the split of sinusoidal.cpp).
-constexpr double kC1 = 0x1.921fb54442d18p+2;
-constexpr double kC2 = 0x1.1a62633145c07p-52;
-constexpr double kC3 = -0x1.f1976b7ed8fbcp-108;
-constexpr double kInv2Pi = 0.15915494309189533577;
-
-// Scalar twin of the lane code below (tails and targets without a native FMA): sinusoidal.cpp's
-// reduced_angle with std::fma (exact everywhere) and libm sin/cos.
-inline void SinCosScalar(double x, double whi, double wlo, double& s, double& c) {
-  const double hi = x * whi;
-  const double lo = std::fma(x, whi, -hi) + x * wlo;
-  const double n = std::nearbyint(hi * kInv2Pi);
-  double r = std::fma(-n, kC1, hi);
-  r = std::fma(-n, kC2, r);
-  r = std::fma(-n, kC3, r);
-  r = r + lo;
-  s = std::sin(r);
-  c = std::cos(r);
-}
-
 // Rows [b, e) of the table: out row n = PE(positions[n]), d = 2 * half channels,
 // interleaved [s0 c0 s1 c1 ..] or halves [s0 .. s_{half-1} | c0 .. c_{half-1}].
-// w_hi, w_lo: (half,) omega_r as double-double. Error per entry (before rounding to T):
-// reduced angle <= 8 * 2^-53 (sinusoidal.cpp; |r| <= pi + 2^-40), SinCosReduced < 1.8 * 2^-53
-// (sincos_simd-inl.h), so < 10 * 2^-53 plus the frequency term of
-// sinusoidal_entry_error_bound.
+// w_hi, w_lo: (half,) omega_r as double-double. Error per entry (before rounding to T): SinCosCw
+// (src/core/angle_simd-inl.h) < 10 * 2^-53 (reduced angle 8 * 2^-53, SinCosReduced 1.8 * 2^-53)
+// plus the frequency term of sinusoidal_entry_error_bound; the scalar tail (libm) < 9 * 2^-53.
 template <typename T>
 HWY_INLINE void SinRowsT(const double* HWY_RESTRICT w_hi, const double* HWY_RESTRICT w_lo,
                          int64_t half, const int64_t* HWY_RESTRICT positions, int64_t b, int64_t e,
@@ -59,8 +39,6 @@ HWY_INLINE void SinRowsT(const double* HWY_RESTRICT w_hi, const double* HWY_REST
   const hn::ScalableTag<double> dd;
   const hn::Rebind<T, decltype(dd)> dt;  // same lane count, T lanes
   const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
-  const auto C1 = hn::Set(dd, kC1), C2 = hn::Set(dd, kC2), C3 = hn::Set(dd, kC3);
-  const auto inv = hn::Set(dd, kInv2Pi);
   r0 = half - half % N;
 #endif
   for (int64_t row = b; row < e; ++row) {
@@ -69,16 +47,8 @@ HWY_INLINE void SinRowsT(const double* HWY_RESTRICT w_hi, const double* HWY_REST
 #if HWY_NATIVE_FMA
     const auto xv = hn::Set(dd, x);
     for (int64_t r = 0; r < r0; r += N) {
-      const auto whi = hn::LoadU(dd, w_hi + r), wlo = hn::LoadU(dd, w_lo + r);
-      const auto hi = hn::Mul(xv, whi);
-      const auto lo = hn::MulAdd(xv, wlo, hn::MulSub(xv, whi, hi));  // fma(x,whi,-hi) + x wlo
-      const auto n = hn::Round(hn::Mul(hi, inv));
-      auto a = hn::NegMulAdd(n, C1, hi);
-      a = hn::NegMulAdd(n, C2, a);
-      a = hn::NegMulAdd(n, C3, a);
-      a = hn::Add(a, lo);
       hn::Vec<decltype(dd)> sv, cv;
-      SinCosReduced(dd, a, sv, cv);
+      SinCosCw(dd, xv, hn::LoadU(dd, w_hi + r), hn::LoadU(dd, w_lo + r), sv, cv);
       if constexpr (sizeof(T) == sizeof(double)) {
         if (interleaved) {
           hn::StoreInterleaved2(sv, cv, dd, o + 2 * r);
@@ -98,8 +68,8 @@ HWY_INLINE void SinRowsT(const double* HWY_RESTRICT w_hi, const double* HWY_REST
     }
 #endif
     for (int64_t r = r0; r < half; ++r) {
-      double s, c;
-      SinCosScalar(x, w_hi[r], w_lo[r], s, c);
+      const double a = ::posenc::detail::angle_reduce_cw(x, w_hi[r], w_lo[r]);
+      const double s = std::sin(a), c = std::cos(a);
       if (interleaved) {
         o[2 * r] = static_cast<T>(s);
         o[2 * r + 1] = static_cast<T>(c);

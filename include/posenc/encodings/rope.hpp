@@ -32,11 +32,12 @@ enum class rope_layout { half, interleaved };
 //   exact:      angle = p * omega in double-double (an exact two-product, so any integer
 //               position up to 2^53 is exact), reduced mod 2*pi against a triple-double 2*pi,
 //               then sin/cos in double with a first-order correction for the low word.
-//               The reduction runs lane-wise in SIMD (src/encodings/rope_simd.cpp) and sine
+//               The reduction (src/core/angle.hpp) runs lane-wise in SIMD
+//               (src/core/angle_simd-inl.h, called by src/encodings/rope_simd.cpp) and sine
 //               and cosine of the reduced angle (|r| <= pi + 2^-40) come from one double kernel
-//               (src/encodings/sincos_simd-inl.h, fdlibm's polynomials, < 1.8 * 2^-53), so
+//               (src/core/sincos_simd-inl.h, fdlibm's polynomials, < 1.8 * 2^-53), so
 //               |cos, sin error| <= 2.5 * 2^-53 < 2.8e-16 absolute at every position up to 2^53
-//               (derivation in rope_simd.cpp; measured by rope_checks and
+//               (derivation in src/core/angle_simd-inl.h; measured by rope_checks and
 //               tests/test_rope_simd.cpp against the binary128 reference).
 //   compat_f32: omega rounded to float32, position cast to float32 (exact below 2^24), angle
 //               = float(p) * float(omega) in float32, then float sinf/cosf and a float multiply

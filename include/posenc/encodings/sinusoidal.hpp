@@ -92,7 +92,7 @@ std::vector<double> sinusoidal_table(const sinusoidal_params& p,
 
 // A bound on |sinusoidal_table entry - exact value| for positions <= max_position, derived
 // from the arithmetic (see sinusoidal.cpp): 10 * 2^-53 for the reduced angle (8) and the
-// vectorised sin/cos (< 1.8 * 2^-53, src/encodings/sincos_simd-inl.h), plus max_position * omega_0
+// vectorised sin/cos (< 1.8 * 2^-53, src/core/sincos_simd-inl.h), plus max_position * omega_0
 // * (4 ln(base) + 3) * 2^-64 for the long-double frequency (omega_0 = 1 is the largest frequency).
 // The reference obeys the same bound, so |fast - reference| <= 2 * bound.
 double sinusoidal_entry_error_bound(const sinusoidal_params& p, int64_t max_position);

@@ -1,6 +1,6 @@
 // SinCosReduced: sine and cosine together of an already reduced angle |x| <= pi + 2^-30, in
-// double, one Highway vector at a time (shared by rope_simd.cpp and tables_simd.cpp; included
-// once per target, Highway's -inl.h toggle).
+// double, one Highway vector at a time (used by src/core/angle_simd-inl.h for RoPE's cos/sin rows
+// and the sinusoidal tables; included once per target, Highway's -inl.h toggle).
 //
 // Why not Highway's Sin and Cos: each repeats the quadrant reduction and a polynomial, and they
 // document 3 ulp; computing both from one reduction halves the work of the RoPE cos/sin rows and
