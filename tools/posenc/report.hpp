@@ -6,8 +6,9 @@
 //   static const bool registered = posenc::cli::register_report_section(
 //       20, "sinusoidal", [](posenc::cli::report_context& ctx) { ... return section; });
 //
-// The section writes its figures (SVG) into ctx.out_dir and returns HTML and Markdown bodies
-// that reference them by file name. Sections are rendered in `order`.
+// The section writes its figures (SVG) into ctx.out_dir and returns a document (report_doc.hpp)
+// that references them by file name; cmd_report.cpp renders every section's document to both
+// index.html and index.md. Sections are rendered in `order`.
 #pragma once
 
 #include <functional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "posenc/core/check.hpp"
+#include "report_doc.hpp"
 
 namespace posenc::cli {
 
@@ -25,10 +27,9 @@ struct report_context {
 };
 
 struct report_section {
-  std::string id;        // anchor, e.g. "sinusoidal"
-  std::string title;     // heading
-  std::string html;      // body (no <html>/<body>)
-  std::string markdown;  // the same content as Markdown
+  std::string id;      // anchor, e.g. "sinusoidal"
+  std::string title;   // heading (plain text)
+  doc::document body;  // everything below the heading
 };
 
 using report_fn = std::function<report_section(report_context&)>;

@@ -1,10 +1,12 @@
-// Report section "attention": the attention pattern of one randomly chosen head under each
-// position scheme, with the same q and k, and the attention check results.
+// Report section "attention": the attention pattern of one randomly chosen head
+// under each position scheme, with the same q and k, and the attention check
+// results.
 //
-// The probabilities are read out of the engine itself rather than recomputed: with one-hot
-// values v_j = e_j (D >= S) the output row is out_i = sum_j p_ij e_j = (p_i0, ..., p_i,S-1),
-// so every heatmap is exactly what attention_forward computes (Shaw's a^V is set to zero for
-// the picture so that it does not add to the one-hot read-out; a^K still shapes the scores).
+// The probabilities are read out of the engine itself rather than recomputed:
+// with one-hot values v_j = e_j (D >= S) the output row is out_i = sum_j p_ij
+// e_j = (p_i0, ..., p_i,S-1), so every heatmap is exactly what
+// attention_forward computes (Shaw's a^V is set to zero for the picture so that
+// it does not add to the one-hot read-out; a^K still shapes the scores).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -21,16 +23,19 @@
 namespace posenc::cli {
 namespace {
 
-report_section attention_section(report_context& ctx) {
+report_section attention_section(report_context &ctx) {
   const int64_t N = ctx.quick ? 24 : 48, Hq = 8, D = 64;
   const uint64_t seed = 2024;
   rng r(seed);
   const int64_t head = static_cast<int64_t>(r.below(Hq));
   // q: (N, Hq, D), k: (N, 1, D) random normal; v: (N, 1, D) one-hot rows.
   std::vector<double> q(N * Hq * D), k(N * D), v(N * D, 0.0), out(N * Hq * D);
-  for (auto& x : q) x = r.normal();
-  for (auto& x : k) x = r.normal();
-  for (int64_t j = 0; j < N; ++j) v[j * D + j] = 1.0;
+  for (auto &x : q)
+    x = r.normal();
+  for (auto &x : k)
+    x = r.normal();
+  for (int64_t j = 0; j < N; ++j)
+    v[j * D + j] = 1.0;
 
   rope_config rc;
   rc.head_dim = D;
@@ -53,21 +58,27 @@ report_section attention_section(report_context& ctx) {
   entries[0] = {"none", "no position (NoPE)", {}};
   entries[1] = {"rope", "RoPE (theta 1e4, half layout)", {}};
   entries[1].pos.rope.freqs = &freqs;
-  entries[2] = {"alibi", fmt::format("ALiBi (slope of head {}: {})", head, num(slopes[head])), {}};
+  entries[2] = {
+      "alibi",
+      fmt::format("ALiBi (slope of head {}: {})", head, num(slopes[head])),
+      {}};
   entries[2].pos.alibi = slopes;
-  entries[3] = {"t5", "T5 bias (causal, 32 buckets, max distance 128, N(0,1) table)", {}};
+  entries[3] = {
+      "t5", "T5 bias (causal, 32 buckets, max distance 128, N(0,1) table)", {}};
   entries[3].pos.t5 = &t5;
   entries[4] = {"shaw", "Shaw relative keys (K = 8, a^K ~ N(0, 0.25))", {}};
   entries[4].pos.shaw = &shaw;
 
-  std::string figs_html, figs_md;
-  for (const auto& e : entries) {
+  doc::document figs;
+  for (const auto &e : entries) {
     attention_params<double> p;
     p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
-    p.T = N, p.S = N, p.Hq = Hq, p.Hkv = 1, p.D = D, p.causal = true, p.pos = e.pos;
+    p.T = N, p.S = N, p.Hq = Hq, p.Hkv = 1, p.D = D, p.causal = true,
+    p.pos = e.pos;
     attention_forward(p);
     svg::heatmap h;
-    h.title = fmt::format("Attention probabilities, head {} of {}: {}", head, Hq, e.label);
+    h.title = fmt::format("Attention probabilities, head {} of {}: {}", head,
+                          Hq, e.label);
     h.x_label = "key j";
     h.y_label = "query i";
     h.value_label = "p(i, j)";
@@ -76,63 +87,64 @@ report_section attention_section(report_context& ctx) {
     h.values.resize(N * N);
     for (int64_t i = 0; i < N; ++i)
       for (int64_t j = 0; j < N; ++j)
-        h.values[i * N + j] =
-            j > i ? std::numeric_limits<double>::quiet_NaN() : out[(i * Hq + head) * D + j];
+        h.values[i * N + j] = j > i ? std::numeric_limits<double>::quiet_NaN()
+                                    : out[(i * Hq + head) * D + j];
     h.vmin = 0.0;
     h.masked_label = "masked (causal)";
     const std::string file = "attention_" + e.id + ".svg";
     write_file_atomic(ctx.out_dir + "/" + file, svg::render(h));
-    figs_html += fmt::format(
-        "<figure><img src=\"{}\" alt=\"attention pattern, {}\"><figcaption>{}</figcaption>"
-        "</figure>\n",
-        file, e.id, e.label);
-    figs_md += fmt::format("![attention pattern, {}]({})\n\n", e.label, file);
+    figs.fig(file, "attention pattern, " + e.label, doc::lit(e.label));
   }
 
   report_section sec;
   sec.id = "attention";
   sec.title = "Attention: where each scheme puts position";
-  const std::string intro = fmt::format(
-      "One engine, four injection points: RoPE rotates q and k at their position ids, ALiBi "
-      "and T5 add a bias to the scaled score, Shaw adds learned relative vectors to keys (and "
-      "values). The heatmaps show causal attention probabilities of head {} (drawn at random "
-      "from {} with seed {}) for {} tokens, with the same random q and k (D = {}) under each "
-      "scheme. Without position the pattern is content-only; ALiBi's recency penalty shows as "
-      "mass near the diagonal; the T5 and Shaw patterns follow their (random, untrained) "
-      "tables by relative distance. The probabilities are the engine's own output (one-hot "
-      "values). The attention checks below verify the seeds' argument: permutation "
-      "equivariance without position and its failure with each scheme, translation "
+  sec.body.para(fmt::format(
+      "One engine, four injection points: RoPE rotates q and k at their "
+      "position ids, ALiBi "
+      "and T5 add a bias to the scaled score, Shaw adds learned relative "
+      "vectors to keys (and "
+      "values). The heatmaps show causal attention probabilities of head {} "
+      "(drawn at random "
+      "from {} with seed {}) for {} tokens, with the same random q and k (D = "
+      "{}) under each "
+      "scheme. Without position the pattern is content-only; ALiBi's recency "
+      "penalty shows as "
+      "mass near the diagonal; the T5 and Shaw patterns follow their (random, "
+      "untrained) "
+      "tables by relative distance. The probabilities are the engine's own "
+      "output (one-hot "
+      "values). The attention checks below verify the seeds' argument: "
+      "permutation "
+      "equivariance without position and its failure with each scheme, "
+      "translation "
       "invariance of the relative schemes, packing, padding and the KV cache.",
-      head, Hq, seed, N, D);
-  sec.html = "<p>" + intro + "</p>\n" + figs_html;
-  sec.markdown = intro + "\n\n" + figs_md;
+      head, Hq, seed, N, D));
+  sec.body.append(figs);
   int n = 0, failed = 0;
-  std::string rows_html, rows_md;
-  for (const auto& c : ctx.checks) {
-    if (c.group != "attention") continue;
+  doc::table table;
+  table.head = {"result", "check", "max error", "tolerance"};
+  for (const auto &c : ctx.checks) {
+    if (c.group != "attention")
+      continue;
     ++n;
     failed += !c.passed;
-    rows_html += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                             c.passed ? "pass" : "fail", c.passed ? "PASS" : "FAIL", c.name,
-                             num(c.max_error), num(c.tolerance));
-    rows_md += fmt::format("| {} | {} | {} | {} |\n", c.passed ? "PASS" : "FAIL", c.name,
-                           num(c.max_error), num(c.tolerance));
+    table.rows.push_back({c.passed ? "PASS" : "FAIL", c.name, num(c.max_error),
+                          num(c.tolerance)});
+    table.row_class.push_back(c.passed ? "pass" : "fail");
   }
-  sec.html += fmt::format(
-      "<p>Attention checks: {} run, {} failed (<code>posenc check --group attention</code>). "
-      "For the <em>breaks</em> checks the error column is the deviation, which must exceed "
-      "1000 times the rounding bound.</p>\n<table><tr><th>result</th><th>check</th>"
-      "<th>max error</th><th>tolerance</th></tr>\n{}</table>\n",
-      n, failed, rows_html);
-  sec.markdown += fmt::format(
-      "Attention checks: {} run, {} failed (`posenc check --group attention`). For the "
-      "*breaks* checks the error column is the deviation, which must exceed 1000 times the "
-      "rounding bound.\n\n| result | check | max error | tolerance |\n|---|---|---|---|\n{}",
-      n, failed, rows_md);
+  sec.body.para(fmt::format("Attention checks: {} run, {} failed (`posenc "
+                            "check --group attention`). For the *breaks* "
+                            "checks the error column is the deviation, which "
+                            "must exceed 1000 times the rounding "
+                            "bound.",
+                            n, failed));
+  sec.body.add(std::move(table));
   return sec;
 }
 
-const bool registered = register_report_section(50, "attention", attention_section);
+const bool registered =
+    register_report_section(50, "attention", attention_section);
 
-}  // namespace
-}  // namespace posenc::cli
+} // namespace
+} // namespace posenc::cli

@@ -19,16 +19,12 @@ namespace posenc::cli {
 namespace {
 
 report_section bench_section(report_context& ctx) {
-  report_section s{"performance", "Performance against the machine's limits", "", ""};
+  report_section s{"performance", "Performance against the machine's limits", {}};
   const std::string path = ctx.out_dir + "/bench.json";
   if (!std::filesystem::exists(path)) {
-    s.html =
-        "<p>No benchmark results in this report directory. Run <code>posenc bench --out "
-        "DIR/bench.json</code> and then <code>posenc report --out DIR</code> (<code>make "
-        "run</code> does both).</p>\n";
-    s.markdown =
+    s.body.para(
         "No benchmark results in this report directory. Run `posenc bench --out DIR/bench.json` "
-        "and then `posenc report --out DIR` (`make run` does both).\n";
+        "and then `posenc report --out DIR` (`make run` does both).");
     return s;
   }
   nlohmann::json j;
@@ -36,8 +32,7 @@ report_section bench_section(report_context& ctx) {
     std::ifstream f(path);
     j = nlohmann::json::parse(f);
   } catch (const std::exception& e) {
-    s.html = "<p>Could not read bench.json: " + svg::escape(e.what()) + "</p>\n";
-    s.markdown = "Could not read bench.json.\n";
+    s.body.para(doc::plain(std::string("Could not read bench.json: ") + e.what()));
     return s;
   }
   const auto& m = j["machine"];
@@ -56,7 +51,8 @@ report_section bench_section(report_context& ctx) {
   chart.height = 520;
   svg::bar_series bw{"memory-bound: of copy bandwidth", {}, ""};
   svg::bar_series pk{"compute-bound: of FMA peak", {}, ""};
-  std::string rows_html, rows_md;
+  doc::table table;
+  table.head = {"case", "min ms", "median ms", "rate", "fraction", "of"};
   for (const auto& c : j["cases"]) {
     std::string name = c.value("name", "");
     bool peak = c.value("limit", "bandwidth") == "peak";
@@ -68,38 +64,24 @@ report_section bench_section(report_context& ctx) {
     bw.values.push_back(peak ? NAN : frac);
     pk.values.push_back(peak ? frac : NAN);
     std::string err = c.contains("error") ? c["error"].get<std::string>() : "";
-    rows_html += fmt::format(
-        "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td></tr>\n",
-        svg::escape(name), num(get("seconds_min") * 1e3), num(get("seconds_median") * 1e3),
-        peak ? num(get("gflops")) + " GFLOP/s" : num(get("gbps")) + " GB/s",
-        err.empty() ? num(frac) : "invalid: " + svg::escape(err), peak ? "FMA peak" : "bandwidth");
-    rows_md += fmt::format("| {} | {} | {} | {} | {} |\n", name, num(get("seconds_min") * 1e3),
-                           peak ? num(get("gflops")) + " GFLOP/s" : num(get("gbps")) + " GB/s",
-                           err.empty() ? num(frac) : "invalid", peak ? "FMA peak" : "bandwidth");
+    table.rows.push_back({name, num(get("seconds_min") * 1e3), num(get("seconds_median") * 1e3),
+                          peak ? num(get("gflops")) + " GFLOP/s" : num(get("gbps")) + " GB/s",
+                          err.empty() ? num(frac) : "invalid: " + err,
+                          peak ? "FMA peak" : "bandwidth"});
   }
   chart.series = {bw, pk};
   bool any = false;
   for (double v : bw.values) any |= std::isfinite(v);
   for (double v : pk.values) any |= std::isfinite(v);
-  s.html = "<p>Machine, measured by the same process: " + svg::escape(machine) +
-           ". Reproduce with <code>posenc bench --out bench.json</code>.</p>\n";
-  s.markdown = "Machine, measured by the same process: " + machine +
-               ". Reproduce with `posenc bench --out bench.json`.\n\n";
+  s.body.para("Machine, measured by the same process: " + doc::lit(machine) +
+              ". Reproduce with `posenc bench --out bench.json`.");
   if (any && !chart.categories.empty()) {
     write_file_atomic(ctx.out_dir + "/bench_fractions.svg", svg::render(chart));
-    s.html +=
-        "<figure><img src=\"bench_fractions.svg\" alt=\"fraction of limit per case\">"
-        "<figcaption>Each kernel's rate as a fraction of the limit that binds it: memory "
-        "bandwidth (bytes read + written / STREAM copy rate) or FMA peak (counted flops / "
-        "peak).</figcaption></figure>\n";
-    s.markdown += "![fraction of limit per case](bench_fractions.svg)\n\n";
+    s.body.fig("bench_fractions.svg", "fraction of limit per case",
+               "Each kernel's rate as a fraction of the limit that binds it: memory bandwidth "
+               "(bytes read + written / STREAM copy rate) or FMA peak (counted flops / peak).");
   }
-  s.html +=
-      "<table><tr><th>case</th><th>min ms</th><th>median ms</th><th>rate</th>"
-      "<th>fraction</th><th>of</th></tr>\n" +
-      rows_html + "</table>\n";
-  s.markdown += "| case | min ms | rate | fraction | of |\n|---|---|---|---|---|\n" + rows_md;
+  s.body.add(std::move(table));
   return s;
 }
 

@@ -26,7 +26,9 @@ report_section bias_section(report_context& ctx) {
   const int64_t H = 6, T = 12;
   const auto press = alibi_slopes(H);
   const auto geo = alibi_slopes(H, 8.0, alibi_convention::geometric);
-  std::string figs_html, figs_md;
+  doc::figure heads;
+  heads.caption = doc::markup(
+      "ALiBi bias per head, H = 6, causal, positions 0..11 (hatched: masked future keys).");
   for (int64_t h = 0; h < H; ++h) {
     svg::heatmap hm;
     hm.title = fmt::format("ALiBi head {} (slope {}), causal", h, num(press[h]));
@@ -49,21 +51,13 @@ report_section bias_section(report_context& ctx) {
     hm.vmax = 0.0;
     const std::string file = fmt::format("alibi_head{}.svg", h);
     write_file_atomic(ctx.out_dir + "/" + file, svg::render(hm));
-    figs_html +=
-        fmt::format("<img src=\"{}\" alt=\"ALiBi bias head {}\" width=\"420\">\n", file, h);
-    figs_md += fmt::format("![ALiBi head {}]({}) ", h, file);
+    heads.images.push_back({file, fmt::format("ALiBi bias head {}", h), 420});
   }
 
-  std::string slopes_html =
-      "<table><tr><th>head</th><th>press / Bloom / vLLM / ggml (= mpt)</th><th>plain "
-      "geometric 2^(-8(h+1)/H)</th></tr>\n";
-  std::string slopes_md = "| head | press (= mpt) | geometric |\n|---|---|---|\n";
-  for (int64_t h = 0; h < H; ++h) {
-    slopes_html +=
-        fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", h, num(press[h]), num(geo[h]));
-    slopes_md += fmt::format("| {} | {} | {} |\n", h, num(press[h]), num(geo[h]));
-  }
-  slopes_html += "</table>\n";
+  doc::table slopes;
+  slopes.head = {"head", "press / Bloom / vLLM / ggml (= mpt)", "plain geometric 2^(-8(h+1)/H)"};
+  for (int64_t h = 0; h < H; ++h)
+    slopes.rows.push_back({std::to_string(h), num(press[h]), num(geo[h])});
 
   // T5 buckets against the offset kpos - qpos, (32, 128), both modes.
   svg::line_plot plot;
@@ -82,31 +76,24 @@ report_section bias_section(report_context& ctx) {
   }
   write_file_atomic(ctx.out_dir + "/t5_buckets.svg", svg::render(plot));
 
-  const std::string intro =
+  sec.body.para(
       "ALiBi (Press et al. 2022) adds -m_h (i - j) to the scores of head h; the slopes form a "
       "geometric sequence, and for a head count that is not a power of two the reference code "
       "completes it with every other slope of the next power of two. MPT's ceil-then-shuffle "
       "formula produces the same slopes; only the plain geometric rule (some examples, mlx before "
       "its fix) differs. Positions are position ids, so padding and packing need no special case. "
-      "Reproduce with <code>posenc alibi slopes --heads 6 --format json</code> and "
-      "<code>posenc alibi bias --heads 6 --q-positions 0:12 --k-positions 0:12 --causal</code>.";
-  sec.html = "<p>" + intro + "</p>\n<figure>" + figs_html +
-             "<figcaption>ALiBi bias per head, H = 6, causal, positions 0..11 (hatched: "
-             "masked future keys).</figcaption></figure>\n" +
-             slopes_html;
-  sec.markdown = intro + "\n\n" + figs_md + "\n\n" + slopes_md;
-
-  const std::string t5_text =
+      "Reproduce with `posenc alibi slopes --heads 6 --format json` and "
+      "`posenc alibi bias --heads 6 --q-positions 0:12 --k-positions 0:12 --causal`.");
+  sec.body.add(std::move(heads));
+  sec.body.add(std::move(slopes));
+  sec.body.para(
       "T5 (Raffel et al. 2020) maps the offset r = key position - query position to one of "
       "num_buckets buckets: exact for small |r|, logarithmic up to max_distance, then "
       "saturated; bidirectional attention gives each sign half the buckets (positive offsets "
       "above), causal attention sends every future key to bucket 0. Each bucket owns a learned "
-      "bias per head. Reproduce with <code>posenc t5 buckets --offsets -160:161 --format "
-      "json</code> (add <code>--causal</code>).";
-  sec.html += "<p>" + t5_text +
-              "</p>\n<figure><img src=\"t5_buckets.svg\" alt=\"T5 buckets\"><figcaption>T5 "
-              "bucket against offset, both modes.</figcaption></figure>\n";
-  sec.markdown += "\n" + t5_text + "\n\n![T5 buckets](t5_buckets.svg)\n";
+      "bias per head. Reproduce with `posenc t5 buckets --offsets -160:161 --format json` (add "
+      "`--causal`).");
+  sec.body.fig("t5_buckets.svg", "T5 buckets", "T5 bucket against offset, both modes.");
 
   int n = 0, failed = 0;
   for (const auto& c : ctx.checks)
@@ -114,14 +101,10 @@ report_section bias_section(report_context& ctx) {
       ++n;
       failed += !c.passed;
     }
-  sec.html += fmt::format(
-      "<p>ALiBi, T5 and Shaw property checks: {} run, {} failed (<code>posenc check --group alibi "
-      "--group t5 --group shaw</code>).</p>\n",
-      n, failed);
-  sec.markdown += fmt::format(
-      "\nALiBi, T5 and Shaw property checks: {} run, {} failed (`posenc check --group alibi "
-      "--group t5 --group shaw`).\n",
-      n, failed);
+  sec.body.para(fmt::format(
+      "ALiBi, T5 and Shaw property checks: {} run, {} failed (`posenc check --group alibi "
+      "--group t5 --group shaw`).",
+      n, failed));
   return sec;
 }
 

@@ -37,7 +37,7 @@ report_section lab_section(report_context& ctx) {
 }
 
 report_section lab_section_json(report_context& ctx) {
-  report_section sec{"lab", "The lab: trained models, in distribution and beyond", "", ""};
+  report_section sec{"lab", "The lab: trained models, in distribution and beyond", {}};
   const std::string dir = ctx.out_dir + "/lab";
   const std::string path = dir + "/results.json";
   std::string provenance;
@@ -50,8 +50,8 @@ report_section lab_section_json(report_context& ctx) {
       fail_io("{} is not valid JSON: {}", path, e.what());
     }
     provenance = fmt::format(
-        "Numbers from <code>lab/results.json</code>, written by the lab run that preceded this "
-        "report (<code>posenc lab --quick --out {}/lab</code> in <code>make run</code>).",
+        "Numbers from `lab/results.json`, written by the lab run that preceded this report "
+        "(`posenc lab --quick --out {}/lab` in `make run`).",
         ctx.out_dir);
   } else {
     lab::lab_options o;
@@ -78,9 +78,9 @@ report_section lab_section_json(report_context& ctx) {
     provenance = fmt::format(
         "No lab results were found in {}, so this section trained a very small comparison "
         "itself ({} steps, width 32, train lengths 16..32): a smoke test of the pipeline, too "
-        "short for the schemes to separate. Run <code>posenc lab --quick --out {}/lab</code> "
-        "first for the real comparison.",
-        path, o.steps, ctx.out_dir);
+        "short for the schemes to separate. Run `posenc lab --quick --out {}/lab` first for the "
+        "real comparison.",
+        doc::lit(path), o.steps, ctx.out_dir);
   }
 
   const std::string task = j.value("task", "?");
@@ -126,17 +126,13 @@ report_section lab_section_json(report_context& ctx) {
     }
     plot.series.push_back(ls);
   }
-  std::string figs_html, figs_md;
+  doc::document figs;
   if (any_finite) {
     write_file_atomic(ctx.out_dir + "/lab_length.svg", svg::render(plot));
-    figs_html +=
-        "<figure><img src=\"lab_length.svg\" alt=\"lab: metric against length\">"
-        "<figcaption>" +
-        metric_label +
-        " (mean over seeds) against evaluation length; a missing point means the "
-        "scheme has no defined position there (a learned table past its rows).</figcaption>"
-        "</figure>\n";
-    figs_md += "![lab: metric against length](lab_length.svg)\n\n";
+    figs.fig("lab_length.svg", "lab: metric against length",
+             metric_label +
+                 " (mean over seeds) against evaluation length; a missing point means the "
+                 "scheme has no defined position there (a learned table past its rows).");
   }
 
   // Training curves (seed 0 of each scheme).
@@ -156,10 +152,8 @@ report_section lab_section_json(report_context& ctx) {
   }
   if (!curves.series.empty()) {
     write_file_atomic(ctx.out_dir + "/lab_curves.svg", svg::render(curves));
-    figs_html +=
-        "<figure><img src=\"lab_curves.svg\" alt=\"lab: training curves\"><figcaption>"
-        "Training loss per step (seed 0 of each scheme).</figcaption></figure>\n";
-    figs_md += "![lab: training curves](lab_curves.svg)\n\n";
+    figs.fig("lab_curves.svg", "lab: training curves",
+             "Training loss per step (seed 0 of each scheme).");
   }
 
   // Table: scheme x length, mean +- std over seeds.
@@ -169,23 +163,16 @@ report_section lab_section_json(report_context& ctx) {
       const int64_t L = row["eval_len"];
       if (std::find(lens.begin(), lens.end(), L) == lens.end()) lens.push_back(L);
     }
-  std::string th = fmt::format("<tr><th>scheme</th><th>in distribution ({})</th>", train_max);
-  std::string md = fmt::format("| scheme | in distribution ({}) |", train_max);
-  std::string sep = "|---|---|";
-  for (int64_t L : lens) {
-    th += fmt::format("<th>length {}</th>", L);
-    md += fmt::format(" length {} |", L);
-    sep += "---|";
-  }
-  std::string table = "<table>" + th + "</tr>\n";
-  md += "\n" + sep + "\n";
+  doc::table table;
+  table.head = {"scheme", fmt::format("in distribution ({})", train_max)};
+  for (int64_t L : lens) table.head.push_back(fmt::format("length {}", L));
   for (const auto& s : order) {
     std::string in = "n/a";
     std::vector<std::string> cells(lens.size(), "n/a");
     for (const auto& row : j["summary"]) {
       if (row["scheme"] != s) continue;
       std::string v = fmt_metric(row[metric + "_mean"]);
-      if (!row[metric + "_std"].is_null()) v += " &plusmn; " + fmt_metric(row[metric + "_std"]);
+      if (!row[metric + "_std"].is_null()) v += " ± " + fmt_metric(row[metric + "_std"]);
       if (row["measure"] == "in_distribution") {
         in = v;
       } else {
@@ -193,18 +180,10 @@ report_section lab_section_json(report_context& ctx) {
         cells[it - lens.begin()] = v;
       }
     }
-    table += "<tr><td>" + s + "</td><td>" + in + "</td>";
-    md += "| " + s + " | " + in + " |";
-    for (const auto& c : cells) {
-      table += "<td>" + c + "</td>";
-      std::string m = c;
-      if (auto p = m.find(" &plusmn; "); p != std::string::npos) m.replace(p, 10, " ± ");
-      md += " " + m + " |";
-    }
-    table += "</tr>\n";
-    md += "\n";
+    std::vector<std::string> r{s, in};
+    r.insert(r.end(), cells.begin(), cells.end());
+    table.rows.push_back(std::move(r));
   }
-  table += "</table>\n";
 
   double tps = 0;
   int nruns = 0;
@@ -213,34 +192,22 @@ report_section lab_section_json(report_context& ctx) {
       tps += run["tokens_per_second"].get<double>();
       ++nruns;
     }
-  const std::string intro = fmt::format(
+  sec.body.para(fmt::format(
       "Small decoder-only transformers ({} layers, width {}, {} heads) trained from scratch on "
-      "the <b>{}</b> task at lengths {}..{} for {} steps ({} seed(s) per scheme), then evaluated "
+      "the **{}** task at lengths {}..{} for {} steps ({} seed(s) per scheme), then evaluated "
       "at longer lengths. Every position scheme is the library's own implementation, and the "
       "training code (forward and backward of every op) is checked against finite differences "
-      "(<code>posenc check --gradients</code>). The seeds' tension is what the table measures: a "
-      "learned table has <i>no defined position</i> past its rows (n/a, never clamped), "
-      "sinusoids, rotations and the biases inside attention (ALiBi, T5) are defined at every "
-      "length, and the columns past the training length show which of them the trained models "
-      "can still use. Metric: {} (mean &plusmn; sample std over seeds). {} Training speed: {:.0f} "
-      "tokens/s per run (mean). Protocol and comparison with the published numbers: "
-      "<code>docs/lab.md</code>.",
+      "(`posenc check --gradients`). The seeds' tension is what the table measures: a learned "
+      "table has *no defined position* past its rows (n/a, never clamped), sinusoids, rotations "
+      "and the biases inside attention (ALiBi, T5) are defined at every length, and the columns "
+      "past the training length show which of them the trained models can still use. Metric: {} "
+      "(mean ± sample std over seeds). {} Training speed: {:.0f} tokens/s per run (mean). "
+      "Protocol and comparison with the published numbers: `docs/lab.md`.",
       cfg["n_layers"].get<int64_t>(), cfg["d_model"].get<int64_t>(), cfg["n_heads"].get<int64_t>(),
-      task, cfg["train_len"][0].get<int64_t>(), train_max, cfg["steps"].get<int64_t>(),
-      cfg["seeds"].get<int64_t>(), metric_label, provenance, nruns ? tps / nruns : 0.0);
-  sec.html = "<p>" + intro + "</p>\n" + figs_html + table;
-  // The same sentences as Markdown: inline HTML tags mapped to their Markdown spelling.
-  std::string intro_md = intro;
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"<b>", "**"},
-                                                                                 {"</b>", "**"},
-                                                                                 {"<i>", "*"},
-                                                                                 {"</i>", "*"},
-                                                                                 {"<code>", "`"},
-                                                                                 {"</code>", "`"},
-                                                                                 {"&plusmn;", "±"}})
-    for (size_t p = intro_md.find(from); p != std::string::npos; p = intro_md.find(from, p))
-      intro_md.replace(p, from.size(), to);
-  sec.markdown = intro_md + "\n\n" + figs_md + md;
+      doc::lit(task), cfg["train_len"][0].get<int64_t>(), train_max, cfg["steps"].get<int64_t>(),
+      cfg["seeds"].get<int64_t>(), metric_label, provenance, nruns ? tps / nruns : 0.0));
+  sec.body.append(figs);
+  sec.body.add(std::move(table));
   return sec;
 }
 

@@ -66,7 +66,8 @@ report_section rope_section(report_context& ctx) {
   plot.x.label = "pair index i";
   plot.y.label = "inv_freq omega_i (radians per position)";
   plot.y.kind = svg::scale::log;
-  std::string rows_html, rows_md;
+  doc::table table;
+  table.head = {"scaling", "omega_0", "omega_{R/2-1}", "attention factor a"};
   for (size_t k = 0; k < entries.size(); ++k) {
     const auto f = rope_frequencies(entries[k].c, entries[k].seq_len);
     svg::line_series ser;
@@ -78,52 +79,35 @@ report_section rope_section(report_context& ctx) {
     ser.dashed = k == 0;
     plot.series.push_back(ser);
     const double last = f.inv_freq.back();
-    rows_html +=
-        fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", entries[k].label,
-                    num(f.inv_freq[0]), num(last), num(f.attention_factor));
-    rows_md += fmt::format("| {} | {} | {} | {} |\n", entries[k].label, num(f.inv_freq[0]),
-                           num(last), num(f.attention_factor));
+    table.rows.push_back(
+        {entries[k].label, num(f.inv_freq[0]), num(last), num(f.attention_factor)});
   }
   write_file_atomic(ctx.out_dir + "/rope_freqs.svg", svg::render(plot));
 
   report_section sec;
   sec.id = "rope";
   sec.title = "RoPE: frequency schedules of the scaling types";
-  const std::string intro =
+  sec.body.para(
       "Every RoPE scaling type changes only the per-pair frequencies omega_i (and a magnitude "
       "a multiplying cos and sin); the rotation is shared. Linear interpolation divides every "
       "frequency by s; dynamic NTK raises the base; YaRN keeps the fast pairs (many rotations "
       "inside the original context) and interpolates the slow ones with a ramp between; Llama "
       "3.1 does the same by wavelength with a smooth blend; LongRoPE divides by a searched "
-      "per-pair factor. Reproduce one row with <code>posenc rope freqs --head-dim 128 "
-      "--scaling yarn --factor 8 --original-max-pos 4096 --format json</code>.";
-  sec.html = "<p>" + intro + "</p>\n";
-  sec.html +=
-      "<figure><img src=\"rope_freqs.svg\" alt=\"RoPE frequency schedules\"><figcaption>log "
-      "inv_freq against pair index for each scaling type.</figcaption></figure>\n";
-  sec.html +=
-      "<table><tr><th>scaling</th><th>omega_0</th><th>omega_{R/2-1}</th><th>attention "
-      "factor a</th></tr>\n" +
-      rows_html + "</table>\n";
-  std::string intro_md = intro;
-  for (const char* tag : {"<code>", "</code>"})
-    for (size_t p = intro_md.find(tag); p != std::string::npos; p = intro_md.find(tag))
-      intro_md.replace(p, std::string(tag).size(), "`");
-  sec.markdown = intro_md + "\n\n![RoPE frequency schedules](rope_freqs.svg)\n\n";
-  sec.markdown += "| scaling | omega_0 | omega_{R/2-1} | attention factor a |\n|---|---|---|---|\n";
-  sec.markdown += rows_md;
+      "per-pair factor. Reproduce one row with `posenc rope freqs --head-dim 128 "
+      "--scaling yarn --factor 8 --original-max-pos 4096 --format json`.");
+  sec.body.fig("rope_freqs.svg", "RoPE frequency schedules",
+               "log inv_freq against pair index for each scaling type.");
+  sec.body.add(std::move(table));
   int n = 0, failed = 0;
   for (const auto& c : ctx.checks)
     if (c.group == "rope") {
       ++n;
       failed += !c.passed;
     }
-  sec.html += fmt::format(
-      "<p>RoPE property checks: {} run, {} failed (see the checks table; "
-      "<code>posenc check --group rope</code>).</p>\n",
-      n, failed);
-  sec.markdown += fmt::format(
-      "\nRoPE property checks: {} run, {} failed (`posenc check --group rope`).\n", n, failed);
+  sec.body.para(
+      fmt::format("RoPE property checks: {} run, {} failed (see the checks table; "
+                  "`posenc check --group rope`).",
+                  n, failed));
   return sec;
 }
 

@@ -49,71 +49,18 @@ std::string fx(double v, int decimals) {
   return s;
 }
 
-// A table rendered both as HTML and as Markdown. Cells are plain text (escaped for HTML).
-struct table {
-  std::vector<std::string> head;
-  std::vector<std::vector<std::string>> rows;
+using doc::table;
 
-  std::string html() const {
-    std::string s = "<table><tr>";
-    for (const auto& h : head) s += "<th>" + svg::escape(h) + "</th>";
-    s += "</tr>\n";
-    for (const auto& r : rows) {
-      s += "<tr>";
-      for (const auto& c : r) s += "<td>" + svg::escape(c) + "</td>";
-      s += "</tr>\n";
-    }
-    return s + "</table>\n";
+// Figures shown side by side (wrapping on narrow screens), each with its caption (markup).
+doc::figure_row side_by_side(
+    const std::vector<std::pair<std::string, std::string>>& files_captions) {
+  doc::figure_row row;
+  for (const auto& [file, caption] : files_captions) {
+    auto text = doc::markup(caption);
+    row.figures.push_back({{{file, doc::to_plain(text), 0}}, std::move(text)});
   }
-  std::string markdown() const {
-    std::string s = "|";
-    for (const auto& h : head) s += " " + h + " |";
-    s += "\n|";
-    for (size_t i = 0; i < head.size(); ++i) s += "---|";
-    s += "\n";
-    for (const auto& r : rows) {
-      s += "|";
-      for (const auto& c : r) s += " " + c + " |";
-      s += "\n";
-    }
-    return s + "\n";
-  }
-};
-
-// Accumulates one section's HTML and Markdown side by side.
-struct body {
-  std::string html, md;
-  // A paragraph of plain text (the same words in both outputs).
-  void para(const std::string& text) {
-    html += "<p>" + svg::escape(text) + "</p>\n";
-    md += text + "\n\n";
-  }
-  void heading(const std::string& text) {
-    html += "<h3>" + svg::escape(text) + "</h3>\n";
-    md += "### " + text + "\n\n";
-  }
-  void formula(const std::string& text) {
-    html += "<pre>" + svg::escape(text) + "</pre>\n";
-    md += "```\n" + text + "\n```\n\n";
-  }
-  void add(const table& t) {
-    html += t.html();
-    md += t.markdown();
-  }
-  // Figures shown side by side in HTML (wrapping on narrow screens), one after another in
-  // Markdown.
-  void figures(const std::vector<std::pair<std::string, std::string>>& files_captions) {
-    html += "<div style=\"display:flex;flex-wrap:wrap;gap:1em\">\n";
-    for (const auto& [file, caption] : files_captions) {
-      html += fmt::format(
-          "<figure style=\"flex:1 1 480px;margin:0\"><img src=\"{}\" alt=\"{}\" "
-          "style=\"width:100%\"><figcaption>{}</figcaption></figure>\n",
-          svg::escape(file), svg::escape(caption), svg::escape(caption));
-      md += fmt::format("![{}]({})\n\n*{}*\n\n", caption, file, caption);
-    }
-    html += "</div>\n";
-  }
-};
+  return row;
+}
 
 sinusoidal_params paper(int64_t d) {
   sinusoidal_params p;
@@ -163,13 +110,13 @@ int count_checks(const report_context& ctx, bool* all_passed) {
 // ---------------------------------------------------------------------------------------------
 
 report_section construction_section(report_context& /*ctx*/) {
-  body b;
+  doc::document b;
   b.para(
       "Attention on its own cannot tell token order: permuting the input rows only permutes the "
       "output rows. The original Transformer (Vaswani et al., 2017, section 3.5) fixes this by "
       "adding to each token embedding a vector PE(i) that depends only on the position i. Each "
       "pair of channels is a sine and a cosine of the same angle, turning at its own speed:");
-  b.formula(
+  b.code(
       "PE(i, 2r)   = sin(i ω_r)\n"
       "PE(i, 2r+1) = cos(i ω_r),    ω_r = 10000^(-2r/d),   r = 0 .. d/2 - 1");
   b.para(
@@ -211,11 +158,11 @@ report_section construction_section(report_context& /*ctx*/) {
       "only 0.003 radians by position 3, while the first has gone almost half way round.",
       join_fixed(w8, 4)));
   b.add(worked_table(8, 4, 5));
-  return {"sinusoidal", "Sinusoidal positions: the construction and worked examples", b.html, b.md};
+  return {"sinusoidal", "Sinusoidal positions: the construction and worked examples", std::move(b)};
 }
 
 report_section width_section(report_context& ctx) {
-  body b;
+  doc::document b;
   b.para(
       "A channel's frequency depends on two things: its pair index r and the total width d, "
       "through the fraction q = 2r/d (ω = 10000^(-q)). Changing d therefore changes the actual "
@@ -272,26 +219,26 @@ report_section width_section(report_context& ctx) {
     auto& dst = f.file.find("_table_") != std::string::npos    ? heat
                 : f.file.find("_curves_") != std::string::npos ? curves
                                                                : freq;
-    dst.push_back({f.file, f.caption});
+    dst.push_back({f.file, doc::lit(f.caption)});
   }
   b.para(
       "The tables as pictures. Each row is a position and each column a channel; compare how far "
       "to the right the stripes reach at the two widths. Reproduce with `posenc figure --width 20 "
       "--width 50 --out DIR`.");
-  b.figures(heat);
-  b.figures(curves);
-  b.figures(freq);
-  return {"sinusoidal-width", "How the width d changes the encoding", b.html, b.md};
+  b.add(side_by_side(heat));
+  b.add(side_by_side(curves));
+  b.add(side_by_side(freq));
+  return {"sinusoidal-width", "How the width d changes the encoding", std::move(b)};
 }
 
 report_section relative_section(report_context& ctx) {
-  body b;
+  doc::document b;
   b.heading("A shift is a rotation");
   b.para(
       "Moving from position i to i + k adds the angle kω to every pair. By the angle-addition "
       "identities, the new (sin, cos) pair is the old one multiplied by a 2 x 2 rotation matrix "
       "R(k) that depends on the offset k and the pair's frequency, but not on i:");
-  b.formula(
+  b.code(
       "[sin((i+k)ω)]   [ cos(kω)  sin(kω)] [sin(iω)]\n"
       "[cos((i+k)ω)] = [-sin(kω)  cos(kω)] [cos(iω)]");
   const auto R = sinusoidal_shift_rotation(1.0, 1.0);   // row-major {a, b, c, e}
@@ -357,9 +304,10 @@ report_section relative_section(report_context& ctx) {
       "grows: {}. So the raw dot product is not a distance that decays; it wiggles, and learned "
       "projections in a real model need not keep this identity at all.",
       rises));
-  b.figures({{"sinusoidal_dot_profile.svg",
-              "PE(0) · PE(k) for widths 20 and 50, computed by the library. The fast pairs make "
-              "it oscillate; it never settles into a monotone decay."}});
+  b.add(side_by_side(
+      {{"sinusoidal_dot_profile.svg",
+        "PE(0) · PE(k) for widths 20 and 50, computed by the library. The fast pairs make "
+        "it oscillate; it never settles into a monotone decay."}}));
 
   b.heading("Only the offset matters, if sine and cosine stay together");
   const int64_t d = 20, n = ctx.quick ? 40 : 64;
@@ -424,12 +372,12 @@ report_section relative_section(report_context& ctx) {
       "The smallest counterexample, at ω = 1: sin(1)sin(0) = {} but sin(2)sin(1) = {}, although "
       "both pairs of positions are one step apart.",
       fx(t4[4] * t4[0], 4), fx(t4[8] * t4[4], 4)));
-  b.figures({{"sinusoidal_gram_full.svg",
-              "PE(i) · PE(j) over positions 0.." + std::to_string(n - 1) +
-                  ": stripes run exactly along the diagonals, so only i - j matters."},
-             {"sinusoidal_gram_sine_only.svg",
-              "The same product using the sine channels only: the diagonals are no longer "
-              "constant, so absolute position leaks in."}});
+  b.add(side_by_side({{"sinusoidal_gram_full.svg",
+                       "PE(i) · PE(j) over positions 0.." + std::to_string(n - 1) +
+                           ": stripes run exactly along the diagonals, so only i - j matters."},
+                      {"sinusoidal_gram_sine_only.svg",
+                       "The same product using the sine channels only: the diagonals are no longer "
+                       "constant, so absolute position leaks in."}}));
   bool all_passed = true;
   const int nchecks = count_checks(ctx, &all_passed);
   if (nchecks > 0)
@@ -437,7 +385,7 @@ report_section relative_section(report_context& ctx) {
         "These identities are also checked numerically over random widths, bases, positions and "
         "offsets by `posenc check` ({} sinusoidal checks, {}; see the table of property checks).",
         nchecks, all_passed ? "all passed" : "SOME FAILED"));
-  return {"sinusoidal-relative", "Relative position inside an absolute encoding", b.html, b.md};
+  return {"sinusoidal-relative", "Relative position inside an absolute encoding", std::move(b)};
 }
 
 const bool reg10 = register_report_section(10, "sinusoidal", construction_section);
