@@ -23,19 +23,16 @@
 namespace posenc::cli {
 namespace {
 
-report_section attention_section(report_context &ctx) {
+report_section attention_section(report_context& ctx) {
   const int64_t N = ctx.quick ? 24 : 48, Hq = 8, D = 64;
   const uint64_t seed = 2024;
   rng r(seed);
   const int64_t head = static_cast<int64_t>(r.below(Hq));
   // q: (N, Hq, D), k: (N, 1, D) random normal; v: (N, 1, D) one-hot rows.
   std::vector<double> q(N * Hq * D), k(N * D), v(N * D, 0.0), out(N * Hq * D);
-  for (auto &x : q)
-    x = r.normal();
-  for (auto &x : k)
-    x = r.normal();
-  for (int64_t j = 0; j < N; ++j)
-    v[j * D + j] = 1.0;
+  for (auto& x : q) x = r.normal();
+  for (auto& x : k) x = r.normal();
+  for (int64_t j = 0; j < N; ++j) v[j * D + j] = 1.0;
 
   rope_config rc;
   rc.head_dim = D;
@@ -58,27 +55,21 @@ report_section attention_section(report_context &ctx) {
   entries[0] = {"none", "no position (NoPE)", {}};
   entries[1] = {"rope", "RoPE (theta 1e4, half layout)", {}};
   entries[1].pos.rope.freqs = &freqs;
-  entries[2] = {
-      "alibi",
-      fmt::format("ALiBi (slope of head {}: {})", head, num(slopes[head])),
-      {}};
+  entries[2] = {"alibi", fmt::format("ALiBi (slope of head {}: {})", head, num(slopes[head])), {}};
   entries[2].pos.alibi = slopes;
-  entries[3] = {
-      "t5", "T5 bias (causal, 32 buckets, max distance 128, N(0,1) table)", {}};
+  entries[3] = {"t5", "T5 bias (causal, 32 buckets, max distance 128, N(0,1) table)", {}};
   entries[3].pos.t5 = &t5;
   entries[4] = {"shaw", "Shaw relative keys (K = 8, a^K ~ N(0, 0.25))", {}};
   entries[4].pos.shaw = &shaw;
 
   doc::document figs;
-  for (const auto &e : entries) {
+  for (const auto& e : entries) {
     attention_params<double> p;
     p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
-    p.T = N, p.S = N, p.Hq = Hq, p.Hkv = 1, p.D = D, p.causal = true,
-    p.pos = e.pos;
+    p.T = N, p.S = N, p.Hq = Hq, p.Hkv = 1, p.D = D, p.causal = true, p.pos = e.pos;
     attention_forward(p);
     svg::heatmap h;
-    h.title = fmt::format("Attention probabilities, head {} of {}: {}", head,
-                          Hq, e.label);
+    h.title = fmt::format("Attention probabilities, head {} of {}: {}", head, Hq, e.label);
     h.x_label = "key j";
     h.y_label = "query i";
     h.value_label = "p(i, j)";
@@ -87,8 +78,8 @@ report_section attention_section(report_context &ctx) {
     h.values.resize(N * N);
     for (int64_t i = 0; i < N; ++i)
       for (int64_t j = 0; j < N; ++j)
-        h.values[i * N + j] = j > i ? std::numeric_limits<double>::quiet_NaN()
-                                    : out[(i * Hq + head) * D + j];
+        h.values[i * N + j] =
+            j > i ? std::numeric_limits<double>::quiet_NaN() : out[(i * Hq + head) * D + j];
     h.vmin = 0.0;
     h.masked_label = "masked (causal)";
     const std::string file = "attention_" + e.id + ".svg";
@@ -99,52 +90,50 @@ report_section attention_section(report_context &ctx) {
   report_section sec;
   sec.id = "attention";
   sec.title = "Attention: where each scheme puts position";
-  sec.body.para(fmt::format(
-      "One engine, four injection points: RoPE rotates q and k at their "
-      "position ids, ALiBi "
-      "and T5 add a bias to the scaled score, Shaw adds learned relative "
-      "vectors to keys (and "
-      "values). The heatmaps show causal attention probabilities of head {} "
-      "(drawn at random "
-      "from {} with seed {}) for {} tokens, with the same random q and k (D = "
-      "{}) under each "
-      "scheme. Without position the pattern is content-only; ALiBi's recency "
-      "penalty shows as "
-      "mass near the diagonal; the T5 and Shaw patterns follow their (random, "
-      "untrained) "
-      "tables by relative distance. The probabilities are the engine's own "
-      "output (one-hot "
-      "values). The attention checks below verify the seeds' argument: "
-      "permutation "
-      "equivariance without position and its failure with each scheme, "
-      "translation "
-      "invariance of the relative schemes, packing, padding and the KV cache.",
-      head, Hq, seed, N, D));
+  sec.body.para(
+      fmt::format("One engine, four injection points: RoPE rotates q and k at their "
+                  "position ids, ALiBi "
+                  "and T5 add a bias to the scaled score, Shaw adds learned relative "
+                  "vectors to keys (and "
+                  "values). The heatmaps show causal attention probabilities of head {} "
+                  "(drawn at random "
+                  "from {} with seed {}) for {} tokens, with the same random q and k (D = "
+                  "{}) under each "
+                  "scheme. Without position the pattern is content-only; ALiBi's recency "
+                  "penalty shows as "
+                  "mass near the diagonal; the T5 and Shaw patterns follow their (random, "
+                  "untrained) "
+                  "tables by relative distance. The probabilities are the engine's own "
+                  "output (one-hot "
+                  "values). The attention checks below verify the seeds' argument: "
+                  "permutation "
+                  "equivariance without position and its failure with each scheme, "
+                  "translation "
+                  "invariance of the relative schemes, packing, padding and the KV cache.",
+                  head, Hq, seed, N, D));
   sec.body.append(figs);
   int n = 0, failed = 0;
   doc::table table;
   table.head = {"result", "check", "max error", "tolerance"};
-  for (const auto &c : ctx.checks) {
-    if (c.group != "attention")
-      continue;
+  for (const auto& c : ctx.checks) {
+    if (c.group != "attention") continue;
     ++n;
     failed += !c.passed;
-    table.rows.push_back({c.passed ? "PASS" : "FAIL", c.name, num(c.max_error),
-                          num(c.tolerance)});
+    table.rows.push_back({c.passed ? "PASS" : "FAIL", c.name, num(c.max_error), num(c.tolerance)});
     table.row_class.push_back(c.passed ? "pass" : "fail");
   }
-  sec.body.para(fmt::format("Attention checks: {} run, {} failed (`posenc "
-                            "check --group attention`). For the *breaks* "
-                            "checks the error column is the deviation, which "
-                            "must exceed 1000 times the rounding "
-                            "bound.",
-                            n, failed));
+  sec.body.para(
+      fmt::format("Attention checks: {} run, {} failed (`posenc "
+                  "check --group attention`). For the *breaks* "
+                  "checks the error column is the deviation, which "
+                  "must exceed 1000 times the rounding "
+                  "bound.",
+                  n, failed));
   sec.body.add(std::move(table));
   return sec;
 }
 
-const bool registered =
-    register_report_section(50, "attention", attention_section);
+const bool registered = register_report_section(50, "attention", attention_section);
 
-} // namespace
-} // namespace posenc::cli
+}  // namespace
+}  // namespace posenc::cli
