@@ -1,12 +1,10 @@
-// Report section "attention": the attention pattern of one randomly chosen head
-// under each position scheme, with the same q and k, and the attention check
-// results.
+// Report section "attention": the attention pattern of one randomly chosen head under each
+// position scheme, with the same q and k, and the attention check results.
 //
-// The probabilities are read out of the engine itself rather than recomputed:
-// with one-hot values v_j = e_j (D >= S) the output row is out_i = sum_j p_ij
-// e_j = (p_i0, ..., p_i,S-1), so every heatmap is exactly what
-// attention_forward computes (Shaw's a^V is set to zero for the picture so that
-// it does not add to the one-hot read-out; a^K still shapes the scores).
+// The probabilities are read out of the engine itself rather than recomputed: with one-hot
+// values v_j = e_j (D >= S) the output row is out_i = sum_j p_ij e_j = (p_i0, ..., p_i,S-1),
+// so every heatmap is exactly what attention_forward computes (Shaw's a^V is set to zero for
+// the picture so that it does not add to the one-hot read-out; a^K still shapes the scores).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -90,27 +88,18 @@ report_section attention_section(report_context& ctx) {
   report_section sec;
   sec.id = "attention";
   sec.title = "Attention: where each scheme puts position";
-  sec.body.para(
-      fmt::format("One engine, four injection points: RoPE rotates q and k at their "
-                  "position ids, ALiBi "
-                  "and T5 add a bias to the scaled score, Shaw adds learned relative "
-                  "vectors to keys (and "
-                  "values). The heatmaps show causal attention probabilities of head {} "
-                  "(drawn at random "
-                  "from {} with seed {}) for {} tokens, with the same random q and k (D = "
-                  "{}) under each "
-                  "scheme. Without position the pattern is content-only; ALiBi's recency "
-                  "penalty shows as "
-                  "mass near the diagonal; the T5 and Shaw patterns follow their (random, "
-                  "untrained) "
-                  "tables by relative distance. The probabilities are the engine's own "
-                  "output (one-hot "
-                  "values). The attention checks below verify the seeds' argument: "
-                  "permutation "
-                  "equivariance without position and its failure with each scheme, "
-                  "translation "
-                  "invariance of the relative schemes, packing, padding and the KV cache.",
-                  head, Hq, seed, N, D));
+  sec.body.para(fmt::format(
+      "One engine, four injection points: RoPE rotates q and k at their position ids, ALiBi "
+      "and T5 add a bias to the scaled score, Shaw adds learned relative vectors to keys (and "
+      "values). The heatmaps show causal attention probabilities of head {} (drawn at random "
+      "from {} with seed {}) for {} tokens, with the same random q and k (D = {}) under each "
+      "scheme. Without position the pattern is content-only; ALiBi's recency penalty shows as "
+      "mass near the diagonal; the T5 and Shaw patterns follow their (random, untrained) "
+      "tables by relative distance. The probabilities are the engine's own output (one-hot "
+      "values). The attention checks below verify the seeds' argument: permutation "
+      "equivariance without position and its failure with each scheme, translation "
+      "invariance of the relative schemes, packing, padding and the KV cache.",
+      head, Hq, seed, N, D));
   sec.body.append(figs);
   int n = 0, failed = 0;
   doc::table table;
@@ -122,13 +111,11 @@ report_section attention_section(report_context& ctx) {
     table.rows.push_back({c.passed ? "PASS" : "FAIL", c.name, num(c.max_error), num(c.tolerance)});
     table.row_class.push_back(c.passed ? "pass" : "fail");
   }
-  sec.body.para(
-      fmt::format("Attention checks: {} run, {} failed (`posenc "
-                  "check --group attention`). For the *breaks* "
-                  "checks the error column is the deviation, which "
-                  "must exceed 1000 times the rounding "
-                  "bound.",
-                  n, failed));
+  sec.body.para(fmt::format(
+      "Attention checks: {} run, {} failed (`posenc check --group attention`). For the *breaks* "
+      "checks the error column is the deviation, which must exceed 1000 times the rounding "
+      "bound.",
+      n, failed));
   sec.body.add(std::move(table));
   return sec;
 }
