@@ -12,7 +12,9 @@
 //     and visible paint (a stroke, or a fill other than the white background);
 //   - writes its verdict as percent-encoded JSON into <pre id="posenc-browser-verdict">, which
 //     `chromium --dump-dom` prints.
-// A screenshot of the unmodified page goes to <test binary dir>/test_report_browser_out/.
+// Each test leaves its copy of the report and the verdict (browser-verdict.json) in
+// <test binary dir>/test_report_browser_out/<case>/, and a screenshot of the unmodified page
+// in test_report_browser_out/report.png.
 //
 // The checker is shown to fail: the negative tests break a copy of the same report (a figure
 // deleted, a figure truncated so it does not parse, a figure with nothing drawn, a script that
@@ -257,6 +259,7 @@ verdict check_page(const fs::path& dir) {
     return v;
   }
   v.raw = nlohmann::json::parse(percent_decode(r.out.substr(b + 1, e - b - 1)));
+  write_text(dir / "browser-verdict.json", v.raw.dump(1) + "\n");  // for inspection
   v.figures = v.raw.at("figures").get<int>();
   v.problems = v.raw.at("problems").get<std::vector<std::string>>();
   v.errors = v.raw.at("errors").get<std::vector<std::string>>();
