@@ -37,7 +37,11 @@ std::string md_escape(std::string_view s, bool in_table) {
   std::string o;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
-    bool esc = c == '\\' || c == '`' || c == '*' || c == '<' || (in_table && c == '|');
+    const char next = i + 1 < s.size() ? s[i + 1] : ' ';
+    // '<' only where it could open raw HTML ("<b", "</", "<!"), not in "i < j".
+    const bool tag = c == '<' && (std::isalpha(static_cast<unsigned char>(next)) != 0 ||
+                                  next == '/' || next == '!' || next == '?');
+    bool esc = c == '\\' || c == '`' || c == '*' || tag || (in_table && c == '|');
     if (c == '_') esc = !(i > 0 && word_char(s[i - 1]) && i + 1 < s.size() && word_char(s[i + 1]));
     if (esc) o += '\\';
     o += (in_table && c == '\n') ? ' ' : c;
