@@ -10,6 +10,7 @@
 //     draw something: at least one path/line/rect/circle/ellipse/polyline/polygon outside
 //     <defs> with a nonzero bounding box (getBBox, measured after importing it into the page)
 //     and visible paint (a stroke, or a fill other than the white background);
+//   - checks that every table row has as many cells as the header row;
 //   - writes its verdict as percent-encoded JSON into <pre id="posenc-browser-verdict">, which
 //     `chromium --dump-dom` prints.
 // Each test leaves its copy of the report and the verdict (browser-verdict.json) in
@@ -138,6 +139,19 @@ const char* const kHook = R"JS(
       drawn['inline svg ' + i] = marks(s);
       if (!marks(s)) problems.push('inline svg ' + i + ': nothing drawn');
     });
+    // Tables as parsed by the browser: every row as wide as the header (text that was not
+    // escaped would add or swallow cells).
+    var tables = document.querySelectorAll('table');
+    Array.prototype.forEach.call(tables, function (t, ti) {
+      var width = t.rows.length ? t.rows[0].cells.length : 0;
+      for (var r = 1; r < t.rows.length; r++) {
+        if (t.rows[r].cells.length !== width) {
+          problems.push('table ' + ti + ' row ' + r + ': ' + t.rows[r].cells.length +
+                        ' cells, header ' + width);
+          break;
+        }
+      }
+    });
     Promise.all(figs.map(function (f) { return checkFigure(f, problems, drawn); }))
       .then(function () {
         // One task later, so that errors from the page's own load handlers are recorded.
@@ -146,8 +160,8 @@ const char* const kHook = R"JS(
           pre.id = 'posenc-browser-verdict';
           pre.style.display = 'none';
           pre.textContent = encodeURIComponent(JSON.stringify(
-              {figures: figs.length + inline.length, drawn: drawn, problems: problems,
-               errors: errors}));
+              {figures: figs.length + inline.length, tables: tables.length, drawn: drawn,
+               problems: problems, errors: errors}));
           document.body.appendChild(pre);
         }, 0);
       });
@@ -226,6 +240,31 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
+// Markdown tables keep their columns: every line of a table (a run of lines starting with
+// '|') has as many unescaped '|' as its first line. "" when so, else the first bad line.
+std::string markdown_table_problem(const std::string& md) {
+  size_t want = 0, line_no = 0, pos = 0;
+  while (pos < md.size()) {
+    size_t end = md.find('\n', pos);
+    if (end == std::string::npos) end = md.size();
+    const std::string line = md.substr(pos, end - pos);
+    ++line_no;
+    pos = end + 1;
+    if (line.empty() || line[0] != '|') {
+      want = 0;
+      continue;
+    }
+    size_t bars = 0;
+    for (size_t i = 0; i < line.size(); ++i)
+      bars += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
+    if (want == 0) want = bars;
+    if (bars != want)
+      return "line " + std::to_string(line_no) + " has " + std::to_string(bars - 1) +
+             " cells, its table " + std::to_string(want - 1) + ": " + line;
+  }
+  return "";
+}
+
 struct verdict {
   std::string failure;  // non-empty when no verdict could be obtained (with Chromium's output)
   int figures = 0;
@@ -284,7 +323,7 @@ fs::path out_root() {
 
 class ReportBrowser : public ::testing::Test {
  protected:
-  static std::string skip_reason_;    // Chromium cannot start: why
+  static std::string skip_reason_;    // Chromium cannot start: why (browser tests skip)
   static std::string setup_failure_;  // the report could not be produced: why
   static temp_dir* generated_;        // this process's generated report, removed at the end
   static fs::path report_;            // generated_/report
@@ -293,22 +332,7 @@ class ReportBrowser : public ::testing::Test {
   // in a temporary directory; each test works on its own copy under out_root(), so parallel
   // tests never share a file.
   static void SetUpTestSuite() {
-    // Can Chromium start at all? Only this decides a skip.
-    if (chromium_binary().empty()) {
-      skip_reason_ = "Chromium not found (/usr/bin/chromium; set POSENC_CHROMIUM)";
-      return;
-    }
     generated_ = new temp_dir;
-    const fs::path probe_page = fs::path(generated_->path) / "probe.html";
-    write_text(probe_page, "<!DOCTYPE html><p id=\"probe\">posenc-probe-ok</p>");
-    const auto probe = chromium("--dump-dom " + quote(file_url(probe_page)));
-    fs::remove(probe_page);
-    if (probe.out.find("posenc-probe-ok") == std::string::npos) {
-      skip_reason_ = "Chromium (" + chromium_binary() + ") could not start headless: exit " +
-                     std::to_string(probe.exit_code) + "\n" + tail(probe.err);
-      return;
-    }
-
     // A small run: a few bench cases, a tiny lab comparison, then the report over both.
     report_ = fs::path(generated_->path) / "report";
     fs::create_directories(report_);
@@ -349,18 +373,30 @@ class ReportBrowser : public ::testing::Test {
     }
     // Exit 1 means "written, but some property check failed": the page is still complete.
     const auto rep = run_cli({"report", "--out", dir, "--quick"});
-    if (rep.exit_code != 0 && rep.exit_code != 1)
+    if (rep.exit_code != 0 && rep.exit_code != 1) {
       setup_failure_ = "posenc report failed: " + tail(rep.err);
+      return;
+    }
+
+    // Can Chromium start at all? Only this decides a skip.
+    if (chromium_binary().empty()) {
+      skip_reason_ = "Chromium not found (/usr/bin/chromium; set POSENC_CHROMIUM)";
+      return;
+    }
+    const fs::path probe_page = fs::path(generated_->path) / "probe.html";
+    write_text(probe_page, "<!DOCTYPE html><p id=\"probe\">posenc-probe-ok</p>");
+    const auto probe = chromium("--dump-dom " + quote(file_url(probe_page)));
+    fs::remove(probe_page);
+    if (probe.out.find("posenc-probe-ok") == std::string::npos)
+      skip_reason_ = "Chromium (" + chromium_binary() + ") could not start headless: exit " +
+                     std::to_string(probe.exit_code) + "\n" + tail(probe.err);
   }
   static void TearDownTestSuite() {
     delete generated_;
     generated_ = nullptr;
   }
 
-  void SetUp() override {
-    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
-    ASSERT_EQ(setup_failure_, "");
-  }
+  void SetUp() override { ASSERT_EQ(setup_failure_, ""); }
 
   // A fresh copy of the report, out_root()/name (kept after the test for inspection).
   static fs::path copy_report(const std::string& name) {
@@ -378,6 +414,10 @@ std::string ReportBrowser::setup_failure_;
 temp_dir* ReportBrowser::generated_ = nullptr;
 fs::path ReportBrowser::report_;
 
+// Browser tests start with this: skipped, with the reason, only where Chromium cannot start.
+#define REQUIRE_BROWSER() \
+  if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_
+
 // A figure file that the page shows (the first SVG <img>).
 std::string first_svg_figure(const fs::path& dir) {
   const std::string html = read_text((dir / "index.html").string());
@@ -390,6 +430,7 @@ std::string first_svg_figure(const fs::path& dir) {
 }  // namespace
 
 TEST_F(ReportBrowser, EveryFigureLoadsAndDrawsWithoutConsoleErrors) {
+  REQUIRE_BROWSER();
   const fs::path dir = copy_report("report");
   const std::string html = read_text((dir / "index.html").string());
   // The small run rendered the optional sections from their inputs, not their fallbacks.
@@ -406,6 +447,8 @@ TEST_F(ReportBrowser, EveryFigureLoadsAndDrawsWithoutConsoleErrors) {
   EXPECT_GE(v.figures, 20);
   EXPECT_EQ(v.raw.at("drawn").size(), static_cast<size_t>(v.figures));
 
+  EXPECT_EQ(v.raw.at("tables").get<size_t>(), count(html, "<table>"));
+
   // The screenshot of the page as a reader sees it (no hook injected).
   const fs::path png = out_root() / "report.png";
   fs::remove(png);
@@ -419,6 +462,7 @@ TEST_F(ReportBrowser, EveryFigureLoadsAndDrawsWithoutConsoleErrors) {
 }
 
 TEST_F(ReportBrowser, FailsOnAMissingFigure) {
+  REQUIRE_BROWSER();
   const fs::path dir = copy_report("broken_missing_figure");
   const std::string fig = first_svg_figure(dir);
   ASSERT_NE(fig, "");
@@ -431,6 +475,7 @@ TEST_F(ReportBrowser, FailsOnAMissingFigure) {
 }
 
 TEST_F(ReportBrowser, FailsOnAFigureThatDoesNotParse) {
+  REQUIRE_BROWSER();
   const fs::path dir = copy_report("broken_unparsable_figure");
   const std::string fig = first_svg_figure(dir);
   ASSERT_NE(fig, "");
@@ -443,6 +488,7 @@ TEST_F(ReportBrowser, FailsOnAFigureThatDoesNotParse) {
 }
 
 TEST_F(ReportBrowser, FailsOnAFigureWithNothingDrawn) {
+  REQUIRE_BROWSER();
   const fs::path dir = copy_report("broken_empty_figure");
   const std::string fig = first_svg_figure(dir);
   ASSERT_NE(fig, "");
@@ -462,6 +508,7 @@ TEST_F(ReportBrowser, FailsOnAFigureWithNothingDrawn) {
 }
 
 TEST_F(ReportBrowser, FailsOnConsoleErrors) {
+  REQUIRE_BROWSER();
   const fs::path dir = copy_report("broken_script");
   std::string html = read_text((dir / "index.html").string());
   const size_t body = html.find("</body>");
@@ -475,4 +522,30 @@ TEST_F(ReportBrowser, FailsOnConsoleErrors) {
   EXPECT_TRUE(any_contains(v.errors, "uncaught", "posenc_no_such_function")) << v.raw.dump(1);
   EXPECT_TRUE(any_contains(v.errors, "console.error", "posenc deliberate")) << v.raw.dump(1);
   EXPECT_TRUE(v.problems.empty()) << v.raw.dump(1);
+}
+
+TEST_F(ReportBrowser, FailsOnATableRowWithAnExtraCell) {
+  REQUIRE_BROWSER();
+  const fs::path dir = copy_report("broken_table");
+  std::string html = read_text((dir / "index.html").string());
+  const size_t td = html.find("<td>");
+  ASSERT_NE(td, std::string::npos);
+  html.insert(td, "<td>extra</td>");
+  write_text(dir / "index.html", html);
+  const auto v = check_page(dir);
+  ASSERT_EQ(v.failure, "");
+  EXPECT_TRUE(any_contains(v.problems, "table 0 row 1", "cells, header")) << v.raw.dump(1);
+  EXPECT_EQ(v.problems.size(), 1u) << v.raw.dump(1);
+}
+
+// The Markdown twin of the page (no browser needed): every table keeps its columns, every
+// figure of the HTML is there too, and the checker itself rejects a broken table.
+TEST_F(ReportBrowser, MarkdownTablesKeepTheirColumns) {
+  const std::string md = read_text((report_ / "index.md").string());
+  const std::string html = read_text((report_ / "index.html").string());
+  EXPECT_EQ(markdown_table_problem(md), "");
+  EXPECT_EQ(count(md, "\n|---"), count(html, "<table>"));
+  EXPECT_EQ(count(md, "]("), count(html, "<img ") + count(html, "<li><a "));  // images + contents
+  EXPECT_NE(markdown_table_problem("| a | b |\n|---|---|\n| x | y | z |\n"), "");
+  EXPECT_EQ(markdown_table_problem("| a | b |\n|---|---|\n| x \\| y | z |\n"), "");
 }
