@@ -72,6 +72,7 @@ struct fixture {
   std::vector<double> slopes;
   t5_bias_table t5;
   shaw_tables shaw;
+  attention_tables<float> tabs;  // t5 and shaw in the element type, viewed by p.pos
   attention_params<float> p;
   double A = 0, B = 0, V = 0;
   int64_t K = 0;  // Shaw clip
@@ -158,12 +159,12 @@ void build(fixture& f, const spec& c) {
     tp.max_distance = c.sch == scheme::all ? 20 : 128;
     tp.bidirectional = c.sch != scheme::t5_causal;
     f.t5 = t5_init(tp, Hq, c.seed + 1, 1.0);
-    p.pos.t5 = &f.t5;
+    p.pos.t5 = f.tabs.t5_view(f.t5);
   }
   if (c.sch == scheme::shaw || c.sch == scheme::all) {
     f.K = c.sch == scheme::all ? 3 : 8;
     f.shaw = shaw_init(f.K, D, c.seed + 2, 0.5);
-    p.pos.shaw = &f.shaw;
+    p.pos.shaw = f.tabs.shaw_view(f.shaw);
   }
   auto max_norm = [D](const std::vector<float>& x) {
     double best = 0;
@@ -176,10 +177,10 @@ void build(fixture& f, const spec& c) {
   };
   double vmax = 0, avmax = 0, bmax = 0;
   for (auto x : f.v) vmax = std::max(vmax, std::abs(double(x)));
-  const double akmax = p.pos.shaw ? max_norm(f.shaw.keys) : 0;
-  if (p.pos.shaw)
+  const double akmax = p.pos.has_shaw() ? max_norm(f.shaw.keys) : 0;
+  if (p.pos.has_shaw())
     for (auto x : f.shaw.values) avmax = std::max(avmax, std::abs(double(x)));
-  if (p.pos.t5)
+  if (p.pos.has_t5())
     for (auto x : f.t5.weights) bmax = std::max(bmax, std::abs(double(x)));
   if (!p.pos.alibi.empty()) {
     // |qpos - kpos| <= max(S, T) for default positions, < 300 for the drawn ones; slopes[0]

@@ -31,7 +31,8 @@ struct decode_case {
   std::vector<double> slopes;
   t5_bias_table t5;
   shaw_tables shaw;
-  attention_position pos;
+  attention_tables<Real> tabs;
+  attention_position<Real> pos;
   double V = 0;
   int64_t K = 0;
 
@@ -64,11 +65,11 @@ struct decode_case {
       tp.num_buckets = 16;
       tp.max_distance = 40;
       t5 = t5_init(tp, Hq, seed + 1, 1.0);
-      pos.t5 = &t5;
+      pos.t5 = tabs.t5_view(t5);
     }
     if (s == scheme::shaw || s == scheme::all) {
       shaw = shaw_init(5, D, seed + 2, 0.5);
-      pos.shaw = &shaw;
+      pos.shaw = tabs.shaw_view(shaw);
       K = 5;
       double m = 0;
       for (auto x : shaw.values) m = std::max(m, std::abs(double(x)));

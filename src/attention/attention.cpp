@@ -46,7 +46,8 @@ struct bias_tables {
   bool t5 = false;
   std::vector<Real> t5_lut;  // (Hq, hi - lo + 1): bias of head h at offset r
   int64_t lo = 0, hi = 0, span = 0;
-  const t5_bias_table* t5_table = nullptr;  // fallback when the offset range is huge
+  const attention_t5<Real>* t5_table = nullptr;  // fallback when the offset range is huge
+  int64_t heads = 0;
   bool t5_direct = false;
 
   Real operator()(int64_t h, int64_t qp, int64_t kp) const {
@@ -56,7 +57,7 @@ struct bias_tables {
     if (t5) {
       if (t5_direct) {
         const int64_t bucket = t5_bucket(kp - qp, t5_table->params);
-        r += static_cast<Real>(t5_table->weights[bucket * t5_table->heads + h]);
+        r += t5_table->weights[bucket * heads + h];
       } else {
         const int64_t off = std::clamp(kp - qp, lo, hi);
         r += t5_lut[h * span + (off - lo)];
@@ -72,10 +73,11 @@ bias_tables<Real> make_bias_tables(const attention_params<Real>& p,
   bias_tables<Real> b;
   b.alibi.assign(p.pos.alibi.begin(), p.pos.alibi.end());
   b.causal = p.causal;
-  if (!p.pos.t5) return b;
-  const t5_bias_table& t = *p.pos.t5;
+  if (!p.pos.has_t5()) return b;
+  const attention_t5<Real>& t = p.pos.t5;
   b.t5 = true;
   b.t5_table = &t;
+  b.heads = p.Hq;
   const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
   if (!detail::visible_offset_range(pl, sat, &b.lo, &b.hi)) {
     b.t5_direct = true;  // nothing visible: the functor is never called
@@ -90,7 +92,7 @@ bias_tables<Real> make_bias_tables(const attention_params<Real>& p,
   for (int64_t r = b.lo; r <= b.hi; ++r) {
     const int64_t bucket = t5_bucket(r, t.params);
     for (int64_t h = 0; h < p.Hq; ++h)
-      b.t5_lut[h * b.span + (r - b.lo)] = static_cast<Real>(t.weights[bucket * t.heads + h]);
+      b.t5_lut[h * b.span + (r - b.lo)] = t.weights[bucket * p.Hq + h];
   }
   return b;
 }
@@ -298,14 +300,11 @@ void attention_tiled(const attention_params<Real>& p) {
   }
   const auto bias = make_bias_tables(p, pl);
   tiled_problem<Real> pr{&p, &pl, q, k, &bias};
-  std::vector<Real> shaw_k, shaw_v;
-  if (ps.shaw) {
-    shaw_k.assign(ps.shaw->keys.begin(), ps.shaw->keys.end());
-    shaw_v.assign(ps.shaw->values.begin(), ps.shaw->values.end());
-    pr.shaw_k = shaw_k.data();
-    pr.shaw_v = shaw_v.data();
-    pr.shaw_clip = ps.shaw->clip;
-    pr.C = 2 * ps.shaw->clip + 1;
+  if (ps.has_shaw()) {
+    pr.shaw_k = ps.shaw.keys.data();
+    pr.shaw_v = ps.shaw.values.data();
+    pr.shaw_clip = ps.shaw.clip;
+    pr.C = 2 * ps.shaw.clip + 1;
     checked_bytes("attention Shaw scratch", static_cast<unsigned long long>(kBq + Hq),
                   static_cast<unsigned long long>(pr.C), 2, sizeof(Real));
   }

@@ -58,7 +58,8 @@ struct problem {
   std::vector<double> slopes;
   t5_bias_table t5;
   shaw_tables shaw;
-  attention_position pos;
+  attention_tables<double> tabs;  // the tables in double, viewed by pos
+  attention_position<double> pos;
   double A = 0, B = 0, V = 0;
   int64_t K = 0;
 
@@ -89,11 +90,11 @@ struct problem {
       tp.num_buckets = 16;
       tp.max_distance = 32;
       t5 = t5_init(tp, Hq, seed + 1, 1.0);
-      pos.t5 = &t5;
+      pos.t5 = tabs.t5_view(t5);
       for (float w : t5.weights) B = std::max(B, std::abs(double(w)));
     } else if (s == scheme::shaw) {
       shaw = shaw_init(4, D, seed + 2, 0.5);
-      pos.shaw = &shaw;
+      pos.shaw = tabs.shaw_view(shaw);
       K = 4;
       for (int64_t c = 0; c < 2 * K + 1; ++c) {
         double n = 0;

@@ -63,4 +63,10 @@ inline bool visible_offset_range(const attention_plan& pl, int64_t sat, int64_t*
 void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl, const float* q,
                         const float* k, int max_threads);
 
+// C(rows x ncols) = beta_r * C + A(rows x K) . B(K x ncols) in float32 through the forward's
+// Highway micro-kernel (beta == nullptr: C = A . B). ncols a multiple of 8; rows of A at stride
+// lda, of B at ldb, of C at ldc. Accumulation order per output: kk = 0, 1, ..., K-1 with FMA.
+void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B, int64_t ldb,
+              float* C, int64_t ldc, int64_t K, const float* beta);
+
 }  // namespace posenc::detail

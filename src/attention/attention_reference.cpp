@@ -115,16 +115,23 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
       if (!std::isfinite(ps.alibi[h]))
         fail("alibi slopes must be finite, got {} for head {}", ps.alibi[h], h);
   }
-  if (ps.t5) {
-    t5_validate(*ps.t5);
-    if (ps.t5->heads != p.Hq)
-      fail("t5 table must have Hq = {} heads (shape (num_buckets, Hq)), got {}", p.Hq,
-           ps.t5->heads);
+  if (ps.has_t5()) {
+    t5_validate(ps.t5.params);
+    const auto want = static_cast<size_t>(ps.t5.params.num_buckets * p.Hq);
+    if (ps.t5.weights.size() != want)
+      fail("t5 weights must have shape (num_buckets, Hq) = ({}, {}), i.e. {} values, got {}",
+           ps.t5.params.num_buckets, p.Hq, want, ps.t5.weights.size());
   }
-  if (ps.shaw) {
-    shaw_validate(*ps.shaw);
-    if (ps.shaw->dim != p.D)
-      fail("shaw tables must have shape (2K+1, D) with D = {}, got dim {}", p.D, ps.shaw->dim);
+  if (ps.has_shaw() || !ps.shaw.values.empty()) {
+    const int64_t K = ps.shaw.clip;
+    if (K < 0 || K > (int64_t{1} << 20)) fail("shaw clip K must be in [0, 2^20], got {}", K);
+    const auto want = static_cast<size_t>((2 * K + 1) * p.D);
+    if (ps.shaw.keys.size() != want)
+      fail("shaw keys must have shape (2K+1, D) = ({}, {}), got {} values", 2 * K + 1, p.D,
+           ps.shaw.keys.size());
+    if (ps.shaw.values.size() != want)
+      fail("shaw values must have shape (2K+1, D) = ({}, {}), got {} values", 2 * K + 1, p.D,
+           ps.shaw.values.size());
   }
   return pl;
 }
@@ -133,6 +140,13 @@ template attention_plan make_attention_plan(const attention_params<float>&);
 template attention_plan make_attention_plan(const attention_params<double>&);
 
 }  // namespace detail
+
+attention_t5<float> attention_t5_view(const t5_bias_table& t) {
+  return {t.params, t.weights};
+}
+attention_shaw<float> attention_shaw_view(const shaw_tables& t) {
+  return {t.clip, t.keys, t.values};
+}
 
 template <typename Real>
 void attention_validate(const attention_params<Real>& p) {
@@ -158,7 +172,8 @@ void attention_reference(const attention_params<Real>& p) {
     if (!ps.rope.keys_rotated)
       rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.kpos_rope, k.data(), S, Hkv, D);
   }
-  const int64_t K = ps.shaw ? ps.shaw->clip : 0;
+  const int64_t K = ps.shaw.clip;
+  const bool shaw = ps.has_shaw(), t5 = ps.has_t5();
 
   std::vector<double> s(S), o(D);
   for (int64_t h = 0; h < Hq; ++h) {
@@ -172,15 +187,14 @@ void attention_reference(const attention_params<Real>& p) {
           continue;
         }
         const double* kj = &k[(j * Hkv + hk) * D];
-        const float* ak =
-            ps.shaw ? &ps.shaw->keys[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
+        const Real* ak = shaw ? &ps.shaw.keys[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
         double dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (ak ? double{ak[d]} : 0.0));
+        for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (ak ? double(ak[d]) : 0.0));
         double sc = pl.scale * dot;
         if (!ps.alibi.empty()) sc += alibi_bias(ps.alibi[h], pl.qpos[i], pl.kpos[j], p.causal);
-        if (ps.t5) {
-          const int64_t b = t5_bucket(pl.kpos[j] - pl.qpos[i], ps.t5->params);
-          sc += double{ps.t5->weights[b * Hq + h]};
+        if (t5) {
+          const int64_t b = t5_bucket(pl.kpos[j] - pl.qpos[i], ps.t5.params);
+          sc += double(ps.t5.weights[b * Hq + h]);
         }
         s[j] = sc;
         if (sc > m) m = sc;
@@ -201,9 +215,9 @@ void attention_reference(const attention_params<Real>& p) {
         if (s[j] == 0) continue;
         const double w = s[j] / l;
         const double* vj = &v[(j * Hkv + hk) * D];
-        const float* av =
-            ps.shaw ? &ps.shaw->values[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
-        for (int64_t d = 0; d < D; ++d) o[d] += w * (vj[d] + (av ? double{av[d]} : 0.0));
+        const Real* av =
+            shaw ? &ps.shaw.values[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
+        for (int64_t d = 0; d < D; ++d) o[d] += w * (vj[d] + (av ? double(av[d]) : 0.0));
       }
       for (int64_t d = 0; d < D; ++d) out[d] = static_cast<Real>(o[d]);
       if (p.lse) p.lse[i * Hq + h] = static_cast<Real>(m + std::log(l));

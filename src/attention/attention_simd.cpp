@@ -87,7 +87,7 @@ struct simd_problem {
   bool t5 = false, t5_direct = false;
   std::vector<float> t5_lut;
   int64_t lo = 0, hi = 0, span = 0;
-  const t5_bias_table* t5_table = nullptr;
+  const attention_t5<float>* t5_table = nullptr;
   // Shaw (hooks 2a, 3).
   const float* shaw_k = nullptr;  // (C, D)
   const float* shaw_v = nullptr;  // (C, D)
@@ -332,7 +332,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
           const auto& t = *pr.t5_table;
           for (int64_t jj = lo_j; jj < hi_j; ++jj)
             srow[jj] += static_cast<float>(
-                t.weights[t5_bucket(pl.kpos[j0 + jj] - qp, t.params) * t.heads + h]);
+                t.weights[t5_bucket(pl.kpos[j0 + jj] - qp, t.params) * p.Hq + h]);
         } else if (pr.kpos_contiguous) {
           const float* lut = pr.t5_lut.data() + h * pr.span;
           const int64_t r0 = j0 - qp, r1 = j0 + nb - 1 - qp;  // offsets of the block's keys
@@ -448,6 +448,12 @@ int64_t Lanes() {
   return static_cast<int64_t>(hn::Lanes(DF()));
 }
 
+// The block product for other callers (the backward pass): Gemm with ncols a multiple of 8.
+void GemmExported(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta) {
+  Gemm(rows, ncols, A, lda, B, ldb, C, ldc, K, beta);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace posenc
 HWY_AFTER_NAMESPACE();
@@ -457,6 +463,7 @@ namespace posenc::detail {
 HWY_EXPORT(PackKeys);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(Lanes);
+HWY_EXPORT(GemmExported);
 
 namespace {
 
@@ -464,7 +471,7 @@ namespace {
 // is constant for |r| >= 2 * max_distance + num_buckets (the logarithmic branch reaches its last
 // bucket at |r| >= max_distance), so clamping offsets to that range is exact.
 void make_t5_lut(simd_problem& pr, const attention_params<float>& p, const attention_plan& pl) {
-  const t5_bias_table& t = *p.pos.t5;
+  const attention_t5<float>& t = p.pos.t5;
   pr.t5 = true;
   pr.t5_table = &t;
   const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
@@ -479,7 +486,7 @@ void make_t5_lut(simd_problem& pr, const attention_params<float>& p, const atten
   for (int64_t r = pr.lo; r <= pr.hi; ++r) {
     const int64_t bucket = t5_bucket(r, t.params);
     for (int64_t h = 0; h < p.Hq; ++h)
-      pr.t5_lut[h * pr.span + (r - pr.lo)] = static_cast<float>(t.weights[bucket * t.heads + h]);
+      pr.t5_lut[h * pr.span + (r - pr.lo)] = t.weights[bucket * p.Hq + h];
   }
 }
 
@@ -507,12 +514,12 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     pr.kpos_contiguous &= pl.kpos[j] == j;
     pr.any_key_pad |= !pl.kvalid[j];
   }
-  if (p.pos.t5) make_t5_lut(pr, p, pl);
-  if (p.pos.shaw) {
-    pr.shaw_k = p.pos.shaw->keys.data();
-    pr.shaw_v = p.pos.shaw->values.data();
-    pr.shaw_clip = p.pos.shaw->clip;
-    pr.C = 2 * p.pos.shaw->clip + 1;
+  if (p.pos.has_t5()) make_t5_lut(pr, p, pl);
+  if (p.pos.has_shaw()) {
+    pr.shaw_k = p.pos.shaw.keys.data();
+    pr.shaw_v = p.pos.shaw.values.data();
+    pr.shaw_clip = p.pos.shaw.clip;
+    pr.C = 2 * p.pos.shaw.clip + 1;
   }
 
   // Threads only pay off above ~1M multiply-adds (see attention.cpp).
@@ -551,6 +558,12 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) HWY_DYNAMIC_DISPATCH(AttendItems)(pr, scratch[t], &next);
   });
+}
+
+void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B, int64_t ldb,
+              float* C, int64_t ldc, int64_t K, const float* beta) {
+  if (rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmExported)(rows, ncols, A, lda, B, ldb, C, ldc, K, beta);
 }
 
 }  // namespace posenc::detail

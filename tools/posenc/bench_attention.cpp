@@ -56,7 +56,7 @@ struct attn_data {
     p.causal = true;
     if (scheme == "rope") p.pos.rope.freqs = &freqs;
     if (scheme == "alibi") p.pos.alibi = slopes;
-    if (scheme == "t5") p.pos.t5 = &t5;
+    if (scheme == "t5") p.pos.t5 = attention_t5_view(t5);
     return p;
   }
 };

@@ -9,10 +9,14 @@
 //     [--q-positions P.npy] [--k-positions P.npy] [--key-padding M.npy]
 //     [--cu-seqlens 0,5,12] [--window W]
 //     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
+//     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dt5-table DT.npy]
+//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]]
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
 // dtype); TABLE (num_buckets, Hq); positions (T,) / (S,) int64 or int32; M (S,) bool or uint8
-// with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). Every input is read and
+// with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the
+// backward runs too (attention_backward): DQ, DK, DV and the requested parameter gradients are
+// written in Q's dtype (DA, the ALiBi slope gradient (Hq,), in float64). Every input is read and
 // validated and the attention computed before anything is written; a bad file or argument
 // prints one message and exits 2 with no output file.
 #include <cmath>
@@ -54,6 +58,8 @@ struct attend_opts {
   // Shaw
   std::string shaw_keys, shaw_values;
   int64_t shaw_clip = -1;
+  // Backward
+  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi;
   CLI::App* sub = nullptr;
 };
 
@@ -179,25 +185,23 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
   } else if (given(o, "--max-bias") || given(o, "--alibi-convention")) {
     fail("--max-bias and --alibi-convention need --alibi");
   }
-  t5_bias_table t5;
+  std::vector<Real> t5w;
   if (!o.t5_table.empty()) {
-    t5.params.num_buckets = o.num_buckets;
-    t5.params.max_distance = o.max_distance;
-    t5.params.bidirectional = o.bidirectional;
-    t5_validate(t5.params);
+    p.pos.t5.params.num_buckets = o.num_buckets;
+    p.pos.t5.params.max_distance = o.max_distance;
+    p.pos.t5.params.bidirectional = o.bidirectional;
+    t5_validate(p.pos.t5.params);
     const auto a = read_npy(o.t5_table);
     require_float(a, "--t5-table");
     require_shape(a, "--t5-table", {o.num_buckets, Hq},
                   fmt::format("(num_buckets, Hq) = ({}, {})", o.num_buckets, Hq));
-    const auto w = a.to_f64();
-    t5.heads = Hq;
-    t5.weights.assign(w.begin(), w.end());
-    p.pos.t5 = &t5;
+    t5w = as_real<Real>(a);
+    p.pos.t5.weights = t5w;
     schemes.push_back("t5");
   } else if (given(o, "--num-buckets") || given(o, "--max-distance") || o.bidirectional) {
     fail("--num-buckets, --max-distance and --bidirectional need --t5-table");
   }
-  shaw_tables shaw;
+  std::vector<Real> shaw_k, shaw_v;
   const bool any_shaw = !o.shaw_keys.empty() || !o.shaw_values.empty() || given(o, "--shaw-clip");
   if (any_shaw) {
     if (o.shaw_keys.empty() || o.shaw_values.empty() || !given(o, "--shaw-clip"))
@@ -212,16 +216,68 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     const auto av = read_npy(o.shaw_values);
     require_float(av, "--shaw-values");
     require_shape(av, "--shaw-values", {rows, D}, expect);
-    shaw.clip = o.shaw_clip;
-    shaw.dim = D;
-    const auto kd = ak.to_f64(), vd = av.to_f64();
-    shaw.keys.assign(kd.begin(), kd.end());
-    shaw.values.assign(vd.begin(), vd.end());
-    p.pos.shaw = &shaw;
+    shaw_k = as_real<Real>(ak);
+    shaw_v = as_real<Real>(av);
+    p.pos.shaw = {o.shaw_clip, shaw_k, shaw_v};
     schemes.push_back("shaw");
   }
 
+  // Backward: every flag checked before anything runs.
+  const bool backward = !o.dout.empty();
+  if (!backward) {
+    for (const char* f :
+         {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values", "--dalibi"})
+      if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
+  } else {
+    if (o.dq.empty() || o.dk.empty() || o.dv.empty())
+      fail("--dout needs all of --dq, --dk and --dv (output paths)");
+    if (!o.dt5.empty() && !p.pos.has_t5()) fail("--dt5-table needs --t5-table");
+    if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
+      fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
+    if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
+    std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
+    for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi})
+      if (!x->empty()) outs.push_back(*x);
+    for (size_t a = 0; a < outs.size(); ++a)
+      for (size_t b = a + 1; b < outs.size(); ++b)
+        if (outs[a] == outs[b]) fail("output paths must differ, '{}' is given twice", outs[a]);
+  }
+  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav;
+  std::vector<double> dal;
+  if (backward) {
+    const auto da = read_npy(o.dout);
+    require_float(da, "--dout");
+    require_shape(da, "--dout", {T, Hq, D}, fmt::format("(T, Hq, D) = ({}, {}, {})", T, Hq, D));
+    dout = as_real<Real>(da);
+  }
+
   attention_forward(p);
+
+  attention_grads<Real> g;
+  if (backward) {
+    dq.resize(T * Hq * D);
+    dk.resize(S * Hkv * D);
+    dv.resize(S * Hkv * D);
+    g.out = out.data(), g.lse = lse.data(), g.dout = dout.data();
+    g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
+    if (!o.dt5.empty()) {
+      dt5.resize(p.pos.t5.weights.size());
+      g.dt5 = dt5.data();
+    }
+    if (!o.dshaw_keys.empty()) {
+      dak.resize(shaw_k.size());
+      g.dshaw_keys = dak.data();
+    }
+    if (!o.dshaw_values.empty()) {
+      dav.resize(shaw_v.size());
+      g.dshaw_values = dav.data();
+    }
+    if (!o.dalibi.empty()) {
+      dal.resize(Hq);
+      g.dalibi = dal.data();
+    }
+    attention_backward(p, g);
+  }
 
   int64_t masked_rows = 0;
   for (Real x : lse) masked_rows += std::isinf(x) ? 1 : 0;
@@ -229,8 +285,29 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
   std::copy(out.begin(), out.end(), oa.template as<Real>());
   npy_array la = make_npy<Real>({T, Hq});
   std::copy(lse.begin(), lse.end(), la.template as<Real>());
-  write_npy(o.out, oa);
-  if (!o.lse_out.empty()) write_npy(o.lse_out, la);
+  const char* out_dtype = dtype_name(oa.type);
+  auto as_npy = [](const std::vector<Real>& x, std::vector<int64_t> shape) {
+    npy_array a = make_npy<Real>(std::move(shape));
+    std::copy(x.begin(), x.end(), a.template as<Real>());
+    return a;
+  };
+  std::vector<std::pair<std::string, npy_array>> files = {{o.out, std::move(oa)}};
+  if (!o.lse_out.empty()) files.emplace_back(o.lse_out, std::move(la));
+  if (backward) {
+    files.emplace_back(o.dq, as_npy(dq, {T, Hq, D}));
+    files.emplace_back(o.dk, as_npy(dk, {S, Hkv, D}));
+    files.emplace_back(o.dv, as_npy(dv, {S, Hkv, D}));
+    if (!o.dt5.empty()) files.emplace_back(o.dt5, as_npy(dt5, {p.pos.t5.params.num_buckets, Hq}));
+    const int64_t rows = 2 * p.pos.shaw.clip + 1;
+    if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(dak, {rows, D}));
+    if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(dav, {rows, D}));
+    if (!o.dalibi.empty()) {
+      npy_array a = make_npy<double>({Hq});
+      std::copy(dal.begin(), dal.end(), a.template as<double>());
+      files.emplace_back(o.dalibi, std::move(a));
+    }
+  }
+  for (const auto& [path, a] : files) write_npy(path, a);
 
   const char* impl = attention_reference_selected() ? "reference" : "tiled";
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(D));
@@ -238,7 +315,7 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     nlohmann::ordered_json j;
     j["out"] = o.out;
     j["shape"] = {T, Hq, D};
-    j["dtype"] = dtype_name(oa.type);
+    j["dtype"] = out_dtype;
     j["S"] = S;
     j["Hkv"] = Hkv;
     j["scale"] = scale;
@@ -247,6 +324,13 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     j["implementation"] = impl;
     j["fully_masked_rows"] = masked_rows;
     if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
+    if (backward) {
+      nlohmann::ordered_json b;
+      b["dout"] = o.dout;
+      for (const auto& [path, a] : files)
+        if (path != o.out && path != o.lse_out) b["written"].push_back(path);
+      j["backward"] = b;
+    }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::string sch;
@@ -255,16 +339,16 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     if (o.format == out_format::csv) {
       std::printf("out,T,Hq,D,S,Hkv,dtype,scale,causal,schemes,implementation,fully_masked_rows\n");
       std::printf("%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,%lld\n", o.out.c_str(), (long long)T,
-                  (long long)Hq, (long long)D, (long long)S, (long long)Hkv, dtype_name(oa.type),
+                  (long long)Hq, (long long)D, (long long)S, (long long)Hkv, out_dtype,
                   num(scale).c_str(), o.causal ? "true" : "false", sch.c_str(), impl,
                   (long long)masked_rows);
     } else {
       std::printf(
           "wrote %s: (%lld, %lld, %lld) %s, S = %lld keys, Hkv = %lld, scale %s, %s, "
           "schemes: %s, %s path, %lld fully masked rows\n",
-          o.out.c_str(), (long long)T, (long long)Hq, (long long)D, dtype_name(oa.type),
-          (long long)S, (long long)Hkv, num(scale).c_str(), o.causal ? "causal" : "bidirectional",
-          sch.c_str(), impl, (long long)masked_rows);
+          o.out.c_str(), (long long)T, (long long)Hq, (long long)D, out_dtype, (long long)S,
+          (long long)Hkv, num(scale).c_str(), o.causal ? "causal" : "bidirectional", sch.c_str(),
+          impl, (long long)masked_rows);
     }
   }
 }
@@ -339,6 +423,14 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--shaw-keys", o->shaw_keys, "Shaw a^K AK.npy (2K+1, D)");
   sub->add_option("--shaw-values", o->shaw_values, "Shaw a^V AV.npy (2K+1, D)");
   sub->add_option("--shaw-clip", o->shaw_clip, "Shaw clip distance K");
+  sub->add_option("--dout", o->dout, "Run the backward too: dL/dO DO.npy (T, Hq, D)");
+  sub->add_option("--dq", o->dq, "Write dL/dq DQ.npy (T, Hq, D) (needs --dout)");
+  sub->add_option("--dk", o->dk, "Write dL/dk DK.npy (S, Hkv, D) (needs --dout)");
+  sub->add_option("--dv", o->dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
+  sub->add_option("--dt5-table", o->dt5, "Write dL/dTABLE DT.npy (num_buckets, Hq)");
+  sub->add_option("--dshaw-keys", o->dshaw_keys, "Write dL/da^K DAK.npy (2K+1, D)");
+  sub->add_option("--dshaw-values", o->dshaw_values, "Write dL/da^V DAV.npy (2K+1, D)");
+  sub->add_option("--dalibi", o->dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
   sub->callback([o] { run_attend(*o); });
 });
 

@@ -47,8 +47,9 @@ report_section attention_section(report_context& ctx) {
 
   struct entry {
     std::string id, label;
-    attention_position pos;
+    attention_position<double> pos;
   };
+  attention_tables<double> tabs;  // the float tables in double, viewed by the entries
   std::vector<entry> entries(5);
   entries[0] = {"none", "no position (NoPE)", {}};
   entries[1] = {"rope", "RoPE (theta 1e4, half layout)", {}};
@@ -56,9 +57,9 @@ report_section attention_section(report_context& ctx) {
   entries[2] = {"alibi", fmt::format("ALiBi (slope of head {}: {})", head, num(slopes[head])), {}};
   entries[2].pos.alibi = slopes;
   entries[3] = {"t5", "T5 bias (causal, 32 buckets, max distance 128, N(0,1) table)", {}};
-  entries[3].pos.t5 = &t5;
+  entries[3].pos.t5 = tabs.t5_view(t5);
   entries[4] = {"shaw", "Shaw relative keys (K = 8, a^K ~ N(0, 0.25))", {}};
-  entries[4].pos.shaw = &shaw;
+  entries[4].pos.shaw = tabs.shaw_view(shaw);
 
   doc::document figs;
   for (const auto& e : entries) {

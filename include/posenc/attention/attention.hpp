@@ -62,14 +62,53 @@ struct attention_rope {
                               // rotated keys); only q is rotated
 };
 
+// Hook 2b, T5 (Raffel et al. 2020): bias(h, i, j) = weights[bucket(kpos_j - qpos_i) * Hq + h].
+// The table is held in the element type of the call (float64 stays float64 end to end).
+template <typename Real>
+struct attention_t5 {
+  t5_params params;
+  std::span<const Real> weights;  // (num_buckets, Hq), Hq contiguous; empty = off
+};
+
+// Hooks 2a and 3, Shaw et al. (2018): a^K and a^V, (2K+1, D) each, row c holds offset c - K,
+// shared by all heads. In the element type of the call.
+template <typename Real>
+struct attention_shaw {
+  int64_t clip = 0;                    // K >= 0
+  std::span<const Real> keys, values;  // (2K+1, D) each, D contiguous; empty = off
+};
+
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
+template <typename Real>
 struct attention_position {
-  attention_rope rope;                // hook 1
-  std::span<const double> alibi;      // hook 2b: ALiBi slopes (Hq,) (Press et al. 2022): bias
-                                      //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
-  const t5_bias_table* t5 = nullptr;  // hook 2b: T5 bias (Raffel et al. 2020), heads == Hq;
-                                      //   bias weights[bucket(kpos - qpos) * Hq + h]
-  const shaw_tables* shaw = nullptr;  // hooks 2a and 3: Shaw tables, dim == D, shared by heads
+  attention_rope rope;            // hook 1
+  std::span<const double> alibi;  // hook 2b: ALiBi slopes (Hq,) (Press et al. 2022): bias
+                                  //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
+  attention_t5<Real> t5;          // hook 2b: T5 bias, weights (num_buckets, Hq)
+  attention_shaw<Real> shaw;      // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
+
+  bool has_t5() const { return !t5.weights.empty(); }
+  bool has_shaw() const { return !shaw.keys.empty(); }
+};
+
+// Views of the encodings layer's float tables (t5_init, shaw_init) for a float call; a double
+// call converts them once (the conversion is exact): see attention_tables below.
+attention_t5<float> attention_t5_view(const t5_bias_table& t);
+attention_shaw<float> attention_shaw_view(const shaw_tables& t);
+
+// Owns Real copies of float tables for a call in another element type.
+template <typename Real>
+struct attention_tables {
+  std::vector<Real> t5, shaw_keys, shaw_values;
+  attention_t5<Real> t5_view(const t5_bias_table& t) {
+    t5.assign(t.weights.begin(), t.weights.end());
+    return {t.params, t5};
+  }
+  attention_shaw<Real> shaw_view(const shaw_tables& t) {
+    shaw_keys.assign(t.keys.begin(), t.keys.end());
+    shaw_values.assign(t.values.begin(), t.values.end());
+    return {t.clip, shaw_keys, shaw_values};
+  }
 };
 
 // One attention call. Shapes: T queries, S keys, Hq query heads, Hkv key/value heads,
@@ -99,7 +138,7 @@ struct attention_params {
   // Given k_positions but no q_positions: q_positions[i] = k_positions[S - T + i].
   std::span<const int64_t> q_positions;  // (T,)
   std::span<const int64_t> k_positions;  // (S,)
-  attention_position pos;                // the position schemes
+  attention_position<Real> pos;          // the position schemes
 };
 
 // Validates p (throws invalid_argument naming the field and the expected shape, e.g.
@@ -122,6 +161,63 @@ void attention_reference(const attention_params<Real>& p);
 // score magnitude, relative to max|v|.
 template <typename Real>
 void attention_tiled(const attention_params<Real>& p);
+
+// ---- backward ------------------------------------------------------------------------------
+//
+// The gradient of a scalar loss L through one attention call, given dO = dL/dout. With the
+// forward written per (head h, query i) as in attention_reference,
+//   s_ij = scale q'_i . (k'_j + a^K_c) + bias_h(i, j);  p_ij = exp(s_ij - lse_i);
+//   o_i = sum_j p_ij (v_j + a^V_c),
+// the backward is (Dao 2023, FlashAttention-2, Algorithm 2, with the position terms added):
+//   D_i    = dO_i . o_i                                  (= sum_j p_ij dP_ij)
+//   dP_ij  = dO_i . (v_j + a^V_c)
+//   dS_ij  = p_ij (dP_ij - D_i)                          (softmax backward)
+//   dv_j  += p_ij dO_i                 da^V_c += p_ij dO_i
+//   dq'_i += scale dS_ij (k'_j + a^K_c) dk'_j += scale dS_ij q'_i      da^K_c += scale dS_ij q'_i
+//   dm_h  += dS_ij * dbias/dm = -dS_ij (qpos - kpos) causal, -dS_ij |qpos - kpos| otherwise
+//   dW[bucket(kpos_j - qpos_i), h] += dS_ij              (T5)
+//   dq = a R(qpos)^T dq',  dk = a R(kpos)^T dk'          (RoPE: the rotation with sine negated)
+// GQA/MQA: dk and dv of kv head hk sum over its G = Hq / Hkv query heads. With
+// pos.rope.keys_rotated, k was given rotated and dk is the gradient with respect to that k.
+// Masked pairs and rows that see no key (lse = -inf) contribute nothing: their gradients are
+// exactly zero, never NaN.
+template <typename Real>
+struct attention_grads {
+  const Real* out = nullptr;   // out: (T, Hq, D) of the forward with the same params
+  const Real* lse = nullptr;   // lse: (T, Hq) of that forward (-inf for a row that sees nothing)
+  const Real* dout = nullptr;  // dO:  (T, Hq, D)
+  Real* dq = nullptr;          // (T, Hq, D), overwritten
+  Real* dk = nullptr;          // (S, Hkv, D), overwritten
+  Real* dv = nullptr;          // (S, Hkv, D), overwritten
+  // Position parameters; each optional (null = not wanted), overwritten when given.
+  double* dalibi = nullptr;      // (Hq,): gradient of the ALiBi slopes (learned-slope variants)
+  Real* dt5 = nullptr;           // (num_buckets, Hq): gradient of the T5 table
+  Real* dshaw_keys = nullptr;    // (2K+1, D): gradient of a^K
+  Real* dshaw_values = nullptr;  // (2K+1, D): gradient of a^V
+};
+
+// The dispatcher: attention_backward_tiled, or attention_backward_reference when
+// POSENC_REFERENCE=1. Throws invalid_argument naming the field for a bad shape or a missing
+// buffer (out, lse, dout, dq, dk, dv are required when T > 0; a parameter gradient requested for
+// a scheme that is off is an error).
+template <typename Real>
+void attention_backward(const attention_params<Real>& p, const attention_grads<Real>& g);
+
+// The specification: per head, the full (T, S) matrices P and dS in double, recomputed from q,
+// k, v by the reference forward's own two-pass softmax (g.out and g.lse are validated but not
+// read), then every formula above as a plain loop. Results rounded once to Real.
+template <typename Real>
+void attention_backward_reference(const attention_params<Real>& p, const attention_grads<Real>& g);
+
+// The fast path: FlashAttention-2's backward. Work item = kv head hk (its G query heads are the
+// rows of one tile, as in the forward); for each block of queries the key blocks are visited in
+// order, P is recomputed from the saved lse block by block, dQ accumulates in the tile, dK and
+// dV in an (S, D) scratch per thread. Extra memory O((S + T) * Hkv * D + threads * S * D), never
+// a T x S matrix. Each item's arithmetic does not depend on which thread runs it, so the bits
+// are the same for any thread count. float32 runs the block products through the Highway
+// micro-kernel of the forward; double through plain loops.
+template <typename Real>
+void attention_backward_tiled(const attention_params<Real>& p, const attention_grads<Real>& g);
 
 // True when POSENC_REFERENCE is set to a value other than "" or "0".
 bool attention_reference_selected();
