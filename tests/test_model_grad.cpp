@@ -226,7 +226,7 @@ TEST(Model, BitwiseIdenticalAcrossThreadCounts) {
 
 TEST(Model, LearnedTableHasNoRowPastItsLength) {
   model_config c = gradcheck_model_config(pos_scheme::learned, norm_kind::layernorm);
-  c.max_positions = 12;  // positions 0..11; the batch uses position 12
+  c.pos.max_positions = 12;  // positions 0..11; the batch uses position 12
   transformer<float> m(c);
   m.init(1);
   const batch b = gradcheck_batch();

@@ -70,7 +70,7 @@ nlohmann::ordered_json config_json(const lab_options& o, const model::model_conf
   j["n_heads"] = c.n_heads;
   j["d_ff"] = c.d_ff;
   j["norm"] = model::norm_kind_name(c.norm);
-  j["max_positions"] = c.max_positions;
+  j["max_positions"] = c.pos.max_positions;
   j["train_min"] = o.train_min;
   j["train_max"] = o.train_max;
   j["steps"] = o.steps;
@@ -159,7 +159,7 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
   c.d_ff = o.d_ff;
   c.scheme = s;
   c.norm = o.norm;
-  c.max_positions = o.randomized_positions > 0 ? o.randomized_positions : o.train_max;
+  c.pos.max_positions = o.randomized_positions > 0 ? o.randomized_positions : o.train_max;
   return c;
 }
 
@@ -224,12 +224,12 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
         "no defined position: {} distinct positions cannot be drawn from [0, {}) "
         "(--randomized-positions)",
         L, o.randomized_positions);
-  } else if (m.config().scheme == pos_scheme::learned && L > m.config().max_positions) {
+  } else if (m.config().scheme == pos_scheme::learned && L > m.config().pos.max_positions) {
     e.defined = false;
     e.note = fmt::format(
         "no defined position: the learned table has {} rows (positions 0..{}); length {} needs "
         "position {}",
-        m.config().max_positions, m.config().max_positions - 1, L, L - 1);
+        m.config().pos.max_positions, m.config().pos.max_positions - 1, L, L - 1);
   }
   if (!e.defined) {
     e.loss = e.token_accuracy = e.exact_match = e.loss_last64 = nan;

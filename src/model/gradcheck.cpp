@@ -65,10 +65,8 @@ model_config gradcheck_model_config(pos_scheme s, norm_kind n) {
   c.d_ff = 12;
   c.scheme = s;
   c.norm = n;
-  c.max_positions = 16;
-  c.t5_buckets = 8;
-  c.t5_max_distance = 16;
-  c.shaw_clip = 2;
+  c.pos = position_options_for_gradcheck();
+  c.pos.max_positions = 16;
   c.init_std = 0.3;
   return c;
 }
@@ -215,22 +213,19 @@ std::vector<check_result> gradient_checks() {
     out.push_back(make("matmul_adjoint", "<A B, C> = <B, A^T C> = <A, C B^T> (nn, tn, nt)", e,
                        1e-10, "double; 315 products per inner product, rounding ~1e-11"));
   }
-  const pos_scheme all[] = {pos_scheme::nope, pos_scheme::sinusoidal, pos_scheme::learned,
-                            pos_scheme::rope, pos_scheme::alibi,      pos_scheme::t5,
-                            pos_scheme::shaw};
-  for (auto s : all) {
-    const auto c = gradcheck_model_config(s, norm_kind::layernorm);
-    out.push_back(make(fmt::format("model_{}", pos_scheme_name(s)),
-                       fmt::format("whole-model backward with {} matches central differences for "
-                                   "every parameter (2 layers, LayerNorm)",
-                                   pos_scheme_name(s)),
-                       model_gradient_error(c, 7), tol, k_fd_detail));
-  }
-  out.push_back(
-      make("model_rope_rmsnorm",
-           "whole-model backward with rope and RMSNorm matches central differences",
-           model_gradient_error(gradcheck_model_config(pos_scheme::rope, norm_kind::rmsnorm), 7),
-           tol, k_fd_detail));
+  std::vector<pos_scheme> all;
+  for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i)
+    all.push_back(static_cast<pos_scheme>(i));
+  for (auto s : all)
+    for (auto n : {norm_kind::layernorm, norm_kind::rmsnorm}) {
+      const auto c = gradcheck_model_config(s, n);
+      const bool ln = n == norm_kind::layernorm;
+      out.push_back(make(fmt::format("model_{}{}", pos_scheme_name(s), ln ? "" : "_rmsnorm"),
+                         fmt::format("whole-model backward with {} matches central differences "
+                                     "for every parameter (2 layers, {})",
+                                     pos_scheme_name(s), ln ? "LayerNorm" : "RMSNorm"),
+                         model_gradient_error(c, 7), tol, k_fd_detail));
+    }
   {  // float forward against the double forward on the same parameters
     double worst = 0;
     for (auto s : all) {

@@ -11,29 +11,9 @@
 #include "posenc/core/file.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/alibi.hpp"
-#include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/shaw.hpp"
-#include "posenc/encodings/sinusoidal.hpp"
-#include "posenc/encodings/t5_bias.hpp"
 #include "posenc/model/ops.hpp"
 
 namespace posenc::model {
-
-namespace {
-constexpr const char* k_scheme_names[] = {"nope",  "sinusoidal", "learned", "rope",
-                                          "alibi", "t5",         "shaw"};
-}
-
-const char* pos_scheme_name(pos_scheme s) {
-  return k_scheme_names[static_cast<int>(s)];
-}
-
-pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg) {
-  for (int i = 0; i < 7; ++i)
-    if (name == k_scheme_names[i]) return static_cast<pos_scheme>(i);
-  fail("{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw; got '{}'", arg, name);
-}
 
 const char* norm_kind_name(norm_kind n) {
   return n == norm_kind::layernorm ? "layernorm" : "rmsnorm";
@@ -51,35 +31,29 @@ void validate(const model_config& c) {
   if (c.d_model < 2 || c.d_model > 4096 || c.d_model % c.n_heads != 0)
     fail("d_model must be in [2, 4096] and divisible by n_heads = {}, got {}", c.n_heads,
          c.d_model);
-  const int64_t d = c.d_model / c.n_heads;
-  if (c.scheme == pos_scheme::rope && d % 2 != 0)
-    fail("rope needs an even head dim d_model / n_heads, got {}", d);
-  if (c.scheme == pos_scheme::sinusoidal && c.d_model % 2 != 0)
-    fail("sinusoidal needs an even d_model, got {}", c.d_model);
   if (c.n_layers < 1 || c.n_layers > 64) fail("n_layers must be in [1, 64], got {}", c.n_layers);
   if (c.d_ff < 1 || c.d_ff > 65536) fail("d_ff must be in [1, 65536], got {}", c.d_ff);
-  if (c.max_positions < 1 || c.max_positions > (1 << 24))
-    fail("max_positions must be in [1, 2^24], got {}", c.max_positions);
-  if (!(c.rope_theta > 1) || !std::isfinite(c.rope_theta))
-    fail("rope_theta must be finite and > 1, got {}", c.rope_theta);
-  t5_validate(t5_params{c.t5_buckets, c.t5_max_distance, false});
-  if (c.shaw_clip < 0 || c.shaw_clip > 4096)
-    fail("shaw_clip must be in [0, 4096], got {}", c.shaw_clip);
   if (!(c.init_std >= 0) || !std::isfinite(c.init_std))
     fail("init_std must be finite and >= 0, got {}", c.init_std);
   if (!(c.norm_eps > 0)) fail("norm_eps must be > 0, got {}", c.norm_eps);
-  checked_bytes("model parameters", static_cast<unsigned long long>(c.vocab + c.max_positions),
+  checked_bytes("model parameters", static_cast<unsigned long long>(c.vocab + c.pos.max_positions),
                 static_cast<unsigned long long>(c.d_model), 16, 8);
+  (void)make_hook<float>(c);  // validates the scheme's options
 }
 
-double sinusoidal_amplitude(const model_config& c) {
-  return std::sqrt(2.0) * c.init_std;
+template <typename S>
+std::shared_ptr<const position_hook<S>> make_hook(const model_config& c) {
+  position_options o = c.pos;
+  o.input_amplitude = input_amplitude(c);
+  return make_position_hook<S>(c.scheme, o, position_shape{c.d_model, c.n_heads});
 }
+template std::shared_ptr<const position_hook<float>> make_hook<float>(const model_config&);
+template std::shared_ptr<const position_hook<double>> make_hook<double>(const model_config&);
 
 param_layout make_layout(const model_config& c) {
   validate(c);
   param_layout L;
-  const int64_t C = c.d_model, H = c.n_heads, D = C / H, F = c.d_ff, V = c.vocab;
+  const int64_t C = c.d_model, F = c.d_ff, V = c.vocab;
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool decay) {
     L.tensors.push_back({name, L.total, rows * cols, rows, cols, decay});
     L.total += rows * cols;
@@ -87,8 +61,13 @@ param_layout make_layout(const model_config& c) {
   };
   const bool ln = c.norm == norm_kind::layernorm;
   L.tok_emb = add("tok_emb", V, C, true);
-  if (c.scheme == pos_scheme::learned) L.pos_emb = add("pos_emb", c.max_positions, C, true);
-  if (c.scheme == pos_scheme::t5) L.t5_table = add("t5_table", c.t5_buckets, H, false);
+  // The scheme's shared tensors follow the token embeddings, its per-layer ones close each layer.
+  L.hook_tensors = make_hook<float>(c)->tensors();
+  std::vector<int64_t> shared(L.hook_tensors.size(), -1);
+  for (size_t i = 0; i < L.hook_tensors.size(); ++i) {
+    const auto& t = L.hook_tensors[i];
+    if (!t.per_layer) shared[i] = add(t.name, t.rows, t.cols, t.decay);
+  }
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
     param_layout::layer ly{};
@@ -104,10 +83,10 @@ param_layout make_layout(const model_config& c) {
     ly.b1 = add(p + "b1", 1, F, false);
     ly.w2 = add(p + "w2", F, C, true);
     ly.b2 = add(p + "b2", 1, C, false);
-    ly.shaw_k = ly.shaw_v = -1;
-    if (c.scheme == pos_scheme::shaw) {
-      ly.shaw_k = add(p + "shaw_k", 2 * c.shaw_clip + 1, D, false);
-      ly.shaw_v = add(p + "shaw_v", 2 * c.shaw_clip + 1, D, false);
+    ly.hook = shared;
+    for (size_t i = 0; i < L.hook_tensors.size(); ++i) {
+      const auto& t = L.hook_tensors[i];
+      if (t.per_layer) ly.hook[i] = add(p + t.name, t.rows, t.cols, t.decay);
     }
     L.layers.push_back(ly);
   }
@@ -118,21 +97,14 @@ param_layout make_layout(const model_config& c) {
 }
 
 std::string undefined_reason(const model_config& c, const batch& b) {
-  if (c.scheme != pos_scheme::learned) return "";
-  int64_t mx = -1;
-  for (int64_t p : b.positions) mx = std::max(mx, p);
-  if (mx >= c.max_positions)
-    return fmt::format(
-        "no defined position: position {} has no row in the learned table ({} rows, positions "
-        "0..{})",
-        mx, c.max_positions, c.max_positions - 1);
-  return "";
+  return make_hook<float>(c)->undefined_reason(b.positions);
 }
 
 // ---- transformer ---------------------------------------------------------------------------
 
 template <typename S>
-transformer<S>::transformer(const model_config& c) : cfg_(c), layout_(make_layout(c)) {
+transformer<S>::transformer(const model_config& c)
+    : cfg_(c), layout_(make_layout(c)), hook_(make_hook<S>(c)) {
   params_.assign(layout_.total, S(0));
   grads_.assign(layout_.total, S(0));
   acts_.resize(c.n_layers);
@@ -147,11 +119,8 @@ void transformer<S>::init(uint64_t seed) {
     const bool gain = t.name.ends_with("_g");
     const bool bias = t.name.ends_with("_b") || t.name.find(".b") != std::string::npos;
     const bool resid = t.name.ends_with(".wo") || t.name.ends_with(".w2");
-    // Every scheme starts its token embeddings at init_std; the sinusoids are scaled down to
-    // the same per-channel RMS instead (sinusoidal_amplitude below). Scaling the embeddings up
-    // to the sinusoids' unit amplitude (Vaswani et al. 2017, sec. 3.4) makes the residual
-    // stream ~50x larger than the init_std-scaled layer outputs added to it, and the lab's
-    // 1000-step runs then never left the "uniform digit" plateau (loss ln 10).
+    // Token embeddings start at init_std for every scheme; a fixed input term is scaled to
+    // the same per-channel RMS instead (input_amplitude, transformer.hpp).
     const double std = cfg_.init_std;
     for (int64_t i = 0; i < t.size; ++i) {
       if (gain)
@@ -184,237 +153,99 @@ void transformer<S>::norm_backward(const S* x, int64_t g, int64_t bb, const S* m
     rmsnorm_backward(x, P + g, rstd, dy, dx, G + g, N_, cfg_.d_model);
 }
 
-// Causal multi-head attention of layer l for training (full (T, T) score matrix per head, T is
-// small in the lab). qkv: (N, 3C) rows [q heads | k heads | v heads]; out: (N, C).
-// Saves q', k', v: (B, H, T, D) and p: (B, H, T, T) (zero above the diagonal).
+template <typename S>
+template <typename P>
+std::vector<P*> transformer<S>::hook_ptrs(P* base, int64_t l) const {
+  std::vector<P*> t;
+  for (int64_t off : layout_.layers[l].hook) t.push_back(base + off);
+  return t;
+}
+
+// Causal multi-head attention of layer l: the engine, one call per sequence, with the scheme's
+// hook. qkv: (N, 3C) rows [q heads | k heads | v heads]; out: (N, C) = (B, T, H, D).
+// Saves q, k, v (N, C) and the per-row log-sum-exp (N, H) for the backward.
 template <typename S>
 void transformer<S>::attention_forward(int64_t l, const S* qkv, S* out) {
   auto& a = acts_[l];
-  const auto& ly = layout_.layers[l];
   const int64_t B = B_, T = T_, H = cfg_.n_heads, C = cfg_.d_model, D = C / H;
-  const S* P = params_.data();
-  a.q.resize(B * H * T * D);
-  a.k.resize(B * H * T * D);
-  a.v.resize(B * H * T * D);
-  a.o.resize(B * H * T * D);
-  a.p.resize(B * H * T * T);
-  // (N, 3C) -> three (B, H, T, D)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const S* row = qkv + (b * T + t) * 3 * C;
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t o = ((b * H + h) * T + t) * D;
-        std::copy(row + h * D, row + h * D + D, a.q.data() + o);
-        std::copy(row + C + h * D, row + C + h * D + D, a.k.data() + o);
-        std::copy(row + 2 * C + h * D, row + 2 * C + h * D + D, a.v.data() + o);
-      }
-    }
-  if (cfg_.scheme == pos_scheme::rope) {
-    // q' = R(pos) q, k' = R(pos) k (Su et al. 2021, eq. 34); heads of one token are T*D apart.
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        const S* c = rope_cos_.data() + (b * T + t) * (D / 2);
-        const S* s = rope_sin_.data() + (b * T + t) * (D / 2);
-        rope_rotate(rope_layout::half, D, c, s, a.q.data() + (b * H * T + t) * D, H, T * D, false);
-        rope_rotate(rope_layout::half, D, c, s, a.k.data() + (b * H * T + t) * D, H, T * D, false);
-      }
+  a.q.resize(N_ * C);
+  a.k.resize(N_ * C);
+  a.v.resize(N_ * C);
+  a.lse.resize(N_ * H);
+  for (int64_t n = 0; n < N_; ++n) {
+    const S* row = qkv + n * 3 * C;
+    std::copy(row, row + C, a.q.data() + n * C);
+    std::copy(row + C, row + 2 * C, a.k.data() + n * C);
+    std::copy(row + 2 * C, row + 3 * C, a.v.data() + n * C);
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  parallel_for(B * H, [&](int64_t r0, int64_t r1) {
-    for (int64_t bh = r0; bh < r1; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
-      const S* q = a.q.data() + bh * T * D;
-      const S* k = a.k.data() + bh * T * D;
-      const S* v = a.v.data() + bh * T * D;
-      S* p = a.p.data() + bh * T * T;
-      S* o = a.o.data() + bh * T * D;
-      const int64_t* pos = positions_.data() + b * T;
-      if (cfg_.scheme == pos_scheme::shaw) {
-        // e_ij = scale q_i . (k_j + a^K_{c(i,j)}) (Shaw et al. 2018, eq. 4)
-        shaw_problem sp{{pos, size_t(T)}, {pos, size_t(T)}, cfg_.shaw_clip, D};
-        shaw_scores<S>(sp, q, k, P + ly.shaw_k, scale, p);
-      } else {
-        matmul_nt(q, D, k, D, p, T, T, D, T, false);
-        for (int64_t i = 0; i < T * T; ++i) p[i] = static_cast<S>(p[i] * scale);
-      }
-      for (int64_t i = 0; i < T; ++i) {
-        S* pi = p + i * T;
-        if (cfg_.scheme == pos_scheme::alibi) {
-          // score += -m_h (i - j) (Press et al. 2022, sec. 3)
-          for (int64_t j = 0; j <= i; ++j)
-            pi[j] += static_cast<S>(alibi_bias(alibi_slopes_[h], pos[i], pos[j], true));
-        } else if (cfg_.scheme == pos_scheme::t5) {
-          // score += table[bucket(kpos - qpos), h] (Raffel et al. 2020, sec. 2.1)
-          const S* tab = P + layout_.t5_table;
-          for (int64_t j = 0; j <= i; ++j) pi[j] += tab[t5_lut_[pos[i] - pos[j]] * H + h];
-        }
-        S mx = pi[0];
-        for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, pi[j]);
-        double z = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          const double e = std::exp(static_cast<double>(pi[j] - mx));
-          pi[j] = static_cast<S>(e);
-          z += e;
-        }
-        const double inv = 1.0 / z;
-        for (int64_t j = 0; j <= i; ++j) pi[j] = static_cast<S>(pi[j] * inv);
-        for (int64_t j = i + 1; j < T; ++j) pi[j] = S(0);  // causal mask
-      }
-      if (cfg_.scheme == pos_scheme::shaw) {
-        // out_i = sum_j p_ij (v_j + a^V_{c(i,j)}) (Shaw et al. 2018, eq. 3)
-        shaw_problem sp{{pos, size_t(T)}, {pos, size_t(T)}, cfg_.shaw_clip, D};
-        shaw_values<S>(sp, p, v, P + ly.shaw_v, o);
-      } else {
-        // o = p v over the causal prefix
-        std::fill(o, o + T * D, S(0));
-        for (int64_t i = 0; i < T; ++i)
-          for (int64_t j = 0; j <= i; ++j) {
-            const S pij = p[i * T + j];
-            const S* vj = v + j * D;
-            S* oi = o + i * D;
-            for (int64_t d = 0; d < D; ++d) oi[d] += pij * vj[d];
-          }
-      }
-    }
-  });
-  // (B, H, T, D) -> (N, C)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        const S* src = a.o.data() + ((b * H + h) * T + t) * D;
-        std::copy(src, src + D, out + (b * T + t) * C + h * D);
-      }
+  const auto t = hook_ptrs(static_cast<const S*>(params_.data()), l);
+  const attention_position<S> pos = hook_->attention(t.data());
+  for (int64_t b = 0; b < B; ++b) {
+    attention_params<S> p;
+    p.q = a.q.data() + b * T * C;
+    p.k = a.k.data() + b * T * C;
+    p.v = a.v.data() + b * T * C;
+    p.out = out + b * T * C;
+    p.lse = a.lse.data() + b * T * H;
+    p.T = p.S = T;
+    p.Hq = p.Hkv = H;
+    p.D = D;
+    p.causal = true;
+    p.q_positions = p.k_positions = std::span<const int64_t>(positions_.data() + b * T, T);
+    p.pos = pos;
+    posenc::attention_forward(p);
+  }
 }
 
-// Backward of attention_forward. dout: (N, C); dqkv: (N, 3C), overwritten.
+// Backward of attention_forward. dout: (N, C); dqkv: (N, 3C), overwritten. The engine's
+// parameter gradients (per sequence, overwritten) are added into the hook tensors' gradients.
 template <typename S>
 void transformer<S>::attention_backward(int64_t l, const S* dout, S* dqkv) {
   auto& a = acts_[l];
-  const auto& ly = layout_.layers[l];
   const int64_t B = B_, T = T_, H = cfg_.n_heads, C = cfg_.d_model, D = C / H;
-  const S* P = params_.data();
-  S* G = grads_.data();
-  const int64_t tab = cfg_.scheme == pos_scheme::t5     ? cfg_.t5_buckets
-                      : cfg_.scheme == pos_scheme::shaw ? 2 * (2 * cfg_.shaw_clip + 1) * D
-                                                        : 0;
-  do_.resize(B * H * T * D);
-  dq_.assign(B * H * T * D, S(0));
-  dk_.assign(B * H * T * D, S(0));
-  dv_.assign(B * H * T * D, S(0));
-  dp_.resize(B * H * T * T);
-  dtab_.assign(B * H * tab, S(0));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        const S* src = dout + (b * T + t) * C + h * D;
-        std::copy(src, src + D, do_.data() + ((b * H + h) * T + t) * D);
-      }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  parallel_for(B * H, [&](int64_t r0, int64_t r1) {
-    for (int64_t bh = r0; bh < r1; ++bh) {
-      const int64_t b = bh / H;
-      const S* q = a.q.data() + bh * T * D;
-      const S* k = a.k.data() + bh * T * D;
-      const S* v = a.v.data() + bh * T * D;
-      const S* p = a.p.data() + bh * T * T;
-      const S* dO = do_.data() + bh * T * D;
-      S* dq = dq_.data() + bh * T * D;
-      S* dk = dk_.data() + bh * T * D;
-      S* dv = dv_.data() + bh * T * D;
-      S* dp = dp_.data() + bh * T * T;
-      S* dt = dtab_.data() + bh * tab;
-      const int64_t* pos = positions_.data() + b * T;
-      shaw_problem sp{{pos, size_t(T)}, {pos, size_t(T)}, cfg_.shaw_clip, D};
-      if (cfg_.scheme == pos_scheme::shaw) {
-        // forward: out_i = sum_j p_ij (v_j + a^V_{c(i,j)})
-        std::fill(dp, dp + T * T, S(0));
-        shaw_values_backward<S>(sp, p, v, P + ly.shaw_v, dO, dp, dv,
-                                dt + (2 * cfg_.shaw_clip + 1) * D);
-      } else {
-        // forward: o_i = sum_{j<=i} p_ij v_j  =>  dp_ij = dO_i . v_j, dv_j += p_ij dO_i
-        for (int64_t i = 0; i < T; ++i) {
-          const S* doi = dO + i * D;
-          for (int64_t j = 0; j <= i; ++j) {
-            const S* vj = v + j * D;
-            S s = 0;
-            for (int64_t d = 0; d < D; ++d) s += doi[d] * vj[d];
-            dp[i * T + j] = s;
-            const S pij = p[i * T + j];
-            S* dvj = dv + j * D;
-            for (int64_t d = 0; d < D; ++d) dvj[d] += pij * doi[d];
-          }
-          for (int64_t j = i + 1; j < T; ++j) dp[i * T + j] = S(0);
-        }
-      }
-      // forward: p_i = softmax(s_i) over j <= i  =>  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik)
-      for (int64_t i = 0; i < T; ++i) {
-        const S* pi = p + i * T;
-        S* di = dp + i * T;
-        double dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(pi[j]) * di[j];
-        for (int64_t j = 0; j <= i; ++j) di[j] = static_cast<S>(pi[j] * (di[j] - dot));
-        for (int64_t j = i + 1; j < T; ++j) di[j] = S(0);
-      }
-      if (cfg_.scheme == pos_scheme::t5) {
-        // forward: s_ij += table[bucket(pos_j - pos_i), h]
-        for (int64_t i = 0; i < T; ++i)
-          for (int64_t j = 0; j <= i; ++j) dt[t5_lut_[pos[i] - pos[j]]] += dp[i * T + j];
-      }
-      // ALiBi's bias is a constant: no gradient.
-      if (cfg_.scheme == pos_scheme::shaw) {
-        // forward: s_ij = scale q_i . (k_j + a^K_{c(i,j)})
-        shaw_scores_backward<S>(sp, q, k, P + ly.shaw_k, scale, dp, dq, dk, dt);
-      } else {
-        // forward: s_ij = scale q_i . k_j  =>  dq = scale ds k, dk = scale ds^T q
-        for (int64_t i = 0; i < T; ++i) {
-          S* dqi = dq + i * D;
-          const S* qi = q + i * D;
-          for (int64_t j = 0; j <= i; ++j) {
-            const S g = static_cast<S>(dp[i * T + j] * scale);
-            const S* kj = k + j * D;
-            S* dkj = dk + j * D;
-            for (int64_t d = 0; d < D; ++d) {
-              dqi[d] += g * kj[d];
-              dkj[d] += g * qi[d];
-            }
-          }
-        }
-      }
-    }
-  });
-  // Table gradients: per-(b, h) partials reduced in (b, h) order (deterministic).
-  if (cfg_.scheme == pos_scheme::t5) {
-    S* gt = G + layout_.t5_table;
-    for (int64_t bh = 0; bh < B * H; ++bh)
-      for (int64_t u = 0; u < cfg_.t5_buckets; ++u) gt[u * H + bh % H] += dtab_[bh * tab + u];
-  } else if (cfg_.scheme == pos_scheme::shaw) {
-    const int64_t half = (2 * cfg_.shaw_clip + 1) * D;
-    for (int64_t bh = 0; bh < B * H; ++bh)
-      for (int64_t u = 0; u < half; ++u) {
-        G[ly.shaw_k + u] += dtab_[bh * tab + u];
-        G[ly.shaw_v + u] += dtab_[bh * tab + half + u];
-      }
+  dq_.resize(N_ * C);
+  dk_.resize(N_ * C);
+  dv_.resize(N_ * C);
+  const auto t = hook_ptrs(static_cast<const S*>(params_.data()), l);
+  const auto tg = hook_ptrs(grads_.data(), l);
+  const attention_position<S> pos = hook_->attention(t.data());
+  dhook_.resize(layout_.hook_tensors.size());
+  std::vector<S*> dt(dhook_.size());
+  for (size_t i = 0; i < dhook_.size(); ++i) {
+    dhook_[i].resize(layout_.hook_tensors[i].rows * layout_.hook_tensors[i].cols);
+    dt[i] = dhook_[i].data();
   }
-  if (cfg_.scheme == pos_scheme::rope) {
-    // forward: q' = R(pos) q  =>  dq = R(pos)^T dq' (the rotation with the sine negated)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        const S* c = rope_cos_.data() + (b * T + t) * (D / 2);
-        const S* s = rope_sin_.data() + (b * T + t) * (D / 2);
-        rope_rotate(rope_layout::half, D, c, s, dq_.data() + (b * H * T + t) * D, H, T * D, true);
-        rope_rotate(rope_layout::half, D, c, s, dk_.data() + (b * H * T + t) * D, H, T * D, true);
-      }
+  const std::vector<int> bound = hook_->attention_grad_tensors();
+  for (int64_t b = 0; b < B; ++b) {
+    attention_params<S> p;
+    p.q = a.q.data() + b * T * C;
+    p.k = a.k.data() + b * T * C;
+    p.v = a.v.data() + b * T * C;
+    p.T = p.S = T;
+    p.Hq = p.Hkv = H;
+    p.D = D;
+    p.causal = true;
+    p.q_positions = p.k_positions = std::span<const int64_t>(positions_.data() + b * T, T);
+    p.pos = pos;
+    p.out = a.att.data() + b * T * C;  // the forward's output (read by the backward)
+    attention_grads<S> g;
+    g.out = p.out;
+    g.lse = a.lse.data() + b * T * H;
+    g.dout = dout + b * T * C;
+    g.dq = dq_.data() + b * T * C;
+    g.dk = dk_.data() + b * T * C;
+    g.dv = dv_.data() + b * T * C;
+    hook_->bind_grads(dt.data(), g);
+    posenc::attention_backward(p, g);
+    for (int i : bound)
+      for (size_t x = 0; x < dhook_[i].size(); ++x) tg[i][x] += dhook_[i][x];
   }
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      S* row = dqkv + (b * T + t) * 3 * C;
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t o = ((b * H + h) * T + t) * D;
-        std::copy(dq_.data() + o, dq_.data() + o + D, row + h * D);
-        std::copy(dk_.data() + o, dk_.data() + o + D, row + C + h * D);
-        std::copy(dv_.data() + o, dv_.data() + o + D, row + 2 * C + h * D);
-      }
-    }
+  for (int64_t n = 0; n < N_; ++n) {
+    S* row = dqkv + n * 3 * C;
+    std::copy(dq_.data() + n * C, dq_.data() + (n + 1) * C, row);
+    std::copy(dk_.data() + n * C, dk_.data() + (n + 1) * C, row + C);
+    std::copy(dv_.data() + n * C, dv_.data() + (n + 1) * C, row + 2 * C);
+  }
 }
 
 template <typename S>
@@ -445,46 +276,11 @@ double transformer<S>::forward(const batch& bt) {
   targets_ = bt.targets;
   const S* P = params_.data();
 
-  // Position inputs of this batch, computed once and shared by every layer and head.
-  int64_t maxpos = 0;
-  for (int64_t p : positions_) maxpos = std::max(maxpos, p);
-  if (cfg_.scheme == pos_scheme::sinusoidal) {
-    std::vector<double> tab(N_ * C);
-    sinusoidal_table(sinusoidal_params{C, 10000.0, sin_layout::interleaved, sin_denominator::width},
-                     positions_, std::span<double>(tab));
-    // P(pos) = a * PE(pos) with a = sqrt(2) init_std: each sin/cos channel has RMS 1/sqrt(2)
-    // over positions, so a PE has per-channel RMS init_std, the token embeddings' init std.
-    const double a = sinusoidal_amplitude(cfg_);
-    sin_table_.resize(tab.size());
-    for (size_t i = 0; i < tab.size(); ++i) sin_table_[i] = static_cast<S>(a * tab[i]);
-  } else if (cfg_.scheme == pos_scheme::rope) {
-    rope_config rc;
-    rc.head_dim = D;
-    rc.rotary_dim = D;
-    rc.theta = cfg_.rope_theta;
-    const rope_freqs f = rope_frequencies(rc);
-    rope_cos_.resize(N_ * (D / 2));
-    rope_sin_.resize(N_ * (D / 2));
-    for (int64_t i = 0; i < N_; ++i)
-      rope_cos_sin(f, rope_angle::exact, positions_[i], rope_cos_.data() + i * (D / 2),
-                   rope_sin_.data() + i * (D / 2));
-  } else if (cfg_.scheme == pos_scheme::alibi) {
-    alibi_slopes_ = alibi_slopes(H);
-  } else if (cfg_.scheme == pos_scheme::t5) {
-    // Causal keys satisfy pos_j <= pos_i, so offsets r = pos_j - pos_i in [-maxpos, 0].
-    t5_lut_.resize(maxpos + 1);
-    for (int64_t d = 0; d <= maxpos; ++d)
-      t5_lut_[d] = t5_bucket(-d, false, cfg_.t5_buckets, cfg_.t5_max_distance);
-  }
-
-  // x_0 = E[token] (+ P(pos))
+  // x_0 = E[token] (+ P(pos), the scheme's input term)
   std::vector<S>* x = &acts_[0].xin;
   x->resize(N_ * C);
   embedding_forward(P + layout_.tok_emb, tokens_.data(), x->data(), N_, C, false);
-  if (cfg_.scheme == pos_scheme::sinusoidal)
-    for (int64_t i = 0; i < N_ * C; ++i) (*x)[i] += sin_table_[i];
-  if (cfg_.scheme == pos_scheme::learned)
-    embedding_forward(P + layout_.pos_emb, positions_.data(), x->data(), N_, C, true);
+  hook_->input_forward(positions_, hook_ptrs(P, 0).data(), x->data());
 
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     auto& a = acts_[l];
@@ -574,10 +370,9 @@ void transformer<S>::backward() {
     norm_backward(a.xin.data(), ly.ln1_g, ly.ln1_b, a.mean1.data(), a.rstd1.data(), dn_.data(),
                   dx_.data());
   }
-  // forward: x_0 = E[token] + P[pos]
+  // forward: x_0 = E[token] + P(pos)
   embedding_backward(tokens_.data(), dx_.data(), G + layout_.tok_emb, N_, C);
-  if (cfg_.scheme == pos_scheme::learned)
-    embedding_backward(positions_.data(), dx_.data(), G + layout_.pos_emb, N_, C);
+  hook_->input_backward(positions_, dx_.data(), hook_ptrs(G, 0).data());
 }
 
 template class transformer<float>;

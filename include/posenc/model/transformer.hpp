@@ -3,15 +3,16 @@
 //
 //   tokens (B, T) -> E[token] (+ P(pos): sinusoidal | learned)                      = x_0
 //   for each layer l:
-//     x += W_o attn(norm_1(x))       attn: causal softmax(q'k'^T/sqrt(D) + bias) v (+ Shaw-V)
-//                                    q', k' = RoPE(q, k) for rope; bias = ALiBi | T5 | Shaw-K
+//     x += W_o attn(norm_1(x))       attn: the engine (attention_forward / attention_backward,
+//                                    causal, one call per sequence) with the scheme's hook
 //     x += W_2 gelu(W_1 norm_2(x))
 //   logits = norm_f(x) W_out;  loss = mean cross-entropy over the scored targets
 //
-// Each scheme enters at exactly one place (DESIGN.md): sinusoidal/learned at the input, RoPE on
-// q/k, ALiBi/T5/Shaw-K as a score bias, Shaw-V as a value term. The position functions are the
-// library's own (encodings/): sinusoidal_table, rope_cos_sin + rope_rotate, alibi_slopes +
-// alibi_bias, t5_bucket, shaw_scores/shaw_values and their backwards; this file only wires them.
+// The model knows no scheme: it holds the scheme's position_hook (attention/position_hook.hpp),
+// which owns the scheme's parameter tensors, adds what the scheme adds at the input, and gives
+// the engine's hook for attention. Attention keeps O(T * C) state per layer (q, k, v, output
+// and the per-row log-sum-exp; the backward recomputes the probabilities), never a (T, T)
+// matrix.
 //
 // Templated on the scalar S: float for training, double for the finite-difference checks.
 // All parameters live in one flat vector (layout below) so the optimizer, gradient clipping and
@@ -20,17 +21,20 @@
 // table gradients are reduced in head order).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "posenc/attention/position_hook.hpp"
+
 namespace posenc::model {
 
-// Position schemes of the lab.
-enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, t5, shaw };
-const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
-// Throws invalid_argument naming `arg` and the allowed names.
-pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg = "scheme");
+// Position schemes of the lab: the engine's hooks (attention/position_hook.hpp).
+using posenc::pos_scheme;
+using posenc::pos_scheme_from_name;
+using posenc::pos_scheme_name;
 
 enum class norm_kind { layernorm, rmsnorm };
 const char* norm_kind_name(norm_kind n);
@@ -44,12 +48,8 @@ struct model_config {
   int64_t d_ff = 256;    // F, MLP hidden width
   pos_scheme scheme = pos_scheme::nope;
   norm_kind norm = norm_kind::layernorm;
-  int64_t max_positions = 64;     // learned: rows of the table (positions 0..rows-1 exist)
-  double rope_theta = 10000;      // rope: base of omega_i = theta^(-2i/D), half layout, R = D
-  int64_t t5_buckets = 32;        // t5: causal buckets, one table (buckets, H) shared by layers
-  int64_t t5_max_distance = 128;  //     (Raffel et al. 2020 share it across layers too)
-  int64_t shaw_clip = 16;         // shaw: K; tables (2K+1, D) per layer, shared by heads
-  double init_std = 0.02;         // N(0, init_std^2) weights; residual projections / sqrt(2L)
+  position_options pos;    // the scheme's options (input_amplitude is set from init_std)
+  double init_std = 0.02;  // N(0, init_std^2) weights; residual projections / sqrt(2L)
   double norm_eps = 1e-5;
 };
 
@@ -60,7 +60,21 @@ void validate(const model_config& c);
 // 2017, sec. 3.5, PE with unit amplitude): a = sqrt(2) init_std, so the table's per-channel RMS
 // (1/sqrt(2) for a unit sinusoid) equals the token embeddings' init std and neither input
 // drowns the other at initialisation.
-double sinusoidal_amplitude(const model_config& c);
+// Token embeddings start at init_std for every scheme; the sinusoids are scaled down to the
+// same per-channel RMS instead. Scaling the embeddings up to the sinusoids' unit amplitude
+// (Vaswani et al. 2017, sec. 3.4) makes the residual stream ~50x larger than the
+// init_std-scaled layer outputs added to it, and the lab's 1000-step runs then never left the
+// "uniform digit" plateau (loss ln 10). input_amplitude is what the model passes to the hook.
+inline double input_amplitude(const model_config& c) {
+  return std::sqrt(2.0) * c.init_std;
+}
+inline double sinusoidal_amplitude(const model_config& c) {
+  return input_amplitude(c);
+}
+
+// The scheme's hook for config c (options validated; input_amplitude = sinusoidal_amplitude).
+template <typename S>
+std::shared_ptr<const position_hook<S>> make_hook(const model_config& c);
 
 // One named parameter tensor inside the flat vector.
 struct param_tensor {
@@ -75,9 +89,11 @@ struct param_layout {
   int64_t total = 0;
   // Offsets (-1 when absent) of the tensors the forward pass needs.
   struct layer {
-    int64_t ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2, shaw_k, shaw_v;
+    int64_t ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2;
+    std::vector<int64_t> hook;  // per hook tensor: this layer's copy, or the shared one
   };
-  int64_t tok_emb = -1, pos_emb = -1, t5_table = -1, lnf_g = -1, lnf_b = -1, w_out = -1;
+  int64_t tok_emb = -1, lnf_g = -1, lnf_b = -1, w_out = -1;
+  std::vector<position_tensor> hook_tensors;  // the scheme's tensors (position_hook::tensors)
   std::vector<layer> layers;
 };
 param_layout make_layout(const model_config& c);
@@ -126,9 +142,10 @@ class transformer {
   int64_t scored() const { return scored_; }
 
  private:
-  // Saved activations of one layer; (N, .) rows are tokens b*T + t; heads (B, H, T, .).
+  // Saved activations of one layer; (N, .) rows are tokens b*T + t. q, k, v, att: (N, C) =
+  // (B, T, H, D); lse: (N, H) the engine's per-row log-sum-exp.
   struct layer_acts {
-    std::vector<S> xin, n1, mean1, rstd1, qkv, q, k, v, p, o, att, xmid, n2, mean2, rstd2, u, g;
+    std::vector<S> xin, n1, mean1, rstd1, qkv, q, k, v, lse, att, xmid, n2, mean2, rstd2, u, g;
   };
   void attention_forward(int64_t l, const S* qkv, S* out);
   void attention_backward(int64_t l, const S* dout, S* dqkv);
@@ -136,22 +153,24 @@ class transformer {
   void norm_backward(const S* x, int64_t g, int64_t bb, const S* mean, const S* rstd, const S* dy,
                      S* dx);
 
+  // Pointers to the hook's tensors for layer l (params or grads base).
+  template <typename P>
+  std::vector<P*> hook_ptrs(P* base, int64_t l) const;
+
   model_config cfg_;
   param_layout layout_;
+  std::shared_ptr<const position_hook<S>> hook_;
   std::vector<S> params_, grads_;
 
   // Per-forward state (sized by B*T at the start of forward).
   int64_t B_ = 0, T_ = 0, N_ = 0;
   std::vector<int64_t> tokens_, positions_, targets_;
-  std::vector<S> sin_table_;            // sinusoidal: (N, C) input positions
-  std::vector<S> rope_cos_, rope_sin_;  // rope: (N, D/2) per token
-  std::vector<double> alibi_slopes_;    // alibi: (H)
-  std::vector<int64_t> t5_lut_;         // t5: bucket of offset r = -lut index (r <= 0)
   std::vector<layer_acts> acts_;
   std::vector<S> xf_, nf_, meanf_, rstdf_, logits_, probs_, nll_;
   int64_t scored_ = 0;
   // Backward scratch.
-  std::vector<S> dx_, dn_, dqkv_, dattn_, du_, dg_, dlogits_, dq_, dk_, dv_, do_, dp_, dtab_;
+  std::vector<S> dx_, dn_, dqkv_, dattn_, du_, dg_, dlogits_, dq_, dk_, dv_;
+  std::vector<std::vector<S>> dhook_;  // (per hook tensor) the engine's parameter gradients
 };
 
 // ---- optimisation --------------------------------------------------------------------------

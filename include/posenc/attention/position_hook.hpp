@@ -1,0 +1,88 @@
+// posenc/attention/position_hook.hpp: a position scheme as a model sees it.
+//
+// DESIGN.md: every scheme enters at one of four places (the input, the q/k transform, the score
+// bias, the value term), and nothing but the scheme's own hook knows which scheme is on. A model
+// built on the engine therefore holds one position_hook and asks it
+//   - which parameter tensors the scheme owns (a learned table, a T5 table, Shaw tables),
+//   - what it adds at the input (x_0 += P(pos): sinusoidal, learned) and the backward of that,
+//   - which engine hook to pass to attention (RoPE, ALiBi, T5, Shaw: attention_position) and
+//     where the engine's parameter gradients go (attention_grads).
+// Each scheme's hook is one file, src/attention/hook_<scheme>.cpp; adding a scheme adds one
+// file and one line in the registry (src/attention/position_hook.cpp). The model (model/) and
+// the lab know schemes only by name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "posenc/attention/attention.hpp"
+
+namespace posenc {
+
+// The schemes with a hook. `count` is the number of schemes (iterate 0 .. count - 1).
+enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, t5, shaw, count };
+const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
+// Throws invalid_argument naming `arg` and the allowed names.
+pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg = "scheme");
+
+// Every scheme's options; each hook reads its own.
+struct position_options {
+  int64_t max_positions = 64;     // learned: rows of the table (positions 0..rows-1 exist)
+  double rope_theta = 10000;      // rope: base of omega_i = theta^(-2i/D), half layout, R = D
+  int64_t t5_buckets = 32;        // t5: causal buckets, one table (buckets, H) shared by layers
+  int64_t t5_max_distance = 128;  //     (Raffel et al. 2020 share it across layers too)
+  int64_t shaw_clip = 16;         // shaw: K; tables (2K+1, D) per layer, shared by heads
+  double input_amplitude = 1;     // sinusoidal: x_0 = E[token] + a PE(pos)
+};
+
+// The model's shape as a hook needs it.
+struct position_shape {
+  int64_t d_model = 0;  // C = H * D
+  int64_t n_heads = 0;  // H
+};
+
+// A parameter tensor owned by a scheme.
+struct position_tensor {
+  std::string name;  // "pos_emb", "t5_table", "shaw_k", ... (per-layer ones get "layer<l>.")
+  int64_t rows = 0, cols = 0;
+  bool per_layer = false;  // one copy per layer (else one shared by all layers)
+  bool decay = false;      // AdamW weight decay applies
+};
+
+// In every call, t[i] points at tensor i of tensors() (for per-layer tensors, the copy of the
+// layer being run) and dt[i] at a gradient buffer of the same shape. Tokens are the N = B * T
+// rows of a batch, positions (N,) their position ids (strictly increasing along a sequence).
+template <typename S>
+class position_hook {
+ public:
+  virtual ~position_hook() = default;
+  virtual pos_scheme scheme() const = 0;
+  // The tensors this scheme owns, in layout order (initialised N(0, init_std^2) by the model).
+  virtual std::vector<position_tensor> tensors() const { return {}; }
+  // "" when every position can be represented, else the reason (a learned table has no row past
+  // its last one: reported, never clamped).
+  virtual std::string undefined_reason(std::span<const int64_t>) const { return ""; }
+  // Input side: x (N, C) += P(positions); backward: dt[i] += dL/dt_i given dx = dL/dx (N, C).
+  virtual void input_forward(std::span<const int64_t>, const S* const*, S*) const {}
+  virtual void input_backward(std::span<const int64_t>, const S*, S* const*) const {}
+  // Attention side: the engine's hook for one layer (causal self-attention).
+  virtual attention_position<S> attention(const S* const*) const { return {}; }
+  // Points the engine's parameter-gradient outputs at dt (the engine overwrites them).
+  virtual void bind_grads(S* const*, attention_grads<S>&) const {}
+  // Which tensors bind_grads writes (the model adds those buffers into its gradients).
+  virtual std::vector<int> attention_grad_tensors() const { return {}; }
+};
+
+// The hook of scheme s. Validates the options the scheme reads against the shape and throws
+// invalid_argument naming the option (e.g. "rope needs an even head dim d_model / n_heads").
+template <typename S>
+std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const position_options& o,
+                                                     const position_shape& shape);
+
+// Small options for finite-difference checks (few buckets, short clip).
+position_options position_options_for_gradcheck();
+
+}  // namespace posenc

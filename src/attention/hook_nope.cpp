@@ -1,0 +1,21 @@
+// NoPE: no position information beyond the causal mask (Kazemnejad et al. 2023).
+#include "hooks.hpp"
+
+namespace posenc::detail {
+namespace {
+
+template <typename S>
+class nope_hook final : public position_hook<S> {
+ public:
+  pos_scheme scheme() const override { return pos_scheme::nope; }
+};
+
+}  // namespace
+
+template <typename S>
+std::unique_ptr<position_hook<S>> make_nope_hook(const position_options&, const position_shape&) {
+  return std::make_unique<nope_hook<S>>();
+}
+POSENC_INSTANTIATE_HOOK(nope)
+
+}  // namespace posenc::detail

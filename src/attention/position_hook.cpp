@@ -1,0 +1,68 @@
+// The registry of position hooks: names and factories. Adding a scheme adds a line here and its
+// hook file (hook_<scheme>.cpp).
+#include "posenc/attention/position_hook.hpp"
+
+#include "hooks.hpp"
+#include "posenc/core/error.hpp"
+
+namespace posenc {
+namespace {
+
+constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw"};
+static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
+
+}  // namespace
+
+const char* pos_scheme_name(pos_scheme s) {
+  return k_names[static_cast<int>(s)];
+}
+
+pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg) {
+  for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i)
+    if (name == k_names[i]) return static_cast<pos_scheme>(i);
+  fail("{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw; got '{}'", arg, name);
+}
+
+template <typename S>
+std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const position_options& o,
+                                                     const position_shape& shape) {
+  if (shape.n_heads < 1 || shape.d_model < 1 || shape.d_model % shape.n_heads != 0)
+    fail("position hook: d_model = {} must be a positive multiple of n_heads = {}", shape.d_model,
+         shape.n_heads);
+  switch (s) {
+    case pos_scheme::nope:
+      return detail::make_nope_hook<S>(o, shape);
+    case pos_scheme::sinusoidal:
+      return detail::make_sinusoidal_hook<S>(o, shape);
+    case pos_scheme::learned:
+      return detail::make_learned_hook<S>(o, shape);
+    case pos_scheme::rope:
+      return detail::make_rope_hook<S>(o, shape);
+    case pos_scheme::alibi:
+      return detail::make_alibi_hook<S>(o, shape);
+    case pos_scheme::t5:
+      return detail::make_t5_hook<S>(o, shape);
+    case pos_scheme::shaw:
+      return detail::make_shaw_hook<S>(o, shape);
+    case pos_scheme::count:
+      break;
+  }
+  fail("position hook: unknown scheme {}", static_cast<int>(s));
+}
+
+template std::unique_ptr<position_hook<float>> make_position_hook<float>(pos_scheme,
+                                                                         const position_options&,
+                                                                         const position_shape&);
+template std::unique_ptr<position_hook<double>> make_position_hook<double>(pos_scheme,
+                                                                           const position_options&,
+                                                                           const position_shape&);
+
+position_options position_options_for_gradcheck() {
+  position_options o;
+  o.t5_buckets = 8;
+  o.t5_max_distance = 16;
+  o.shaw_clip = 2;
+  return o;
+}
+
+}  // namespace posenc
