@@ -163,6 +163,131 @@ bench_case make_attention(const bench_options& o, const std::string& name, int64
   return bc;
 }
 
+// ---- backward -------------------------------------------------------------------------------
+// attention_backward on the same inputs, given the forward's out and lse and a dO filled like
+// the inputs. FLOPs: 2.5 x the forward's causal count (the FlashAttention convention: the
+// backward's five block products against the forward's two).
+//
+// Validation: the tiled backward on the prefix sub-problem of the first Tv = min(T, 192) queries
+// and keys (the same data, positions and biases) against attention_backward_reference, per
+// gradient tensor, with the bound of tests/test_attention_backward.cpp (u = 2^-24):
+//   W = max|dO_i|_2 max|v_j|_2;  e_s = (D + 10) u A + 2u (A + B);  e_P = 2 e_s + e_lse + 4u
+//   E_S = 2 W e_P + (2D + 10) u W + |dO|_1 tol_out
+//   dq <= scale Kinf (E_S + 2W (S + 12) u);  dk <= scale Qinf N (E_S + 2W (N + 12) u);
+//   dv <= N Oinf (e_P + (N + 4) u),  N = G T (rows reading a key)
+struct bwd_data {
+  std::shared_ptr<attn_data> d;
+  std::vector<float> lse, dout, dq, dk, dv;
+  attention_grads<float> grads() {
+    attention_grads<float> g;
+    g.out = d->out.data(), g.lse = lse.data(), g.dout = dout.data();
+    g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
+    return g;
+  }
+};
+
+std::shared_ptr<bwd_data> make_bwd(std::shared_ptr<attn_data> d) {
+  auto b = std::make_shared<bwd_data>();
+  b->d = d;
+  b->lse.resize(static_cast<size_t>(d->T * d->Hq));
+  b->dout.resize(d->out.size());
+  b->dq.resize(d->q.size());
+  b->dk.resize(d->k.size());
+  b->dv.resize(d->v.size());
+  bench_fill(b->dout, 14);
+  auto p = d->params();
+  p.lse = b->lse.data();
+  attention_forward(p);
+  return b;
+}
+
+std::string validate_backward(bwd_data& b) {
+  const attn_data& d = *b.d;
+  const int64_t Tv = std::min<int64_t>(d.T, 192), Hq = d.Hq, Hkv = d.Hkv, D = d.D;
+  auto p = d.params();
+  std::vector<float> out(Tv * Hq * D), lse(Tv * Hq);
+  p.T = p.S = Tv;
+  p.out = out.data();
+  p.lse = lse.data();
+  attention_forward(p);
+  std::vector<float> dq(Tv * Hq * D), dk(Tv * Hkv * D), dv(Tv * Hkv * D);
+  std::vector<float> rq(dq.size()), rk(dk.size()), rv(dv.size());
+  attention_grads<float> g;
+  g.out = out.data(), g.lse = lse.data(), g.dout = b.dout.data();
+  g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
+  attention_backward(p, g);
+  attention_grads<float> r = g;
+  r.dq = rq.data(), r.dk = rk.data(), r.dv = rv.data();
+  attention_backward_reference(p, r);
+
+  const double u = 0x1p-24, scale = 1 / std::sqrt(double(D));
+  auto maxabs = [](const float* x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(x[i])));
+    return m;
+  };
+  std::vector<float> qv(d.q.begin(), d.q.begin() + Tv * Hq * D),
+      kv(d.k.begin(), d.k.begin() + Tv * Hkv * D), vv(d.v.begin(), d.v.begin() + Tv * Hkv * D),
+      dov(b.dout.begin(), b.dout.begin() + Tv * Hq * D);
+  const double A = scale * max_row_norm(qv, D) * max_row_norm(kv, D);
+  double B = 0;
+  if (d.scheme == "alibi")
+    for (double m : d.slopes) B = std::max(B, m * double(Tv));
+  if (d.scheme == "t5")
+    for (double w : d.t5.weights) B = std::max(B, std::fabs(w));
+  double lmax = 0, do1 = 0;
+  for (float x : lse) lmax = std::max(lmax, std::fabs(double(x)));
+  for (int64_t r0 = 0; r0 < Tv * Hq; ++r0) {
+    double n = 0;
+    for (int64_t e = 0; e < D; ++e) n += std::fabs(double(dov[r0 * D + e]));
+    do1 = std::max(do1, n);
+  }
+  const double e_s = (D + 10) * u * A + 2 * u * (A + B);
+  const double ep = 2 * e_s + 4 * u * (A + B) + 2 * u;
+  const double tol_out = (2 * ep + (2 * Tv + 8) * u) * maxabs(vv.data(), vv.size());
+  const double e_lse = ep + (2 * Tv + 4) * u + u * lmax;
+  const double W = max_row_norm(dov, D) * max_row_norm(vv, D);
+  const double e_P = 2 * e_s + e_lse + 4 * u;
+  const double E_S = 2 * W * e_P + (2 * D + 10) * u * W + do1 * tol_out;
+  const double amp = std::sqrt(2.0);  // |q'| <= sqrt(2) max|q| after a rotation (RoPE)
+  const double Qinf = amp * maxabs(qv.data(), qv.size()), Kinf = amp * maxabs(kv.data(), kv.size());
+  const double N = double(Hq / Hkv) * double(Tv);
+  const double tq = scale * Kinf * (E_S + 2 * W * (Tv + 12) * u);
+  const double tk = scale * Qinf * N * (E_S + 2 * W * (N + 12) * u);
+  const double tv = N * maxabs(dov.data(), dov.size()) * (e_P + (N + 4) * u);
+  auto worst = [](const std::vector<float>& a, const std::vector<float>& ref, double tol) {
+    double w = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      w = std::max(w,
+                   std::fabs(double(a[i]) - ref[i]) / (tol + 0x1p-24 * std::fabs(double(ref[i]))));
+    return w;
+  };
+  const double wq = worst(dq, rq, tq), wk = worst(dk, rk, tk), wv = worst(dv, rv, tv);
+  if (!(wq <= 1 && wk <= 1 && wv <= 1))
+    return "attention_backward differs from attention_backward_reference on the T = S = " +
+           std::to_string(Tv) + " prefix: dq " + std::to_string(wq) + ", dk " + std::to_string(wk) +
+           ", dv " + std::to_string(wv) + " x the derived float32 bounds";
+  return "";
+}
+
+bench_case make_backward(const bench_options& o, const std::string& name, int64_t T,
+                         const std::string& scheme) {
+  if (o.quick) T = std::min<int64_t>(T, 128);
+  const int64_t Hq = 32, Hkv = 8, D = 128;
+  auto b = make_bwd(make_data(T, T, Hq, Hkv, D, scheme));
+  bench_case bc;
+  bc.name = name;
+  const double pairs = double(T) * double(T + 1) / 2;
+  bc.flops = 2.5 * 4.0 * double(D) * double(Hq) * pairs;
+  bc.limit = "peak";
+  bc.validate = [b] { return validate_backward(*b); };
+  bc.run = [b] { attention_backward(b->d->params(), b->grads()); };
+  bc.note = "attention_backward float32 causal, T=S=" + std::to_string(T) +
+            " Hq=32 Hkv=8 D=128, scheme " + scheme +
+            "; flops = 2.5 x the forward's 4 D Hq x causal pairs (FlashAttention convention)";
+  return bc;
+}
+
 // Current and peak resident set, kB, from /proc/self/status (VmRSS, VmHWM); -1 if unreadable.
 std::pair<long, long> rss_kb() {
   std::ifstream f("/proc/self/status");
@@ -213,6 +338,43 @@ bench_case make_memory(const bench_options& o, const std::string& name) {
   return bc;
 }
 
+// Peak-RSS growth of one backward call at T = S = 16384, H = 8, D = 64 (like make_memory).
+bench_case make_memory_backward(const bench_options& o, const std::string& name) {
+  const int64_t T = o.quick ? 1024 : 16384, H = 8, D = 64;
+  auto b = make_bwd(make_data(T, T, H, H, D, "none"));
+  bench_case bc;
+  bc.name = name;
+  const double pairs = double(T) * double(T + 1) / 2;
+  bc.flops = 2.5 * 4.0 * double(D) * double(H) * pairs;
+  bc.limit = "peak";
+  bool reset = false;
+  {
+    std::ofstream cr("/proc/self/clear_refs");
+    cr << "5";
+    cr.flush();
+    reset = static_cast<bool>(cr);
+  }
+  const auto before = rss_kb();
+  attention_backward(b->d->params(), b->grads());
+  const auto after = rss_kb();
+  const double arrays_mib = 8.0 * double(T * H * D) * 4 / (1 << 20);
+  const double grow_mib = double(after.second - before.first) / 1024;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "peak memory of one backward call: q, k, v, out, dO, dq, dk, dv = %.0f MiB; "
+                "resident before %.1f MiB, peak during the call %.1f MiB, growth %.1f MiB (%s); "
+                "an (H, T, S) float probability matrix would be %.0f MiB, one (S, D) float "
+                "buffer per thread %.1f MiB",
+                arrays_mib, double(before.first) / 1024, double(after.second) / 1024, grow_mib,
+                reset ? "high-water mark reset before the call" : "VmHWM not reset: upper bound",
+                double(H) * double(T) * double(T) * 4 / (1 << 20), double(T * D) * 4 / (1 << 20));
+  bc.note = std::string("attention_backward float32 causal T=S=") + std::to_string(T) +
+            " H=8 D=64, flops = 2.5 x 4 D H x causal pairs; " + buf;
+  bc.validate = [b] { return validate_backward(*b); };
+  bc.run = [b] { attention_backward(b->d->params(), b->grads()); };
+  return bc;
+}
+
 bool add(int order, int64_t T, int64_t S, const std::string& scheme) {
   const std::string name = "attention/T=" + std::to_string(T) + "/S=" + std::to_string(S) +
                            "/Hq=32/Hkv=8/D=128/scheme=" + scheme;
@@ -221,12 +383,26 @@ bool add(int order, int64_t T, int64_t S, const std::string& scheme) {
                               }});
 }
 
+bool add_backward(int order, int64_t T, const std::string& scheme) {
+  const std::string name = "attention_backward/T=" + std::to_string(T) + "/S=" + std::to_string(T) +
+                           "/Hq=32/Hkv=8/D=128/scheme=" + scheme;
+  return register_bench_case({order, name, [name, T, scheme](const bench_options& o) {
+                                return make_backward(o, name, T, scheme);
+                              }});
+}
+
 const bool registered =
     add(40, 2048, 2048, "none") && add(41, 2048, 2048, "rope") && add(42, 2048, 2048, "alibi") &&
     add(43, 2048, 2048, "t5") && add(44, 1, 8192, "none") &&
-    register_bench_case({49, "memory/T=32768/S=32768/H=8/D=64/causal", [](const bench_options& o) {
+    register_bench_case({49, "memory/T=32768/S=32768/H=8/D=64/causal",
+                         [](const bench_options& o) {
                            return make_memory(o, "memory/T=32768/S=32768/H=8/D=64/causal");
-                         }});
+                         }}) &&
+    add_backward(45, 2048, "none") && add_backward(46, 2048, "alibi") &&
+    register_bench_case(
+        {50, "memory_backward/T=16384/S=16384/H=8/D=64/causal", [](const bench_options& o) {
+           return make_memory_backward(o, "memory_backward/T=16384/S=16384/H=8/D=64/causal");
+         }});
 
 }  // namespace
 }  // namespace posenc::cli
