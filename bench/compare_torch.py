@@ -9,6 +9,9 @@ PyTorch does each case the way the public implementations do it in eager mode:
   attention:  K/V repeated per query head (HF repeat_kv), Q K^T * scale + bias + causal mask,
               softmax, P V; ALiBi and T5 biases materialised as (H, T, S) tensors.
   sinusoidal: the paper's table, angle = pos * omega, sin into even channels, cos into odd.
+  backward:   the attention forward above with q, k, v requiring grad, then backward(dO)
+              through torch.autograd; compared with posenc's forward + backward cases of the
+              same shape from the same run (attention/... + attention_backward/...).
 
 Usage: bench/compare_torch.py [--posenc build/release/posenc] [--threads 2] [--quick]
        [--filter NAME] [--json OUT.json]
@@ -108,10 +111,11 @@ def t5_bucket(rel, num_buckets=32, max_distance=128):
     return torch.where(is_small, n, large)
 
 
-def attention_case(T, S, Hq, Hkv, D, scheme):
-    q = torch.randn(1, Hq, T, D)
-    k = torch.randn(1, Hkv, S, D)
-    v = torch.randn(1, Hkv, S, D)
+def attention_case(T, S, Hq, Hkv, D, scheme, backward=False):
+    q = torch.randn(1, Hq, T, D, requires_grad=backward)
+    k = torch.randn(1, Hkv, S, D, requires_grad=backward)
+    v = torch.randn(1, Hkv, S, D, requires_grad=backward)
+    dout = torch.randn(1, Hq, T, D)
     scale = 1.0 / math.sqrt(D)
     i = torch.arange(S - T, S)[:, None]
     j = torch.arange(S)[None, :]
@@ -143,7 +147,12 @@ def attention_case(T, S, Hq, Hkv, D, scheme):
         sc = sc + mask
         p = torch.softmax(sc, dim=-1)
         return torch.matmul(p, vr)
-    return run
+
+    def run_backward():
+        q.grad = k.grad = v.grad = None
+        run().backward(dout)
+        return q.grad
+    return run_backward if backward else run
 
 
 def sinusoidal_case(N, d):
@@ -166,8 +175,9 @@ def torch_case(name, quick):
     g = lambda key: int(parts[key])
     if kind == "rope":
         return rope_case(g("T"), g("H"), g("D"), parts["layout"])
-    if kind == "attention":
-        return attention_case(g("T"), g("S"), g("Hq"), g("Hkv"), g("D"), parts["scheme"])
+    if kind in ("attention", "attention_backward"):
+        return attention_case(g("T"), g("S"), g("Hq"), g("Hkv"), g("D"), parts["scheme"],
+                              kind == "attention_backward")
     if kind == "sinusoidal_table":
         return sinusoidal_case(g("N"), g("d"))
     return None
@@ -197,14 +207,25 @@ def main():
           (m["simd"], m["bandwidth_gbps"], m["peak_gflops"]))
     print("%-58s %12s %12s %8s" % ("case", "posenc ms", "torch ms", "speedup"))
     out = []
+    by_name = {c["name"]: c for c in res["cases"]}
     for c in res["cases"]:
         fn = torch_case(c["name"], a.quick)
         if fn is None or c.get("error") or c["seconds_min"] is None:
             continue
+        posenc_s = c["seconds_min"]
+        name = c["name"]
+        if name.startswith("attention_backward/"):
+            # torch times forward + backward: add posenc's forward case of the same shape.
+            fwd = by_name.get(name.replace("attention_backward/", "attention/", 1))
+            if fwd is None or fwd.get("error") or fwd["seconds_min"] is None:
+                print("skipping %s: its forward case did not run" % name, file=sys.stderr)
+                continue
+            posenc_s += fwd["seconds_min"]
+            name += " (forward + backward)"
         tmin, tmed = timeit(fn)
-        ratio = tmin / c["seconds_min"]
-        print("%-58s %12.3f %12.3f %7.1fx" % (c["name"], c["seconds_min"] * 1e3, tmin * 1e3, ratio))
-        out.append({"name": c["name"], "posenc_seconds_min": c["seconds_min"],
+        ratio = tmin / posenc_s
+        print("%-58s %12.3f %12.3f %7.1fx" % (name, posenc_s * 1e3, tmin * 1e3, ratio))
+        out.append({"name": name, "posenc_seconds_min": posenc_s,
                     "torch_seconds_min": tmin, "torch_seconds_median": tmed,
                     "speedup": ratio})
     if a.json:

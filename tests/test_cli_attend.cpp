@@ -247,3 +247,88 @@ TEST(CliAttend, BadInputsExit2WithoutOutput) {
     EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy"))) << c.msg;
   }
 }
+
+// --dout runs the backward: dq, dk, dv (float64, causal ALiBi + RoPE) against central finite
+// differences of the naive formula above on L = sum dO . out. Central differences with h = 1e-5
+// on |x| <= ~4: truncation <= h^2 |L'''| / 6 ~ 1e-9 for O(10) third derivatives, rounding of
+// the naive double loss ~ 1e-15 * 10 / h ~ 1e-9; tolerance 1e-7 absolute.
+TEST(CliAttend, BackwardMatchesFiniteDifferencesOfNaiveFormula) {
+  inputs in(dtype::f64);
+  std::vector<double> dout(T * Hq * D);
+  rng r(11);
+  for (auto& e : dout) e = r.normal();
+  in.write("do.npy", dout, {T, Hq, D}, dtype::f64);
+  auto args = in.base();
+  for (const char* f : {"--causal", "--alibi", "--rope"}) args.push_back(f);
+  args.insert(args.end(), {"--layout", "half", "--dout", in.dir.file("do.npy"), "--dq",
+                           in.dir.file("dq.npy"), "--dk", in.dir.file("dk.npy"), "--dv",
+                           in.dir.file("dv.npy"), "--dalibi", in.dir.file("da.npy")});
+  auto res = test::run_cli(args);
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  const auto j = json::parse(res.out);
+  EXPECT_EQ(j["backward"]["written"].size(), 4u);
+  // Press slopes for Hq = 2: 2^-4, 2^-8.
+  const std::vector<double> slopes = {0.0625, 0.00390625};
+  auto loss = [&](const inputs& x) {
+    const auto o = naive(x, true, slopes, true);
+    double L = 0;
+    for (size_t i = 0; i < o.size(); ++i) L += dout[i] * o[i];
+    return L;
+  };
+  auto check = [&](std::vector<double> inputs::*member, const char* file) {
+    const auto g = read_npy(in.dir.file(file));
+    ASSERT_EQ(g.type, dtype::f64) << file;
+    const auto gv = g.to_f64();
+    inputs& x = in;
+    double worst = 0;
+    for (size_t e = 0; e < (x.*member).size(); ++e) {
+      const double x0 = (x.*member)[e], h = 1e-5;
+      (x.*member)[e] = x0 + h;
+      const double lp = loss(x);
+      (x.*member)[e] = x0 - h;
+      const double lm = loss(x);
+      (x.*member)[e] = x0;
+      worst = std::max(worst, std::abs((lp - lm) / (2 * h) - gv[e]));
+    }
+    EXPECT_LE(worst, 1e-7) << file;
+  };
+  check(&inputs::q, "dq.npy");
+  check(&inputs::k, "dk.npy");
+  check(&inputs::v, "dv.npy");
+  const auto da = read_npy(in.dir.file("da.npy"));
+  EXPECT_EQ(da.shape, (std::vector<int64_t>{Hq}));
+}
+
+TEST(CliAttend, BackwardBadInputsExit2WithoutOutput) {
+  inputs in;
+  auto wrong = make_npy<float>({T, Hq, D + 1});
+  write_npy(in.dir.file("dow.npy"), wrong);
+  auto good = make_npy<float>({T, Hq, D});
+  write_npy(in.dir.file("do.npy"), good);
+  const std::string dq = in.dir.file("dq.npy"), dk = in.dir.file("dk.npy"),
+                    dv = in.dir.file("dv.npy");
+  struct bad {
+    std::vector<std::string> extra;
+    std::string msg;
+  };
+  const std::vector<bad> cases = {
+      {{"--dq", dq}, "--dq needs --dout"},
+      {{"--dout", in.dir.file("do.npy"), "--dq", dq}, "--dout needs all of --dq, --dk and --dv"},
+      {{"--dout", in.dir.file("dow.npy"), "--dq", dq, "--dk", dk, "--dv", dv},
+       "--dout must have shape (T, Hq, D) = (4, 2, 8)"},
+      {{"--dout", in.dir.file("do.npy"), "--dq", dq, "--dk", dk, "--dv", dv, "--dt5-table",
+        in.dir.file("dt.npy")},
+       "--dt5-table needs --t5-table"},
+      {{"--dout", in.dir.file("do.npy"), "--dq", dq, "--dk", dq, "--dv", dv},
+       "output paths must differ"},
+  };
+  for (const auto& c : cases) {
+    auto args = in.base();
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << c.msg << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.msg), std::string::npos) << "expected '" << c.msg << "' in " << r.err;
+    for (const char* f : {"o.npy", "dq.npy", "dk.npy", "dv.npy", "dt.npy"})
+      EXPECT_FALSE(std::filesystem::exists(in.dir.file(f))) << c.msg << ": " << f;
+  }
+}
