@@ -1,6 +1,10 @@
 // The tiled attention path against the reference (the specification) over awkward shapes,
 // every position scheme and every mask, float32 and float64; plus hand-computed goldens,
 // degenerate rows, large scores, validation messages and the POSENC_REFERENCE switch.
+// float32 runs the SIMD kernels (src/attention/attention_simd.cpp): the AttentionSimd tests
+// below drive them through the shapes where their code paths part (partial key blocks of 64,
+// D = 20 padded to the vector length, the decode path below 16 tile rows, MHA/GQA/MQA). One case
+// table (tests/support/attention_cases.hpp) serves these tests and the backward's.
 //
 // Tolerance (derived; u = unit roundoff of the element type: 2^-24 float, 2^-53 double).
 // Let A = max over (h, i, j) of scale * a^2 * |q_i| (|k_j| + |a^K|max) (a = RoPE attention
@@ -8,8 +12,9 @@
 // the absolute sums sum_d |q_d| |k_d| it rounds against), B = max |bias_ij| (ALiBi + T5), and
 // V = max|v| + max|a^V|.
 //   score:    D-term dot product (gamma_D <= D u), the rotation of q and k in the element
-//             type (<= 4u relative each), the scale multiply and bias add (2u of |s|):
-//             |ds| <= (D + 10) u A + 2u (A + B)
+//             type (<= 4u relative each), the scale multiply (folded into q on the SIMD path)
+//             and bias add (2u of |s|):
+//             |ds| <= (D + 11) u A + 2u (A + B)
 //   probs:    p = exp(s - m) with s - m in [-2(A+B), 0]:
 //             |dp|/p <= 2|ds| + 4u (A + B) + 2u =: e_p
 //             (the running max m is one of the scores, so it carries the same |ds|)
@@ -54,7 +59,8 @@ void run_case(const case_spec& c) {
   attention_tiled(pf);
   const double u = std::numeric_limits<Real>::epsilon() / 2;
   const int64_t K = c.sch == scheme::shaw ? 8 : (c.sch == scheme::all ? 3 : 0);
-  const double ds = (c.D + 10) * u * f.A + 2 * u * (f.A + f.B);
+  // D + 11: the SIMD path folds the scale into q (one more rounding of u A).
+  const double ds = (c.D + 11) * u * f.A + 2 * u * (f.A + f.B);
   const double ep = 2 * ds + 4 * u * (f.A + f.B) + 2 * u;  // exp: Highway Exp is 1 ulp = 2u
   const double tol_out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
   double max_err = 0, max_lse_err = 0;
@@ -347,4 +353,68 @@ RC_GTEST_PROP(AttentionProp, PermutationEquivariantWithoutPosition, ()) {
   for (int64_t i = 0; i < T; ++i)
     for (int64_t c = 0; c < H * D; ++c)
       RC_ASSERT(std::abs(po[i * H * D + c] - o[perm[i] * H * D + c]) <= 1e-12);
+}
+
+// ---- the float32 SIMD kernels (formerly tests/test_attention_simd.cpp) ----------------------
+namespace {
+
+const int64_t kSimdDims[] = {32, 80, 128, 20};
+const std::pair<int64_t, int64_t> kSimdHeads[] = {{1, 1}, {4, 4}, {8, 1}, {8, 4}, {8, 8}, {4, 1}};
+
+// cu_seqlens (and "everything", which includes it) aligns queries with the last keys: T <= S.
+case_spec simd_case(int64_t T, int64_t S, int64_t D, std::pair<int64_t, int64_t> heads, scheme sch,
+                    mask msk, uint64_t seed) {
+  if (T > S && (msk == mask::cu_seqlens || msk == mask::everything)) std::swap(T, S);
+  return case_spec{T, S, D, heads.first, heads.second, sch, msk, seed};
+}
+
+}  // namespace
+
+// Every scheme x every mask, the shapes cycling through the awkward lists.
+TEST(AttentionSimd, EverySchemeAndMaskAgainstReference) {
+  int idx = 0;
+  for (int s = 0; s <= static_cast<int>(scheme::all); ++s)
+    for (int m = 0; m <= static_cast<int>(mask::positions); ++m, ++idx) {
+      run_case<float>(simd_case(kLens[idx % 5], kLens[(idx / 5 + idx) % 5], kSimdDims[idx % 4],
+                                kSimdHeads[idx % 6], static_cast<scheme>(s), static_cast<mask>(m),
+                                1000u + static_cast<uint64_t>(idx)));
+      if (HasFatalFailure()) return;
+    }
+}
+
+// All T x S combinations for the benchmark's kind of call: causal GQA, none and T5/ALiBi.
+TEST(AttentionSimd, CausalGqaAllLengths) {
+  int idx = 0;
+  for (int64_t T : kLens)
+    for (int64_t S : kLens) {
+      if (T > S) continue;  // bottom-right causal with T > S needs explicit positions
+      const scheme sch =
+          idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : scheme::t5_causal);
+      run_case<float>(
+          case_spec{T, S, kSimdDims[idx % 3], 8, 2, sch, mask::causal, 77u + uint64_t(idx)});
+      if (HasFatalFailure()) return;
+      ++idx;
+    }
+}
+
+// Large scores on the SIMD path: the running max moves across key blocks by a lot (rescale
+// alpha << 1) and masked lanes stay exactly 0 (Exp(-inf) = 0, no NaN).
+TEST(AttentionSimd, LargeScoresStayFinite) {
+  case_spec c{64, 129, 32, 4, 2, scheme::none, mask::causal, 5};
+  c.q_scale = 30;
+  run_case<float>(c);
+}
+
+RC_GTEST_PROP(AttentionSimd, RandomAwkwardShapes, ()) {
+  const auto hs = *rc::gen::elementOf(
+      std::vector<std::pair<int64_t, int64_t>>(std::begin(kSimdHeads), std::end(kSimdHeads)));
+  const auto c = simd_case(
+      *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens))),
+      *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens))),
+      *rc::gen::elementOf(std::vector<int64_t>(std::begin(kSimdDims), std::end(kSimdDims))), hs,
+      static_cast<scheme>(*rc::gen::inRange(0, static_cast<int>(scheme::all) + 1)),
+      static_cast<mask>(*rc::gen::inRange(0, static_cast<int>(mask::positions) + 1)),
+      *rc::gen::arbitrary<uint32_t>());
+  run_case<float>(c);
+  RC_ASSERT(!::testing::Test::HasFailure());
 }
