@@ -213,20 +213,22 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
 // ---- tiled ----------------------------------------------------------------------------------
 namespace {
 
-// C(rows x ncols) = C + A(rows x K) . B(K x ncols) (accumulate) or A . B; ncols a multiple of
-// 8. float: the forward's Highway micro-kernel; double: plain loops, same accumulation order
-// (kk = 0, 1, ... per output).
+// C(rows x ncols) = C + A(rows x K) . B(K x ncols) (accumulate) or A . B, A(r, kk) at
+// A[r * lda + kk * ak]; ncols a multiple of 8. float: the forward's Highway micro-kernel; double:
+// plain loops, same accumulation order (kk = 0, 1, ... per output).
 void block_gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
-                int64_t ldb, float* C, int64_t ldc, int64_t K, bool accumulate, const float* ones) {
-  detail::gemm_f32(rows, ncols, A, lda, B, ldb, C, ldc, K, accumulate ? ones : nullptr);
+                int64_t ldb, float* C, int64_t ldc, int64_t K, bool accumulate, const float* ones,
+                int64_t ak) {
+  detail::gemm_f32(rows, ncols, A, lda, B, ldb, C, ldc, K, accumulate ? ones : nullptr, ak);
 }
 void block_gemm(int64_t rows, int64_t ncols, const double* A, int64_t lda, const double* B,
-                int64_t ldb, double* C, int64_t ldc, int64_t K, bool accumulate, const double*) {
+                int64_t ldb, double* C, int64_t ldc, int64_t K, bool accumulate, const double*,
+                int64_t ak) {
   for (int64_t r = 0; r < rows; ++r) {
     double* c = C + r * ldc;
     if (!accumulate) std::fill(c, c + ncols, 0.0);
     for (int64_t kk = 0; kk < K; ++kk) {
-      const double a = A[r * lda + kk];
+      const double a = A[r * lda + kk * ak];
       const double* b = B + kk * ldb;
       for (int64_t n = 0; n < ncols; ++n) c[n] += a * b[n];
     }
@@ -275,18 +277,20 @@ struct bwd_problem {
   std::vector<double>* dak = nullptr;  // (Hkv, C, D): per kv head, reduced in head order
   std::vector<double>* dav = nullptr;  // (Hkv, C, D)
   int64_t C = 0;
+  bool simple = false;     // masks are key-index ranges only: no documents, no padded keys
   std::vector<Real> ones;  // (max(R, Bk),) for accumulating products
 };
 
 template <typename Real>
 struct bwd_scratch {
-  std::vector<Real> kT, vT, kr;  // (nkb, Dp, Bk), (nkb, Dp, Bk), (Sp, Dp)
-  std::vector<Real> dK, dV;      // (Sp, Dp)
-  std::vector<Real> Qs, dO, dQ;  // (R, Dp)
-  std::vector<Real> s, dp;       // (R, Bk)
-  std::vector<Real> pT, dsT;     // (Bk, R)
-  std::vector<Real> qa, doa;     // (R, C) Shaw
-  std::vector<double> wds, wp;   // (R, C) Shaw
+  std::vector<Real> kT, vT, kr;   // (nkb, Dp, Bk), (nkb, Dp, Bk), (Sp, Dp)
+  std::vector<Real> dK, dV;       // (Sp, Dp)
+  std::vector<Real> Qs, dO, dQ;   // (R, Dp)
+  std::vector<Real> s, dp;        // (R, Bk): scores then P; dO V^T then dS
+  std::vector<Real> lse_r, D_r;   // (R,): the rows' lse and D_i
+  std::vector<int64_t> jlo, jhi;  // (R,): the block's visible key range per row (simple masks)
+  std::vector<Real> qa, doa;      // (R, C) Shaw
+  std::vector<double> wds, wp;    // (R, C) Shaw
 };
 
 template <typename Real>
@@ -300,6 +304,7 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
   const bool shaw = C > 0, t5 = ps.has_t5(), alibi = !ps.alibi.empty();
   const Real scale = static_cast<Real>(pl.scale);
   const Real* ones = pr.ones.data();
+  const bool simple = pr.simple;
 
   // Pack this head's keys and values.
   std::fill(sc.kT.begin(), sc.kT.end(), Real(0));
@@ -340,6 +345,8 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
       }
       std::fill(Qs + r * Dp + D, Qs + (r + 1) * Dp, Real(0));
       std::fill(dO + r * Dp + D, dO + (r + 1) * Dp, Real(0));
+      sc.lse_r[r] = g.lse[i * Hq + h];
+      sc.D_r[r] = pr.Drow[i * Hq + h];
       any_live |= !std::isinf(g.lse[i * Hq + h]);
     }
     std::fill(dQ, dQ + R * Dp, Real(0));
@@ -373,57 +380,115 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
       Real* s = sc.s.data();
       Real* dp = sc.dp.data();
       // 1, 2: scores and dP = dO V^T for the block.
-      block_gemm(R, kBk, Qs, Dp, sc.kT.data() + kb * Dp * kBk, kBk, s, kBk, D, false, ones);
-      block_gemm(R, kBk, dO, Dp, sc.vT.data() + kb * Dp * kBk, kBk, dp, kBk, D, false, ones);
-      // 3: P and dS per pair.
-      for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = query_of(r), h = head_of(r);
-        const Real lse = g.lse[i * Hq + h], Di = pr.Drow[i * Hq + h];
-        const int64_t qp = pl.qpos[i];
-        Real* srow = s + r * kBk;
-        Real* dprow = dp + r * kBk;
-        const bool live = !std::isinf(lse);
-        double dal_h = 0;
-        for (int64_t jj = 0; jj < kBk; ++jj) {
-          const int64_t j = j0 + jj;
-          if (!live || jj >= nb || !detail::attention_visible(pl, p.causal, p.window, T, S, i, j)) {
-            sc.pT[jj * R + r] = 0;
-            sc.dsT[jj * R + r] = 0;
-            srow[jj] = 0;
-            continue;
-          }
-          const int64_t kp = pl.kpos[j];
-          Real x = srow[jj];
-          Real dPv = dprow[jj];
-          const int64_t c = shaw ? shaw_index(qp, kp, K) : 0;
-          if (shaw) {
-            x += sc.qa[r * C + c];
-            dPv += sc.doa[r * C + c];
-          }
-          int64_t bucket = 0;
-          if (alibi) x += static_cast<Real>(alibi_bias(ps.alibi[h], qp, kp, p.causal));
-          if (t5) {
-            bucket = pr.t5(kp - qp);
-            x += ps.t5.weights[bucket * Hq + h];
-          }
-          const Real pij = std::exp(x - lse);
-          const Real ds = pij * (dPv - Di);
-          sc.pT[jj * R + r] = pij;
-          sc.dsT[jj * R + r] = ds;
-          srow[jj] = ds;
-          if (alibi) dal_h += double(ds) * alibi_bias(1.0, qp, kp, p.causal);
-          if (t5) (*pr.dt5)[bucket * Hq + h] += double(ds);
-          if (shaw) {
-            sc.wds[r * C + c] += double(ds);
-            sc.wp[r * C + c] += double(pij);
-          }
+      block_gemm(R, kBk, Qs, Dp, sc.kT.data() + kb * Dp * kBk, kBk, s, kBk, D, false, ones, 1);
+      block_gemm(R, kBk, dO, Dp, sc.vT.data() + kb * Dp * kBk, kBk, dp, kBk, D, false, ones, 1);
+      // 3: P and dS per pair, in place (s <- P, dp <- dS).
+      if (simple) {
+        // Token-index masks are one key range per row; positions only shift biases.
+        for (int64_t r = 0; r < R; ++r) {
+          const int64_t i = query_of(r), qi = S - T + i;
+          const int64_t hi_tok = p.causal ? qi + 1 : S;
+          const int64_t lo_tok = p.window > 0 ? qi - p.window + 1 : 0;
+          const bool live = pl.qvalid[i] && !std::isinf(sc.lse_r[r]);
+          sc.jlo[r] = std::clamp<int64_t>(lo_tok - j0, 0, nb);
+          sc.jhi[r] = live ? std::clamp<int64_t>(hi_tok - j0, sc.jlo[r], nb) : sc.jlo[r];
         }
-        if (alibi) (*pr.dal)[h] += dal_h;
+        if (shaw || alibi || t5)  // score terms beyond q.k, and Shaw-V's term of dP
+          for (int64_t r = 0; r < R; ++r) {
+            const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
+            for (int64_t jj = sc.jlo[r]; jj < sc.jhi[r]; ++jj) {
+              const int64_t kp = pl.kpos[j0 + jj];
+              Real x = 0;
+              if (shaw) {
+                const int64_t c = shaw_index(qp, kp, K);
+                x += sc.qa[r * C + c];
+                dp[r * kBk + jj] += sc.doa[r * C + c];
+              }
+              if (alibi) x += static_cast<Real>(alibi_bias(ps.alibi[h], qp, kp, p.causal));
+              if (t5) x += ps.t5.weights[pr.t5(kp - qp) * Hq + h];
+              s[r * kBk + jj] += x;
+            }
+          }
+        if constexpr (std::is_same_v<Real, float>) {
+          detail::softmax_backward_block_f32(R, s, dp, sc.jlo.data(), sc.jhi.data(),
+                                             sc.lse_r.data(), sc.D_r.data());
+        } else {
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t jj = 0; jj < kBk; ++jj) {
+              const bool vis = jj >= sc.jlo[r] && jj < sc.jhi[r];
+              const Real pij = vis ? std::exp(s[r * kBk + jj] - sc.lse_r[r]) : Real(0);
+              dp[r * kBk + jj] = pij * (dp[r * kBk + jj] - sc.D_r[r]);
+              s[r * kBk + jj] = pij;
+            }
+        }
+        if (shaw || alibi || t5)  // parameter gradients from dS (and P for Shaw-V)
+          for (int64_t r = 0; r < R; ++r) {
+            const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
+            double dal_h = 0;
+            for (int64_t jj = sc.jlo[r]; jj < sc.jhi[r]; ++jj) {
+              const int64_t kp = pl.kpos[j0 + jj];
+              const double ds = double(dp[r * kBk + jj]);
+              if (alibi) dal_h += ds * alibi_bias(1.0, qp, kp, p.causal);
+              if (t5) (*pr.dt5)[pr.t5(kp - qp) * Hq + h] += ds;
+              if (shaw) {
+                const int64_t c = shaw_index(qp, kp, K);
+                sc.wds[r * C + c] += ds;
+                sc.wp[r * C + c] += double(s[r * kBk + jj]);
+              }
+            }
+            if (alibi) (*pr.dal)[h] += dal_h;
+          }
+      } else {
+        // General masks (padding, documents, pad queries): the predicate per pair.
+        for (int64_t r = 0; r < R; ++r) {
+          const int64_t i = query_of(r), h = head_of(r);
+          const Real lse = sc.lse_r[r], Di = sc.D_r[r];
+          const int64_t qp = pl.qpos[i];
+          Real* srow = s + r * kBk;
+          Real* dprow = dp + r * kBk;
+          const bool live = !std::isinf(lse);
+          double dal_h = 0;
+          for (int64_t jj = 0; jj < kBk; ++jj) {
+            const int64_t j = j0 + jj;
+            if (!live || jj >= nb ||
+                !detail::attention_visible(pl, p.causal, p.window, T, S, i, j)) {
+              srow[jj] = 0;
+              dprow[jj] = 0;
+              continue;
+            }
+            const int64_t kp = pl.kpos[j];
+            Real x = srow[jj];
+            Real dPv = dprow[jj];
+            const int64_t c = shaw ? shaw_index(qp, kp, K) : 0;
+            if (shaw) {
+              x += sc.qa[r * C + c];
+              dPv += sc.doa[r * C + c];
+            }
+            int64_t bucket = 0;
+            if (alibi) x += static_cast<Real>(alibi_bias(ps.alibi[h], qp, kp, p.causal));
+            if (t5) {
+              bucket = pr.t5(kp - qp);
+              x += ps.t5.weights[bucket * Hq + h];
+            }
+            const Real pij = std::exp(x - lse);
+            const Real ds = pij * (dPv - Di);
+            srow[jj] = pij;
+            dprow[jj] = ds;
+            if (alibi) dal_h += double(ds) * alibi_bias(1.0, qp, kp, p.causal);
+            if (t5) (*pr.dt5)[bucket * Hq + h] += double(ds);
+            if (shaw) {
+              sc.wds[r * C + c] += double(ds);
+              sc.wp[r * C + c] += double(pij);
+            }
+          }
+          if (alibi) (*pr.dal)[h] += dal_h;
+        }
       }
-      // 4, 5: dV += P^T dO, dK += dS^T Qs over the block's keys; 6: dQ += dS kr.
-      block_gemm(nb, Dp, sc.pT.data(), R, dO, Dp, sc.dV.data() + j0 * Dp, Dp, R, true, ones);
-      block_gemm(nb, Dp, sc.dsT.data(), R, Qs, Dp, sc.dK.data() + j0 * Dp, Dp, R, true, ones);
-      block_gemm(R, Dp, s, kBk, sc.kr.data() + j0 * Dp, Dp, dQ, Dp, nb, true, ones);
+      // 4, 5: dV += P^T dO, dK += dS^T Qs over the block's keys (P and dS read transposed);
+      // 6: dQ += dS kr.
+      block_gemm(nb, Dp, s, 1, dO, Dp, sc.dV.data() + j0 * Dp, Dp, R, true, ones, kBk);
+      block_gemm(nb, Dp, dp, 1, Qs, Dp, sc.dK.data() + j0 * Dp, Dp, R, true, ones, kBk);
+      block_gemm(R, Dp, dp, kBk, sc.kr.data() + j0 * Dp, Dp, dQ, Dp, nb, true, ones, 1);
     }
 
     // dq' = scale (dQ + sum_c w_c a^K_c); Shaw table gradients.
@@ -504,6 +569,8 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
   const int64_t R = pl.group * pr.bq;
   if (ps.has_t5()) pr.t5 = make_t5_buckets(ps.t5.params, pl);
   pr.C = ps.has_shaw() ? 2 * ps.shaw.clip + 1 : 0;
+  pr.simple = pl.qdoc.empty() &&
+              std::all_of(pl.kvalid.begin(), pl.kvalid.end(), [](uint8_t x) { return x != 0; });
   std::vector<double> dak(Hkv * pr.C * D, 0.0), dav(Hkv * pr.C * D, 0.0);
   pr.dt5 = &dt5;
   pr.dal = &dal;
@@ -529,8 +596,10 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
     sc.dQ.resize(R * pr.Dp);
     sc.s.resize(R * kBk);
     sc.dp.resize(R * kBk);
-    sc.pT.resize(kBk * R);
-    sc.dsT.resize(kBk * R);
+    sc.lse_r.resize(R);
+    sc.D_r.resize(R);
+    sc.jlo.resize(R);
+    sc.jhi.resize(R);
     sc.qa.resize(R * pr.C);
     sc.doa.resize(R * pr.C);
     sc.wds.resize(R * pr.C);

@@ -64,9 +64,16 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
                         const float* k, int max_threads);
 
 // C(rows x ncols) = beta_r * C + A(rows x K) . B(K x ncols) in float32 through the forward's
-// Highway micro-kernel (beta == nullptr: C = A . B). ncols a multiple of 8; rows of A at stride
-// lda, of B at ldb, of C at ldc. Accumulation order per output: kk = 0, 1, ..., K-1 with FMA.
+// Highway micro-kernel (beta == nullptr: C = A . B). ncols a multiple of 8; A(r, kk) at
+// A[r * lda + kk * ak] (ak > 1 reads a matrix transposed), rows of B at stride ldb, of C at ldc.
+// Accumulation order per output: kk = 0, 1, ..., K-1 with FMA.
 void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B, int64_t ldb,
-              float* C, int64_t ldc, int64_t K, const float* beta);
+              float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak = 1);
+
+// The backward's softmax step on a (rows, 64) block of scores s and dP = dO V^T, in place: for
+// keys jlo[r] <= jj < jhi[r], s <- P = Exp(s - lse[r]) and dp <- dS = P (dp - Drow[r]); both 0
+// on every other key. Exp: hwy/contrib/math, max error 1 ulp on [-FLT_MAX, 104].
+void softmax_backward_block_f32(int64_t rows, float* s, float* dp, const int64_t* jlo,
+                                const int64_t* jhi, const float* lse, const float* Drow);
 
 }  // namespace posenc::detail

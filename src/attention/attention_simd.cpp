@@ -134,12 +134,13 @@ using detail::vb_row;
 using DF = hn::CappedTag<float, 8>;
 
 // C(MR x NV*N) = beta_r * C + A(MR x K) . B(K x NV*N), beta == nullptr: C = A . B.
-//   A: row r at A + r * lda, element kk at [kk];  B: row kk at B + kk * ldb;  C: row r at
-//   C + r * ldc. Accumulation order: for each output, kk = 0, 1, ..., K-1 with FMA.
+//   A: row r at A + r * lda, element kk at [kk * ak] (ak = 1: rows contiguous; ak = row length
+//   of a matrix read transposed, as the backward reads P^T and dS^T);  B: row kk at B + kk * ldb;
+//   C: row r at C + r * ldc. Accumulation order: for each output, kk = 0, 1, ..., K-1 with FMA.
 template <int MR, int NV>
 HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const float* HWY_RESTRICT B,
                             int64_t ldb, float* HWY_RESTRICT C, int64_t ldc, int64_t K,
-                            const float* HWY_RESTRICT beta) {
+                            const float* HWY_RESTRICT beta, int64_t ak = 1) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   hn::Vec<DF> c[MR][NV];
@@ -151,7 +152,7 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const floa
     hn::Vec<DF> b[NV];
     for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, B + kk * ldb + v * N);
     for (int r = 0; r < MR; ++r) {
-      const auto a = hn::Set(d, A[r * lda + kk]);
+      const auto a = hn::Set(d, A[r * lda + kk * ak]);
       for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(a, b[v], c[r][v]);
     }
   }
@@ -162,26 +163,31 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const floa
 // C(rows x ncols) over the whole tile: ncols a multiple of N; rows in strips of 6, then 4/2/1.
 template <int NV>
 HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const float* B, int64_t ldb,
-                          float* C, int64_t ldc, int64_t K, const float* beta) {
+                          float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak = 1) {
   int64_t r = 0;
   for (; r + 6 <= rows; r += 6)
-    MicroKernel<6, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+    MicroKernel<6, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
+                       ak);
   for (; r + 4 <= rows; r += 4)
-    MicroKernel<4, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+    MicroKernel<4, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
+                       ak);
   for (; r + 2 <= rows; r += 2)
-    MicroKernel<2, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+    MicroKernel<2, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
+                       ak);
   for (; r < rows; ++r)
-    MicroKernel<1, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr);
+    MicroKernel<1, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
+                       ak);
 }
 
 HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
-                     int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta) {
+                     int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta,
+                     int64_t ak = 1) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t c0 = 0;
   // Column strips of 2 vectors; a strip stays in L1 while all row strips pass over it.
   for (; c0 + 2 * N <= ncols; c0 += 2 * N)
-    GemmStrip<2>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta);
-  if (c0 < ncols) GemmStrip<1>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta);
+    GemmStrip<2>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta, ak);
+  if (c0 < ncols) GemmStrip<1>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta, ak);
 }
 
 // Transposes key blocks of K into kT: (Hkv, nkb, D, Bk), zero for keys past S. Work is split
@@ -450,8 +456,34 @@ int64_t Lanes() {
 
 // The block product for other callers (the backward pass): Gemm with ncols a multiple of 8.
 void GemmExported(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
-                  int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta) {
-  Gemm(rows, ncols, A, lda, B, ldb, C, ldc, K, beta);
+                  int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak) {
+  Gemm(rows, ncols, A, lda, B, ldb, C, ldc, K, beta, ak);
+}
+
+// The backward's softmax step over one (rows x Bk) block, row r visible on keys
+// [jlo[r], jhi[r]): P = Exp(s - lse_r) (hwy/contrib/math Exp, 1 ulp), dS = P (dp - D_r); 0
+// elsewhere. P may alias s and dS may alias dp.
+void SoftmaxBackwardBlock(int64_t rows, float* s, float* dp, const int64_t* jlo, const int64_t* jhi,
+                          const float* lse, const float* Drow) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * kSimdBk;
+    float* dr = dp + r * kSimdBk;
+    const auto vl = hn::Set(d, lse[r]);
+    const auto vD = hn::Set(d, Drow[r]);
+    const auto lo1 = hn::Set(di, static_cast<int32_t>(jlo[r] - 1));
+    const auto hi = hn::Set(di, static_cast<int32_t>(jhi[r]));
+    for (int64_t j0 = 0; j0 < kSimdBk; j0 += N) {
+      const auto idx = hn::Iota(di, static_cast<int32_t>(j0));
+      const auto vis = hn::RebindMask(d, hn::And(hn::Gt(idx, lo1), hn::Lt(idx, hi)));
+      const auto p = hn::IfThenElseZero(vis, hn::Exp(d, hn::Sub(hn::LoadU(d, sr + j0), vl)));
+      const auto ds = hn::Mul(p, hn::Sub(hn::LoadU(d, dr + j0), vD));
+      hn::StoreU(p, d, sr + j0);
+      hn::StoreU(ds, d, dr + j0);
+    }
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -464,6 +496,7 @@ HWY_EXPORT(PackKeys);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
+HWY_EXPORT(SoftmaxBackwardBlock);
 
 namespace {
 
@@ -561,9 +594,14 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
 }
 
 void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B, int64_t ldb,
-              float* C, int64_t ldc, int64_t K, const float* beta) {
+              float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak) {
   if (rows <= 0) return;
-  HWY_DYNAMIC_DISPATCH(GemmExported)(rows, ncols, A, lda, B, ldb, C, ldc, K, beta);
+  HWY_DYNAMIC_DISPATCH(GemmExported)(rows, ncols, A, lda, B, ldb, C, ldc, K, beta, ak);
+}
+
+void softmax_backward_block_f32(int64_t rows, float* s, float* dp, const int64_t* jlo,
+                                const int64_t* jhi, const float* lse, const float* Drow) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxBackwardBlock)(rows, s, dp, jlo, jhi, lse, Drow);
 }
 
 }  // namespace posenc::detail
