@@ -349,6 +349,12 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
           o.out.c_str(), (long long)T, (long long)Hq, (long long)D, out_dtype, (long long)S,
           (long long)Hkv, num(scale).c_str(), o.causal ? "causal" : "bidirectional", sch.c_str(),
           impl, (long long)masked_rows);
+      if (backward) {
+        std::string w;
+        for (const auto& [path, a] : files)
+          if (path != o.out && path != o.lse_out) w += (w.empty() ? "" : ", ") + path;
+        std::printf("backward from %s: wrote %s\n", o.dout.c_str(), w.c_str());
+      }
     }
   }
 }
