@@ -3,28 +3,11 @@
 // degenerate rows, large scores, validation messages and the POSENC_REFERENCE switch.
 // float32 runs the SIMD kernels (src/attention/attention_simd.cpp): the AttentionSimd tests
 // below drive them through the shapes where their code paths part (partial key blocks of 64,
-// D = 20 padded to the vector length, the decode path below 16 tile rows, MHA/GQA/MQA). One case
-// table (tests/support/attention_cases.hpp) serves these tests and the backward's.
+// D = 20 padded to the vector length, the decode path below 16 tile rows, MHA/GQA/MQA).
 //
-// Tolerance (derived; u = unit roundoff of the element type: 2^-24 float, 2^-53 double).
-// Let A = max over (h, i, j) of scale * a^2 * |q_i| (|k_j| + |a^K|max) (a = RoPE attention
-// factor; rotation preserves norms, so by Cauchy-Schwarz A bounds every scaled dot product and
-// the absolute sums sum_d |q_d| |k_d| it rounds against), B = max |bias_ij| (ALiBi + T5), and
-// V = max|v| + max|a^V|.
-//   score:    D-term dot product (gamma_D <= D u), the rotation of q and k in the element
-//             type (<= 4u relative each), the scale multiply (folded into q on the SIMD path)
-//             and bias add (2u of |s|):
-//             |ds| <= (D + 11) u A + 2u (A + B)
-//   probs:    p = exp(s - m) with s - m in [-2(A+B), 0]:
-//             |dp|/p <= 2|ds| + 4u (A + B) + 2u =: e_p
-//             (the running max m is one of the scores, so it carries the same |ds|)
-//   sums:     l and acc are sums of S non-negative / bounded terms with one rescale per key
-//             block: relative error <= (S + 2 S/Bk + 4) u <= (2S + 4) u; Shaw-V adds a sum of
-//             2K+1 terms: (2K+1) u
-//   output:   |do| <= (2 e_p + (2S + 2K + 8) u) * V
-//   lse:      |dlse| <= e_p + (2S + 4) u + u |lse|
-// Both sides carry their own rounding, and the reference's (double) is far below the float
-// bound, so the bound applies to their difference.
+// The table-driven tests run the groups of the library's case table (full_cases() of
+// include/posenc/attention/attention_cases.hpp, which also feeds `posenc check` and `posenc
+// bench`) through its check mode; the tolerances are derived in that header.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -33,148 +16,63 @@
 #include <cstdlib>
 #include <limits>
 
-#include "attention_cases.hpp"
 #include "posenc/attention/attention.hpp"
+#include "posenc/attention/attention_cases.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/positions/positions.hpp"
 
 using namespace posenc;
-using namespace posenc::test;
+using namespace posenc::attention_cases;
 
 namespace {
 
-template <typename Real>
-void run_case(const case_spec& c) {
-  SCOPED_TRACE(describe(c));
-  fixture<Real> f;
-  build(f, c);
-  auto pr = f.p, pf = f.p;
-  pr.out = f.out_ref.data();
-  pr.lse = f.lse_ref.data();
-  pf.out = f.out_fast.data();
-  pf.lse = f.lse_fast.data();
-  attention_reference(pr);
-  attention_tiled(pf);
-  const double u = std::numeric_limits<Real>::epsilon() / 2;
-  const int64_t K = c.sch == scheme::shaw ? 8 : (c.sch == scheme::all ? 3 : 0);
-  // D + 11: the SIMD path folds the scale into q (one more rounding of u A).
-  const double ds = (c.D + 11) * u * f.A + 2 * u * (f.A + f.B);
-  const double ep = 2 * ds + 4 * u * (f.A + f.B) + 2 * u;  // exp: Highway Exp is 1 ulp = 2u
-  const double tol_out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
-  double max_err = 0, max_lse_err = 0;
-  for (size_t n = 0; n < f.out_ref.size(); ++n) {
-    ASSERT_TRUE(std::isfinite(double(f.out_fast[n]))) << n;
-    max_err = std::max(max_err, std::abs(double(f.out_fast[n]) - double(f.out_ref[n])));
+// Runs the full list's cases of one group through check mode; n is the group's size (the
+// coverage of the test this replaced).
+void run_group(const std::string& group, int n) {
+  int seen = 0;
+  for (const auto& c : full_cases()) {
+    if (c.group != group) continue;
+    ++seen;
+    const auto r = check_case(c);
+    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << ", tolerance "
+                          << r.tolerance << "\n"
+                          << r.detail;
   }
-  for (size_t n = 0; n < f.lse_ref.size(); ++n) {
-    const double a = f.lse_ref[n], b = f.lse_fast[n];
-    if (std::isinf(a) || std::isinf(b)) {
-      ASSERT_EQ(a, b) << "row " << n;  // both -inf (fully masked) or neither
-      ASSERT_LT(a, 0);
-      const int64_t D = c.D;
-      for (int64_t d = 0; d < D; ++d) {
-        ASSERT_EQ(f.out_fast[n * D + d], Real(0));
-        ASSERT_EQ(f.out_ref[n * D + d], Real(0));
-      }
-      continue;
-    }
-    const double tol = ep + (2 * c.S + 4) * u + u * std::abs(a);
-    max_lse_err = std::max(max_lse_err, std::abs(a - b) / tol);
-  }
-  EXPECT_LE(max_err, tol_out) << "A=" << f.A << " V=" << f.V;
-  EXPECT_LE(max_lse_err, 1.0);
+  EXPECT_EQ(seen, n) << group;
 }
-
-const int64_t kLens[] = {1, 3, 17, 64, 129};
-const int64_t kDims[] = {32, 80, 128};
-const std::pair<int64_t, int64_t> kHeads[] = {{1, 1}, {4, 1}, {4, 4}, {8, 1}, {8, 4}, {8, 8}};
 
 }  // namespace
 
 // Every scheme x every mask on one awkward shape (T=17 queries after a prefix, S=64), both
 // element types.
 TEST(Attention, EverySchemeAndMaskAgainstReference) {
-  for (int sch = 0; sch <= static_cast<int>(scheme::all); ++sch)
-    for (int msk = 0; msk <= static_cast<int>(mask::positions); ++msk) {
-      case_spec c{17,
-                  64,
-                  80,
-                  8,
-                  4,
-                  static_cast<scheme>(sch),
-                  static_cast<mask>(msk),
-                  uint64_t(100 + sch * 16 + msk)};
-      run_case<float>(c);
-      run_case<double>(c);
-    }
+  run_group("forward_every_scheme_and_mask", 72);
 }
 
-// A deterministic sample of the full cross product of shapes, heads, schemes and masks
-// (the whole product is ~50k cases; this covers every value of every axis many times).
+// A deterministic sample of the full cross product of shapes, heads, schemes and masks, float32
+// and float64 alternating.
 TEST(Attention, SampledCrossProductAgainstReference) {
-  rng r(2024);
-  for (int n = 0; n < 160; ++n) {
-    case_spec c{kLens[r.below(5)],
-                kLens[r.below(5)],
-                kDims[r.below(3)],
-                kHeads[r.below(6)].first,
-                0,
-                static_cast<scheme>(r.below(8)),
-                static_cast<mask>(r.below(9)),
-                uint64_t(1000 + n)};
-    c.Hkv = kHeads[r.below(6)].second;
-    if (c.Hq % c.Hkv) c.Hkv = 1;
-    // cu_seqlens aligns queries with the last keys: only for T <= S.
-    if (c.T > c.S && c.msk == mask::cu_seqlens) c.msk = mask::doc_ids;
-    if (c.T > c.S && c.msk == mask::everything) c.msk = mask::positions;
-    if (n % 2)
-      run_case<float>(c);
-    else
-      run_case<double>(c);
-  }
+  run_group("forward_sampled_cross_product", 160);
 }
 
 // Every length pair at T, S in {1, 3, 17, 64, 129} with causal masking (the aligned-bottom-right
 // rule is where off-by-ones live).
 TEST(Attention, AllLengthPairsCausal) {
-  for (int64_t T : kLens)
-    for (int64_t S : kLens) {
-      case_spec c{T,
-                  S,
-                  32,
-                  4,
-                  1,
-                  scheme::alibi,
-                  T > S ? mask::positions : mask::causal,
-                  uint64_t(T * 1000 + S)};
-      c.msk = mask::causal;
-      if (T > S) c.msk = mask::positions;  // default positions need T <= S
-      run_case<float>(c);
-    }
+  run_group("forward_all_length_pairs_causal", 25);
 }
 
 // Large score magnitudes: |s| ~ 1e4 saturates a naive exp; the max-subtracted online softmax
 // must stay finite and match the reference.
 TEST(Attention, LargeScoresStayStable) {
-  for (scheme s : {scheme::none, scheme::alibi, scheme::shaw}) {
-    case_spec c{17, 64, 32, 4, 4, s, mask::causal, 77, 2000.0};
-    run_case<double>(c);
-    run_case<float>(c);
-  }
+  run_group("forward_large_scores", 3);
 }
 
 // T5 with every key far ahead of or behind every query: all offsets lie beyond the bucket
-// saturation (2 max_distance + num_buckets = 288), so the tiled path's offset table collapses
-// to one entry. (The double path once sized that table negatively here and threw.)
+// saturation, so the tiled path's offset table collapses to one entry.
 TEST(Attention, T5AllOffsetsBeyondSaturation) {
-  for (int64_t shift : {5000, -5000})
-    for (scheme s : {scheme::t5_bidir, scheme::t5_causal}) {
-      case_spec c{17, 64, 32, 4, 2, s, mask::positions, 91, 1.0, shift};
-      run_case<double>(c);
-      run_case<float>(c);
-    }
+  run_group("forward_t5_beyond_saturation", 4);
 }
 
 // Golden values computed with python3's math module (no numpy), D = 1, one head, no scheme:
@@ -313,7 +211,7 @@ TEST(Attention, ValidationNamesTheArgument) {
 TEST(Attention, ReferenceSelectableAtRunTime) {
   // POSENC_REFERENCE=1 makes attention_forward the reference: bit-identical outputs.
   fixture<float> f;
-  build(f, case_spec{17, 33, 32, 4, 2, scheme::all, mask::everything, 5});
+  build(f, spec{17, 33, 32, 4, 2, scheme::all, mask::everything, 5});
   auto p = f.p;
   p.out = f.out_ref.data();
   attention_reference(p);
@@ -356,65 +254,47 @@ RC_GTEST_PROP(AttentionProp, PermutationEquivariantWithoutPosition, ()) {
 }
 
 // ---- the float32 SIMD kernels (formerly tests/test_attention_simd.cpp) ----------------------
-namespace {
-
-const int64_t kSimdDims[] = {32, 80, 128, 20};
-const std::pair<int64_t, int64_t> kSimdHeads[] = {{1, 1}, {4, 4}, {8, 1}, {8, 4}, {8, 8}, {4, 1}};
-
-// cu_seqlens (and "everything", which includes it) aligns queries with the last keys: T <= S.
-case_spec simd_case(int64_t T, int64_t S, int64_t D, std::pair<int64_t, int64_t> heads, scheme sch,
-                    mask msk, uint64_t seed) {
-  if (T > S && (msk == mask::cu_seqlens || msk == mask::everything)) std::swap(T, S);
-  return case_spec{T, S, D, heads.first, heads.second, sch, msk, seed};
-}
-
-}  // namespace
 
 // Every scheme x every mask, the shapes cycling through the awkward lists.
 TEST(AttentionSimd, EverySchemeAndMaskAgainstReference) {
-  int idx = 0;
-  for (int s = 0; s <= static_cast<int>(scheme::all); ++s)
-    for (int m = 0; m <= static_cast<int>(mask::positions); ++m, ++idx) {
-      run_case<float>(simd_case(kLens[idx % 5], kLens[(idx / 5 + idx) % 5], kSimdDims[idx % 4],
-                                kSimdHeads[idx % 6], static_cast<scheme>(s), static_cast<mask>(m),
-                                1000u + static_cast<uint64_t>(idx)));
-      if (HasFatalFailure()) return;
-    }
+  run_group("simd_every_scheme_and_mask", 72);
 }
 
 // All T x S combinations for the benchmark's kind of call: causal GQA, none and T5/ALiBi.
 TEST(AttentionSimd, CausalGqaAllLengths) {
-  int idx = 0;
-  for (int64_t T : kLens)
-    for (int64_t S : kLens) {
-      if (T > S) continue;  // bottom-right causal with T > S needs explicit positions
-      const scheme sch =
-          idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : scheme::t5_causal);
-      run_case<float>(
-          case_spec{T, S, kSimdDims[idx % 3], 8, 2, sch, mask::causal, 77u + uint64_t(idx)});
-      if (HasFatalFailure()) return;
-      ++idx;
-    }
+  run_group("simd_causal_gqa_all_lengths", 15);
 }
 
 // Large scores on the SIMD path: the running max moves across key blocks by a lot (rescale
 // alpha << 1) and masked lanes stay exactly 0 (Exp(-inf) = 0, no NaN).
 TEST(AttentionSimd, LargeScoresStayFinite) {
-  case_spec c{64, 129, 32, 4, 2, scheme::none, mask::causal, 5};
-  c.q_scale = 30;
-  run_case<float>(c);
+  run_group("simd_large_scores", 1);
 }
+
+namespace {
+
+const int64_t kLens[] = {1, 3, 17, 64, 129};
+const int64_t kSimdDims[] = {32, 80, 128, 20};
+const std::pair<int64_t, int64_t> kSimdHeads[] = {{1, 1}, {4, 4}, {8, 1}, {8, 4}, {8, 8}, {4, 1}};
+
+}  // namespace
 
 RC_GTEST_PROP(AttentionSimd, RandomAwkwardShapes, ()) {
   const auto hs = *rc::gen::elementOf(
       std::vector<std::pair<int64_t, int64_t>>(std::begin(kSimdHeads), std::end(kSimdHeads)));
-  const auto c = simd_case(
-      *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens))),
-      *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens))),
-      *rc::gen::elementOf(std::vector<int64_t>(std::begin(kSimdDims), std::end(kSimdDims))), hs,
-      static_cast<scheme>(*rc::gen::inRange(0, static_cast<int>(scheme::all) + 1)),
-      static_cast<mask>(*rc::gen::inRange(0, static_cast<int>(mask::positions) + 1)),
-      *rc::gen::arbitrary<uint32_t>());
-  run_case<float>(c);
-  RC_ASSERT(!::testing::Test::HasFailure());
+  int64_t T = *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens)));
+  int64_t S = *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens)));
+  const int64_t D =
+      *rc::gen::elementOf(std::vector<int64_t>(std::begin(kSimdDims), std::end(kSimdDims)));
+  const auto sch = static_cast<scheme>(*rc::gen::inRange(0, kSchemes));
+  const auto msk = static_cast<mask>(*rc::gen::inRange(0, kMasks));
+  // cu_seqlens (and "everything", which includes it) aligns queries with the last keys: T <= S.
+  if (T > S && (msk == mask::cu_seqlens || msk == mask::everything)) std::swap(T, S);
+  spec c{T, S, D, hs.first, hs.second, sch, msk, *rc::gen::arbitrary<uint32_t>()};
+  c.passes = forward;
+  c.dtypes = f32;
+  c.name = "random_awkward_shape";
+  const auto r = check_case(c);
+  if (!r.passed) RC_LOG() << r.name << ": " << r.claim << "\n" << r.detail << "\n";
+  RC_ASSERT(r.passed);
 }

@@ -3,7 +3,8 @@
 //
 // Tolerance used by every "equal" check (double, u = 2^-53). Two runs of the tiled kernel on
 // the same problem presented differently (permuted, shifted, packed, padded, cached) each
-// differ from the exact result by at most (see tests/test_attention.cpp for the derivation)
+// differ from the exact result by at most (derivation in
+// include/posenc/attention/attention_cases.hpp)
 //   bound = (2 e_p + (2S + 2K + 8) u) V,   e_p = 2 ds + 4u (A + B) + u,
 //   ds = (D + 10) u A + 2u (A + B) + 4 t A,
 // where A = scale a^2 max|q| (max|k| + max|a^K|) bounds the scaled dot products, B bounds the
@@ -11,6 +12,11 @@
 // mode (4e-16 absolute per entry, rope.hpp; doubled for the pair, so t = 8e-16, 0 without
 // RoPE). Their difference is at most 2 * bound. A "breaks" check passes when the deviation
 // exceeds 1000 times that rounding bound: the change is structural, not rounding.
+//
+// After these come the results of the case table's small list (check_cases() of
+// include/posenc/attention/attention_cases.hpp): the tiled forward and backward against the
+// reference in float32 and float64, and the reference backward against finite differences, with
+// the tolerances derived in that header.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -18,6 +24,7 @@
 #include <limits>
 
 #include "posenc/attention/attention.hpp"
+#include "posenc/attention/attention_cases.hpp"
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
@@ -456,6 +463,11 @@ std::vector<check_result> attention_checks() {
         "causal, N=20, Hq=4, Hkv=2, D=16, double; max_error is the worst |FD - g| / tol over "
         "every 5th input entry and every parameter, tol = |FD(2h) - FD(h)| + rounding "
         "(derivation in src/attention/attention_checks.cpp)"));
+  }
+  // The case table's small list: check mode (tiled vs reference) and grad mode.
+  for (const auto& c : attention_cases::check_cases()) {
+    r.push_back(attention_cases::check_case(c));
+    if (c.passes & attention_cases::grad) r.push_back(attention_cases::grad_case(c));
   }
   return r;
 }

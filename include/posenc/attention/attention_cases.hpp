@@ -1,0 +1,221 @@
+// posenc/attention/attention_cases.hpp: the attention family's one case table.
+//
+// A case is a shape (T, S, D, Hq, Hkv), a position scheme, a mask and a seed; build() draws its
+// inputs and the magnitudes A (max scaled score), B (max bias) and V (max |v| + max |a^V|) that
+// the tolerances below are derived from. The same cases feed `posenc check --group attention`
+// (check_cases), ctest (full_cases: tests/test_attention.cpp, tests/test_attention_backward.cpp)
+// and `posenc bench` (perf_cases), through two functions, one per mode:
+//   check_case  the tiled path against the reference (the specification): forward out and lse,
+//               backward dq, dk, dv and every position parameter's gradient, float32 and float64
+//   grad_case   the double reference backward against central finite differences of the double
+//               reference forward, every input and every position parameter
+// each returning a check_result built with measured_check: max_error is the worst ratio
+// |error| / tolerance over every compared entry (tolerance 1), and detail names the worst
+// quantity with its absolute error and tolerance.
+//
+// ---- Forward tolerance (derived; u = unit roundoff of the element type: 2^-24 float, 2^-53
+// double). Let A = max over (h, i, j) of scale * a^2 * |q_i| (|k_j| + |a^K|max) (a = RoPE
+// attention factor; rotation preserves norms, so by Cauchy-Schwarz A bounds every scaled dot
+// product and the absolute sums sum_d |q_d| |k_d| it rounds against), B = max |bias_ij| (ALiBi +
+// T5), and V = max|v| + max|a^V|.
+//   score:    D-term dot product (gamma_D <= D u), the rotation of q and k in the element
+//             type (<= 4u relative each), the scale multiply (folded into q on the SIMD path)
+//             and bias add (2u of |s|):
+//             |ds| <= (D + 11) u A + 2u (A + B)
+//   probs:    p = exp(s - m) with s - m in [-2(A+B), 0]:
+//             |dp|/p <= 2|ds| + 4u (A + B) + 2u =: e_p
+//             (the running max m is one of the scores, so it carries the same |ds|)
+//   sums:     l and acc are sums of S non-negative / bounded terms with one rescale per key
+//             block: relative error <= (S + 2 S/Bk + 4) u <= (2S + 4) u; Shaw-V adds a sum of
+//             2K+1 terms: (2K+1) u
+//   output:   |do| <= (2 e_p + (2S + 2K + 8) u) * V
+//   lse:      |dlse| <= e_p + (2S + 4) u + u |lse|
+// Both sides carry their own rounding, and the reference's (double) is far below the float
+// bound, so the bound applies to their difference.
+//
+// ---- Backward tolerance (derived; u = unit roundoff of the element type; forward quantities
+// as above: A bounds every scaled score, B every bias, V = max|v| + max|a^V|,
+// e_s = (D + 10) u A + 2u (A + B) bounds a score's error, tol_out the output's, e_lse the lse's):
+//   W     = max_i |dO_i|_2 (max_j |v_j|_2 + max_c |a^V_c|_2) bounds |dP_ij| and |D_i|
+//   e_P   = 2 e_s + e_lse + 4u                      relative error of p = exp(s - lse)
+//   E_S   = 2 W e_P + (D + 4) u W + (D + 2) u W + |dO|_1 tol_out + 4u W
+//           bounds |error of dS_ij| / p_ij (dS = p (dP - D) with |dP - D| <= 2W)
+//   Since sum_j p_ij = 1 per row, a row's sum_j |dS_ij| <= 2W, and a key's column is summed over
+//   at most N = G T rows (sum_i p_ij <= N):
+//   dq    scale Kinf (E_S + 2W (S + C + 12) u)      Kinf = max|k'| + max|a^K|, C = 2K+1
+//   dk    scale Qinf N (E_S + 2W (N + 12) u)        Qinf = max|q'| (rotation: a sqrt(2) max|q|)
+//   dv    N Oinf (e_P + (N + 4) u)                  Oinf = max|dO|
+//   dT5   T E_S;  dslope: T E_S dmax;  da^K: scale Qinf Hq T E_S;  da^V: Hq T Oinf e_P
+//         (parameter gradients accumulate in double: only the dS errors count)
+// plus the reference's own rounding to the element type (u |x|). For float64 both sides are
+// double computations with errors of the same form: the bound is doubled.
+//
+// ---- Finite differences (grad_case): central differences at steps h and 2h, h = 1e-3
+// (|x| <= ~4). The truncation error of FD(h) is ~ |FD(2h) - FD(h)| / 3 (Richardson), the
+// rounding error of the loss L = sum dO . out is at most delta_L = 64 (S + D) u (1 + A + B)
+// sum|dO| V, so tol = |FD(2h) - FD(h)| + 2 delta_L / h + 64 (S + D) u (|g| + 1).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "posenc/attention/attention.hpp"
+#include "posenc/core/check.hpp"
+#include "posenc/core/rng.hpp"
+
+namespace posenc::attention_cases {
+
+enum class scheme {
+  none,
+  rope_half,
+  rope_interleaved_partial,  // rotary_dim = (D / 4) * 2, interleaved layout
+  alibi,
+  t5_bidir,
+  t5_causal,  // also switches causal masking on
+  shaw,
+  all  // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
+};
+enum class mask {
+  none,
+  causal,
+  padding,     // ~25% of the keys padded, at least one
+  cu_seqlens,  // packed documents of 1..20 keys (T <= S)
+  doc_ids,     // per-token document ids
+  window,
+  causal_window,
+  everything,  // causal + padding + cu_seqlens + window
+  positions    // explicit positions: any order, large offsets, a few pads (also when T > S)
+};
+inline constexpr int kSchemes = static_cast<int>(scheme::all) + 1;
+inline constexpr int kMasks = static_cast<int>(mask::positions) + 1;
+const char* name(scheme s);
+const char* name(mask m);
+
+// What a case is run for (bit set).
+enum pass : unsigned {
+  forward = 1,   // check_case: tiled forward vs reference forward
+  backward = 2,  // check_case: tiled backward vs reference backward (on the tiled forward)
+  grad = 4,      // grad_case: reference backward vs finite differences (double)
+};
+// Element types check_case runs a case in (bit set).
+enum dtype_bits : unsigned { f32 = 1, f64 = 2 };
+
+struct spec {
+  int64_t T = 0, S = 0, D = 0, Hq = 0, Hkv = 0;
+  scheme sch = scheme::none;
+  mask msk = mask::none;
+  uint64_t seed = 0;
+  double q_scale = 1;   // multiplies q (large-score cases)
+  int64_t k_shift = 0;  // added to every key position of mask::positions (far offsets)
+  unsigned passes = forward | backward;
+  unsigned dtypes = f32 | f64;
+  std::string group{};  // the list's section (a ctest selects its cases by group)
+  std::string name{};   // unique within its list; the bench case name for perf_cases
+};
+
+// Every field, for messages: "T=17 S=64 D=80 Hq=8 Hkv=4 scheme=alibi mask=causal seed=7 ...".
+std::string describe(const spec& c);
+
+// Everything one case owns (the params struct only points into it).
+template <typename Real>
+struct fixture {
+  std::vector<Real> q, k, v, out_ref, out_fast, lse_ref, lse_fast;
+  std::vector<uint8_t> pad;
+  std::vector<int64_t> cu, qdoc, kdoc, qpos, kpos;
+  rope_freqs freqs;
+  std::vector<double> slopes;
+  t5_bias_table t5;
+  shaw_tables shaw;
+  attention_tables<Real> tabs;  // t5 and shaw in the element type, viewed by p.pos
+  attention_params<Real> p;     // out and lse unset
+  double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
+};
+
+// Draws the case's inputs (q ~ q_scale N(0, 1), k, v ~ N(0, 1)), masks, positions and scheme
+// parameters from c.seed, and A, B, V. Explicit positions are drawn for mask::positions and
+// whenever T > S.
+template <typename Real>
+void build(fixture<Real>& f, const spec& c);
+
+// n draws of N(0, 1) from seed, in the element type (dO of the backward cases).
+template <typename Real>
+std::vector<Real> random_normal(size_t n, uint64_t seed) {
+  rng r(seed);
+  std::vector<Real> x(n);
+  for (auto& e : x) e = static_cast<Real>(r.normal());
+  return x;
+}
+
+// The gradients of one backward call on f.p, owning their buffers (filled with -7 so that an
+// entry the backward forgets shows): dq, dk, dv always; dt5, dshaw_keys, dshaw_values, dalibi
+// when the scheme is on.
+template <typename Real>
+struct grads {
+  std::vector<Real> dq, dk, dv, dt5, dak, dav;
+  std::vector<double> dal;
+  attention_grads<Real> g;
+  grads(const fixture<Real>& f, const Real* out, const Real* lse, const Real* dout) {
+    const auto& p = f.p;
+    dq.assign(p.T * p.Hq * p.D, Real(-7));
+    dk.assign(p.S * p.Hkv * p.D, Real(-7));
+    dv.assign(p.S * p.Hkv * p.D, Real(-7));
+    g.out = out, g.lse = lse, g.dout = dout;
+    g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
+    if (p.pos.has_t5()) {
+      dt5.assign(p.pos.t5.weights.size(), Real(-7));
+      g.dt5 = dt5.data();
+    }
+    if (p.pos.has_shaw()) {
+      dak.assign(p.pos.shaw.keys.size(), Real(-7));
+      dav.assign(p.pos.shaw.values.size(), Real(-7));
+      g.dshaw_keys = dak.data();
+      g.dshaw_values = dav.data();
+    }
+    if (!p.pos.alibi.empty()) {
+      dal.assign(p.Hq, -7.0);
+      g.dalibi = dal.data();
+    }
+  }
+};
+
+// The forward bounds above: |out_fast - out_ref| <= out; a row's |lse_fast - lse_ref| <=
+// lse + u |lse_ref|.
+struct forward_tolerances {
+  double out = 0, lse = 0, u = 0;
+};
+template <typename Real>
+forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c);
+
+// The backward bounds above (per entry, plus u |reference|). dout: (T, Hq, D); lse: (T, Hq) of
+// the forward the backward runs on.
+struct backward_tolerances {
+  double dq = 0, dk = 0, dv = 0, dt5 = 0, dal = 0, dak = 0, dav = 0;
+};
+template <typename Real>
+backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
+                                       std::span<const Real> dout, std::span<const Real> lse);
+
+// check mode: the passes forward and backward of c.passes, in every element type of c.dtypes.
+check_result check_case(const spec& c);
+// grad mode: the reference backward vs central finite differences, in double (any c.passes).
+check_result grad_case(const spec& c);
+
+// The small list of `posenc check --group attention` (well under a second in Release): every
+// scheme and every mask on small GQA shapes in check and grad mode, plus a block-edge shape and
+// a decode step in check mode.
+const std::vector<spec>& check_cases();
+// Everything ctest covers: the sections (group) of tests/test_attention.cpp and
+// tests/test_attention_backward.cpp, with their shapes and seeds.
+const std::vector<spec>& full_cases();
+// The shapes of `posenc bench` (float32, causal, Hq = 32, Hkv = 8, D = 128), named as its cases:
+// forward T = S = 2048 with none / rope / alibi / t5, decode T = 1 against S = 8192, backward
+// T = S = 2048 with none / alibi.
+const std::vector<spec>& perf_cases();
+// The reduced problem a perf case is validated on before timing (the reference at T = S = 2048
+// would take minutes): the last min(T, 16) queries against all S keys for the forward, the
+// prefix T = S = min(T, 192) for the backward; the same scheme and seed.
+spec perf_validation_case(const spec& c);
+
+}  // namespace posenc::attention_cases

@@ -1,0 +1,754 @@
+// The attention case table: inputs, derived tolerances, the check and grad modes, and the named
+// lists (include/posenc/attention/attention_cases.hpp holds the derivations).
+#include "posenc/attention/attention_cases.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "posenc/core/rng.hpp"
+#include "posenc/encodings/alibi.hpp"
+#include "posenc/positions/positions.hpp"
+
+namespace posenc::attention_cases {
+
+const char* name(scheme s) {
+  const char* n[] = {"none",  "rope_half", "rope_interleaved_partial",
+                     "alibi", "t5_bidir",  "t5_causal",
+                     "shaw",  "all"};
+  return n[static_cast<int>(s)];
+}
+
+const char* name(mask m) {
+  const char* n[] = {"none",   "causal",        "padding",    "cu_seqlens", "doc_ids",
+                     "window", "causal_window", "everything", "positions"};
+  return n[static_cast<int>(m)];
+}
+
+std::string describe(const spec& c) {
+  return fmt::format("T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}",
+                     c.T, c.S, c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale,
+                     c.k_shift);
+}
+
+template <typename Real>
+void build(fixture<Real>& f, const spec& c) {
+  rng r(c.seed);
+  const int64_t T = c.T, S = c.S, D = c.D, Hq = c.Hq, Hkv = c.Hkv;
+  auto fill = [&](std::vector<Real>& x, size_t n, double s) {
+    x.resize(n);
+    for (auto& e : x) e = static_cast<Real>(s * r.normal());
+  };
+  fill(f.q, T * Hq * D, c.q_scale);
+  fill(f.k, S * Hkv * D, 1.0);
+  fill(f.v, S * Hkv * D, 1.0);
+  f.out_ref.assign(T * Hq * D, Real(-7));
+  f.out_fast.assign(T * Hq * D, Real(-7));
+  f.lse_ref.assign(T * Hq, Real(-7));
+  f.lse_fast.assign(T * Hq, Real(-7));
+  auto& p = f.p;
+  p = {};
+  p.q = f.q.data();
+  p.k = f.k.data();
+  p.v = f.v.data();
+  p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
+
+  const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
+                      c.msk == mask::everything || c.sch == scheme::t5_causal;
+  p.causal = causal;
+  if (c.msk == mask::padding || c.msk == mask::everything) {
+    f.pad.resize(S);
+    for (auto& m : f.pad) m = r.uniform() < 0.75;
+    if (S > 0) f.pad[r.below(S)] = 0;
+    p.key_padding = f.pad;
+  }
+  if (c.msk == mask::cu_seqlens || c.msk == mask::everything) {
+    f.cu = {0};
+    while (f.cu.back() < S) f.cu.push_back(std::min<int64_t>(S, f.cu.back() + 1 + r.below(20)));
+    p.cu_seqlens = f.cu;
+  }
+  if (c.msk == mask::doc_ids) {
+    f.kdoc.resize(S);
+    int64_t d = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      if (r.uniform() < 0.15) d += 1 + r.below(3);
+      f.kdoc[j] = d;
+    }
+    f.qdoc.resize(T);
+    for (int64_t i = 0; i < T; ++i) f.qdoc[i] = r.below(d + 1);
+    p.q_doc_ids = f.qdoc;
+    p.k_doc_ids = f.kdoc;
+  }
+  if (c.msk == mask::window || c.msk == mask::causal_window || c.msk == mask::everything)
+    p.window = 1 + static_cast<int64_t>(r.below(std::max<int64_t>(S, 1) + 2));
+  if (c.msk == mask::positions || T > S) {
+    // Arbitrary positions, any order, large offsets, a few pads.
+    const int64_t base = static_cast<int64_t>(r.below(1000000));
+    f.qpos.resize(T);
+    f.kpos.resize(S);
+    for (auto& x : f.qpos) x = base + static_cast<int64_t>(r.below(300));
+    for (auto& x : f.kpos) x = base + c.k_shift + static_cast<int64_t>(r.below(300));
+    if (T > 1) f.qpos[r.below(T)] = pad_position;
+    if (S > 1) f.kpos[r.below(S)] = pad_position;
+    p.q_positions = f.qpos;
+    p.k_positions = f.kpos;
+  }
+
+  double amp = 1;  // RoPE attention factor
+  if (c.sch == scheme::rope_half || c.sch == scheme::rope_interleaved_partial ||
+      c.sch == scheme::all) {
+    rope_config rc;
+    rc.head_dim = D;
+    rc.rotary_dim = c.sch == scheme::rope_interleaved_partial ? (D / 4) * 2 : D;
+    rc.theta = 10000;
+    if (c.sch == scheme::all) {
+      rc.type = rope_type::yarn;  // attention factor != 1 exercises the magnitude
+      rc.factor = 4;
+      rc.original_max_position_embeddings = 64;
+      rc.max_position_embeddings = 256;
+    }
+    f.freqs = rope_frequencies(rc);
+    amp = f.freqs.attention_factor;
+    p.pos.rope.freqs = &f.freqs;
+    p.pos.rope.layout = c.sch == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
+  }
+  if (c.sch == scheme::alibi || c.sch == scheme::all) {
+    f.slopes = alibi_slopes(Hq);
+    p.pos.alibi = f.slopes;
+  }
+  if (c.sch == scheme::t5_bidir || c.sch == scheme::t5_causal || c.sch == scheme::all) {
+    t5_params tp;
+    tp.num_buckets = 32;
+    tp.max_distance = c.sch == scheme::all ? 20 : 128;
+    tp.bidirectional = c.sch != scheme::t5_causal;
+    f.t5 = t5_init(tp, Hq, c.seed + 1, 1.0);
+    p.pos.t5 = f.tabs.t5_view(f.t5);
+  }
+  if (c.sch == scheme::shaw || c.sch == scheme::all) {
+    f.shaw = shaw_init(c.sch == scheme::all ? 3 : 8, D, c.seed + 2, 0.5);
+    p.pos.shaw = f.tabs.shaw_view(f.shaw);
+  }
+
+  // Tolerance magnitudes A and V (see the derivation in the header).
+  double qmax = 0, kmax = 0, vmax = 0, akmax = 0, avmax = 0, bmax = 0;
+  for (int64_t t = 0; t < T * Hq; ++t) {
+    double n = 0;
+    for (int64_t d = 0; d < D; ++d) n += double(f.q[t * D + d]) * f.q[t * D + d];
+    qmax = std::max(qmax, std::sqrt(n));
+  }
+  for (int64_t t = 0; t < S * Hkv; ++t) {
+    double n = 0;
+    for (int64_t d = 0; d < D; ++d) n += double(f.k[t * D + d]) * f.k[t * D + d];
+    kmax = std::max(kmax, std::sqrt(n));
+  }
+  for (auto x : f.v) vmax = std::max(vmax, std::abs(double(x)));
+  if (p.pos.has_shaw()) {
+    for (int64_t c2 = 0; c2 < 2 * f.shaw.clip + 1; ++c2) {
+      double n = 0;
+      for (int64_t d = 0; d < D; ++d)
+        n += double(f.shaw.keys[c2 * D + d]) * f.shaw.keys[c2 * D + d];
+      akmax = std::max(akmax, std::sqrt(n));
+    }
+    for (auto x : f.shaw.values) avmax = std::max(avmax, std::abs(double(x)));
+  }
+  if (p.pos.has_t5())
+    for (auto x : f.t5.weights) bmax = std::max(bmax, std::abs(double(x)));
+  if (!p.pos.alibi.empty()) {
+    // |qpos - kpos| is at most the position spread: max(S, T) for default positions, 300 for
+    // the explicit ones drawn above. Press slopes decrease, so slopes[0] is the largest.
+    const double spread = f.kpos.empty() && f.qpos.empty() ? double(std::max(S, T)) : 300.0;
+    bmax += f.slopes[0] * spread;
+  }
+  f.A = (1.0 / std::sqrt(double(D))) * amp * amp * qmax * (kmax + akmax);
+  f.B = bmax;
+  f.V = vmax + avmax;
+}
+
+template void build(fixture<float>&, const spec&);
+template void build(fixture<double>&, const spec&);
+
+template <typename Real>
+forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c) {
+  const double u = std::numeric_limits<Real>::epsilon() / 2;
+  const int64_t K = f.p.pos.has_shaw() ? f.p.pos.shaw.clip : 0;
+  // D + 11: the SIMD path folds the scale into q (one more rounding of u A).
+  const double ds = (c.D + 11) * u * f.A + 2 * u * (f.A + f.B);
+  const double ep = 2 * ds + 4 * u * (f.A + f.B) + 2 * u;  // exp: Highway Exp is 1 ulp = 2u
+  forward_tolerances t;
+  t.out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
+  t.lse = ep + (2 * c.S + 4) * u;
+  t.u = u;
+  return t;
+}
+
+template forward_tolerances forward_tolerance(const fixture<float>&, const spec&);
+template forward_tolerances forward_tolerance(const fixture<double>&, const spec&);
+
+namespace {
+
+template <typename Real>
+double max_abs(std::span<const Real> x) {
+  double m = 0;
+  for (Real e : x) m = std::max(m, std::abs(double(e)));
+  return m;
+}
+
+template <typename Real>
+double max_row_norm(std::span<const Real> x, int64_t D, int ord) {
+  double m = 0;
+  for (size_t r = 0; r + D <= x.size(); r += D) {
+    double n = 0;
+    for (int64_t d = 0; d < D; ++d)
+      n += ord == 1 ? std::abs(double(x[r + d])) : double(x[r + d]) * x[r + d];
+    m = std::max(m, ord == 1 ? n : std::sqrt(n));
+  }
+  return m;
+}
+
+// Largest |qpos - kpos| over valid positions (ALiBi's dbias/dslope).
+template <typename Real>
+double max_distance(const fixture<Real>& f, const spec& c) {
+  if (f.qpos.empty() && f.kpos.empty()) return double(std::max(c.S, c.T));
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (auto v : f.qpos)
+    if (v >= 0) lo = std::min(lo, v), hi = std::max(hi, v);
+  for (auto v : f.kpos)
+    if (v >= 0) lo = std::min(lo, v), hi = std::max(hi, v);
+  return lo > hi ? 0.0 : double(hi - lo);
+}
+
+}  // namespace
+
+template <typename Real>
+backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
+                                       std::span<const Real> dout, std::span<const Real> lse) {
+  const double u = std::numeric_limits<Real>::epsilon() / 2;
+  const auto& p = f.p;
+  const int64_t K = p.pos.has_shaw() ? p.pos.shaw.clip : 0, C = p.pos.has_shaw() ? 2 * K + 1 : 0;
+  const double amp = p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : 1.0;
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  // Forward error terms (the forward derivation).
+  const double e_s = (c.D + 10) * u * f.A + 2 * u * (f.A + f.B);
+  const double ep = 2 * e_s + 4 * u * (f.A + f.B) + 2 * u;
+  const double tol_out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
+  double lmax = 0;
+  for (Real x : lse)
+    if (std::isfinite(double(x))) lmax = std::max(lmax, std::abs(double(x)));
+  const double e_lse = ep + (2 * c.S + 4) * u + u * lmax;
+  // Backward.
+  double avn = 0, akmax = 0;
+  if (p.pos.has_shaw()) {
+    avn = max_row_norm(p.pos.shaw.values, c.D, 2);
+    akmax = max_abs(p.pos.shaw.keys);
+  }
+  const double W = max_row_norm(dout, c.D, 2) * (max_row_norm<Real>(f.v, c.D, 2) + avn);
+  const double e_P = 2 * e_s + e_lse + 4 * u;
+  const double E_S = 2 * W * e_P + (2 * c.D + 10) * u * W + max_row_norm(dout, c.D, 1) * tol_out;
+  const double Qinf = amp * std::sqrt(2.0) * max_abs<Real>(f.q);
+  const double Kinf = amp * std::sqrt(2.0) * max_abs<Real>(f.k) + akmax;
+  const double Oinf = max_abs(dout);
+  const double N = double(c.Hq / c.Hkv) * double(c.T);
+  const double both = std::is_same_v<Real, double> ? 2.0 : 1.0;
+  backward_tolerances t;
+  t.dq = both * scale * Kinf * (E_S + 2 * W * (c.S + C + 12) * u);
+  t.dk = both * scale * Qinf * N * (E_S + 2 * W * (N + 12) * u);
+  t.dv = both * N * Oinf * (e_P + (N + 4) * u);
+  t.dt5 = both * c.T * E_S;
+  t.dal = both * c.T * E_S * max_distance(f, c);
+  t.dak = both * scale * Qinf * c.Hq * c.T * E_S;
+  t.dav = both * c.Hq * c.T * Oinf * e_P;
+  return t;
+}
+
+template backward_tolerances backward_tolerance(const fixture<float>&, const spec&,
+                                                std::span<const float>, std::span<const float>);
+template backward_tolerances backward_tolerance(const fixture<double>&, const spec&,
+                                                std::span<const double>, std::span<const double>);
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The worst ratio |error| / tolerance seen, where it was, and the worst ratio per quantity.
+// A NaN ratio (a non-finite value compared) sticks: measured_check fails it.
+struct tracker {
+  double worst = 0;
+  std::string at;
+  std::vector<std::pair<std::string, double>> per;  // (quantity, its worst ratio)
+
+  template <typename Where>
+  void add(double ratio, Where&& where) {
+    if (std::isnan(worst)) return;
+    if (std::isnan(ratio) || ratio > worst || at.empty()) {
+      worst = ratio;
+      at = where();
+    }
+  }
+  void quantity(std::string what, double ratio) { per.emplace_back(std::move(what), ratio); }
+};
+
+template <typename Real>
+const char* type_name() {
+  return std::is_same_v<Real, float> ? "float32" : "float64";
+}
+
+// Compares fast with ref entry by entry against tol + u |ref|.
+template <typename Real>
+void compare(tracker& tr, const std::string& what, std::span<const Real> fast,
+             std::span<const Real> ref, double tol, double u) {
+  if (fast.size() != ref.size()) {
+    tr.add(kInf, [&] {
+      return fmt::format("{}: {} entries, the reference has {}", what, fast.size(), ref.size());
+    });
+    return;
+  }
+  double w = 0;
+  for (size_t n = 0; n < ref.size(); ++n) {
+    const double a = double(fast[n]), b = double(ref[n]), err = std::abs(a - b);
+    double ratio = err / (tol + u * std::abs(b) + 1e-300);
+    if (!std::isfinite(a)) ratio = std::numeric_limits<double>::quiet_NaN();
+    if (std::isnan(ratio) || ratio > w) w = ratio;
+    tr.add(ratio, [&] {
+      return fmt::format(
+          "{}[{}]: tiled {:.17g}, reference {:.17g}, |diff| {:.3g}, tolerance {:.3g}", what, n, a,
+          b, err, tol + u * std::abs(b));
+    });
+  }
+  tr.quantity(what, w);
+}
+
+template <typename Real>
+void check_forward(tracker& tr, const spec& c) {
+  fixture<Real> f;
+  build(f, c);
+  auto pr = f.p, pf = f.p;
+  pr.out = f.out_ref.data();
+  pr.lse = f.lse_ref.data();
+  pf.out = f.out_fast.data();
+  pf.lse = f.lse_fast.data();
+  attention_reference(pr);
+  attention_tiled(pf);
+  const auto t = forward_tolerance(f, c);
+  const std::string ty = type_name<Real>();
+  compare<Real>(tr, ty + " out", f.out_fast, f.out_ref, t.out, 0);
+  double wl = 0;
+  for (size_t n = 0; n < f.lse_ref.size(); ++n) {
+    const double a = f.lse_ref[n], b = f.lse_fast[n];
+    if (std::isinf(a) || std::isinf(b)) {
+      // A row that sees nothing: both -inf, and both outputs exactly zero.
+      bool ok = a == b && a < 0;
+      for (int64_t d = 0; ok && d < c.D; ++d)
+        ok = f.out_fast[n * c.D + d] == Real(0) && f.out_ref[n * c.D + d] == Real(0);
+      if (!ok) {
+        wl = kInf;
+        tr.add(kInf, [&] {
+          return fmt::format(
+              "{} lse row {}: reference {}, tiled {} (a row that sees no key must "
+              "give lse = -inf and out = 0 on both)",
+              ty, n, a, b);
+        });
+      }
+      continue;
+    }
+    const double tol = t.lse + t.u * std::abs(a);
+    const double ratio = std::abs(a - b) / tol;
+    if (std::isnan(ratio) || ratio > wl) wl = ratio;
+    tr.add(ratio, [&] {
+      return fmt::format("{} lse[{}]: tiled {:.17g}, reference {:.17g}, tolerance {:.3g}", ty, n, b,
+                         a, tol);
+    });
+  }
+  tr.quantity(ty + " lse", wl);
+}
+
+// Tiled backward (on the tiled forward's out and lse) against the reference backward.
+template <typename Real>
+void check_backward(tracker& tr, const spec& c) {
+  fixture<Real> f;
+  build(f, c);
+  auto p = f.p;
+  p.out = f.out_fast.data();
+  p.lse = f.lse_fast.data();
+  attention_tiled(p);
+  const auto dout = random_normal<Real>(f.out_fast.size(), c.seed + 77);
+  grads<Real> ref(f, f.out_fast.data(), f.lse_fast.data(), dout.data());
+  grads<Real> fast(f, f.out_fast.data(), f.lse_fast.data(), dout.data());
+  attention_backward_reference(p, ref.g);
+  attention_backward_tiled(p, fast.g);
+  const auto t = backward_tolerance<Real>(f, c, dout, f.lse_fast);
+  const double u = std::numeric_limits<Real>::epsilon() / 2;
+  const std::string ty = std::string(type_name<Real>()) + " ";
+  compare<Real>(tr, ty + "dq", fast.dq, ref.dq, t.dq, u);
+  compare<Real>(tr, ty + "dk", fast.dk, ref.dk, t.dk, u);
+  compare<Real>(tr, ty + "dv", fast.dv, ref.dv, t.dv, u);
+  if (p.pos.has_t5()) compare<Real>(tr, ty + "dt5", fast.dt5, ref.dt5, t.dt5, u);
+  if (p.pos.has_shaw()) {
+    compare<Real>(tr, ty + "dshaw_keys", fast.dak, ref.dak, t.dak, u);
+    compare<Real>(tr, ty + "dshaw_values", fast.dav, ref.dav, t.dav, u);
+  }
+  if (!p.pos.alibi.empty()) compare<double>(tr, ty + "dalibi", fast.dal, ref.dal, t.dal, u);
+}
+
+std::string summary(const tracker& tr) {
+  std::string s;
+  for (const auto& [what, r] : tr.per)
+    s += fmt::format("{}{} {:.3g}", s.empty() ? "" : ", ", what, r);
+  return s;
+}
+
+}  // namespace
+
+check_result check_case(const spec& c) {
+  tracker tr;
+  std::string passes;
+  if (c.passes & forward) {
+    if (c.dtypes & f32) check_forward<float>(tr, c);
+    if (c.dtypes & f64) check_forward<double>(tr, c);
+    passes = "forward";
+  }
+  if (c.passes & backward) {
+    if (c.dtypes & f32) check_backward<float>(tr, c);
+    if (c.dtypes & f64) check_backward<double>(tr, c);
+    passes += passes.empty() ? "backward" : " and backward";
+  }
+  const std::string types = (c.dtypes & f32) && (c.dtypes & f64) ? "float32 and float64"
+                            : (c.dtypes & f32)                   ? "float32"
+                                                                 : "float64";
+  return measured_check(
+      "attention", "tiled_vs_reference/" + c.name,
+      fmt::format("The tiled {} ({}) agrees with the reference within the derived bounds on {}",
+                  passes, types, describe(c)),
+      tr.worst, 1.0,
+      fmt::format("max_error is the worst |tiled - reference| / tolerance; per quantity: {}; "
+                  "worst at {}; tolerances derived in include/posenc/attention/attention_cases.hpp",
+                  summary(tr), tr.at));
+}
+
+check_result grad_case(const spec& c) {
+  fixture<double> f;
+  build(f, c);
+  auto p = f.p;
+  std::vector<double> out(c.T * c.Hq * c.D), lse(c.T * c.Hq);
+  p.out = out.data();
+  p.lse = lse.data();
+  const auto dout = random_normal<double>(out.size(), c.seed + 91);
+  attention_reference(p);
+  grads<double> ref(f, out.data(), lse.data(), dout.data());
+  attention_backward_reference(p, ref.g);
+
+  const double u = std::numeric_limits<double>::epsilon() / 2;
+  double dO1 = 0;
+  for (double x : dout) dO1 += std::abs(x);
+  const double dL = 64 * (c.S + c.D) * u * (1 + f.A + f.B) * dO1 * f.V;
+  auto loss = [&] {
+    attention_reference(p);
+    double L = 0;
+    for (size_t n = 0; n < out.size(); ++n) L += dout[n] * out[n];
+    return L;
+  };
+  tracker tr;
+  auto check = [&](double* x, size_t n, const double* g, const char* what) {
+    double w = 0;
+    for (size_t e = 0; e < n; ++e) {
+      const double x0 = x[e], h = 1e-3;
+      auto fd = [&](double step) {
+        x[e] = x0 + step;
+        const double lp = loss();
+        x[e] = x0 - step;
+        const double lm = loss();
+        x[e] = x0;
+        return (lp - lm) / (2 * step);
+      };
+      const double f1 = fd(h), f2 = fd(2 * h);
+      const double tol =
+          std::abs(f2 - f1) + 2 * dL / h + 64 * (c.S + c.D) * u * (std::abs(g[e]) + 1);
+      const double ratio = std::abs(f1 - g[e]) / tol;
+      if (std::isnan(ratio) || ratio > w) w = ratio;
+      tr.add(ratio, [&] {
+        return fmt::format("{}[{}]: finite difference {:.17g}, backward {:.17g}, tolerance {:.3g}",
+                           what, e, f1, g[e], tol);
+      });
+    }
+    tr.quantity(what, w);
+  };
+  check(f.q.data(), f.q.size(), ref.dq.data(), "dq");
+  check(f.k.data(), f.k.size(), ref.dk.data(), "dk");
+  check(f.v.data(), f.v.size(), ref.dv.data(), "dv");
+  if (p.pos.has_t5()) check(f.tabs.t5.data(), f.tabs.t5.size(), ref.dt5.data(), "dt5");
+  if (p.pos.has_shaw()) {
+    check(f.tabs.shaw_keys.data(), f.tabs.shaw_keys.size(), ref.dak.data(), "dshaw_keys");
+    check(f.tabs.shaw_values.data(), f.tabs.shaw_values.size(), ref.dav.data(), "dshaw_values");
+  }
+  if (!p.pos.alibi.empty()) check(f.slopes.data(), f.slopes.size(), ref.dal.data(), "dalibi");
+  return measured_check(
+      "attention", "backward_vs_fd/" + c.name,
+      fmt::format("attention_backward_reference (float64) agrees with central differences of the "
+                  "reference forward for every input and position parameter on {}",
+                  describe(c)),
+      tr.worst, 1.0,
+      fmt::format("max_error is the worst |FD - g| / tol, tol = |FD(2h) - FD(h)| + rounding, "
+                  "h = 1e-3; per quantity: {}; worst at {}; derivation in "
+                  "include/posenc/attention/attention_cases.hpp",
+                  summary(tr), tr.at));
+}
+
+// ---- the lists ------------------------------------------------------------------------------
+namespace {
+
+std::string short_name(const spec& c) {
+  std::string s = fmt::format("{}_{}_T{}_S{}_D{}_H{}x{}_seed{}", name(c.sch), name(c.msk), c.T, c.S,
+                              c.D, c.Hq, c.Hkv, c.seed);
+  if (c.q_scale != 1) s += fmt::format("_qscale{}", c.q_scale);
+  if (c.k_shift != 0) s += fmt::format("_kshift{}", c.k_shift);
+  return s;
+}
+
+spec make(std::string group, spec c, unsigned passes, unsigned dtypes) {
+  c.passes = passes;
+  c.dtypes = dtypes;
+  c.group = std::move(group);
+  c.name = c.group + "/" + short_name(c);
+  return c;
+}
+
+constexpr int64_t kLens[] = {1, 3, 17, 64, 129};
+constexpr int64_t kDims[] = {32, 80, 128};
+constexpr std::pair<int64_t, int64_t> kHeads[] = {{1, 1}, {4, 1}, {4, 4}, {8, 1}, {8, 4}, {8, 8}};
+constexpr int64_t kSimdDims[] = {32, 80, 128, 20};
+constexpr std::pair<int64_t, int64_t> kSimdHeads[] = {{1, 1}, {4, 4}, {8, 1},
+                                                      {8, 4}, {8, 8}, {4, 1}};
+
+// cu_seqlens (and "everything", which includes it) aligns queries with the last keys: T <= S.
+spec simd_case(int64_t T, int64_t S, int64_t D, std::pair<int64_t, int64_t> heads, scheme sch,
+               mask msk, uint64_t seed) {
+  if (T > S && (msk == mask::cu_seqlens || msk == mask::everything)) std::swap(T, S);
+  return spec{T, S, D, heads.first, heads.second, sch, msk, seed};
+}
+
+std::vector<spec> make_full() {
+  std::vector<spec> v;
+  // ---- forward (tests/test_attention.cpp) ----
+  // Every scheme x every mask on one awkward shape (T=17 queries after a prefix, S=64), both
+  // element types.
+  for (int sch = 0; sch < kSchemes; ++sch)
+    for (int msk = 0; msk < kMasks; ++msk)
+      v.push_back(make("forward_every_scheme_and_mask",
+                       spec{17, 64, 80, 8, 4, static_cast<scheme>(sch), static_cast<mask>(msk),
+                            uint64_t(100 + sch * 16 + msk)},
+                       forward, f32 | f64));
+  // A deterministic sample of the full cross product of shapes, heads, schemes and masks
+  // (the whole product is ~50k cases; this covers every value of every axis many times).
+  {
+    rng r(2024);
+    for (int n = 0; n < 160; ++n) {
+      // Braced initialisers are evaluated in order: the draws below are T, S, D, Hq, scheme,
+      // mask, then Hkv.
+      spec c{kLens[r.below(5)],
+             kLens[r.below(5)],
+             kDims[r.below(3)],
+             kHeads[r.below(6)].first,
+             0,
+             static_cast<scheme>(r.below(8)),
+             static_cast<mask>(r.below(9)),
+             uint64_t(1000 + n)};
+      c.Hkv = kHeads[r.below(6)].second;
+      if (c.Hq % c.Hkv) c.Hkv = 1;
+      // cu_seqlens aligns queries with the last keys: only for T <= S.
+      if (c.T > c.S && c.msk == mask::cu_seqlens) c.msk = mask::doc_ids;
+      if (c.T > c.S && c.msk == mask::everything) c.msk = mask::positions;
+      v.push_back(make("forward_sampled_cross_product", c, forward, n % 2 ? f32 : f64));
+    }
+  }
+  // Every length pair at T, S in {1, 3, 17, 64, 129} with causal masking (the aligned
+  // bottom-right rule is where off-by-ones live); default positions need T <= S.
+  for (int64_t T : kLens)
+    for (int64_t S : kLens)
+      v.push_back(make("forward_all_length_pairs_causal",
+                       spec{T, S, 32, 4, 1, scheme::alibi, T > S ? mask::positions : mask::causal,
+                            uint64_t(T * 1000 + S)},
+                       forward, f32));
+  // Large score magnitudes: |s| ~ 1e4 saturates a naive exp; the max-subtracted online softmax
+  // must stay finite and match the reference.
+  for (scheme s : {scheme::none, scheme::alibi, scheme::shaw})
+    v.push_back(make("forward_large_scores", spec{17, 64, 32, 4, 4, s, mask::causal, 77, 2000.0},
+                     forward, f32 | f64));
+  // T5 with every key far ahead of or behind every query: all offsets lie beyond the bucket
+  // saturation (2 max_distance + num_buckets = 288), so the tiled path's offset table collapses
+  // to one entry. (The double path once sized that table negatively here and threw.)
+  for (int64_t shift : {5000, -5000})
+    for (scheme s : {scheme::t5_bidir, scheme::t5_causal})
+      v.push_back(make("forward_t5_beyond_saturation",
+                       spec{17, 64, 32, 4, 2, s, mask::positions, 91, 1.0, shift}, forward,
+                       f32 | f64));
+  // ---- the float32 SIMD kernels (partial key blocks of 64, D = 20 padded to the vector length,
+  // the decode path below 16 tile rows, MHA/GQA/MQA) ----
+  // Every scheme x every mask, the shapes cycling through the awkward lists.
+  {
+    int idx = 0;
+    for (int s = 0; s < kSchemes; ++s)
+      for (int m = 0; m < kMasks; ++m, ++idx)
+        v.push_back(make("simd_every_scheme_and_mask",
+                         simd_case(kLens[idx % 5], kLens[(idx / 5 + idx) % 5], kSimdDims[idx % 4],
+                                   kSimdHeads[idx % 6], static_cast<scheme>(s),
+                                   static_cast<mask>(m), 1000u + static_cast<uint64_t>(idx)),
+                         forward, f32));
+  }
+  // All T x S combinations for the benchmark's kind of call: causal GQA, none and T5/ALiBi.
+  {
+    int idx = 0;
+    for (int64_t T : kLens)
+      for (int64_t S : kLens) {
+        if (T > S) continue;  // bottom-right causal with T > S needs explicit positions
+        const scheme sch =
+            idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : scheme::t5_causal);
+        v.push_back(
+            make("simd_causal_gqa_all_lengths",
+                 spec{T, S, kSimdDims[idx % 3], 8, 2, sch, mask::causal, 77u + uint64_t(idx)},
+                 forward, f32));
+        ++idx;
+      }
+  }
+  // Large scores on the SIMD path: the running max moves across key blocks by a lot (rescale
+  // alpha << 1) and masked lanes stay exactly 0 (Exp(-inf) = 0, no NaN).
+  v.push_back(make("simd_large_scores", spec{64, 129, 32, 4, 2, scheme::none, mask::causal, 5, 30},
+                   forward, f32));
+
+  // ---- backward (tests/test_attention_backward.cpp) ----
+  // Finite differences: every scheme x every mask on a small GQA shape, then every scheme on MHA
+  // and MQA with every mask at once, and T > S.
+  for (int sch = 0; sch < kSchemes; ++sch)
+    for (int msk = 0; msk < kMasks; ++msk)
+      v.push_back(make("grad_every_scheme_and_mask",
+                       spec{6, 9, 8, 4, 2, static_cast<scheme>(sch), static_cast<mask>(msk),
+                            uint64_t(300 + sch * 16 + msk)},
+                       grad, f64));
+  for (int sch = 0; sch < kSchemes; ++sch)
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{3, 3}, {4, 1}}) {
+      v.push_back(make("grad_mha_mqa",
+                       spec{5, 8, 8, hq, hkv, static_cast<scheme>(sch), mask::everything,
+                            uint64_t(500 + sch * 4 + hkv)},
+                       grad, f64));
+      v.push_back(make("grad_mha_mqa",
+                       spec{7, 4, 6, hq, hkv, static_cast<scheme>(sch), mask::positions,
+                            uint64_t(600 + sch * 4 + hkv)},
+                       grad, f64));  // T > S
+    }
+  // The tiled backward against the reference, every scheme x every mask, both element types.
+  for (int sch = 0; sch < kSchemes; ++sch)
+    for (int msk = 0; msk < kMasks; ++msk)
+      v.push_back(make("backward_every_scheme_and_mask",
+                       spec{17, 70, 80, 8, 4, static_cast<scheme>(sch), static_cast<mask>(msk),
+                            uint64_t(700 + sch * 16 + msk)},
+                       backward, f32 | f64));
+  // A deterministic sample of shapes: lengths across block edges (1, 3, 63, 64, 65, 129), odd
+  // head dims, MHA / GQA / MQA.
+  {
+    const int64_t lens[] = {1, 3, 63, 64, 65, 129};
+    const int64_t dims[] = {1, 7, 32, 59, 96};
+    const std::pair<int64_t, int64_t> heads[] = {{1, 1}, {4, 1}, {4, 4}, {6, 2}, {8, 8}};
+    rng r(77);
+    for (int n = 0; n < 60; ++n) {
+      spec c{lens[r.below(6)],
+             lens[r.below(6)],
+             dims[r.below(5)],
+             0,
+             0,
+             static_cast<scheme>(r.below(kSchemes)),
+             static_cast<mask>(r.below(kMasks)),
+             uint64_t(900 + n)};
+      const auto hh = heads[r.below(5)];
+      c.Hq = hh.first, c.Hkv = hh.second;
+      if (c.T > c.S && (c.msk == mask::cu_seqlens || c.msk == mask::everything))
+        c.msk = mask::positions;
+      if (c.sch == scheme::rope_interleaved_partial && c.D < 4) c.sch = scheme::rope_half;
+      if ((c.sch == scheme::rope_half || c.sch == scheme::all) && c.D % 2) c.D += 1;
+      v.push_back(make("backward_sampled_shapes", c, backward, n % 2 ? f32 : f64));
+    }
+  }
+  return v;
+}
+
+std::vector<spec> make_check() {
+  std::vector<spec> v;
+  auto add = [&](spec c, unsigned passes) {
+    c.passes = passes;
+    c.dtypes = f32 | f64;
+    c.group = "check";
+    c.name = fmt::format("{}_{}_T{}_S{}", name(c.sch), name(c.msk), c.T, c.S);
+    v.push_back(c);
+  };
+  // Every scheme with a different mask (and every mask once), small GQA shapes: both modes.
+  const std::pair<scheme, mask> pairs[] = {{scheme::none, mask::none},
+                                           {scheme::rope_half, mask::causal},
+                                           {scheme::rope_interleaved_partial, mask::padding},
+                                           {scheme::alibi, mask::cu_seqlens},
+                                           {scheme::t5_bidir, mask::doc_ids},
+                                           {scheme::t5_causal, mask::window},
+                                           {scheme::shaw, mask::causal_window},
+                                           {scheme::all, mask::everything}};
+  uint64_t seed = 4000;
+  for (auto [s, m] : pairs) add(spec{7, 13, 8, 4, 2, s, m, seed++}, forward | backward | grad);
+  add(spec{9, 5, 8, 4, 2, scheme::all, mask::positions, seed++}, forward | backward | grad);
+  // Past the block edges (65 queries, 70 keys: blocks of 64) with every scheme on, a decode
+  // step, MQA with an odd D.
+  add(spec{65, 70, 32, 4, 2, scheme::all, mask::causal, seed++}, forward | backward);
+  add(spec{1, 130, 32, 4, 1, scheme::rope_half, mask::causal, seed++}, forward | backward);
+  add(spec{17, 33, 59, 4, 1, scheme::shaw, mask::causal, seed++}, forward | backward);
+  return v;
+}
+
+std::vector<spec> make_perf() {
+  std::vector<spec> v;
+  auto add = [&](const char* kind, int64_t T, int64_t S, scheme s, const char* sname,
+                 unsigned passes) {
+    spec c{T, S, 128, 32, 8, s, mask::causal, 11};
+    c.passes = passes;
+    c.dtypes = f32;
+    c.group = kind;
+    c.name = fmt::format("{}/T={}/S={}/Hq=32/Hkv=8/D=128/scheme={}", kind, T, S, sname);
+    v.push_back(c);
+  };
+  add("attention", 2048, 2048, scheme::none, "none", forward);
+  add("attention", 2048, 2048, scheme::rope_half, "rope", forward);
+  add("attention", 2048, 2048, scheme::alibi, "alibi", forward);
+  add("attention", 2048, 2048, scheme::t5_causal, "t5", forward);
+  add("attention", 1, 8192, scheme::none, "none", forward);
+  add("attention_backward", 2048, 2048, scheme::none, "none", backward);
+  add("attention_backward", 2048, 2048, scheme::alibi, "alibi", backward);
+  return v;
+}
+
+}  // namespace
+
+const std::vector<spec>& check_cases() {
+  static const std::vector<spec> v = make_check();
+  return v;
+}
+
+const std::vector<spec>& full_cases() {
+  static const std::vector<spec> v = make_full();
+  return v;
+}
+
+const std::vector<spec>& perf_cases() {
+  static const std::vector<spec> v = make_perf();
+  return v;
+}
+
+spec perf_validation_case(const spec& c) {
+  spec r = c;
+  if (c.passes & backward) {
+    r.T = r.S = std::min<int64_t>(c.T, 192);
+  } else {
+    r.T = std::min<int64_t>(c.T, 16);
+  }
+  r.name = fmt::format("{}/validation_T{}_S{}", c.name, r.T, r.S);
+  return r;
+}
+
+}  // namespace posenc::attention_cases
