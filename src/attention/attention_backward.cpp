@@ -305,6 +305,8 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
   const Real scale = static_cast<Real>(pl.scale);
   const Real* ones = pr.ones.data();
   const bool simple = pr.simple;
+  // Parameter gradients are accumulated only when asked for (Shaw's w sums also feed dq).
+  const bool want_params = shaw || (alibi && g.dalibi) || (t5 && g.dt5);
 
   // Pack this head's keys and values.
   std::fill(sc.kT.begin(), sc.kT.end(), Real(0));
@@ -393,7 +395,15 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
           sc.jlo[r] = std::clamp<int64_t>(lo_tok - j0, 0, nb);
           sc.jhi[r] = live ? std::clamp<int64_t>(hi_tok - j0, sc.jlo[r], nb) : sc.jlo[r];
         }
-        if (shaw || alibi || t5)  // score terms beyond q.k, and Shaw-V's term of dP
+        if (alibi && !shaw && !t5 && std::is_same_v<Real, float>) {
+          // The forward's vectorised ALiBi row (bit-identical to the scalar formula in float).
+          for (int64_t r = 0; r < R; ++r) {
+            const int64_t i = query_of(r), h = head_of(r);
+            if constexpr (std::is_same_v<Real, float>)
+              alibi_bias_row(ps.alibi[h], pl.qpos[i], pl.kpos.data() + j0 + sc.jlo[r],
+                             sc.jhi[r] - sc.jlo[r], p.causal, s + r * kBk + sc.jlo[r], true);
+          }
+        } else if (shaw || alibi || t5) {  // score terms beyond q.k, and Shaw-V's term of dP
           for (int64_t r = 0; r < R; ++r) {
             const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
             for (int64_t jj = sc.jlo[r]; jj < sc.jhi[r]; ++jj) {
@@ -409,6 +419,7 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
               s[r * kBk + jj] += x;
             }
           }
+        }
         if constexpr (std::is_same_v<Real, float>) {
           detail::softmax_backward_block_f32(R, s, dp, sc.jlo.data(), sc.jhi.data(),
                                              sc.lse_r.data(), sc.D_r.data());
@@ -421,15 +432,15 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
               s[r * kBk + jj] = pij;
             }
         }
-        if (shaw || alibi || t5)  // parameter gradients from dS (and P for Shaw-V)
+        if (want_params)  // parameter gradients from dS (and P for Shaw-V)
           for (int64_t r = 0; r < R; ++r) {
             const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
             double dal_h = 0;
             for (int64_t jj = sc.jlo[r]; jj < sc.jhi[r]; ++jj) {
               const int64_t kp = pl.kpos[j0 + jj];
               const double ds = double(dp[r * kBk + jj]);
-              if (alibi) dal_h += ds * alibi_bias(1.0, qp, kp, p.causal);
-              if (t5) (*pr.dt5)[pr.t5(kp - qp) * Hq + h] += ds;
+              if (alibi && g.dalibi) dal_h += ds * alibi_bias(1.0, qp, kp, p.causal);
+              if (t5 && g.dt5) (*pr.dt5)[pr.t5(kp - qp) * Hq + h] += ds;
               if (shaw) {
                 const int64_t c = shaw_index(qp, kp, K);
                 sc.wds[r * C + c] += ds;
