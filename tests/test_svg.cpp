@@ -1,4 +1,4 @@
-// The SVG plotting toolkit (tools/posenc/svg.hpp): well-formed XML, escaping, tick choice,
+// The SVG plotting toolkit (tools/posenc/report/svg.hpp): well-formed XML, escaping, tick choice,
 // NaN / masked handling, log-axis validation, colour maps, determinism.
 //
 // The toolkit lives with the CLI (tools/posenc/), not in the library, so this test compiles its

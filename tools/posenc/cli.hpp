@@ -1,6 +1,6 @@
 // tools/posenc/cli.hpp: how a command file plugs into the posenc executable.
 //
-// Each command lives in its own tools/posenc/cmd_<name>.cpp and registers itself at static
+// Each command lives in its own tools/posenc/commands/cmd_<name>.cpp and registers itself at static
 // initialisation:
 //
 //   static const bool registered = posenc::cli::register_command(20, [](CLI::App& app) {

@@ -1,7 +1,7 @@
-// tools/posenc/report.hpp: how a family adds its section to `posenc report`.
+// tools/posenc/report/report.hpp: how a family adds its section to `posenc report`.
 //
 // A section registers itself at static initialisation from its own file
-// (tools/posenc/report_<family>.cpp):
+// (tools/posenc/report/report_<family>.cpp):
 //
 //   static const bool registered = posenc::cli::register_report_section(
 //       20, "sinusoidal", [](posenc::cli::report_context& ctx) { ... return section; });

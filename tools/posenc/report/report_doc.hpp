@@ -1,4 +1,4 @@
-// tools/posenc/report_doc.hpp: the report as a document, written once and rendered twice.
+// tools/posenc/report/report_doc.hpp: the report as a document, written once and rendered twice.
 //
 // A report section builds a `doc::document` (headings, paragraphs, tables, figures, lists,
 // code blocks) instead of writing HTML and Markdown by hand; `to_html` and `to_markdown` are

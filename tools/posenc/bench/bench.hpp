@@ -1,6 +1,6 @@
-// tools/posenc/bench.hpp: how a kernel family adds its cases to `posenc bench`.
+// tools/posenc/bench/bench.hpp: how a kernel family adds its cases to `posenc bench`.
 //
-// A case file (tools/posenc/bench_<family>.cpp) registers factories at static initialisation:
+// A case file (tools/posenc/bench/bench_<family>.cpp) registers factories at static initialisation:
 //
 //   static const bool registered = posenc::cli::register_bench_case(
 //       {10, "rope_apply_half_T4096", [](const posenc::cli::bench_options& o) { ... }});

@@ -1,4 +1,4 @@
-// tools/posenc/svg.hpp: a small, dependency-free SVG plotting toolkit for the report and the
+// tools/posenc/report/svg.hpp: a small, dependency-free SVG plotting toolkit for the report and the
 // `posenc figure` command.
 //
 // Three chart kinds, each a plain struct filled by the caller and turned into a standalone SVG
