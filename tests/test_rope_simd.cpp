@@ -1,86 +1,44 @@
 // The RoPE SIMD kernels (src/encodings/rope_simd.cpp) against the binary128 reference and the
 // plain scalar loops: awkward shapes (T in 1, 3, 17, 129; H in 1, 3, 32; D in 32, 59, 80, 96,
 // 128 with partial rotary R < D and odd pass-through widths), both layouts, float and double,
-// forward and inverse, in place; the exact-mode cos/sin bound at large positions; the fused
-// q-and-k entry point; the POSENC_REFERENCE=1 switch.
+// forward and inverse, in place; rope_apply_qk and rope_unrotate; the exact-mode cos/sin bound
+// at large positions; the fused q-and-k entry point; the POSENC_REFERENCE=1 switch.
 //
-// Tolerances (u = 2^-53 for double, u_f = 2^-24 for float; a = attention factor; per element of
-// a pair (u, v), against the exact rotation):
-//   cos/sin row (exact mode): <= 2.5 u absolute before scaling by a (rope_simd.cpp: < 1.8 u
-//     from SinCosReduced + one rounding of the first-order correction), + 1 u relative for the
-//     multiply by a.
-//   double rotation: y = fma(u, c, -(v s)): the product v s rounds (u |v s|) and the fma rounds
-//     (u |y|): with the cos/sin error, |y - exact| <= (2.5 + 1 + 2) u a (|u| + |v|) = 5.5 u ...
-//   float rotation: c, s rounded to float (u_f a each), then the same two roundings in float:
-//     |y - exact| <= 3 u_f a (|u| + |v|) + 5.5 u a (|u| + |v|).
-// The reference's own error (binary128 reduction, long double sin/cos) is below 1e-18 relative.
+// The kernel-against-reference tests run the groups of the library's case table (full_cases()
+// of include/posenc/encodings/rope_cases.hpp, which also feeds `posenc check --group rope` and
+// `posenc bench`) through its check mode; the bounds are derived in that header (per element of
+// a pair (x_u, x_v): 5.5 u a (|x_u| + |x_v|) for double, (3 u_f + 5.5 u) a (|x_u| + |x_v|) for
+// float against the reference; 4 u_T (|x_u| + |x_v|) between the SIMD and plain rotate loops;
+// bit for bit between rope_apply_qk and two rope_apply calls).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_cases.hpp"
 
 using namespace posenc;
 
 namespace {
 
 constexpr double kU = 0x1p-53;
-constexpr double kUf = 0x1p-24;
 
 rope_freqs freqs(int64_t D, int64_t R, double theta = 10000, double factor = 1) {
-  rope_config c;
-  c.head_dim = D;
-  c.rotary_dim = R;
-  c.theta = theta;
-  if (factor != 1) {
-    c.type = rope_type::yarn;
-    c.factor = factor;
-    c.original_max_position_embeddings = 4096;
-  }
-  return rope_frequencies(c);
-}
-
-template <typename T>
-double tol_unit() {
-  return std::is_same_v<T, float> ? 3 * kUf + 5.5 * kU : 5.5 * kU;
-}
-
-// Index of the partner of channel d (< R) in its pair.
-int64_t partner(rope_layout l, int64_t R, int64_t d) {
-  if (l == rope_layout::interleaved) return d ^ 1;
-  return d < R / 2 ? d + R / 2 : d - R / 2;
-}
-
-// Compares y (fast, type T) with ref (double) for x: (T, H, D); returns the worst error / bound
-// over rotated channels; pass-through channels must be bit-exact copies of x.
-template <typename T>
-double compare(const rope_freqs& f, rope_layout l, const std::vector<T>& x, const std::vector<T>& y,
-               const std::vector<double>& ref, int64_t rows) {
-  const int64_t D = f.head_dim, R = f.rotary_dim;
-  double worst = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t d = 0; d < D; ++d) {
-      const int64_t e = r * D + d;
-      if (d >= R) {
-        EXPECT_EQ(std::memcmp(&y[e], &x[e], sizeof(T)), 0) << "pass-through channel " << d;
-        continue;
-      }
-      const double mag = std::fabs(static_cast<double>(x[e])) +
-                         std::fabs(static_cast<double>(x[r * D + partner(l, R, d)]));
-      const double bound = tol_unit<T>() * f.attention_factor * mag + 1e-300;
-      worst = std::max(worst, std::fabs(static_cast<double>(y[e]) - ref[e]) / bound);
-    }
-  }
-  return worst;
+  rope_cases::spec c;
+  c.D = D, c.R = R, c.theta = theta, c.factor = factor;
+  return rope_cases::freqs(c);
 }
 
 template <typename T>
@@ -90,81 +48,36 @@ std::vector<T> rand_vec(rng& g, size_t n) {
   return v;
 }
 
-struct shape {
-  int64_t D, R;
-};
-// Odd pass-through widths (59 - 58 = 1, 59 - 32 = 27, 80 - 24 = 56, 96 - 64 = 32), R/2 odd
-// (29, 45: vector tails) and the model shapes.
-constexpr shape kShapes[] = {{32, 32}, {59, 58}, {59, 32},   {80, 80}, {80, 24},
-                             {96, 96}, {96, 64}, {128, 128}, {128, 90}};
+// Runs the full list's cases of one group through check mode; n is the group's size (the
+// coverage of the test this replaced, or of the new group).
+void run_group(const std::string& group, int n) {
+  int seen = 0;
+  double worst = 0;
+  for (const auto& c : rope_cases::full_cases()) {
+    if (c.group != group) continue;
+    ++seen;
+    const auto r = rope_cases::check_case(c);
+    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << ", tolerance "
+                          << r.tolerance << "\n"
+                          << r.detail;
+    worst = std::max(worst, r.max_error);
+  }
+  EXPECT_EQ(seen, n) << group;
+  ::testing::Test::RecordProperty("worst_over_bound", std::to_string(worst));
+}
 
 }  // namespace
 
+// Every shape x T x H x layout, forward and inverse, float and double, half of the cases with
+// a != 1 (yarn), positions below 1e7: rope_apply against the reference.
 TEST(RopeSimd, MatchesReferenceOnAwkwardShapes) {
-  rng g(77);
-  double worst_f = 0, worst_d = 0;
-  for (const auto& sh : kShapes)
-    for (int64_t T : {1, 3, 17, 129})
-      for (int64_t H : {1, 3, 32}) {
-        if (T * H > 129 && sh.R != 128) continue;  // keep the ASan run short
-        for (auto l : {rope_layout::half, rope_layout::interleaved}) {
-          const bool scaled = (T + H) % 2 == 1;  // half the cases with a != 1 (yarn)
-          auto f = freqs(sh.D, sh.R, scaled ? 5e5 : 1e4, scaled ? 4.0 : 1.0);
-          std::vector<int64_t> pos(T);
-          for (auto& p : pos) p = static_cast<int64_t>(g.below(10000000));
-          const size_t n = static_cast<size_t>(T * H * sh.D);
-          auto xd = rand_vec<double>(g, n);
-          std::vector<float> xf(xd.begin(), xd.end());
-          std::vector<double> xfd(xf.begin(), xf.end());
-          for (bool inverse : {false, true}) {
-            std::vector<double> ref(n), reff(n);
-            rope_apply_reference(f, l, pos, xd.data(), ref.data(), T, H, sh.D, inverse);
-            rope_apply_reference(f, l, pos, xfd.data(), reff.data(), T, H, sh.D, inverse);
-            auto yd = xd;
-            rope_apply(f, l, rope_angle::exact, pos, yd.data(), T, H, sh.D, inverse);
-            auto yf = xf;
-            rope_apply(f, l, rope_angle::exact, pos, yf.data(), T, H, sh.D, inverse);
-            const double ed = compare(f, l, xd, yd, ref, T * H);
-            const double ef = compare(f, l, xf, yf, reff, T * H);
-            EXPECT_LE(ed, 1) << "double D=" << sh.D << " R=" << sh.R << " T=" << T << " H=" << H
-                             << " " << rope_layout_name(l) << " inverse=" << inverse;
-            EXPECT_LE(ef, 1) << "float D=" << sh.D << " R=" << sh.R << " T=" << T << " H=" << H
-                             << " " << rope_layout_name(l) << " inverse=" << inverse;
-            worst_d = std::max(worst_d, ed);
-            worst_f = std::max(worst_f, ef);
-          }
-        }
-      }
-  RecordProperty("worst_double_over_bound", std::to_string(worst_d));
-  RecordProperty("worst_float_over_bound", std::to_string(worst_f));
+  run_group("awkward_shapes", 336);
 }
 
+// Same cos/sin into rope_rotate and rope_rotate_plain (5 heads in rows of D + 7): they differ
+// only in fma vs product-then-add; the gaps and channels [R, D) stay untouched.
 TEST(RopeSimd, RotateMatchesPlainLoopsWithinOneRoundingPerProduct) {
-  // Same cos/sin into both kernels: they differ only in fma vs product-then-add: each output
-  // differs by <= 2 roundings of |u c| + |v s| <= |u| + |v| (|c|, |s| <= 1) on each side.
-  rng g(3);
-  for (const auto& sh : kShapes)
-    for (auto l : {rope_layout::half, rope_layout::interleaved})
-      for (bool inverse : {false, true}) {
-        auto f = freqs(sh.D, sh.R);
-        const int64_t H = 5, stride = sh.D + 7;  // heads embedded in a wider row
-        auto buf = rand_vec<float>(g, static_cast<size_t>(H * stride));
-        std::vector<float> c(sh.R / 2), s(sh.R / 2);
-        rope_cos_sin(f, rope_angle::exact, 123457, c.data(), s.data());
-        auto a = buf, b = buf;
-        rope_rotate(l, sh.R, c.data(), s.data(), a.data(), H, stride, inverse);
-        rope_rotate_plain(l, sh.R, c.data(), s.data(), b.data(), H, stride, inverse);
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t d = 0; d < stride; ++d) {
-            const int64_t e = h * stride + d;
-            if (d >= sh.R) {
-              EXPECT_EQ(std::memcmp(&a[e], &buf[e], 4), 0) << "untouched channel " << d;
-              continue;
-            }
-            const double mag = std::fabs(buf[e]) + std::fabs(buf[h * stride + partner(l, sh.R, d)]);
-            EXPECT_LE(std::fabs(a[e] - b[e]), 4 * kUf * mag) << d;
-          }
-      }
+  run_group("plain_strided", 72);
 }
 
 TEST(RopeSimd, ExactCosSinBoundAtLargePositions) {
@@ -205,54 +118,24 @@ TEST(RopeSimd, ExactCosSinBoundAtLargePositions) {
   RecordProperty("exact_max_abs_error", buf);
 }
 
+// Whole rope_apply at positions near 1e7 and 2^40 (float and double), half and interleaved.
 TEST(RopeSimd, ApplyAtHugePositionsStaysWithinBound) {
-  // Whole rope_apply at positions near 1e7 and 2^40 (float and double), half and interleaved.
-  rng g(12);
-  auto f = freqs(96, 80, 1e6);
-  std::vector<int64_t> pos = {10000000, 9999991, int64_t{1} << 40, (int64_t{1} << 40) + 12345};
-  const int64_t T = 4, H = 3, D = 96;
-  auto x = rand_vec<double>(g, static_cast<size_t>(T * H * D));
-  std::vector<float> xf(x.begin(), x.end());
-  std::vector<double> xfd(xf.begin(), xf.end());
-  for (auto l : {rope_layout::half, rope_layout::interleaved}) {
-    std::vector<double> ref(x.size()), reff(x.size());
-    rope_apply_reference(f, l, pos, x.data(), ref.data(), T, H, D);
-    rope_apply_reference(f, l, pos, xfd.data(), reff.data(), T, H, D);
-    auto y = x;
-    rope_apply(f, l, rope_angle::exact, pos, y.data(), T, H, D);
-    auto yf = xf;
-    rope_apply(f, l, rope_angle::exact, pos, yf.data(), T, H, D);
-    EXPECT_LE(compare(f, l, x, y, ref, T * H), 1);
-    EXPECT_LE(compare(f, l, xf, yf, reff, T * H), 1);
-  }
+  run_group("huge_positions", 2);
 }
 
+// rope_apply_qk (GQA, R = 24 of D = 80, a != 1) equals rope_apply on q and then on k, bit for
+// bit, in both angle modes, forward and inverse, float and double.
 TEST(RopeSimd, FusedQkEqualsTwoAppliesBitForBit) {
-  rng g(21);
-  for (auto l : {rope_layout::half, rope_layout::interleaved})
-    for (auto angle : {rope_angle::exact, rope_angle::compat_f32}) {
-      auto f = freqs(80, 24, 1e6, 2.0);
-      const int64_t T = 37, Hq = 8, Hk = 2, D = 80;  // GQA: Hk != Hq
-      std::vector<int64_t> pos(T);
-      for (auto& p : pos) p = static_cast<int64_t>(g.below(1u << 24));
-      auto q = rand_vec<float>(g, static_cast<size_t>(T * Hq * D));
-      auto k = rand_vec<float>(g, static_cast<size_t>(T * Hk * D));
-      auto q1 = q, k1 = k;
-      rope_apply_qk(f, l, angle, pos, q.data(), Hq, k.data(), Hk, T, D, false);
-      rope_apply(f, l, angle, pos, q1.data(), T, Hq, D);
-      rope_apply(f, l, angle, pos, k1.data(), T, Hk, D);
-      EXPECT_EQ(std::memcmp(q.data(), q1.data(), q.size() * 4), 0);
-      EXPECT_EQ(std::memcmp(k.data(), k1.data(), k.size() * 4), 0);
-      // Double, inverse.
-      auto qd = rand_vec<double>(g, static_cast<size_t>(T * Hq * D));
-      auto kd = rand_vec<double>(g, static_cast<size_t>(T * Hk * D));
-      auto qd1 = qd, kd1 = kd;
-      rope_apply_qk(f, l, angle, pos, qd.data(), Hq, kd.data(), Hk, T, D, true);
-      rope_apply(f, l, angle, pos, qd1.data(), T, Hq, D, true);
-      rope_apply(f, l, angle, pos, kd1.data(), T, Hk, D, true);
-      EXPECT_EQ(std::memcmp(qd.data(), qd1.data(), qd.size() * 8), 0);
-      EXPECT_EQ(std::memcmp(kd.data(), kd1.data(), kd.size() * 8), 0);
-    }
+  run_group("fused_qk", 4);
+}
+
+// rope_apply_qk (Hq = 4, Hk = 2) and rope_unrotate (the true inverse, R(p)^T / a) against the
+// reference on every shape and layout.
+TEST(RopeSimd, FusedQkMatchesReference) {
+  run_group("apply_qk_reference", 18);
+}
+TEST(RopeSimd, UnrotateMatchesReference) {
+  run_group("unrotate_reference", 18);
 }
 
 TEST(RopeSimd, FusedQkThreadCountDoesNotChangeResults) {
@@ -346,32 +229,26 @@ TEST(RopeSimd, ReferenceSwitchSelectsTheReference) {
       differ += yfast[i] != ref[i];
     }
     EXPECT_GT(differ, 0u) << "the fast path should not be the reference bit for bit";
-    EXPECT_LE(compare(f, l, x, yfast, ref, T * H), 1);
+    EXPECT_LE(rope_cases::reference_ratio<double>(
+                  l, f.rotary_dim, D, f.attention_factor, std::span<const double>(x),
+                  std::span<const double>(yfast), std::span<const double>(ref)),
+              1);
   }
 }
 
+// Random shapes through the table's reference mode (rope_apply, both element types).
 RC_GTEST_PROP(RopeSimd, RandomShapesMatchReference, ()) {
-  const int64_t D = *rc::gen::inRange<int64_t>(2, 200);
-  const int64_t R = 2 * *rc::gen::inRange<int64_t>(1, D / 2 + 1);
-  const int64_t T = *rc::gen::inRange<int64_t>(1, 6);
-  const int64_t H = *rc::gen::inRange<int64_t>(1, 6);
-  const auto l = *rc::gen::arbitrary<bool>() ? rope_layout::half : rope_layout::interleaved;
-  const bool inverse = *rc::gen::arbitrary<bool>();
-  const int64_t pmax = *rc::gen::element<int64_t>(1000, 10000000, int64_t{1} << 40);
-  rng g(*rc::gen::arbitrary<uint64_t>());
-  auto f = freqs(D, R, *rc::gen::element(1e4, 1e6));
-  std::vector<int64_t> pos(T);
-  for (auto& p : pos) p = static_cast<int64_t>(g.uniform() * static_cast<double>(pmax));
-  auto x = rand_vec<double>(g, static_cast<size_t>(T * H * D));
-  std::vector<float> xf(x.begin(), x.end());
-  std::vector<double> xfd(xf.begin(), xf.end());
-  std::vector<double> ref(x.size()), reff(x.size());
-  rope_apply_reference(f, l, pos, x.data(), ref.data(), T, H, D, inverse);
-  rope_apply_reference(f, l, pos, xfd.data(), reff.data(), T, H, D, inverse);
-  auto y = x;
-  rope_apply(f, l, rope_angle::exact, pos, y.data(), T, H, D, inverse);
-  auto yf = xf;
-  rope_apply(f, l, rope_angle::exact, pos, yf.data(), T, H, D, inverse);
-  RC_ASSERT(compare(f, l, x, y, ref, T * H) <= 1);
-  RC_ASSERT(compare(f, l, xf, yf, reff, T * H) <= 1);
+  rope_cases::spec c;
+  c.D = *rc::gen::inRange<int64_t>(2, 200);
+  c.R = 2 * *rc::gen::inRange<int64_t>(1, c.D / 2 + 1);
+  c.T = *rc::gen::inRange<int64_t>(1, 6);
+  c.H = *rc::gen::inRange<int64_t>(1, 6);
+  c.layout = *rc::gen::arbitrary<bool>() ? rope_layout::half : rope_layout::interleaved;
+  c.inverse = *rc::gen::arbitrary<bool>();
+  c.pos_max = *rc::gen::element<int64_t>(1000, 10000000, int64_t{1} << 40);
+  c.seed = *rc::gen::arbitrary<uint64_t>();
+  c.theta = *rc::gen::element(1e4, 1e6);
+  c.name = "random";
+  const auto r = rope_cases::check_case(c);
+  RC_ASSERT(r.passed);
 }

@@ -1,6 +1,9 @@
 // RoPE: the property checks of group "rope" (rope_checks()). Each check is one function
 // (two where they share their data), called in order by rope_checks(); `posenc check`,
-// the report and the tests all read this one list.
+// the report and the tests all read this one list. After the properties come the results of
+// the case table's small list (check_cases() of include/posenc/encodings/rope_cases.hpp): the
+// SIMD apply kernels against the binary128 reference and the plain loops, and the fused q-and-k
+// path against two applies, with the bounds derived in that header.
 #include "posenc/encodings/rope.hpp"
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
+#include "posenc/encodings/rope_cases.hpp"
 
 namespace posenc {
 
@@ -378,6 +382,7 @@ std::vector<check_result> rope_checks() {
   apply_vs_reference(out, g);
   angle_error(out, g);
   scaling_identities(out, g);
+  for (const auto& c : rope_cases::check_cases()) out.push_back(rope_cases::check_case(c));
   return out;
 }
 
