@@ -250,7 +250,7 @@ void transformer<S>::attention_backward(int64_t l, const S* dout, S* dqkv) {
 
 template <typename S>
 double transformer<S>::forward(const batch& bt) {
-  const int64_t C = cfg_.d_model, H = cfg_.n_heads, D = C / H, F = cfg_.d_ff, V = cfg_.vocab;
+  const int64_t C = cfg_.d_model, F = cfg_.d_ff, V = cfg_.vocab;
   if (bt.B < 1 || bt.T < 1) fail("batch must have B >= 1 and T >= 1, got ({}, {})", bt.B, bt.T);
   const size_t n = static_cast<size_t>(bt.B * bt.T);
   if (bt.tokens.size() != n || bt.positions.size() != n || bt.targets.size() != n)
