@@ -1,8 +1,9 @@
 // The vectorised tables and bias rows (src/encodings/tables_simd.cpp) against their scalar
 // specifications: the sinusoidal table against the long double reference within the derived
-// bound, on awkward widths and huge positions; ALiBi rows bit-identical to alibi_bias rounded
-// to float; T5 bucket rows identical to t5_bucket for every parameter set tried, including
-// offsets near +-2^62; a hand-derived golden threshold list for T5's (32, 128).
+// bound, on awkward widths and huge positions, and ALiBi rows bit-identical to alibi_bias rounded
+// to float, both through the full list of the case table (table_cases.hpp); T5 bucket rows
+// identical to t5_bucket for every parameter set tried, including offsets near +-2^62; a
+// hand-derived golden threshold list for T5's (32, 128).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "posenc/core/rng.hpp"
@@ -19,79 +21,47 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/encodings/t5_bias.hpp"
+#include "posenc/encodings/table_cases.hpp"
 
 using namespace posenc;
 
 namespace {
 
-std::vector<int64_t> awkward_positions(rng& g) {
-  std::vector<int64_t> pos = {0,
-                              1,
-                              2,
-                              3,
-                              17,
-                              129,
-                              10000000,
-                              (int64_t{1} << 40) + 3,
-                              (int64_t{1} << 53) - 1,
-                              int64_t{1} << 53};
-  for (int i = 0; i < 20; ++i) pos.push_back(static_cast<int64_t>(g.below(1u << 31)));
-  return pos;
+namespace tc = posenc::table_cases;
+
+// Runs every case of the full list whose name starts with section; returns how many ran.
+int run_section(const std::string& section) {
+  int n = 0;
+  for (const auto& c : tc::full_cases()) {
+    if (c.name.rfind(section + "/", 0) != 0) continue;
+    const auto r = tc::check_case(c);
+    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << " > tolerance "
+                          << r.tolerance << "\n  " << r.claim << "\n  " << r.detail;
+    ++n;
+  }
+  return n;
 }
 
 }  // namespace
 
+// The case table (include/posenc/encodings/table_cases.hpp): widths 2, 6, 10, 18, 64, 130, 1024
+// x both layouts x both denominators at the awkward positions up to 2^53 (seed 1), float64 and
+// float32, within 2 sinusoidal_entry_error_bound (+ 2^-25 for float32).
 TEST(TablesSimd, SinusoidalMatchesReferenceWithinBound) {
-  // sinusoidal.hpp: each entry is within sinusoidal_entry_error_bound (10 * 2^-53 + the
-  // frequency term) of the exact value, and so is the reference: |fast - ref| <= 2 bound; the
-  // float table rounds the double value once more: + 2^-25 (half an ulp of values <= 1).
-  rng g(1);
-  const auto pos = awkward_positions(g);
-  const int64_t pmax = int64_t{1} << 53;
-  double worst_ratio = 0;
-  for (int64_t w : {2, 6, 10, 18, 64, 130, 1024})
-    for (auto layout : {sin_layout::interleaved, sin_layout::halves})
-      for (auto den : {sin_denominator::width, sin_denominator::half_minus_one}) {
-        sinusoidal_params p;
-        p.width = w;
-        p.layout = layout;
-        p.denominator = den;
-        p.base = w == 130 ? 5e5 : 1e4;
-        const size_t n = pos.size() * static_cast<size_t>(w);
-        std::vector<double> ref(n), fast(n);
-        std::vector<float> fastf(n);
-        sinusoidal_table_reference(p, pos, ref);
-        sinusoidal_table(p, pos, std::span<double>(fast));
-        sinusoidal_table(p, pos, std::span<float>(fastf));
-        const double tol = 2 * sinusoidal_entry_error_bound(p, pmax);
-        for (size_t i = 0; i < n; ++i) {
-          const double e = std::fabs(fast[i] - ref[i]);
-          EXPECT_LE(e, tol) << "width " << w << " entry " << i;
-          EXPECT_LE(std::fabs(fastf[i] - ref[i]), tol + 0x1p-25) << "width " << w << " " << i;
-          worst_ratio = std::max(worst_ratio, e / tol);
-        }
-      }
-  RecordProperty("worst_error_over_bound", std::to_string(worst_ratio));
+  EXPECT_EQ(run_section("sinusoidal_bound"), 28);
 }
 
 TEST(TablesSimd, SinusoidalSmallPositionsAreTight) {
-  // Positions below 2^12 with omega <= 1, fast against reference directly: both use the same
-  // long double omega (the fast path as an exact double-double of it), so the fast entry is
-  // within 10 * 2^-53 of sin/cos(pos * omega_ld) (its reduction and kernel), and the reference
-  // rounds pos * omega_ld < 2^12 in long double (<= 2^12 * 2^-64 = 2^-52) before sinl (2^-64):
-  // |fast - ref| <= 12 * 2^-53 + 2^-63, checked as 13 * 2^-53. Golden PE(1), pair 0:
+  // The table's sinusoidal_tight case: positions 0 .. 4095 at width 1024, fast against
+  // reference within 13 * 2^-53 (derived in table_cases.hpp). Golden PE(1), pair 0:
   // sin(1) = 0.8414709848078965, cos(1) = 0.5403023058681398 (Python math.sin / math.cos);
   // the angle 1 needs no reduction, so only the kernel's 1.8 * 2^-53 (< 4e-16) applies.
+  EXPECT_EQ(run_section("sinusoidal_tight"), 1);
   sinusoidal_params p;
   p.width = 1024;
-  std::vector<int64_t> pos(4096);
-  for (int64_t i = 0; i < 4096; ++i) pos[static_cast<size_t>(i)] = i;
-  std::vector<double> t(pos.size() * 1024), ref(pos.size() * 1024);
+  const std::vector<int64_t> pos = {0, 1};
+  std::vector<double> t(pos.size() * 1024);
   sinusoidal_table(p, pos, std::span<double>(t));
-  sinusoidal_table_reference(p, pos, ref);
-  double worst = 0;
-  for (size_t i = 0; i < t.size(); ++i) worst = std::max(worst, std::fabs(t[i] - ref[i]));
-  EXPECT_LE(worst, 13 * 0x1p-53);
   EXPECT_NEAR(t[1024 + 0], 0.8414709848078965, 4e-16);
   EXPECT_NEAR(t[1024 + 1], 0.5403023058681398, 4e-16);
   EXPECT_EQ(t[0], 0.0);
@@ -126,27 +96,10 @@ TEST(TablesSimd, SinusoidalThreadsAndReferenceSwitch) {
   }
 }
 
+// The table's alibi_row cases (seed 3): n in 0, 1, 3, 4, 5, 17, 129, 1000 keys (one at distance
+// about 2^53), three slopes, causal and not, written and accumulated, bit for bit.
 TEST(TablesSimd, AlibiRowIsBitIdenticalToTheScalarFormula) {
-  rng g(3);
-  for (int64_t n : {0, 1, 3, 4, 5, 17, 129, 1000}) {
-    std::vector<int64_t> kpos(static_cast<size_t>(n));
-    for (auto& k : kpos) k = static_cast<int64_t>(g.below(1u << 20));
-    if (n > 2) kpos[1] = (int64_t{1} << 53) - 5;  // huge distance (exact in double)
-    const int64_t q = static_cast<int64_t>(g.below(1u << 20));
-    for (bool causal : {false, true})
-      for (double slope : {0.5, 1.0 / 256, 0.0883883476483184}) {
-        std::vector<float> out(static_cast<size_t>(n)), acc(static_cast<size_t>(n));
-        for (auto& e : acc) e = static_cast<float>(g.normal());
-        const auto acc0 = acc;
-        alibi_bias_row(slope, q, kpos.data(), n, causal, out.data());
-        alibi_bias_row(slope, q, kpos.data(), n, causal, acc.data(), true);
-        for (int64_t j = 0; j < n; ++j) {
-          const float want = static_cast<float>(alibi_bias(slope, q, kpos[j], causal));
-          EXPECT_EQ(std::memcmp(&out[j], &want, 4), 0) << "n " << n << " j " << j;
-          EXPECT_EQ(acc[j], acc0[j] + want);
-        }
-      }
-  }
+  EXPECT_EQ(run_section("alibi_row"), 8);
   // Distance 0 gives +0 (not -0), bidirectional and causal.
   const int64_t k = 42;
   float o = -1;

@@ -1,6 +1,8 @@
 // ALiBi: the property checks of group "alibi" (alibi_checks()). Each check is one function
 // (two where they share their data), called in order by alibi_checks(); `posenc check`,
-// the report and the tests all read this one list.
+// the report and the tests all read this one list. After the properties come the results of the
+// table kernels' small list (check_cases() of include/posenc/encodings/table_cases.hpp, group
+// "alibi"): alibi_bias_row against the scalar formula, bit for bit.
 #include "posenc/encodings/alibi.hpp"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
+#include "posenc/encodings/table_cases.hpp"
 
 namespace posenc {
 
@@ -162,6 +165,8 @@ std::vector<check_result> alibi_checks() {
   slopes_in_unit_interval_and_distinct(out);
   translation_invariance(out);
   slope_gradient_adjoint(out);
+  for (const auto& c : table_cases::check_cases())
+    if (c.group == "alibi") out.push_back(table_cases::check_case(c));
   return out;
 }
 

@@ -1,6 +1,9 @@
 // Sinusoidal encoding: the property checks of group "sinusoidal" (sinusoidal_checks()). Each check
 // is one function (two where they share their data), called in order by sinusoidal_checks();
-// `posenc check`, the report and the tests all read this one list.
+// `posenc check`, the report and the tests all read this one list. After the properties come the
+// results of the table kernels' small list (check_cases() of
+// include/posenc/encodings/table_cases.hpp, group "sinusoidal"): the fast table against the long
+// double reference within the bound derived in that header.
 #include "posenc/encodings/sinusoidal.hpp"
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
+#include "posenc/encodings/table_cases.hpp"
 
 namespace posenc {
 
@@ -434,6 +438,8 @@ std::vector<check_result> sinusoidal_checks() {
   neighbours_close(out);
   dot_profile_oscillates(out);
   table_matches_reference(out);
+  for (const auto& c : table_cases::check_cases())
+    if (c.group == "sinusoidal") out.push_back(table_cases::check_case(c));
   return out;
 }
 

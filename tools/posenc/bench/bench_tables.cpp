@@ -4,7 +4,11 @@
 //   bias_row/alibi/H=32/S=262144     alibi_bias_row for one query against S keys, every head;
 //   bias_row/t5/H=32/S=262144        t5_bias_row likewise (32 buckets, max_distance 128);
 //                                    bytes = rows written (H S 4) + key ids read per head (H S 8).
-// Each case validates sampled entries against the scalar reference before timing.
+// The sinusoidal and ALiBi cases are perf_cases() of the case table
+// (include/posenc/encodings/table_cases.hpp), whose names are these cases' names, and are
+// validated before timing by its check on perf_validation_case(): the table's rows 0, 1, N/3 and
+// N-1 against the long double reference within 2 bound + 2^-25; every ALiBi head and key bit for
+// bit against alibi_bias rounded to float. The T5 case validates against t5_bias_dense.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,9 +20,26 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/encodings/t5_bias.hpp"
+#include "posenc/encodings/table_cases.hpp"
 
 namespace posenc::cli {
 namespace {
+
+namespace tcs = posenc::table_cases;
+
+// The perf case named name, at the --quick size when asked.
+tcs::spec perf_case(const bench_options& o, const std::string& name) {
+  for (const auto& c : tcs::perf_cases())
+    if (c.name == name) return o.quick ? tcs::perf_quick(c) : c;
+  return {};
+}
+
+std::string validate(const tcs::spec& c) {
+  const auto r = tcs::check_case(tcs::perf_validation_case(c));
+  if (r.passed) return "";
+  return r.name + ": max_error " + std::to_string(r.max_error) + " > tolerance " +
+         std::to_string(r.tolerance) + " (" + r.detail + ")";
+}
 
 struct sin_data {
   sinusoidal_params p;
@@ -27,36 +48,17 @@ struct sin_data {
 };
 
 bench_case make_sinusoidal(const bench_options& o, const std::string& name) {
+  const auto c = perf_case(o, name);
   auto d = std::make_shared<sin_data>();
-  const int64_t N = o.quick ? 256 : 65536, w = 1024;
-  d->p.width = w;
+  const int64_t N = c.iota_n, w = c.p.width;
+  d->p = c.p;
   d->pos.resize(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) d->pos[static_cast<size_t>(i)] = i;
   d->out.resize(static_cast<size_t>(N * w));
   bench_case bc;
   bc.name = name;
   bc.bytes = static_cast<double>(N * w) * sizeof(float);
-  // |float entry - exact| <= bound + 2^-25 (the final rounding to float of a value <= 1); the
-  // long double reference obeys the bound too: |fast - reference| <= 2 bound + 2^-25.
-  bc.validate = [d, N, w] {
-    sinusoidal_table(d->p, d->pos, std::span<float>(d->out));
-    std::vector<int64_t> rows = {0, 1, N / 3, N - 1};
-    std::vector<double> ref(rows.size() * static_cast<size_t>(w));
-    std::vector<int64_t> rp;
-    for (int64_t r : rows) rp.push_back(d->pos[static_cast<size_t>(r)]);
-    sinusoidal_table_reference(d->p, rp, ref);
-    const double tol = 2 * sinusoidal_entry_error_bound(d->p, N) + 0x1p-25;
-    double worst = 0;
-    for (size_t i = 0; i < rows.size(); ++i)
-      for (int64_t c = 0; c < w; ++c)
-        worst =
-            std::max(worst, std::fabs(d->out[static_cast<size_t>(rows[i] * w + c)] -
-                                      ref[i * static_cast<size_t>(w) + static_cast<size_t>(c)]));
-    if (!(worst <= tol))
-      return "sinusoidal_table differs from the reference by " + std::to_string(worst) + " > " +
-             std::to_string(tol);
-    return std::string();
-  };
+  bc.validate = [c] { return validate(c); };
   bc.run = [d] { sinusoidal_table(d->p, d->pos, std::span<float>(d->out)); };
   bc.note = "sinusoidal_table float32, positions 0.." + std::to_string(N - 1) +
             ", d = 1024, interleaved [sin cos]; bytes = table written";
@@ -74,6 +76,8 @@ struct bias_data {
 };
 
 bench_case make_bias(const bench_options& o, const std::string& name, bool t5) {
+  tcs::spec c;
+  if (!t5) c = perf_case(o, name);
   auto d = std::make_shared<bias_data>();
   d->H = 32;
   d->S = o.quick ? 4096 : 262144;
@@ -83,6 +87,13 @@ bench_case make_bias(const bench_options& o, const std::string& name, bool t5) {
   d->kpos.resize(static_cast<size_t>(d->S));
   for (int64_t j = 0; j < d->S; ++j) d->kpos[static_cast<size_t>(j)] = j;
   d->qpos = d->S - 1;  // the last query of a causal prefill: distances 0 .. S-1
+  if (!t5) {           // the case table's shape: the same keys, query and slopes
+    d->H = static_cast<int64_t>(c.slopes.size());
+    d->S = c.n;
+    d->slopes = c.slopes;
+    d->kpos = c.kpos;
+    d->qpos = *c.qpos;
+  }
   d->out.resize(static_cast<size_t>(d->H * d->S));
   bench_case bc;
   bc.name = name;
@@ -96,20 +107,17 @@ bench_case make_bias(const bench_options& o, const std::string& name, bool t5) {
         alibi_bias_row(d->slopes[static_cast<size_t>(h)], d->qpos, d->kpos.data(), d->S, true, row);
     }
   };
-  // Exact: both rows equal the dense reference bit for bit (alibi: the same double product
-  // rounded once; t5: a copy of a table entry).
-  bc.validate = [d, t5, run] {
+  // Exact: t5_bias_row equals the dense reference bit for bit (a copy of a table entry); the
+  // alibi row is validated by the case table (bit for bit against alibi_bias rounded to float).
+  bc.validate = [c, d, t5, run] {
+    if (!t5) return validate(c);
     run();
     const int64_t qp = d->qpos;
     std::vector<float> ref(static_cast<size_t>(d->H * d->S));
-    if (t5)
-      t5_bias_dense(d->table, {&qp, 1}, d->kpos, ref.data());
-    else
-      alibi_bias_dense(d->slopes, {&qp, 1}, d->kpos, true, ref.data());
+    t5_bias_dense(d->table, {&qp, 1}, d->kpos, ref.data());
     for (size_t i = 0; i < ref.size(); ++i)
       if (ref[i] != d->out[i])
-        return std::string(t5 ? "t5" : "alibi") + "_bias_row differs from the dense reference at " +
-               std::to_string(i);
+        return "t5_bias_row differs from the dense reference at " + std::to_string(i);
     return std::string();
   };
   bc.run = run;
