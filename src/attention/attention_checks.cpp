@@ -280,72 +280,6 @@ double cache_deviation(const problem& pr) {
 
 }  // namespace
 
-// The backward (attention_backward, double) against central differences of the forward on
-// L = sum dO . out, over every 5th entry of q, k, v and every entry of the scheme's parameters
-// (T5 table, Shaw tables, ALiBi slopes). Returns max |FD - g| / tol over the entries, where
-// tol = |FD(2h) - FD(h)| (Richardson: 3x the truncation error of FD(h)) + 2 dL / h (rounding of
-// the loss, dL = 64 (N + D) u (1 + A + B) sum|dO| V) + 64 (N + D) u (|g| + 1), h = 1e-3.
-double backward_fd_ratio(problem& pr) {
-  const int64_t N = pr.N;
-  std::vector<double> out(N * pr.Hq * pr.D), lse(N * pr.Hq);
-  rng r(4242);
-  std::vector<double> dO(out.size());
-  for (auto& x : dO) x = r.normal();
-  auto p = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), N, N);
-  p.lse = lse.data();
-  attention_forward(p);
-  std::vector<double> dq(pr.q.size()), dk(pr.k.size()), dv(pr.v.size());
-  std::vector<double> dt5(pr.tabs.t5.size()), dak(pr.tabs.shaw_keys.size()),
-      dav(pr.tabs.shaw_values.size()), dal(pr.slopes.size());
-  attention_grads<double> g;
-  g.out = out.data(), g.lse = lse.data(), g.dout = dO.data();
-  g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
-  if (p.pos.has_t5()) g.dt5 = dt5.data();
-  if (p.pos.has_shaw()) g.dshaw_keys = dak.data(), g.dshaw_values = dav.data();
-  if (!p.pos.alibi.empty()) g.dalibi = dal.data();
-  attention_backward(p, g);
-
-  double dO1 = 0;
-  for (double x : dO) dO1 += std::abs(x);
-  const double dL = 64 * double(N + pr.D) * kU * (1 + pr.A + pr.B) * dO1 * pr.V;
-  std::vector<double> o2(out.size());
-  auto loss = [&] {
-    auto q = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), o2.data(), N, N);
-    attention_forward(q);
-    double L = 0;
-    for (size_t n = 0; n < o2.size(); ++n) L += dO[n] * o2[n];
-    return L;
-  };
-  double worst = 0;
-  auto check = [&](double* x, size_t n, const double* gr, size_t stride) {
-    for (size_t e = 0; e < n; e += stride) {
-      const double x0 = x[e], h = 1e-3;
-      auto fd = [&](double step) {
-        x[e] = x0 + step;
-        const double lp = loss();
-        x[e] = x0 - step;
-        const double lm = loss();
-        x[e] = x0;
-        return (lp - lm) / (2 * step);
-      };
-      const double f1 = fd(h), f2 = fd(2 * h);
-      const double tol =
-          std::abs(f2 - f1) + 2 * dL / h + 64 * double(N + pr.D) * kU * (std::abs(gr[e]) + 1);
-      worst = std::max(worst, std::abs(f1 - gr[e]) / tol);
-    }
-  };
-  check(pr.q.data(), pr.q.size(), dq.data(), 5);
-  check(pr.k.data(), pr.k.size(), dk.data(), 5);
-  check(pr.v.data(), pr.v.size(), dv.data(), 5);
-  if (p.pos.has_t5()) check(pr.tabs.t5.data(), dt5.size(), dt5.data(), 1);
-  if (p.pos.has_shaw()) {
-    check(pr.tabs.shaw_keys.data(), dak.size(), dak.data(), 1);
-    check(pr.tabs.shaw_values.data(), dav.size(), dav.data(), 1);
-  }
-  if (!p.pos.alibi.empty()) check(pr.slopes.data(), dal.size(), dal.data(), 1);
-  return worst;
-}
-
 std::vector<check_result> attention_checks() {
   std::vector<check_result> r;
   const uint64_t seed = 12345;
@@ -446,23 +380,6 @@ std::vector<check_result> attention_checks() {
                     scheme_name(s)),
         cache_deviation(ps), ps.tolerance(ps.N),
         "causal; keys rotated once on append, positions continue after the prefix"));
-  }
-  // The backward pass: gradients of every input and every scheme's parameters.
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw}) {
-    problem pb(s, true, seed + 7);
-    r.push_back(measured_check(
-        "attention", fmt::format("backward_{}_matches_finite_differences", scheme_name(s)),
-        fmt::format("attention_backward ({}) gives dL/dq, dL/dk, dL/dv{} that agree with central "
-                    "differences of the forward",
-                    scheme_name(s),
-                    s == scheme::t5      ? " and dL/dtable"
-                    : s == scheme::shaw  ? " and dL/da^K, dL/da^V"
-                    : s == scheme::alibi ? " and dL/dslopes"
-                                         : ""),
-        backward_fd_ratio(pb), 1.0,
-        "causal, N=20, Hq=4, Hkv=2, D=16, double; max_error is the worst |FD - g| / tol over "
-        "every 5th input entry and every parameter, tol = |FD(2h) - FD(h)| + rounding "
-        "(derivation in src/attention/attention_checks.cpp)"));
   }
   // The case table's small list: check mode (tiled vs reference) and grad mode.
   for (const auto& c : attention_cases::check_cases()) {

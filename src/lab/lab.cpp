@@ -235,7 +235,8 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
     e.loss = e.token_accuracy = e.exact_match = e.loss_last64 = nan;
     return e;
   }
-  // Chunks keep the saved (B, H, T, T) probabilities near 4M floats per layer. The batches are
+  // Chunks of about 4M / (H L^2) sequences (sized when attention kept (B, H, T, T) probabilities;
+  // kept so the evaluation batches, and hence the numbers, stay as they were). The batches are
   // drawn in order from one stream, the chunks run concurrently on model replicas, and their
   // sums are added in chunk order: the numbers do not depend on the thread count.
   const int64_t chunk =

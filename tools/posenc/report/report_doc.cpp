@@ -1,6 +1,8 @@
 // The report's document model and its two renderers (see report_doc.hpp).
 #include "report_doc.hpp"
 
+#include "svg.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <stdexcept>
@@ -279,28 +281,10 @@ document& document::append(const document& other) {
   return *this;
 }
 
+// The SVG toolkit's XML escaping (& < > " ' and control characters): safe in HTML text and in
+// double-quoted attributes.
 std::string html_escape(std::string_view s) {
-  std::string o;
-  o.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += c;
-    }
-  }
-  return o;
+  return svg::escape(s);
 }
 
 std::string to_html(const document& d) {

@@ -92,7 +92,7 @@ struct document {
   document& append(const document& other);
 };
 
-std::string html_escape(std::string_view s);  // & < > "
+std::string html_escape(std::string_view s);  // & < > " ' (svg::escape)
 std::string to_html(const document& d);
 std::string to_markdown(const document& d);
 
