@@ -1,8 +1,8 @@
 // The vectorised tables and bias rows (src/encodings/tables_simd.cpp) against their scalar
 // specifications: the sinusoidal table against the long double reference within the derived
 // bound, on awkward widths and huge positions, and ALiBi rows bit-identical to alibi_bias rounded
-// to float, both through the full list of the case table (table_cases.hpp); T5 bucket rows
-// identical to t5_bucket for every parameter set tried, including offsets near +-2^62; a
+// to float, both through the full list of the case table (table_cases.hpp); T5 bucket and bias
+// rows identical to t5_bucket and t5_bias_dense through the T5 case table (t5_cases.hpp); a
 // hand-derived golden threshold list for T5's (32, 128).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/encodings/t5_bias.hpp"
+#include "posenc/encodings/t5_cases.hpp"
 #include "posenc/encodings/table_cases.hpp"
 
 using namespace posenc;
@@ -120,95 +122,22 @@ TEST(TablesSimd, T5GoldenThresholds) {
   EXPECT_EQ(plan.gt, want);
 }
 
-TEST(TablesSimd, T5BucketRowEqualsScalarBucket) {
-  rng g(4);
-  const int64_t big = int64_t{1} << 62;
-  for (bool bidir : {true, false})
-    for (int64_t nb : {2, 4, 6, 8, 32, 33, 64, 320})
-      for (int64_t M : {3, 20, 128, 1000, 1 << 20}) {
-        t5_params p{nb, M, bidir};
-        if (bidir && (nb % 2 || nb < 4)) continue;
-        const int64_t half = bidir ? nb / 2 : nb;
-        if (M <= half / 2) continue;  // t5_validate: max_distance > max_exact
-        const auto plan = t5_plan_rows(p);
-        std::vector<int64_t> kpos = {0, 1, 2, big, -big, big - 1, 1 - big};
-        for (int i = 0; i < 200; ++i) {
-          const int64_t mag = static_cast<int64_t>(g.below(uint64_t{1} << (i % 40)));
-          kpos.push_back(g.below(2) ? mag : -mag);
-        }
-        for (int64_t q : {int64_t{0}, int64_t{5}, int64_t{-77}}) {
-          std::vector<int64_t> kp = kpos;
-          for (auto& k : kp) {  // keep |k| <= 2^62 and |k - q| representable
-            if (k > big - 100) k = big - 100;
-            if (k < 100 - big) k = 100 - big;
-          }
-          std::vector<int32_t> b(kp.size());
-          t5_bucket_row(plan, q, kp.data(), static_cast<int64_t>(kp.size()), b.data());
-          for (size_t j = 0; j < kp.size(); ++j)
-            ASSERT_EQ(b[j], t5_bucket(kp[j] - q, p))
-                << "N=" << nb << " M=" << M << " bidir=" << bidir << " r=" << kp[j] - q;
-        }
-      }
-}
-
-TEST(TablesSimd, T5BiasRowEqualsDenseReference) {
-  const auto t = t5_init(t5_params{32, 128, false}, 5, 11, 1.0);
-  const auto plan = t5_plan_rows(t.params);
-  const int64_t S = 700;  // > the 256-entry chunk
-  std::vector<int64_t> kpos(S);
-  for (int64_t j = 0; j < S; ++j) kpos[static_cast<size_t>(j)] = 3 * j - 50;
-  const int64_t q = 900;
-  std::vector<float> dense(static_cast<size_t>(5 * S));
-  t5_bias_dense(t, {&q, 1}, kpos, dense.data());
-  for (int64_t h = 0; h < 5; ++h) {
-    std::vector<float> row(static_cast<size_t>(S)), acc(static_cast<size_t>(S), 1.5f);
-    t5_bias_row(t, plan, h, q, kpos.data(), S, row.data());
-    t5_bias_row(t, plan, h, q, kpos.data(), S, acc.data(), true);
-    for (int64_t j = 0; j < S; ++j) {
-      EXPECT_EQ(row[j], dense[h * S + j]);
-      EXPECT_EQ(acc[j], 1.5f + dense[h * S + j]);
-    }
+// The T5 case table's check mode (include/posenc/encodings/t5_cases.hpp), bit for bit:
+// t5_bucket_row against t5_bucket for every parameter set tried (offsets near +-2^62), and
+// t5_bias_row written and accumulated against t5_bias_dense, across the 256-entry chunk and
+// on rows just past, at and before the last threshold (the one-bucket shortcut).
+TEST(TablesSimd, T5RowsEqualScalarBucketAndDenseReference) {
+  std::map<std::string, int> ran;
+  for (const auto& c : t5_cases::full_cases()) {
+    if (!(c.passes & t5_cases::check)) continue;
+    const auto r = t5_cases::check_case(c);
+    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << "\n  " << r.claim << "\n  "
+                          << r.detail;
+    ++ran[c.group];
   }
-}
-
-// Rows whose keys are all past the last threshold take a one-bucket shortcut (and t5_bias_row
-// a constant fill); rows with one key just inside it must not. Both against the scalar bucket.
-TEST(TablesSimd, T5SaturatedRowsEqualScalarBucket) {
-  for (bool bidir : {false, true}) {
-    const t5_params p{32, 128, bidir};
-    const auto plan = t5_plan_rows(p);
-    const int64_t last = plan.gt.back();  // n > last: the last bucket
-    for (int64_t q : {int64_t{0}, int64_t{1000000}}) {
-      for (int64_t edge : {last + 1, last, last - 1}) {  // nearest key at n = edge
-        for (int64_t dir : {-1, 1}) {
-          std::vector<int64_t> kpos;
-          for (int64_t j = 0; j < 300; ++j) kpos.push_back(q + dir * (edge + 7 * j));
-          std::reverse(kpos.begin() + 100, kpos.end());  // not sorted
-          std::vector<int32_t> b(kpos.size());
-          t5_bucket_row(plan, q, kpos.data(), static_cast<int64_t>(kpos.size()), b.data());
-          for (size_t j = 0; j < kpos.size(); ++j)
-            ASSERT_EQ(b[j], t5_bucket(kpos[j] - q, p))
-                << "bidir=" << bidir << " edge=" << edge << " dir=" << dir << " j=" << j;
-        }
-      }
-    }
-  }
-  const auto t = t5_init(t5_params{32, 128, false}, 3, 2, 1.0);
-  const auto plan = t5_plan_rows(t.params);
-  const int64_t S = 600, q = 5000;  // keys 0..599: every one beyond 128 behind the query
-  std::vector<int64_t> kpos(S);
-  for (int64_t j = 0; j < S; ++j) kpos[static_cast<size_t>(j)] = j;
-  std::vector<float> dense(static_cast<size_t>(3 * S));
-  t5_bias_dense(t, {&q, 1}, kpos, dense.data());
-  for (int64_t h = 0; h < 3; ++h) {
-    std::vector<float> row(static_cast<size_t>(S)), acc(static_cast<size_t>(S), -2.0f);
-    t5_bias_row(t, plan, h, q, kpos.data(), S, row.data());
-    t5_bias_row(t, plan, h, q, kpos.data(), S, acc.data(), true);
-    for (int64_t j = 0; j < S; ++j) {
-      ASSERT_EQ(row[j], dense[h * S + j]);
-      ASSERT_EQ(acc[j], -2.0f + dense[h * S + j]);
-    }
-  }
+  EXPECT_EQ(ran["bucket_row"], 57);
+  EXPECT_EQ(ran["bias_row"], 2);
+  EXPECT_EQ(ran["saturated"], 25);
 }
 
 RC_GTEST_PROP(TablesSimd, T5RowRandomParams, ()) {

@@ -1,6 +1,9 @@
 // T5 bias: the property checks of group "t5" (t5_checks()). Each check is one function
-// (two where they share their data), called in order by t5_checks(); `posenc check`,
-// the report and the tests all read this one list.
+// (two where they share their data), called in order by t5_checks(); after them come the results
+// of the case table's small list (check_cases() of include/posenc/encodings/t5_cases.hpp: the
+// vectorised rows bit for bit against the scalar bucket and the dense reference, and the table
+// gradient against finite differences). `posenc check`, the report and the tests all read this
+// one list.
 #include "posenc/encodings/t5_bias.hpp"
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
+#include "posenc/encodings/t5_cases.hpp"
 
 namespace posenc {
 
@@ -173,6 +177,8 @@ std::vector<check_result> t5_checks() {
   float32_matches_exact_math_off_boundaries(out);
   translation_invariance(out);
   table_gradient_adjoint(out);
+  for (const auto& c : t5_cases::check_cases())
+    for (auto& r : t5_cases::run_case(c)) out.push_back(std::move(r));
   return out;
 }
 

@@ -8,7 +8,9 @@
 // (include/posenc/encodings/table_cases.hpp), whose names are these cases' names, and are
 // validated before timing by its check on perf_validation_case(): the table's rows 0, 1, N/3 and
 // N-1 against the long double reference within 2 bound + 2^-25; every ALiBi head and key bit for
-// bit against alibi_bias rounded to float. The T5 case validates against t5_bias_dense.
+// bit against alibi_bias rounded to float. The T5 case is perf_cases() of the T5 case table
+// (include/posenc/encodings/t5_cases.hpp), validated by its check_case on the case itself: every
+// head and key's bucket and bias bit for bit against t5_bucket and t5_bias_dense.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/encodings/t5_bias.hpp"
+#include "posenc/encodings/t5_cases.hpp"
 #include "posenc/encodings/table_cases.hpp"
 
 namespace posenc::cli {
@@ -68,6 +71,37 @@ bench_case make_sinusoidal(const bench_options& o, const std::string& name) {
 struct bias_data {
   int64_t H, S;
   std::vector<double> slopes;
+  std::vector<int64_t> kpos;
+  std::vector<float> out;  // (H, S)
+  int64_t qpos;
+};
+
+bench_case make_bias(const bench_options& o, const std::string& name) {
+  const auto c = perf_case(o, name);  // the case table's shape: keys, query and slopes
+  auto d = std::make_shared<bias_data>();
+  d->H = static_cast<int64_t>(c.slopes.size());
+  d->S = c.n;
+  d->slopes = c.slopes;
+  d->kpos = c.kpos;
+  d->qpos = *c.qpos;
+  d->out.resize(static_cast<size_t>(d->H * d->S));
+  bench_case bc;
+  bc.name = name;
+  bc.bytes = static_cast<double>(d->H * d->S) * (sizeof(float) + sizeof(int64_t));
+  bc.run = [d] {
+    for (int64_t h = 0; h < d->H; ++h)
+      alibi_bias_row(d->slopes[static_cast<size_t>(h)], d->qpos, d->kpos.data(), d->S, true,
+                     d->out.data() + h * d->S);
+  };
+  // Validated by the case table (bit for bit against alibi_bias rounded to float).
+  bc.validate = [c] { return validate(c); };
+  bc.note =
+      "alibi_bias_row (causal), 1 query x S keys x 32 heads, one thread; bytes = rows written + "
+      "key ids read";
+  return bc;
+}
+
+struct t5_data {
   t5_bias_table table;
   t5_row_plan plan;
   std::vector<int64_t> kpos;
@@ -75,55 +109,32 @@ struct bias_data {
   int64_t qpos;
 };
 
-bench_case make_bias(const bench_options& o, const std::string& name, bool t5) {
-  tcs::spec c;
-  if (!t5) c = perf_case(o, name);
-  auto d = std::make_shared<bias_data>();
-  d->H = 32;
-  d->S = o.quick ? 4096 : 262144;
-  d->slopes = alibi_slopes(d->H);
-  d->table = t5_init(t5_params{32, 128, false}, d->H, 7, 1.0);
-  d->plan = t5_plan_rows(d->table.params);
-  d->kpos.resize(static_cast<size_t>(d->S));
-  for (int64_t j = 0; j < d->S; ++j) d->kpos[static_cast<size_t>(j)] = j;
-  d->qpos = d->S - 1;  // the last query of a causal prefill: distances 0 .. S-1
-  if (!t5) {           // the case table's shape: the same keys, query and slopes
-    d->H = static_cast<int64_t>(c.slopes.size());
-    d->S = c.n;
-    d->slopes = c.slopes;
-    d->kpos = c.kpos;
-    d->qpos = *c.qpos;
-  }
-  d->out.resize(static_cast<size_t>(d->H * d->S));
+bench_case make_t5(const bench_options& o, const std::string& name) {
+  t5_cases::spec c;
+  for (const auto& e : t5_cases::perf_cases())
+    if (e.name == name) c = o.quick ? t5_cases::perf_quick(e) : e;
+  auto d = std::make_shared<t5_data>();
+  d->table = t5_cases::table(c);
+  d->plan = t5_plan_rows(c.p);
+  d->kpos = c.kpos;
+  d->qpos = c.qpos.at(0);
+  const int64_t H = c.heads, S = static_cast<int64_t>(c.kpos.size());
+  d->out.resize(static_cast<size_t>(H * S));
   bench_case bc;
   bc.name = name;
-  bc.bytes = static_cast<double>(d->H * d->S) * (sizeof(float) + sizeof(int64_t));
-  auto run = [d, t5] {
-    for (int64_t h = 0; h < d->H; ++h) {
-      float* row = d->out.data() + h * d->S;
-      if (t5)
-        t5_bias_row(d->table, d->plan, h, d->qpos, d->kpos.data(), d->S, row);
-      else
-        alibi_bias_row(d->slopes[static_cast<size_t>(h)], d->qpos, d->kpos.data(), d->S, true, row);
-    }
+  bc.bytes = static_cast<double>(H * S) * (sizeof(float) + sizeof(int64_t));
+  bc.run = [d, H, S] {
+    for (int64_t h = 0; h < H; ++h)
+      t5_bias_row(d->table, d->plan, h, d->qpos, d->kpos.data(), S, d->out.data() + h * S);
   };
-  // Exact: t5_bias_row equals the dense reference bit for bit (a copy of a table entry); the
-  // alibi row is validated by the case table (bit for bit against alibi_bias rounded to float).
-  bc.validate = [c, d, t5, run] {
-    if (!t5) return validate(c);
-    run();
-    const int64_t qp = d->qpos;
-    std::vector<float> ref(static_cast<size_t>(d->H * d->S));
-    t5_bias_dense(d->table, {&qp, 1}, d->kpos, ref.data());
-    for (size_t i = 0; i < ref.size(); ++i)
-      if (ref[i] != d->out[i])
-        return "t5_bias_row differs from the dense reference at " + std::to_string(i);
-    return std::string();
+  // Exact: the case table's check of the case itself (every head and key, bit for bit).
+  bc.validate = [c] {
+    const auto r = t5_cases::check_case(c);
+    return r.passed ? std::string() : r.name + ": " + r.detail;
   };
-  bc.run = run;
   bc.note =
-      std::string(t5 ? "t5_bias_row (causal, 32 buckets, M = 128)" : "alibi_bias_row (causal)") +
-      ", 1 query x S keys x 32 heads, one thread; bytes = rows written + key ids read";
+      "t5_bias_row (causal, 32 buckets, M = 128), 1 query x S keys x 32 heads, one thread; bytes "
+      "= rows written + key ids read";
   return bc;
 }
 
@@ -132,12 +143,11 @@ const bool registered =
                          [](const bench_options& o) {
                            return make_sinusoidal(o, "sinusoidal_table/N=65536/d=1024");
                          }}) &&
-    register_bench_case({31, "bias_row/alibi/H=32/S=262144",
-                         [](const bench_options& o) {
-                           return make_bias(o, "bias_row/alibi/H=32/S=262144", false);
-                         }}) &&
+    register_bench_case(
+        {31, "bias_row/alibi/H=32/S=262144",
+         [](const bench_options& o) { return make_bias(o, "bias_row/alibi/H=32/S=262144"); }}) &&
     register_bench_case({32, "bias_row/t5/H=32/S=262144", [](const bench_options& o) {
-                           return make_bias(o, "bias_row/t5/H=32/S=262144", true);
+                           return make_t5(o, "bias_row/t5/H=32/S=262144");
                          }});
 
 }  // namespace
