@@ -1,16 +1,17 @@
 // Shaw et al. (2018) relative position representations: the clipped index, a hand-worked
-// example of eq. 3 and 4, finite-difference gradient checks in double for every input of both
-// backward passes, float vs double, every error path, and RapidCheck clipping properties.
+// example of eq. 3 and 4, the case table (finite-difference gradient checks in double for every
+// input of both backward passes, float vs double), every error path, and RapidCheck clipping
+// properties.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
-#include <functional>
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/shaw.hpp"
+#include "posenc/encodings/shaw_cases.hpp"
 
 using namespace posenc;
 
@@ -30,22 +31,6 @@ std::vector<double> randn(rng& r, size_t n) {
   std::vector<double> v(n);
   for (auto& x : v) x = r.normal();
   return v;
-}
-
-// Central-difference gradient of a scalar loss with respect to every entry of x.
-std::vector<double> numeric_grad(std::vector<double>& x, const std::function<double()>& loss) {
-  const double eps = 0x1.0p-10;
-  std::vector<double> g(x.size());
-  for (size_t e = 0; e < x.size(); ++e) {
-    const double keep = x[e];
-    x[e] = keep + eps;
-    const double lp = loss();
-    x[e] = keep - eps;
-    const double lm = loss();
-    x[e] = keep;
-    g[e] = (lp - lm) / (2 * eps);
-  }
-  return g;
 }
 
 }  // namespace
@@ -90,76 +75,20 @@ TEST(ShawOps, HandWorkedExample) {
   EXPECT_EQ(sf, (std::vector<float>{0.75f, 2.5f, 4.5f, 2.25f, 0.25f, 3.f}));
 }
 
-// Finite differences in double. scores is linear in each entry of q, k and a^K separately,
-// and the output in each entry of p, v and a^V, so the central difference has no truncation
-// error; what remains is rounding of the loss, about n u |L| / eps with n <= T S D = 2000
-// products of O(1) values (|L| < 1e3): < 1e-7 * 2^10 u-scale, i.e. < 1e-9. Tolerance 1e-8.
-TEST(ShawOps, ScoresBackwardMatchesFiniteDifferences) {
-  for (auto [T, S, K, D] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 6, 2, 3},
-                            {1, 9, 0, 5},
-                            {7, 3, 4, 8},
-                            {3, 5, 1, 1}}) {
-    SCOPED_TRACE(testing::Message() << T << " " << S << " " << K << " " << D);
-    rng r(static_cast<uint64_t>(T * 1000 + S * 10 + K));
-    std::vector<int64_t> qp(T), kp(S);
-    for (auto& x : qp) x = static_cast<int64_t>(r.below(12));
-    for (auto& x : kp) x = static_cast<int64_t>(r.below(12));
-    const shaw_problem p{qp, kp, K, D};
-    auto q = randn(r, T * D), k = randn(r, S * D), ak = randn(r, (2 * K + 1) * D);
-    const auto g = randn(r, T * S);
-    const double scale = 1 / std::sqrt(static_cast<double>(D));
-    auto loss = [&] {
-      std::vector<double> s(T * S);
-      shaw_scores<double>(p, q.data(), k.data(), ak.data(), scale, s.data());
-      double L = 0;
-      for (size_t e = 0; e < s.size(); ++e) L += s[e] * g[e];
-      return L;
-    };
-    std::vector<double> gq(T * D, 0.0), gk(S * D, 0.0), gak((2 * K + 1) * D, 0.0);
-    shaw_scores_backward<double>(p, q.data(), k.data(), ak.data(), scale, g.data(), gq.data(),
-                                 gk.data(), gak.data());
-    const auto nq = numeric_grad(q, loss), nk = numeric_grad(k, loss), nak = numeric_grad(ak, loss);
-    for (size_t e = 0; e < gq.size(); ++e) EXPECT_NEAR(gq[e], nq[e], 1e-8) << "q " << e;
-    for (size_t e = 0; e < gk.size(); ++e) EXPECT_NEAR(gk[e], nk[e], 1e-8) << "k " << e;
-    for (size_t e = 0; e < gak.size(); ++e) EXPECT_NEAR(gak[e], nak[e], 1e-8) << "aK " << e;
-    // Gradients accumulate: a second call doubles them.
-    auto gq2 = gq;
-    std::vector<double> gk2 = gk, gak2 = gak;
-    shaw_scores_backward<double>(p, q.data(), k.data(), ak.data(), scale, g.data(), gq2.data(),
-                                 gk2.data(), gak2.data());
-    for (size_t e = 0; e < gq.size(); ++e) EXPECT_DOUBLE_EQ(gq2[e], 2 * gq[e]);
-  }
-}
-
-TEST(ShawOps, ValuesBackwardMatchesFiniteDifferences) {
-  for (auto [T, S, K, D] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 6, 2, 3},
-                            {1, 9, 0, 5},
-                            {7, 3, 4, 8},
-                            {3, 5, 1, 1}}) {
-    SCOPED_TRACE(testing::Message() << T << " " << S << " " << K << " " << D);
-    rng r(static_cast<uint64_t>(T * 1000 + S * 10 + K + 5));
-    std::vector<int64_t> qp(T), kp(S);
-    for (auto& x : qp) x = static_cast<int64_t>(r.below(12));
-    for (auto& x : kp) x = static_cast<int64_t>(r.below(12));
-    const shaw_problem p{qp, kp, K, D};
-    auto pr = randn(r, T * S), v = randn(r, S * D), av = randn(r, (2 * K + 1) * D);
-    const auto g = randn(r, T * D);
-    auto loss = [&] {
-      std::vector<double> o(T * D);
-      shaw_values<double>(p, pr.data(), v.data(), av.data(), o.data());
-      double L = 0;
-      for (size_t e = 0; e < o.size(); ++e) L += o[e] * g[e];
-      return L;
-    };
-    std::vector<double> gp(T * S, 0.0), gv(S * D, 0.0), gav((2 * K + 1) * D, 0.0);
-    shaw_values_backward<double>(p, pr.data(), v.data(), av.data(), g.data(), gp.data(), gv.data(),
-                                 gav.data());
-    const auto np = numeric_grad(pr, loss), nv = numeric_grad(v, loss),
-               nav = numeric_grad(av, loss);
-    for (size_t e = 0; e < gp.size(); ++e) EXPECT_NEAR(gp[e], np[e], 1e-8) << "p " << e;
-    for (size_t e = 0; e < gv.size(); ++e) EXPECT_NEAR(gv[e], nv[e], 1e-8) << "v " << e;
-    for (size_t e = 0; e < gav.size(); ++e) EXPECT_NEAR(gav[e], nav[e], 1e-8) << "aV " << e;
-  }
+// The case table (include/posenc/encodings/shaw_cases.hpp), every case of its full list: grad
+// mode (both float64 backwards, every input, against central differences with the tolerance
+// derived there) and check mode (float32 against float64 within one rounding; a second backward
+// call doubles the gradients).
+TEST(ShawOps, CaseTable) {
+  int checked = 0, graded = 0;
+  for (const auto& c : shaw_cases::full_cases())
+    for (const auto& r : shaw_cases::run_case(c)) {
+      EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << "\n  " << r.claim
+                            << "\n  " << r.detail;
+      ++(r.name.ends_with("/grad") ? graded : checked);
+    }
+  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(graded, 4);
 }
 
 TEST(ShawOps, ErrorPaths) {

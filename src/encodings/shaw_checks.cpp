@@ -1,6 +1,8 @@
 // Shaw relative positions: the property checks of group "shaw" (shaw_checks()). Each check is one
-// function (two where they share their data), called in order by shaw_checks(); `posenc check`, the
-// report and the tests all read this one list.
+// function (two where they share their data), called in order by shaw_checks(); after them come
+// the results of the case table's small list (check_cases() of
+// include/posenc/encodings/shaw_cases.hpp: float32 against float64, and the backwards against
+// finite differences). `posenc check`, the report and the tests all read this one list.
 #include "posenc/encodings/shaw.hpp"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
+#include "posenc/encodings/shaw_cases.hpp"
 
 namespace posenc {
 
@@ -90,37 +93,6 @@ void translation_invariance(std::vector<check_result>& out) {
                                bad, 0, fmt::format("{} of 2 outputs differed", bad)));
 }
 
-void float_matches_double(std::vector<check_result>& out) {
-  // Float and double instantiations share the double accumulation, so on float-valued inputs
-  // the float result is the double result rounded once: relative error <= 2^-24.
-  auto cd = make_case(3, 11, 19, 5, 24);
-  auto to_f = [](const std::vector<double>& a) {
-    std::vector<float> f(a.size());
-    for (size_t i = 0; i < a.size(); ++i) f[i] = static_cast<float>(a[i]);
-    return f;
-  };
-  auto back = [](const std::vector<float>& f) { return std::vector<double>(f.begin(), f.end()); };
-  const auto qf = to_f(cd.q), kf = to_f(cd.k), akf = to_f(cd.ak), vf = to_f(cd.v),
-             avf = to_f(cd.av), pf = to_f(cd.probs);
-  const auto qd = back(qf), kd = back(kf), akd = back(akf), vd = back(vf), avd = back(avf),
-             pd = back(pf);
-  std::vector<float> sf(11 * 19), of(11 * 24);
-  std::vector<double> sd(sf.size()), od(of.size());
-  const double scale = 1 / std::sqrt(24.0);
-  shaw_scores<float>(cd.problem(), qf.data(), kf.data(), akf.data(), scale, sf.data());
-  shaw_scores<double>(cd.problem(), qd.data(), kd.data(), akd.data(), scale, sd.data());
-  shaw_values<float>(cd.problem(), pf.data(), vf.data(), avf.data(), of.data());
-  shaw_values<double>(cd.problem(), pd.data(), vd.data(), avd.data(), od.data());
-  double worst = 0;
-  for (size_t i = 0; i < sf.size(); ++i)
-    if (sd[i] != 0) worst = std::max(worst, std::abs(sf[i] - sd[i]) / std::abs(sd[i]));
-  for (size_t i = 0; i < of.size(); ++i)
-    if (od[i] != 0) worst = std::max(worst, std::abs(of[i] - od[i]) / std::abs(od[i]));
-  out.push_back(measured_check(
-      "shaw", "float_matches_double", "float scores/outputs are the double ones rounded once",
-      worst, 0x1.0p-24, "relative error; one float rounding of the double result"));
-}
-
 void adjoint_identities(std::vector<check_result>& out) {
   // Adjoint identities. scores is linear in q (k, a^K fixed) and linear in (k, a^K) (q fixed),
   // so <scores, G> = <q, dq> = <k, dk> + <a^K, da^K>; outputs are linear in p and in
@@ -178,8 +150,9 @@ std::vector<check_result> shaw_checks() {
   std::vector<check_result> out;
   clipping(out);
   translation_invariance(out);
-  float_matches_double(out);
   adjoint_identities(out);
+  for (const auto& c : shaw_cases::check_cases())
+    for (auto& r : shaw_cases::run_case(c)) out.push_back(std::move(r));
   return out;
 }
 
