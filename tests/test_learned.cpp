@@ -1,5 +1,6 @@
 // Learned absolute table: reproducible N(0, 0.02) initialisation, lookup and the error past the
-// last row, backward (accumulating, adjoint identity), h = E + P, and the checksummed file
+// last row, the case table (lookup, h = E + P and the backward against their formulas and finite
+// differences), backward (accumulating, adjoint identity), and the checksummed file
 // format (round trip, golden bytes, every kind of damage is an io_error naming the path).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -13,6 +14,7 @@
 #include "posenc/core/file.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/learned.hpp"
+#include "posenc/encodings/learned_cases.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;
@@ -78,14 +80,20 @@ TEST(LearnedInit, BadArguments) {
                                      {"learned table"});
 }
 
-TEST(LearnedLookup, CopiesRows) {
-  const auto t = learned_init(10, 3, 5);
-  const std::vector<int64_t> pos = {9, 0, 9, 4};
-  std::vector<float> out(12);
-  learned_lookup(t, pos, out);
-  for (size_t n = 0; n < pos.size(); ++n)
-    for (size_t c = 0; c < 3; ++c)
-      EXPECT_EQ(out[n * 3 + c], t.weights[static_cast<size_t>(pos[n]) * 3 + c]);
+// The case table (include/posenc/encodings/learned_cases.hpp), every case of its full list:
+// lookup and add_positions (out of place and in place) bit for bit against the formulas, the
+// backward within its float accumulation bound, and the backward against finite differences in
+// double with the tolerance derived there.
+TEST(LearnedLookup, CaseTable) {
+  int checked = 0, graded = 0;
+  for (const auto& c : learned_cases::full_cases())
+    for (const auto& r : learned_cases::run_case(c)) {
+      EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << "\n  " << r.claim
+                            << "\n  " << r.detail;
+      ++(r.name.ends_with("/grad") ? graded : checked);
+    }
+  EXPECT_EQ(checked, 7);
+  EXPECT_EQ(graded, 5);
 }
 
 TEST(LearnedLookup, PastTheLastRowIsAnError) {
@@ -149,16 +157,10 @@ RC_GTEST_PROP(LearnedProps, BackwardIsTheAdjointOfLookup, ()) {
   RC_ASSERT(std::abs(lhs - rhs) <= tol);
 }
 
-TEST(LearnedAdd, IsEPlusP) {
+TEST(LearnedAdd, BadArguments) {
   const auto t = learned_init(8, 4, 3);
   const std::vector<int64_t> pos = {7, 1};
-  std::vector<float> e = {1, 2, 3, 4, 5, 6, 7, 8}, h(8);
-  add_positions(e, t, pos, h);
-  for (size_t n = 0; n < 2; ++n)
-    for (size_t c = 0; c < 4; ++c)
-      EXPECT_EQ(h[n * 4 + c], e[n * 4 + c] + t.weights[static_cast<size_t>(pos[n]) * 4 + c]);
-  add_positions(e, t, pos, e);  // in place
-  EXPECT_EQ(e, h);
+  std::vector<float> e = {1, 2, 3, 4, 5, 6, 7, 8}, h(8);  // values: the case table
   const std::vector<int64_t> far = {8, 0};
   expect_throw_msg<invalid_argument>([&] { add_positions(e, t, far, h); }, {"8 rows"});
   std::vector<float> small(7);

@@ -1,6 +1,9 @@
 // Learned table: the property checks of group "learned" (learned_checks()). Each check is one
-// function (two where they share their data), called in order by learned_checks(); `posenc check`,
-// the report and the tests all read this one list.
+// function (two where they share their data), called in order by learned_checks(); after them come
+// the results of the case table's small list (check_cases() of
+// include/posenc/encodings/learned_cases.hpp: lookup, add and backward against their formulas,
+// and the backward against finite differences). `posenc check`, the report and the tests all read
+// this one list.
 #include "posenc/encodings/learned.hpp"
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/core/rng.hpp"
+#include "posenc/encodings/learned_cases.hpp"
 
 namespace posenc {
 
@@ -137,6 +141,8 @@ std::vector<check_result> learned_checks() {
   init_distribution(out);
   lookup_backward_adjoint(out);
   save_load_detects_corruption(out);
+  for (const auto& c : learned_cases::check_cases())
+    for (auto& r : learned_cases::run_case(c)) out.push_back(std::move(r));
   return out;
 }
 
