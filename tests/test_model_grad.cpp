@@ -1,16 +1,20 @@
-// The lab's transformer ops: finite-difference gradient checks in double for every op and for
-// the whole model with each position scheme, golden values of the forward ops (computed with
+// The lab's transformer ops through their case table (ops_cases.hpp): finite-difference gradient
+// checks in double for every op and for the whole model with each position scheme, the matmul
+// and GELU fast paths against their references; golden values of the forward ops (computed with
 // python3 from the papers' formulas, pasted below), the optimizer schedule, and determinism.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/model/gradcheck.hpp"
 #include "posenc/model/ops.hpp"
+#include "posenc/model/ops_cases.hpp"
 #include "posenc/model/transformer.hpp"
 
 using namespace posenc;
@@ -43,14 +47,23 @@ TEST(Gradients, CheckerRejectsAWrongGradient) {
   EXPECT_GT(finite_difference_error(x, f, wrong), 1e-3);
 }
 
-TEST(Gradients, EachSchemeWithRmsNorm) {
-  set_num_threads(1);  // tiny model: avoid an OpenMP barrier per op
-  for (auto s : {pos_scheme::nope, pos_scheme::learned, pos_scheme::alibi, pos_scheme::t5,
-                 pos_scheme::shaw, pos_scheme::sinusoidal}) {
-    const double e = model_gradient_error(gradcheck_model_config(s, norm_kind::rmsnorm), 3);
-    EXPECT_LT(e, gradcheck_tolerance) << pos_scheme_name(s);
-  }
+// The rest of the case table (include/posenc/model/ops_cases.hpp): the matmul kernels against a
+// plain long double loop (awkward, strided and accumulating shapes, float32 and float64) and the
+// SIMD GELU against the formula (every tail length) within the bounds derived there; the whole
+// model with RMSNorm for every scheme from a second seed.
+TEST(Gradients, FullCaseTable) {
+  set_num_threads(1);  // tiny models: avoid an OpenMP barrier per op
+  std::map<std::string, int> ran;
+  for (const auto& c : ops_cases::full_cases())
+    for (const auto& r : ops_cases::run_case(c)) {
+      EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << " > " << r.tolerance
+                            << "\n  " << r.claim << "\n  " << r.detail;
+      ++ran[c.group];
+    }
   set_num_threads(0);
+  EXPECT_EQ(ran["matmul"], 36);
+  EXPECT_EQ(ran["gelu"], 8);
+  EXPECT_EQ(ran["model_seed3"], static_cast<int>(pos_scheme::count));
 }
 
 // Golden values: python3, math module.
@@ -64,48 +77,6 @@ TEST(Ops, GeluGolden) {
   EXPECT_NEAR(y[0], 0.8411919906082768, 1e-15);
   EXPECT_NEAR(y[1], -0.15428599017485606, 1e-15);
   EXPECT_NEAR(y[2], 1.954597694087775, 1e-15);
-}
-
-// The SIMD GELU (ops_simd.cpp, Highway's Tanh) against the formula in long double with
-// std::tanh, forward and backward, float and double, on lengths that leave every tail size.
-// Bound, u = unit roundoff: z carries <= 5u relative error and |d tanh/dz| z <= 0.45, so with
-// Tanh's own error of a few ulp |t - tanh| <= 8u; y = 0.5 x (1 + t) adds 3 roundings:
-// |y - y*| <= 0.5 |x| (8u + 2 * 3u) <= 8u |x|. The derivative has t in two places and x^2
-// terms: |g - g*| <= 32u (1 + x^2) covers it with room. A wrong coefficient or sign is O(0.1).
-TEST(Ops, SimdGeluMatchesFormula) {
-  auto ref = [](long double x, long double* g) {
-    const long double a = 0.7978845608028654L, b = 0.044715L;
-    const long double t = std::tanh(a * (x + b * x * x * x));
-    *g = 0.5L * (1 + t) + 0.5L * x * (1 - t * t) * a * (1 + 3 * b * x * x);
-    return 0.5L * x * (1 + t);
-  };
-  auto run = [&](auto zero, double u) {
-    using T = decltype(zero);
-    for (int64_t n : {1, 3, 7, 8, 9, 15, 17, 100}) {
-      std::vector<T> x(n), y(n), dy(n), du(n, T(0.25));
-      for (int64_t i = 0; i < n; ++i) {
-        x[i] = static_cast<T>(-8.0 + 16.0 * static_cast<double>(i) / static_cast<double>(n));
-        dy[i] = static_cast<T>(1.0 + 0.01 * static_cast<double>(i));
-      }
-      gelu_forward(x.data(), y.data(), n);
-      gelu_backward(x.data(), dy.data(), du.data(), n);
-      for (int64_t i = 0; i < n; ++i) {
-        long double g;
-        const long double yr = ref(x[i], &g);
-        const double xi = static_cast<double>(x[i]);
-        EXPECT_LE(
-            std::fabs(static_cast<double>(y[i] - static_cast<T>(0)) - static_cast<double>(yr)),
-            8 * u * std::fabs(xi) + 1e-300)
-            << "n=" << n << " x=" << xi;
-        const double want = 0.25 + static_cast<double>(dy[i]) * static_cast<double>(g);
-        EXPECT_LE(std::fabs(static_cast<double>(du[i]) - want),
-                  32 * u * (1 + xi * xi) * static_cast<double>(dy[i]) + 2 * u)
-            << "n=" << n << " x=" << xi;
-      }
-    }
-  };
-  run(0.0f, 0x1p-24);
-  run(0.0, 0x1p-53);
 }
 
 // LayerNorm of [1, 2, 3, 4], g = 1, b = 0, eps = 1e-5: mean 2.5, var 1.25,

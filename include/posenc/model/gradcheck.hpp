@@ -42,9 +42,10 @@ batch gradcheck_batch();
 // uniform and every path carries gradient).
 double model_gradient_error(const model_config& c, uint64_t seed);
 
-// Group "gradients": linear, LayerNorm, RMSNorm, GELU, embedding, cross-entropy, the matmul
-// adjoint identities, and the whole model for every scheme (with LayerNorm, and RMSNorm for
-// rope), plus float-vs-double agreement of the forward.
+// Group "gradients": the model ops case table's check list (include/posenc/model/ops_cases.hpp)
+// on one thread: linear, LayerNorm, RMSNorm, GELU, embedding, cross-entropy, the matmul adjoint
+// identities and the whole model for every scheme and both norms in grad mode, float-vs-double
+// agreement of the forward, and the matmul and GELU fast paths against their references.
 std::vector<check_result> gradient_checks();
 
 }  // namespace posenc::model

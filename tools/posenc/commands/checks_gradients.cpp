@@ -1,7 +1,8 @@
-// Check group "gradients" (not run by default; `posenc check --gradients`): finite-difference
-// gradient checks in double for every op of the lab's transformer and for the whole model with
-// each position scheme. See include/posenc/model/gradcheck.hpp for the derivation of the
-// tolerance.
+// Check group "gradients" (not run by default; `posenc check --gradients`): the model ops case
+// table's check list (include/posenc/model/ops_cases.hpp): finite-difference gradient checks in
+// double for every op of the lab's transformer and for the whole model with each position scheme
+// (tolerance derived in include/posenc/model/gradcheck.hpp), and the matmul and GELU fast paths
+// against their references (bounds derived in ops_cases.hpp).
 #include "cli.hpp"
 #include "posenc/model/gradcheck.hpp"
 
