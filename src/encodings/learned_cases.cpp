@@ -191,6 +191,8 @@ spec make(int64_t rows, int64_t width, int64_t N, uint64_t seed, unsigned passes
   return c;
 }
 
+// Check mode: lookup and add exact, the backward within gamma_k (|G0| + sum |terms|); grad mode
+// against tol_e = n u Labs / eps + gamma_{k_e} gabs_e (both derived in learned_cases.hpp).
 std::vector<spec> make_full() {
   std::vector<spec> v;
   const std::string g = "table";

@@ -295,6 +295,8 @@ spec make(int64_t T, int64_t S, int64_t K, int64_t D, uint64_t seed, unsigned pa
   return c;
 }
 
+// Check mode against one rounding, 2^-24 |float64| + 2^-150; grad mode against tol_e = n_L u Labs /
+// eps + gabs_e u ((|x_e| + eps) / eps + T S + D + 4) (both derived in shaw_cases.hpp).
 std::vector<spec> make_full() {
   std::vector<spec> v;
   // grad: the shapes of the original finite-difference tests, positions below 12.

@@ -225,6 +225,8 @@ void add_saturated(std::vector<spec>& v, const std::string& group) {
       make({32, 128, false}, 3, {5000}, iota(600), 2, check, group, group + "/constant_fill/H3"));
 }
 
+// Check mode is exact (tolerance 0: bucket thresholds and table copies, t5_cases.hpp); grad mode
+// runs against tol_e = n u Labs / eps + (u_f + 2 n u) gabs_e (derived in t5_cases.hpp).
 std::vector<spec> make_full() {
   std::vector<spec> v;
   {  // bucket_row: one stream (seed 4) across every parameter set.

@@ -22,7 +22,9 @@
 //               1e-3), tolerance gradcheck_tolerance = 1e-5, derivation there): linear, layernorm,
 //               rmsnorm, gelu, embedding (a repeated index), cross_entropy (an unscored row), the
 //               whole model (every parameter); and matmul_adjoint, the identities <A B, C> =
-//               <B, A^T C> = <A, C B^T> of the three matmuls (their backwards are each other).
+//               <B, A^T C> = <A, C B^T> of the three matmuls (their backwards are each other),
+//               relative to sum |A_ik B_kj C_ij| against 2 gamma_n, n = max(K + M N, M + K N,
+//               N + M K) + 1 (each side: an inner sum, then an outer dot, in double).
 //
 // ---- matmul bound (derived; u_T the unit roundoff of the element type). c_ij = c0_ij (when
 //   accumulating) + sum_k a_ik b_kj: K products and K adds, in any association (the kernels'
