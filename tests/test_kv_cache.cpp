@@ -93,7 +93,7 @@ struct decode_case {
   // Prefill `prefill` tokens at once, then decode one token at a time through the cache.
   std::vector<Real> decoded(int64_t prefill, int64_t start) {
     std::vector<Real> out(N * Hq * D);
-    kv_cache<Real> cache(N, Hkv, D, pos.rope, start);
+    kv_cache<Real> cache(N, Hkv, D, pos, start);
     int64_t t = 0;
     while (t < N) {
       const int64_t n = t == 0 && prefill > 0 ? prefill : 1;
@@ -143,7 +143,7 @@ TEST(KvCache, DecodeEqualsFullForEveryScheme) {
 TEST(KvCache, ResettingPositionsIsWrong) {
   decode_case<double> c(scheme::rope_half, 9);
   const auto ref = c.full(0);
-  kv_cache<double> cache(c.N, c.Hkv, c.D, c.pos.rope);
+  kv_cache<double> cache(c.N, c.Hkv, c.D, c.pos);
   cache.append(c.k.data(), c.v.data(), c.N - 1);
   cache.append(&c.k[(c.N - 1) * c.Hkv * c.D], &c.v[(c.N - 1) * c.Hkv * c.D], 1,
                std::vector<int64_t>{0});  // the bug: new token at position 0
@@ -165,9 +165,9 @@ TEST(KvCache, CapacityAndPositions) {
   rc.head_dim = 8;
   rc.rotary_dim = 8;
   const auto f = rope_frequencies(rc);
-  attention_rope rope;
-  rope.freqs = &f;
-  kv_cache<float> cache(4, 1, 8, rope, 7);
+  attention_position<float> pos;
+  pos.rope.freqs = &f;
+  kv_cache<float> cache(4, 1, 8, pos, 7);
   std::vector<float> k(5 * 8, 1.0f), v(5 * 8, 2.0f);
   EXPECT_EQ(cache.next_position(), 7);
   EXPECT_EQ(cache.append(k.data(), v.data(), 3), (std::vector<int64_t>{7, 8, 9}));

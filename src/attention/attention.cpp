@@ -1,6 +1,7 @@
 // The fast attention path: FlashAttention-2 style tiling (Dao 2023, Algorithm 1) with an
-// online softmax (Milakov and Gimelshein 2018), every position scheme fused into the tile as
-// a functor. Tested against attention_reference (src/attention/attention_reference.cpp).
+// online softmax (Milakov and Gimelshein 2018), the position terms of src/attention/
+// engine_terms.hpp applied inside the tile. Tested against attention_reference
+// (src/attention/attention_reference.cpp).
 //
 // Work item = (kv head, query block): the G = Hq / Hkv query heads sharing that kv head times
 // Bq / G queries, so one transposed key block serves every row; items are split across threads with
@@ -9,10 +10,10 @@
 //
 //   1. QK^T block   s(Bq, Bk) = q_blk . k_blk^T, with k_blk transposed into kT(D, Bk) so the
 //                   inner loop runs over contiguous keys (vectorises without reassociation)
-//   2. score mod    s = scale * s + scale * q.a^K_c + bias(h, i, j), or -inf if masked
+//   2. score mod    s = scale * s + scale * q.a^K_c + biases(h, i, j), or -inf if masked
 //   3. softmax      m' = max(m, rowmax s); alpha = exp(m - m'); p = exp(s - m');
 //                   l = alpha l + sum p; acc = alpha acc; w = alpha w
-//   4. PV block     acc(Bq, D) += p v_blk; Shaw-V: w(Bq, 2K+1)[c(i,j)] += p
+//   4. PV block     acc(Bq, D) += p v_blk; hook 3: w(Bq, C)[c(i,j)] += p
 //
 // and finally out = (acc + w a^V) / l, lse = m + log l (zeros and -inf when l = 0).
 // Key blocks that the causal or window rule excludes for the whole query block are skipped.
@@ -26,76 +27,12 @@
 #include "attention_plan.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/alibi.hpp"
 
 namespace posenc {
 namespace {
 
 constexpr int64_t kBq = 32;  // tile rows (query heads x queries) per work item
 constexpr int64_t kBk = 64;  // keys per block
-
-// Score bias of hook 2b, precomputed so that the tile never calls a library function:
-// ALiBi slopes, and the T5 bias as a lookup table over offsets r = kpos - qpos.
-// T5 buckets are constant for |r| >= the saturation distance (the logarithmic branch reaches
-// its last bucket at n >= max_distance, n rounded through float; 2 * max_distance + num_buckets
-// is safely past it), so offsets are clamped to [lo, hi] where the clamp is exact.
-template <typename Real>
-struct bias_tables {
-  std::vector<double> alibi;  // (Hq,) slopes, empty = off
-  bool causal = false;
-  bool t5 = false;
-  std::vector<Real> t5_lut;  // (Hq, hi - lo + 1): bias of head h at offset r
-  int64_t lo = 0, hi = 0, span = 0;
-  const attention_t5<Real>* t5_table = nullptr;  // fallback when the offset range is huge
-  int64_t heads = 0;
-  bool t5_direct = false;
-
-  Real operator()(int64_t h, int64_t qp, int64_t kp) const {
-    double b = 0;
-    if (!alibi.empty()) b += alibi_bias(alibi[h], qp, kp, causal);
-    Real r = static_cast<Real>(b);
-    if (t5) {
-      if (t5_direct) {
-        const int64_t bucket = t5_bucket(kp - qp, t5_table->params);
-        r += t5_table->weights[bucket * heads + h];
-      } else {
-        const int64_t off = std::clamp(kp - qp, lo, hi);
-        r += t5_lut[h * span + (off - lo)];
-      }
-    }
-    return r;
-  }
-};
-
-template <typename Real>
-bias_tables<Real> make_bias_tables(const attention_params<Real>& p,
-                                   const detail::attention_plan& pl) {
-  bias_tables<Real> b;
-  b.alibi.assign(p.pos.alibi.begin(), p.pos.alibi.end());
-  b.causal = p.causal;
-  if (!p.pos.has_t5()) return b;
-  const attention_t5<Real>& t = p.pos.t5;
-  b.t5 = true;
-  b.t5_table = &t;
-  b.heads = p.Hq;
-  const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
-  if (!detail::visible_offset_range(pl, sat, &b.lo, &b.hi)) {
-    b.t5_direct = true;  // nothing visible: the functor is never called
-    return b;
-  }
-  b.span = b.hi - b.lo + 1;
-  if (b.span > (int64_t{1} << 22) || b.span * p.Hq > (int64_t{1} << 26)) {
-    b.t5_direct = true;
-    return b;
-  }
-  b.t5_lut.resize(p.Hq * b.span);
-  for (int64_t r = b.lo; r <= b.hi; ++r) {
-    const int64_t bucket = t5_bucket(r, t.params);
-    for (int64_t h = 0; h < p.Hq; ++h)
-      b.t5_lut[h * b.span + (r - b.lo)] = t.weights[bucket * p.Hq + h];
-  }
-  return b;
-}
 
 // One thread's scratch, sized once before the parallel region.
 template <typename Real>
@@ -104,20 +41,21 @@ struct tile_scratch {
   std::vector<Real> s;     // (Bq, Bk): scores, then probabilities
   std::vector<Real> acc;   // (Bq, D): unnormalised output
   std::vector<Real> m, l;  // (Bq,): running max and sum
-  std::vector<Real> qa;    // (Bq, C): scale * q_i . a^K_c, C = 2K+1 (Shaw only)
-  std::vector<Real> w;     // (Bq, C): unnormalised probability mass per Shaw offset
+  std::vector<Real> qa;    // (Bq, C): scale * q_i . a^K_c (relative tables only)
+  std::vector<Real> w;     // (Bq, C): unnormalised probability mass per table row
+  std::vector<int64_t> c;  // (Bk,): the table row of each key of a block row
 };
 
 template <typename Real>
 struct tiled_problem {
   const attention_params<Real>* p;
   const detail::attention_plan* pl;
-  const Real* q;  // (T, Hq, D), rotated when RoPE is on
-  const Real* k;  // (S, Hkv, D), rotated when RoPE is on
-  const bias_tables<Real>* bias;
-  const Real* shaw_k = nullptr;  // (C, D)
-  const Real* shaw_v = nullptr;  // (C, D)
-  int64_t shaw_clip = 0, C = 0;
+  const detail::engine_terms<Real>* terms;
+  const Real* q;                                        // (T, Hq, D), transformed by hook 1
+  const Real* k;                                        // (S, Hkv, D), transformed by hook 1
+  const detail::relative_vectors<Real>* rel = nullptr;  // hooks 2a and 3
+  int64_t C = 0;                                        // rows of the relative tables
+  bool kpos_contiguous = false;                         // kpos[j] == j for every key
 };
 
 // One work item: key/value head hk, query rows [i0, i1) of all G = Hq / Hkv query heads that
@@ -141,21 +79,22 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
   Real* l = sc.l.data();
   Real* qa = sc.qa.data();
   Real* w = sc.w.data();
-  const bool shaw = pr.shaw_k != nullptr;
-  const bool any_bias = !pr.bias->alibi.empty() || pr.bias->t5;
+  int64_t* cidx = sc.c.data();
+  const auto* rel = pr.rel;
+  const auto& biases = pr.terms->biases;
 
   for (int64_t ii = 0; ii < rows; ++ii) {
     m[ii] = neg_inf;
     l[ii] = 0;
   }
   std::fill(acc, acc + rows * D, Real(0));
-  if (shaw) {
+  if (rel) {
     std::fill(w, w + rows * C, Real(0));
-    // qa[ii][c] = scale * q_i . a^K_c: Shaw-K's score term (eq. 4) for all C offsets at once.
+    // qa[ii][c] = scale * q_i . a^K_c: hook 2a's score term for all C rows at once.
     for (int64_t ii = 0; ii < rows; ++ii) {
       const Real* qi = pr.q + (query_of(ii) * Hq + head_of(ii)) * D;
       for (int64_t c = 0; c < C; ++c) {
-        const Real* ak = pr.shaw_k + c * D;
+        const Real* ak = rel->keys + c * D;
         Real dot = 0;
         for (int64_t d = 0; d < D; ++d) dot += qi[d] * ak[d];
         qa[ii * C + c] = scale * dot;
@@ -185,22 +124,21 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
         for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += qd * kd[jj];
       }
     }
-    // 2. Score mod: scale, Shaw-K, biases, masks.
+    // 2. Score mod: scale, hook 2a, hook 2b, masks.
     for (int64_t ii = 0; ii < rows; ++ii) {
       const int64_t i = query_of(ii), h = head_of(ii);
       const int64_t qp = pl.qpos[i];
       Real* srow = s + ii * kBk;
-      for (int64_t jj = 0; jj < nb; ++jj) {
-        const int64_t j = j0 + jj;
-        if (!detail::attention_visible(pl, p.causal, p.window, T, S, i, j)) {
-          srow[jj] = neg_inf;
-          continue;
-        }
-        Real v = scale * srow[jj];
-        if (shaw) v += qa[ii * C + shaw_index(qp, pl.kpos[j], pr.shaw_clip)];
-        if (any_bias) v += (*pr.bias)(h, qp, pl.kpos[j]);
-        srow[jj] = v;
+      for (int64_t jj = 0; jj < nb; ++jj) srow[jj] *= scale;
+      if (rel) {
+        rel->index_row(qp, pl.kpos.data() + j0, nb, cidx);
+        for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += qa[ii * C + cidx[jj]];
       }
+      for (const auto& b : biases)
+        b->add_row(h, qp, pl.kpos.data() + j0, nb, pr.kpos_contiguous, srow);
+      for (int64_t jj = 0; jj < nb; ++jj)
+        if (!detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj))
+          srow[jj] = neg_inf;
     }
     // 3. Online softmax and 4. PV block, row by row.
     for (int64_t ii = 0; ii < rows; ++ii) {
@@ -226,18 +164,17 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
         const Real* vj = p.v + ((j0 + jj) * Hkv + hk) * D;
         for (int64_t d = 0; d < D; ++d) arow[d] += pj * vj[d];
       }
-      if (shaw) {
+      if (rel) {
         Real* wrow = w + ii * C;
         if (alpha != Real(1))
           for (int64_t c = 0; c < C; ++c) wrow[c] *= alpha;
-        const int64_t qp = pl.qpos[query_of(ii)];
-        for (int64_t jj = 0; jj < nb; ++jj)
-          wrow[shaw_index(qp, pl.kpos[j0 + jj], pr.shaw_clip)] += srow[jj];
+        rel->index_row(pl.qpos[query_of(ii)], pl.kpos.data() + j0, nb, cidx);
+        for (int64_t jj = 0; jj < nb; ++jj) wrow[cidx[jj]] += srow[jj];
       }
     }
   }
 
-  // Epilogue: normalise, add Shaw-V (eq. 3: sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
+  // Epilogue: normalise, add hook 3 (sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
   for (int64_t ii = 0; ii < rows; ++ii) {
     const int64_t i = query_of(ii), h = head_of(ii);
     Real* out = p.out + (i * Hq + h) * D;
@@ -249,12 +186,12 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
     const Real inv = Real(1) / l[ii];
     const Real* arow = acc + ii * D;
     for (int64_t d = 0; d < D; ++d) out[d] = arow[d];
-    if (shaw) {
+    if (rel) {
       const Real* wrow = w + ii * C;
       for (int64_t c = 0; c < C; ++c) {
         const Real wc = wrow[c];
         if (wc == Real(0)) continue;
-        const Real* av = pr.shaw_v + c * D;
+        const Real* av = rel->values + c * D;
         for (int64_t d = 0; d < D; ++d) out[d] += wc * av[d];
       }
     }
@@ -273,39 +210,37 @@ bool attention_reference_selected() {
 template <typename Real>
 void attention_tiled(const attention_params<Real>& p) {
   const auto pl = detail::make_attention_plan(p);
+  const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   if (T == 0) return;
-  const auto& ps = p.pos;
 
-  // Hook 1: rotate copies of q (T, Hq, D) and k (S, Hkv, D) once, outside the tile loop.
-  std::vector<Real> q_rot, k_rot;
+  // Hook 1: transform copies of q (T, Hq, D) and k (S, Hkv, D) once, outside the tile loop.
+  std::vector<Real> q_t, k_t;
   const Real* q = p.q;
   const Real* k = p.k;
-  if (ps.rope.freqs) {
-    q_rot.assign(p.q, p.q + T * Hq * D);
-    rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.qpos_rope, q_rot.data(), T, Hq, D);
-    q = q_rot.data();
-    if (!ps.rope.keys_rotated && S > 0) {
-      k_rot.assign(p.k, p.k + S * Hkv * D);
-      rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.kpos_rope, k_rot.data(), S, Hkv,
-                 D);
-      k = k_rot.data();
+  if (const auto* tr = terms.transform.get()) {
+    q_t.assign(p.q, p.q + T * Hq * D);
+    tr->apply(pl.qpos_safe, q_t.data(), T, Hq, D, false, false);
+    q = q_t.data();
+    if (!tr->keys_transformed && S > 0) {
+      k_t.assign(p.k, p.k + S * Hkv * D);
+      tr->apply(pl.kpos_safe, k_t.data(), S, Hkv, D, true, false);
+      k = k_t.data();
     }
   }
 
   if constexpr (std::is_same_v<Real, float>) {
     // float32: the register-blocked SIMD kernels of attention_simd.cpp.
-    detail::attention_simd_f32(p, pl, q, k, num_threads());
+    detail::attention_simd_f32(p, pl, terms, q, k, num_threads());
     return;
   }
-  const auto bias = make_bias_tables(p, pl);
-  tiled_problem<Real> pr{&p, &pl, q, k, &bias};
-  if (ps.has_shaw()) {
-    pr.shaw_k = ps.shaw.keys.data();
-    pr.shaw_v = ps.shaw.values.data();
-    pr.shaw_clip = ps.shaw.clip;
-    pr.C = 2 * ps.shaw.clip + 1;
-    checked_bytes("attention Shaw scratch", static_cast<unsigned long long>(kBq + Hq),
+  tiled_problem<Real> pr{&p, &pl, &terms, q, k};
+  pr.kpos_contiguous = true;
+  for (int64_t j = 0; j < S; ++j) pr.kpos_contiguous &= pl.kpos[j] == j;
+  if (terms.relative) {
+    pr.rel = terms.relative.get();
+    pr.C = pr.rel->C;
+    checked_bytes("attention relative-table scratch", static_cast<unsigned long long>(kBq + Hq),
                   static_cast<unsigned long long>(pr.C), 2, sizeof(Real));
   }
 
@@ -327,6 +262,7 @@ void attention_tiled(const attention_params<Real>& p) {
     sc.l.resize(rows);
     sc.qa.resize(rows * pr.C);
     sc.w.resize(rows * pr.C);
+    sc.c.resize(kBk);
   }
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

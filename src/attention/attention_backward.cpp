@@ -9,21 +9,22 @@
 //   pack     kT, vT (D, Bk) per key block (keys contiguous) and kr (Bk, D) (rows contiguous),
 //            zero-padded to Dp = D rounded up to 8 and to whole blocks of Bk keys
 //   for each block of bq queries (tile rows R = G * bq: query head hk * G + r / bq):
-//     Qs = scale q' rows, dO rows, dQ = 0; Shaw: qa = Qs a^K^T, doa = dO a^V^T   (R, C)
+//     Qs = scale q' rows, dO rows, dQ = 0; hooks 2a, 3: qa = Qs a^K^T, doa = dO a^V^T  (R, C)
 //     for each key block the causal/window rules leave visible:
 //       1. s  = Qs . kT                      (R, Bk)   block products: C = beta C + A . B
 //       2. dp = dO . vT                      (R, Bk)
-//       3. per pair: s += Shaw-K + bias; p = exp(s - lse_i); dP = dp + Shaw-V;
+//       3. per pair: s += qa_c + biases; p = exp(s - lse_i); dP = dp + doa_c;
 //          dS = p (dP - D_i), with D_i = dO_i . o_i; masked pairs and dead rows give p = dS = 0;
-//          table gradients (T5, ALiBi slopes, Shaw offsets' mass) accumulate in double
+//          parameter gradients (each bias's grad_row, the tables' row sums) in double
 //       4. dV_blk += p^T . dO                (Bk, Dp)
 //       5. dK_blk += dS^T . Qs               (Bk, Dp)  (Qs carries the scale)
 //       6. dQ     += dS . kr                 (R, Dp)
-//     dq' = scale (dQ + sum_c w_c a^K_c); Shaw tables: da^K_c += sum_r w_rc Qs_r, da^V_c likewise
+//     dq' = scale (dQ + sum_c w_c a^K_c); tables: da^K_c += sum_r w_rc Qs_r, da^V_c likewise
 //   dk', dv of head hk = the (S, Dp) accumulators
-// then dq = a R^T dq', dk = a R^T dk' (RoPE backward: the rotation with the sine negated).
+// then dq = A^T dq', dk = A^T dk' (hook 1's transpose; engine_terms.hpp).
 // Each item's arithmetic is fixed by the item, not by the thread that runs it, and the per-head
-// Shaw partials are reduced in head order: the bits do not depend on the thread count.
+// parameter-gradient partials are reduced in head order: the bits do not depend on the thread
+// count.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -33,7 +34,6 @@
 #include "attention_plan.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/alibi.hpp"
 
 namespace posenc {
 namespace {
@@ -47,88 +47,85 @@ void validate_grads(const attention_params<Real>& p, const attention_grads<Real>
     fail("attention backward: out, lse, dout and dq must not be null when T = {}", p.T);
   if (p.S > 0 && (!g.dk || !g.dv))
     fail("attention backward: dk and dv must not be null when S = {}", p.S);
-  if (g.dt5 && !p.pos.has_t5())
-    fail("attention backward: dt5 was requested but the T5 hook is off (pos.t5.weights is empty)");
-  if ((g.dshaw_keys || g.dshaw_values) && !p.pos.has_shaw())
-    fail(
-        "attention backward: dshaw_keys/dshaw_values were requested but the Shaw hook is off "
-        "(pos.shaw.keys is empty)");
-  if (g.dalibi && p.pos.alibi.empty())
-    fail("attention backward: dalibi was requested but the ALiBi hook is off (pos.alibi is empty)");
 }
 
-// Sizes of the parameter gradients (0 when not requested).
+// The parameter gradients of the terms, accumulated in double: one buffer per bias (its
+// grad_size(), empty when not wanted) and the relative tables' (C, D) pair.
+struct param_grads {
+  std::vector<std::vector<double>> bias;
+  std::vector<double> dak, dav;
+};
+
 template <typename Real>
-int64_t t5_size(const attention_params<Real>& p) {
-  return p.pos.has_t5() ? p.pos.t5.params.num_buckets * p.Hq : 0;
-}
-template <typename Real>
-int64_t shaw_size(const attention_params<Real>& p) {
-  return p.pos.has_shaw() ? (2 * p.pos.shaw.clip + 1) * p.D : 0;
+param_grads make_param_grads(const detail::engine_terms<Real>& t, int64_t D) {
+  param_grads pg;
+  for (const auto& b : t.biases) pg.bias.emplace_back(static_cast<size_t>(b->grad_size()), 0.0);
+  if (t.relative) {
+    pg.dak.assign(static_cast<size_t>(t.relative->C * D), 0.0);
+    pg.dav.assign(pg.dak.size(), 0.0);
+  }
+  return pg;
 }
 
-// Rounds the double accumulators of the parameter gradients into the caller's buffers.
+// Rounds the double accumulators into the caller's buffers.
 template <typename Real>
-void store_param_grads(const attention_params<Real>& p, const attention_grads<Real>& g,
-                       const std::vector<double>& dt5, const std::vector<double>& dak,
-                       const std::vector<double>& dav, const std::vector<double>& dal) {
-  if (g.dt5)
-    for (int64_t x = 0; x < t5_size(p); ++x) g.dt5[x] = static_cast<Real>(dt5[x]);
-  if (g.dshaw_keys)
-    for (int64_t x = 0; x < shaw_size(p); ++x) g.dshaw_keys[x] = static_cast<Real>(dak[x]);
-  if (g.dshaw_values)
-    for (int64_t x = 0; x < shaw_size(p); ++x) g.dshaw_values[x] = static_cast<Real>(dav[x]);
-  if (g.dalibi)
-    for (int64_t h = 0; h < p.Hq; ++h) g.dalibi[h] = dal[h];
+void store_param_grads(const detail::engine_terms<Real>& t, const param_grads& pg) {
+  for (size_t b = 0; b < t.biases.size(); ++b)
+    if (t.biases[b]->grad_size() > 0) t.biases[b]->store_grad(pg.bias[b].data());
+  if (const auto* rel = t.relative.get()) {
+    if (rel->dkeys)
+      for (size_t x = 0; x < pg.dak.size(); ++x) rel->dkeys[x] = static_cast<Real>(pg.dak[x]);
+    if (rel->dvalues)
+      for (size_t x = 0; x < pg.dav.size(); ++x) rel->dvalues[x] = static_cast<Real>(pg.dav[x]);
+  }
 }
 
-// Hook 1's backward in place: dq = a R(qpos)^T dq', dk = a R(kpos)^T dk' (rope_apply with
-// inverse = true; the forward line is q' = a R(qpos) q).
+// Hook 1's backward in place: dq = A(qpos)^T dq', dk = A(kpos)^T dk' (not for keys given
+// transformed: their gradient is dk' itself).
 template <typename Real, typename X>
-void rope_backward(const attention_params<Real>& p, const detail::attention_plan& pl, X* dq,
-                   X* dk) {
-  const auto& r = p.pos.rope;
-  if (!r.freqs) return;
-  if (p.T > 0) rope_apply(*r.freqs, r.layout, r.angle, pl.qpos_rope, dq, p.T, p.Hq, p.D, true);
-  if (!r.keys_rotated && p.S > 0)
-    rope_apply(*r.freqs, r.layout, r.angle, pl.kpos_rope, dk, p.S, p.Hkv, p.D, true);
+void transform_backward(const attention_params<Real>& p, const detail::attention_plan& pl,
+                        const detail::engine_terms<Real>& t, X* dq, X* dk) {
+  const auto* tr = t.transform.get();
+  if (!tr) return;
+  if (p.T > 0) tr->apply(pl.qpos_safe, dq, p.T, p.Hq, p.D, false, true);
+  if (!tr->keys_transformed && p.S > 0) tr->apply(pl.kpos_safe, dk, p.S, p.Hkv, p.D, true, true);
 }
 
 }  // namespace
 
 // ---- reference ------------------------------------------------------------------------------
-// Per head h (plain loops, double throughout; c = shaw_index(qpos_i, kpos_j, K)):
-//   s_ij  = scale q'_i . (k'_j + a^K_c) + alibi + t5, visible j only
+// Per head h (plain loops, double throughout; c = the relative tables' row of the pair):
+//   s_ij  = scale q'_i . (k'_j + a^K_c) + sum of biases, visible j only
 //   P_ij  = exp(s_ij - m_i) / l_i                   (two-pass softmax, as the forward reference)
 //   dP_ij = dO_i . (v_j + a^V_c);  D_i = sum_j P_ij dP_ij;  dS_ij = P_ij (dP_ij - D_i)
 // and the accumulations of attention.hpp, in (h, i, j) order.
 template <typename Real>
 void attention_backward_reference(const attention_params<Real>& p, const attention_grads<Real>& g) {
   const auto pl = detail::make_attention_plan(p);
+  const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  const auto& ps = p.pos;
-  const bool shaw = ps.has_shaw(), t5 = ps.has_t5(), alibi = !ps.alibi.empty();
-  const int64_t K = ps.shaw.clip;
+  const auto* rel = terms.relative.get();
 
   std::vector<double> q(p.q, p.q + T * Hq * D), k(p.k, p.k + S * Hkv * D),
       v(p.v, p.v + S * Hkv * D), dO(g.dout, g.dout + T * Hq * D);
-  if (ps.rope.freqs) {
-    rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.qpos_rope, q.data(), T, Hq, D);
-    if (!ps.rope.keys_rotated)
-      rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.kpos_rope, k.data(), S, Hkv, D);
+  if (const auto* tr = terms.transform.get()) {
+    tr->apply(pl.qpos_safe, q.data(), T, Hq, D, false, false);
+    if (!tr->keys_transformed) tr->apply(pl.kpos_safe, k.data(), S, Hkv, D, true, false);
   }
-  std::vector<double> ak(ps.shaw.keys.begin(), ps.shaw.keys.end()),
-      av(ps.shaw.values.begin(), ps.shaw.values.end());
+  std::vector<double> ak, av;
+  if (rel) {
+    ak.assign(rel->keys, rel->keys + rel->C * D);
+    av.assign(rel->values, rel->values + rel->C * D);
+  }
   std::vector<double> dq(T * Hq * D, 0.0), dk(S * Hkv * D, 0.0), dv(S * Hkv * D, 0.0);
-  std::vector<double> dt5(t5_size(p), 0.0), dak(shaw_size(p), 0.0), dav(shaw_size(p), 0.0),
-      dal(Hq, 0.0);
+  param_grads pg = make_param_grads(terms, D);
   std::vector<double> P(T * S), dS(T * S);
   std::vector<uint8_t> vis(T * S);
 
   for (int64_t h = 0; h < Hq; ++h) {
     const int64_t hk = h / pl.group;
-    auto c_of = [&](int64_t i, int64_t j) { return shaw_index(pl.qpos[i], pl.kpos[j], K); };
+    auto c_of = [&](int64_t i, int64_t j) { return rel->index(pl.qpos[i], pl.kpos[j]); };
     // Forward: P.
     for (int64_t i = 0; i < T; ++i) {
       const double* qi = &q[(i * Hq + h) * D];
@@ -138,13 +135,11 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
         vis[i * S + j] = detail::attention_visible(pl, p.causal, p.window, T, S, i, j);
         if (!vis[i * S + j]) continue;
         const double* kj = &k[(j * Hkv + hk) * D];
+        const double* akc = rel ? &ak[c_of(i, j) * D] : nullptr;
         double dot = 0;
-        for (int64_t d = 0; d < D; ++d)
-          dot += qi[d] * (kj[d] + (shaw ? ak[c_of(i, j) * D + d] : 0));
+        for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (akc ? akc[d] : 0));
         double sc = pl.scale * dot;
-        if (alibi) sc += alibi_bias(ps.alibi[h], pl.qpos[i], pl.kpos[j], p.causal);
-        if (t5)
-          sc += double(ps.t5.weights[t5_bucket(pl.kpos[j] - pl.qpos[i], ps.t5.params) * Hq + h]);
+        for (const auto& b : terms.biases) sc += b->value(h, pl.qpos[i], pl.kpos[j]);
         Pi[j] = sc;
         m = std::max(m, sc);
       }
@@ -165,9 +160,9 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
           continue;
         }
         const double* vj = &v[(j * Hkv + hk) * D];
+        const double* avc = rel ? &av[c_of(i, j) * D] : nullptr;
         double dp = 0;
-        for (int64_t d = 0; d < D; ++d)
-          dp += doi[d] * (vj[d] + (shaw ? av[c_of(i, j) * D + d] : 0));
+        for (int64_t d = 0; d < D; ++d) dp += doi[d] * (vj[d] + (avc ? avc[d] : 0));
         dS[i * S + j] = dp;
         Di += P[i * S + j] * dp;
       }
@@ -185,29 +180,30 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
         const double* kj = &k[(j * Hkv + hk) * D];
         double* dkj = &dk[(j * Hkv + hk) * D];
         double* dvj = &dv[(j * Hkv + hk) * D];
-        const int64_t c = shaw ? c_of(i, j) : 0;
+        const int64_t c = rel ? c_of(i, j) : 0;
         for (int64_t d = 0; d < D; ++d) {
           dvj[d] += pij * doi[d];
-          dqi[d] += pl.scale * ds * (kj[d] + (shaw ? ak[c * D + d] : 0));
+          dqi[d] += pl.scale * ds * (kj[d] + (rel ? ak[c * D + d] : 0));
           dkj[d] += pl.scale * ds * qi[d];
         }
-        if (shaw)
+        if (rel)
           for (int64_t d = 0; d < D; ++d) {
-            dav[c * D + d] += pij * doi[d];
-            dak[c * D + d] += pl.scale * ds * qi[d];
+            pg.dav[c * D + d] += pij * doi[d];
+            pg.dak[c * D + d] += pl.scale * ds * qi[d];
           }
-        if (alibi) dal[h] += ds * alibi_bias(1.0, pl.qpos[i], pl.kpos[j], p.causal);
-        if (t5) dt5[t5_bucket(pl.kpos[j] - pl.qpos[i], ps.t5.params) * Hq + h] += ds;
+        for (size_t b = 0; b < terms.biases.size(); ++b)
+          if (!pg.bias[b].empty())
+            terms.biases[b]->add_grad(h, pl.qpos[i], pl.kpos[j], ds, pg.bias[b].data());
       }
     }
   }
-  rope_backward(p, pl, dq.data(), dk.data());
+  transform_backward(p, pl, terms, dq.data(), dk.data());
   for (int64_t x = 0; x < T * Hq * D; ++x) g.dq[x] = static_cast<Real>(dq[x]);
   for (int64_t x = 0; x < S * Hkv * D; ++x) {
     g.dk[x] = static_cast<Real>(dk[x]);
     g.dv[x] = static_cast<Real>(dv[x]);
   }
-  store_param_grads(p, g, dt5, dak, dav, dal);
+  store_param_grads(terms, pg);
 }
 
 // ---- tiled ----------------------------------------------------------------------------------
@@ -235,50 +231,27 @@ void block_gemm(int64_t rows, int64_t ncols, const double* A, int64_t lda, const
   }
 }
 
-// The T5 bucket of offset r = kpos - qpos through a table over the visible offset range
-// (clamped where buckets saturate, as in the forward), or computed per pair when the range is
-// too wide for a table.
-struct t5_buckets {
-  const t5_params* params = nullptr;
-  std::vector<int32_t> lut;
-  int64_t lo = 0, hi = 0;
-  bool direct = true;
-  int64_t operator()(int64_t r) const {
-    return direct ? t5_bucket(r, *params) : lut[std::clamp(r, lo, hi) - lo];
-  }
-};
-
-t5_buckets make_t5_buckets(const t5_params& tp, const detail::attention_plan& pl) {
-  t5_buckets b;
-  b.params = &tp;
-  const int64_t sat = 2 * tp.max_distance + tp.num_buckets;
-  if (!detail::visible_offset_range(pl, sat, &b.lo, &b.hi)) return b;
-  if (b.hi - b.lo + 1 > (int64_t{1} << 22)) return b;
-  b.direct = false;
-  b.lut.resize(b.hi - b.lo + 1);
-  for (int64_t r = b.lo; r <= b.hi; ++r) b.lut[r - b.lo] = static_cast<int32_t>(t5_bucket(r, tp));
-  return b;
-}
-
 template <typename Real>
 struct bwd_problem {
   const attention_params<Real>* p = nullptr;
   const attention_grads<Real>* g = nullptr;
   const detail::attention_plan* pl = nullptr;
-  const Real* q = nullptr;     // (T, Hq, D) rotated
-  const Real* k = nullptr;     // (S, Hkv, D) rotated
-  Real* dq = nullptr;          // (T, Hq, D): dq' (rotated frame)
-  Real* dk = nullptr;          // (S, Hkv, D): dk' (rotated frame)
-  const Real* Drow = nullptr;  // (T, Hq): D_i = dO_i . o_i
+  const detail::engine_terms<Real>* terms = nullptr;
+  const detail::relative_vectors<Real>* rel = nullptr;  // hooks 2a and 3; null = off
+  const Real* q = nullptr;                              // (T, Hq, D) transformed by hook 1
+  const Real* k = nullptr;                              // (S, Hkv, D) transformed by hook 1
+  Real* dq = nullptr;                                   // (T, Hq, D): dq' (transformed frame)
+  Real* dk = nullptr;                                   // (S, Hkv, D): dk' (transformed frame)
+  const Real* Drow = nullptr;                           // (T, Hq): D_i = dO_i . o_i
   int64_t Dp = 0, nkb = 0, Sp = 0, bq = 0;
-  t5_buckets t5;
-  std::vector<double>* dt5 = nullptr;  // (num_buckets, Hq); item hk writes its heads' columns
-  std::vector<double>* dal = nullptr;  // (Hq,)
-  std::vector<double>* dak = nullptr;  // (Hkv, C, D): per kv head, reduced in head order
-  std::vector<double>* dav = nullptr;  // (Hkv, C, D)
+  // Parameter gradients per kv-head item, reduced in head order after the parallel region:
+  std::vector<std::vector<double>>* dbias = nullptr;  // per bias: (Hkv, grad_size)
+  std::vector<double>* dak = nullptr;                 // (Hkv, C, D)
+  std::vector<double>* dav = nullptr;                 // (Hkv, C, D)
   int64_t C = 0;
-  bool simple = false;     // masks are key-index ranges only: no documents, no padded keys
-  std::vector<Real> ones;  // (max(R, Bk),) for accumulating products
+  bool simple = false;           // masks are key-index ranges only: no documents, no padded keys
+  bool kpos_contiguous = false;  // kpos[j] == j for every key
+  std::vector<Real> ones;        // (max(R, Bk),) for accumulating products
 };
 
 template <typename Real>
@@ -289,8 +262,9 @@ struct bwd_scratch {
   std::vector<Real> s, dp;        // (R, Bk): scores then P; dO V^T then dS
   std::vector<Real> lse_r, D_r;   // (R,): the rows' lse and D_i
   std::vector<int64_t> jlo, jhi;  // (R,): the block's visible key range per row (simple masks)
-  std::vector<Real> qa, doa;      // (R, C) Shaw
-  std::vector<double> wds, wp;    // (R, C) Shaw
+  std::vector<Real> qa, doa;      // (R, C) relative tables: Qs . a^K_c, dO . a^V_c
+  std::vector<double> wds, wp;    // (R, C) relative tables: sums of dS and P per table row
+  std::vector<int64_t> cidx;      // (R, Bk): the table row of each pair of the block
 };
 
 template <typename Real>
@@ -298,15 +272,21 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
   const auto& p = *pr.p;
   const auto& g = *pr.g;
   const auto& pl = *pr.pl;
-  const auto& ps = p.pos;
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, Dp = pr.Dp, G = pl.group;
-  const int64_t C = pr.C, K = ps.shaw.clip;
-  const bool shaw = C > 0, t5 = ps.has_t5(), alibi = !ps.alibi.empty();
+  const int64_t C = pr.C;
+  const auto* rel = pr.rel;
+  const auto& biases = pr.terms->biases;
   const Real scale = static_cast<Real>(pl.scale);
   const Real* ones = pr.ones.data();
   const bool simple = pr.simple;
-  // Parameter gradients are accumulated only when asked for (Shaw's w sums also feed dq).
-  const bool want_params = shaw || (alibi && g.dalibi) || (t5 && g.dt5);
+  // This item's parameter-gradient buffers (null = not wanted); the relative tables' row sums
+  // also feed dq, so they are always formed.
+  std::vector<double*> dbias(biases.size(), nullptr);
+  bool want_params = rel != nullptr;
+  for (size_t b = 0; b < biases.size(); ++b) {
+    const int64_t n = biases[b]->grad_size();
+    if (n > 0) dbias[b] = (*pr.dbias)[b].data() + hk * n, want_params = true;
+  }
 
   // Pack this head's keys and values.
   std::fill(sc.kT.begin(), sc.kT.end(), Real(0));
@@ -325,8 +305,8 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
   }
   std::fill(sc.dK.begin(), sc.dK.end(), Real(0));
   std::fill(sc.dV.begin(), sc.dV.end(), Real(0));
-  double* dak = shaw ? pr.dak->data() + hk * C * D : nullptr;
-  double* dav = shaw ? pr.dav->data() + hk * C * D : nullptr;
+  double* dak = rel ? pr.dak->data() + hk * C * D : nullptr;
+  double* dav = rel ? pr.dav->data() + hk * C * D : nullptr;
 
   const int64_t nqb = (T + pr.bq - 1) / pr.bq;
   for (int64_t qb = 0; qb < nqb; ++qb) {
@@ -357,14 +337,14 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
         std::fill_n(pr.dq + (query_of(r) * Hq + head_of(r)) * D, D, Real(0));
       continue;
     }
-    if (shaw) {
-      // qa = Qs . a^K_c (scale q'_i . a^K_c, Shaw-K's score term), doa = dO_i . a^V_c.
+    if (rel) {
+      // qa = Qs . a^K_c (scale q'_i . a^K_c, hook 2a's score term), doa = dO_i . a^V_c.
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < C; ++c) {
           Real a = 0, b = 0;
           for (int64_t d = 0; d < D; ++d) {
-            a += Qs[r * Dp + d] * ps.shaw.keys[c * D + d];
-            b += dO[r * Dp + d] * ps.shaw.values[c * D + d];
+            a += Qs[r * Dp + d] * rel->keys[c * D + d];
+            b += dO[r * Dp + d] * rel->values[c * D + d];
           }
           sc.qa[r * C + c] = a;
           sc.doa[r * C + c] = b;
@@ -395,31 +375,24 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
           sc.jlo[r] = std::clamp<int64_t>(lo_tok - j0, 0, nb);
           sc.jhi[r] = live ? std::clamp<int64_t>(hi_tok - j0, sc.jlo[r], nb) : sc.jlo[r];
         }
-        if (alibi && !shaw && !t5 && std::is_same_v<Real, float>) {
-          // The forward's vectorised ALiBi row (bit-identical to the scalar formula in float).
-          for (int64_t r = 0; r < R; ++r) {
-            const int64_t i = query_of(r), h = head_of(r);
-            if constexpr (std::is_same_v<Real, float>)
-              alibi_bias_row(ps.alibi[h], pl.qpos[i], pl.kpos.data() + j0 + sc.jlo[r],
-                             sc.jhi[r] - sc.jlo[r], p.causal, s + r * kBk + sc.jlo[r], true);
-          }
-        } else if (shaw || alibi || t5) {  // score terms beyond q.k, and Shaw-V's term of dP
+        // Score terms beyond q.k over each row's visible keys, and hook 3's term of dP.
+        if (rel || !biases.empty())
           for (int64_t r = 0; r < R; ++r) {
             const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
-            for (int64_t jj = sc.jlo[r]; jj < sc.jhi[r]; ++jj) {
-              const int64_t kp = pl.kpos[j0 + jj];
-              Real x = 0;
-              if (shaw) {
-                const int64_t c = shaw_index(qp, kp, K);
-                x += sc.qa[r * C + c];
-                dp[r * kBk + jj] += sc.doa[r * C + c];
+            const int64_t lo = sc.jlo[r], n = sc.jhi[r] - lo;
+            const int64_t* kp = pl.kpos.data() + j0 + lo;
+            Real* srow = s + r * kBk + lo;
+            if (rel) {
+              int64_t* cr = sc.cidx.data() + r * kBk + lo;
+              Real* dprow = dp + r * kBk + lo;
+              rel->index_row(qp, kp, n, cr);
+              for (int64_t jj = 0; jj < n; ++jj) {
+                srow[jj] += sc.qa[r * C + cr[jj]];
+                dprow[jj] += sc.doa[r * C + cr[jj]];
               }
-              if (alibi) x += static_cast<Real>(alibi_bias(ps.alibi[h], qp, kp, p.causal));
-              if (t5) x += ps.t5.weights[pr.t5(kp - qp) * Hq + h];
-              s[r * kBk + jj] += x;
             }
+            for (const auto& b : biases) b->add_row(h, qp, kp, n, pr.kpos_contiguous, srow);
           }
-        }
         if constexpr (std::is_same_v<Real, float>) {
           detail::softmax_backward_block_f32(R, s, dp, sc.jlo.data(), sc.jhi.data(),
                                              sc.lse_r.data(), sc.D_r.data());
@@ -432,67 +405,62 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
               s[r * kBk + jj] = pij;
             }
         }
-        if (want_params)  // parameter gradients from dS (and P for Shaw-V)
+        if (want_params)  // parameter gradients from dS (and P for hook 3)
           for (int64_t r = 0; r < R; ++r) {
             const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
-            double dal_h = 0;
-            for (int64_t jj = sc.jlo[r]; jj < sc.jhi[r]; ++jj) {
-              const int64_t kp = pl.kpos[j0 + jj];
-              const double ds = double(dp[r * kBk + jj]);
-              if (alibi && g.dalibi) dal_h += ds * alibi_bias(1.0, qp, kp, p.causal);
-              if (t5 && g.dt5) (*pr.dt5)[pr.t5(kp - qp) * Hq + h] += ds;
-              if (shaw) {
-                const int64_t c = shaw_index(qp, kp, K);
-                sc.wds[r * C + c] += ds;
-                sc.wp[r * C + c] += double(s[r * kBk + jj]);
+            const int64_t lo = sc.jlo[r], n = sc.jhi[r] - lo;
+            const int64_t* kp = pl.kpos.data() + j0 + lo;
+            for (size_t b = 0; b < biases.size(); ++b)
+              if (dbias[b]) biases[b]->grad_row(h, qp, kp, n, dp + r * kBk + lo, dbias[b]);
+            if (rel) {
+              const int64_t* cr = sc.cidx.data() + r * kBk + lo;
+              for (int64_t jj = 0; jj < n; ++jj) {
+                sc.wds[r * C + cr[jj]] += double(dp[r * kBk + lo + jj]);
+                sc.wp[r * C + cr[jj]] += double(s[r * kBk + lo + jj]);
               }
             }
-            if (alibi) (*pr.dal)[h] += dal_h;
           }
       } else {
-        // General masks (padding, documents, pad queries): the predicate per pair.
+        // General masks (padding, documents, pad queries): the predicate per pair, after the
+        // terms are added over the whole block row.
         for (int64_t r = 0; r < R; ++r) {
           const int64_t i = query_of(r), h = head_of(r);
           const Real lse = sc.lse_r[r], Di = sc.D_r[r];
           const int64_t qp = pl.qpos[i];
+          const int64_t* kp = pl.kpos.data() + j0;
           Real* srow = s + r * kBk;
           Real* dprow = dp + r * kBk;
-          const bool live = !std::isinf(lse);
-          double dal_h = 0;
+          int64_t* cr = sc.cidx.data() + r * kBk;
+          if (std::isinf(lse)) {  // the row sees nothing
+            std::fill(srow, srow + kBk, Real(0));
+            std::fill(dprow, dprow + kBk, Real(0));
+            continue;
+          }
+          if (rel) {
+            rel->index_row(qp, kp, nb, cr);
+            for (int64_t jj = 0; jj < nb; ++jj) {
+              srow[jj] += sc.qa[r * C + cr[jj]];
+              dprow[jj] += sc.doa[r * C + cr[jj]];
+            }
+          }
+          for (const auto& b : biases) b->add_row(h, qp, kp, nb, pr.kpos_contiguous, srow);
           for (int64_t jj = 0; jj < kBk; ++jj) {
-            const int64_t j = j0 + jj;
-            if (!live || jj >= nb ||
-                !detail::attention_visible(pl, p.causal, p.window, T, S, i, j)) {
+            if (jj >= nb || !detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj)) {
               srow[jj] = 0;
               dprow[jj] = 0;
               continue;
             }
-            const int64_t kp = pl.kpos[j];
-            Real x = srow[jj];
-            Real dPv = dprow[jj];
-            const int64_t c = shaw ? shaw_index(qp, kp, K) : 0;
-            if (shaw) {
-              x += sc.qa[r * C + c];
-              dPv += sc.doa[r * C + c];
-            }
-            int64_t bucket = 0;
-            if (alibi) x += static_cast<Real>(alibi_bias(ps.alibi[h], qp, kp, p.causal));
-            if (t5) {
-              bucket = pr.t5(kp - qp);
-              x += ps.t5.weights[bucket * Hq + h];
-            }
-            const Real pij = std::exp(x - lse);
-            const Real ds = pij * (dPv - Di);
+            const Real pij = std::exp(srow[jj] - lse);
+            dprow[jj] = pij * (dprow[jj] - Di);
             srow[jj] = pij;
-            dprow[jj] = ds;
-            if (alibi) dal_h += double(ds) * alibi_bias(1.0, qp, kp, p.causal);
-            if (t5) (*pr.dt5)[bucket * Hq + h] += double(ds);
-            if (shaw) {
-              sc.wds[r * C + c] += double(ds);
-              sc.wp[r * C + c] += double(pij);
-            }
           }
-          if (alibi) (*pr.dal)[h] += dal_h;
+          for (size_t b = 0; b < biases.size(); ++b)
+            if (dbias[b]) biases[b]->grad_row(h, qp, kp, nb, dprow, dbias[b]);
+          if (rel)
+            for (int64_t jj = 0; jj < nb; ++jj) {
+              sc.wds[r * C + cr[jj]] += double(dprow[jj]);
+              sc.wp[r * C + cr[jj]] += double(srow[jj]);
+            }
         }
       }
       // 4, 5: dV += P^T dO, dK += dS^T Qs over the block's keys (P and dS read transposed);
@@ -502,16 +470,16 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
       block_gemm(R, Dp, dp, kBk, sc.kr.data() + j0 * Dp, Dp, dQ, Dp, nb, true, ones, 1);
     }
 
-    // dq' = scale (dQ + sum_c w_c a^K_c); Shaw table gradients.
+    // dq' = scale (dQ + sum_c w_c a^K_c); relative table gradients.
     for (int64_t r = 0; r < R; ++r) {
       const int64_t i = query_of(r), h = head_of(r);
       Real* dqr = dQ + r * Dp;
-      if (shaw) {
+      if (rel) {
         for (int64_t c = 0; c < C; ++c) {
           const double wds = sc.wds[r * C + c], wp = sc.wp[r * C + c];
           if (wds == 0 && wp == 0) continue;
           for (int64_t d = 0; d < D; ++d) {
-            dqr[d] += static_cast<Real>(wds) * ps.shaw.keys[c * D + d];
+            dqr[d] += static_cast<Real>(wds) * rel->keys[c * D + d];
             dak[c * D + d] += wds * double(Qs[r * Dp + d]);
             dav[c * D + d] += wp * double(dO[r * Dp + d]);
           }
@@ -532,34 +500,31 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
 template <typename Real>
 void attention_backward_tiled(const attention_params<Real>& p, const attention_grads<Real>& g) {
   const auto pl = detail::make_attention_plan(p);
+  const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  const auto& ps = p.pos;
-  std::vector<double> dt5(t5_size(p), 0.0), dal(Hq, 0.0);
   if (T == 0 || S == 0) {
     std::fill(g.dq, g.dq + T * Hq * D, Real(0));
     if (S > 0) {
       std::fill(g.dk, g.dk + S * Hkv * D, Real(0));
       std::fill(g.dv, g.dv + S * Hkv * D, Real(0));
     }
-    std::vector<double> z(shaw_size(p), 0.0);
-    store_param_grads(p, g, dt5, z, z, dal);
+    store_param_grads(terms, make_param_grads(terms, D));
     return;
   }
 
-  // Hook 1: rotated copies of q and k, as in the forward.
-  std::vector<Real> q_rot, k_rot;
+  // Hook 1: transformed copies of q and k, as in the forward.
+  std::vector<Real> q_t, k_t;
   const Real* q = p.q;
   const Real* k = p.k;
-  if (ps.rope.freqs) {
-    q_rot.assign(p.q, p.q + T * Hq * D);
-    rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.qpos_rope, q_rot.data(), T, Hq, D);
-    q = q_rot.data();
-    if (!ps.rope.keys_rotated) {
-      k_rot.assign(p.k, p.k + S * Hkv * D);
-      rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.kpos_rope, k_rot.data(), S, Hkv,
-                 D);
-      k = k_rot.data();
+  if (const auto* tr = terms.transform.get()) {
+    q_t.assign(p.q, p.q + T * Hq * D);
+    tr->apply(pl.qpos_safe, q_t.data(), T, Hq, D, false, false);
+    q = q_t.data();
+    if (!tr->keys_transformed) {
+      k_t.assign(p.k, p.k + S * Hkv * D);
+      tr->apply(pl.kpos_safe, k_t.data(), S, Hkv, D, true, false);
+      k = k_t.data();
     }
   }
   // D_i = dO_i . o_i (FlashAttention-2's rowsum(dO * O)), accumulated in double.
@@ -571,27 +536,31 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
   }
 
   bwd_problem<Real> pr;
-  pr.p = &p, pr.g = &g, pr.pl = &pl, pr.q = q, pr.k = k, pr.dq = g.dq, pr.dk = g.dk;
+  pr.p = &p, pr.g = &g, pr.pl = &pl, pr.terms = &terms, pr.q = q, pr.k = k, pr.dq = g.dq,
+  pr.dk = g.dk;
+  pr.rel = terms.relative.get();
   pr.Drow = Drow.data();
   pr.Dp = (D + 7) / 8 * 8;
   pr.nkb = (S + kBk - 1) / kBk;
   pr.Sp = pr.nkb * kBk;
   pr.bq = std::max<int64_t>(1, kBq / pl.group);
   const int64_t R = pl.group * pr.bq;
-  if (ps.has_t5()) pr.t5 = make_t5_buckets(ps.t5.params, pl);
-  pr.C = ps.has_shaw() ? 2 * ps.shaw.clip + 1 : 0;
+  pr.C = pr.rel ? pr.rel->C : 0;
   pr.simple = pl.qdoc.empty() &&
               std::all_of(pl.kvalid.begin(), pl.kvalid.end(), [](uint8_t x) { return x != 0; });
+  pr.kpos_contiguous = true;
+  for (int64_t j = 0; j < S; ++j) pr.kpos_contiguous &= pl.kpos[j] == j;
+  std::vector<std::vector<double>> dbias;
+  for (const auto& b : terms.biases) dbias.emplace_back(Hkv * b->grad_size(), 0.0);
   std::vector<double> dak(Hkv * pr.C * D, 0.0), dav(Hkv * pr.C * D, 0.0);
-  pr.dt5 = &dt5;
-  pr.dal = &dal;
+  pr.dbias = &dbias;
   pr.dak = &dak;
   pr.dav = &dav;
   pr.ones.assign(std::max(R, kBk), Real(1));
   checked_bytes("attention backward scratch", static_cast<unsigned long long>(pr.Sp),
                 static_cast<unsigned long long>(pr.Dp), 5, sizeof(Real));
   if (pr.C > 0)
-    checked_bytes("attention backward Shaw scratch", static_cast<unsigned long long>(R),
+    checked_bytes("attention backward relative-table scratch", static_cast<unsigned long long>(R),
                   static_cast<unsigned long long>(pr.C), 4, sizeof(double));
 
   const int nth = static_cast<int>(std::min<int64_t>(num_threads(), Hkv));
@@ -615,6 +584,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
     sc.doa.resize(R * pr.C);
     sc.wds.resize(R * pr.C);
     sc.wp.resize(R * pr.C);
+    sc.cidx.assign(pr.C > 0 ? R * kBk : 0, 0);
   }
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -623,15 +593,19 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
     }
   });
 
-  rope_backward(p, pl, g.dq, g.dk);
-  // Shaw tables: the per-kv-head partials in head order.
-  std::vector<double> dak_sum(shaw_size(p), 0.0), dav_sum(shaw_size(p), 0.0);
+  transform_backward(p, pl, terms, g.dq, g.dk);
+  // The per-kv-head partials of the parameter gradients, in head order.
+  param_grads pg = make_param_grads(terms, D);
+  for (size_t b = 0; b < dbias.size(); ++b)
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (size_t x = 0; x < pg.bias[b].size(); ++x)
+        pg.bias[b][x] += dbias[b][hk * pg.bias[b].size() + x];
   for (int64_t hk = 0; hk < Hkv; ++hk)
-    for (int64_t x = 0; x < shaw_size(p); ++x) {
-      dak_sum[x] += dak[hk * pr.C * D + x];
-      dav_sum[x] += dav[hk * pr.C * D + x];
+    for (size_t x = 0; x < pg.dak.size(); ++x) {
+      pg.dak[x] += dak[hk * pr.C * D + x];
+      pg.dav[x] += dav[hk * pr.C * D + x];
     }
-  store_param_grads(p, g, dt5, dak_sum, dav_sum, dal);
+  store_param_grads(terms, pg);
 }
 
 template <typename Real>

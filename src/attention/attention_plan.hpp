@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine_terms.hpp"
 #include "posenc/attention/attention.hpp"
 
 namespace posenc::detail {
@@ -16,14 +17,15 @@ struct attention_plan {
   int64_t group = 1;                // Hq / Hkv: q head h reads kv head h / group
   std::vector<int64_t> qpos;        // (T,) resolved position ids (pad_position for pad queries)
   std::vector<int64_t> kpos;        // (S,) resolved position ids (pad_position for pad keys)
-  std::vector<int64_t> qpos_rope;   // (T,) qpos with pads replaced by 0 (rows are masked anyway;
-  std::vector<int64_t> kpos_rope;   // (S,) rope_apply rejects negative positions)
+  std::vector<int64_t> qpos_safe;   // (T,) qpos with pads replaced by 0, for hook 1 (the rows
+  std::vector<int64_t> kpos_safe;   // (S,) are masked anyway; a transform wants positions >= 0)
   std::vector<int64_t> qdoc, kdoc;  // (T,), (S,) document ids; empty = one document
   std::vector<uint8_t> qvalid;      // (T,) 0 = pad query: sees nothing
   std::vector<uint8_t> kvalid;      // (S,) 0 = pad key (key_padding or pad position)
 };
 
-// Validates p and resolves defaults (see attention.hpp for the rules).
+// Validates p (everything but the position schemes, which make_engine_terms validates) and
+// resolves defaults (see attention.hpp for the rules).
 template <typename Real>
 attention_plan make_attention_plan(const attention_params<Real>& p);
 
@@ -41,8 +43,8 @@ inline bool attention_visible(const attention_plan& pl, bool causal, int64_t win
 }
 
 // The offsets kpos - qpos over valid queries and keys, clamped to [-sat, sat], as a non-empty
-// range [lo, hi]. A bias that is constant beyond |offset| >= sat (T5: sat = 2 max_distance +
-// num_buckets) can then be tabulated over [lo, hi] and looked up at the clamped offset exactly.
+// range [lo, hi]. A bias that is constant beyond |offset| >= sat (a bucketed bias past its
+// last bucket) can then be tabulated over [lo, hi] and looked up at the clamped offset exactly.
 // When every offset lies beyond one end, lo == hi is that end's value. False when no query or
 // no key is valid (nothing is visible). Positions are <= 2^62, so the differences cannot overflow.
 inline bool visible_offset_range(const attention_plan& pl, int64_t sat, int64_t* lo, int64_t* hi) {
@@ -58,10 +60,12 @@ inline bool visible_offset_range(const attention_plan& pl, int64_t sat, int64_t*
 }
 
 // The float32 SIMD path (src/attention/attention_simd.cpp): Highway micro-kernels for Q K^T and
-// P V, every scheme and mask fused into the tile. q, k: (T, Hq, D) and (S, Hkv, D), already
-// rotated when RoPE is on; pl from make_attention_plan(p); runs on at most max_threads threads.
-void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl, const float* q,
-                        const float* k, int max_threads);
+// P V, every term and mask fused into the tile. q, k: (T, Hq, D) and (S, Hkv, D), already
+// transformed by hook 1; pl from make_attention_plan(p), terms from make_engine_terms; runs on
+// at most max_threads threads.
+void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
+                        const engine_terms<float>& terms, const float* q, const float* k,
+                        int max_threads);
 
 // C(rows x ncols) = beta_r * C + A(rows x K) . B(K x ncols) in float32 through the forward's
 // Highway micro-kernel (beta == nullptr: C = A . B). ncols a multiple of 8; A(r, kk) at

@@ -6,7 +6,6 @@
 
 #include "attention_plan.hpp"
 #include "posenc/core/error.hpp"
-#include "posenc/encodings/alibi.hpp"
 #include "posenc/positions/positions.hpp"
 
 namespace posenc {
@@ -87,52 +86,17 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
   }
   pl.qvalid.resize(T);
   pl.kvalid.resize(S);
-  pl.qpos_rope = pl.qpos;
-  pl.kpos_rope = pl.kpos;
+  pl.qpos_safe = pl.qpos;
+  pl.kpos_safe = pl.kpos;
   for (int64_t i = 0; i < T; ++i) {
     pl.qvalid[i] = pl.qpos[i] != pad_position;
-    if (!pl.qvalid[i]) pl.qpos_rope[i] = 0;
+    if (!pl.qvalid[i]) pl.qpos_safe[i] = 0;
   }
   for (int64_t j = 0; j < S; ++j) {
     pl.kvalid[j] = pl.kpos[j] != pad_position && (p.key_padding.empty() || p.key_padding[j]);
-    if (pl.kpos[j] == pad_position) pl.kpos_rope[j] = 0;
+    if (pl.kpos[j] == pad_position) pl.kpos_safe[j] = 0;
   }
 
-  // Position schemes.
-  const auto& ps = p.pos;
-  if (ps.rope.freqs) {
-    rope_validate(*ps.rope.freqs);
-    if (ps.rope.freqs->rotary_dim > p.D)
-      fail("rope: rotary_dim must be <= D = {}, got {}", p.D, ps.rope.freqs->rotary_dim);
-    if (ps.rope.freqs->head_dim != 0 && ps.rope.freqs->head_dim != p.D)
-      fail("rope: head_dim must equal the attention head dim D = {}, got {}", p.D,
-           ps.rope.freqs->head_dim);
-  }
-  if (!ps.alibi.empty()) {
-    if (static_cast<int64_t>(ps.alibi.size()) != p.Hq)
-      fail("alibi slopes must have shape (Hq,) = ({},), got ({},)", p.Hq, ps.alibi.size());
-    for (size_t h = 0; h < ps.alibi.size(); ++h)
-      if (!std::isfinite(ps.alibi[h]))
-        fail("alibi slopes must be finite, got {} for head {}", ps.alibi[h], h);
-  }
-  if (ps.has_t5()) {
-    t5_validate(ps.t5.params);
-    const auto want = static_cast<size_t>(ps.t5.params.num_buckets * p.Hq);
-    if (ps.t5.weights.size() != want)
-      fail("t5 weights must have shape (num_buckets, Hq) = ({}, {}), i.e. {} values, got {}",
-           ps.t5.params.num_buckets, p.Hq, want, ps.t5.weights.size());
-  }
-  if (ps.has_shaw() || !ps.shaw.values.empty()) {
-    const int64_t K = ps.shaw.clip;
-    if (K < 0 || K > (int64_t{1} << 20)) fail("shaw clip K must be in [0, 2^20], got {}", K);
-    const auto want = static_cast<size_t>((2 * K + 1) * p.D);
-    if (ps.shaw.keys.size() != want)
-      fail("shaw keys must have shape (2K+1, D) = ({}, {}), got {} values", 2 * K + 1, p.D,
-           ps.shaw.keys.size());
-    if (ps.shaw.values.size() != want)
-      fail("shaw values must have shape (2K+1, D) = ({}, {}), got {} values", 2 * K + 1, p.D,
-           ps.shaw.values.size());
-  }
   return pl;
 }
 
@@ -141,39 +105,32 @@ template attention_plan make_attention_plan(const attention_params<double>&);
 
 }  // namespace detail
 
-attention_t5<float> attention_t5_view(const t5_bias_table& t) {
-  return {t.params, t.weights};
-}
-attention_shaw<float> attention_shaw_view(const shaw_tables& t) {
-  return {t.clip, t.keys, t.values};
-}
-
 template <typename Real>
 void attention_validate(const attention_params<Real>& p) {
-  (void)detail::make_attention_plan(p);
+  const auto pl = detail::make_attention_plan(p);
+  (void)detail::make_engine_terms<Real>(p, pl, nullptr);
 }
 
-// Reference. Per query head h and query i (plain loops, double throughout):
-//   s_j = scale * q'_i . (k'_j + a^K_c) + alibi + t5        for visible j, else -inf
+// Reference. Per query head h and query i (plain loops, double throughout; hook 1 applied to
+// q and k in double; c = the relative tables' row of the pair):
+//   s_j = scale * q'_i . (k'_j + a^K_c) + sum of biases     for visible j, else -inf
 //   m = max_j s_j;  w_j = exp(s_j - m);  l = sum_j w_j       (two-pass softmax)
 //   out_i = sum_j (w_j / l) (v_j + a^V_c);  lse_i = m + log(l)
 // A row with no visible key: out_i = 0, lse_i = -inf.
 template <typename Real>
 void attention_reference(const attention_params<Real>& p) {
   const auto pl = detail::make_attention_plan(p);
+  const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  const auto& ps = p.pos;
 
   // q', k' in double: (T, Hq, D) and (S, Hkv, D).
   std::vector<double> q(p.q, p.q + T * Hq * D), k(p.k, p.k + S * Hkv * D),
       v(p.v, p.v + S * Hkv * D);
-  if (ps.rope.freqs) {
-    rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.qpos_rope, q.data(), T, Hq, D);
-    if (!ps.rope.keys_rotated)
-      rope_apply(*ps.rope.freqs, ps.rope.layout, ps.rope.angle, pl.kpos_rope, k.data(), S, Hkv, D);
+  if (const auto* tr = terms.transform.get()) {
+    tr->apply(pl.qpos_safe, q.data(), T, Hq, D, false, false);
+    if (!tr->keys_transformed) tr->apply(pl.kpos_safe, k.data(), S, Hkv, D, true, false);
   }
-  const int64_t K = ps.shaw.clip;
-  const bool shaw = ps.has_shaw(), t5 = ps.has_t5();
+  const auto* rel = terms.relative.get();
 
   std::vector<double> s(S), o(D);
   for (int64_t h = 0; h < Hq; ++h) {
@@ -187,15 +144,11 @@ void attention_reference(const attention_params<Real>& p) {
           continue;
         }
         const double* kj = &k[(j * Hkv + hk) * D];
-        const Real* ak = shaw ? &ps.shaw.keys[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
+        const Real* ak = rel ? rel->keys + rel->index(pl.qpos[i], pl.kpos[j]) * D : nullptr;
         double dot = 0;
         for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (ak ? double(ak[d]) : 0.0));
         double sc = pl.scale * dot;
-        if (!ps.alibi.empty()) sc += alibi_bias(ps.alibi[h], pl.qpos[i], pl.kpos[j], p.causal);
-        if (t5) {
-          const int64_t b = t5_bucket(pl.kpos[j] - pl.qpos[i], ps.t5.params);
-          sc += double(ps.t5.weights[b * Hq + h]);
-        }
+        for (const auto& b : terms.biases) sc += b->value(h, pl.qpos[i], pl.kpos[j]);
         s[j] = sc;
         if (sc > m) m = sc;
       }
@@ -215,8 +168,7 @@ void attention_reference(const attention_params<Real>& p) {
         if (s[j] == 0) continue;
         const double w = s[j] / l;
         const double* vj = &v[(j * Hkv + hk) * D];
-        const Real* av =
-            shaw ? &ps.shaw.values[shaw_index(pl.qpos[i], pl.kpos[j], K) * D] : nullptr;
+        const Real* av = rel ? rel->values + rel->index(pl.qpos[i], pl.kpos[j]) * D : nullptr;
         for (int64_t d = 0; d < D; ++d) o[d] += w * (vj[d] + (av ? double(av[d]) : 0.0));
       }
       for (int64_t d = 0; d < D; ++d) out[d] = static_cast<Real>(o[d]);

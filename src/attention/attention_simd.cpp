@@ -25,11 +25,10 @@
 // Work item = (kv head, block of bq queries) x its G = Hq / Hkv query heads = G * bq tile rows
 // (<= 64 + G); items are taken from an atomic counter, heaviest (last, for causal) first.
 // Inside a key block of Bk = 64 keys, per tile row:
-//   score mod   s += scale q.a^K_c (Shaw-K, scalar)  + ALiBi row (alibi_bias_row, vectorised,
-//               bit-identical to the scalar formula rounded to float) + T5 (a per-call float
-//               LUT over offsets kpos - qpos, clamped where the bucket saturates; contiguous
-//               positions load the row's slice of the LUT with one vector load per 8 keys, or a
-//               broadcast when the whole block is past saturation)
+//   score mod   s += scale q.a^K_c (hook 2a, scalar) + each bias's add_row over the row's
+//               visible keys (hook 2b: one virtual call per row and block; each scheme's row
+//               is as fast as it can be exact, e.g. a vectorised formula or a slice of a
+//               per-call table, in its hook file; see engine_terms.hpp)
 //   masks       causal / window as a key-index range per row; key padding as an additive
 //               0 / -inf row per block; documents by a per-block "one document" test, else a
 //               scalar compare
@@ -60,7 +59,6 @@
 #ifndef POSENC_ATTENTION_SIMD_TYPES
 #define POSENC_ATTENTION_SIMD_TYPES
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/alibi.hpp"
 
 namespace posenc::detail {
 
@@ -71,8 +69,8 @@ constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 struct simd_problem {
   const attention_params<float>* p = nullptr;
   const attention_plan* pl = nullptr;
-  const float* q = nullptr;  // (T, Hq, D), rotated when RoPE is on
-  const float* k = nullptr;  // (S, Hkv, D), rotated when RoPE is on (decode path only)
+  const float* q = nullptr;  // (T, Hq, D), transformed by hook 1
+  const float* k = nullptr;  // (S, Hkv, D), transformed by hook 1 (decode path only)
   const float* kT =
       nullptr;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
   const float* v = nullptr;  // (S, Hkv, D): p.v, read through a packed block (simd_scratch::vb)
@@ -80,19 +78,10 @@ struct simd_problem {
   int64_t nkb = 0;           // key blocks
   int64_t bq = 1, nqb = 1;   // queries per item, query blocks
   float scale = 1;
-  // ALiBi (hook 2b): slopes (Hq,), empty = off.
-  std::vector<double> alibi;
-  // T5 (hook 2b): lut (Hq, span) of float bias at offset r in [lo, hi] (clamped: exact,
-  // see make_t5_lut); t5_direct: offsets too spread for a table, bucket computed per pair.
-  bool t5 = false, t5_direct = false;
-  std::vector<float> t5_lut;
-  int64_t lo = 0, hi = 0, span = 0;
-  const attention_t5<float>* t5_table = nullptr;
-  // Shaw (hooks 2a, 3).
-  const float* shaw_k = nullptr;  // (C, D)
-  const float* shaw_v = nullptr;  // (C, D)
-  int64_t shaw_clip = 0, C = 0;
-  bool kpos_contiguous = true;  // kpos[j] == j for every key (the default; enables T5 slices)
+  const engine_terms<float>* terms = nullptr;    // hook 2b: terms->biases
+  const relative_vectors<float>* rel = nullptr;  // hooks 2a and 3; null = off
+  int64_t C = 0;                                 // rows of the relative tables
+  bool kpos_contiguous = true;  // kpos[j] == j for every key (the default; biases may use it)
   bool any_key_pad = false;
 };
 
@@ -104,8 +93,9 @@ struct simd_scratch {
   std::vector<float> m, l;  // (rows,): running max and sum
   std::vector<float> beta;  // (rows,): this block's rescale alpha
   std::vector<float> kadd;  // (Bk,): 0 for a real key, -inf for a pad key
-  std::vector<float> qa;    // (rows, C): scale q . a^K_c (Shaw only)
-  std::vector<float> w;     // (rows, C): probability mass per Shaw offset
+  std::vector<float> qa;    // (rows, C): scale q . a^K_c (relative tables only)
+  std::vector<float> w;     // (rows, C): probability mass per table row
+  std::vector<int64_t> c;   // (Bk,): the table row of each key of a block row
   std::vector<float> vb;    // (Bk, vb_row(Dp)): the value rows of one key block, zero-padded to Dp
 };
 
@@ -233,8 +223,9 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   float* kadd = sc.kadd.data();
   float* qa = sc.qa.data();
   float* w = sc.w.data();
-  const bool shaw = pr.shaw_k != nullptr;
-  const bool alibi = !pr.alibi.empty();
+  int64_t* cidx = sc.c.data();
+  const auto* rel = pr.rel;
+  const auto& biases = pr.terms->biases;
 
   // qs(rows, D) = scale * q rows: the score scale folded into q once per item.
   for (int64_t r = 0; r < rows; ++r) {
@@ -244,13 +235,13 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     l[r] = 0;
   }
   std::fill(acc, acc + rows * Dp, 0.0f);
-  if (shaw) {
+  if (rel) {
     std::fill(w, w + rows * C, 0.0f);
-    // qa[r][c] = scale q_i . a^K_c: Shaw-K's score term (Shaw et al. 2018, eq. 4).
+    // qa[r][c] = scale q_i . a^K_c: hook 2a's score term for all C rows at once.
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < C; ++c) {
         float dot = 0;
-        for (int64_t e = 0; e < D; ++e) dot += qs[r * D + e] * pr.shaw_k[c * D + e];
+        for (int64_t e = 0; e < D; ++e) dot += qs[r * D + e] * rel->keys[c * D + e];
         qa[r * C + c] = dot;
       }
   }
@@ -329,39 +320,13 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         for (int64_t jj = 0; jj < ncols; ++jj) srow[jj] = 0;
         continue;
       }
-      if (shaw)
-        for (int64_t jj = lo_j; jj < hi_j; ++jj)
-          srow[jj] += qa[r * C + shaw_index(qp, pl.kpos[j0 + jj], pr.shaw_clip)];
-      if (alibi) alibi_bias_row(pr.alibi[h], qp, pl.kpos.data() + j0, nb, p.causal, srow, true);
-      if (pr.t5) {
-        if (pr.t5_direct) {
-          const auto& t = *pr.t5_table;
-          for (int64_t jj = lo_j; jj < hi_j; ++jj)
-            srow[jj] += static_cast<float>(
-                t.weights[t5_bucket(pl.kpos[j0 + jj] - qp, t.params) * p.Hq + h]);
-        } else if (pr.kpos_contiguous) {
-          const float* lut = pr.t5_lut.data() + h * pr.span;
-          const int64_t r0 = j0 - qp, r1 = j0 + nb - 1 - qp;  // offsets of the block's keys
-          if (r1 <= pr.lo || r0 >= pr.hi) {                   // saturated: one value
-            const auto bv = hn::Set(d, lut[(r1 <= pr.lo ? pr.lo : pr.hi) - pr.lo]);
-            for (int64_t jj = 0; jj < ncols; jj += N)
-              hn::StoreU(hn::Add(hn::LoadU(d, srow + jj), bv), d, srow + jj);
-          } else if (r0 >= pr.lo && r1 <= pr.hi) {  // inside the table: a slice
-            const float* slice = lut + (r0 - pr.lo);
-            int64_t jj = 0;
-            for (; jj + N <= nb; jj += N)
-              hn::StoreU(hn::Add(hn::LoadU(d, srow + jj), hn::LoadU(d, slice + jj)), d, srow + jj);
-            for (; jj < nb; ++jj) srow[jj] += slice[jj];
-          } else {
-            for (int64_t jj = 0; jj < nb; ++jj)
-              srow[jj] += lut[std::clamp(r0 + jj, pr.lo, pr.hi) - pr.lo];
-          }
-        } else {
-          const float* lut = pr.t5_lut.data() + h * pr.span;
-          for (int64_t jj = 0; jj < nb; ++jj)
-            srow[jj] += lut[std::clamp(pl.kpos[j0 + jj] - qp, pr.lo, pr.hi) - pr.lo];
-        }
+      const int64_t* kp = pl.kpos.data() + j0 + lo_j;
+      if (rel) {
+        rel->index_row(qp, kp, hi_j - lo_j, cidx);
+        for (int64_t jj = lo_j; jj < hi_j; ++jj) srow[jj] += qa[r * C + cidx[jj - lo_j]];
       }
+      for (const auto& b : biases)
+        b->add_row(h, qp, kp, hi_j - lo_j, pr.kpos_contiguous, srow + lo_j);
       // Masks: outside [lo_j, hi_j) (and the padded columns), pad keys, other documents.
       for (int64_t jj = 0; jj < lo_j; ++jj) srow[jj] = neg_inf;
       for (int64_t jj = hi_j; jj < ncols; ++jj) srow[jj] = neg_inf;
@@ -393,12 +358,11 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
       l[r] = alpha * l[r] + hn::GetLane(hn::SumOfLanes(d, vsum));
       m[r] = m_new;
       beta[r] = alpha;
-      if (shaw) {
+      if (rel) {  // cidx still holds this row's table rows
         float* wrow = w + r * C;
         if (alpha != 1.0f)
           for (int64_t c = 0; c < C; ++c) wrow[c] *= alpha;
-        for (int64_t jj = lo_j; jj < hi_j; ++jj)
-          wrow[shaw_index(qp, pl.kpos[j0 + jj], pr.shaw_clip)] += srow[jj];
+        for (int64_t jj = lo_j; jj < hi_j; ++jj) wrow[cidx[jj - lo_j]] += srow[jj];
       }
     }
     // 4. P V with the rescale fused: acc = beta_r acc + p v_blk.
@@ -411,7 +375,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     Gemm(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
   }
 
-  // Epilogue: normalise, add Shaw-V (eq. 3: sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
+  // Epilogue: normalise, add hook 3 (sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = query_of(r), h = head_of(r);
     float* out = p.out + (i * Hq + h) * D;
@@ -423,12 +387,12 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     const float inv = 1.0f / l[r];
     const float* arow = acc + r * Dp;
     for (int64_t e = 0; e < D; ++e) out[e] = arow[e];
-    if (shaw) {
+    if (rel) {
       const float* wrow = w + r * C;
       for (int64_t c = 0; c < C; ++c) {
         const float wc = wrow[c];
         if (wc == 0.0f) continue;
-        const float* av = pr.shaw_v + c * D;
+        const float* av = rel->values + c * D;
         for (int64_t e = 0; e < D; ++e) out[e] += wc * av[e];
       }
     }
@@ -498,35 +462,9 @@ HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
 
-namespace {
-
-// The T5 bias of head h at offset r = kpos - qpos, as a float table over [lo, hi]. The bucket
-// is constant for |r| >= 2 * max_distance + num_buckets (the logarithmic branch reaches its last
-// bucket at |r| >= max_distance), so clamping offsets to that range is exact.
-void make_t5_lut(simd_problem& pr, const attention_params<float>& p, const attention_plan& pl) {
-  const attention_t5<float>& t = p.pos.t5;
-  pr.t5 = true;
-  pr.t5_table = &t;
-  const int64_t sat = 2 * t.params.max_distance + t.params.num_buckets;
-  // Nothing visible: a one-entry table that is never read.
-  if (!visible_offset_range(pl, sat, &pr.lo, &pr.hi)) pr.lo = pr.hi = 0;
-  pr.span = pr.hi - pr.lo + 1;
-  if (pr.span > (int64_t{1} << 22) || pr.span * p.Hq > (int64_t{1} << 26)) {
-    pr.t5_direct = true;
-    return;
-  }
-  pr.t5_lut.resize(static_cast<size_t>(p.Hq * pr.span));
-  for (int64_t r = pr.lo; r <= pr.hi; ++r) {
-    const int64_t bucket = t5_bucket(r, t.params);
-    for (int64_t h = 0; h < p.Hq; ++h)
-      pr.t5_lut[h * pr.span + (r - pr.lo)] = t.weights[bucket * p.Hq + h];
-  }
-}
-
-}  // namespace
-
-void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl, const float* q,
-                        const float* k, int max_threads) {
+void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
+                        const engine_terms<float>& terms, const float* q, const float* k,
+                        int max_threads) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   simd_problem pr;
   pr.p = &p;
@@ -542,17 +480,14 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   pr.nqb = (T + pr.bq - 1) / pr.bq;
   const int64_t rows = G * std::min(pr.bq, T);
 
-  pr.alibi.assign(p.pos.alibi.begin(), p.pos.alibi.end());
   for (int64_t j = 0; j < S; ++j) {
     pr.kpos_contiguous &= pl.kpos[j] == j;
     pr.any_key_pad |= !pl.kvalid[j];
   }
-  if (p.pos.has_t5()) make_t5_lut(pr, p, pl);
-  if (p.pos.has_shaw()) {
-    pr.shaw_k = p.pos.shaw.keys.data();
-    pr.shaw_v = p.pos.shaw.values.data();
-    pr.shaw_clip = p.pos.shaw.clip;
-    pr.C = 2 * p.pos.shaw.clip + 1;
+  pr.terms = &terms;
+  if (terms.relative) {
+    pr.rel = terms.relative.get();
+    pr.C = pr.rel->C;
   }
 
   // Threads only pay off above ~1M multiply-adds (see attention.cpp).
@@ -584,6 +519,7 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     sc.kadd.resize(static_cast<size_t>(kSimdBk));
     sc.qa.resize(static_cast<size_t>(rows * pr.C));
     sc.w.resize(static_cast<size_t>(rows * pr.C));
+    sc.c.resize(static_cast<size_t>(kSimdBk));
     // Zero once: the packing writes columns [0, D) only, so the padding to Dp stays zero.
     sc.vb.assign(static_cast<size_t>(kSimdBk * vb_row(pr.Dp)), 0.0f);
   }

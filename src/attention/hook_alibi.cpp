@@ -1,10 +1,51 @@
-// ALiBi (Press et al. 2022): score bias -m_h (i - j), Press's slopes for H heads, fixed (not
-// trained; the engine can return their gradient for learned-slope variants).
+// ALiBi (Press et al. 2022): the engine's score bias -m_h (qpos - kpos) (causal) or
+// -m_h |qpos - kpos| (eq. in sec. 3), with the gradient of the slopes for learned-slope
+// variants; and the model's hook: Press's slopes for H heads, fixed (not trained).
+#include <cmath>
+#include <type_traits>
+
 #include "hooks.hpp"
+#include "posenc/core/error.hpp"
 #include "posenc/encodings/alibi.hpp"
 
 namespace posenc::detail {
 namespace {
+
+// Hook 2b. d bias / d m_h = alibi_bias(1, qpos, kpos) (the bias is linear in the slope).
+template <typename Real>
+class alibi_bias_term final : public score_bias<Real> {
+ public:
+  alibi_bias_term(std::span<const double> slopes, bool causal, double* dslopes)
+      : slopes_(slopes), causal_(causal), dslopes_(dslopes) {}
+  double value(int64_t h, int64_t qp, int64_t kp) const override {
+    return alibi_bias(slopes_[h], qp, kp, causal_);
+  }
+  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool,
+               Real* row) const override {
+    if constexpr (std::is_same_v<Real, float>)
+      alibi_bias_row(slopes_[h], qp, kpos, n, causal_, row, true);  // vectorised, same bits
+    else
+      for (int64_t j = 0; j < n; ++j) row[j] += alibi_bias(slopes_[h], qp, kpos[j], causal_);
+  }
+  int64_t grad_size() const override { return dslopes_ ? static_cast<int64_t>(slopes_.size()) : 0; }
+  void add_grad(int64_t h, int64_t qp, int64_t kp, double ds, double* grad) const override {
+    grad[h] += ds * alibi_bias(1.0, qp, kp, causal_);
+  }
+  void grad_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, const Real* ds,
+                double* grad) const override {
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += double(ds[j]) * alibi_bias(1.0, qp, kpos[j], causal_);
+    grad[h] += sum;
+  }
+  void store_grad(const double* grad) const override {
+    std::copy(grad, grad + slopes_.size(), dslopes_);
+  }
+
+ private:
+  std::span<const double> slopes_;
+  bool causal_;
+  double* dslopes_;
+};
 
 template <typename S>
 class alibi_hook final : public position_hook<S> {
@@ -29,5 +70,26 @@ std::unique_ptr<position_hook<S>> make_alibi_hook(const position_options&,
   return std::make_unique<alibi_hook<S>>(shape.n_heads);
 }
 POSENC_INSTANTIATE_HOOK(alibi)
+
+template <typename Real>
+void add_alibi_terms(const attention_params<Real>& p, const attention_plan&,
+                     const attention_grads<Real>* g, engine_terms<Real>& t) {
+  const std::span<const double> slopes = p.pos.alibi;
+  if (slopes.empty()) {
+    if (g && g->dalibi)
+      fail(
+          "attention backward: dalibi was requested but the ALiBi hook is off (pos.alibi is "
+          "empty)");
+    return;
+  }
+  if (static_cast<int64_t>(slopes.size()) != p.Hq)
+    fail("alibi slopes must have shape (Hq,) = ({},), got ({},)", p.Hq, slopes.size());
+  for (size_t h = 0; h < slopes.size(); ++h)
+    if (!std::isfinite(slopes[h]))
+      fail("alibi slopes must be finite, got {} for head {}", slopes[h], h);
+  t.biases.push_back(
+      std::make_unique<alibi_bias_term<Real>>(slopes, p.causal, g ? g->dalibi : nullptr));
+}
+POSENC_INSTANTIATE_TERMS(alibi)
 
 }  // namespace posenc::detail

@@ -1,5 +1,6 @@
-// RoPE on q and k (Su et al. 2021): the engine's hook 1, half layout, rotary width = head dim,
-// exact angles. Its backward is the engine's (the rotation with the sine negated).
+// RoPE on q and k (Su et al. 2021): the engine's hook 1 (q' = a R(qpos) q, k' = a R(kpos) k;
+// its transpose a R^T, the rotation with the sine negated, is the backward), and the model's
+// hook: half layout, rotary width = head dim, exact angles.
 #include <cmath>
 
 #include "hooks.hpp"
@@ -7,6 +8,33 @@
 
 namespace posenc::detail {
 namespace {
+
+// Hook 1: rope_apply at the given positions; transpose = rope_apply's inverse (a R^T).
+class rope_transform final : public qk_transform {
+ public:
+  explicit rope_transform(const attention_rope& r) : r_(r) {}
+  // The same rotation for queries and keys.
+  void apply(std::span<const int64_t> pos, float* x, int64_t n, int64_t H, int64_t D, bool,
+             bool transpose) const override {
+    rope_apply(*r_.freqs, r_.layout, r_.angle, pos, x, n, H, D, transpose);
+  }
+  void apply(std::span<const int64_t> pos, double* x, int64_t n, int64_t H, int64_t D, bool,
+             bool transpose) const override {
+    rope_apply(*r_.freqs, r_.layout, r_.angle, pos, x, n, H, D, transpose);
+  }
+
+ private:
+  attention_rope r_;
+};
+
+void validate_rope(const attention_rope& r, int64_t D, const char* who) {
+  rope_validate(*r.freqs);
+  if (r.freqs->rotary_dim > D)
+    fail("{}rope: rotary_dim must be <= D = {}, got {}", who, D, r.freqs->rotary_dim);
+  if (r.freqs->head_dim != 0 && r.freqs->head_dim != D)
+    fail("{}rope: head_dim must equal the attention head dim D = {}, got {}", who, D,
+         r.freqs->head_dim);
+}
 
 template <typename S>
 class rope_hook final : public position_hook<S> {
@@ -41,5 +69,44 @@ std::unique_ptr<position_hook<S>> make_rope_hook(const position_options& o,
   return std::make_unique<rope_hook<S>>(rope_frequencies(rc));
 }
 POSENC_INSTANTIATE_HOOK(rope)
+
+template <typename Real>
+void add_rope_terms(const attention_params<Real>& p, const attention_plan&,
+                    const attention_grads<Real>*, engine_terms<Real>& t) {
+  const attention_rope& r = p.pos.rope;
+  if (!r.freqs) return;
+  validate_rope(r, p.D, "");
+  if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
+  t.transform = std::make_unique<rope_transform>(r);
+  t.transform->keys_transformed = r.keys_rotated;
+}
+POSENC_INSTANTIATE_TERMS(rope)
+
+template <typename Real>
+std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>& pos, int64_t D,
+                                                 const char* who) {
+  const attention_rope& r = pos.rope;
+  if (!r.freqs) return nullptr;
+  validate_rope(r, D, who);
+  return std::make_unique<rope_transform>(r);
+}
+template std::unique_ptr<qk_transform> make_key_transform(const attention_position<float>&, int64_t,
+                                                          const char*);
+template std::unique_ptr<qk_transform> make_key_transform(const attention_position<double>&,
+                                                          int64_t, const char*);
+
+template <typename Real>
+attention_position<Real> position_for_cached_keys(attention_position<Real> call,
+                                                  const attention_position<Real>& cache) {
+  if (call.rope.freqs && call.rope.freqs != cache.rope.freqs)
+    fail("attention_forward_cached: pos.rope must be left unset or equal the cache's RoPE");
+  call.rope = cache.rope;
+  call.rope.keys_rotated = true;
+  return call;
+}
+template attention_position<float> position_for_cached_keys(attention_position<float>,
+                                                            const attention_position<float>&);
+template attention_position<double> position_for_cached_keys(attention_position<double>,
+                                                             const attention_position<double>&);
 
 }  // namespace posenc::detail

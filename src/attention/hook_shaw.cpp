@@ -1,10 +1,25 @@
 // Shaw et al. (2018) relative positions: a^K in the scores (eq. 4) and a^V in the values
-// (eq. 3), tables (2K+1, D) per layer shared by the heads.
+// (eq. 3), row clip(kpos - qpos, -K, K) + K of tables (2K+1, D) shared by the heads: the
+// engine's hooks 2a and 3; and the model's hook, tables per layer.
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
+#include "posenc/encodings/shaw.hpp"
 
 namespace posenc::detail {
 namespace {
+
+template <typename Real>
+class shaw_vectors final : public relative_vectors<Real> {
+ public:
+  explicit shaw_vectors(int64_t K) : K_(K) {}
+  int64_t index(int64_t qp, int64_t kp) const override { return shaw_index(qp, kp, K_); }
+  void index_row(int64_t qp, const int64_t* kpos, int64_t n, int64_t* c) const override {
+    for (int64_t j = 0; j < n; ++j) c[j] = shaw_index(qp, kpos[j], K_);
+  }
+
+ private:
+  int64_t K_;
+};
 
 template <typename S>
 class shaw_hook final : public position_hook<S> {
@@ -41,4 +56,45 @@ std::unique_ptr<position_hook<S>> make_shaw_hook(const position_options& o,
 }
 POSENC_INSTANTIATE_HOOK(shaw)
 
+template <typename Real>
+void add_shaw_terms(const attention_params<Real>& p, const attention_plan&,
+                    const attention_grads<Real>* g, engine_terms<Real>& t) {
+  const attention_shaw<Real>& sh = p.pos.shaw;
+  if (!p.pos.has_shaw() && sh.values.empty()) {
+    if (g && (g->dshaw_keys || g->dshaw_values))
+      fail(
+          "attention backward: dshaw_keys/dshaw_values were requested but the Shaw hook is off "
+          "(pos.shaw.keys is empty)");
+    return;
+  }
+  const int64_t K = sh.clip;
+  if (K < 0 || K > (int64_t{1} << 20)) fail("shaw clip K must be in [0, 2^20], got {}", K);
+  const auto want = static_cast<size_t>((2 * K + 1) * p.D);
+  if (sh.keys.size() != want)
+    fail("shaw keys must have shape (2K+1, D) = ({}, {}), got {} values", 2 * K + 1, p.D,
+         sh.keys.size());
+  if (sh.values.size() != want)
+    fail("shaw values must have shape (2K+1, D) = ({}, {}), got {} values", 2 * K + 1, p.D,
+         sh.values.size());
+  if (t.relative) fail("attention: two pairs of relative tables are on; at most one is allowed");
+  auto r = std::make_unique<shaw_vectors<Real>>(K);
+  r->C = 2 * K + 1;
+  r->keys = sh.keys.data();
+  r->values = sh.values.data();
+  if (g) {
+    r->dkeys = g->dshaw_keys;
+    r->dvalues = g->dshaw_values;
+  }
+  t.relative = std::move(r);
+}
+POSENC_INSTANTIATE_TERMS(shaw)
+
 }  // namespace posenc::detail
+
+namespace posenc {
+
+attention_shaw<float> attention_shaw_view(const shaw_tables& t) {
+  return {t.clip, t.keys, t.values};
+}
+
+}  // namespace posenc

@@ -1,9 +1,15 @@
-// src/attention/hooks.hpp (private): one factory per scheme, each defined in its own
-// hook_<scheme>.cpp; the registry in position_hook.cpp maps a pos_scheme to its factory.
+// src/attention/hooks.hpp (private): what each scheme's file src/attention/hook_<scheme>.cpp
+// defines, for the registry in position_hook.cpp:
+//   make_<scheme>_hook   the model's view (position_hook): tensors, input side, engine hook
+//   add_<scheme>_terms   the engine's view: validates the scheme's member of attention_position
+//                        (and its gradient outputs in attention_grads) and adds its terms
+//                        (engine_terms.hpp); does nothing when the scheme is off
 #pragma once
 
 #include <memory>
 
+#include "attention_plan.hpp"
+#include "engine_terms.hpp"
 #include "posenc/attention/position_hook.hpp"
 
 namespace posenc::detail {
@@ -27,5 +33,36 @@ POSENC_DECLARE_HOOK(shaw)
       const position_options&, const position_shape&);                        \
   template std::unique_ptr<position_hook<double>> make_##name##_hook<double>( \
       const position_options&, const position_shape&);
+
+// The engine terms of the schemes that act inside attention.
+#define POSENC_DECLARE_TERMS(name)                                                   \
+  template <typename Real>                                                           \
+  void add_##name##_terms(const attention_params<Real>& p, const attention_plan& pl, \
+                          const attention_grads<Real>* g, engine_terms<Real>& t);
+POSENC_DECLARE_TERMS(rope)
+POSENC_DECLARE_TERMS(alibi)
+POSENC_DECLARE_TERMS(t5)
+POSENC_DECLARE_TERMS(shaw)
+#undef POSENC_DECLARE_TERMS
+
+#define POSENC_INSTANTIATE_TERMS(name)                                                             \
+  template void add_##name##_terms<float>(const attention_params<float>&, const attention_plan&,   \
+                                          const attention_grads<float>*, engine_terms<float>&);    \
+  template void add_##name##_terms<double>(const attention_params<double>&, const attention_plan&, \
+                                           const attention_grads<double>*, engine_terms<double>&);
+
+// For a KV cache that stores keys after hook 1 (kv_cache.cpp), in the file of the scheme(s)
+// with a q/k transform (hook_rope.cpp):
+//   make_key_transform        pos's hook 1 alone, validated against the head dim D (`who`
+//                             prefixes the error); null = identity
+//   position_for_cached_keys  the position of a call against the cache's keys: `call` with
+//                             the cache's hook 1, marked as already applied to keys; an error
+//                             when `call` sets a different hook 1 of its own
+template <typename Real>
+std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>& pos, int64_t D,
+                                                 const char* who);
+template <typename Real>
+attention_position<Real> position_for_cached_keys(attention_position<Real> call,
+                                                  const attention_position<Real>& cache);
 
 }  // namespace posenc::detail

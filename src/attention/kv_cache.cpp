@@ -3,20 +3,21 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hooks.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/positions/positions.hpp"
 
 namespace posenc {
 
 template <typename Real>
-kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_rope rope,
+kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_position<Real> pos,
                          int64_t start_position)
     : capacity_(capacity),
       hkv_(Hkv),
       d_(D),
       start_(start_position),
       next_(start_position),
-      rope_(rope) {
+      pos_(pos) {
   if (capacity < 1) fail("kv_cache: capacity must be >= 1, got {}", capacity);
   if (Hkv < 1) fail("kv_cache: Hkv must be >= 1, got {}", Hkv);
   if (D < 1) fail("kv_cache: D must be >= 1, got {}", D);
@@ -25,15 +26,10 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_rop
   checked_bytes("kv_cache", static_cast<unsigned long long>(capacity),
                 static_cast<unsigned long long>(Hkv), static_cast<unsigned long long>(D),
                 2 * sizeof(Real));
-  if (rope_.freqs) {
-    rope_validate(*rope_.freqs);
-    if (rope_.freqs->rotary_dim > D)
-      fail("kv_cache: rope rotary_dim must be <= D = {}, got {}", D, rope_.freqs->rotary_dim);
-  }
-  rope_.keys_rotated = false;
+  transform_ = detail::make_key_transform(pos_, D, "kv_cache: ");
   k_.resize(capacity * Hkv * D);
   v_.resize(capacity * Hkv * D);
-  pos_.resize(capacity);
+  kpos_.resize(capacity);
 }
 
 template <typename Real>
@@ -61,9 +57,9 @@ std::vector<int64_t> kv_cache<Real>::append(const Real* k, const Real* v, int64_
     std::memcpy(kd, k, sizeof(Real) * n * row);
     std::memcpy(v_.data() + size_ * row, v, sizeof(Real) * n * row);
     // Hook 1 on keys, once, at their absolute positions.
-    if (rope_.freqs) rope_apply(*rope_.freqs, rope_.layout, rope_.angle, pos, kd, n, hkv_, d_);
+    if (transform_) transform_->apply(pos, kd, n, hkv_, d_, true, false);
   }
-  std::copy(pos.begin(), pos.end(), pos_.begin() + size_);
+  std::copy(pos.begin(), pos.end(), kpos_.begin() + size_);
   size_ += n;
   for (int64_t p : pos) next_ = std::max(next_, p + 1);
   return pos;
@@ -85,8 +81,6 @@ void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& ca
   if (p.D != cache.head_dim())
     fail("attention_forward_cached: D must equal the cache's head dim {}, got {}", cache.head_dim(),
          p.D);
-  if (p.pos.rope.freqs && p.pos.rope.freqs != cache.rope().freqs)
-    fail("attention_forward_cached: pos.rope must be left unset or equal the cache's RoPE");
   if (p.T > cache.size())
     fail("attention_forward_cached: T = {} queries but the cache holds only {} tokens", p.T,
          cache.size());
@@ -95,8 +89,7 @@ void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& ca
   p.S = cache.size();
   p.Hkv = cache.kv_heads();
   p.k_positions = cache.positions();
-  p.pos.rope = cache.rope();
-  p.pos.rope.keys_rotated = true;
+  p.pos = detail::position_for_cached_keys(p.pos, cache.position());
   attention_forward(p);
 }
 

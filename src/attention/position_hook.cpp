@@ -1,5 +1,5 @@
-// The registry of position hooks: names and factories. Adding a scheme adds a line here and its
-// hook file (hook_<scheme>.cpp).
+// The registry of position hooks: names, the model's factories, and the engine's terms. Adding a
+// scheme adds its hook file (hook_<scheme>.cpp) and its lines here.
 #include "posenc/attention/position_hook.hpp"
 
 #include "hooks.hpp"
@@ -56,6 +56,28 @@ template std::unique_ptr<position_hook<float>> make_position_hook<float>(pos_sch
 template std::unique_ptr<position_hook<double>> make_position_hook<double>(pos_scheme,
                                                                            const position_options&,
                                                                            const position_shape&);
+
+namespace detail {
+
+template <typename Real>
+engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const attention_plan& pl,
+                                     const attention_grads<Real>* g) {
+  engine_terms<Real> t;
+  add_rope_terms(p, pl, g, t);
+  add_alibi_terms(p, pl, g, t);  // biases are summed in this order
+  add_t5_terms(p, pl, g, t);
+  add_shaw_terms(p, pl, g, t);
+  return t;
+}
+
+template engine_terms<float> make_engine_terms(const attention_params<float>&,
+                                               const attention_plan&,
+                                               const attention_grads<float>*);
+template engine_terms<double> make_engine_terms(const attention_params<double>&,
+                                                const attention_plan&,
+                                                const attention_grads<double>*);
+
+}  // namespace detail
 
 position_options position_options_for_gradcheck() {
   position_options o;

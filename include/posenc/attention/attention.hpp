@@ -222,7 +222,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
 // True when POSENC_REFERENCE is set to a value other than "" or "0".
 bool attention_reference_selected();
 
-// Property checks for `posenc check` (group "attention"); see src/attention/attention_checks.cpp.
+// Property checks for `posenc check` (group "attention"); see src/verify/attention_checks.cpp.
 std::vector<check_result> attention_checks();
 
 }  // namespace posenc

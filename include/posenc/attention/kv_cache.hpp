@@ -1,17 +1,17 @@
 // posenc/attention/kv_cache.hpp: a key/value cache for generation, keeping positions right.
 //
-// The cache stores keys *after* the q/k transform (RoPE at their absolute positions) together
-// with those positions, and values as given. Each append takes n new tokens at the next
-// positions next_position(), ..., next_position() + n - 1 (the seeds: generation with a cache
-// must continue absolute positions after the prefix), or at explicit position ids. Appending
-// past capacity is rejected before anything changes.
+// The cache stores keys *after* the q/k transform (hook 1 of the position schemes it is given:
+// RoPE at their absolute positions) together with those positions, and values as given. Each append
+// takes n new tokens at the next positions next_position(), ..., next_position() + n - 1 (the
+// seeds: generation with a cache must continue absolute positions after the prefix), or at explicit
+// position ids. Appending past capacity is rejected before anything changes.
 //
 // Decoding with the cache:
-//   kv_cache<float> cache(capacity, Hkv, D, rope_hook);
+//   kv_cache<float> cache(capacity, Hkv, D, pos);   // pos: the calls' attention_position
 //   for each chunk of n new tokens (q, k, v):
 //     cache.append(k, v, n);
 //     attention_params<float> p;  p.q = q; p.out = out; p.T = n; p.Hq = Hq; p.D = D;
-//     p.causal = true;  p.pos = ...;                 // ALiBi / T5 / Shaw as for the full pass
+//     p.causal = true;  p.pos = pos;                 // every scheme as for the full pass
 //     attention_forward_cached(p, cache);            // keys, values, positions from the cache
 // equals the full-sequence forward on the same rows (tests/test_kv_cache.cpp).
 //
@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -27,14 +28,20 @@
 
 namespace posenc {
 
+namespace detail {
+class qk_transform;
+}
+
 template <typename Real>
 class kv_cache {
  public:
   // capacity >= 1 tokens of Hkv >= 1 heads of dim D >= 1; positions start at start_position
-  // (>= 0). rope.freqs (optional) rotates keys on append; rope.keys_rotated is ignored.
-  // The RoPE frequencies object must outlive the cache. Memory is allocated up front
+  // (>= 0). pos: the position schemes of the attention calls; their q/k transform (pos.rope,
+  // optional; its keys_rotated is ignored, its head_dim when set must equal D) is applied to
+  // keys on append, the other schemes act at attention time. What pos points to (the RoPE
+  // frequencies, tables) must outlive the cache. Memory is allocated up front
   // (2 * capacity * Hkv * D elements, capped by max_alloc_bytes).
-  kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_rope rope = {},
+  kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_position<Real> pos = {},
            int64_t start_position = 0);
 
   // Appends n >= 0 tokens: k, v (n, Hkv, D). positions: empty = next positions, else (n,)
@@ -50,24 +57,26 @@ class kv_cache {
   // Position of the next appended token: one past the largest position stored so far (or
   // start_position when empty).
   int64_t next_position() const { return next_; }
-  const attention_rope& rope() const { return rope_; }
+  const attention_position<Real>& position() const { return pos_; }
 
   const Real* keys() const { return k_.data(); }    // (size, Hkv, D), rotated
   const Real* values() const { return v_.data(); }  // (size, Hkv, D)
-  std::span<const int64_t> positions() const { return {pos_.data(), static_cast<size_t>(size_)}; }
+  std::span<const int64_t> positions() const { return {kpos_.data(), static_cast<size_t>(size_)}; }
 
   // Forgets every token; positions restart at start_position.
   void clear();
 
  private:
   int64_t capacity_, hkv_, d_, start_, size_ = 0, next_;
-  attention_rope rope_;
+  attention_position<Real> pos_;
+  std::shared_ptr<const detail::qk_transform> transform_;  // pos_'s hook 1; null = off
   std::vector<Real> k_, v_;
-  std::vector<int64_t> pos_;
+  std::vector<int64_t> kpos_;
 };
 
 // Attention of p's queries against everything in the cache: sets p.k, p.v, p.S, p.Hkv and
-// p.k_positions from the cache and p.pos.rope to the cache's RoPE with keys_rotated = true.
+// p.k_positions from the cache and p.pos's q/k transform to the cache's, marked as already
+// applied to the keys (pos.rope with keys_rotated = true).
 // q_positions default to the last T cache positions (the tokens just appended). p must not
 // set k, v, S, k_positions, key_padding or documents of its own (invalid_argument otherwise);
 // p.D must equal the cache's head dim and p.pos.rope.freqs must be null or the cache's.

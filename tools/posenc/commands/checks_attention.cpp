@@ -1,4 +1,4 @@
-// Registers the attention property checks (src/attention/attention_checks.cpp) with
+// Registers the attention property checks (src/verify/attention_checks.cpp) with
 // `posenc check` as group "attention".
 #include "cli.hpp"
 #include "posenc/attention/attention.hpp"

@@ -168,7 +168,7 @@ check_result equal_check(std::string name, std::string claim, double err, double
   check_result c{"attention", std::move(name), std::move(claim), err <= tol, err, tol, ""};
   c.detail = fmt::format(
       "{}; tolerance = 2 x the tiled kernel's rounding bound (derivation in "
-      "src/attention/attention_checks.cpp)",
+      "src/verify/attention_checks.cpp)",
       how);
   return c;
 }
@@ -266,7 +266,7 @@ double padded_deviation(const problem& pr, int64_t n, bool left) {
 // Token-by-token decoding through a kv_cache vs the full causal forward.
 double cache_deviation(const problem& pr) {
   const auto full = pr.run();
-  kv_cache<double> cache(pr.N, pr.Hkv, pr.D, pr.pos.rope);
+  kv_cache<double> cache(pr.N, pr.Hkv, pr.D, pr.pos);
   std::vector<double> out(pr.N * pr.Hq * pr.D);
   for (int64_t t = 0; t < pr.N; ++t) {
     cache.append(&pr.k[t * pr.Hkv * pr.D], &pr.v[t * pr.Hkv * pr.D], 1);
