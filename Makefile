@@ -25,8 +25,13 @@ run: build
 	$(BIN) lab --quick --out report/lab
 	$(BIN) report --out report/
 
+# The Python tests run against the Release build's package (build/release/python/posenc) with
+# Debian's interpreter, which has NumPy, PyTorch and pytest.
+PYTHON := /usr/bin/python3
+
 test: build
 	ctest --preset release
+	PYTHONPATH=build/release/python POSENC_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q tests/python
 	$(MAKE) build-asan
 	ctest --preset asan
 

@@ -1,0 +1,457 @@
+"""posenc: positional encodings for transformer attention, from Python.
+
+NumPy in, NumPy out; the C++ library does the work with the GIL released. ``posenc.torch``
+(imported on first use; needs PyTorch) wraps the same kernels as autograd Functions.
+
+Array rules (docs/python.md): float data is float32 or float64 (anything else is a TypeError
+naming the argument); a C-contiguous array is used without a copy; a non-contiguous one is
+copied for an out-of-place call and refused for ``inplace=True``; integer data (positions,
+offsets, cu_seqlens) may be any integer dtype and is converted to int64. A bad shape, value or
+config raises ValueError whose message names the argument, the value and what is allowed (the
+CLI's messages); an unreadable file raises OSError.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import numpy as np
+
+from . import _posenc
+from ._posenc import (
+    RopeConfig,
+    alibi_bias,
+    alibi_slopes,
+    num_threads,
+    rope_cos_sin,
+    set_num_threads,
+    sinusoidal_table,
+    t5_buckets,
+    t5_bias,
+)
+from .compare import CompareResult, compare
+
+__all__ = [
+    "RopeConfig",
+    "rope_config",
+    "rope_cos_sin",
+    "apply_rope",
+    "sinusoidal_table",
+    "LearnedTable",
+    "alibi_slopes",
+    "alibi_bias",
+    "t5_buckets",
+    "t5_bias",
+    "attention",
+    "attention_backward",
+    "KVCache",
+    "compare",
+    "CompareResult",
+    "set_num_threads",
+    "num_threads",
+]
+
+
+def _from_hf(path_or_dict):
+    """RopeConfig from a Hugging Face config.json (a path) or its dict (the same keys)."""
+    if isinstance(path_or_dict, (str, os.PathLike)):
+        return RopeConfig._from_file(os.fspath(path_or_dict))
+    if isinstance(path_or_dict, dict):
+        return RopeConfig._from_json(json.dumps(path_or_dict))
+    to_dict = getattr(path_or_dict, "to_dict", None)  # a transformers PretrainedConfig
+    if callable(to_dict):
+        return RopeConfig._from_json(json.dumps(to_dict()))
+    raise TypeError(
+        "path_or_dict must be a path to config.json, a dict or an object with to_dict(), got "
+        f"{type(path_or_dict).__name__}"
+    )
+
+
+def rope_config(
+    *,
+    head_dim,
+    rotary_dim=None,
+    theta=10000.0,
+    scaling="default",
+    factor=None,
+    max_position_embeddings=None,
+    original_max_position_embeddings=None,
+    beta_fast=None,
+    beta_slow=None,
+    truncate=None,
+    attention_factor=None,
+    mscale=None,
+    mscale_all_dim=None,
+    short_factor=None,
+    long_factor=None,
+    low_freq_factor=None,
+    high_freq_factor=None,
+):
+    """RopeConfig from explicit parameters (HF names; None = the HF default).
+
+    Built as the config.json these parameters describe and parsed by the same code as
+    ``RopeConfig.from_hf``, so the validation and its messages are the same.
+    ``posenc.RopeConfig(head_dim=..., ...)`` calls this.
+    """
+    if not isinstance(head_dim, (int, np.integer)) or isinstance(head_dim, bool):
+        raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__}")
+    cfg = {"head_dim": int(head_dim), "rope_theta": theta}
+    if rotary_dim is not None:
+        if head_dim <= 0:
+            raise ValueError(f"head_dim must be >= 1, got {head_dim}")
+        cfg["partial_rotary_factor"] = rotary_dim / head_dim
+    if max_position_embeddings is not None:
+        cfg["max_position_embeddings"] = max_position_embeddings
+    if original_max_position_embeddings is not None:
+        cfg["original_max_position_embeddings"] = original_max_position_embeddings
+    scaling_keys = {
+        "factor": factor,
+        "beta_fast": beta_fast,
+        "beta_slow": beta_slow,
+        "truncate": truncate,
+        "attention_factor": attention_factor,
+        "mscale": mscale,
+        "mscale_all_dim": mscale_all_dim,
+        "short_factor": None if short_factor is None else [float(v) for v in short_factor],
+        "long_factor": None if long_factor is None else [float(v) for v in long_factor],
+        "low_freq_factor": low_freq_factor,
+        "high_freq_factor": high_freq_factor,
+    }
+    rs = {"rope_type": scaling}
+    rs.update({k: v for k, v in scaling_keys.items() if v is not None})
+    if scaling != "default" or len(rs) > 1:
+        cfg["rope_scaling"] = rs
+    return RopeConfig._from_json(json.dumps(cfg))
+
+
+def _inv_freq(self, seq_len=None):
+    """inv_freq (R/2,) float64 for a sequence length (dynamic and longrope depend on it)."""
+    return self.frequencies(seq_len)[0]
+
+
+RopeConfig.from_hf = staticmethod(_from_hf)
+RopeConfig.inv_freq = _inv_freq
+RopeConfig.attention_factor = property(lambda self: self.frequencies(None)[1])
+
+
+def apply_rope(
+    x,
+    positions=None,
+    *,
+    cfg,
+    layout="half",
+    angle="exact",
+    seqlen_offsets=0,
+    cu_seqlens=None,
+    inplace=False,
+    inverse=False,
+    seq_len=None,
+):
+    """Rotate x by RoPE at its positions.
+
+    x: (B, T, H, D), (total, H, D) with cu_seqlens (B + 1,), or (T, H, D); float32 or float64.
+    positions: (B, T), (1, T) or (T,) for 4-D x, (total,) or (T,) for 3-D x, any integer
+    dtype, >= 0; None = seqlen_offsets[b] + index within the sequence (an int or (B,)).
+    layout: "half" (NeoX, HF rotate_half) or "interleaved" (GPT-J); angle: "exact" or
+    "compat_f32" (HF's float32 angles). inverse=True applies the transpose a R(p)^T (the
+    backward; undoes the forward when the attention factor is 1). seq_len (dynamic, longrope)
+    defaults to max position + 1 as in HF's forward. Returns a new array, or x when inplace.
+    """
+    return _posenc.apply_rope(
+        x,
+        positions,
+        cfg=cfg,
+        layout=layout,
+        angle=angle,
+        seqlen_offsets=seqlen_offsets,
+        cu_seqlens=cu_seqlens,
+        inplace=inplace,
+        inverse=inverse,
+        seq_len=seq_len,
+    )
+
+
+class LearnedTable:
+    """A learned absolute position table (rows, width) float32, in posenc's checksummed file
+    format (see include/posenc/encodings/learned.hpp)."""
+
+    def __init__(self, weights):
+        w = np.asarray(weights)
+        if w.dtype != np.float32:
+            raise TypeError(f"weights must be float32 (the file format's dtype), got {w.dtype}")
+        if w.ndim != 2:
+            raise ValueError(f"weights must have shape (rows, width), got {w.shape}")
+        self.weights = w
+
+    @classmethod
+    def load(cls, path):
+        return cls(_posenc._learned_load(os.fspath(path)))
+
+    def save(self, path):
+        _posenc._learned_save(os.fspath(path), self.weights)
+
+    def lookup(self, positions):
+        p = np.asarray(positions)
+        if p.dtype.kind not in "iu":
+            raise TypeError(f"positions must hold integers, got {p.dtype}")
+        rows = self.weights.shape[0]
+        bad = (p < 0) | (p >= rows)
+        if bad.any():
+            v = int(p[bad].flat[0])
+            raise ValueError(
+                f"position {v} is outside the learned table: it has {rows} rows "
+                f"(positions 0..{rows - 1}); no embedding exists there"
+            )
+        return self.weights[p]
+
+
+def _attention_opts(
+    causal,
+    scale,
+    rope,
+    rope_layout,
+    rope_angle,
+    rope_seq_len,
+    keys_rotated,
+    alibi,
+    t5_table,
+    t5_max_distance,
+    t5_bidirectional,
+    shaw,
+    q_positions,
+    k_positions,
+    key_padding,
+    cu_seqlens,
+    window,
+):
+    if rope is not None and not isinstance(rope, RopeConfig):
+        raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
+    return {
+        "causal": bool(causal),
+        "scale": None if scale is None else float(scale),
+        "rope": rope,
+        "rope_layout": rope_layout,
+        "rope_angle": rope_angle,
+        "rope_seq_len": rope_seq_len,
+        "keys_rotated": bool(keys_rotated),
+        "alibi": alibi,
+        "t5_table": t5_table,
+        "t5_max_distance": int(t5_max_distance),
+        "t5_bidirectional": t5_bidirectional,
+        "shaw": shaw,
+        "q_positions": q_positions,
+        "k_positions": k_positions,
+        "key_padding": key_padding,
+        "cu_seqlens": cu_seqlens,
+        "window": window,
+    }
+
+
+_ATTENTION_DOC = """
+    q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); one float dtype
+    (float64 stays float64). Hq % Hkv == 0 (GQA/MQA read kv head h // (Hq // Hkv)).
+    causal: bottom-right aligned (query i is token S - T + i). scale: default 1/sqrt(D).
+    rope: a RopeConfig (rope_layout "half"/"interleaved", rope_angle "exact"/"compat_f32",
+      rope_seq_len default S; keys_rotated: k is already rotated, as a KV cache stores it).
+    alibi: False, True (press slopes for Hq heads) or slopes (Hq,).
+    t5_table: (num_buckets, Hq); t5_max_distance 128; t5_bidirectional default not causal.
+    shaw: (keys (2K+1, D), values (2K+1, D), K).
+    q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot.
+    key_padding: (S,) or (B, S) bool/uint8, True = real key. cu_seqlens: packed documents over
+    the S keys (unbatched only). window: sliding window W (None or 0 = none).
+"""
+
+
+def attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    scale=None,
+    rope=None,
+    rope_layout="half",
+    rope_angle="exact",
+    rope_seq_len=None,
+    keys_rotated=False,
+    alibi=False,
+    t5_table=None,
+    t5_max_distance=128,
+    t5_bidirectional=None,
+    shaw=None,
+    q_positions=None,
+    k_positions=None,
+    key_padding=None,
+    cu_seqlens=None,
+    window=None,
+    return_lse=False,
+):
+    opts = _attention_opts(
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
+        t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
+        key_padding, cu_seqlens, window,
+    )
+    return _posenc._attention_forward(q, k, v, opts, bool(return_lse))
+
+
+attention.__doc__ = (
+    "Multi-head attention with position; returns out (q's shape), or (out, lse) with\n"
+    "    return_lse (lse: q's shape without D, natural log, -inf for a row that sees no key).\n"
+    + _ATTENTION_DOC
+)
+
+
+def attention_backward(
+    q,
+    k,
+    v,
+    out,
+    lse,
+    dout,
+    *,
+    causal=False,
+    scale=None,
+    rope=None,
+    rope_layout="half",
+    rope_angle="exact",
+    rope_seq_len=None,
+    keys_rotated=False,
+    alibi=False,
+    t5_table=None,
+    t5_max_distance=128,
+    t5_bidirectional=None,
+    shaw=None,
+    q_positions=None,
+    k_positions=None,
+    key_padding=None,
+    cu_seqlens=None,
+    window=None,
+    param_grads=True,
+):
+    opts = _attention_opts(
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
+        t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
+        key_padding, cu_seqlens, window,
+    )
+    return _posenc._attention_backward(q, k, v, out, lse, dout, opts, bool(param_grads))
+
+
+attention_backward.__doc__ = (
+    "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
+    "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
+    "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
+    "    dt5_table, dshaw_keys, dshaw_values (summed over the batch).\n" + _ATTENTION_DOC
+)
+
+
+class KVCache:
+    """A growing cache of keys and values for decoding, keys stored rotated (as engines do).
+
+    cache = posenc.KVCache(n_kv_heads, head_dim, rope=cfg)
+    cache.append(k, v)            # k, v: (T, Hkv, D); positions continue from the cache
+    out = cache.attend(q)         # q: (T, Hq, D), the queries of the tokens appended last
+
+    Keys are rotated once when appended (at their positions, with rope_seq_len if given,
+    else max position + 1); attend rotates only q (attention's keys_rotated=True), with the
+    same rope_seq_len (else the cache length). For "dynamic" and "longrope", whose frequencies
+    depend on the length, give rope_seq_len so that keys and queries use the same ones.
+    """
+
+    def __init__(self, n_kv_heads, head_dim, *, capacity=256, dtype=np.float32, rope=None,
+                 rope_layout="half", rope_angle="exact", rope_seq_len=None):
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        for name, val in (("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
+                          ("capacity", capacity)):
+            if not isinstance(val, (int, np.integer)) or val < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {val!r}")
+        if rope is not None and not isinstance(rope, RopeConfig):
+            raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
+        self.rope, self.rope_layout, self.rope_angle = rope, rope_layout, rope_angle
+        self.rope_seq_len = rope_seq_len
+        self._k = np.empty((capacity, n_kv_heads, head_dim), dtype)
+        self._v = np.empty((capacity, n_kv_heads, head_dim), dtype)
+        self._pos = np.empty(capacity, np.int64)
+        self._n = 0
+        self._last = 0  # tokens appended by the last append
+
+    def __len__(self):
+        return self._n
+
+    @property
+    def keys(self):
+        """(n, Hkv, D) keys as stored (rotated)."""
+        return self._k[: self._n]
+
+    @property
+    def values(self):
+        return self._v[: self._n]
+
+    @property
+    def positions(self):
+        return self._pos[: self._n]
+
+    def append(self, k, v, positions=None):
+        k, v = np.asarray(k), np.asarray(v)
+        shape = self._k.shape[1:]
+        if k.ndim != 3 or k.shape[1:] != shape:
+            raise ValueError(f"k must have shape (T, Hkv, D) = (T, {shape[0]}, {shape[1]}), "
+                             f"got {k.shape}")
+        if v.shape != k.shape:
+            raise ValueError(f"v must have the shape of k {k.shape}, got {v.shape}")
+        for a, name in ((k, "k"), (v, "v")):
+            if a.dtype != self._k.dtype:
+                raise TypeError(f"{name} must be {self._k.dtype} (the cache's dtype), got {a.dtype}")
+        T = k.shape[0]
+        if positions is None:
+            start = int(self._pos[self._n - 1]) + 1 if self._n else 0
+            positions = np.arange(start, start + T, dtype=np.int64)
+        else:
+            positions = np.asarray(positions)
+            if positions.dtype.kind not in "iu":
+                raise TypeError(f"positions must hold integers, got {positions.dtype}")
+            if positions.shape != (T,):
+                raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
+        if self._n + T > self._k.shape[0]:
+            cap = max(2 * self._k.shape[0], self._n + T)
+            for name in ("_k", "_v", "_pos"):
+                old = getattr(self, name)
+                new = np.empty((cap,) + old.shape[1:], old.dtype)
+                new[: self._n] = old[: self._n]
+                setattr(self, name, new)
+        if self.rope is not None:
+            k = apply_rope(k, positions, cfg=self.rope, layout=self.rope_layout,
+                           angle=self.rope_angle, seq_len=self.rope_seq_len)
+        self._k[self._n : self._n + T] = k
+        self._v[self._n : self._n + T] = v
+        self._pos[self._n : self._n + T] = positions
+        self._n += T
+        self._last = T
+
+    def attend(self, q, *, q_positions=None, causal=True, **kwargs):
+        """Attention of q (T, Hq, D) over the cache; q_positions default to the positions of
+        the last T tokens (the queries of the tokens appended last). Other arguments as
+        posenc.attention (alibi, t5_table, window, ...)."""
+        q = np.asarray(q)
+        if q.ndim != 3:
+            raise ValueError(f"q must have shape (T, Hq, D), got {q.shape}")
+        T = q.shape[0]
+        if q_positions is None:
+            if T > self._n:
+                raise ValueError(f"q has {T} tokens but the cache holds {self._n}: give q_positions")
+            q_positions = self._pos[self._n - T : self._n]
+        return attention(
+            q, self.keys, self.values, causal=causal, rope=self.rope, rope_layout=self.rope_layout,
+            rope_angle=self.rope_angle, rope_seq_len=self.rope_seq_len, keys_rotated=True,
+            q_positions=q_positions, k_positions=self.positions, **kwargs,
+        )
+
+
+def __getattr__(name):
+    # posenc.torch is imported on first use, so `import posenc` works without PyTorch.
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'posenc' has no attribute {name!r}")

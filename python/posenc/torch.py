@@ -1,0 +1,255 @@
+"""posenc.torch: posenc's kernels as torch.autograd.Functions (CPU tensors).
+
+    from posenc.torch import apply_rotary_emb, RotaryEmbedding, attention
+
+Tensors share memory with the NumPy arrays the C++ kernels read (no copy for contiguous
+float32/float64 CPU tensors). bfloat16 and float16 are computed in float32 and returned in
+their dtype. Backward passes run in C++: RoPE's is the inverse rotation (the sine negated),
+attention's is the engine's FlashAttention-2 backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch as _torch
+
+from . import _attention_opts, _posenc
+
+__all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
+
+_HALF_TYPES = (_torch.bfloat16, _torch.float16)
+
+
+def _compute_dtype(t, name):
+    if not isinstance(t, _torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} must be a CPU tensor, got device {t.device}")
+    if t.dtype == _torch.float64:
+        return _torch.float64
+    if t.dtype == _torch.float32 or t.dtype in _HALF_TYPES:
+        return _torch.float32
+    raise TypeError(f"{name} must be float32, float64, bfloat16 or float16, got {t.dtype}")
+
+
+def _np(t, dtype):
+    """A NumPy view of t in dtype (a copy only when the dtype or layout differs)."""
+    return t.detach().to(dtype).contiguous().numpy()
+
+
+def _ints(v):
+    if isinstance(v, _torch.Tensor):
+        return v.detach().cpu().numpy()
+    return v
+
+
+class _RotaryTables(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens):
+        cd = _compute_dtype(x, "x")
+        _compute_dtype(cos, "cos")
+        _compute_dtype(sin, "sin")
+        cn, sn = _np(cos, cd), _np(sin, cd)
+        direct = inplace and x.dtype == cd and x.is_contiguous()
+        xn = x.detach().numpy() if direct else _np(x, cd)
+        out = _posenc._rotary_tables(
+            xn, cn, sn, interleaved=interleaved, inplace=True if direct else False,
+            seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens,
+        )
+        ctx.save_for_backward(cos, sin)
+        ctx.args = (interleaved, seqlen_offsets, cu_seqlens)
+        if direct:
+            ctx.mark_dirty(x)
+            return x
+        res = _torch.from_numpy(out).to(x.dtype)
+        if inplace:
+            x.copy_(res)
+            ctx.mark_dirty(x)
+            return x
+        return res
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        interleaved, seqlen_offsets, cu_seqlens = ctx.args
+        cd = _compute_dtype(grad, "grad")
+        g = _posenc._rotary_tables(
+            _np(grad, cd), _np(cos, cd), _np(sin, cd), interleaved=interleaved,
+            seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens, inverse=True,
+        )
+        return _torch.from_numpy(g).to(grad.dtype), None, None, None, None, None, None
+
+
+def apply_rotary_emb(
+    x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None,
+    max_seqlen=None,
+):
+    """FlashAttention's flash_attn.layers.rotary.apply_rotary_emb on the CPU.
+
+    x: (batch, seqlen, nheads, headdim), or (total_seqlen, nheads, headdim) with cu_seqlens
+    (batch + 1,) int32/int64. cos, sin: (seqlen_rotary, rotary_dim / 2), rotary_dim <= headdim;
+    may be float32 while x is bfloat16/float16. interleaved: rotate pairs (0, 1), (2, 3), ...
+    (GPT-J) instead of (i, i + rotary_dim / 2) (NeoX). seqlen_offsets: int or (batch,) tensor:
+    token t of sequence b uses row seqlen_offsets[b] + t of cos and sin (KV cache).
+    max_seqlen: accepted for the signature; the rows needed are checked against cos instead.
+    Returns (batch, seqlen, nheads, headdim) (or x itself when inplace); channels
+    [rotary_dim, headdim) are passed through. Differentiable in x (cos, sin get no gradient,
+    as in FlashAttention).
+    """
+    del max_seqlen
+    return _RotaryTables.apply(
+        x, cos, sin, bool(interleaved), bool(inplace), _ints(seqlen_offsets), _ints(cu_seqlens)
+    )
+
+
+class _ApplyRope(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, positions, cfg, layout, angle, seqlen_offsets, cu_seqlens, seq_len):
+        cd = _compute_dtype(x, "x")
+        out = _posenc.apply_rope(
+            _np(x, cd), positions, cfg=cfg, layout=layout, angle=angle,
+            seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens, seq_len=seq_len,
+        )
+        ctx.args = (positions, cfg, layout, angle, seqlen_offsets, cu_seqlens, seq_len)
+        return _torch.from_numpy(out).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        positions, cfg, layout, angle, seqlen_offsets, cu_seqlens, seq_len = ctx.args
+        cd = _compute_dtype(grad, "grad")
+        # Forward y = a R(p) x, so dL/dx = a R(p)^T dL/dy: the same kernel, sine negated.
+        g = _posenc.apply_rope(
+            _np(grad, cd), positions, cfg=cfg, layout=layout, angle=angle,
+            seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens, inverse=True,
+            seq_len=seq_len,
+        )
+        return _torch.from_numpy(g).to(grad.dtype), None, None, None, None, None, None, None
+
+
+def apply_rope(
+    x, positions=None, *, cfg, layout="half", angle="exact", seqlen_offsets=0, cu_seqlens=None,
+    seq_len=None,
+):
+    """posenc.apply_rope on a tensor, differentiable in x (see posenc.apply_rope)."""
+    positions = _ints(positions)
+    if seq_len is None and positions is not None:
+        p = np.asarray(positions)
+        seq_len = int(p.max()) + 1 if p.size else 0
+    return _ApplyRope.apply(
+        x, positions, cfg, layout, angle, _ints(seqlen_offsets), _ints(cu_seqlens), seq_len
+    )
+
+
+class RotaryEmbedding(_torch.nn.Module):
+    """RoPE for a model's q and k from a posenc.RopeConfig (every HF scaling, exact angles).
+
+    forward(q, k, positions=None, seqlen_offsets=0) -> (q', k'): q (B, T, Hq, D), k (B, T, Hk,
+    D) (or (total, H, D) with cu_seqlens); positions (B, T) or (T,); None = seqlen_offsets + t.
+    """
+
+    def __init__(self, cfg, layout="half", angle="exact"):
+        super().__init__()
+        from . import RopeConfig
+
+        if not isinstance(cfg, RopeConfig):
+            raise TypeError(f"cfg must be a posenc.RopeConfig, got {type(cfg).__name__}")
+        self.cfg, self.layout, self.angle = cfg, layout, angle
+
+    def forward(self, q, k, positions=None, seqlen_offsets=0, cu_seqlens=None, seq_len=None):
+        kw = dict(
+            cfg=self.cfg, layout=self.layout, angle=self.angle, seqlen_offsets=seqlen_offsets,
+            cu_seqlens=cu_seqlens, seq_len=seq_len,
+        )
+        return apply_rope(q, positions, **kw), apply_rope(k, positions, **kw)
+
+    def extra_repr(self):
+        return f"{self.cfg!r}, layout={self.layout!r}, angle={self.angle!r}"
+
+
+class _Attention(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, slopes, t5_table, shaw_k, shaw_v, opts):
+        cd = _compute_dtype(q, "q")
+        for t, name in ((k, "k"), (v, "v")):
+            if _compute_dtype(t, name) != cd:
+                raise TypeError(f"{name} must have the dtype of q ({q.dtype}), got {t.dtype}")
+        o = dict(opts)
+        if slopes is not None:
+            o["alibi"] = slopes.detach().to(_torch.float64).contiguous().numpy()
+        if t5_table is not None:
+            o["t5_table"] = _np(t5_table, cd)
+        if shaw_k is not None:
+            o["shaw"] = (_np(shaw_k, cd), _np(shaw_v, cd), opts["shaw"])
+        qn, kn, vn = _np(q, cd), _np(k, cd), _np(v, cd)
+        out, lse = _posenc._attention_forward(qn, kn, vn, o, True)
+        ctx.np_inputs = (qn, kn, vn, out, lse, o)
+        # Saved for autograd's version check: the NumPy views above may share their memory.
+        ctx.save_for_backward(q, k, v)
+        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
+        ctx.cd = cd
+        ctx.tables = (slopes, t5_table, shaw_k, shaw_v)
+        out_t = _torch.from_numpy(out).to(q.dtype)
+        lse_t = _torch.from_numpy(lse)
+        ctx.mark_non_differentiable(lse_t)
+        return out_t, lse_t
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        ctx.saved_tensors  # noqa: B018 (raises if q, k or v were modified in place)
+        qn, kn, vn, out, lse, o = ctx.np_inputs
+        slopes, t5_table, shaw_k, shaw_v = ctx.tables
+        want = ctx.needs_input_grad
+        params = any(want[3:7])
+        g = _posenc._attention_backward(qn, kn, vn, out, lse, _np(dout, ctx.cd), o, params)
+        qd, kd, vd = ctx.dtypes
+        res = [
+            _torch.from_numpy(g["dq"]).to(qd) if want[0] else None,
+            _torch.from_numpy(g["dk"]).to(kd) if want[1] else None,
+            _torch.from_numpy(g["dv"]).to(vd) if want[2] else None,
+            None, None, None, None, None,
+        ]
+        if want[3]:
+            res[3] = _torch.from_numpy(g["dalibi"]).to(slopes.dtype)
+        if want[4]:
+            res[4] = _torch.from_numpy(g["dt5_table"]).to(t5_table.dtype)
+        if want[5] or want[6]:
+            res[5] = _torch.from_numpy(g["dshaw_keys"]).to(shaw_k.dtype)
+            res[6] = _torch.from_numpy(g["dshaw_values"]).to(shaw_v.dtype)
+        return tuple(res)
+
+
+def attention(
+    q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
+    rope_seq_len=None, keys_rotated=False, alibi=False, t5_table=None, t5_max_distance=128,
+    t5_bidirectional=None, shaw=None, q_positions=None, k_positions=None, key_padding=None,
+    cu_seqlens=None, window=None, return_lse=False,
+):
+    """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
+    alibi slopes given as a tensor (learned slopes), t5_table, shaw = (keys, values, K).
+    Arguments as posenc.attention; lse is returned float32/float64 and not differentiable."""
+    slopes = None
+    if isinstance(alibi, _torch.Tensor):
+        slopes, alibi = alibi, None
+    shaw_k = shaw_v = None
+    clip = None
+    if shaw is not None:
+        if not isinstance(shaw, tuple) or len(shaw) != 3:
+            raise TypeError(f"shaw must be a tuple (keys, values, clip), got {type(shaw).__name__}")
+        shaw_k, shaw_v, clip = shaw
+    if t5_table is not None and not isinstance(t5_table, _torch.Tensor):
+        raise TypeError(f"t5_table must be a torch.Tensor, got {type(t5_table).__name__}")
+    opts = _attention_opts(
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, None,
+        t5_max_distance, t5_bidirectional, None, _ints(q_positions), _ints(k_positions),
+        _ints(key_padding), _ints(cu_seqlens), window,
+    )
+    opts["shaw"] = clip
+    opts_fn = dict(opts)
+    if clip is None:
+        opts_fn.pop("shaw")
+    out, lse = _Attention.apply(q, k, v, slopes, t5_table, shaw_k, shaw_v, _Opts(opts_fn))
+    return (out, lse) if return_lse else out
+
+
+class _Opts(dict):
+    """The options dict, passed through autograd.Function.apply as one non-tensor argument."""

@@ -1,0 +1,361 @@
+// python/src/attention.cpp: the attention engine's forward and backward
+// (include/posenc/attention/attention.hpp) over NumPy arrays, one call per batch element.
+//
+// posenc.attention (python/posenc/__init__.py) collects the options into a dict `opts` with
+// the keys read below; the forward and the backward read the same dict, so the backward runs
+// with exactly the forward's parameters.
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "common.hpp"
+#include "posenc/attention/attention.hpp"
+#include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/rope_config.hpp"
+
+namespace posenc::py_bind {
+
+namespace {
+
+py::handle opt(const py::dict& opts, const char* key) {
+  return opts.contains(key) ? py::handle(opts[key]) : py::handle(Py_None);
+}
+
+// Per-batch integer data: (B, n) or (n,) (shared by every batch element), or None.
+std::vector<int64_t> per_batch_ints(py::handle obj, const char* name, int64_t B, int64_t n,
+                                    bool batched, const char* nname, bool* shared) {
+  *shared = true;
+  if (obj.is_none()) return {};
+  const py::array a = as_array(obj, name);
+  auto v = int_values(a, name);
+  if (a.ndim() == 1 && a.shape(0) == n) return v;
+  if (batched && a.ndim() == 2 && a.shape(0) == B && a.shape(1) == n) {
+    *shared = false;
+    return v;
+  }
+  if (batched)
+    fail("{} must have shape (B, {}) = ({}, {}) or ({},) = ({},), got {}", name, nname, B, n, nname,
+         n, shape_str(a));
+  fail("{} must have shape ({},) = ({},), got {}", name, nname, n, shape_str(a));
+}
+
+// Everything but q, k, v and the outputs, parsed once and shared by the batch elements.
+struct attn_setup {
+  bool batched = false;
+  int64_t B = 1, T = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
+  bool causal = false;
+  std::optional<double> scale;
+  int64_t window = 0;
+  std::vector<int64_t> qpos, kpos, cu;  // per batch (B * T / B * S) unless *_shared
+  bool qpos_shared = true, kpos_shared = true, pad_shared = true;
+  std::vector<uint8_t> pad;
+  std::optional<rope_freqs> freqs;
+  rope_layout layout = rope_layout::half;
+  rope_angle angle = rope_angle::exact;
+  bool keys_rotated = false;
+  std::vector<double> slopes;
+  t5_params t5p;
+  py::object t5_table, shaw_keys, shaw_values;
+  int64_t shaw_clip = 0;
+};
+
+// q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); same float dtype.
+attn_setup setup(const py::array& q, const py::array& k, const py::array& v, const py::dict& opts) {
+  attn_setup s;
+  require_float(q, "q");
+  if (q.ndim() != 3 && q.ndim() != 4)
+    fail("q must have shape (T, Hq, D) or (B, T, Hq, D), got {}", shape_str(q));
+  s.batched = q.ndim() == 4;
+  const char* kv_shape = s.batched ? "(B, S, Hkv, D)" : "(S, Hkv, D)";
+  for (auto [a, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    if (!a->dtype().is(q.dtype()))
+      type_fail(std::string(name) + " must have the dtype of q (" + dtype_str(q) + "), got " +
+                dtype_str(*a));
+    if (a->ndim() != q.ndim()) fail("{} must have shape {}, got {}", name, kv_shape, shape_str(*a));
+  }
+  const int o = s.batched ? 1 : 0;
+  s.B = s.batched ? q.shape(0) : 1;
+  s.T = q.shape(o), s.Hq = q.shape(o + 1), s.D = q.shape(o + 2);
+  s.S = k.shape(o), s.Hkv = k.shape(o + 1);
+  if ((s.batched && k.shape(0) != s.B) || k.shape(o + 2) != s.D)
+    fail("k must have shape {} with {}D = {} of q {}, got {}", kv_shape, s.batched ? "B and " : "",
+         s.D, shape_str(q), shape_str(k));
+  for (py::ssize_t i = 0; i < k.ndim(); ++i)
+    if (v.shape(i) != k.shape(i))
+      fail("v must have the shape of k {}, got {}", shape_str(k), shape_str(v));
+
+  s.causal = opt(opts, "causal").is_none() ? false : opt(opts, "causal").cast<bool>();
+  if (!opt(opts, "scale").is_none()) s.scale = opt(opts, "scale").cast<double>();
+  if (!opt(opts, "window").is_none()) {
+    s.window = opt(opts, "window").cast<int64_t>();
+    if (s.window < 0) fail("window must be >= 0 (0 or None = no window), got {}", s.window);
+  }
+  s.qpos = per_batch_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
+                          &s.qpos_shared);
+  s.kpos = per_batch_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
+                          &s.kpos_shared);
+  if (!opt(opts, "key_padding").is_none()) {
+    const py::array m = as_array(opt(opts, "key_padding"), "key_padding");
+    if (m.dtype().kind() != 'b' && !m.dtype().is(py::dtype::of<uint8_t>()))
+      type_fail("key_padding must be bool or uint8, got " + dtype_str(m));
+    const bool one = m.ndim() == 1 && m.shape(0) == s.S;
+    const bool per = s.batched && m.ndim() == 2 && m.shape(0) == s.B && m.shape(1) == s.S;
+    if (!one && !per)
+      fail("key_padding must have shape {}, got {}",
+           s.batched ? fmt::format("(B, S) = ({}, {}) or (S,)", s.B, s.S)
+                     : fmt::format("(S,) = ({},)", s.S),
+           shape_str(m));
+    s.pad_shared = one;
+    const auto c = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(m);
+    s.pad.assign(c.data(), c.data() + c.size());
+    for (size_t j = 0; j < s.pad.size(); ++j)
+      if (s.pad[j] > 1)
+        fail("key_padding must hold 0 (pad) or 1 (real token), got {} at index {}", s.pad[j], j);
+  }
+  if (!opt(opts, "cu_seqlens").is_none()) {
+    if (s.batched) fail("cu_seqlens needs unbatched q (T, Hq, D) and k, v (S, Hkv, D)");
+    s.cu = int_values(opt(opts, "cu_seqlens"), "cu_seqlens");
+    validate_cu_seqlens(s.cu, s.S, "cu_seqlens");
+  }
+  if (!opt(opts, "rope").is_none()) {
+    const auto& c = opt(opts, "rope").cast<const rope_config&>();
+    if (c.head_dim != s.D)
+      fail("rope.head_dim must equal the head dim D = {} of q, got {}", s.D, c.head_dim);
+    int64_t seq_len = s.S;
+    if (!opt(opts, "rope_seq_len").is_none()) {
+      seq_len = opt(opts, "rope_seq_len").cast<int64_t>();
+      if (seq_len < 0) fail("rope_seq_len must be >= 0, got {}", seq_len);
+    }
+    s.freqs = rope_frequencies(c, seq_len);
+    s.layout = rope_layout_from_name(opt(opts, "rope_layout").cast<std::string>(), "rope_layout");
+    s.angle = rope_angle_from_name(opt(opts, "rope_angle").cast<std::string>(), "rope_angle");
+    s.keys_rotated = opt(opts, "keys_rotated").cast<bool>();
+  }
+  const py::handle alibi = opt(opts, "alibi");
+  if (py::isinstance<py::bool_>(alibi)) {
+    if (alibi.cast<bool>()) s.slopes = alibi_slopes(s.Hq);
+  } else if (!alibi.is_none()) {
+    const py::array a = as_array(alibi, "alibi");
+    require_float(a, "alibi");
+    if (a.ndim() != 1 || a.shape(0) != s.Hq)
+      fail("alibi must be a bool or slopes of shape (Hq,) = ({},), got {}", s.Hq, shape_str(a));
+    const auto c = contiguous_as<double>(a);
+    s.slopes.assign(c.data(), c.data() + c.size());
+  }
+  if (!opt(opts, "t5_table").is_none()) {
+    const py::array t = as_array(opt(opts, "t5_table"), "t5_table");
+    require_float(t, "t5_table");
+    if (t.ndim() != 2 || t.shape(1) != s.Hq)
+      fail("t5_table must have shape (num_buckets, Hq) with Hq = {}, got {}", s.Hq, shape_str(t));
+    s.t5p.num_buckets = t.shape(0);
+    s.t5p.max_distance = opt(opts, "t5_max_distance").cast<int64_t>();
+    s.t5p.bidirectional = opt(opts, "t5_bidirectional").is_none()
+                              ? !s.causal
+                              : opt(opts, "t5_bidirectional").cast<bool>();
+    t5_validate(s.t5p);
+    s.t5_table = t;
+  }
+  const py::handle shaw = opt(opts, "shaw");
+  if (!shaw.is_none()) {
+    if (!py::isinstance<py::tuple>(shaw) || py::len(shaw) != 3)
+      type_fail("shaw must be a tuple (keys, values, clip), got " +
+                py::str(py::type::of(shaw)).cast<std::string>());
+    const auto tup = shaw.cast<py::tuple>();
+    s.shaw_clip = tup[2].cast<int64_t>();
+    if (s.shaw_clip < 0 || s.shaw_clip > (int64_t{1} << 20))
+      fail("shaw clip must be in [0, 2^20], got {}", s.shaw_clip);
+    const int64_t rows = 2 * s.shaw_clip + 1;
+    for (int i = 0; i < 2; ++i) {
+      const char* name = i == 0 ? "shaw keys" : "shaw values";
+      const py::array a = as_array(tup[i], name);
+      require_float(a, name);
+      if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != s.D)
+        fail("{} must have shape (2K+1, D) = ({}, {}), got {}", name, rows, s.D, shape_str(a));
+      (i == 0 ? s.shaw_keys : s.shaw_values) = a;
+    }
+  }
+  return s;
+}
+
+// Real copies of the tables (small) and the params of batch element b.
+template <typename Real>
+struct attn_call {
+  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v;
+  attention_params<Real> p;
+
+  attn_call(const attn_setup& s) {
+    p.T = s.T, p.S = s.S, p.Hq = s.Hq, p.Hkv = s.Hkv, p.D = s.D;
+    p.scale = s.scale;
+    p.causal = s.causal;
+    p.window = s.window;
+    p.cu_seqlens = s.cu;
+    if (s.freqs) {
+      p.pos.rope.freqs = &*s.freqs;
+      p.pos.rope.layout = s.layout;
+      p.pos.rope.angle = s.angle;
+      p.pos.rope.keys_rotated = s.keys_rotated;
+    }
+    p.pos.alibi = s.slopes;
+    if (s.t5_table) {
+      t5 = contiguous_as<Real>(s.t5_table);
+      p.pos.t5 = {s.t5p, std::span<const Real>(t5.data(), t5.size())};
+    }
+    if (s.shaw_keys) {
+      shaw_k = contiguous_as<Real>(s.shaw_keys);
+      shaw_v = contiguous_as<Real>(s.shaw_values);
+      p.pos.shaw = {s.shaw_clip, std::span<const Real>(shaw_k.data(), shaw_k.size()),
+                    std::span<const Real>(shaw_v.data(), shaw_v.size())};
+    }
+  }
+
+  // Positions and padding of batch element b.
+  void select(const attn_setup& s, int64_t b) {
+    auto part = [](const std::vector<int64_t>& v, bool shared, int64_t b, int64_t n) {
+      return v.empty() ? std::span<const int64_t>()
+                       : std::span<const int64_t>(v.data() + (shared ? 0 : b * n), n);
+    };
+    p.q_positions = part(s.qpos, s.qpos_shared, b, s.T);
+    p.k_positions = part(s.kpos, s.kpos_shared, b, s.S);
+    p.key_padding =
+        s.pad.empty() ? std::span<const uint8_t>()
+                      : std::span<const uint8_t>(s.pad.data() + (s.pad_shared ? 0 : b * s.S), s.S);
+  }
+};
+
+template <typename Real>
+py::object forward(const py::array& q0, const py::array& k0, const py::array& v0,
+                   const py::dict& opts, bool return_lse) {
+  const attn_setup s = setup(q0, k0, v0, opts);
+  // Contiguous inputs are used as they are; a strided view is copied once.
+  const auto q = contiguous_as<Real>(q0), k = contiguous_as<Real>(k0), v = contiguous_as<Real>(v0);
+  std::vector<py::ssize_t> oshape(q0.shape(), q0.shape() + q0.ndim());
+  std::vector<py::ssize_t> lshape(oshape.begin(), oshape.end() - 1);
+  py::array_t<Real> out(oshape), lse(lshape);
+  attn_call<Real> c(s);
+  const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
+  Real* o = out.mutable_data();
+  Real* l = lse.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    for (int64_t b = 0; b < s.B; ++b) {
+      c.select(s, b);
+      c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
+      c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
+      attention_forward(c.p);
+    }
+  }
+  if (return_lse) return py::make_tuple(out, lse);
+  return py::object(out);
+}
+
+template <typename Real>
+py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
+                  const py::array& out0, const py::array& lse0, const py::array& dout0,
+                  const py::dict& opts, bool param_grads) {
+  const attn_setup s = setup(q0, k0, v0, opts);
+  for (auto [a, name] : {std::pair{&out0, "out"}, std::pair{&dout0, "dout"}}) {
+    if (!a->dtype().is(q0.dtype()))
+      type_fail(std::string(name) + " must have the dtype of q (" + dtype_str(q0) + "), got " +
+                dtype_str(*a));
+    bool same = a->ndim() == q0.ndim();
+    for (py::ssize_t i = 0; same && i < q0.ndim(); ++i) same = a->shape(i) == q0.shape(i);
+    if (!same) fail("{} must have the shape of q {}, got {}", name, shape_str(q0), shape_str(*a));
+  }
+  if (!lse0.dtype().is(q0.dtype()))
+    type_fail("lse must have the dtype of q (" + dtype_str(q0) + "), got " + dtype_str(lse0));
+  bool lse_ok = lse0.ndim() == q0.ndim() - 1;
+  for (py::ssize_t i = 0; lse_ok && i < lse0.ndim(); ++i) lse_ok = lse0.shape(i) == q0.shape(i);
+  if (!lse_ok)
+    fail("lse must have shape {} (q's without D), got {}", shape_str(q0), shape_str(lse0));
+
+  const auto q = contiguous_as<Real>(q0), k = contiguous_as<Real>(k0), v = contiguous_as<Real>(v0);
+  const auto out = contiguous_as<Real>(out0), lse = contiguous_as<Real>(lse0),
+             dout = contiguous_as<Real>(dout0);
+  py::array_t<Real> dq(std::vector<py::ssize_t>(q0.shape(), q0.shape() + q0.ndim())),
+      dk(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim())),
+      dv(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim()));
+  attn_call<Real> c(s);
+  const bool want_alibi = param_grads && !s.slopes.empty();
+  const bool want_t5 = param_grads && s.t5_table;
+  const bool want_shaw = param_grads && s.shaw_keys;
+  const int64_t nb = s.t5p.num_buckets, rows = 2 * s.shaw_clip + 1;
+  // Per batch element gradients of the shared parameters, summed over the batch in order.
+  std::vector<double> dalibi_b(s.Hq), dalibi(want_alibi ? s.Hq : 0, 0.0);
+  std::vector<Real> dt5_b(want_t5 ? nb * s.Hq : 0), dshk_b(want_shaw ? rows * s.D : 0),
+      dshv_b(want_shaw ? rows * s.D : 0);
+  std::vector<double> dt5(dt5_b.size(), 0.0), dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
+  const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
+  Real* dqp = dq.mutable_data();
+  Real* dkp = dk.mutable_data();
+  Real* dvp = dv.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    for (int64_t b = 0; b < s.B; ++b) {
+      c.select(s, b);
+      c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
+      attention_grads<Real> g;
+      g.out = out.data() + b * qn, g.lse = lse.data() + b * s.T * s.Hq;
+      // The engine validates p.out and reads it as the forward's output; it does not write it.
+      c.p.out = const_cast<Real*>(g.out);
+      g.dout = dout.data() + b * qn;
+      g.dq = dqp + b * qn, g.dk = dkp + b * kn, g.dv = dvp + b * kn;
+      if (want_alibi) g.dalibi = dalibi_b.data();
+      if (want_t5) g.dt5 = dt5_b.data();
+      if (want_shaw) g.dshaw_keys = dshk_b.data(), g.dshaw_values = dshv_b.data();
+      attention_backward(c.p, g);
+      for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
+      for (size_t i = 0; i < dt5.size(); ++i) dt5[i] += dt5_b[i];
+      for (size_t i = 0; i < dshk.size(); ++i) dshk[i] += dshk_b[i], dshv[i] += dshv_b[i];
+    }
+  }
+  py::dict r;
+  r["dq"] = dq, r["dk"] = dk, r["dv"] = dv;
+  auto to_array = [](const std::vector<double>& v, std::vector<py::ssize_t> shape, bool as_real) {
+    if (!as_real) {
+      py::array_t<double> a(shape);
+      std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(double));
+      return py::array(a);
+    }
+    py::array_t<Real> a(shape);
+    for (size_t i = 0; i < v.size(); ++i) a.mutable_data()[i] = static_cast<Real>(v[i]);
+    return py::array(a);
+  };
+  if (want_alibi) r["dalibi"] = to_array(dalibi, {s.Hq}, false);
+  if (want_t5) r["dt5_table"] = to_array(dt5, {nb, s.Hq}, true);
+  if (want_shaw) {
+    r["dshaw_keys"] = to_array(dshk, {rows, s.D}, true);
+    r["dshaw_values"] = to_array(dshv, {rows, s.D}, true);
+  }
+  return r;
+}
+
+}  // namespace
+
+void bind_attention(py::module_& m) {
+  m.def(
+      "_attention_forward",
+      [](py::handle q, py::handle k, py::handle v, const py::dict& opts, bool return_lse) {
+        const py::array qa = as_array(q, "q"), ka = as_array(k, "k"), va = as_array(v, "v");
+        require_float(qa, "q");
+        if (is_f32(qa)) return forward<float>(qa, ka, va, opts, return_lse);
+        return forward<double>(qa, ka, va, opts, return_lse);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("opts"), py::arg("return_lse") = false);
+  m.def(
+      "_attention_backward",
+      [](py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse, py::handle dout,
+         const py::dict& opts, bool param_grads) {
+        const py::array qa = as_array(q, "q"), ka = as_array(k, "k"), va = as_array(v, "v");
+        const py::array oa = as_array(out, "out"), la = as_array(lse, "lse"),
+                        da = as_array(dout, "dout");
+        require_float(qa, "q");
+        if (is_f32(qa)) return backward<float>(qa, ka, va, oa, la, da, opts, param_grads);
+        return backward<double>(qa, ka, va, oa, la, da, opts, param_grads);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("dout"),
+      py::arg("opts"), py::arg("param_grads") = true);
+}
+
+}  // namespace posenc::py_bind

@@ -1,0 +1,367 @@
+// python/src/rope.cpp: RopeConfig, rope_cos_sin, apply_rope and the FlashAttention-style
+// rotary kernel with caller-given cos/sin tables (posenc.torch.apply_rotary_emb).
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "common.hpp"
+#include "posenc/core/threads.hpp"
+#include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_config.hpp"
+
+namespace posenc::py_bind {
+
+namespace {
+
+// Emits each precedence warning of a config as a Python UserWarning (what the CLI prints as
+// "posenc: warning: ...").
+void emit_warnings(const std::vector<std::string>& warnings) {
+  for (const auto& w : warnings)
+    if (PyErr_WarnEx(PyExc_UserWarning, w.c_str(), 2) != 0) throw py::error_already_set();
+}
+
+// seq_len for the frequencies: given (>= 0), else max position + 1, like HF's forward
+// (dynamic_rope_update) and `posenc rope apply`.
+int64_t seq_len_for(std::optional<int64_t> seq_len, const std::vector<int64_t>& pos) {
+  if (seq_len) {
+    if (*seq_len < 0) fail("seq_len must be >= 0, got {}", *seq_len);
+    return *seq_len;
+  }
+  return pos.empty() ? 0 : *std::max_element(pos.begin(), pos.end()) + 1;
+}
+
+// Per-sequence offsets: an int (every sequence) or (B,) integers.
+std::vector<int64_t> offsets_for(py::handle seqlen_offsets, int64_t B) {
+  std::vector<int64_t> off;
+  const py::array a = as_array(seqlen_offsets, "seqlen_offsets");
+  off = int_values(a, "seqlen_offsets");
+  if (a.ndim() == 0) {  // an int (Python or NumPy scalar): every sequence
+    off.assign(B, off[0]);
+  } else {
+    if (a.ndim() != 1 || static_cast<int64_t>(off.size()) != B)
+      fail("seqlen_offsets must be an int or have shape (B,) = ({},), got {}", B, shape_str(a));
+  }
+  require_min(off, "seqlen_offsets", 0);
+  return off;
+}
+
+// Token layout of x for the RoPE entry points: N tokens of H heads of D channels, and the
+// position of each token.
+struct token_layout {
+  int64_t B = 1, N = 0, H = 0, D = 0;
+  std::vector<int64_t> positions;  // (N,)
+};
+
+// x: (B, T, H, D), or (total, H, D) with cu_seqlens (B = len(cu_seqlens) - 1), or (T, H, D)
+// as one sequence. positions: (B, T), (1, T) or (T,) for 4-D x; (total,) for 3-D x; None =
+// seqlen_offsets[b] + index within the sequence.
+token_layout layout_of(const py::array& x, py::handle positions, py::handle seqlen_offsets,
+                       py::handle cu_seqlens, const char* xname) {
+  token_layout L;
+  const bool varlen = !cu_seqlens.is_none();
+  if (varlen)
+    require_ndim(x, xname, {3}, "(total, H, D) when cu_seqlens is given");
+  else
+    require_ndim(x, xname, {3, 4}, "(B, T, H, D) or (T, H, D)");
+  const int nd = static_cast<int>(x.ndim());
+  L.H = x.shape(nd - 2);
+  L.D = x.shape(nd - 1);
+  const int64_t T = nd == 4 ? x.shape(1) : x.shape(0);
+  L.B = nd == 4 ? x.shape(0) : 1;
+  L.N = L.B * T;
+  std::vector<int64_t> cu;
+  if (varlen) {
+    cu = int_values(cu_seqlens, "cu_seqlens");
+    validate_cu_seqlens(cu, L.N, "cu_seqlens");
+    L.B = static_cast<int64_t>(cu.size()) - 1;
+  }
+  const py::array off_a = as_array(seqlen_offsets, "seqlen_offsets");
+  const bool offsets_given = off_a.ndim() != 0 || int_values(off_a, "seqlen_offsets")[0] != 0;
+  if (!positions.is_none()) {
+    if (offsets_given)
+      fail("seqlen_offsets must be 0 when positions are given (positions are absolute)");
+    const py::array pa = as_array(positions, "positions");
+    auto p = int_values(pa, "positions");
+    if (nd == 4) {
+      const bool full = pa.ndim() == 2 && pa.shape(0) == L.B && pa.shape(1) == T;
+      const bool shared = (pa.ndim() == 2 && pa.shape(0) == 1 && pa.shape(1) == T) ||
+                          (pa.ndim() == 1 && pa.shape(0) == T);
+      if (!full && !shared)
+        fail("positions must have shape (B, T) = ({}, {}), (1, T) or (T,), got {}", L.B, T,
+             shape_str(pa));
+      if (shared) {
+        L.positions.resize(L.N);
+        for (int64_t b = 0; b < L.B; ++b)
+          std::copy(p.begin(), p.end(), L.positions.begin() + b * T);
+      } else {
+        L.positions = std::move(p);
+      }
+    } else {
+      if (pa.ndim() != 1 || pa.shape(0) != L.N)
+        fail("positions must have shape ({},) = ({},), got {}", varlen ? "total" : "T", L.N,
+             shape_str(pa));
+      L.positions = std::move(p);
+    }
+    require_min(L.positions, "positions", 0);
+    return L;
+  }
+  const auto off = offsets_for(seqlen_offsets, L.B);
+  L.positions.resize(L.N);
+  for (int64_t b = 0; b < L.B; ++b) {
+    const int64_t begin = varlen ? cu[b] : b * T, end = varlen ? cu[b + 1] : (b + 1) * T;
+    for (int64_t i = begin; i < end; ++i) L.positions[i] = off[b] + (i - begin);
+  }
+  return L;
+}
+
+// Where a RoPE call reads and writes. inplace: x itself (must be C-contiguous and writeable).
+// Out of place: a new C-contiguous array, read from x itself when x is C-contiguous, else from
+// a contiguous copy of x (the non-contiguous case costs that one copy).
+struct rope_io {
+  py::array src, out;
+};
+
+rope_io io_for(const py::array& x, bool inplace, const char* name) {
+  if (inplace) {
+    if (!c_contiguous(x) || !x.writeable())
+      fail("{} must be C-contiguous and writeable for inplace=True, got a {} view", name,
+           x.writeable() ? "non-contiguous" : "read-only");
+    return {x, x};
+  }
+  py::array src = c_contiguous(x)
+                      ? x
+                      : py::module_::import("numpy").attr("ascontiguousarray")(x).cast<py::array>();
+  std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
+  return {src, py::array(x.dtype(), shape)};
+}
+
+// Out of place, each block of tokens (about 64 KiB) is copied and then rotated while it is
+// still in cache: one pass over memory instead of a copy pass and a rotate pass.
+inline int64_t block_tokens(int64_t H, int64_t D, size_t elem) {
+  return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, H * D * static_cast<int64_t>(elem)));
+}
+
+rope_config config_from_json_text(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("config must be a JSON-serialisable dict: {}", e.what());
+  }
+  std::vector<std::string> warnings;
+  auto c = rope_config_from_json(j, &warnings);
+  emit_warnings(warnings);
+  return c;
+}
+
+template <typename Real>
+void rotate_tokens(const rope_freqs& f, rope_layout layout, rope_angle angle,
+                   const std::vector<int64_t>& pos, const rope_io& io, int64_t N, int64_t H,
+                   int64_t D, bool inverse) {
+  const Real* src = static_cast<const Real*>(io.src.data());
+  Real* dst = static_cast<Real*>(const_cast<void*>(io.out.data()));
+  py::gil_scoped_release nogil;
+  // Validates f and the shapes once, outside the parallel region (nothing may throw inside).
+  rope_apply(f, layout, angle, {}, dst, 0, H, D, inverse);
+  if (src == dst) {
+    rope_apply(f, layout, angle, pos, dst, N, H, D, inverse);
+    return;
+  }
+  const int64_t row = H * D, bt = block_tokens(H, D, sizeof(Real)), nb = (N + bt - 1) / bt;
+  const std::span<const int64_t> all(pos);
+  // rope_apply inside a parallel_for share runs serially (nested parallel_for), and a token's
+  // rotation depends on that token alone: the bits are those of one call over all tokens.
+  parallel_for(nb, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t t0 = b * bt, n = std::min(bt, N - t0);
+      std::memcpy(dst + t0 * row, src + t0 * row, static_cast<size_t>(n * row) * sizeof(Real));
+      rope_apply(f, layout, angle, all.subspan(t0, n), dst + t0 * row, n, H, D, inverse);
+    }
+  });
+}
+
+// FlashAttention's apply_rotary_emb contract: token i of sequence b sits at row
+// seqlen_offsets[b] + (index within the sequence) of cos and sin (seqlen_ro, R/2); channels
+// [R, D) pass through. cos/sin are converted once to the element type of x.
+template <typename Real>
+void rotate_with_tables(const token_layout& L, const py::array& cos_a, const py::array& sin_a,
+                        bool interleaved, bool inverse, const rope_io& io) {
+  const auto cs = contiguous_as<Real>(cos_a);
+  const auto sn = contiguous_as<Real>(sin_a);
+  const int64_t half = cos_a.shape(1), rows = cos_a.shape(0);
+  for (size_t i = 0; i < L.positions.size(); ++i)
+    if (L.positions[i] >= rows)
+      fail("cos and sin have {} rows, but token {} needs row {} (seqlen_offsets + position)", rows,
+           i, L.positions[i]);
+  const Real* src = static_cast<const Real*>(io.src.data());
+  Real* x = static_cast<Real*>(const_cast<void*>(io.out.data()));
+  const Real* c = cs.data();
+  const Real* s = sn.data();
+  const auto layout = interleaved ? rope_layout::interleaved : rope_layout::half;
+  const int64_t H = L.H, D = L.D;
+  const int64_t* pos = L.positions.data();
+  py::gil_scoped_release nogil;
+  parallel_for(
+      L.N,
+      [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          if (src != x)
+            std::memcpy(x + t * H * D, src + t * H * D, static_cast<size_t>(H * D) * sizeof(Real));
+          rope_rotate(layout, 2 * half, c + pos[t] * half, s + pos[t] * half, x + t * H * D, H, D,
+                      inverse);
+        }
+      },
+      16);
+}
+
+}  // namespace
+
+void bind_rope(py::module_& m) {
+  py::class_<rope_config>(m, "RopeConfig", R"doc(
+A RoPE configuration: head_dim, rotary_dim, theta and the scaling (HF rope_type) with its
+parameters. Build it with RopeConfig.from_hf(path_or_dict) from a Hugging Face config.json, or
+with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)doc")
+      .def(py::init([](const py::kwargs& kw) {
+             // RopeConfig(head_dim=..., theta=..., scaling=..., ...): posenc.rope_config
+             // builds the config.json these name and parses it like from_hf.
+             return py::module_::import("posenc").attr("rope_config")(**kw).cast<rope_config>();
+           }),
+           "RopeConfig(head_dim=..., rotary_dim=None, theta=10000, scaling='default', "
+           "factor=None, ...): see posenc.rope_config.")
+      .def_static("_from_json", &config_from_json_text, py::arg("text"))
+      .def_static(
+          "_from_file",
+          [](const std::string& path) {
+            std::vector<std::string> warnings;
+            auto c = rope_config_from_file(path, &warnings);
+            emit_warnings(warnings);
+            return c;
+          },
+          py::arg("path"))
+      .def_property_readonly("head_dim", [](const rope_config& c) { return c.head_dim; })
+      .def_property_readonly("rotary_dim", [](const rope_config& c) { return c.rotary_dim; })
+      .def_property_readonly("theta", [](const rope_config& c) { return c.theta; })
+      .def_property_readonly("scaling", [](const rope_config& c) { return rope_type_name(c.type); })
+      .def_property_readonly("factor", [](const rope_config& c) { return c.factor; })
+      .def_property_readonly("max_position_embeddings",
+                             [](const rope_config& c) { return c.max_position_embeddings; })
+      .def_property_readonly(
+          "original_max_position_embeddings",
+          [](const rope_config& c) { return c.original_max_position_embeddings; })
+      .def(
+          "frequencies",
+          [](const rope_config& c, std::optional<int64_t> seq_len) {
+            if (seq_len && *seq_len < 0) fail("seq_len must be >= 0, got {}", *seq_len);
+            const auto f = rope_frequencies(c, seq_len.value_or(0));
+            py::array_t<double> inv(static_cast<py::ssize_t>(f.inv_freq.size()));
+            std::memcpy(inv.mutable_data(), f.inv_freq.data(), f.inv_freq.size() * sizeof(double));
+            return py::make_tuple(inv, f.attention_factor);
+          },
+          py::arg("seq_len") = py::none(),
+          "(inv_freq (R/2,) float64, attention_factor): transformers' "
+          "ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len). seq_len None = 0 (HF at "
+          "initialisation: dynamic unscaled, longrope short_factor).")
+      .def("__repr__", [](const rope_config& c) {
+        return fmt::format(
+            "RopeConfig(head_dim={}, rotary_dim={}, theta={}, scaling='{}', factor={}, "
+            "max_position_embeddings={}, original_max_position_embeddings={})",
+            c.head_dim, c.rotary_dim, c.theta, rope_type_name(c.type), c.factor,
+            c.max_position_embeddings, c.original_max_position_embeddings);
+      });
+
+  m.def(
+      "rope_cos_sin",
+      [](const rope_config& c, py::handle positions, const std::string& angle_name,
+         py::object dtype, std::optional<int64_t> seq_len) {
+        const auto angle = rope_angle_from_name(angle_name, "angle");
+        const py::array pa = as_array(positions, "positions");
+        if (pa.ndim() != 1) fail("positions must have shape (N,), got {}", shape_str(pa));
+        const auto pos = int_values(pa, "positions");
+        require_min(pos, "positions", 0);
+        const auto f = rope_frequencies(c, seq_len_for(seq_len, pos));
+        const py::dtype dt = py::dtype::from_args(dtype);
+        const int64_t N = static_cast<int64_t>(pos.size()), half = f.rotary_dim / 2;
+        auto run = [&](auto tag) {
+          using Real = decltype(tag);
+          py::array_t<Real> cs({N, half}), sn({N, half});
+          Real* cp = cs.mutable_data();
+          Real* sp = sn.mutable_data();
+          {
+            py::gil_scoped_release nogil;
+            parallel_for(
+                N,
+                [&](int64_t b, int64_t e) {
+                  for (int64_t t = b; t < e; ++t)
+                    rope_cos_sin(f, angle, pos[t], cp + t * half, sp + t * half);
+                },
+                64);
+          }
+          return py::make_tuple(cs, sn);
+        };
+        if (dt.is(py::dtype::of<double>())) return run(double{});
+        if (dt.is(py::dtype::of<float>())) return run(float{});
+        throw py::type_error("dtype must be float32 or float64, got " + dtype_name(dt));
+      },
+      py::arg("cfg"), py::arg("positions"), py::arg("angle") = "exact",
+      py::arg("dtype") = py::dtype::of<double>(), py::arg("seq_len") = py::none());
+
+  m.def(
+      "apply_rope",
+      [](py::handle x_obj, py::handle positions, const rope_config& c,
+         const std::string& layout_name, const std::string& angle_name, py::handle seqlen_offsets,
+         py::handle cu_seqlens, bool inplace, bool inverse, std::optional<int64_t> seq_len) {
+        const py::array x = as_array(x_obj, "x");
+        require_float(x, "x");
+        const auto layout = rope_layout_from_name(layout_name, "layout");
+        const auto angle = rope_angle_from_name(angle_name, "angle");
+        const auto L = layout_of(x, positions, seqlen_offsets, cu_seqlens, "x");
+        if (L.D != c.head_dim)
+          fail("x must have head dim D = cfg.head_dim = {}, got shape {}", c.head_dim,
+               shape_str(x));
+        const auto f = rope_frequencies(c, seq_len_for(seq_len, L.positions));
+        const rope_io io = io_for(x, inplace, "x");
+        if (is_f32(x))
+          rotate_tokens<float>(f, layout, angle, L.positions, io, L.N, L.H, L.D, inverse);
+        else
+          rotate_tokens<double>(f, layout, angle, L.positions, io, L.N, L.H, L.D, inverse);
+        return io.out;
+      },
+      py::arg("x"), py::arg("positions") = py::none(), py::kw_only(), py::arg("cfg"),
+      py::arg("layout") = "half", py::arg("angle") = "exact", py::arg("seqlen_offsets") = 0,
+      py::arg("cu_seqlens") = py::none(), py::arg("inplace") = false, py::arg("inverse") = false,
+      py::arg("seq_len") = py::none());
+
+  m.def(
+      "_rotary_tables",
+      [](py::handle x_obj, py::handle cos_obj, py::handle sin_obj, bool interleaved, bool inplace,
+         py::handle seqlen_offsets, py::handle cu_seqlens, bool inverse) {
+        const py::array x = as_array(x_obj, "x");
+        require_float(x, "x");
+        const py::array cs = as_array(cos_obj, "cos"), sn = as_array(sin_obj, "sin");
+        require_float(cs, "cos");
+        require_float(sn, "sin");
+        if (cs.ndim() != 2)
+          fail("cos must have shape (seqlen_ro, rotary_dim / 2), got {}", shape_str(cs));
+        if (sn.ndim() != 2 || sn.shape(0) != cs.shape(0) || sn.shape(1) != cs.shape(1))
+          fail("sin must have the shape of cos {}, got {}", shape_str(cs), shape_str(sn));
+        const auto L = layout_of(x, py::none(), seqlen_offsets, cu_seqlens, "x");
+        if (cs.shape(1) < 1 || 2 * cs.shape(1) > L.D)
+          fail(
+              "cos must have shape (seqlen_ro, rotary_dim / 2) with 1 <= rotary_dim / 2 <= D / 2 "
+              "= {}, got {}",
+              L.D / 2, shape_str(cs));
+        const rope_io io = io_for(x, inplace, "x");
+        if (is_f32(x))
+          rotate_with_tables<float>(L, cs, sn, interleaved, inverse, io);
+        else
+          rotate_with_tables<double>(L, cs, sn, interleaved, inverse, io);
+        return io.out;
+      },
+      py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("interleaved") = false,
+      py::arg("inplace") = false, py::arg("seqlen_offsets") = 0, py::arg("cu_seqlens") = py::none(),
+      py::arg("inverse") = false);
+}
+
+}  // namespace posenc::py_bind

@@ -1,0 +1,96 @@
+"""Bad input: each wrong call raises the right exception, naming the argument and the value."""
+
+import numpy as np
+import pytest
+
+import posenc
+
+CFG = posenc.RopeConfig(head_dim=8)
+X = np.zeros((2, 3, 8), dtype=np.float32)
+Q = np.zeros((4, 2, 8))
+POS = np.arange(2)
+
+BAD = [
+    # (call, exception, message fragment)
+    (lambda: posenc.RopeConfig(head_dim=8, theta=0.5), ValueError, "rope_theta"),
+    (lambda: posenc.RopeConfig(head_dim=8, scaling="linear", factor=0.5), ValueError,
+     "rope_scaling.factor must be >= 1, got 0.5"),
+    (lambda: posenc.RopeConfig(head_dim=8, scaling="magic"), ValueError, "magic"),
+    (lambda: posenc.RopeConfig(head_dim=8, rotary_dim=3), ValueError, "partial_rotary_factor"),
+    (lambda: posenc.RopeConfig(head_dim="8"), TypeError, "head_dim must be an int"),
+    (lambda: posenc.RopeConfig.from_hf(42), TypeError, "path_or_dict"),
+    (lambda: posenc.RopeConfig.from_hf("/nonexistent/config.json"), OSError,
+     "/nonexistent/config.json"),
+    (lambda: posenc.apply_rope(X.astype(np.int32), POS, cfg=CFG), TypeError,
+     "x must be float32 or float64, got int32"),
+    (lambda: posenc.apply_rope(X.astype(np.float16), POS, cfg=CFG), TypeError, "float16"),
+    (lambda: posenc.apply_rope(np.zeros((2, 3, 6), np.float32), POS, cfg=CFG), ValueError,
+     "head_dim = 8"),
+    (lambda: posenc.apply_rope(np.zeros((2, 8), np.float32), POS, cfg=CFG), ValueError,
+     "x must have shape (B, T, H, D) or (T, H, D), got (2, 8)"),
+    (lambda: posenc.apply_rope(X, np.arange(3), cfg=CFG), ValueError,
+     "positions must have shape (T,) = (2,), got (3,)"),
+    (lambda: posenc.apply_rope(X, np.array([0, -1]), cfg=CFG), ValueError,
+     "positions must be >= 0, got -1 at index 1"),
+    (lambda: posenc.apply_rope(X, np.array([0.0, 1.0]), cfg=CFG), TypeError,
+     "positions must hold integers"),
+    (lambda: posenc.apply_rope(X, POS, cfg=CFG, layout="diagonal"), ValueError, "diagonal"),
+    (lambda: posenc.apply_rope(X, POS, cfg=CFG, angle="fast"), ValueError, "fast"),
+    (lambda: posenc.apply_rope(X, POS, cfg=CFG, seqlen_offsets=3), ValueError, "seqlen_offsets"),
+    (lambda: posenc.apply_rope(X, cfg=CFG, cu_seqlens=np.array([0, 1])), ValueError,
+     "cu_seqlens must end at the total token count 2, got 1"),
+    (lambda: posenc.apply_rope(np.zeros((4, 2, 2, 8))[:, :, :, ::-1], POS, cfg=CFG,
+                               inplace=True), ValueError, "C-contiguous"),
+    (lambda: posenc.apply_rope(X, POS, cfg=CFG, seq_len=-1), ValueError,
+     "seq_len must be >= 0, got -1"),
+    (lambda: posenc.rope_cos_sin(CFG, POS, dtype=np.int64), TypeError, "dtype"),
+    (lambda: posenc.sinusoidal_table(4, width=5), ValueError, "width must be even"),
+    (lambda: posenc.sinusoidal_table(4, width=8, base=1.0), ValueError, "base"),
+    (lambda: posenc.sinusoidal_table(np.array([1, -2]), width=8), ValueError, "-2"),
+    (lambda: posenc.sinusoidal_table(4, width=8, layout="rows"), ValueError, "rows"),
+    (lambda: posenc.alibi_slopes(0), ValueError, "heads"),
+    (lambda: posenc.alibi_slopes(4, convention="bloom"), ValueError, "bloom"),
+    (lambda: posenc.alibi_slopes(4, max_bias=float("nan")), ValueError, "max_bias"),
+    (lambda: posenc.t5_buckets(np.arange(3), num_buckets=3), ValueError, "num_buckets"),
+    (lambda: posenc.t5_bias(np.zeros((32,), np.float32), POS, POS), ValueError,
+     "table must have shape (num_buckets, H)"),
+    (lambda: posenc.attention(Q, Q, Q.astype(np.float32)), TypeError,
+     "v must have the dtype of q (float64), got float32"),
+    (lambda: posenc.attention(Q, np.zeros((4, 3, 8)), np.zeros((4, 3, 8))), ValueError, "Hkv"),
+    (lambda: posenc.attention(Q, Q, np.zeros((5, 2, 8))), ValueError,
+     "v must have the shape of k (4, 2, 8), got (5, 2, 8)"),
+    (lambda: posenc.attention(Q.astype(np.int64), Q, Q), TypeError, "q must be float32"),
+    (lambda: posenc.attention(Q, Q, Q, q_positions=np.arange(3)), ValueError,
+     "q_positions must have shape (T,) = (4,), got (3,)"),
+    (lambda: posenc.attention(Q, Q, Q, key_padding=np.ones(4, np.int32)), TypeError,
+     "key_padding must be bool or uint8"),
+    (lambda: posenc.attention(Q, Q, Q, alibi=np.ones(3)), ValueError,
+     "alibi must be a bool or slopes of shape (Hq,) = (2,)"),
+    (lambda: posenc.attention(Q, Q, Q, t5_table=np.zeros((32, 3))), ValueError, "t5_table"),
+    (lambda: posenc.attention(Q, Q, Q, shaw=(np.zeros((3, 8)), np.zeros((3, 8)), 2)), ValueError,
+     "shaw keys must have shape (2K+1, D) = (5, 8), got (3, 8)"),
+    (lambda: posenc.attention(Q, Q, Q, rope=posenc.RopeConfig(head_dim=16)), ValueError,
+     "rope.head_dim"),
+    (lambda: posenc.attention(Q, Q, Q, rope="llama"), TypeError, "rope must be a posenc.RopeConfig"),
+    (lambda: posenc.attention(Q, Q, Q, window=-1), ValueError, "window must be >= 0"),
+    (lambda: posenc.attention(Q, Q, Q, cu_seqlens=np.array([0, 5])), ValueError, "cu_seqlens"),
+    (lambda: posenc.attention_backward(Q, Q, Q, Q, np.zeros((4, 2)), np.zeros((4, 2, 4))),
+     ValueError, "dout must have the shape of q (4, 2, 8), got (4, 2, 4)"),
+    (lambda: posenc.compare(np.zeros(3), np.zeros(4)), ValueError, "actual must have the shape"),
+    (lambda: posenc.compare(np.zeros(3, np.int32), np.zeros(3, np.int32)), TypeError, "int32"),
+]
+
+
+@pytest.mark.parametrize("call,exc,fragment", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_raises_naming_the_argument(call, exc, fragment):
+    with pytest.raises(exc) as e:
+        call()
+    assert fragment in str(e.value)
+
+
+def test_no_output_from_garbage():
+    # a refused in-place call leaves its input untouched
+    x = np.ones((2, 3, 8), dtype=np.float32)
+    with pytest.raises(ValueError):
+        posenc.apply_rope(x, np.array([0, -5]), cfg=CFG, inplace=True)
+    assert np.all(x == 1)
