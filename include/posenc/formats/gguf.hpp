@@ -1,0 +1,147 @@
+// posenc/formats/gguf.hpp: the metadata of a GGUF file (llama.cpp's model format) and the RoPE
+// configuration it describes.
+//
+// Layout (ggml docs/gguf.md; versions 2 and 3, little-endian only):
+//   u32 magic "GGUF" | u32 version | u64 tensor_count | u64 kv_count
+//   kv_count x { string key | u32 type | value }
+//   tensor_count x { string name | u32 n_dims (<= 4) | n_dims x u64 ne (ne0 first) |
+//                    u32 ggml_type | u64 offset (from the data section, aligned) }
+//   padding to general.alignment (u32, default 32) | data section
+// string = u64 length + bytes (no NUL); value types 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32,
+// 6 f32, 7 bool (1 byte), 8 string, 9 array (u32 element type, u64 count, elements), 10 u64,
+// 11 i64, 12 f64.
+//
+// The reader parses the header, the key-value section and the tensor infos, and reads a tensor's
+// data only when asked (seek + read of that tensor alone): a 40 GB file costs the size of its
+// metadata. Every count is bounded by the bytes left in the file before anything is allocated.
+// A file that is not GGUF, is big-endian, truncated, has an unknown value or tensor type, an
+// absurd count or a string past the end throws io_error naming the path, the byte offset and
+// the field ("m.gguf: offset 4123: kv[7] (llama.rope.freq_base) value: truncated, need 4 bytes,
+// 2 left").
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "posenc/encodings/rope.hpp"
+
+namespace posenc {
+
+enum class gguf_type : uint32_t {
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
+};
+const char* gguf_type_name(gguf_type t);  // "u8", ..., "f64"
+
+// One key-value pair. Scalars keep their value; numeric arrays of up to max_kept_array
+// elements keep theirs in `numbers`, longer arrays and arrays of strings or arrays keep only
+// their element type and count (a tokenizer's 150,000 strings are skipped, not stored).
+struct gguf_kv {
+  std::string key;
+  gguf_type type = gguf_type::u8;
+  uint64_t offset = 0;  // byte offset of the key's length field
+  // type == array: element type and count
+  gguf_type elem_type = gguf_type::u8;
+  uint64_t count = 0;
+  // numeric and bool scalars (all integer types fit a double exactly up to 2^53; integers keep
+  // their exact value in `integer` too), strings, kept numeric arrays
+  double number = 0;
+  int64_t integer = 0;
+  std::string text;
+  std::vector<double> numbers;
+  bool numbers_kept = false;
+  static constexpr uint64_t max_kept_array = 65536;
+};
+
+struct gguf_tensor_info {
+  std::string name;
+  std::vector<uint64_t> ne;  // dims, ne0 (contiguous) first
+  uint32_t ggml_type = 0;    // 0 F32, 1 F16, 30 BF16, quantised types otherwise
+  uint64_t offset = 0;       // from the start of the data section
+  uint64_t info_offset = 0;  // byte offset of the tensor info in the file
+};
+
+struct gguf_file {
+  std::string path;  // as opened (names the file in errors)
+  uint32_t version = 0;
+  uint64_t file_size = 0;
+  uint64_t alignment = 32;
+  uint64_t data_offset = 0;  // start of the data section
+  std::vector<gguf_kv> kvs;
+  std::vector<gguf_tensor_info> tensors;
+
+  const gguf_kv* find(const std::string& key) const;
+  const gguf_tensor_info* find_tensor(const std::string& name) const;
+  // Typed look-ups: nullopt when absent; io_error naming the key when present with a type that
+  // cannot hold the requested value (a string for a number, a negative integer for a size).
+  std::optional<double> get_number(const std::string& key) const;
+  std::optional<uint64_t> get_size(const std::string& key) const;
+  std::optional<std::string> get_string(const std::string& key) const;
+};
+
+// Parses the metadata of the GGUF file at `path` (tensor data is not read).
+gguf_file gguf_read(const std::string& path);
+// Parses an in-memory image (what gguf_read does after reading the file); `name` stands for the
+// path in messages. The image must hold at least the metadata; tensor data may be absent.
+gguf_file gguf_parse(std::span<const uint8_t> bytes, const std::string& name);
+
+// Reads tensor `t` of an F32 tensor (ggml type 0) of at most 2^24 elements from the file at
+// f.path by seeking to its offset (io_error for another type, a larger tensor or data past the
+// end of the file).
+std::vector<float> gguf_read_f32(const gguf_file& f, const gguf_tensor_info& t);
+// The same from an in-memory image of the whole file.
+std::vector<float> gguf_read_f32(const gguf_file& f, const gguf_tensor_info& t,
+                                 std::span<const uint8_t> bytes);
+
+// The RoPE configuration of a GGUF model, expressed as the Hugging Face config it came from
+// (rope_config_from_json reads it, so validation, precedence and warnings are the --hf-config
+// path's).
+//   arch = general.architecture; head_dim = {arch}.attention.key_length, else
+//   {arch}.embedding_length / {arch}.attention.head_count; rotary_dim = {arch}.rope.dimension_count
+//   (MLA architectures deepseek2 and minicpm3: head_dim = rotary_dim, as HF's qk_rope_head_dim);
+//   theta = {arch}.rope.freq_base (default 10000, as llama.cpp); max_position_embeddings =
+//   {arch}.context_length; original = {arch}.rope.scaling.original_context_length.
+//   {arch}.rope.scaling.type linear / yarn / longrope with .factor, .attn_factor (yarn and
+//   longrope: HF attention_factor), .yarn_beta_fast / .yarn_beta_slow, .yarn_log_multiplier
+//   (DeepSeek: 0.1 mscale_all_dim; mapped to mscale = mscale_all_dim = it / 0.1); legacy
+//   {arch}.rope.scale_linear = linear factor.
+//   rope_factors_long.weight / rope_factors_short.weight (F32, R/2): longrope lists.
+//   rope_freqs.weight (F32, R/2, divisors of each pair's frequency): Llama 3.x's
+//   1 / ((1 - smooth) / factor + smooth). The llama3 parameters are recovered from the
+//   tensor (factor = its largest entry; smooth is linear in 1/wavelength, fitted by least
+//   squares; original_max_position_embeddings from the key, else the one that makes
+//   low_freq_factor 1) and accepted only if they reproduce every entry within 2^-18; otherwise
+//   (and when a magnitude other than 1 comes with it) the tensor becomes per-pair factors in
+//   posenc's longrope form (short_factor = long_factor = the tensor), with a warning.
+struct gguf_rope {
+  std::string arch;
+  nlohmann::json hf_config;  // the equivalent config.json keys
+  rope_config config;        // rope_config_from_json(hf_config)
+  // Pair layout relative to the tensors in the file, from llama.cpp's rope type per
+  // architecture: NORM (adjacent pairs, "interleaved") or NEOX ("half"); nullopt when the
+  // architecture is not in posenc's table. For NORM architectures of the Llama family the
+  // converter permutes the HF q/k rows, so interleaved here is HF's half on the original weights.
+  std::optional<rope_layout> layout;
+  bool permuted_from_hf = false;
+};
+gguf_rope gguf_rope_config(const gguf_file& f, std::vector<std::string>* warnings);
+// The same, reading the factor tensors from an in-memory image.
+gguf_rope gguf_rope_config(const gguf_file& f, std::span<const uint8_t> bytes,
+                           std::vector<std::string>* warnings);
+
+}  // namespace posenc

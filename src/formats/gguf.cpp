@@ -1,0 +1,536 @@
+// Reading GGUF metadata (see include/posenc/formats/gguf.hpp for the layout and the contract).
+// Every read goes through one cursor that knows the bytes left in the file, so a count or a
+// length is checked against them before anything is allocated or skipped.
+#include "posenc/formats/gguf.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "posenc/core/error.hpp"
+
+namespace posenc {
+namespace {
+
+// Where bytes come from: a file read through a window (pread of 1 MiB at a time, so a
+// tokenizer's many short strings cost few system calls), or an image in memory.
+class byte_source {
+ public:
+  virtual ~byte_source() = default;
+  virtual uint64_t size() const = 0;
+  // Copies [off, off + n) to dst; the caller has checked off + n <= size().
+  virtual void read(uint64_t off, void* dst, size_t n) = 0;
+};
+
+class memory_source final : public byte_source {
+ public:
+  explicit memory_source(std::span<const uint8_t> b) : b_(b) {}
+  uint64_t size() const override { return b_.size(); }
+  void read(uint64_t off, void* dst, size_t n) override {
+    if (n) std::memcpy(dst, b_.data() + off, n);
+  }
+
+ private:
+  std::span<const uint8_t> b_;
+};
+
+class file_source final : public byte_source {
+ public:
+  explicit file_source(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fail_io("cannot read {}: {}", path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      fail_io("cannot read {}: not a regular file", path);
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~file_source() override { ::close(fd_); }
+  file_source(const file_source&) = delete;
+  file_source& operator=(const file_source&) = delete;
+  uint64_t size() const override { return size_; }
+  void read(uint64_t off, void* dst, size_t n) override {
+    auto* out = static_cast<uint8_t*>(dst);
+    while (n > 0) {
+      if (off >= win_off_ && off < win_off_ + win_.size()) {
+        const size_t k = std::min<uint64_t>(n, win_off_ + win_.size() - off);
+        std::memcpy(out, win_.data() + (off - win_off_), k);
+        out += k, off += k, n -= k;
+        continue;
+      }
+      if (n >= window) {  // large reads bypass the window
+        raw(off, out, n);
+        return;
+      }
+      win_.resize(std::min<uint64_t>(window, size_ - off));
+      raw(off, win_.data(), win_.size());
+      win_off_ = off;
+    }
+  }
+
+ private:
+  static constexpr size_t window = size_t{1} << 20;
+  void raw(uint64_t off, uint8_t* dst, size_t n) {
+    while (n > 0) {
+      const ssize_t r = ::pread(fd_, dst, n, static_cast<off_t>(off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) fail_io("cannot read {} at offset {}: {}", path_, off, std::strerror(errno));
+      dst += r, off += static_cast<uint64_t>(r), n -= static_cast<size_t>(r);
+    }
+  }
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::vector<uint8_t> win_;
+  uint64_t win_off_ = 0;
+};
+
+// Sequential little-endian reads with bounds checks; `field` names what is being read.
+class cursor {
+ public:
+  cursor(byte_source& s, const std::string& name) : s_(s), name_(name) {}
+  uint64_t pos() const { return pos_; }
+  uint64_t left() const { return s_.size() - pos_; }
+  void seek(uint64_t p) { pos_ = p; }
+
+  [[noreturn]] void error(const std::string& field, const std::string& what) const {
+    fail_io("{}: offset {}: {}: {}", name_, pos_, field, what);
+  }
+  void need(uint64_t n, const std::string& field) const {
+    if (n > left())
+      error(field, fmt::format("truncated, need {} bytes, {} left in the file", n, left()));
+  }
+  void bytes(void* dst, size_t n, const std::string& field) {
+    need(n, field);
+    s_.read(pos_, dst, n);
+    pos_ += n;
+  }
+  void skip(uint64_t n, const std::string& field) {
+    need(n, field);
+    pos_ += n;
+  }
+  template <typename T>
+  T le(const std::string& field) {
+    uint8_t b[sizeof(T)];
+    bytes(b, sizeof(T), field);
+    uint64_t v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(b[i]) << (8 * i);
+    T out;
+    if constexpr (sizeof(T) == 8) {
+      std::memcpy(&out, &v, 8);
+    } else {
+      const auto narrow =
+          static_cast<std::conditional_t<sizeof(T) == 4, uint32_t,
+                                         std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>(v);
+      std::memcpy(&out, &narrow, sizeof(T));
+    }
+    return out;
+  }
+  // u64 length + bytes; the length is checked against the file before allocating.
+  std::string str(const std::string& field) {
+    const auto n = le<uint64_t>(field + " length");
+    if (n > left())
+      error(field,
+            fmt::format("string of {} bytes runs past the end of the file ({} left)", n, left()));
+    std::string s(n, '\0');
+    bytes(s.data(), n, field);
+    return s;
+  }
+
+ private:
+  byte_source& s_;
+  const std::string& name_;
+  uint64_t pos_ = 0;
+};
+
+constexpr uint32_t max_type = 12;
+
+// Size in bytes of a fixed-size value type, 0 for string and array.
+uint64_t fixed_size(gguf_type t) {
+  switch (t) {
+    case gguf_type::u8:
+    case gguf_type::i8:
+    case gguf_type::boolean:
+      return 1;
+    case gguf_type::u16:
+    case gguf_type::i16:
+      return 2;
+    case gguf_type::u32:
+    case gguf_type::i32:
+    case gguf_type::f32:
+      return 4;
+    case gguf_type::u64:
+    case gguf_type::i64:
+    case gguf_type::f64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+gguf_type read_type(cursor& c, const std::string& field) {
+  const uint64_t at = c.pos();
+  const auto t = c.le<uint32_t>(field);
+  if (t > max_type) {
+    c.seek(at);
+    c.error(field, fmt::format("unknown value type {} (0..12 are defined)", t));
+  }
+  return static_cast<gguf_type>(t);
+}
+
+// Reads one fixed-size scalar into (number, integer); bool must be 0 or 1.
+void read_scalar(cursor& c, gguf_type t, double& number, int64_t& integer,
+                 const std::string& field) {
+  switch (t) {
+    case gguf_type::u8:
+      integer = c.le<uint8_t>(field), number = static_cast<double>(integer);
+      return;
+    case gguf_type::i8:
+      integer = c.le<int8_t>(field), number = static_cast<double>(integer);
+      return;
+    case gguf_type::u16:
+      integer = c.le<uint16_t>(field), number = static_cast<double>(integer);
+      return;
+    case gguf_type::i16:
+      integer = c.le<int16_t>(field), number = static_cast<double>(integer);
+      return;
+    case gguf_type::u32:
+      integer = c.le<uint32_t>(field), number = static_cast<double>(integer);
+      return;
+    case gguf_type::i32:
+      integer = c.le<int32_t>(field), number = static_cast<double>(integer);
+      return;
+    case gguf_type::f32:
+      number = c.le<float>(field), integer = 0;
+      return;
+    case gguf_type::boolean: {
+      const uint64_t at = c.pos();
+      const auto b = c.le<uint8_t>(field);
+      if (b > 1) {
+        c.seek(at);
+        c.error(field, fmt::format("bool must be 0 or 1, got {}", b));
+      }
+      integer = b, number = b;
+      return;
+    }
+    case gguf_type::u64: {
+      const auto u = c.le<uint64_t>(field);
+      // Sizes above 2^63 are absurd for every key posenc reads; keep them saturated so
+      // get_size can refuse them by value.
+      integer = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+      number = static_cast<double>(u);
+      return;
+    }
+    case gguf_type::i64:
+      integer = c.le<int64_t>(field), number = static_cast<double>(integer);
+      return;
+    case gguf_type::f64:
+      number = c.le<double>(field), integer = 0;
+      return;
+    default:
+      c.error(field, "not a scalar type");
+  }
+}
+
+// Skips an array of `count` elements of type `et` (nested arrays up to a small depth).
+void skip_array(cursor& c, gguf_type et, uint64_t count, const std::string& field, int depth) {
+  if (const uint64_t sz = fixed_size(et)) {
+    if (count > c.left() / sz)
+      c.error(field,
+              fmt::format("array of {} {} elements needs {} bytes, {} left in the file", count,
+                          gguf_type_name(et), count > UINT64_MAX / sz ? 0 : count * sz, c.left()));
+    c.skip(count * sz, field);
+    return;
+  }
+  // Each string needs at least its 8-byte length, each nested array 12 bytes.
+  const uint64_t min_elem = et == gguf_type::string ? 8 : 12;
+  if (count > c.left() / min_elem)
+    c.error(field,
+            fmt::format("array count {} is absurd: {} elements need at least {} bytes each, {} "
+                        "left in the file",
+                        count, gguf_type_name(et), min_elem, c.left()));
+  for (uint64_t i = 0; i < count; ++i) {
+    if (et == gguf_type::string) {
+      // A tokenizer holds 10^5 strings or more: the element's name is formatted only for an
+      // error.
+      if (c.left() < 8)
+        c.error(fmt::format("{}[{}] length", field, i),
+                fmt::format("truncated, need 8 bytes, {} left in the file", c.left()));
+      const auto n = c.le<uint64_t>(field);
+      if (n > c.left())
+        c.error(
+            fmt::format("{}[{}]", field, i),
+            fmt::format("string of {} bytes runs past the end of the file ({} left)", n, c.left()));
+      c.skip(n, field);
+    } else {
+      if (depth >= 4) c.error(field, "arrays nested more than 4 deep");
+      const auto inner = read_type(c, fmt::format("{}[{}] element type", field, i));
+      const auto n = c.le<uint64_t>(fmt::format("{}[{}] count", field, i));
+      skip_array(c, inner, n, fmt::format("{}[{}]", field, i), depth + 1);
+    }
+  }
+}
+
+void read_kv(cursor& c, gguf_kv& kv, uint64_t index) {
+  kv.offset = c.pos();
+  kv.key = c.str(fmt::format("kv[{}] key", index));
+  const std::string field = fmt::format("kv[{}] ({})", index, kv.key);
+  kv.type = read_type(c, field + " type");
+  if (kv.type == gguf_type::string) {
+    kv.text = c.str(field + " value");
+  } else if (kv.type == gguf_type::array) {
+    kv.elem_type = read_type(c, field + " element type");
+    kv.count = c.le<uint64_t>(field + " count");
+    const uint64_t sz = fixed_size(kv.elem_type);
+    if (sz && kv.count <= gguf_kv::max_kept_array) {
+      if (kv.count > c.left() / sz)
+        c.error(field,
+                fmt::format("array of {} {} elements needs {} bytes, {} left in the file", kv.count,
+                            gguf_type_name(kv.elem_type), kv.count * sz, c.left()));
+      kv.numbers.resize(kv.count);
+      for (uint64_t i = 0; i < kv.count; ++i) {
+        int64_t ignored = 0;
+        read_scalar(c, kv.elem_type, kv.numbers[i], ignored, field);
+      }
+      kv.numbers_kept = true;
+    } else {
+      skip_array(c, kv.elem_type, kv.count, field, 1);
+    }
+  } else {
+    read_scalar(c, kv.type, kv.number, kv.integer, field + " value");
+  }
+}
+
+constexpr uint32_t ggml_type_count = 40;  // ggml types 0..39 are assigned (some retired)
+
+gguf_file parse(byte_source& src, const std::string& name) {
+  gguf_file f;
+  f.path = name;
+  f.file_size = src.size();
+  cursor c(src, name);
+  char magic[4];
+  c.bytes(magic, 4, "magic");
+  if (std::memcmp(magic, "GGUF", 4) != 0) {
+    c.seek(0);
+    c.error("magic", fmt::format("not a GGUF file (expected the bytes 'GGUF', got {:02x} {:02x} "
+                                 "{:02x} {:02x})",
+                                 static_cast<uint8_t>(magic[0]), static_cast<uint8_t>(magic[1]),
+                                 static_cast<uint8_t>(magic[2]), static_cast<uint8_t>(magic[3])));
+  }
+  const auto version = c.le<uint32_t>("version");
+  c.seek(4);
+  if (version != 2 && version != 3) {
+    const uint32_t swapped = __builtin_bswap32(version);
+    if (swapped == 2 || swapped == 3)
+      c.error("version", fmt::format("big-endian GGUF (version {} byte-swapped); posenc reads "
+                                     "little-endian GGUF only",
+                                     swapped));
+    if (version == 1)
+      c.error("version", "GGUF version 1 (32-bit counts) is not supported; versions 2 and 3 are");
+    c.error("version", fmt::format("unsupported GGUF version {} (2 and 3 are supported)", version));
+  }
+  c.seek(8);
+  f.version = version;
+  const auto n_tensors = c.le<uint64_t>("tensor_count");
+  const auto n_kv = c.le<uint64_t>("kv_count");
+  // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at
+  // least 8 + 4 + 8 + 4 + 8.
+  if (n_kv > c.left() / 13) {
+    c.seek(16);
+    c.error("kv_count", fmt::format("{} key-value pairs cannot fit in the {} bytes left (each "
+                                    "takes at least 13)",
+                                    n_kv, f.file_size - 24));
+  }
+  if (n_tensors > c.left() / 32) {
+    c.seek(8);
+    c.error("tensor_count", fmt::format("{} tensor infos cannot fit in the {} bytes left (each "
+                                        "takes at least 32)",
+                                        n_tensors, f.file_size - 24));
+  }
+  f.kvs.resize(n_kv);
+  for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, f.kvs[i], i);
+
+  if (const auto* a = f.find("general.alignment")) {
+    if (a->type != gguf_type::u32 || a->integer == 0 || (a->integer & (a->integer - 1)) != 0) {
+      c.seek(a->offset);
+      c.error("general.alignment",
+              fmt::format("must be a u32 power of two, got {} {}", gguf_type_name(a->type),
+                          a->type == gguf_type::string ? a->text : fmt::format("{}", a->number)));
+    }
+    f.alignment = static_cast<uint64_t>(a->integer);
+  }
+
+  f.tensors.resize(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    auto& t = f.tensors[i];
+    t.info_offset = c.pos();
+    t.name = c.str(fmt::format("tensor[{}] name", i));
+    const std::string field = fmt::format("tensor[{}] ({})", i, t.name);
+    const uint64_t at = c.pos();
+    const auto n_dims = c.le<uint32_t>(field + " n_dims");
+    if (n_dims < 1 || n_dims > 4) {
+      c.seek(at);
+      c.error(field + " n_dims", fmt::format("must be in [1, 4], got {}", n_dims));
+    }
+    t.ne.resize(n_dims);
+    unsigned __int128 elems = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      t.ne[d] = c.le<uint64_t>(fmt::format("{} ne[{}]", field, d));
+      elems *= t.ne[d];
+      if (elems > (static_cast<unsigned __int128>(1) << 62))
+        c.error(field, fmt::format("dimensions overflow (ne[{}] = {})", d, t.ne[d]));
+    }
+    const uint64_t tat = c.pos();
+    t.ggml_type = c.le<uint32_t>(field + " type");
+    if (t.ggml_type >= ggml_type_count) {
+      c.seek(tat);
+      c.error(field + " type", fmt::format("unknown ggml type {}", t.ggml_type));
+    }
+    const uint64_t oat = c.pos();
+    t.offset = c.le<uint64_t>(field + " offset");
+    if (t.offset % f.alignment != 0) {
+      c.seek(oat);
+      c.error(field + " offset",
+              fmt::format("{} is not a multiple of the alignment {}", t.offset, f.alignment));
+    }
+  }
+  f.data_offset = (c.pos() + f.alignment - 1) / f.alignment * f.alignment;
+  return f;
+}
+
+std::vector<float> read_f32(const gguf_file& f, const gguf_tensor_info& t, byte_source& src) {
+  const std::string field = fmt::format("tensor {}", t.name);
+  if (t.ggml_type != 0)
+    fail_io(
+        "{}: offset {}: {}: ggml type {} is not F32 (0); posenc reads the per-pair factor "
+        "tensors as F32",
+        f.path, t.info_offset, field, t.ggml_type);
+  uint64_t n = 1;
+  for (auto d : t.ne) n *= d;  // bounded by 2^62 at parse time
+  if (n > (uint64_t{1} << 24))
+    fail_io("{}: offset {}: {}: {} elements; posenc reads F32 tensors of at most 2^24", f.path,
+            t.info_offset, field, n);
+  const uint64_t start = f.data_offset + t.offset;
+  if (t.offset > f.file_size || start > f.file_size || n * 4 > f.file_size - start)
+    fail_io(
+        "{}: offset {}: {} data: truncated, {} bytes at data offset {} run past the end of "
+        "the file ({} bytes)",
+        f.path, start, field, n * 4, t.offset, f.file_size);
+  std::vector<uint8_t> raw(n * 4);
+  src.read(start, raw.data(), raw.size());
+  std::vector<float> out(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t u =
+        static_cast<uint32_t>(raw[4 * i]) | static_cast<uint32_t>(raw[4 * i + 1]) << 8 |
+        static_cast<uint32_t>(raw[4 * i + 2]) << 16 | static_cast<uint32_t>(raw[4 * i + 3]) << 24;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* gguf_type_name(gguf_type t) {
+  static const char* names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                "bool", "string", "array", "u64", "i64", "f64"};
+  const auto i = static_cast<uint32_t>(t);
+  return i <= max_type ? names[i] : "unknown";
+}
+
+const gguf_kv* gguf_file::find(const std::string& key) const {
+  for (const auto& kv : kvs)
+    if (kv.key == key) return &kv;
+  return nullptr;
+}
+
+const gguf_tensor_info* gguf_file::find_tensor(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::optional<double> gguf_file::get_number(const std::string& key) const {
+  const auto* kv = find(key);
+  if (!kv) return std::nullopt;
+  if (kv->type == gguf_type::string || kv->type == gguf_type::array ||
+      kv->type == gguf_type::boolean)
+    fail_io("{}: offset {}: {} must be a number, got a {}", path, kv->offset, key,
+            gguf_type_name(kv->type));
+  return kv->number;
+}
+
+std::optional<uint64_t> gguf_file::get_size(const std::string& key) const {
+  const auto* kv = find(key);
+  if (!kv) return std::nullopt;
+  switch (kv->type) {
+    case gguf_type::u8:
+    case gguf_type::u16:
+    case gguf_type::u32:
+    case gguf_type::u64:
+    case gguf_type::i8:
+    case gguf_type::i16:
+    case gguf_type::i32:
+    case gguf_type::i64:
+      if (kv->integer < 0)
+        fail_io("{}: offset {}: {} must be >= 0, got {}", path, kv->offset, key, kv->integer);
+      return static_cast<uint64_t>(kv->integer);
+    case gguf_type::array:
+      // Per-layer values (some architectures store head counts per layer): all must agree.
+      if (kv->numbers_kept && !kv->numbers.empty() && fixed_size(kv->elem_type) &&
+          kv->elem_type != gguf_type::f32 && kv->elem_type != gguf_type::f64) {
+        const double v = kv->numbers[0];
+        for (double x : kv->numbers)
+          if (x != v)
+            fail_io(
+                "{}: offset {}: {} differs between layers ({} and {}); posenc reads one "
+                "value",
+                path, kv->offset, key, v, x);
+        if (v < 0) fail_io("{}: offset {}: {} must be >= 0, got {}", path, kv->offset, key, v);
+        return static_cast<uint64_t>(v);
+      }
+      [[fallthrough]];
+    default:
+      fail_io("{}: offset {}: {} must be an unsigned integer, got a {}", path, kv->offset, key,
+              kv->type == gguf_type::array
+                  ? fmt::format("array of {}", gguf_type_name(kv->elem_type))
+                  : std::string(gguf_type_name(kv->type)));
+  }
+}
+
+std::optional<std::string> gguf_file::get_string(const std::string& key) const {
+  const auto* kv = find(key);
+  if (!kv) return std::nullopt;
+  if (kv->type != gguf_type::string)
+    fail_io("{}: offset {}: {} must be a string, got a {}", path, kv->offset, key,
+            gguf_type_name(kv->type));
+  return kv->text;
+}
+
+gguf_file gguf_read(const std::string& path) {
+  file_source src(path);
+  return parse(src, path);
+}
+
+gguf_file gguf_parse(std::span<const uint8_t> bytes, const std::string& name) {
+  memory_source src(bytes);
+  return parse(src, name);
+}
+
+std::vector<float> gguf_read_f32(const gguf_file& f, const gguf_tensor_info& t) {
+  file_source src(f.path);
+  return read_f32(f, t, src);
+}
+
+std::vector<float> gguf_read_f32(const gguf_file& f, const gguf_tensor_info& t,
+                                 std::span<const uint8_t> bytes) {
+  memory_source src(bytes);
+  return read_f32(f, t, src);
+}
+
+}  // namespace posenc

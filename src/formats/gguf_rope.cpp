@@ -1,0 +1,345 @@
+// The RoPE configuration of a GGUF model as the Hugging Face config.json keys it came from
+// (mapping in include/posenc/formats/gguf.hpp; the converter facts in docs/conventions.md,
+// "GGUF").
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include "posenc/core/error.hpp"
+#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/gguf.hpp"
+
+namespace posenc {
+namespace {
+
+using nlohmann::json;
+constexpr double two_pi = 6.283185307179586476925286766559;
+
+// llama.cpp's rope type per architecture (llama_model_rope_type): NORM rotates adjacent pairs,
+// NEOX the two halves. Architectures whose HF q/k rows the converter permutes for NORM.
+struct arch_rope {
+  const char* arch;
+  rope_layout layout;
+  bool permuted;
+};
+constexpr arch_rope arch_table[] = {
+    {"llama", rope_layout::interleaved, true},
+    {"llama4", rope_layout::interleaved, true},
+    {"deci", rope_layout::interleaved, true},
+    {"baichuan", rope_layout::interleaved, true},
+    {"minicpm", rope_layout::interleaved, true},
+    {"granite", rope_layout::interleaved, true},
+    {"granitemoe", rope_layout::interleaved, true},
+    {"arcee", rope_layout::interleaved, true},
+    {"command-r", rope_layout::interleaved, false},
+    {"cohere2", rope_layout::interleaved, false},
+    {"deepseek2", rope_layout::interleaved, false},
+    {"falcon", rope_layout::half, false},
+    {"gptneox", rope_layout::half, false},
+    {"stablelm", rope_layout::half, false},
+    {"qwen", rope_layout::half, false},
+    {"qwen2", rope_layout::half, false},
+    {"qwen2moe", rope_layout::half, false},
+    {"qwen3", rope_layout::half, false},
+    {"qwen3moe", rope_layout::half, false},
+    {"phi2", rope_layout::half, false},
+    {"phi3", rope_layout::half, false},
+    {"phimoe", rope_layout::half, false},
+    {"gemma", rope_layout::half, false},
+    {"gemma2", rope_layout::half, false},
+    {"gemma3", rope_layout::half, false},
+    {"starcoder2", rope_layout::half, false},
+    {"olmo2", rope_layout::half, false},
+    {"olmoe", rope_layout::half, false},
+    {"nemotron", rope_layout::half, false},
+    {"exaone", rope_layout::half, false},
+    {"minicpm3", rope_layout::half, false},
+    {"gpt-oss", rope_layout::half, false},
+};
+
+struct fit_result {
+  bool ok = false;
+  json scaling;  // the rope_scaling block
+};
+
+// Recovers Llama 3.1's parameters from the per-pair divisors d (see gguf.hpp) and checks that
+// they reproduce every entry.
+fit_result fit_llama3(const std::vector<float>& d, double theta, int64_t R, int64_t head_dim,
+                      std::optional<uint64_t> orig_key) {
+  fit_result out;
+  const size_t n = d.size();
+  double s = 0;
+  for (float v : d) {
+    if (!std::isfinite(v) || v <= 0) return out;
+    s = std::max(s, static_cast<double>(v));
+  }
+  if (s <= 1) return out;
+  std::vector<double> omega(n), xs, sms;
+  for (size_t i = 0; i < n; ++i)
+    omega[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(R));
+  const double tol = 1e-6;
+  for (size_t i = 0; i < n; ++i) {
+    const double v = d[i];
+    if (v < 1 - tol) return out;  // llama3 never raises a frequency
+    if (v > 1 + tol && v < s * (1 - tol)) {
+      xs.push_back(omega[i] / two_pi);
+      sms.push_back((1 / v - 1 / s) / (1 - 1 / s));
+    }
+  }
+  double orig = 0, low = 1, high = 4;
+  if (xs.size() >= 2) {
+    // smooth = A x - B with A = orig / (high - low), B = low / (high - low).
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < xs.size(); ++i) mx += xs[i], my += sms[i];
+    mx /= static_cast<double>(xs.size()), my /= static_cast<double>(xs.size());
+    double sxx = 0, sxy = 0;
+    for (size_t i = 0; i < xs.size(); ++i)
+      sxx += (xs[i] - mx) * (xs[i] - mx), sxy += (xs[i] - mx) * (sms[i] - my);
+    if (!(sxx > 0)) return out;
+    const double A = sxy / sxx, B = A * mx - my;
+    if (!(A > 0)) return out;
+    if (orig_key) {
+      orig = static_cast<double>(*orig_key);
+    } else {
+      if (!(B > 0)) return out;
+      orig = std::round(A / B);
+    }
+    low = B * orig / A;
+    high = low + orig / A;
+    // Published configs use small integers; snap fitted values that are one within rounding.
+    for (double* p : {&low, &high})
+      if (std::fabs(*p - std::round(*p)) < 1e-5 * std::max(1.0, std::fabs(*p))) *p = std::round(*p);
+  } else {
+    orig = orig_key ? static_cast<double>(*orig_key) : 8192.0;  // the converter's default
+  }
+  if (!(orig >= 1 && orig < 9.0e15 && low > 0 && high > low)) return out;
+  json sc = {{"rope_type", "llama3"},
+             {"factor", s},
+             {"low_freq_factor", low},
+             {"high_freq_factor", high},
+             {"original_max_position_embeddings", static_cast<int64_t>(orig)}};
+  try {
+    json j = {
+        {"head_dim", head_dim}, {"rotary_dim", R}, {"rope_theta", theta}, {"rope_scaling", sc}};
+    std::vector<std::string> w;
+    const auto f = rope_frequencies(rope_config_from_json(j, &w));
+    for (size_t i = 0; i < n; ++i) {
+      const double want = omega[i] / static_cast<double>(d[i]);
+      if (std::fabs(f.inv_freq[i] - want) > std::ldexp(want, -18)) return out;
+    }
+  } catch (const invalid_argument&) {
+    return out;
+  }
+  out.ok = true;
+  out.scaling = sc;
+  return out;
+}
+
+gguf_rope convert(const gguf_file& f,
+                  const std::function<std::vector<float>(const gguf_tensor_info&)>& read,
+                  std::vector<std::string>* warnings) {
+  std::vector<std::string> local;
+  if (!warnings) warnings = &local;
+  gguf_rope r;
+  const auto arch = f.get_string("general.architecture");
+  if (!arch) fail_io("{}: general.architecture is missing (every GGUF model names it)", f.path);
+  r.arch = *arch;
+  const std::string k = r.arch + ".";
+  const auto key = [&](const char* suffix) { return k + suffix; };
+  constexpr uint64_t max_dim = uint64_t{1} << 20;
+  const auto size_key = [&](const char* suffix, uint64_t lo, uint64_t hi) {
+    auto v = f.get_size(key(suffix));
+    if (v && (*v < lo || *v > hi))
+      fail_io("{}: offset {}: {} must be in [{}, {}], got {}", f.path, f.find(key(suffix))->offset,
+              key(suffix), lo, hi, *v);
+    return v;
+  };
+
+  // head_dim and rotary width
+  const auto key_length = size_key("attention.key_length", 2, max_dim);
+  const auto heads = size_key("attention.head_count", 1, max_dim);
+  const auto embd = size_key("embedding_length", 1, uint64_t{1} << 40);
+  auto rot = size_key("rope.dimension_count", 2, max_dim);
+  int64_t head_dim = 0;
+  if (key_length) {
+    head_dim = static_cast<int64_t>(*key_length);
+  } else if (heads && embd) {
+    if (*embd % *heads != 0)
+      fail_io("{}: {} = {} is not a multiple of {} = {}; head_dim cannot be derived", f.path,
+              key("embedding_length"), *embd, key("attention.head_count"), *heads);
+    head_dim = static_cast<int64_t>(*embd / *heads);
+  } else if (rot) {
+    head_dim = static_cast<int64_t>(*rot);
+  } else {
+    fail_io("{}: none of {}, {} / {}, {} is present; the head dim is unknown", f.path,
+            key("attention.key_length"), key("embedding_length"), key("attention.head_count"),
+            key("rope.dimension_count"));
+  }
+  const int64_t R = rot ? static_cast<int64_t>(*rot) : head_dim;
+  if (R < head_dim && (r.arch == "deepseek2" || r.arch == "minicpm3")) head_dim = R;  // MLA
+
+  json j;
+  j["head_dim"] = head_dim;
+  j["rotary_dim"] = R;
+  const double theta = f.get_number(key("rope.freq_base")).value_or(10000.0);
+  j["rope_theta"] = theta;
+  if (auto ctx = size_key("context_length", 0, uint64_t{1} << 53))
+    j["max_position_embeddings"] = *ctx;
+  const auto orig = size_key("rope.scaling.original_context_length", 0, uint64_t{1} << 53);
+  if (orig && *orig > 0) j["original_max_position_embeddings"] = *orig;
+
+  std::string type = "none";
+  if (auto t = f.get_string(key("rope.scaling.type"))) type = *t;
+  auto factor = f.get_number(key("rope.scaling.factor"));
+  const auto attn = f.get_number(key("rope.scaling.attn_factor"));
+  if (auto lin = f.get_number(key("rope.scale_linear"))) {
+    // Legacy key: the linear factor.
+    if (type == "none" || type == "linear") {
+      type = "linear";
+      if (!factor) factor = lin;
+    } else if (*lin != 1) {
+      warnings->push_back(fmt::format("{} = {} is ignored: {} = {} wins", key("rope.scale_linear"),
+                                      *lin, key("rope.scaling.type"), type));
+    }
+  }
+  for (const char* s : {"rope.freq_base_swa", "rope.dimension_sections"})
+    if (f.find(key(s)))
+      warnings->push_back(fmt::format(
+          "{} is present; posenc reads the global RoPE only (sliding-window layers' base and "
+          "M-RoPE sections are not modelled)",
+          key(s)));
+  if (auto ext = f.get_number(key("rope.scaling.yarn_ext_factor")); ext && *ext == 0)
+    warnings->push_back(
+        fmt::format("{} = 0 turns llama.cpp's YaRN ramp off; posenc follows HF, "
+                    "where yarn always ramps",
+                    key("rope.scaling.yarn_ext_factor")));
+
+  const auto* t_freqs = f.find_tensor("rope_freqs.weight");
+  const auto* t_long = f.find_tensor("rope_factors_long.weight");
+  const auto* t_short = f.find_tensor("rope_factors_short.weight");
+  const auto read_half = [&](const gguf_tensor_info* t) {
+    auto v = read(*t);
+    if (static_cast<int64_t>(v.size()) != R / 2)
+      fail_io("{}: offset {}: tensor {} must have rotary_dim/2 = {} entries ({} = {}), got {}",
+              f.path, t->info_offset, t->name, R / 2, key("rope.dimension_count"), R, v.size());
+    return std::vector<double>(v.begin(), v.end());
+  };
+
+  json sc;
+  if (type == "none") {
+    if (t_long || t_short) type = "longrope";  // converters for Phi-3 write only the tensors
+  }
+  if (type == "linear") {
+    if (!factor)
+      fail_io("{}: {} is linear but {} is missing", f.path, key("rope.scaling.type"),
+              key("rope.scaling.factor"));
+    sc = {{"rope_type", "linear"}, {"factor", *factor}};
+  } else if (type == "yarn") {
+    if (!factor)
+      fail_io("{}: {} is yarn but {} is missing", f.path, key("rope.scaling.type"),
+              key("rope.scaling.factor"));
+    sc = {{"rope_type", "yarn"}, {"factor", *factor}};
+    if (orig && *orig > 0) sc["original_max_position_embeddings"] = *orig;
+    if (auto b = f.get_number(key("rope.scaling.yarn_beta_fast"))) sc["beta_fast"] = *b;
+    if (auto b = f.get_number(key("rope.scaling.yarn_beta_slow"))) sc["beta_slow"] = *b;
+    if (auto lm = f.get_number(key("rope.scaling.yarn_log_multiplier")); lm && *lm != 0) {
+      // DeepSeek: 0.1 * mscale_all_dim; HF's magnitude is get_mscale(s, mscale) /
+      // get_mscale(s, mscale_all_dim), with mscale = mscale_all_dim in the published configs.
+      sc["mscale"] = *lm / 0.1;
+      sc["mscale_all_dim"] = *lm / 0.1;
+      warnings->push_back(fmt::format(
+          "{} = {} read as mscale = mscale_all_dim = {} (DeepSeek); the attention-level softmax "
+          "factor get_mscale(factor, mscale_all_dim)^2 is not part of RoPE",
+          key("rope.scaling.yarn_log_multiplier"), *lm, *lm / 0.1));
+    }
+    if (attn) sc["attention_factor"] = *attn;
+  } else if (type == "longrope") {
+    if (!t_long || !t_short)
+      fail_io(
+          "{}: rope type longrope needs both tensors rope_factors_long.weight and "
+          "rope_factors_short.weight, found {}",
+          f.path,
+          t_long    ? "only the long one"
+          : t_short ? "only the short one"
+                    : "neither");
+    sc = {{"rope_type", "longrope"},
+          {"short_factor", read_half(t_short)},
+          {"long_factor", read_half(t_long)}};
+    if (factor) sc["factor"] = *factor;
+    if (attn) sc["attention_factor"] = *attn;
+  } else if (type != "none") {
+    fail_io("{}: {} = '{}' is not a rope scaling type posenc knows (none, linear, yarn, longrope)",
+            f.path, key("rope.scaling.type"), type);
+  }
+
+  if (t_freqs) {
+    if (type == "longrope")
+      fail_io("{}: both rope_freqs.weight and the LongRoPE factor tensors are present", f.path);
+    const auto d = read(*t_freqs);
+    if (static_cast<int64_t>(d.size()) != R / 2)
+      fail_io("{}: offset {}: tensor rope_freqs.weight must have rotary_dim/2 = {} entries, got {}",
+              f.path, t_freqs->info_offset, R / 2, d.size());
+    const double a = attn.value_or(1.0);
+    auto fit = type == "none" && a == 1
+                   ? fit_llama3(d, theta, R, head_dim, orig && *orig > 0 ? orig : std::nullopt)
+                   : fit_result{};
+    bool all_one = true;
+    for (float v : d) all_one = all_one && v == 1.0f;
+    if (fit.ok) {
+      sc = fit.scaling;
+    } else if (all_one && type == "none" && a == 1) {
+      // Every divisor 1: plain RoPE.
+    } else {
+      // Per-pair divisors in posenc's longrope form: the same list for short and long, the
+      // magnitude explicit.
+      std::vector<double> dd(d.begin(), d.end());
+      const double s = factor.value_or(1.0);
+      if (type != "none")
+        warnings->push_back(fmt::format(
+            "rope_freqs.weight comes with {} = {}; llama.cpp divides each pair's frequency by the "
+            "tensor and then applies the {} scaling; posenc models the tensor alone",
+            key("rope.scaling.type"), type, type));
+      warnings->push_back(fmt::format(
+          "rope_freqs.weight does not follow Llama 3.1's formula (or comes with a magnitude {}); "
+          "represented as per-pair factors: longrope with short_factor = long_factor = the tensor",
+          a));
+      sc = {{"rope_type", "longrope"},
+            {"factor", std::max(1.0, s)},
+            {"short_factor", dd},
+            {"long_factor", dd},
+            {"attention_factor", a}};
+      if (!j.contains("original_max_position_embeddings"))
+        j["original_max_position_embeddings"] =
+            j.contains("max_position_embeddings") ? j["max_position_embeddings"] : json(1);
+    }
+  }
+  if (!sc.is_null()) j["rope_scaling"] = sc;
+
+  for (const auto& row : arch_table)
+    if (r.arch == row.arch) {
+      r.layout = row.layout;
+      r.permuted_from_hf = row.permuted;
+    }
+  r.hf_config = j;
+  try {
+    r.config = rope_config_from_json(j, warnings);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(fmt::format("{}: {}", f.path, e.what()));
+  }
+  return r;
+}
+
+}  // namespace
+
+gguf_rope gguf_rope_config(const gguf_file& f, std::vector<std::string>* warnings) {
+  return convert(
+      f, [&](const gguf_tensor_info& t) { return gguf_read_f32(f, t); }, warnings);
+}
+
+gguf_rope gguf_rope_config(const gguf_file& f, std::span<const uint8_t> bytes,
+                           std::vector<std::string>* warnings) {
+  return convert(
+      f, [&](const gguf_tensor_info& t) { return gguf_read_f32(f, t, bytes); }, warnings);
+}
+
+}  // namespace posenc

@@ -1,0 +1,594 @@
+// GGUF metadata reader and its RoPE mapping: the hand-checked fixture (tests/data/gguf, byte map
+// in make_tiny_llama3.py), round trips through the tests' own writer (test_gguf_writer.hpp,
+// written from the specification), every error the reader names, and the mapping of each
+// converter convention onto the config.json it came from, against the --hf-config path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "posenc/core/error.hpp"
+#include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/gguf.hpp"
+#include "test_gguf_writer.hpp"
+
+using namespace posenc;
+using posenc::test::gguf_writer;
+
+namespace {
+
+std::string source(const std::string& rel) {
+  return std::string(POSENC_SOURCE_DIR) + "/tests/data/" + rel;
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// The message of the io_error that parsing `b` throws ("" if it does not throw).
+std::string parse_error(const std::vector<uint8_t>& b) {
+  try {
+    gguf_parse(b, "t.gguf");
+  } catch (const io_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void put_u64(std::vector<uint8_t>& b, size_t at, uint64_t v) {
+  for (int i = 0; i < 8; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put_u32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// Llama 3.1's per-pair divisor, written out from Meta's formula (the test's own evaluation).
+double llama3_divisor(double omega, double factor, double lo, double hi, double orig) {
+  const double wavelen = 2 * M_PI / omega;
+  if (wavelen < orig / hi) return 1;
+  if (wavelen > orig / lo) return factor;
+  const double smooth = (orig / wavelen - lo) / (hi - lo);
+  return 1 / ((1 - smooth) / factor + smooth);
+}
+
+rope_freqs hf_freqs(const std::string& name, int64_t seq_len = 0) {
+  return rope_frequencies(rope_config_from_file(source("rope/" + name), nullptr), seq_len);
+}
+
+rope_freqs gguf_freqs(const gguf_writer& w, std::vector<std::string>* warnings = nullptr,
+                      int64_t seq_len = 0) {
+  const auto b = w.bytes();
+  const auto f = gguf_parse(b, "w.gguf");
+  return rope_frequencies(gguf_rope_config(f, b, warnings).config, seq_len);
+}
+
+// Relative agreement within float32 storage of the per-pair factors (2^-22).
+void expect_same_freqs(const rope_freqs& a, const rope_freqs& b) {
+  ASSERT_EQ(a.inv_freq.size(), b.inv_freq.size());
+  EXPECT_EQ(a.rotary_dim, b.rotary_dim);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  for (size_t i = 0; i < a.inv_freq.size(); ++i)
+    EXPECT_NEAR(a.inv_freq[i], b.inv_freq[i], std::ldexp(a.inv_freq[i], -22)) << "pair " << i;
+  EXPECT_NEAR(a.attention_factor, b.attention_factor, std::ldexp(a.attention_factor, -22));
+}
+
+// The model part every converter writes.
+gguf_writer base_writer(const std::string& arch, uint32_t embd, uint32_t heads, uint32_t rot,
+                        float theta, uint32_t ctx) {
+  gguf_writer w;
+  w.add_string("general.architecture", arch);
+  w.add_u32(arch + ".context_length", ctx);
+  w.add_u32(arch + ".embedding_length", embd);
+  w.add_u32(arch + ".attention.head_count", heads);
+  w.add_u32(arch + ".rope.dimension_count", rot);
+  w.add_f32(arch + ".rope.freq_base", theta);
+  return w;
+}
+
+}  // namespace
+
+// ---- the hand-checked fixture ----------------------------------------------------------------
+
+TEST(GgufFixture, HeaderKeysAndTensorInfosAtTheirOffsets) {
+  const auto f = gguf_read(source("gguf/tiny_llama3.gguf"));
+  EXPECT_EQ(f.version, 3u);
+  EXPECT_EQ(f.file_size, 624u);
+  ASSERT_EQ(f.kvs.size(), 8u);
+  ASSERT_EQ(f.tensors.size(), 2u);
+  // Offsets read off the hex dump: kv[0]'s key length at 24, kv[5] (freq_base) at 218 with its
+  // f32 value 0x48f42400 = 500000 at 251; the tensor infos from 370 (0x172, right after the
+  // last token "b"); data from 480 (0x1e0).
+  EXPECT_EQ(f.kvs[0].offset, 24u);
+  EXPECT_EQ(f.kvs[0].text, "llama");
+  EXPECT_EQ(f.kvs[5].key, "llama.rope.freq_base");
+  EXPECT_EQ(f.kvs[5].offset, 218u);
+  EXPECT_EQ(f.kvs[5].type, gguf_type::f32);
+  EXPECT_EQ(f.kvs[5].number, 500000.0);
+  EXPECT_EQ(f.kvs[7].key, "tokenizer.ggml.tokens");
+  EXPECT_EQ(f.kvs[7].elem_type, gguf_type::string);
+  EXPECT_EQ(f.kvs[7].count, 3u);
+  EXPECT_EQ(*f.get_size("llama.context_length"), 131072u);
+  EXPECT_EQ(f.alignment, 32u);
+  EXPECT_EQ(f.tensors[0].name, "rope_freqs.weight");
+  EXPECT_EQ(f.tensors[0].info_offset, 370u);
+  EXPECT_EQ(f.tensors[0].ne, (std::vector<uint64_t>{32}));
+  EXPECT_EQ(f.tensors[0].ggml_type, 0u);
+  EXPECT_EQ(f.tensors[1].name, "token_embd.weight");
+  EXPECT_EQ(f.tensors[1].ne, (std::vector<uint64_t>{4, 2}));
+  EXPECT_EQ(f.tensors[1].ggml_type, 1u);
+  EXPECT_EQ(f.tensors[1].offset, 128u);
+  EXPECT_EQ(f.data_offset, 480u);
+}
+
+TEST(GgufFixture, RopeFreqsTensorAndLlama3Parameters) {
+  const auto f = gguf_read(source("gguf/tiny_llama3.gguf"));
+  const auto d = gguf_read_f32(f, f.tensors[0]);
+  ASSERT_EQ(d.size(), 32u);
+  // Pairs 0..14 keep their frequency, 18..31 are divided by 8; 15..17 are smoothed (the hex
+  // dump shows 0x3fc6d64a = 1.5534146 at byte 540).
+  EXPECT_EQ(d[14], 1.0f);
+  EXPECT_EQ(d[15], 1.5534146f);
+  EXPECT_EQ(d[18], 8.0f);
+  std::vector<std::string> warnings;
+  const auto r = gguf_rope_config(f, &warnings);
+  EXPECT_EQ(r.arch, "llama");
+  EXPECT_EQ(r.config.type, rope_type::llama3);
+  EXPECT_EQ(r.config.head_dim, 64);
+  EXPECT_EQ(r.config.rotary_dim, 64);
+  EXPECT_EQ(r.config.factor, 8.0);
+  EXPECT_EQ(r.config.low_freq_factor, 1.0);
+  EXPECT_EQ(r.config.high_freq_factor, 4.0);
+  EXPECT_EQ(r.config.original_max_position_embeddings, 8192);
+  ASSERT_TRUE(r.layout.has_value());
+  EXPECT_EQ(*r.layout, rope_layout::interleaved);
+  EXPECT_TRUE(r.permuted_from_hf);
+  const auto fr = rope_frequencies(r.config);
+  for (int i = 0; i < 32; ++i) {
+    const double omega = std::pow(500000.0, -2.0 * i / 64);
+    const double want = omega / llama3_divisor(omega, 8, 1, 4, 8192);
+    EXPECT_NEAR(fr.inv_freq[i], want, std::ldexp(want, -22)) << "pair " << i;
+  }
+}
+
+// ---- round trips through the writer ----------------------------------------------------------
+
+TEST(GgufRoundTrip, EveryValueTypeBothVersions) {
+  for (uint32_t version : {2u, 3u}) {
+    gguf_writer w;
+    w.version = version;
+    w.add_u8("a.u8", 250);
+    w.add_i8("a.i8", -7);
+    w.add_u16("a.u16", 65000);
+    w.add_i16("a.i16", -30000);
+    w.add_u32("a.u32", 4000000000u);
+    w.add_i32("a.i32", -2000000000);
+    w.add_f32("a.f32", 0.1f);
+    w.add_bool("a.bool", true);
+    w.add_string("a.string", "hello");
+    w.add_u64("a.u64", uint64_t{1} << 60);
+    w.add_i64("a.i64", -(int64_t{1} << 50));
+    w.add_f64("a.f64", 0.1);
+    w.add_array_u32("a.arr_u32", {1, 2, 3});
+    w.add_array_f32("a.arr_f32", {0.5f, 1.5f});
+    w.add_array_string("a.arr_str", {"x", "", "yz"});
+    w.add_array_of_u8_arrays("a.arr_arr", {{1, 2}, {}, {3}});
+    w.add_string("a.empty", "");
+    w.add_tensor_f32("t0", {3}, {1.0f, -2.0f, 0.25f});
+    w.add_tensor_f32("t1", {2, 2}, {4, 5, 6, 7});
+    const auto b = w.bytes();
+    const auto f = gguf_parse(b, "rt.gguf");
+    EXPECT_EQ(f.version, version);
+    ASSERT_EQ(f.kvs.size(), 17u);
+    EXPECT_EQ(f.find("a.u8")->integer, 250);
+    EXPECT_EQ(f.find("a.i8")->integer, -7);
+    EXPECT_EQ(f.find("a.u16")->integer, 65000);
+    EXPECT_EQ(f.find("a.i16")->integer, -30000);
+    EXPECT_EQ(f.find("a.u32")->integer, 4000000000);
+    EXPECT_EQ(f.find("a.i32")->integer, -2000000000);
+    EXPECT_EQ(f.find("a.f32")->number, static_cast<double>(0.1f));
+    EXPECT_EQ(f.find("a.bool")->integer, 1);
+    EXPECT_EQ(*f.get_string("a.string"), "hello");
+    EXPECT_EQ(*f.get_size("a.u64"), uint64_t{1} << 60);
+    EXPECT_EQ(f.find("a.i64")->integer, -(int64_t{1} << 50));
+    EXPECT_EQ(*f.get_number("a.f64"), 0.1);
+    EXPECT_EQ(f.find("a.arr_u32")->numbers, (std::vector<double>{1, 2, 3}));
+    EXPECT_EQ(f.find("a.arr_f32")->numbers, (std::vector<double>{0.5, 1.5}));
+    EXPECT_EQ(f.find("a.arr_str")->count, 3u);
+    EXPECT_EQ(f.find("a.arr_arr")->count, 3u);
+    EXPECT_EQ(*f.get_string("a.empty"), "");
+    ASSERT_EQ(f.tensors.size(), 2u);
+    EXPECT_EQ(f.tensors[1].offset, 32u);  // 12 bytes rounded up to the alignment
+    EXPECT_EQ(gguf_read_f32(f, f.tensors[0], b), (std::vector<float>{1.0f, -2.0f, 0.25f}));
+    EXPECT_EQ(gguf_read_f32(f, f.tensors[1], b), (std::vector<float>{4, 5, 6, 7}));
+    // Wrong-type look-ups name the key.
+    try {
+      f.get_number("a.string");
+      ADD_FAILURE() << "expected io_error";
+    } catch (const io_error& e) {
+      EXPECT_NE(std::string(e.what()).find("a.string must be a number"), std::string::npos);
+    }
+    try {
+      f.get_size("a.i64");
+      ADD_FAILURE() << "expected io_error";
+    } catch (const io_error& e) {
+      EXPECT_NE(std::string(e.what()).find("a.i64 must be >= 0"), std::string::npos);
+    }
+  }
+}
+
+TEST(GgufRoundTrip, CustomAlignmentAndFile) {
+  gguf_writer w;
+  w.alignment = 64;
+  w.add_u32("general.alignment", 64);
+  w.add_tensor_f32("a", {5}, {1, 2, 3, 4, 5});
+  w.add_tensor_f32("b", {1}, {9});
+  const std::string path = ::testing::TempDir() + "/gguf_align64.gguf";
+  w.write(path);
+  const auto f = gguf_read(path);
+  EXPECT_EQ(f.alignment, 64u);
+  EXPECT_EQ(f.data_offset % 64, 0u);
+  EXPECT_EQ(f.tensors[1].offset, 64u);
+  EXPECT_EQ(gguf_read_f32(f, *f.find_tensor("b")), (std::vector<float>{9}));
+  EXPECT_EQ(gguf_read_f32(f, *f.find_tensor("a")), (std::vector<float>{1, 2, 3, 4, 5}));
+}
+
+// A 40 GB model costs its metadata: the declared weights are never touched (sparse file).
+TEST(GgufRoundTrip, LargeSparseFileReadsOnlyMetadata) {
+  auto w = base_writer("llama", 4096, 32, 128, 500000.0f, 131072);
+  const uint64_t big = uint64_t{40} << 30;
+  w.add_tensor_declared("blk.0.weight", {big / 2}, 1, big);
+  const std::string path = ::testing::TempDir() + "/gguf_sparse.gguf";
+  w.write(path);
+  const auto meta_size = w.bytes().size();
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(meta_size + big - 1));
+    f.put('\0');
+  }
+  const auto f = gguf_read(path);
+  EXPECT_EQ(f.file_size, meta_size + big);
+  const auto r = gguf_rope_config(f, nullptr);
+  EXPECT_EQ(r.config.head_dim, 128);
+  EXPECT_EQ(r.config.theta, 500000.0);
+  std::remove(path.c_str());
+}
+
+// ---- errors: each names the offset and the field ----------------------------------------------
+
+TEST(GgufErrors, EachNamesOffsetAndField) {
+  gguf_writer w;
+  w.add_string("general.architecture", "llama");
+  w.add_u32("llama.rope.dimension_count", 64);
+  w.add_tensor_f32("rope_freqs.weight", {2}, {1, 2});
+  const auto good = w.bytes();
+  EXPECT_EQ(parse_error(good), "");
+  const size_t kv1 = 24 + 8 + 20 + 4 + 8 + 5;  // second key's length field
+
+  auto expect = [&](std::vector<uint8_t> b, const std::vector<std::string>& parts) {
+    const auto m = parse_error(b);
+    ASSERT_FALSE(m.empty()) << "expected an error containing " << parts[0];
+    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << m;
+  };
+  {  // not GGUF
+    auto b = good;
+    b[0] = 'X';
+    expect(b, {"offset 0", "magic", "not a GGUF file"});
+  }
+  {  // big-endian version 3
+    auto b = good;
+    put_u32(b, 4, 0x03000000u);
+    expect(b, {"offset 4", "version", "big-endian"});
+  }
+  {  // version 1 and 4
+    auto b = good;
+    put_u32(b, 4, 1);
+    expect(b, {"offset 4", "version 1"});
+    put_u32(b, 4, 4);
+    expect(b, {"offset 4", "unsupported GGUF version 4"});
+  }
+  {  // absurd counts
+    auto b = good;
+    put_u64(b, 16, uint64_t{1} << 62);
+    expect(b, {"offset 16", "kv_count", "cannot fit"});
+    b = good;
+    put_u64(b, 8, ~uint64_t{0});
+    expect(b, {"offset 8", "tensor_count", "cannot fit"});
+  }
+  {  // a key longer than the file
+    auto b = good;
+    put_u64(b, 24, uint64_t{1} << 40);
+    expect(b, {"offset 32", "kv[0] key", "runs past the end of the file"});
+  }
+  {  // unknown value type
+    auto b = good;
+    put_u32(b, kv1 + 8 + 26, 13);
+    expect(b, {fmt::format("offset {}", kv1 + 8 + 26), "kv[1] (llama.rope.dimension_count) type",
+               "unknown value type 13"});
+  }
+  {  // truncated inside a value
+    const std::vector<uint8_t> b(good.begin(), good.begin() + (kv1 + 8 + 26 + 4 + 2));
+    expect(b, {fmt::format("offset {}", kv1 + 38), "kv[1] (llama.rope.dimension_count) value",
+               "truncated, need 4 bytes, 2 left"});
+  }
+  {  // absurd array count
+    gguf_writer a;
+    a.add_array_u32("x", {1, 2});
+    auto b = a.bytes();
+    put_u64(b, 24 + 8 + 1 + 4 + 4, uint64_t{1} << 61);
+    expect(b, {"kv[0] (x)", "array of 2305843009213693952 u32 elements"});
+    a = gguf_writer();
+    a.add_array_string("y", {"p", "q"});
+    b = a.bytes();
+    put_u64(b, 24 + 8 + 1 + 4 + 4, uint64_t{1} << 61);
+    expect(b, {"kv[0] (y)", "array count 2305843009213693952 is absurd"});
+  }
+  {  // a string inside an array past the end
+    gguf_writer a;
+    a.add_array_string("y", {"p"});
+    auto b = a.bytes();
+    put_u64(b, 24 + 8 + 1 + 4 + 4 + 8, uint64_t{1} << 50);
+    expect(b, {"kv[0] (y)[0]", "runs past the end of the file"});
+  }
+  const size_t ti = good.size() - 32 - 8 - 4 - 8 - 4 - 8 - 17;  // tensor info start
+  ASSERT_EQ(gguf_parse(good, "g").tensors[0].info_offset, ti);
+  {  // n_dims, ggml type, misaligned offset
+    auto b = good;
+    put_u32(b, ti + 8 + 17, 5);
+    expect(b, {fmt::format("offset {}", ti + 25), "tensor[0] (rope_freqs.weight) n_dims",
+               "must be in [1, 4], got 5"});
+    b = good;
+    put_u32(b, ti + 8 + 17 + 4 + 8, 77);
+    expect(b, {"tensor[0] (rope_freqs.weight) type", "unknown ggml type 77"});
+    b = good;
+    put_u64(b, ti + 8 + 17 + 4 + 8 + 4, 3);
+    expect(b, {"tensor[0] (rope_freqs.weight) offset", "not a multiple of the alignment 32"});
+  }
+  {  // alignment not a power of two
+    gguf_writer a;
+    a.add_u32("general.alignment", 24);
+    expect(a.bytes(), {"offset 24", "general.alignment", "power of two"});
+  }
+  {  // tensor data past the end of the file
+    const auto g = gguf_parse(good, "good.gguf");
+    const std::vector<uint8_t> b(good.begin(), good.begin() + (g.data_offset + 4));
+    const auto f = gguf_parse(b, "short.gguf");
+    try {
+      gguf_read_f32(f, f.tensors[0], b);
+      ADD_FAILURE() << "expected io_error";
+    } catch (const io_error& e) {
+      EXPECT_NE(std::string(e.what()).find("rope_freqs.weight data: truncated"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(GgufErrors, RopeKeysOfTheWrongShape) {
+  auto w = base_writer("llama", 4096, 32, 128, 10000.0f, 4096);
+  w.add_tensor_f32("rope_freqs.weight", {3}, {1, 2, 3});
+  const auto b = w.bytes();
+  const auto f = gguf_parse(b, "bad.gguf");
+  try {
+    gguf_rope_config(f, b, nullptr);
+    ADD_FAILURE() << "expected io_error";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_freqs.weight must have rotary_dim/2 = 64 entries"),
+              std::string::npos)
+        << e.what();
+  }
+  auto w2 = base_writer("llama", 4096, 32, 128, 10000.0f, 4096);
+  w2.add_string("llama.rope.scaling.type", "ntk-by-parts");
+  const auto b2 = w2.bytes();
+  try {
+    gguf_rope_config(gguf_parse(b2, "t.gguf"), b2, nullptr);
+    ADD_FAILURE() << "expected io_error";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'ntk-by-parts' is not a rope scaling type"),
+              std::string::npos);
+  }
+  auto w3 = base_writer("llama", 4096, 32, 128, 10000.0f, 4096);
+  w3.add_u32("llama.attention.key_length", 1u << 30);
+  const auto b3 = w3.bytes();
+  try {
+    gguf_rope_config(gguf_parse(b3, "t.gguf"), b3, nullptr);
+    ADD_FAILURE() << "expected io_error";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("llama.attention.key_length must be in [2, 1048576]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- fuzzing: truncations, flipped bytes, huge counts; never a crash --------------------------
+
+namespace {
+// Parses and maps `b`; only posenc's two error types may escape.
+void parse_and_map(const std::vector<uint8_t>& b) {
+  try {
+    const auto f = gguf_parse(b, "fuzz.gguf");
+    gguf_rope_config(f, b, nullptr);
+  } catch (const io_error&) {
+  } catch (const invalid_argument&) {
+  }
+}
+
+std::vector<std::vector<uint8_t>> fuzz_seeds() {
+  std::vector<std::vector<uint8_t>> seeds = {read_bytes(source("gguf/tiny_llama3.gguf"))};
+  auto y = base_writer("qwen2", 3584, 28, 128, 1000000.0f, 131072);
+  y.add_string("qwen2.rope.scaling.type", "yarn");
+  y.add_f32("qwen2.rope.scaling.factor", 4.0f);
+  y.add_u32("qwen2.rope.scaling.original_context_length", 32768);
+  y.add_array_string("tokenizer.ggml.tokens", {"a", "bb", "ccc"});
+  y.add_array_of_u8_arrays("x.nested", {{1}, {2, 3}});
+  seeds.push_back(y.bytes());
+  auto p = base_writer("phi3", 64, 4, 16, 10000.0f, 131072);
+  p.add_u32("phi3.rope.scaling.original_context_length", 4096);
+  p.add_f32("phi3.rope.scaling.attn_factor", 1.19f);
+  p.add_tensor_f32("rope_factors_long.weight", {8}, {1, 1.5f, 2, 3, 4, 5, 6, 7});
+  p.add_tensor_f32("rope_factors_short.weight", {8}, {1, 1, 1, 1.1f, 1.2f, 1.3f, 1.4f, 1.5f});
+  seeds.push_back(p.bytes());
+  return seeds;
+}
+}  // namespace
+
+TEST(GgufFuzz, EveryTruncationIsAnError) {
+  for (const auto& seed : fuzz_seeds()) {
+    ASSERT_EQ(parse_error(seed), "");
+    const auto f = gguf_parse(seed, "s");
+    // Up to the last tensor info (or the last key when there is none) the metadata is cut.
+    const uint64_t meta = f.tensors.empty() ? f.kvs.back().offset : f.tensors.back().info_offset;
+    for (size_t n = 0; n < seed.size(); ++n) {
+      std::vector<uint8_t> b(seed.begin(), seed.begin() + static_cast<std::ptrdiff_t>(n));
+      parse_and_map(b);
+      if (n <= meta) {
+        const auto m = parse_error(b);
+        EXPECT_NE(m.find("t.gguf: offset "), std::string::npos) << n << ": " << m;
+      }
+    }
+  }
+}
+
+TEST(GgufFuzz, FlippedBytesNeverCrash) {
+  for (const auto& seed : fuzz_seeds()) {
+    for (size_t i = 0; i < seed.size(); ++i)
+      for (uint8_t mask : {0x01, 0x10, 0x80, 0xff}) {
+        auto b = seed;
+        b[i] ^= mask;
+        parse_and_map(b);
+      }
+  }
+}
+
+TEST(GgufFuzz, HugeValuesAtEveryEightByteOffset) {
+  for (const auto& seed : fuzz_seeds()) {
+    for (size_t i = 0; i + 8 <= seed.size(); ++i)
+      for (uint64_t v :
+           {~uint64_t{0}, uint64_t{1} << 63, uint64_t{1} << 40, uint64_t{0x7fffffff}}) {
+        auto b = seed;
+        put_u64(b, i, v);
+        parse_and_map(b);
+      }
+  }
+}
+
+// ---- the RoPE mapping against the config.json each file came from -----------------------------
+
+TEST(GgufRope, Llama31FromTheConverterFormulaMatchesHfConfig) {
+  // rope_freqs as llama.cpp's converter writes it: omega in float32 (torch), the formula in
+  // double, stored as float32.
+  std::vector<float> d;
+  for (int i = 0; i < 64; ++i) {
+    const float omega = 1.0f / std::pow(500000.0f, static_cast<float>(2 * i) / 128.0f);
+    d.push_back(static_cast<float>(llama3_divisor(omega, 8, 1, 4, 8192)));
+  }
+  auto w = base_writer("llama", 4096, 32, 128, 500000.0f, 131072);
+  w.add_u32("llama.attention.head_count_kv", 8);
+  w.add_tensor_f32("rope_freqs.weight", {64}, d);
+  std::vector<std::string> warnings;
+  const auto b = w.bytes();
+  const auto r = gguf_rope_config(gguf_parse(b, "l.gguf"), b, &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  EXPECT_EQ(r.config.type, rope_type::llama3);
+  EXPECT_EQ(r.config.factor, 8.0);
+  EXPECT_EQ(r.config.low_freq_factor, 1.0);
+  EXPECT_EQ(r.config.high_freq_factor, 4.0);
+  EXPECT_EQ(r.config.original_max_position_embeddings, 8192);
+  expect_same_freqs(hf_freqs("llama3_1_8b.json"), rope_frequencies(r.config));
+}
+
+TEST(GgufRope, Phi3LongRopeTensorsMatchHfConfigShortAndLong) {
+  const auto j = nlohmann::json::parse(read_bytes(source("rope/phi3_vision_128k_longrope.json")));
+  const auto& rs = j["rope_scaling"];
+  std::vector<float> sf, lf;
+  for (const auto& x : rs["short_factor"]) sf.push_back(x.get<float>());
+  for (const auto& x : rs["long_factor"]) lf.push_back(x.get<float>());
+  // The converter: attn_factor = sqrt(1 + ln(scale) / ln(orig)), scale = 131072 / 4096.
+  const double attn = std::sqrt(1 + std::log(32.0) / std::log(4096.0));
+  auto w = base_writer("phi3", 3072, 32, 96, 10000.0f, 131072);
+  w.add_u32("phi3.rope.scaling.original_context_length", 4096);
+  w.add_f32("phi3.rope.scaling.attn_factor", static_cast<float>(attn));
+  w.add_tensor_f32("rope_factors_long.weight", {48}, lf);
+  w.add_tensor_f32("rope_factors_short.weight", {48}, sf);
+  for (int64_t seq : {0, 4096, 4097, 131072}) {
+    std::vector<std::string> warnings;
+    const auto g = gguf_freqs(w, &warnings, seq);
+    expect_same_freqs(hf_freqs("phi3_vision_128k_longrope.json", seq), g);
+    EXPECT_EQ(g.type, rope_type::longrope);
+  }
+}
+
+TEST(GgufRope, YarnQwenAndDeepSeekMscaleMatchHfConfig) {
+  auto w = base_writer("qwen2", 3584, 28, 128, 1000000.0f, 32768);
+  w.add_string("qwen2.rope.scaling.type", "yarn");
+  w.add_f32("qwen2.rope.scaling.factor", 4.0f);
+  w.add_u32("qwen2.rope.scaling.original_context_length", 32768);
+  expect_same_freqs(hf_freqs("qwen2_5_7b_yarn.json"), gguf_freqs(w));
+
+  // DeepSeek-V2: yarn_log_multiplier = 0.1 * mscale_all_dim; HF's magnitude is
+  // get_mscale(40, 0.707) / get_mscale(40, 0.707) = 1.
+  const auto ds = nlohmann::json::parse(read_bytes(source("rope/deepseek_v2.json")));
+  const auto& s = ds["rope_scaling"];
+  auto d =
+      base_writer("deepseek2", ds["hidden_size"].get<uint32_t>(),
+                  ds["num_attention_heads"].get<uint32_t>(), ds["qk_rope_head_dim"].get<uint32_t>(),
+                  ds["rope_theta"].get<float>(), ds["max_position_embeddings"].get<uint32_t>());
+  d.add_u32("deepseek2.attention.key_length",
+            ds["qk_rope_head_dim"].get<uint32_t>() + ds["qk_nope_head_dim"].get<uint32_t>());
+  d.add_string("deepseek2.rope.scaling.type", "yarn");
+  d.add_f32("deepseek2.rope.scaling.factor", s["factor"].get<float>());
+  d.add_u32("deepseek2.rope.scaling.original_context_length",
+            s["original_max_position_embeddings"].get<uint32_t>());
+  d.add_f32("deepseek2.rope.scaling.yarn_log_multiplier",
+            static_cast<float>(0.1 * s["mscale_all_dim"].get<double>()));
+  d.add_f32("deepseek2.rope.scaling.yarn_beta_fast", s["beta_fast"].get<float>());
+  d.add_f32("deepseek2.rope.scaling.yarn_beta_slow", s["beta_slow"].get<float>());
+  std::vector<std::string> warnings;
+  expect_same_freqs(hf_freqs("deepseek_v2.json"), gguf_freqs(d, &warnings));
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("yarn_log_multiplier"), std::string::npos);
+}
+
+TEST(GgufRope, LinearAndLegacyScaleLinear) {
+  auto w = base_writer("llama", 4096, 32, 128, 10000.0f, 4096);
+  w.add_f32("llama.rope.scale_linear", 4.0f);
+  const auto f = gguf_freqs(w);
+  EXPECT_EQ(f.type, rope_type::linear);
+  for (size_t i = 0; i < f.inv_freq.size(); ++i) {
+    const double want = std::pow(10000.0, -2.0 * static_cast<double>(i) / 128) / 4;
+    EXPECT_NEAR(f.inv_freq[i], want, std::ldexp(want, -50));
+  }
+  auto w2 = base_writer("llama", 4096, 32, 128, 10000.0f, 4096);
+  w2.add_string("llama.rope.scaling.type", "linear");
+  w2.add_f32("llama.rope.scaling.factor", 4.0f);
+  EXPECT_EQ(gguf_freqs(w2).inv_freq, f.inv_freq);
+}
+
+TEST(GgufRope, PartialRotaryWidthFromDimensionCount) {
+  // Pythia-70m: head_dim 64, rotary_pct 0.25 -> dimension_count 16.
+  auto w = base_writer("gptneox", 512, 8, 16, 10000.0f, 2048);
+  const auto b = w.bytes();
+  const auto r = gguf_rope_config(gguf_parse(b, "p.gguf"), b, nullptr);
+  EXPECT_EQ(r.config.head_dim, 64);
+  EXPECT_EQ(r.config.rotary_dim, 16);
+  ASSERT_TRUE(r.layout.has_value());
+  EXPECT_EQ(*r.layout, rope_layout::half);
+  expect_same_freqs(hf_freqs("pythia_70m.json"), rope_frequencies(r.config));
+}
+
+TEST(GgufRope, NonLlama3FactorTensorBecomesPerPairFactorsWithAWarning) {
+  // Divisors that rise and fall: no Llama 3.1 parameters reproduce them.
+  std::vector<float> d = {1, 2, 1, 3};
+  auto w = base_writer("llama", 32, 4, 8, 10000.0f, 4096);
+  w.add_tensor_f32("rope_freqs.weight", {4}, d);
+  std::vector<std::string> warnings;
+  const auto f = gguf_freqs(w, &warnings);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings.back().find("does not follow Llama 3.1's formula"), std::string::npos);
+  EXPECT_EQ(f.attention_factor, 1.0);
+  for (int i = 0; i < 4; ++i) {
+    const double want = std::pow(10000.0, -2.0 * i / 8) / d[i];
+    EXPECT_NEAR(f.inv_freq[i], want, std::ldexp(want, -50)) << i;
+  }
+}
