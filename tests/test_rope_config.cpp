@@ -732,3 +732,80 @@ TEST(RopeConfig, ValidateRejectsInconsistentStructs) {
   EXPECT_THROW(rope_validate(b), invalid_argument);
   EXPECT_THROW(rope_frequencies(c, -1), invalid_argument);
 }
+
+// Regression: "head_dim": 1000000000 was accepted and then sized a 5 * 10^8-entry frequency
+// table (more than 10 s in posenc rope freqs). Every size read from a config is bounded.
+TEST(RopeConfig, SizesAreBounded) {
+  auto j = llama2_json();
+  j["head_dim"] = 1000000000;
+  EXPECT_NE(expect_invalid(j).find("head_dim must be in [2, 1048576], got 1000000000"),
+            std::string::npos);
+  j["head_dim"] = 1 << 20;  // the bound itself is accepted (without computing frequencies)
+  std::vector<std::string> w;
+  EXPECT_EQ(rope_config_from_json(j, &w).rotary_dim, 1 << 20);
+  j = llama2_json();
+  j["qk_rope_head_dim"] = int64_t{1} << 40;
+  EXPECT_NE(expect_invalid(j).find("qk_rope_head_dim must be in [2, 1048576]"), std::string::npos);
+  j = llama2_json();
+  j["hidden_size"] = int64_t{1} << 50;  // derived head_dim 2^45
+  EXPECT_NE(expect_invalid(j).find("head_dim must be in [2, 1048576]"), std::string::npos);
+  j = llama2_json();
+  j["max_position_embeddings"] = int64_t{1} << 60;
+  EXPECT_NE(expect_invalid(j).find("max_position_embeddings must be in [0, 2^53]"),
+            std::string::npos);
+  j = llama2_json();
+  j["original_max_position_embeddings"] = int64_t{1} << 54;
+  EXPECT_NE(expect_invalid(j).find("original_max_position_embeddings must be in [0, 2^53]"),
+            std::string::npos);
+}
+
+// Regression: transformers' Llama rotary class ignores partial_rotary_factor for rope_type
+// default; posenc applied it to every model class.
+TEST(RopeConfig, PartialRotaryFactorFollowsTheModelClass) {
+  auto j = llama2_json();  // model_type llama, head_dim 128
+  j["partial_rotary_factor"] = 0.5;
+  std::vector<std::string> w;
+  auto c = rope_config_from_json(j, &w);
+  EXPECT_EQ(c.rotary_dim, 128);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("model_type llama: transformers' Llama rotary class ignores "
+                      "partial_rotary_factor = 0.5"),
+            std::string::npos)
+      << w[0];
+  // The same config as a class that applies it (GPT-NeoX, Phi-3): R = 64, silently.
+  for (const char* mt : {"gpt_neox", "phi3"}) {
+    j["model_type"] = mt;
+    w.clear();
+    EXPECT_EQ(rope_config_from_json(j, &w).rotary_dim, 64) << mt;
+    EXPECT_TRUE(w.empty()) << mt;
+  }
+  // Only architectures: LlamaForCausalLM is the Llama class.
+  j.erase("model_type");
+  j["architectures"] = nlohmann::json::array({"LlamaForCausalLM"});
+  w.clear();
+  EXPECT_EQ(rope_config_from_json(j, &w).rotary_dim, 128);
+  EXPECT_EQ(w.size(), 1u);
+  // A class posenc does not know: applied, with a warning that says so.
+  j["architectures"] = nlohmann::json::array({"SomeNewForCausalLM"});
+  w.clear();
+  EXPECT_EQ(rope_config_from_json(j, &w).rotary_dim, 64);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("SomeNewForCausalLM"), std::string::npos);
+  // No class named (explicit parameters): applied silently, as before.
+  j.erase("architectures");
+  w.clear();
+  EXPECT_EQ(rope_config_from_json(j, &w).rotary_dim, 64);
+  EXPECT_TRUE(w.empty());
+  // Scaled types apply it in every class.
+  j = llama2_json();
+  j["partial_rotary_factor"] = 0.5;
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  w.clear();
+  EXPECT_EQ(rope_config_from_json(j, &w).rotary_dim, 64);
+}
+
+TEST(RopeConfig, HfLayoutByModelClass) {
+  EXPECT_EQ(hf_rope_layout(llama2_json()), rope_layout::half);
+  EXPECT_EQ(hf_rope_layout(nlohmann::json{{"model_type", "gptj"}}), rope_layout::interleaved);
+  EXPECT_EQ(hf_rope_layout(nlohmann::json{{"head_dim", 64}}), std::nullopt);
+}

@@ -60,7 +60,51 @@ std::optional<T> first_of(std::optional<T> a, const std::string& a_name, std::op
   return a ? a : b;
 }
 
+constexpr int64_t max_config_head_dim = int64_t{1} << 20;
+constexpr int64_t max_config_length = int64_t{1} << 53;
+
+// The scaling block's type name ("default" when there is no block or no name).
+std::string scaling_type_name(const json& rs) {
+  for (const char* key : {"rope_type", "type"})
+    if (present(rs, key) && rs.at(key).is_string()) return rs.at(key).get<std::string>();
+  return "default";
+}
+
+// The transformers model class of a config: model_type, else the first architecture's name
+// mapped to its model_type for the classes posenc distinguishes ("" when neither says).
+std::string model_class(const json& j) {
+  if (present(j, "model_type") && j.at("model_type").is_string())
+    return j.at("model_type").get<std::string>();
+  if (present(j, "architectures") && j.at("architectures").is_array())
+    for (const auto& a : j.at("architectures")) {
+      if (!a.is_string()) continue;
+      const auto n = a.get<std::string>();
+      if (n.rfind("Llama", 0) == 0) return "llama";
+      if (n.rfind("GPTNeoX", 0) == 0) return "gpt_neox";
+      if (n.rfind("Phi3", 0) == 0) return "phi3";
+      return n;
+    }
+  return "";
+}
+
+// Model classes whose rotary embedding applies partial_rotary_factor (rotary_pct) for the
+// default type.
+bool applies_partial(const std::string& model_type) {
+  static const std::set<std::string> known = {"gpt_neox", "gpt_neox_japanese", "phi3",     "phi",
+                                              "phimoe",   "stablelm",          "persimmon"};
+  return known.count(model_type) > 0;
+}
+
 }  // namespace
+
+std::optional<rope_layout> hf_rope_layout(const nlohmann::json& config) {
+  if (!config.is_object()) return std::nullopt;
+  const std::string mt = model_class(config);
+  if (mt.empty()) return std::nullopt;
+  static const std::set<std::string> interleaved = {"gptj",    "codegen",     "cohere",
+                                                    "cohere2", "deepseek_v2", "deepseek_v3"};
+  return interleaved.count(mt) ? rope_layout::interleaved : rope_layout::half;
+}
 
 rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::string>* warnings) {
   if (!j.is_object()) fail("config must be a JSON object, got {}", j.type_name());
@@ -102,9 +146,13 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
                    warnings);
   c.theta = theta.value_or(10000.0);
 
-  // head_dim: MLA's rotary head (qk_rope_head_dim) > head_dim > hidden_size / heads.
+  // head_dim: MLA's rotary head (qk_rope_head_dim) > head_dim > hidden_size / heads. Every
+  // size read from a config is bounded before it sizes anything (a head_dim of 10^9 would
+  // otherwise allocate and compute 5 * 10^8 frequencies).
   if (auto q = get_int(j, "qk_rope_head_dim", "")) {
     c.head_dim = *q;
+    if (c.head_dim < 2 || c.head_dim > max_config_head_dim)
+      fail("qk_rope_head_dim must be in [2, {}], got {}", max_config_head_dim, c.head_dim);
   } else if (auto h = get_int(j, "head_dim", "")) {
     c.head_dim = *h;
   } else {
@@ -121,7 +169,8 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
           *hs, *nh);
     c.head_dim = *hs / *nh;
   }
-  if (c.head_dim < 2) fail("head_dim must be >= 2, got {}", c.head_dim);
+  if (c.head_dim < 2 || c.head_dim > max_config_head_dim)
+    fail("head_dim must be in [2, {}], got {}", max_config_head_dim, c.head_dim);
 
   // rotary width
   auto prf =
@@ -135,6 +184,25 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
     fail("partial_rotary_factor ({}) times head_dim ({}) must be an even integer, got {}",
          prf.value_or(1.0), c.head_dim, rd);
   c.rotary_dim = static_cast<int64_t>(std::round(rd));
+  // transformers' Llama rotary class computes the default frequencies over head_dim and ignores
+  // partial_rotary_factor; GPT-NeoX's and Phi-3's (and the generic scaled types) apply it.
+  if (prf && *prf != 1 && scaling_type_name(*rs) == "default") {
+    const std::string mt = model_class(j);
+    if (mt == "llama") {
+      warnings->push_back(fmt::format(
+          "model_type llama: transformers' Llama rotary class ignores partial_rotary_factor = {} "
+          "for rope_type default (GPT-NeoX and Phi-3 apply it); rotary_dim = head_dim = {}",
+          *prf, c.head_dim));
+      prf.reset();
+      c.rotary_dim = c.head_dim;
+    } else if (!mt.empty() && !applies_partial(mt)) {
+      warnings->push_back(fmt::format(
+          "model_type {}: posenc does not know whether this model class applies "
+          "partial_rotary_factor = {} for rope_type default; applying it (GPT-NeoX and Phi-3 do, "
+          "Llama's class ignores it)",
+          mt, *prf));
+    }
+  }
   if (auto r = get_int(j, "rotary_dim", "")) {
     if (prf && *r != c.rotary_dim)
       fail("rotary_dim ({}) disagrees with head_dim * partial_rotary_factor ({})", *r,
@@ -146,15 +214,16 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
 
   // lengths
   c.max_position_embeddings = get_int(j, "max_position_embeddings", "").value_or(0);
-  if (c.max_position_embeddings < 0)
-    fail("max_position_embeddings must be >= 0, got {}", c.max_position_embeddings);
+  if (c.max_position_embeddings < 0 || c.max_position_embeddings > max_config_length)
+    fail("max_position_embeddings must be in [0, 2^53], got {}", c.max_position_embeddings);
   auto ompe = first_of(get_int(*rs, "original_max_position_embeddings", px),
                        px + "original_max_position_embeddings",
                        get_int(j, "original_max_position_embeddings", ""),
                        "original_max_position_embeddings", warnings);
   c.original_max_position_embeddings = ompe.value_or(0);
-  if (c.original_max_position_embeddings < 0)
-    fail("original_max_position_embeddings must be >= 0, got {}",
+  if (c.original_max_position_embeddings < 0 ||
+      c.original_max_position_embeddings > max_config_length)
+    fail("original_max_position_embeddings must be in [0, 2^53], got {}",
          c.original_max_position_embeddings);
 
   if (!has_block) {
