@@ -1,6 +1,7 @@
-// `posenc rope freqs` and `posenc rope apply` end to end: JSON output for real configs and
-// explicit parameters, precedence warnings on stderr, .npy round trips in both dtypes, and
-// malformed inputs (exit code 2, no output file).
+// `posenc rope freqs`, `posenc rope apply` and `posenc rope diff` end to end: JSON output for
+// real configs, GGUF files and explicit parameters, precedence warnings on stderr, .npy round
+// trips in both dtypes, the diff's verdicts and causes, and malformed inputs (exit code 2, no
+// output file).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
+#include "test_gguf_writer.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;
@@ -213,4 +215,256 @@ TEST(CliRope, CheckGroupRopePasses) {
   auto j = run_json({"check", "--group", "rope", "--format", "json"});
   EXPECT_EQ(j["passed"], true);
   EXPECT_GE(j["checks"].size(), 10u);
+}
+
+namespace {
+
+// Llama 3.1's divisor as llama.cpp's converter computes it (Meta's formula, written here).
+double llama3_divisor(double omega) {
+  const double wavelen = 2 * M_PI / omega, lo = 1, hi = 4, orig = 8192, factor = 8;
+  if (wavelen < orig / hi) return 1;
+  if (wavelen > orig / lo) return factor;
+  const double smooth = (orig / wavelen - lo) / (hi - lo);
+  return 1 / ((1 - smooth) / factor + smooth);
+}
+
+// GGUF files as llama.cpp's converter writes them for the configs under tests/data/rope.
+struct gguf_files {
+  test::temp_dir dir;
+  std::string llama31, phi3, phi3_swapped, qwen_yarn, qwen_yarn_no_magnitude,
+      qwen_yarn_magnitude_twice, truncated, big_endian;
+  gguf_files() {
+    using posenc::test::gguf_writer;
+    auto base = [](const std::string& arch, uint32_t embd, uint32_t heads, uint32_t rot,
+                   float theta, uint32_t ctx) {
+      gguf_writer w;
+      w.add_string("general.architecture", arch);
+      w.add_u32(arch + ".context_length", ctx);
+      w.add_u32(arch + ".embedding_length", embd);
+      w.add_u32(arch + ".attention.head_count", heads);
+      w.add_u32(arch + ".rope.dimension_count", rot);
+      w.add_f32(arch + ".rope.freq_base", theta);
+      return w;
+    };
+    {
+      auto w = base("llama", 4096, 32, 128, 500000.0f, 131072);
+      std::vector<float> d;
+      for (int i = 0; i < 64; ++i)
+        d.push_back(static_cast<float>(
+            llama3_divisor(1.0f / std::pow(500000.0f, static_cast<float>(2 * i) / 128.0f))));
+      w.add_tensor_f32("rope_freqs.weight", {64}, d);
+      llama31 = dir.file("llama31.gguf");
+      w.write(llama31);
+      auto b = w.bytes();
+      truncated = dir.file("truncated.gguf");
+      write_file_atomic(truncated, std::string(b.begin(), b.begin() + 100));
+      std::swap(b[4], b[7]);  // version 3 written big-endian
+      big_endian = dir.file("big_endian.gguf");
+      write_file_atomic(big_endian, std::string(b.begin(), b.end()));
+    }
+    {
+      const auto j = json::parse(test::read_text(data("phi3_vision_128k_longrope.json")));
+      std::vector<float> sf, lf;
+      for (const auto& x : j["rope_scaling"]["short_factor"]) sf.push_back(x.get<float>());
+      for (const auto& x : j["rope_scaling"]["long_factor"]) lf.push_back(x.get<float>());
+      for (bool swap : {false, true}) {
+        auto w = base("phi3", 3072, 32, 96, 10000.0f, 131072);
+        w.add_u32("phi3.rope.scaling.original_context_length", 4096);
+        w.add_f32("phi3.rope.scaling.attn_factor",
+                  static_cast<float>(std::sqrt(1 + std::log(32.0) / std::log(4096.0))));
+        w.add_tensor_f32("rope_factors_long.weight", {48}, swap ? sf : lf);
+        w.add_tensor_f32("rope_factors_short.weight", {48}, swap ? lf : sf);
+        (swap ? phi3_swapped : phi3) = dir.file(swap ? "phi3_swapped.gguf" : "phi3.gguf");
+        w.write(swap ? phi3_swapped : phi3);
+      }
+    }
+    // Qwen2.5 YaRN (factor 4): no attn_factor (HF's 0.1 ln 4 + 1), 1 (magnitude dropped), and
+    // (0.1 ln 4 + 1)^2 (applied twice).
+    const double m = 0.1 * std::log(4.0) + 1;
+    for (int k = 0; k < 3; ++k) {
+      auto w = base("qwen2", 3584, 28, 128, 1000000.0f, 32768);
+      w.add_string("qwen2.rope.scaling.type", "yarn");
+      w.add_f32("qwen2.rope.scaling.factor", 4.0f);
+      w.add_u32("qwen2.rope.scaling.original_context_length", 32768);
+      if (k == 1) w.add_f32("qwen2.rope.scaling.attn_factor", 1.0f);
+      if (k == 2) w.add_f32("qwen2.rope.scaling.attn_factor", static_cast<float>(m * m));
+      std::string& path = k == 0   ? qwen_yarn
+                          : k == 1 ? qwen_yarn_no_magnitude
+                                   : qwen_yarn_magnitude_twice;
+      path = dir.file("qwen" + std::to_string(k) + ".gguf");
+      w.write(path);
+    }
+  }
+};
+
+}  // namespace
+
+// `rope freqs --gguf` prints what `--hf-config` prints for the config the file came from.
+TEST(CliRope, FreqsFromGgufMatchHfConfig) {
+  gguf_files g;
+  struct pair_case {
+    std::string gguf, hf, seq_len;
+  };
+  for (const auto& c : std::vector<pair_case>{{g.llama31, "llama3_1_8b.json", "0"},
+                                              {g.phi3, "phi3_vision_128k_longrope.json", "0"},
+                                              {g.phi3, "phi3_vision_128k_longrope.json", "8192"},
+                                              {g.qwen_yarn, "qwen2_5_7b_yarn.json", "0"}}) {
+    const auto a = run_json(
+        {"rope", "freqs", "--hf-config", data(c.hf), "--format", "json", "--seq-len", c.seq_len});
+    test::cli_result r;
+    const auto b = run_json(
+        {"rope", "freqs", "--gguf", c.gguf, "--format", "json", "--seq-len", c.seq_len}, &r);
+    for (const char* k : {"rotary_dim", "scaling", "head_dim", "theta", "factor", "seq_len"})
+      EXPECT_EQ(a[k], b[k]) << c.hf << " " << k;
+    EXPECT_NEAR(a["attention_factor"].get<double>(), b["attention_factor"].get<double>(),
+                0x1p-22 * a["attention_factor"].get<double>())
+        << c.hf;
+    ASSERT_EQ(a["inv_freq"].size(), b["inv_freq"].size());
+    for (size_t i = 0; i < a["inv_freq"].size(); ++i) {
+      const double x = a["inv_freq"][i], y = b["inv_freq"][i];
+      EXPECT_NEAR(x, y, 0x1p-22 * x) << c.hf << " pair " << i;
+    }
+  }
+  // The checked-in fixture: Llama 3.1 at head_dim 64 (text output, first line).
+  const auto r =
+      test::run_cli({"rope", "freqs", "--gguf",
+                     std::string(POSENC_SOURCE_DIR) + "/tests/data/gguf/tiny_llama3.gguf"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')),
+            "scaling llama3, head_dim 64, rotary_dim 64, theta 500000, factor 8, "
+            "attention_factor 1, seq_len 0");
+}
+
+TEST(CliRope, BadGgufExits2NamingOffsetAndField) {
+  gguf_files g;
+  struct bad_case {
+    std::string path, message;
+  };
+  for (const auto& c :
+       std::vector<bad_case>{{g.truncated, "truncated.gguf: offset "},
+                             {g.big_endian, "offset 4: version: big-endian GGUF"},
+                             {g.dir.file("missing.gguf"), "missing.gguf"},
+                             {data("llama2_7b.json"), "offset 0: magic: not a GGUF file"}}) {
+    const auto r = test::run_cli({"rope", "freqs", "--gguf", c.path});
+    EXPECT_EQ(r.exit_code, 2) << c.message;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  const auto r = test::run_cli(
+      {"rope", "freqs", "--gguf", g.llama31, "--hf-config", data("llama3_1_8b.json")});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+// Regression: "head_dim": 1000000000 ran for more than 10 s; a size above 2^20 is refused.
+TEST(CliRope, HugeHeadDimInConfigExits2) {
+  test::temp_dir d;
+  auto j = json::parse(test::read_text(data("llama2_7b.json")));
+  j["head_dim"] = 2097152;
+  write_file_atomic(d.file("c.json"), j.dump());
+  auto r = test::run_cli({"rope", "freqs", "--hf-config", d.file("c.json")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("head_dim must be in [2, 1048576], got 2097152"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty());
+  j["head_dim"] = 1000000000;
+  write_file_atomic(d.file("c.json"), j.dump());
+  r = test::run_cli({"rope", "freqs", "--hf-config", d.file("c.json")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("got 1000000000"), std::string::npos) << r.err;
+}
+
+// `rope diff`: exit 0 when equivalent within float32, 1 with the likely cause when not.
+TEST(CliRope, DiffEquivalentSidesExit0) {
+  gguf_files g;
+  for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{
+           {"hf:" + data("llama3_1_8b.json"), "gguf:" + g.llama31},
+           {data("llama3_1_8b.json"), g.llama31},  // detected by content
+           {"hf:" + data("phi3_vision_128k_longrope.json"), "gguf:" + g.phi3},
+           {"hf:" + data("qwen2_5_7b_yarn.json"), "gguf:" + g.qwen_yarn},
+           {"hf:" + data("llama3_1_8b.json"),
+            "params:head-dim=128,theta=500000,scaling=llama3,factor=8,original-max-pos=8192,"
+            "low-freq-factor=1,high-freq-factor=4,layout=half"}}) {
+    const auto r = test::run_cli({"rope", "diff", a, b});
+    EXPECT_EQ(r.exit_code, 0) << a << " vs " << b << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("verdict: equivalent within float32"), std::string::npos) << r.out;
+  }
+  // The layout of a llama GGUF (ggml NORM on permuted rows) is HF's half on the checkpoint.
+  const auto r = test::run_cli(
+      {"rope", "diff", "hf:" + data("llama3_1_8b.json"), "gguf:" + g.llama31, "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = json::parse(r.out);
+  EXPECT_EQ(j["A"]["layout"], "half");
+  EXPECT_EQ(j["B"]["layout"], "half");
+  EXPECT_NE(j["B"]["layout_note"].get<std::string>().find("permuted"), std::string::npos);
+  EXPECT_EQ(j["pairs_differing"], 0);
+  EXPECT_EQ(j["pairs"].size(), 64u);
+  EXPECT_LE(j["max_rel_difference"].get<double>(), 0x1p-23);
+}
+
+TEST(CliRope, DiffNamesTheLikelyCause) {
+  gguf_files g;
+  struct diff_case {
+    std::string a, b, cause;
+  };
+  const std::string llama31 = "hf:" + data("llama3_1_8b.json");
+  for (const auto& c : std::vector<diff_case>{
+           // Llama 3.1 converted without rope_freqs: plain RoPE at theta 500000.
+           {llama31, "params:head-dim=128,theta=500000",
+            "Llama 3.1 smoothing missing in B: A is llama3 (factor 8, low_freq_factor 1, "
+            "high_freq_factor 4), B is default"},
+           // A linear factor dropped.
+           {"params:head-dim=64,scaling=linear,factor=4", "params:head-dim=64",
+            "factor 4 applied on one side only"},
+           {"params:head-dim=64,scaling=linear,factor=4",
+            "params:head-dim=64,scaling=linear,factor=16",
+            "factor 4 applied twice in B (16 = 4^2)"},
+           // Phi-3's factor tensors exchanged, at a short and a long length.
+           {"hf:" + data("phi3_vision_128k_longrope.json"), "gguf:" + g.phi3_swapped,
+            "LongRoPE long/short swapped"},
+           // YaRN's magnitude dropped or applied twice.
+           {"hf:" + data("qwen2_5_7b_yarn.json"), "gguf:" + g.qwen_yarn_no_magnitude,
+            "YaRN magnitude 0.1 ln(4) + 1 = 1.138629436111989 missing in B"},
+           {"hf:" + data("qwen2_5_7b_yarn.json"), "gguf:" + g.qwen_yarn_magnitude_twice,
+            "YaRN magnitude 1.138629436111989 applied twice in B"},
+           // Pythia's rotary_pct lost.
+           {"hf:" + data("pythia_70m.json"), "params:head-dim=64",
+            "partial rotary width lost: rotary_dim 16 in A, 64 in B"},
+           // Same frequencies, other pairing.
+           {"params:head-dim=64,layout=half", "params:head-dim=64,layout=interleaved",
+            "NeoX/GPT-J layout: A pairs half"},
+           {"params:head-dim=64", "params:head-dim=64,theta=500000",
+            "rope_theta differs: 10000 in A, 500000 in B"}}) {
+    const auto r = test::run_cli({"rope", "diff", c.a, c.b});
+    EXPECT_EQ(r.exit_code, 1) << c.a << " vs " << c.b << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("verdict: differ"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("likely cause: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.cause), std::string::npos) << c.cause << "\n" << r.out;
+  }
+  // Swapped LongRoPE tensors at a long length too.
+  const auto r = test::run_cli({"rope", "diff", "hf:" + data("phi3_vision_128k_longrope.json"),
+                                "gguf:" + g.phi3_swapped, "--seq-len", "100000"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("B's short_factor gives A's frequencies at seq_len 100000"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(CliRope, DiffBadSidesExit2) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"rope", "diff", "params:head-dim=64,bogus=1", "params:head-dim=64"},
+           {"rope", "diff", "params:head-dim=64", "params:head-dim"},
+           {"rope", "diff", "params:head-dim=64", "params:head-dim=64,layout=neox"},
+           {"rope", "diff", "hf:", "params:head-dim=64"},
+           {"rope", "diff", "gguf:/nonexistent/m.gguf", "params:head-dim=64"},
+           {"rope", "diff", "params:head-dim=64"},
+           {"rope", "diff", "params:head-dim=64", "params:head-dim=64", "--seq-len", "-1"}}) {
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args[2] << " " << args.back() << ": " << r.out << r.err;
+    EXPECT_FALSE(r.err.empty());
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  const auto r =
+      test::run_cli({"rope", "diff", "params:head-dim=64,bogus=1", "params:head-dim=64"});
+  EXPECT_NE(r.err.find("A: unknown parameter 'bogus'; allowed: "), std::string::npos) << r.err;
 }

@@ -1,24 +1,32 @@
-// posenc rope freqs | rope apply: RoPE frequencies for a model config or explicit parameters,
-// and the rotation of a (T, H, D) .npy tensor at given positions. Thin: parse, call the
+// posenc rope freqs | rope apply | rope diff: RoPE frequencies for a model config (Hugging Face
+// config.json or GGUF) or explicit parameters, the rotation of a (T, H, D) .npy tensor at given
+// positions, and the comparison of two such configurations pair by pair. Thin: parse, call the
 // library, print.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
+#include "posenc/core/file.hpp"
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/gguf.hpp"
 
 namespace posenc::cli {
 namespace {
 
-// Either --hf-config FILE or explicit parameters, which are turned into the equivalent
-// config.json keys and read by the same code (same validation, precedence and warnings).
+// Either --hf-config FILE, --gguf FILE or explicit parameters, which are turned into the
+// equivalent config.json keys and read by the same code (same validation, precedence and
+// warnings). A GGUF file's metadata is mapped to those keys too (formats/gguf.hpp).
 struct rope_params {
-  std::string hf_config;
+  std::string hf_config, gguf;
   int64_t head_dim = 0;
   double theta = 10000, partial = 1, factor = 1;
   std::string scaling = "default";
@@ -30,6 +38,8 @@ struct rope_params {
   double low_freq_factor = 1, high_freq_factor = 4;
   int64_t seq_len = -1;  // -1: not given
   CLI::App* sub = nullptr;
+  // Explicit parameters set from a `params:` spec of rope diff (flag names with "--").
+  std::set<std::string> set_names;
 };
 
 struct freqs_opts {
@@ -75,22 +85,33 @@ void add_rope_params(CLI::App* sub, rope_params& p) {
       sub->add_option("--low-freq-factor", p.low_freq_factor, "llama3 low_freq_factor"));
   params.push_back(
       sub->add_option("--high-freq-factor", p.high_freq_factor, "llama3 high_freq_factor"));
-  for (auto* o : params) cfg->excludes(o);
+  auto* gg = sub->add_option("--gguf", p.gguf,
+                             "GGUF model file (llama.cpp): RoPE keys and factor tensors, read "
+                             "without loading the weights");
+  gg->excludes(cfg);
+  for (auto* o : params) cfg->excludes(o), gg->excludes(o);
   sub->add_option("--seq-len", p.seq_len, "Current sequence length (drives dynamic and longrope)");
 }
 
 bool given(const rope_params& p, const char* name) {
-  return p.sub->count(name) > 0;
+  return p.sub ? p.sub->count(name) > 0 : p.set_names.count(name) > 0;
+}
+
+void print_warnings(const std::vector<std::string>& warnings, const std::string& prefix = "") {
+  for (const auto& w : warnings)
+    std::fprintf(stderr, "posenc: warning: %s%s\n", prefix.c_str(), w.c_str());
 }
 
 // Builds the config and prints any precedence warnings on stderr.
-rope_config make_config(const rope_params& p) {
+rope_config make_config(const rope_params& p, const std::string& prefix = "") {
   std::vector<std::string> warnings;
   rope_config c;
   if (!p.hf_config.empty()) {
     c = rope_config_from_file(p.hf_config, &warnings);
+  } else if (!p.gguf.empty()) {
+    c = gguf_rope_config(gguf_read(p.gguf), &warnings).config;
   } else {
-    if (!given(p, "--head-dim")) fail("--head-dim (or --hf-config) is required");
+    if (!given(p, "--head-dim")) fail("--head-dim (or --hf-config or --gguf) is required");
     if (p.head_dim < 2 || p.head_dim > (int64_t{1} << 20))
       fail("--head-dim must be in [2, 2^20], got {}", p.head_dim);
     nlohmann::json j;
@@ -122,7 +143,7 @@ rope_config make_config(const rope_params& p) {
     if (type != rope_type::default_ || rs.size() > 1) j["rope_scaling"] = rs;
     c = rope_config_from_json(j, &warnings);
   }
-  for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
+  print_warnings(warnings, prefix);
   return c;
 }
 
@@ -222,6 +243,423 @@ void run_apply(const apply_opts& o) {
   }
 }
 
+// ---- rope diff -------------------------------------------------------------------------------
+
+// One side of a comparison: where it came from, its config, frequencies and pair layout
+// relative to the checkpoint's q/k rows.
+struct diff_side {
+  std::string name;  // "A" or "B"
+  std::string spec;  // as given
+  std::string kind;  // hf, gguf, params
+  rope_config c;
+  rope_freqs f;
+  std::optional<rope_layout> layout;
+  std::string layout_note;
+};
+
+// "k=v,k=v" with the flag names of rope freqs (without "--"); list values separated by ';'.
+rope_params parse_params_spec(const std::string& spec, const std::string& arg,
+                              std::optional<rope_layout>* layout) {
+  rope_params p;
+  static const std::set<std::string> keys = {
+      "head-dim",         "theta",        "partial",          "scaling",
+      "factor",           "max-pos",      "original-max-pos", "beta-fast",
+      "beta-slow",        "truncate",     "attention-factor", "mscale",
+      "mscale-all-dim",   "short-factor", "long-factor",      "low-freq-factor",
+      "high-freq-factor", "layout"};
+  std::string allowed;
+  for (const auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string tok = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    const size_t eq = tok.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail("{}: each parameter must be key=value, got '{}' in '{}'", arg, tok, spec);
+    const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
+    if (!keys.count(k)) fail("{}: unknown parameter '{}'; allowed: {}", arg, k, allowed);
+    const std::string what = fmt::format("{} {}", arg, k);
+    auto number = [&]() {
+      const auto d = parse_doubles(v, what);
+      if (d.size() != 1) fail("{} must be one number, got '{}'", what, v);
+      return d[0];
+    };
+    auto integer = [&]() {
+      const auto d = parse_ints(v, what);
+      if (d.size() != 1) fail("{} must be one integer, got '{}'", what, v);
+      return d[0];
+    };
+    auto list = [&]() {
+      std::string t = v;
+      std::replace(t.begin(), t.end(), ';', ',');
+      return t;
+    };
+    if (k == "head-dim")
+      p.head_dim = integer();
+    else if (k == "theta")
+      p.theta = number();
+    else if (k == "partial")
+      p.partial = number();
+    else if (k == "scaling")
+      p.scaling = v;
+    else if (k == "factor")
+      p.factor = number();
+    else if (k == "max-pos")
+      p.max_pos = integer();
+    else if (k == "original-max-pos")
+      p.original_max_pos = integer();
+    else if (k == "beta-fast")
+      p.beta_fast = number();
+    else if (k == "beta-slow")
+      p.beta_slow = number();
+    else if (k == "truncate")
+      p.truncate = v;
+    else if (k == "attention-factor")
+      p.attention_factor = number();
+    else if (k == "mscale")
+      p.mscale = number();
+    else if (k == "mscale-all-dim")
+      p.mscale_all_dim = number();
+    else if (k == "short-factor")
+      p.short_factor = list();
+    else if (k == "long-factor")
+      p.long_factor = list();
+    else if (k == "low-freq-factor")
+      p.low_freq_factor = number();
+    else if (k == "high-freq-factor")
+      p.high_freq_factor = number();
+    else if (k == "layout")
+      *layout = rope_layout_from_name(v, what);
+    p.set_names.insert("--" + k);
+  }
+  return p;
+}
+
+bool file_starts_with_gguf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char m[4] = {};
+  return in.read(m, 4) && std::string(m, 4) == "GGUF";
+}
+
+diff_side make_side(const std::string& name, const std::string& spec, int64_t seq_len) {
+  diff_side s;
+  s.name = name;
+  s.spec = spec;
+  const std::string arg = name;
+  std::string kind, rest = spec;
+  for (const char* k : {"hf", "gguf", "params"}) {
+    const std::string pre = std::string(k) + ":";
+    if (spec.rfind(pre, 0) == 0) kind = k, rest = spec.substr(pre.size());
+  }
+  if (kind.empty()) kind = file_starts_with_gguf(spec) ? "gguf" : "hf";
+  if (rest.empty())
+    fail("{} must be hf:CONFIG.json, gguf:MODEL.gguf, params:KEY=VALUE,... or a file, got '{}'",
+         arg, spec);
+  s.kind = kind;
+  std::vector<std::string> warnings;
+  const std::string prefix = name + ": ";
+  if (kind == "hf") {
+    s.c = rope_config_from_file(rest, &warnings);
+    const auto bytes = read_file(rest);
+    const auto j =
+        nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
+                              reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+    s.layout = hf_rope_layout(j);
+    s.layout_note = s.layout ? "transformers, by model_type" : "config names no model class";
+  } else if (kind == "gguf") {
+    const auto g = gguf_rope_config(gguf_read(rest), &warnings);
+    s.c = g.config;
+    s.layout = g.layout;
+    if (!g.layout) {
+      s.layout_note = fmt::format("architecture {} not in posenc's table", g.arch);
+    } else if (g.permuted_from_hf) {
+      // ggml NORM on q/k rows that llama.cpp's converter permuted from HF's half layout: the
+      // rotation of the original checkpoint's pairs is HF's half.
+      s.layout = rope_layout::half;
+      s.layout_note =
+          fmt::format("arch {}: ggml NORM on q/k rows permuted by the converter", g.arch);
+    } else {
+      s.layout_note =
+          fmt::format("arch {}: ggml {}", g.arch, *g.layout == rope_layout::half ? "NEOX" : "NORM");
+    }
+  } else {
+    rope_params p = parse_params_spec(rest, arg, &s.layout);
+    s.c = make_config(p, prefix);
+    s.layout_note = s.layout ? "given" : "not given";
+  }
+  print_warnings(warnings, prefix);
+  s.f = rope_frequencies(s.c, seq_len);
+  return s;
+}
+
+struct diff_opts {
+  std::string a, b;
+  int64_t seq_len = 0;
+  bool all = false;
+  out_format format = out_format::text;
+};
+
+// Relative tolerance for "equivalent within float32": two float32 roundings of one value
+// differ by at most 2 * 2^-24 relative.
+constexpr double f32_rel = 0x1p-23;
+
+bool close(double x, double y, double rel = f32_rel) {
+  return std::fabs(x - y) <= rel * std::max(std::fabs(x), std::fabs(y));
+}
+
+bool all_close(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!close(x[i], y[i])) return false;
+  return true;
+}
+
+std::string side_summary(const diff_side& s) {
+  return fmt::format(
+      "scaling {}, head_dim {}, rotary_dim {}, theta {}, factor {}, attention_factor {}, "
+      "layout {} ({})",
+      rope_type_name(s.c.type), s.c.head_dim, s.c.rotary_dim, num(s.c.theta), num(s.c.factor),
+      num(s.f.attention_factor), s.layout ? rope_layout_name(*s.layout) : "unknown", s.layout_note);
+}
+
+// Frequencies of a longrope side with the other factor list than the one seq_len selected.
+std::optional<std::vector<double>> longrope_other(const diff_side& s, int64_t seq_len) {
+  if (s.c.type != rope_type::longrope) return std::nullopt;
+  const int64_t orig = s.c.original_max_position_embeddings > 0
+                           ? s.c.original_max_position_embeddings
+                           : s.c.max_position_embeddings;
+  const bool uses_long = seq_len > orig;
+  return rope_frequencies(s.c, uses_long ? 0 : orig + 1).inv_freq;
+}
+
+// The known patterns behind a difference, most specific first.
+std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, int64_t seq_len,
+                                       const std::vector<double>& ratio, bool freqs_same,
+                                       bool attn_same) {
+  std::vector<std::string> out;
+  const auto& a = A.f;
+  const auto& b = B.f;
+  if (A.c.rotary_dim != B.c.rotary_dim)
+    out.push_back(
+        fmt::format("partial rotary width lost: rotary_dim {} in A, {} in B (head_dim {} / {}); "
+                    "partial_rotary_factor applied on one side only",
+                    A.c.rotary_dim, B.c.rotary_dim, A.c.head_dim, B.c.head_dim));
+  if (A.layout && B.layout && *A.layout != *B.layout)
+    out.push_back(fmt::format(
+        "NeoX/GPT-J layout: A pairs {} ({}), B pairs {} ({}); a q/k permutation missing or "
+        "applied twice in conversion",
+        rope_layout_name(*A.layout),
+        *A.layout == rope_layout::half ? "x[i], x[i+R/2]" : "x[2i], x[2i+1]",
+        rope_layout_name(*B.layout),
+        *B.layout == rope_layout::half ? "x[i], x[i+R/2]" : "x[2i], x[2i+1]"));
+  if (!freqs_same && A.c.rotary_dim == B.c.rotary_dim) {
+    // LongRoPE: the other list of one side gives the other side's frequencies.
+    for (const auto* x : {&A, &B}) {
+      const auto* y = x == &A ? &B : &A;
+      if (auto other = longrope_other(*x, seq_len); other && all_close(*other, y->f.inv_freq))
+        out.push_back(
+            fmt::format("LongRoPE long/short swapped: {}'s {} gives {}'s frequencies at seq_len {} "
+                        "(factor lists exchanged, or the switch at another length)",
+                        x->name,
+                        seq_len > (x->c.original_max_position_embeddings > 0
+                                       ? x->c.original_max_position_embeddings
+                                       : x->c.max_position_embeddings)
+                            ? "short_factor"
+                            : "long_factor",
+                        y->name, seq_len));
+    }
+    const size_t n = ratio.size();
+    bool uniform = true;
+    for (double r : ratio) uniform = uniform && close(r, ratio[0], 0x1p-20);
+    const double sa = A.c.factor, sb = B.c.factor;
+    if (uniform) {
+      const double r = ratio[0];
+      std::string what =
+          fmt::format("every pair's frequency differs by the same ratio B/A = {}", num(r));
+      // r = s_A / s_B for two linear-type sides: one factor the other's square is a factor
+      // applied twice; r equal to one side's factor (or its inverse) is a factor not applied.
+      const auto twice = [&](double s, double s2) {
+        return s > 1 && close(s2, s * s, 0x1p-20) && close(r, sa / sb, 0x1p-20);
+      };
+      if (twice(sa, sb) || twice(sb, sa)) {
+        const bool b_twice = sb > sa;
+        what += fmt::format("; factor {} applied twice in {} ({} = {}^2)", num(b_twice ? sa : sb),
+                            b_twice ? "B" : "A", num(b_twice ? sb : sa), num(b_twice ? sa : sb));
+      } else {
+        for (double s : {sa, sb}) {
+          if (s == 1) continue;
+          if (close(r, 1 / s, 0x1p-20) || close(r, s, 0x1p-20)) {
+            what += fmt::format("; factor {} applied on one side only (linear scaling not applied)",
+                                num(s));
+            break;
+          }
+        }
+      }
+      out.push_back(what);
+    } else if (n >= 2 && close(ratio[0], 1, 0x1p-20) && !close(ratio[n - 1], 1, 0x1p-20)) {
+      // High frequencies agree, low ones do not: a factor applied to the low frequencies only.
+      const auto* scaled = ratio[n - 1] < 1 ? &B : &A;
+      const auto* plain = scaled == &A ? &B : &A;
+      bool theta_pattern = A.c.theta != B.c.theta;
+      if (theta_pattern) {
+        out.push_back(
+            fmt::format("rope_theta differs: {} in A, {} in B", num(A.c.theta), num(B.c.theta)));
+      } else if (scaled->c.type == rope_type::llama3) {
+        out.push_back(fmt::format(
+            "Llama 3.1 smoothing missing in {}: {} is llama3 (factor {}, low_freq_factor {}, "
+            "high_freq_factor {}), {} is {}{}",
+            plain->name, scaled->name, num(scaled->c.factor), num(scaled->c.low_freq_factor),
+            num(scaled->c.high_freq_factor), plain->name, rope_type_name(plain->c.type),
+            plain->c.type == rope_type::llama3 ? " with other llama3 parameters" : ""));
+      } else if (scaled->c.type == rope_type::yarn) {
+        out.push_back(fmt::format("YaRN ramp missing in {}: {} is yarn (factor {}), {} is {}",
+                                  plain->name, scaled->name, num(scaled->c.factor), plain->name,
+                                  rope_type_name(plain->c.type)));
+      } else {
+        out.push_back(fmt::format(
+            "only the low frequencies differ (pair {} onwards): a factor applied to the "
+            "low-frequency pairs on one side only (Llama 3.1 smoothing or a YaRN ramp)",
+            [&] {
+              size_t i = 0;
+              while (i < n && close(ratio[i], 1)) ++i;
+              return i;
+            }()));
+      }
+    } else if (A.c.theta != B.c.theta) {
+      out.push_back(
+          fmt::format("rope_theta differs: {} in A, {} in B", num(A.c.theta), num(B.c.theta)));
+    }
+  }
+  if (!attn_same) {
+    const double lo = std::min(a.attention_factor, b.attention_factor);
+    const double hi = std::max(a.attention_factor, b.attention_factor);
+    const auto* big = a.attention_factor > b.attention_factor ? &A : &B;
+    const auto* small = big == &A ? &B : &A;
+    std::string what = fmt::format("attention factor {} in A, {} in B", num(a.attention_factor),
+                                   num(b.attention_factor));
+    bool named = false;
+    for (const auto* x : {&A, &B}) {
+      if (named || x->c.factor <= 1) continue;
+      const double m = 0.1 * std::log(x->c.factor) + 1;  // YaRN's default magnitude
+      if (close(hi, m, 0x1p-20) && close(lo, 1, 0x1p-20))
+        what += fmt::format("; YaRN magnitude 0.1 ln({}) + 1 = {} missing in {}", num(x->c.factor),
+                            num(m), small->name),
+            named = true;
+      else if (close(hi, m * m, 0x1p-20) && close(lo, m, 0x1p-20))
+        what += fmt::format("; YaRN magnitude {} applied twice in {}", num(m), big->name),
+            named = true;
+      else if (close(hi, m * m, 0x1p-20) && close(lo, 1, 0x1p-20))
+        what += fmt::format("; YaRN magnitude {} applied twice in {} and missing in {}", num(m),
+                            big->name, small->name),
+            named = true;
+      const int64_t orig = x->c.original_max_position_embeddings;
+      if (!named && orig > 1) {
+        const double l = std::sqrt(1 + std::log(x->c.factor) / std::log(static_cast<double>(orig)));
+        if (close(hi, l, 0x1p-20) && close(lo, 1, 0x1p-20))
+          what += fmt::format("; LongRoPE magnitude sqrt(1 + ln {} / ln {}) = {} missing in {}",
+                              num(x->c.factor), orig, num(l), small->name),
+              named = true;
+      }
+    }
+    out.push_back(what);
+  }
+  return out;
+}
+
+void run_diff(const diff_opts& o) {
+  if (o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
+  const auto A = make_side("A", o.a, o.seq_len);
+  const auto B = make_side("B", o.b, o.seq_len);
+  const size_t n = std::min(A.f.inv_freq.size(), B.f.inv_freq.size());
+  std::vector<double> ratio(n);
+  size_t n_diff = 0, worst = 0;
+  double worst_rel = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ratio[i] = B.f.inv_freq[i] / A.f.inv_freq[i];
+    const double rel = std::fabs(ratio[i] - 1);
+    if (!close(A.f.inv_freq[i], B.f.inv_freq[i])) ++n_diff;
+    if (rel > worst_rel) worst_rel = rel, worst = i;
+  }
+  const bool freqs_same = n_diff == 0 && A.f.inv_freq.size() == B.f.inv_freq.size();
+  const bool attn_same = close(A.f.attention_factor, B.f.attention_factor);
+  const bool width_same = A.c.rotary_dim == B.c.rotary_dim;
+  const bool layout_same = !A.layout || !B.layout || *A.layout == *B.layout;
+  const bool equivalent = freqs_same && attn_same && width_same && layout_same;
+  const auto causes = equivalent ? std::vector<std::string>{}
+                                 : likely_causes(A, B, o.seq_len, ratio, freqs_same, attn_same);
+  const char* verdict = equivalent ? "equivalent within float32" : "differ";
+
+  if (o.format == out_format::json) {
+    nlohmann::ordered_json j;
+    for (const auto* s : {&A, &B}) {
+      nlohmann::ordered_json x;
+      x["spec"] = s->spec;
+      x["kind"] = s->kind;
+      x["scaling"] = rope_type_name(s->c.type);
+      x["head_dim"] = s->c.head_dim;
+      x["rotary_dim"] = s->c.rotary_dim;
+      x["theta"] = s->c.theta;
+      x["factor"] = s->c.factor;
+      x["attention_factor"] = s->f.attention_factor;
+      x["layout"] = s->layout ? nlohmann::ordered_json(rope_layout_name(*s->layout)) : nullptr;
+      x["layout_note"] = s->layout_note;
+      j[s->name] = x;
+    }
+    j["seq_len"] = o.seq_len;
+    j["tolerance"] = f32_rel;
+    nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < n; ++i)
+      pairs.push_back({{"pair", i},
+                       {"a", A.f.inv_freq[i]},
+                       {"b", B.f.inv_freq[i]},
+                       {"ratio", ratio[i]},
+                       {"differs", !close(A.f.inv_freq[i], B.f.inv_freq[i])}});
+    j["pairs"] = pairs;
+    j["pairs_differing"] = n_diff;
+    j["max_rel_difference"] = worst_rel;
+    j["attention_factor_same"] = attn_same;
+    j["rotary_dim_same"] = width_same;
+    j["layout_same"] = layout_same;
+    j["verdict"] = verdict;
+    j["likely_causes"] = causes;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else if (o.format == out_format::csv) {
+    std::printf("pair,inv_freq_a,inv_freq_b,ratio,differs\n");
+    for (size_t i = 0; i < n; ++i)
+      std::printf("%zu,%s,%s,%s,%s\n", i, num(A.f.inv_freq[i]).c_str(),
+                  num(B.f.inv_freq[i]).c_str(), num(ratio[i]).c_str(),
+                  close(A.f.inv_freq[i], B.f.inv_freq[i]) ? "false" : "true");
+  } else {
+    std::printf("A  %s\n   %s\n", A.spec.c_str(), side_summary(A).c_str());
+    std::printf("B  %s\n   %s\n", B.spec.c_str(), side_summary(B).c_str());
+    std::printf("seq_len %lld; tolerance |B/A - 1| <= 2^-23 (float32)\n",
+                static_cast<long long>(o.seq_len));
+    std::printf("pairs: %zu of %zu differ, max |B/A - 1| = %s at pair %zu\n", n_diff, n,
+                num(worst_rel).c_str(), worst);
+    if (n_diff > 0 || o.all) {
+      std::printf("%6s  %-24s %-24s %s\n", "pair", "inv_freq A", "inv_freq B", "B/A");
+      for (size_t i = 0; i < n; ++i)
+        if (o.all || !close(A.f.inv_freq[i], B.f.inv_freq[i]))
+          std::printf("%6zu  %-24s %-24s %s\n", i, num(A.f.inv_freq[i]).c_str(),
+                      num(B.f.inv_freq[i]).c_str(), num(ratio[i]).c_str());
+    }
+    std::printf("attention_factor: %s vs %s (%s)\n", num(A.f.attention_factor).c_str(),
+                num(B.f.attention_factor).c_str(), attn_same ? "same" : "differs");
+    std::printf("rotary_dim: %lld vs %lld (%s)\n", static_cast<long long>(A.c.rotary_dim),
+                static_cast<long long>(B.c.rotary_dim), width_same ? "same" : "differs");
+    std::printf("layout: %s vs %s (%s)\n", A.layout ? rope_layout_name(*A.layout) : "unknown",
+                B.layout ? rope_layout_name(*B.layout) : "unknown",
+                !A.layout || !B.layout ? "not compared"
+                : layout_same          ? "same"
+                                       : "differs");
+    std::printf("verdict: %s\n", verdict);
+    for (const auto& c : causes) std::printf("likely cause: %s\n", c.c_str());
+  }
+  if (!equivalent) throw exit_with{1};
+}
+
 const bool registered = register_command(30, [](CLI::App& app) {
   auto* rope = app.add_subcommand("rope", "Rotary position embedding (RoPE) and its scalings");
   rope->require_subcommand(1);
@@ -245,6 +683,33 @@ const bool registered = register_command(30, [](CLI::App& app) {
   add_rope_params(as, ao->p);
   add_format_option(as, ao->format);
   as->callback([ao] { run_apply(*ao); });
+
+  auto d = std::make_shared<diff_opts>();
+  auto* ds = rope->add_subcommand(
+      "diff",
+      "Compare two RoPE configurations pair by pair (exit 0 equivalent, 1 differ, 2 bad input)");
+  ds->footer(
+      "Each side is one of:\n"
+      "  hf:CONFIG.json          a Hugging Face config.json (as --hf-config)\n"
+      "  gguf:MODEL.gguf         a GGUF file (as --gguf)\n"
+      "  params:KEY=VALUE,...    explicit parameters: the rope freqs flags without '--'\n"
+      "                          (head-dim, theta, partial, scaling, factor, max-pos,\n"
+      "                          original-max-pos, beta-fast, beta-slow, truncate,\n"
+      "                          attention-factor, mscale, mscale-all-dim, low-freq-factor,\n"
+      "                          high-freq-factor, short-factor, long-factor with values\n"
+      "                          separated by ';') and layout=half|interleaved\n"
+      "  FILE                    a GGUF file if it starts with 'GGUF', else a config.json\n"
+      "Equivalent within float32: every pair's inv_freq and the attention factor agree to\n"
+      "2^-23 relative, the rotary widths are equal, and the layouts (relative to the\n"
+      "checkpoint's q/k rows) agree where both are known.\n"
+      "Example: posenc rope diff hf:config.json gguf:model.gguf");
+  ds->add_option("A", d->a, "First side (reference)")->required();
+  ds->add_option("B", d->b, "Second side")->required();
+  ds->add_option("--seq-len", d->seq_len,
+                 "Sequence length for both sides (dynamic and longrope; default 0)");
+  ds->add_flag("--all", d->all, "List every pair, not only those that differ");
+  add_format_option(ds, d->format);
+  ds->callback([d] { run_diff(*d); });
 });
 
 }  // namespace
