@@ -153,3 +153,15 @@ TEST(CliBias, CheckGroupsPass) {
   }
   EXPECT_EQ(groups, (std::set<std::string>{"alibi", "t5", "shaw"}));
 }
+
+// Regression: the full int64 range overflowed B - A, passed the 2^24 bound as a negative
+// width, and ended in std::bad_alloc (exit 3).
+TEST(CliBias, T5OffsetRangeTooLargeToPrintExitsTwo) {
+  expect_exit2({"t5", "buckets", "--offsets", "-9223372036854775808:9223372036854775807"},
+               "at most 2^24");
+  expect_exit2({"t5", "buckets", "--offsets", "-9223372036854775808:1"}, "--offsets");
+  expect_exit2({"t5", "buckets", "--offsets", "-1:9223372036854775807"}, "--offsets");
+  // The bound itself: 2^24 offsets are allowed, one more is not.
+  EXPECT_EQ(run_cli({"t5", "buckets", "--offsets", "-16777216:0", "--format", "csv"}).exit_code, 0);
+  expect_exit2({"t5", "buckets", "--offsets", "-16777217:0"}, "16777217 offsets");
+}

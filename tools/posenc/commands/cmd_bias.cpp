@@ -45,7 +45,10 @@ std::vector<int64_t> parse_offsets(const std::string& spec, const std::string& a
   if (a.size() != 1 || b.size() != 1)
     fail("{} must be A:B (half-open range) or a,b,c, got '{}'", arg, spec);
   if (b[0] <= a[0]) fail("{} range A:B is half-open and needs B > A, got '{}'", arg, spec);
-  if (b[0] - a[0] > (int64_t{1} << 24)) fail("{} range '{}' has more than 2^24 offsets", arg, spec);
+  // The width in unsigned arithmetic: B - A overflows int64 for ranges wider than 2^63.
+  const uint64_t width = static_cast<uint64_t>(b[0]) - static_cast<uint64_t>(a[0]);
+  if (width > (uint64_t{1} << 24))
+    fail("{} range '{}' has {} offsets; at most 2^24 are allowed", arg, spec, width);
   std::vector<int64_t> out;
   for (int64_t r = a[0]; r < b[0]; ++r) out.push_back(r);
   return out;
