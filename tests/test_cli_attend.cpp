@@ -17,6 +17,7 @@
 
 #include "posenc/core/npy.hpp"
 #include "posenc/core/rng.hpp"
+#include "test_gguf_writer.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;
@@ -331,4 +332,149 @@ TEST(CliAttend, BackwardBadInputsExit2WithoutOutput) {
     for (const char* f : {"o.npy", "dq.npy", "dk.npy", "dv.npy", "dt.npy"})
       EXPECT_FALSE(std::filesystem::exists(in.dir.file(f))) << c.msg << ": " << f;
   }
+}
+
+namespace {
+
+// T5 (causal, 8 buckets, max distance 16) and Shaw (clip 2) on top of the naive formula, double:
+// queries at S - T + i, keys at j, offset r = j - (S - T + i).
+std::vector<double> naive_tables(const inputs& in, const std::vector<double>& t5,
+                                 const std::vector<double>& ak, const std::vector<double>& av) {
+  auto bucket = [](int64_t r) {  // causal T5 bucket, written out for N = 8, M = 16
+    const int64_t n = std::max<int64_t>(-r, 0);
+    if (n < 4) return n;
+    const auto b = 4 + static_cast<int64_t>(std::log(n / 4.0) / std::log(16 / 4.0) * 4);
+    return std::min<int64_t>(b, 7);
+  };
+  std::vector<double> out(T * Hq * D, 0.0);
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> s(S);
+      double m = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t r = j - (S - T + i);
+        const int64_t c = std::clamp<int64_t>(r, -2, 2) + 2;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d)
+          dot += in.q[(i * Hq + h) * D + d] * (in.k[j * D + d] + ak[c * D + d]);
+        s[j] = dot / std::sqrt(double(D)) + t5[bucket(r) * Hq + h];
+        m = std::max(m, s[j]);
+      }
+      double l = 0;
+      for (auto& x : s) l += (x = std::exp(x - m));
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t c = std::clamp<int64_t>(j - (S - T + i), -2, 2) + 2;
+        for (int64_t d = 0; d < D; ++d)
+          out[(i * Hq + h) * D + d] += s[j] / l * (in.v[j * D + d] + av[c * D + d]);
+      }
+    }
+  return out;
+}
+
+struct tables {
+  std::vector<double> t5, ak, av;
+  explicit tables(inputs& in, dtype t) {
+    rng r(11);
+    t5.resize(8 * Hq), ak.resize(5 * D), av.resize(5 * D);
+    for (auto* x : {&t5, &ak, &av})
+      for (auto& e : *x) e = r.normal();
+    in.write("t5.npy", t5, {8, Hq}, t);
+    in.write("ak.npy", ak, {5, D}, t);
+    in.write("av.npy", av, {5, D}, t);
+  }
+  std::vector<std::string> args(const inputs& in) const {
+    return {"--t5-table",     in.dir.file("t5.npy"),
+            "--num-buckets",  "8",
+            "--max-distance", "16",
+            "--shaw-keys",    in.dir.file("ak.npy"),
+            "--shaw-values",  in.dir.file("av.npy"),
+            "--shaw-clip",    "2"};
+  }
+};
+
+}  // namespace
+
+// Float64 q, k, v with float64 T5 and Shaw tables: the whole computation stays in float64.
+// Rounding any table to float32 moves the output by ~1e-8 (tables ~ N(0, 1)), far above the
+// 1e-12 allowed here.
+TEST(CliAttend, Float64TablesStayFloat64) {
+  inputs in(dtype::f64);
+  tables tb(in, dtype::f64);
+  auto args = in.base();
+  for (const auto& a : tb.args(in)) args.push_back(a);
+  auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("note"), std::string::npos) << r.err;
+  const auto o = read_npy(in.dir.file("o.npy"));
+  EXPECT_EQ(o.type, dtype::f64);
+  EXPECT_LE(max_diff(o, naive_tables(in, tb.t5, tb.ak, tb.av)), 1e-12);
+  // A float32 table in a float64 computation converts exactly: the same formula on the
+  // float32-rounded tables, to the same 1e-12.
+  inputs in2(dtype::f64);
+  tables tb2(in2, dtype::f32);
+  args = in2.base();
+  for (const auto& a : tb2.args(in2)) args.push_back(a);
+  r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(max_diff(read_npy(in2.dir.file("o.npy")), naive_tables(in2, tb2.t5, tb2.ak, tb2.av)),
+            1e-12);
+}
+
+// Regression: a float64 table with float32 q, k, v was rounded to float32 silently.
+TEST(CliAttend, Float64TableWithFloat32InputsIsRoundedWithANote) {
+  inputs in(dtype::f32);
+  tables tb(in, dtype::f64);
+  auto args = in.base();
+  for (const auto& a : tb.args(in)) args.push_back(a);
+  const auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* t : {"--t5-table", "--shaw-keys", "--shaw-values"})
+    EXPECT_NE(r.err.find(std::string("note: ") + t + " is float64 and is rounded to float32"),
+              std::string::npos)
+        << r.err;
+  EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive_tables(in, tb.t5, tb.ak, tb.av)), 1e-4);
+}
+
+// Regression: `--head-dim`, copied from a working `rope apply` line, was "not expected".
+TEST(CliAttend, RopeAcceptsHeadDimAndRefusesADisagreeingOne) {
+  inputs in;
+  auto args = in.base();
+  for (const char* a : {"--causal", "--rope", "--layout", "half", "--head-dim", "8", "--theta",
+                        "10000", "--truncate", "true"})
+    args.push_back(a);
+  auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, {}, true)), 1e-4);
+
+  std::filesystem::remove(in.dir.file("o.npy"));
+  args = in.base();
+  for (const char* a : {"--rope", "--layout", "half", "--head-dim", "16"}) args.push_back(a);
+  r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--head-dim 16 disagrees with the head dim D = 8 of --q"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy")));
+  args = in.base();
+  for (const char* a : {"--head-dim", "8"}) args.push_back(a);
+  r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("need --rope"), std::string::npos) << r.err;
+}
+
+// The RoPE parameters of `rope apply` include --gguf: a GGUF file's metadata (D = 8, theta
+// 10000, no scaling) gives the naive formula's rotation.
+TEST(CliAttend, RopeFromGguf) {
+  inputs in;
+  test::gguf_writer w;
+  w.add_string("general.architecture", "qwen2");
+  w.add_u32("qwen2.embedding_length", 16);
+  w.add_u32("qwen2.attention.head_count", 2);
+  w.add_f32("qwen2.rope.freq_base", 10000.0f);
+  w.write(in.dir.file("m.gguf"));
+  auto args = in.base();
+  for (const char* a : {"--causal", "--rope", "--layout", "half", "--gguf"}) args.push_back(a);
+  args.push_back(in.dir.file("m.gguf"));
+  const auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, {}, true)), 1e-4);
 }

@@ -2,7 +2,8 @@
 // serve as an oracle (dump q, k, v from another engine, compare its output with O.npy).
 //
 //   posenc attend --q Q.npy --k K.npy --v V.npy --out O.npy [--causal] [--scale X]
-//     [--rope (--hf-config FILE | --theta B --partial F --scaling TYPE --factor F ...)
+//     [--rope (--hf-config FILE | --gguf FILE | [--head-dim D] --theta B --partial F --scaling TYPE
+//     ...)
 //      --layout half|interleaved [--angle exact|compat_f32] [--seq-len N]]
 //     [--alibi [--max-bias 8] [--alibi-convention press|mpt|geometric]]
 //     [--t5-table TABLE.npy --num-buckets 32 --max-distance 128 [--bidirectional]]
@@ -13,14 +14,16 @@
 //      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]]
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
-// dtype); TABLE (num_buckets, Hq); positions (T,) / (S,) int64 or int32; M (S,) bool or uint8
-// with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the
-// backward runs too (attention_backward): DQ, DK, DV and the requested parameter gradients are
-// written in Q's dtype (DA, the ALiBi slope gradient (Hq,), in float64). Every input is read and
-// validated and the attention computed before anything is written; a bad file or argument
-// prints one message and exits 2 with no output file.
+// dtype; a float64 table in a float32 call is rounded with a note on stderr); TABLE (num_buckets,
+// Hq); positions (T,) / (S,) int64 or int32; M (S,) bool or uint8 with 1 = real token. O is (T, Hq,
+// D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the backward runs too (attention_backward):
+// DQ, DK, DV and the requested parameter gradients are written in Q's dtype (DA, the ALiBi slope
+// gradient (Hq,), in float64). Every input is read and validated and the attention computed before
+// anything is written; a bad file or argument prints one message and exits 2 with no output file.
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "cli.hpp"
 #include "posenc/attention/attention.hpp"
@@ -28,6 +31,7 @@
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/gguf.hpp"
 #include "posenc/positions/positions.hpp"
 
 namespace posenc::cli {
@@ -40,10 +44,11 @@ struct attend_opts {
   double scale = 0;
   // RoPE
   bool rope = false;
-  std::string hf_config, layout, angle = "exact", scaling = "default";
+  std::string hf_config, gguf, layout, angle = "exact", scaling = "default", truncate = "true",
+                                       short_factor, long_factor;
   double theta = 10000, partial = 1, factor = 1, attention_factor = 1, beta_fast = 32,
-         beta_slow = 1, low_freq_factor = 1, high_freq_factor = 4;
-  int64_t max_pos = 0, original_max_pos = 0, seq_len = -1;
+         beta_slow = 1, low_freq_factor = 1, high_freq_factor = 4, mscale = 1, mscale_all_dim = 1;
+  int64_t max_pos = 0, original_max_pos = 0, seq_len = -1, head_dim = 0;
   // ALiBi
   bool alibi = false;
   double max_bias = 8;
@@ -89,8 +94,14 @@ std::vector<int64_t> read_positions(const std::string& path, const std::string& 
 rope_config make_rope_config(const attend_opts& o, int64_t D) {
   std::vector<std::string> warnings;
   rope_config c;
+  // --head-dim is accepted so that a `rope apply` line can be reused; D comes from --q.
+  if (given(o, "--head-dim") && o.head_dim != D)
+    fail("--head-dim {} disagrees with the head dim D = {} of --q", o.head_dim, D);
+  if (!o.hf_config.empty() && !o.gguf.empty()) fail("--hf-config and --gguf exclude each other");
   if (!o.hf_config.empty()) {
     c = rope_config_from_file(o.hf_config, &warnings);
+  } else if (!o.gguf.empty()) {
+    c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
   } else {
     nlohmann::json j;
     j["head_dim"] = D;
@@ -104,7 +115,18 @@ rope_config make_rope_config(const attend_opts& o, int64_t D) {
     if (given(o, "--factor")) rs["factor"] = o.factor;
     if (given(o, "--beta-fast")) rs["beta_fast"] = o.beta_fast;
     if (given(o, "--beta-slow")) rs["beta_slow"] = o.beta_slow;
+    if (given(o, "--truncate")) {
+      if (o.truncate != "true" && o.truncate != "false")
+        fail("--truncate must be true or false, got '{}'", o.truncate);
+      rs["truncate"] = o.truncate == "true";
+    }
     if (given(o, "--attention-factor")) rs["attention_factor"] = o.attention_factor;
+    if (given(o, "--mscale")) rs["mscale"] = o.mscale;
+    if (given(o, "--mscale-all-dim")) rs["mscale_all_dim"] = o.mscale_all_dim;
+    if (given(o, "--short-factor"))
+      rs["short_factor"] = parse_doubles(o.short_factor, "--short-factor");
+    if (given(o, "--long-factor"))
+      rs["long_factor"] = parse_doubles(o.long_factor, "--long-factor");
     if (given(o, "--low-freq-factor")) rs["low_freq_factor"] = o.low_freq_factor;
     if (given(o, "--high-freq-factor")) rs["high_freq_factor"] = o.high_freq_factor;
     if (type != rope_type::default_ || rs.size() > 1) j["rope_scaling"] = rs;
@@ -112,8 +134,19 @@ rope_config make_rope_config(const attend_opts& o, int64_t D) {
   }
   for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
   if (c.head_dim != D)
-    fail("--hf-config head_dim {} does not match the head dim D = {} of --q", c.head_dim, D);
+    fail("the RoPE config's head_dim {} does not match the head dim D = {} of --q", c.head_dim, D);
   return c;
+}
+
+// A table in float64 for a float32 computation is rounded, and said so on stderr; a float32
+// table in a float64 computation converts exactly.
+template <typename Real>
+void note_rounding(const npy_array& a, const std::string& arg) {
+  if (std::is_same_v<Real, float> && a.type == dtype::f64)
+    std::fprintf(stderr,
+                 "posenc: note: %s is float64 and is rounded to float32, the dtype of --q "
+                 "(pass float64 q, k, v to keep it in float64)\n",
+                 arg.c_str());
 }
 
 template <typename Real>
@@ -173,8 +206,9 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     p.pos.rope.layout = rope_layout_from_name(o.layout, "--layout");
     p.pos.rope.angle = rope_angle_from_name(o.angle, "--angle");
     schemes.push_back("rope");
-  } else if (!o.hf_config.empty() || !o.layout.empty()) {
-    fail("--hf-config and --layout need --rope");
+  } else if (!o.hf_config.empty() || !o.gguf.empty() || !o.layout.empty() ||
+             given(o, "--head-dim")) {
+    fail("--hf-config, --gguf, --head-dim and --layout need --rope");
   }
   std::vector<double> slopes;
   if (o.alibi) {
@@ -195,6 +229,7 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     require_float(a, "--t5-table");
     require_shape(a, "--t5-table", {o.num_buckets, Hq},
                   fmt::format("(num_buckets, Hq) = ({}, {})", o.num_buckets, Hq));
+    note_rounding<Real>(a, "--t5-table");
     t5w = as_real<Real>(a);
     p.pos.t5.weights = t5w;
     schemes.push_back("t5");
@@ -216,6 +251,8 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     const auto av = read_npy(o.shaw_values);
     require_float(av, "--shaw-values");
     require_shape(av, "--shaw-values", {rows, D}, expect);
+    note_rounding<Real>(ak, "--shaw-keys");
+    note_rounding<Real>(av, "--shaw-values");
     shaw_k = as_real<Real>(ak);
     shaw_v = as_real<Real>(av);
     p.pos.shaw = {o.shaw_clip, shaw_k, shaw_v};
@@ -397,8 +434,11 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--scale", o->scale, "Score scale (default 1/sqrt(D))");
   sub->add_flag("--rope", o->rope, "Rotate q and k at their positions (RoPE)");
   sub->add_option("--hf-config", o->hf_config, "RoPE from a Hugging Face config.json");
+  sub->add_option("--gguf", o->gguf, "RoPE from a GGUF file's metadata (llama.cpp)");
   sub->add_option("--layout", o->layout, "RoPE pair layout: half or interleaved");
   sub->add_option("--angle", o->angle, "RoPE angle mode: exact (default) or compat_f32");
+  sub->add_option("--head-dim", o->head_dim,
+                  "RoPE head dim (optional: D of --q; an error when it disagrees)");
   sub->add_option("--theta", o->theta, "rope_theta (default 10000)");
   sub->add_option("--partial", o->partial, "partial_rotary_factor (default 1)");
   sub->add_option("--scaling", o->scaling,
@@ -409,6 +449,11 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--attention-factor", o->attention_factor, "yarn/longrope attention_factor");
   sub->add_option("--beta-fast", o->beta_fast, "yarn beta_fast (default 32)");
   sub->add_option("--beta-slow", o->beta_slow, "yarn beta_slow (default 1)");
+  sub->add_option("--truncate", o->truncate, "yarn truncate: true or false (default true)");
+  sub->add_option("--mscale", o->mscale, "yarn mscale");
+  sub->add_option("--mscale-all-dim", o->mscale_all_dim, "yarn mscale_all_dim");
+  sub->add_option("--short-factor", o->short_factor, "longrope short_factor: a,b,c (R/2)");
+  sub->add_option("--long-factor", o->long_factor, "longrope long_factor: a,b,c (R/2)");
   sub->add_option("--low-freq-factor", o->low_freq_factor, "llama3 low_freq_factor");
   sub->add_option("--high-freq-factor", o->high_freq_factor, "llama3 high_freq_factor");
   sub->add_option("--seq-len", o->seq_len,
