@@ -466,5 +466,7 @@ TEST(CliRope, DiffBadSidesExit2) {
   }
   const auto r =
       test::run_cli({"rope", "diff", "params:head-dim=64,bogus=1", "params:head-dim=64"});
-  EXPECT_NE(r.err.find("A: unknown parameter 'bogus'; allowed: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("A (params:head-dim=64,bogus=1): unknown parameter 'bogus'; allowed: "),
+            std::string::npos)
+      << r.err;
 }

@@ -258,8 +258,7 @@ struct diff_side {
 };
 
 // "k=v,k=v" with the flag names of rope freqs (without "--"); list values separated by ';'.
-rope_params parse_params_spec(const std::string& spec, const std::string& arg,
-                              std::optional<rope_layout>* layout) {
+rope_params parse_params_spec(const std::string& spec, std::optional<rope_layout>* layout) {
   rope_params p;
   static const std::set<std::string> keys = {
       "head-dim",         "theta",        "partial",          "scaling",
@@ -277,10 +276,10 @@ rope_params parse_params_spec(const std::string& spec, const std::string& arg,
     pos = comma + 1;
     const size_t eq = tok.find('=');
     if (eq == std::string::npos || eq == 0)
-      fail("{}: each parameter must be key=value, got '{}' in '{}'", arg, tok, spec);
+      fail("each parameter must be key=value, got '{}' in '{}'", tok, spec);
     const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
-    if (!keys.count(k)) fail("{}: unknown parameter '{}'; allowed: {}", arg, k, allowed);
-    const std::string what = fmt::format("{} {}", arg, k);
+    if (!keys.count(k)) fail("unknown parameter '{}'; allowed: {}", k, allowed);
+    const std::string& what = k;
     auto number = [&]() {
       const auto d = parse_doubles(v, what);
       if (d.size() != 1) fail("{} must be one number, got '{}'", what, v);
@@ -347,7 +346,6 @@ diff_side make_side(const std::string& name, const std::string& spec, int64_t se
   diff_side s;
   s.name = name;
   s.spec = spec;
-  const std::string arg = name;
   std::string kind, rest = spec;
   for (const char* k : {"hf", "gguf", "params"}) {
     const std::string pre = std::string(k) + ":";
@@ -355,8 +353,8 @@ diff_side make_side(const std::string& name, const std::string& spec, int64_t se
   }
   if (kind.empty()) kind = file_starts_with_gguf(spec) ? "gguf" : "hf";
   if (rest.empty())
-    fail("{} must be hf:CONFIG.json, gguf:MODEL.gguf, params:KEY=VALUE,... or a file, got '{}'",
-         arg, spec);
+    fail("a side must be hf:CONFIG.json, gguf:MODEL.gguf, params:KEY=VALUE,... or a file, got '{}'",
+         spec);
   s.kind = kind;
   std::vector<std::string> warnings;
   const std::string prefix = name + ": ";
@@ -385,7 +383,7 @@ diff_side make_side(const std::string& name, const std::string& spec, int64_t se
           fmt::format("arch {}: ggml {}", g.arch, *g.layout == rope_layout::half ? "NEOX" : "NORM");
     }
   } else {
-    rope_params p = parse_params_spec(rest, arg, &s.layout);
+    rope_params p = parse_params_spec(rest, &s.layout);
     s.c = make_config(p, prefix);
     s.layout_note = s.layout ? "given" : "not given";
   }
@@ -570,8 +568,18 @@ std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, i
 
 void run_diff(const diff_opts& o) {
   if (o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
-  const auto A = make_side("A", o.a, o.seq_len);
-  const auto B = make_side("B", o.b, o.seq_len);
+  // Errors name the side they come from.
+  const auto side = [&](const char* name, const std::string& spec) {
+    try {
+      return make_side(name, spec, o.seq_len);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(fmt::format("{} ({}): {}", name, spec, e.what()));
+    } catch (const io_error& e) {
+      throw io_error(fmt::format("{} ({}): {}", name, spec, e.what()));
+    }
+  };
+  const auto A = side("A", o.a);
+  const auto B = side("B", o.b);
   const size_t n = std::min(A.f.inv_freq.size(), B.f.inv_freq.size());
   std::vector<double> ratio(n);
   size_t n_diff = 0, worst = 0;
