@@ -401,6 +401,31 @@ TEST(GgufErrors, RopeKeysOfTheWrongShape) {
   }
 }
 
+// Some architectures store per-layer values as arrays: one value for every layer is read, a
+// disagreement or an absurd value is an error.
+TEST(GgufRope, PerLayerHeadCountArrays) {
+  auto make = [](const std::vector<uint64_t>& heads) {
+    gguf_writer w;
+    w.add_string("general.architecture", "openelm");
+    w.add_u32("openelm.embedding_length", 1024);
+    w.add_array_u64("openelm.attention.head_count", heads);
+    return w.bytes();
+  };
+  auto b = make({16, 16, 16});
+  EXPECT_EQ(gguf_rope_config(gguf_parse(b, "a.gguf"), b, nullptr).config.head_dim, 64);
+  for (const auto& [heads, msg] : std::vector<std::pair<std::vector<uint64_t>, std::string>>{
+           {{16, 8}, "differs between layers (16 and 8)"},
+           {{~uint64_t{0}}, "must be in [1, 1048576]"}}) {
+    b = make(heads);
+    try {
+      gguf_rope_config(gguf_parse(b, "a.gguf"), b, nullptr);
+      ADD_FAILURE() << "expected io_error for " << msg;
+    } catch (const io_error& e) {
+      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---- fuzzing: truncations, flipped bytes, huge counts; never a crash --------------------------
 
 namespace {
@@ -429,6 +454,11 @@ std::vector<std::vector<uint8_t>> fuzz_seeds() {
   p.add_tensor_f32("rope_factors_long.weight", {8}, {1, 1.5f, 2, 3, 4, 5, 6, 7});
   p.add_tensor_f32("rope_factors_short.weight", {8}, {1, 1, 1, 1.1f, 1.2f, 1.3f, 1.4f, 1.5f});
   seeds.push_back(p.bytes());
+  gguf_writer e;  // per-layer head counts
+  e.add_string("general.architecture", "openelm");
+  e.add_u32("openelm.embedding_length", 1024);
+  e.add_array_u64("openelm.attention.head_count", {16, 16});
+  seeds.push_back(e.bytes());
   return seeds;
 }
 }  // namespace

@@ -63,6 +63,12 @@ class gguf_writer {
     put(kv_, v.size(), 8);
     for (auto x : v) put(kv_, x, 4);
   }
+  void add_array_u64(const std::string& key, const std::vector<uint64_t>& v) {
+    begin(key, array);
+    put(kv_, u64, 4);
+    put(kv_, v.size(), 8);
+    for (auto x : v) put(kv_, x, 8);
+  }
   void add_array_f32(const std::string& key, const std::vector<float>& v) {
     begin(key, array);
     put(kv_, f32, 4);

@@ -492,7 +492,8 @@ std::optional<uint64_t> gguf_file::get_size(const std::string& key) const {
                 "value",
                 path, kv->offset, key, v, x);
         if (v < 0) fail_io("{}: offset {}: {} must be >= 0, got {}", path, kv->offset, key, v);
-        return static_cast<uint64_t>(v);
+        // Saturated above 2^63 (the caller's bounds refuse it) instead of an undefined cast.
+        return v >= 0x1p63 ? uint64_t{1} << 63 : static_cast<uint64_t>(v);
       }
       [[fallthrough]];
     default:
