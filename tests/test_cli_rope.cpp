@@ -232,7 +232,7 @@ double llama3_divisor(double omega) {
 struct gguf_files {
   test::temp_dir dir;
   std::string llama31, phi3, phi3_swapped, qwen_yarn, qwen_yarn_no_magnitude,
-      qwen_yarn_magnitude_twice, truncated, big_endian;
+      qwen_yarn_magnitude_twice, truncated, big_endian, deepseek_no_log_mul;
   gguf_files() {
     using posenc::test::gguf_writer;
     auto base = [](const std::string& arch, uint32_t embd, uint32_t heads, uint32_t rot,
@@ -277,6 +277,16 @@ struct gguf_files {
         (swap ? phi3_swapped : phi3) = dir.file(swap ? "phi3_swapped.gguf" : "phi3.gguf");
         w.write(swap ? phi3_swapped : phi3);
       }
+    }
+    {
+      // DeepSeek-V2 converted without yarn_log_multiplier (the mscale pair dropped).
+      auto w = base("deepseek2", 5120, 128, 64, 10000.0f, 163840);
+      w.add_u32("deepseek2.attention.key_length", 192);
+      w.add_string("deepseek2.rope.scaling.type", "yarn");
+      w.add_f32("deepseek2.rope.scaling.factor", 40.0f);
+      w.add_u32("deepseek2.rope.scaling.original_context_length", 4096);
+      deepseek_no_log_mul = dir.file("deepseek.gguf");
+      w.write(deepseek_no_log_mul);
     }
     // Qwen2.5 YaRN (factor 4): no attn_factor (HF's 0.1 ln 4 + 1), 1 (magnitude dropped), and
     // (0.1 ln 4 + 1)^2 (applied twice).
@@ -427,6 +437,9 @@ TEST(CliRope, DiffNamesTheLikelyCause) {
             "YaRN magnitude 0.1 ln(4) + 1 = 1.138629436111989 missing in B"},
            {"hf:" + data("qwen2_5_7b_yarn.json"), "gguf:" + g.qwen_yarn_magnitude_twice,
             "YaRN magnitude 1.138629436111989 applied twice in B"},
+           {"hf:" + data("deepseek_v2.json"), "gguf:" + g.deepseek_no_log_mul,
+            "DeepSeek mscale: A uses get_mscale(40, mscale = 0.707) / get_mscale(40, "
+            "mscale_all_dim = 0.707) = 1, B the default 0.1 ln(40) + 1"},
            // Pythia's rotary_pct lost.
            {"hf:" + data("pythia_70m.json"), "params:head-dim=64",
             "partial rotary width lost: rotary_dim 16 in A, 64 in B"},

@@ -538,6 +538,24 @@ std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, i
     std::string what = fmt::format("attention factor {} in A, {} in B", num(a.attention_factor),
                                    num(b.attention_factor));
     bool named = false;
+    // DeepSeek: HF's magnitude is get_mscale(s, mscale) / get_mscale(s, mscale_all_dim); a
+    // conversion that drops the pair (GGUF yarn_log_multiplier) falls back to 0.1 ln s + 1.
+    for (const auto* x : {&A, &B}) {
+      const auto* y = x == &A ? &B : &A;
+      if (named || x->c.type != rope_type::yarn || !x->c.mscale || !x->c.mscale_all_dim ||
+          x->c.attention_factor || x->c.factor <= 1)
+        continue;
+      const double m = 0.1 * std::log(x->c.factor) + 1;
+      if (close(y->f.attention_factor, m, 0x1p-20)) {
+        what += fmt::format(
+            "; DeepSeek mscale: {} uses get_mscale({}, mscale = {}) / get_mscale({}, "
+            "mscale_all_dim = {}) = {}, {} the default 0.1 ln({}) + 1 (mscale / mscale_all_dim, "
+            "GGUF yarn_log_multiplier, dropped in conversion)",
+            x->name, num(x->c.factor), num(*x->c.mscale), num(x->c.factor),
+            num(*x->c.mscale_all_dim), num(x->f.attention_factor), y->name, num(x->c.factor));
+        named = true;
+      }
+    }
     for (const auto* x : {&A, &B}) {
       if (named || x->c.factor <= 1) continue;
       const double m = 0.1 * std::log(x->c.factor) + 1;  // YaRN's default magnitude
