@@ -9,6 +9,10 @@
                       against Hugging Face's eager apply_rotary_pos_emb (q * cos + rotate_half(q)
                       * sin on (1, 32, T, 128), cos/sin built outside the timed region) forward +
                       backward through torch.autograd. Goal: >= 10x.
+  attention_overhead  posenc.torch.attention forward + backward, causal, T = S = 2048, Hq = 32,
+                      Hkv = 8, D = 128, float32, against `posenc bench`'s attention/... +
+                      attention_backward/... cases of that shape (scheme=none), run first.
+                      Python / C++ near 1 means the binding adds nothing measurable.
   attention_torch     posenc.torch.attention forward + backward, causal, T = S = 2048, Hq = 32,
                       Hkv = 8, D = 128, float32, against PyTorch eager autograd attention (HF
                       repeat_kv, Q K^T * scale + mask, softmax, P V). Goal: >= 3x.
@@ -110,6 +114,31 @@ def rope_torch(a, T):
                   "(speed-up, goal >= 10)")
 
 
+def attention_overhead(a):
+    shape = "T=2048/S=2048/Hq=32/Hkv=8/D=128/scheme=none"
+    names = [f"attention/{shape}", f"attention_backward/{shape}"]
+    cmd = [a.posenc, "bench", "--format", "json", "--threads", str(a.threads)]
+    for n in names:
+        cmd += ["--filter", n]
+    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    by = {c["name"]: c for c in res["cases"]}
+    if any(n not in by or by[n].get("error") or by[n]["seconds_min"] is None for n in names):
+        sys.exit(f"posenc bench did not run {names}: {res}")
+    cpp = sum(by[n]["seconds_min"] for n in names)
+    cpp_med = sum(by[n].get("seconds_median", by[n]["seconds_min"]) for n in names)
+    q = torch.randn(2048, 32, 128, requires_grad=True)
+    k = torch.randn(2048, 8, 128, requires_grad=True)
+    v = torch.randn(2048, 8, 128, requires_grad=True)
+    dout = torch.randn(2048, 32, 128)
+
+    def run():
+        q.grad = k.grad = v.grad = None
+        pt.attention(q, k, v, causal=True).backward(dout)
+
+    return report("attention_overhead", "cpp", (cpp, cpp_med), "python", timeit(run),
+                  "(python / C++, forward + backward)")
+
+
 def attention_torch(a, T, Hq, Hkv, D):
     S = T
     q = torch.randn(T, Hq, D, requires_grad=True)
@@ -148,7 +177,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     ap.add_argument("--only", action="append", default=[],
-                    help="rope_call_overhead, rope_torch or attention_torch (repeatable)")
+                    help="rope_call_overhead, rope_torch, attention_overhead or attention_torch "
+                         "(repeatable)")
     a = ap.parse_args()
     posenc.set_num_threads(a.threads)
     torch.set_num_threads(a.threads)
@@ -161,6 +191,8 @@ def main():
         rope_call_overhead(a, 4096)  # a posenc bench shape (8 ms per call), also with --quick
     if run("rope_torch"):
         rope_torch(a, T)
+    if run("attention_overhead") and not a.quick:
+        attention_overhead(a)
     if run("attention_torch"):
         if a.quick:
             attention_torch(a, 256, 8, 2, 64)
