@@ -2,6 +2,7 @@
 bitwise the results of one thread."""
 
 import threading
+import time
 
 import numpy as np
 
@@ -53,7 +54,8 @@ def test_threads_agree_with_one_thread():
 def test_gil_is_released():
     # while one thread runs a long attention call, another Python thread makes progress
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((1024, 8, 64)).astype(np.float32)
+    q = rng.standard_normal((2048, 8, 64)).astype(np.float32)
+    posenc.set_num_threads(1)  # each call >= 4 GFLOP on one core: tens of milliseconds
     done = threading.Event()
     ticks = []
 
@@ -64,8 +66,14 @@ def test_gil_is_released():
 
     t = threading.Thread(target=ticker)
     t.start()
+    t0 = time.perf_counter()
     for _ in range(3):
         posenc.attention(q, q, q, causal=True)
+    elapsed = time.perf_counter() - t0
     done.set()
     t.join()
-    assert len(ticks) > 3
+    posenc.set_num_threads(0)
+    # With the GIL held through each call the ticker could run only between the calls (at most
+    # one tick per gap, 4 in all); released, it ticks about once a millisecond throughout.
+    assert elapsed > 0.02
+    assert len(ticks) > 10
