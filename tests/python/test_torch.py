@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 import reference as ref
+import torch  # scripts/install-deps installs python3-torch: without it these tests fail
 
-torch = pytest.importorskip("torch")
-import posenc  # noqa: E402
-import posenc.torch as pt  # noqa: E402
+import posenc
+import posenc.torch as pt
 
 
 # ---- FlashAttention's reference, transcribed (flash_attn/layers/rotary.py, without einops) --
