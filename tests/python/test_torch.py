@@ -232,3 +232,17 @@ def test_attention_bfloat16_returns_bfloat16():
     assert out.dtype == torch.bfloat16
     out.float().sum().backward()
     assert q.grad.dtype == torch.bfloat16
+
+
+def test_batched_attention_gradcheck_with_per_sequence_padding():
+    g = torch.Generator().manual_seed(16)
+    mk = lambda *s: torch.randn(*s, dtype=torch.float64, generator=g, requires_grad=True)  # noqa
+    q, k, v = mk(2, 4, 4, 8), mk(2, 6, 2, 8), mk(2, 6, 2, 8)
+    pad = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]], dtype=torch.bool)
+    kpos = torch.tensor([[0, 1, 2, 3, 4, 5], [-1, -1, 0, 1, 2, 3]])  # left padding: ids -1
+    cfg = posenc.RopeConfig(head_dim=8)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: pt.attention(q, k, v, causal=True, key_padding=pad, k_positions=kpos,
+                                     rope=cfg, alibi=True),
+        (q, k, v),
+    )
