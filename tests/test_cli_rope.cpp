@@ -126,17 +126,17 @@ TEST(CliRope, ApplyKeepsDtypeAndMatchesTheLibrary) {
     auto expect = make_x<float>(T, H, D);
     rope_apply(f, lay, rope_angle::exact, pos, expect.as<float>(), T, H, D);
     EXPECT_EQ(y.data, expect.data);
-    // float64 with compat_f32 angles
+    // float64 with f32 angles, asked for by their former name compat_f32
     write_npy(d.file("x64.npy"), make_x<double>(T, H, D));
     j = run_json({"rope", "apply", "--x", d.file("x64.npy"), "--positions", d.file("p.npy"),
                   "--hf-config", data("pythia_70m.json"), "--layout", layout, "--angle",
                   "compat_f32", "--out", d.file("y64.npy"), "--format", "json"});
     EXPECT_EQ(j["dtype"], "float64");
-    EXPECT_EQ(j["angle"], "compat_f32");
+    EXPECT_EQ(j["angle"], "f32");
     auto y64 = read_npy(d.file("y64.npy"));
     EXPECT_EQ(y64.type, dtype::f64);
     auto e64 = make_x<double>(T, H, D);
-    rope_apply(f, lay, rope_angle::compat_f32, pos, e64.as<double>(), T, H, D);
+    rope_apply(f, lay, rope_angle::f32, pos, e64.as<double>(), T, H, D);
     EXPECT_EQ(y64.data, e64.data);
   }
 }

@@ -204,9 +204,9 @@ TEST(RopeGolden, PythiaPartialRotaryHalf) {
     auto yf = heads<float>(x, H);
     rope_apply(f, rope_layout::half, rope_angle::exact, pos, yf.data(), 1, H, D);
     expect_rotated(yf, x, *golden, rope_layout::half, H, D, R, 1.0, 5 * 0x1p-24 + 9 * kEps);
-    // compat_f32: the angle error is <= 3 x 2^-24 p w (+ 2^-23 in sinf/cosf), w <= 1 here.
+    // f32: the angle error is <= 3 x 2^-24 p w (+ 2^-23 in sinf/cosf), w <= 1 here.
     auto yc = heads<double>(x, H);
-    rope_apply(f, rope_layout::half, rope_angle::compat_f32, pos, yc.data(), 1, H, D);
+    rope_apply(f, rope_layout::half, rope_angle::f32, pos, yc.data(), 1, H, D);
     expect_rotated(yc, x, *golden, rope_layout::half, H, D, R, 1.0,
                    3 * 0x1p-24 * static_cast<double>(p) + 0x1p-23 + 9 * kEps);
   }
@@ -244,10 +244,10 @@ TEST(RopeGolden, Llama31AtTenMillion) {
   auto y = heads<double>(x, 4);
   rope_apply(f, rope_layout::half, rope_angle::exact, pos, y.data(), 1, 4, 128);
   expect_rotated(y, x, kLlama31HalfP10000000, rope_layout::half, 4, 128, 128, 1.0, 9 * kEps);
-  // compat_f32 at 1e7 is far off for the fast pairs (angle 1e7 in float has ulp 1): the
+  // f32 at 1e7 is far off for the fast pairs (angle 1e7 in float has ulp 1): the
   // measured error is large but within the stated bound 3 x 2^-24 p w + 2^-23.
   std::vector<double> cd(64), sd(64), ce(64), se(64);
-  rope_cos_sin(f, rope_angle::compat_f32, 10000000, cd.data(), sd.data());
+  rope_cos_sin(f, rope_angle::f32, 10000000, cd.data(), sd.data());
   rope_cos_sin(f, rope_angle::exact, 10000000, ce.data(), se.data());
   double worst = 0;
   for (int i = 0; i < 64; ++i) {
@@ -304,7 +304,7 @@ TEST(RopeAngle, CompatF32ErrorGrowsWithTheAngle) {
   std::vector<float> c(64), s(64);
   for (int k = 0; k < 300; ++k) {
     const int64_t p = static_cast<int64_t>(g.below(10000001));
-    rope_cos_sin(f, rope_angle::compat_f32, p, c.data(), s.data());
+    rope_cos_sin(f, rope_angle::f32, p, c.data(), s.data());
     for (int i = 0; i < 64; ++i) {
       long double rc, rs;
       rope_reference_cos_sin(p, f.inv_freq[i], &rc, &rs);
@@ -335,8 +335,7 @@ TEST(RopeAngle, CosSinRowBasics) {
   EXPECT_THROW(rope_cos_sin(f, rope_angle::exact, -1, cs.data(), sn.data()), invalid_argument);
   EXPECT_THROW(rope_cos_sin(f, rope_angle::exact, (int64_t{1} << 53) + 1, cs.data(), sn.data()),
                invalid_argument);
-  EXPECT_NO_THROW(
-      rope_cos_sin(f, rope_angle::compat_f32, (int64_t{1} << 53) + 1, cs.data(), sn.data()));
+  EXPECT_NO_THROW(rope_cos_sin(f, rope_angle::f32, (int64_t{1} << 53) + 1, cs.data(), sn.data()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -456,7 +455,7 @@ RC_GTEST_PROP(RopeProp, AdjointIdentity, ()) {
 
 RC_GTEST_PROP(RopeProp, LayoutsAgreeUnderThePermutationBitForBit, ()) {
   auto c = gen_case(false);
-  const auto angle = *rc::gen::arbitrary<bool>() ? rope_angle::exact : rope_angle::compat_f32;
+  const auto angle = *rc::gen::arbitrary<bool>() ? rope_angle::exact : rope_angle::f32;
   // interleaved channel 2i <-> half channel i; 2i+1 <-> i + R/2; pass-through unchanged.
   auto xi = c.x;
   const int64_t n = c.R / 2;
@@ -486,7 +485,7 @@ RC_GTEST_PROP(RopeProp, PassThroughChannelsBitExact, ()) {
   auto y = c.x;
   std::vector<float> yf(c.x.begin(), c.x.end()), xf = yf;
   rope_apply(c.f, c.layout, rope_angle::exact, c.pos, y.data(), c.T, c.H, c.D);
-  rope_apply(c.f, c.layout, rope_angle::compat_f32, c.pos, yf.data(), c.T, c.H, c.D, true);
+  rope_apply(c.f, c.layout, rope_angle::f32, c.pos, yf.data(), c.T, c.H, c.D, true);
   for (int64_t r = 0; r < c.T * c.H; ++r)
     for (int64_t d = c.R; d < c.D; ++d) {
       RC_ASSERT(std::memcmp(&y[r * c.D + d], &c.x[r * c.D + d], sizeof(double)) == 0);

@@ -154,8 +154,9 @@ def apply_rope(
     x: (B, T, H, D), (total, H, D) with cu_seqlens (B + 1,), or (T, H, D); float32 or float64.
     positions: (B, T), (1, T) or (T,) for 4-D x, (total,) or (T,) for 3-D x, any integer
     dtype, >= 0; None = seqlen_offsets[b] + index within the sequence (an int or (B,)).
-    layout: "half" (NeoX, HF rotate_half) or "interleaved" (GPT-J); angle: "exact" or
-    "compat_f32" (HF's float32 angles). inverse=True applies the transpose a R(p)^T (the
+    layout: "half" (NeoX, HF rotate_half) or "interleaved" (GPT-J); angle: "exact", "f32"
+    (a plain float32 angle; "compat_f32" is its former name), "hf_f32" (transformers' float32
+    pipeline) or "ggml_f32" (ggml's). inverse=True applies the transpose a R(p)^T (the
     backward; undoes the forward when the attention factor is 1). seq_len (dynamic, longrope)
     defaults to max position + 1 as in HF's forward. Returns a new array, or x when inplace.
     """
@@ -253,7 +254,7 @@ _ATTENTION_DOC = """
     q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); one float dtype
     (float64 stays float64). Hq % Hkv == 0 (GQA/MQA read kv head h // (Hq // Hkv)).
     causal: bottom-right aligned (query i is token S - T + i). scale: default 1/sqrt(D).
-    rope: a RopeConfig (rope_layout "half"/"interleaved", rope_angle "exact"/"compat_f32",
+    rope: a RopeConfig (rope_layout "half"/"interleaved", rope_angle "exact"/"f32"/"hf_f32"/"ggml_f32",
       rope_seq_len default S; keys_rotated: k is already rotated, as a KV cache stores it).
     alibi: False, True (press slopes for Hq heads) or slopes (Hq,).
     t5_table: (num_buckets, Hq); t5_max_distance 128; t5_bidirectional default not causal.

@@ -22,7 +22,7 @@ fails this tolerance once positions reach a few hundred; the hint says so.
 
 Hints, tried when the error exceeds the tolerance and x, positions and cfg are given (each
 alternative recomputed by posenc and accepted when it is within tolerance of `actual`): the
-other pair layout, float32 angles (angle="compat_f32"), a missing attention factor, positions
+other pair layout, float32 angles (angle="f32"), a missing attention factor, positions
 shifted by a constant per sequence (left padding counted as positions). Without x only the
 attention-factor hint is tried (from the ratio of vector norms).
 """
@@ -81,6 +81,7 @@ class CompareResult:
     ratio_by_position: np.ndarray | None = field(default=None, repr=False)  # over axis -3
     ratio_by_pair: np.ndarray | None = field(default=None, repr=False)  # over channel pairs
     hint: str | None = None
+    angle_rtol: float = 0.0  # 2 u64 p omega_max at the worst entry (positions and cfg given)
 
     def __bool__(self):
         return self.ok
@@ -89,7 +90,8 @@ class CompareResult:
         s = (
             f"{'ok' if self.ok else 'MISMATCH'}: max error {self.max_error:.3g} at "
             f"{self.worst_index}, {self.max_ratio:.3g} x the tolerance "
-            f"({self.tolerance:.3g} = {self.atol:.3g} + {self.rtol:.3g} x |vector|)"
+            f"({self.tolerance:.3g} = {self.atol:.3g} + ({self.rtol:.3g} + {self.angle_rtol:.3g}) x "
+            "|vector|)"
         )
         if self.worst_position is not None:
             s += f"; position {self.worst_position}"
@@ -167,6 +169,7 @@ def compare(
         max_error=float(np.max(err)),
         max_ratio=max_ratio,
         tolerance=float(np.broadcast_to(tol, ratio.shape)[worst]),
+        angle_rtol=float(np.broadcast_to(angle_rtol, ratio.shape[:-1] + (1,))[worst[:-1] + (0,)]),
         rtol=rtol,
         atol=atol,
         worst_index=tuple(int(i) for i in worst),
@@ -219,7 +222,7 @@ def _hint(a, e, rtol, atol, angle_rtol, x, pos, cfg, layout, angle):
                 "(half = NeoX / HF rotate_half, interleaved = GPT-J / Meta llama)"
             )
         # float32 angles come with float32 cos and sin: accepted within float32 roundings
-        if angle == "exact" and _within(rope(angle="compat_f32"), a, max(rtol, 8 * 2.0**-24), atol):
+        if angle == "exact" and _within(rope(angle="f32"), a, max(rtol, 8 * 2.0**-24), atol):
             hints.append(
                 "matches float32 angles (float32 inv_freq x float32 position, as HF transformers "
                 "computes them); the error grows with the position"

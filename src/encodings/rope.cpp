@@ -15,6 +15,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "src/core/angle.hpp"
+#include "src/encodings/rope_pipelines.hpp"
 
 namespace posenc {
 
@@ -72,13 +73,30 @@ rope_layout rope_layout_from_name(const std::string& name, const std::string& wh
 }
 
 const char* rope_angle_name(rope_angle a) {
-  return a == rope_angle::exact ? "exact" : "compat_f32";
+  switch (a) {
+    case rope_angle::exact:
+      return "exact";
+    case rope_angle::f32:
+      return "f32";
+    case rope_angle::hf_f32:
+      return "hf_f32";
+    case rope_angle::ggml_f32:
+      return "ggml_f32";
+  }
+  return "?";
 }
 
 rope_angle rope_angle_from_name(const std::string& name, const std::string& what) {
   if (name == "exact") return rope_angle::exact;
-  if (name == "compat_f32") return rope_angle::compat_f32;
-  fail("{} must be exact or compat_f32, got '{}'", what, name);
+  if (name == "f32" || name == "compat_f32") return rope_angle::f32;
+  if (name == "hf_f32") return rope_angle::hf_f32;
+  if (name == "ggml_f32") return rope_angle::ggml_f32;
+  fail("{} must be one of exact, f32 (or its former name compat_f32), hf_f32, ggml_f32, got '{}'",
+       what, name);
+}
+
+std::vector<rope_angle> rope_angles() {
+  return {rope_angle::exact, rope_angle::f32, rope_angle::hf_f32, rope_angle::ggml_f32};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -333,6 +351,8 @@ rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len) {
       break;
     }
   }
+  f.hf = detail::rope_hf_f32_params(c, seq_len, f.attention_factor);
+  f.ggml = detail::rope_ggml_f32_params(c, seq_len, f.attention_factor, &f.ggml_note);
   return f;
 }
 
@@ -349,6 +369,11 @@ void check_pos(int64_t pos, rope_angle angle) {
   if (pos < 0) fail("positions must be >= 0, got {}", pos);
   if (angle == rope_angle::exact && pos > kMaxExactPos)
     fail("positions must be <= 2^53 = {} in angle mode exact, got {}", kMaxExactPos, pos);
+  if (angle == rope_angle::ggml_f32 && pos > INT32_MAX)
+    fail(
+        "positions must be <= 2^31 - 1 = {} in angle mode ggml_f32 (ggml's int32 positions), got "
+        "{}",
+        INT32_MAX, pos);
 }
 
 // cos/sin row with an explicit scale (a for the forward, 1/a for unrotate).
@@ -382,16 +407,22 @@ void cos_sin_row(const rope_freqs& f, rope_angle angle, int64_t pos, double scal
         }
       }
     }
+  } else if constexpr (std::is_same_v<T, float>) {
+    // The float32 pipelines (src/encodings/rope_pipelines.cpp); the forward (scale = a) uses
+    // the engine's own magnitude arithmetic.
+    detail::rope_pipeline_cos_sin(f, angle, pos, scale == f.attention_factor, scale, c, s);
   } else {
-    // HF / vLLM float32: freqs = position_ids.float() * inv_freq.float(); cos = freqs.cos() *
-    // attention_scaling (all float32).
-    const float pf = static_cast<float>(pos);
-    const float af = static_cast<float>(scale);
-    for (int64_t i = 0; i < n; ++i) {
-      const float a = pf * static_cast<float>(f.inv_freq[i]);
-      const float cf = std::cos(a), sf = std::sin(a);
-      c[i] = static_cast<T>(scale == 1.0 ? cf : cf * af);
-      s[i] = static_cast<T>(scale == 1.0 ? sf : sf * af);
+    // Chunks through a stack buffer: the float32 values widened exactly.
+    constexpr int64_t kChunk = 64;
+    float cf[kChunk], sf[kChunk];
+    if (n <= kChunk) {
+      detail::rope_pipeline_cos_sin(f, angle, pos, scale == f.attention_factor, scale, cf, sf);
+      for (int64_t i = 0; i < n; ++i) c[i] = cf[i], s[i] = sf[i];
+    } else {
+      std::vector<float> cv(static_cast<size_t>(n)), sv(static_cast<size_t>(n));
+      detail::rope_pipeline_cos_sin(f, angle, pos, scale == f.attention_factor, scale, cv.data(),
+                                    sv.data());
+      for (int64_t i = 0; i < n; ++i) c[i] = cv[i], s[i] = sv[i];
     }
   }
 }
@@ -407,6 +438,7 @@ void rope_cos_sin(const rope_freqs& f, rope_angle angle, int64_t pos, double* co
                   double* sin_out) {
   rope_validate(f);
   check_pos(pos, angle);
+  if (angle != rope_angle::exact) detail::rope_pipeline_check(f, angle);
   cos_sin_row(f, angle, pos, f.attention_factor, cos_out, sin_out);
 }
 
@@ -414,6 +446,7 @@ void rope_cos_sin(const rope_freqs& f, rope_angle angle, int64_t pos, float* cos
                   float* sin_out) {
   rope_validate(f);
   check_pos(pos, angle);
+  if (angle != rope_angle::exact) detail::rope_pipeline_check(f, angle);
   cos_sin_row(f, angle, pos, f.attention_factor, cos_out, sin_out);
 }
 
@@ -486,6 +519,7 @@ void check_shape_args(const rope_freqs& f, rope_angle angle, std::span<const int
   if (static_cast<int64_t>(positions.size()) != T)
     fail("positions must have shape (T,) = ({},), got ({},)", T, positions.size());
   for (int64_t p : positions) check_pos(p, angle);
+  if (angle != rope_angle::exact) detail::rope_pipeline_check(f, angle);
 }
 
 void check_apply_args(const rope_freqs& f, rope_angle angle, std::span<const int64_t> positions,
@@ -502,6 +536,7 @@ void check_apply_args(const rope_freqs& f, rope_angle angle, std::span<const int
                 static_cast<unsigned long long>(D), 1);
   if (T * H * D > 0 && x == nullptr) fail("x must not be null for shape ({}, {}, {})", T, H, D);
   for (int64_t p : positions) check_pos(p, angle);
+  if (angle != rope_angle::exact) detail::rope_pipeline_check(f, angle);
 }
 
 // One or two tensors sharing positions: x1: (T, H1, D), x2: (T, H2, D) (x2 may be null with
@@ -673,7 +708,7 @@ void rope_reference_cos_sin(int64_t pos, double omega, long double* c, long doub
 void rope_apply_reference(const rope_freqs& f, rope_layout layout,
                           std::span<const int64_t> positions, const double* x, double* y, int64_t T,
                           int64_t H, int64_t D, bool inverse) {
-  check_apply_args(f, rope_angle::compat_f32, positions, x, T, H, D);
+  check_apply_args(f, rope_angle::f32, positions, x, T, H, D);
   if (T * H * D > 0 && y == nullptr) fail("y must not be null for shape ({}, {}, {})", T, H, D);
   const int64_t R = f.rotary_dim, n = R / 2;
   const long double a = f.attention_factor;

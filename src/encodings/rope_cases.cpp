@@ -453,7 +453,7 @@ std::vector<spec> make_full() {
   {
     rng g(21);
     for (auto l : kLayouts)
-      for (auto angle : {rope_angle::exact, rope_angle::compat_f32}) {
+      for (auto angle : {rope_angle::exact, rope_angle::f32}) {
         spec c;
         c.m = mode::fused;
         c.T = 37, c.H = 8, c.Hk = 2, c.D = 80, c.R = 24, c.layout = l, c.angle = angle;
@@ -525,7 +525,7 @@ std::vector<spec> make_check() {
     c.positions = {123457};
     add(c);
   }
-  for (auto angle : {rope_angle::exact, rope_angle::compat_f32}) {
+  for (auto angle : {rope_angle::exact, rope_angle::f32}) {
     spec c;
     c.m = mode::fused;
     c.T = 7, c.H = 4, c.Hk = 2, c.D = 80, c.R = 24, c.angle = angle, c.theta = 1e6, c.factor = 2;

@@ -191,7 +191,7 @@ void layouts_agree_and_pass_through(std::vector<check_result>& out, rng& g) {
     }
   auto x0 = xh;
   double err = 0, perr = 0;
-  for (auto angle : {rope_angle::exact, rope_angle::compat_f32}) {
+  for (auto angle : {rope_angle::exact, rope_angle::f32}) {
     auto yh = xh, yi = xi;
     rope_apply(f, rope_layout::half, angle, pos, yh.data(), T, H, DD);
     rope_apply(f, rope_layout::interleaved, angle, pos, yi.data(), T, H, DD);
@@ -272,7 +272,7 @@ void apply_vs_reference(std::vector<check_result>& out, rng& g) {
 // 9. Angle error of each mode against the reference, positions up to 1e7 and frequencies
 // theta^(-2i/R) for theta = 1e4 and 5e5, R = 128.
 //   exact: |cos err|, |sin err| <= 2^-52 (argument exact, reduction to 2^-100, libm 1 ulp).
-//   compat_f32: the angle float(p) float(w) differs from p w by at most
+//   f32: the angle float(p) float(w) differs from p w by at most
 //     |p w| (2^-24 [w rounding] + 2^-24 [p rounding, 0 below 2^24] + 2^-24 [product]),
 //   and sinf/cosf and the result add 2^-23; the check reports max(err / bound) <= 1 and, in
 //   the detail, the largest absolute error seen.
@@ -289,7 +289,7 @@ void angle_error(std::vector<check_result>& out, rng& g) {
     std::vector<float> cf(64), sf(64);
     for (int64_t p : pos) {
       rope_cos_sin(f, rope_angle::exact, p, ce.data(), se.data());
-      rope_cos_sin(f, rope_angle::compat_f32, p, cf.data(), sf.data());
+      rope_cos_sin(f, rope_angle::f32, p, cf.data(), sf.data());
       for (int i = 0; i < 64; ++i) {
         long double rc, rs;
         rope_reference_cos_sin(p, f.inv_freq[i], &rc, &rs);
@@ -309,8 +309,8 @@ void angle_error(std::vector<check_result>& out, rng& g) {
                            "argument exact (two-product), reduction to ~2^-100, libm <= 1 ulp "
                            "plus first-order correction: tol 2 ulp(1) = 2^-51"));
   out.push_back(make_check(
-      "angle_error_compat_f32",
-      "compat_f32 cos/sin error / (3 * 2^-24 * p * w + 2^-23) at pos <= 1e7", cratio, 1.0,
+      "angle_error_f32", "f32 cos/sin error / (3 * 2^-24 * p * w + 2^-23) at pos <= 1e7", cratio,
+      1.0,
       fmt::format("largest absolute cos/sin error measured: {:.3g} (float angle rounding grows "
                   "like p w 2^-24)",
                   cabs)));

@@ -106,12 +106,12 @@ def test_non_contiguous_input_is_copied_not_changed(rng):
     assert np.array_equal(y, posenc.apply_rope(np.ascontiguousarray(x), np.arange(4), cfg=cfg))
 
 
-def test_compat_f32_angles(rng):
+def test_f32_angles(rng):
     # angle = float32(p) * float32(omega) in float32, then float cos/sin (HF's float32 path)
     D = 16
     cfg = posenc.RopeConfig(head_dim=D)
     pos = np.array([0, 1, 100, 5000, 70000])
-    c, s = posenc.rope_cos_sin(cfg, pos, angle="compat_f32", dtype=np.float32)
+    c, s = posenc.rope_cos_sin(cfg, pos, angle="f32", dtype=np.float32)
     ang = pos.astype(np.float32)[:, None] * ref.inv_freq_default(10000.0, D).astype(np.float32)
     assert ang.dtype == np.float32
     # the same float32 angle: posenc's cosf/sinf within 1 ulp, NumPy's float32 cos/sin within

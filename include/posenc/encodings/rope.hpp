@@ -28,22 +28,35 @@ namespace posenc {
 
 enum class rope_layout { half, interleaved };
 
-// Angle arithmetic.
-//   exact:      angle = p * omega in double-double (an exact two-product, so any integer
-//               position up to 2^53 is exact), reduced mod 2*pi against a triple-double 2*pi,
-//               then sin/cos in double with a first-order correction for the low word.
-//               The reduction (src/core/angle.hpp) runs lane-wise in SIMD
-//               (src/core/angle_simd-inl.h, called by src/encodings/rope_simd.cpp) and sine
-//               and cosine of the reduced angle (|r| <= pi + 2^-40) come from one double kernel
-//               (src/core/sincos_simd-inl.h, fdlibm's polynomials, < 1.8 * 2^-53), so
-//               |cos, sin error| <= 2.5 * 2^-53 < 2.8e-16 absolute at every position up to 2^53
-//               (derivation in src/core/angle_simd-inl.h; measured by rope_checks and
-//               tests/test_rope_simd.cpp against the binary128 reference).
-//   compat_f32: omega rounded to float32, position cast to float32 (exact below 2^24), angle
-//               = float(p) * float(omega) in float32, then float sinf/cosf and a float multiply
-//               by float(a): the float32 path of HF transformers / vLLM. Error grows like
-//               angle * 2^-24 (about 0.3 rad at angle 1e7); rope_checks reports it.
-enum class rope_angle { exact, compat_f32 };
+// Angle arithmetic: the exact mode and three float32 pipelines, each the operation order of an
+// engine's published source (docs/conventions.md, "Float32 angle pipelines").
+//   exact:    angle = p * omega in double-double (an exact two-product, so any integer
+//             position up to 2^53 is exact), reduced mod 2*pi against a triple-double 2*pi,
+//             then sin/cos in double with a first-order correction for the low word.
+//             The reduction (src/core/angle.hpp) runs lane-wise in SIMD
+//             (src/core/angle_simd-inl.h, called by src/encodings/rope_simd.cpp) and sine
+//             and cosine of the reduced angle (|r| <= pi + 2^-40) come from one double kernel
+//             (src/core/sincos_simd-inl.h, fdlibm's polynomials, < 1.8 * 2^-53), so
+//             |cos, sin error| <= 2.5 * 2^-53 < 2.8e-16 absolute at every position up to 2^53
+//             (derivation in src/core/angle_simd-inl.h; measured by rope_checks and
+//             tests/test_rope_simd.cpp against the binary128 reference).
+//   f32:      a plain float32 angle: omega rounded to float32, position cast to float32 (exact
+//             below 2^24), angle = float(p) * float(omega) in float32, then float sinf/cosf and
+//             a float multiply by float(a). Error grows like angle * 2^-24 (about 0.3 rad at
+//             angle 1e7); rope_checks reports it. Spelled compat_f32 before; rope_angle_from_name
+//             still accepts that name.
+//   hf_f32:   Hugging Face transformers' float32 pipeline: inv_freq from float32 tensor
+//             arithmetic (base ** (arange(0, R, 2).float() / R), then the rope type's scaling
+//             formula in float32, modeling_rope_utils.py), angle = inv_freq * float(p) in
+//             float32, cos/sin in float32 times float(attention_scaling) (LlamaRotaryEmbedding).
+//   ggml_f32: ggml's CPU pipeline (ggml-cpu ops.cpp, ggml_rope_cache_init / rope_yarn): theta
+//             starts at float(p) and is multiplied by theta_scale = powf(base, -2/R) once per
+//             pair, divided by the per-pair freq factor (LongRoPE factors, Llama 3's rope_freqs
+//             as convert_hf_to_gguf.py writes it), scaled by freq_scale = 1/s, YaRN ramp mix
+//             and magnitude in float; positions are int32 as in ggml.
+// hf_f32 and ggml_f32 need the rope_freqs of rope_frequencies (they read its hf / ggml members);
+// a rope_freqs built by hand is refused for them.
+enum class rope_angle { exact, f32, hf_f32, ggml_f32, compat_f32 = f32 };
 
 // Hugging Face rope_type names: "default", "linear", "dynamic", "yarn", "longrope", "llama3".
 enum class rope_type { default_, linear, dynamic, yarn, longrope, llama3 };
@@ -53,8 +66,12 @@ const char* rope_type_name(rope_type t);
 rope_type rope_type_from_name(const std::string& name, const std::string& what = "rope_type");
 const char* rope_layout_name(rope_layout l);  // "half", "interleaved"
 rope_layout rope_layout_from_name(const std::string& name, const std::string& what = "layout");
-const char* rope_angle_name(rope_angle a);  // "exact", "compat_f32"
+const char* rope_angle_name(rope_angle a);  // "exact", "f32", "hf_f32", "ggml_f32"
+// Accepts those names and "compat_f32" (the former name of f32); throws invalid_argument naming
+// `what` and the allowed names.
 rope_angle rope_angle_from_name(const std::string& name, const std::string& what = "angle");
+// The four modes in a fixed order: exact, f32, hf_f32, ggml_f32.
+std::vector<rope_angle> rope_angles();
 
 // Parameters, named as in HF config.json. Only the fields of `type` are read.
 struct rope_config {
@@ -90,12 +107,37 @@ struct rope_config {
 // low_freq_factor >= high_freq_factor, non-finite values.
 void rope_validate(const rope_config& c);
 
+// transformers' float32 quantities (angle mode hf_f32).
+struct rope_hf_f32 {
+  std::vector<float> inv_freq;    // (R/2,): the float32 inv_freq buffer of the rotary module
+  float attention_factor = 1.0f;  // float(attention_scaling)
+};
+
+// ggml's float32 parameters (angle mode ggml_f32), as llama.cpp passes them for a GGUF
+// converted from the same config.json.
+struct rope_ggml_f32 {
+  float freq_base = 10000.0f;       // rope.freq_base (dynamic: the NTK base at seq_len)
+  float theta_scale = 1.0f;         // powf(freq_base, -2.0f / R)
+  float freq_scale = 1.0f;          // 1.0f / s for linear and yarn, else 1
+  float ext_factor = 0.0f;          // 1 for yarn (the ramp mix and magnitude are on), else 0
+  float attn_factor = 1.0f;         // ggml's mscale before the YaRN magnitude
+  float corr_dims[2] = {0, 0};      // ggml_rope_yarn_corr_dims (floor / ceil always)
+  std::vector<float> freq_factors;  // (R/2,) divisors (LongRoPE, Llama 3 rope_freqs) or empty
+};
+
 // Frequencies and magnitude for one sequence length.
 struct rope_freqs {
   int64_t head_dim = 0, rotary_dim = 0;  // D, R
   std::vector<double> inv_freq;          // (R/2,): omega_i, radians per position
   double attention_factor = 1.0;         // a: multiplies cos and sin
   rope_type type = rope_type::default_;
+  // The float32 pipelines' own quantities, filled by rope_frequencies (absent when built by
+  // hand: angle modes hf_f32 and ggml_f32 then throw invalid_argument).
+  std::optional<rope_hf_f32> hf;
+  std::optional<rope_ggml_f32> ggml;
+  // Limits of the ggml model that make it differ from the config by design, not by rounding
+  // (e.g. truncate = false: ggml always floors / ceils the YaRN correction dims); empty if none.
+  std::string ggml_note;
 };
 
 // Computes omega_i and a for `c` (validated first). seq_len is the current total sequence
@@ -110,6 +152,26 @@ rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len = 0);
 
 // Checks f is usable (R even, 2 <= R <= D, inv_freq has R/2 finite entries, a finite).
 void rope_validate(const rope_freqs& f);
+
+// The float32 angles a pipeline forms before cos / sin: theta_out[i], i < R/2, for
+// angle f32, hf_f32 or ggml_f32 (exact forms no float angle: invalid_argument). pos >= 0, and
+// <= 2^31 - 1 for ggml_f32 (int32 positions).
+void rope_angles_f32(const rope_freqs& f, rope_angle angle, int64_t pos, float* theta_out);
+
+// Drift of a float32 pipeline against the exact mode at each position (rope drift, the report):
+//   angle_error: max_i |theta_i(p) - p omega_i| (the unreduced float32 angle of
+//                rope_angles_f32 against the exact product in long double); NaN for exact;
+//   output_error[k]: max_i over both outputs of the rotated unit pair (u, v) = (1, 0), i.e.
+//                a cos and a sin, of |stored - exact|: the pipeline's float32 cos / sin row
+//                rounded to the storage type k (0 float32, 1 bfloat16, 2 float16; round to
+//                nearest even) against the binary128-reduced a cos(p omega_i), a sin(p omega_i).
+struct rope_drift_row {
+  int64_t pos = 0;
+  double angle_error = 0;
+  double output_error[3] = {0, 0, 0};
+};
+std::vector<rope_drift_row> rope_drift(const rope_freqs& f, rope_angle angle,
+                                       std::span<const int64_t> positions);
 
 // cos/sin of one position row: cos_out[i] = a cos(pos omega_i), sin_out[i] = a sin(pos omega_i),
 // i < R/2. pos >= 0 (else invalid_argument). The float overload of `exact` rounds the double
@@ -139,7 +201,7 @@ void rope_rotate_plain(rope_layout layout, int64_t R, const double* cos, const d
 // True when the environment variable POSENC_REFERENCE is set to anything but "" or "0" (read
 // at every call). Then rope_apply / rope_apply_qk run the binary128 rope_apply_reference for
 // angle mode exact (through double copies, rounded once to the data type) and the plain scalar
-// loops for compat_f32; rope_unrotate runs the plain scalar loops.
+// loops for the float32 pipelines; rope_unrotate runs the plain scalar loops.
 bool rope_reference_selected();
 
 // In place on x: (T, H, D), D contiguous, token t at position positions[t] (any order, >= 0).

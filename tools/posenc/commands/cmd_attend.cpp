@@ -4,7 +4,7 @@
 //   posenc attend --q Q.npy --k K.npy --v V.npy --out O.npy [--causal] [--scale X]
 //     [--rope (--hf-config FILE | --gguf FILE | [--head-dim D] --theta B --partial F --scaling TYPE
 //     ...)
-//      --layout half|interleaved [--angle exact|compat_f32] [--seq-len N]]
+//      --layout half|interleaved [--angle exact|f32|hf_f32|ggml_f32] [--seq-len N]]
 //     [--alibi [--max-bias 8] [--alibi-convention press|mpt|geometric]]
 //     [--t5-table TABLE.npy --num-buckets 32 --max-distance 128 [--bidirectional]]
 //     [--q-positions P.npy] [--k-positions P.npy] [--key-padding M.npy]
@@ -436,7 +436,8 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--hf-config", o->hf_config, "RoPE from a Hugging Face config.json");
   sub->add_option("--gguf", o->gguf, "RoPE from a GGUF file's metadata (llama.cpp)");
   sub->add_option("--layout", o->layout, "RoPE pair layout: half or interleaved");
-  sub->add_option("--angle", o->angle, "RoPE angle mode: exact (default) or compat_f32");
+  sub->add_option("--angle", o->angle,
+                  "RoPE angle mode: exact (default), f32, hf_f32 or ggml_f32 (compat_f32 = f32)");
   sub->add_option("--head-dim", o->head_dim,
                   "RoPE head dim (optional: D of --q; an error when it disagrees)");
   sub->add_option("--theta", o->theta, "rope_theta (default 10000)");

@@ -705,7 +705,9 @@ const bool registered = register_command(30, [](CLI::App& app) {
   as->add_option("--out", ao->out, "Output .npy (X's dtype), written atomically")->required();
   as->add_option("--layout", ao->layout, "Pair layout: half (NeoX) or interleaved (GPT-J)")
       ->required();
-  as->add_option("--angle", ao->angle, "Angle mode: exact or compat_f32")->default_str("exact");
+  as->add_option("--angle", ao->angle,
+                 "Angle mode: exact, f32 (alias compat_f32), hf_f32 or ggml_f32")
+      ->default_str("exact");
   add_rope_params(as, ao->p);
   add_format_option(as, ao->format);
   as->callback([ao] { run_apply(*ao); });
