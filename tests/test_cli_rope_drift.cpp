@@ -1,0 +1,116 @@
+// `posenc rope drift` end to end: its JSON against rope_drift for a real config, the log
+// position grid, explicit parameters, every format, the ggml note, and malformed inputs
+// (exit code 2 and a message naming the argument).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_config.hpp"
+#include "test_support.hpp"
+
+using namespace posenc;
+using nlohmann::json;
+
+namespace {
+
+std::string data(const std::string& name) {
+  return std::string(POSENC_SOURCE_DIR) + "/tests/data/rope/" + name;
+}
+
+json run_json(const std::vector<std::string>& args) {
+  auto r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? json::parse(r.out) : json();
+}
+
+}  // namespace
+
+TEST(CliRopeDrift, JsonMatchesTheLibraryForAConfig) {
+  const auto j = run_json({"rope", "drift", "--hf-config", data("llama3_1_8b.json"), "--positions",
+                           "0:1000000:log", "--format", "json"});
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["scaling"], "llama3");
+  EXPECT_EQ(j["seq_len"], 1000000);  // max position + 1
+  ASSERT_EQ(j["pipelines"].size(), 4u);
+  // Ten per decade from 1 to 10^6 (rounded, duplicates dropped), plus 0 and 999999.
+  const auto& rows0 = j["pipelines"][0]["rows"];
+  std::vector<int64_t> pos;
+  for (const auto& r : rows0) pos.push_back(r["pos"].get<int64_t>());
+  ASSERT_FALSE(pos.empty());
+  EXPECT_EQ(pos.front(), 0);
+  EXPECT_EQ(pos.back(), 999999);
+  EXPECT_TRUE(std::is_sorted(pos.begin(), pos.end()));
+  EXPECT_NE(std::find(pos.begin(), pos.end(), 100000), pos.end());
+  EXPECT_NE(std::find(pos.begin(), pos.end(), 794328), pos.end());  // round(10^5.9)
+  std::vector<std::string> w;
+  const auto f = rope_frequencies(rope_config_from_file(data("llama3_1_8b.json"), &w), 1000000);
+  const char* names[] = {"exact", "f32", "hf_f32", "ggml_f32"};
+  for (size_t k = 0; k < 4; ++k) {
+    const auto& p = j["pipelines"][k];
+    EXPECT_EQ(p["angle"], names[k]);
+    const auto want = rope_drift(f, rope_angle_from_name(names[k]), pos);
+    ASSERT_EQ(p["rows"].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const auto& r = p["rows"][i];
+      if (k == 0)
+        EXPECT_TRUE(r["angle_error"].is_null());
+      else
+        EXPECT_EQ(r["angle_error"].get<double>(), want[i].angle_error);
+      EXPECT_EQ(r["output_error"]["float32"].get<double>(), want[i].output_error[0]);
+      EXPECT_EQ(r["output_error"]["bfloat16"].get<double>(), want[i].output_error[1]);
+      EXPECT_EQ(r["output_error"]["float16"].get<double>(), want[i].output_error[2]);
+    }
+  }
+}
+
+TEST(CliRopeDrift, TextAndCsvWithExplicitParameters) {
+  auto r = test::run_cli({"rope", "drift", "--head-dim", "64", "--theta", "500000", "--positions",
+                          "1,70000", "--angles", "hf_f32"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("worst over positions"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hf_f32"), std::string::npos);
+  EXPECT_EQ(r.out.find("ggml_f32"), std::string::npos);
+  EXPECT_NE(r.out.find("70000"), std::string::npos);
+  r = test::run_cli(
+      {"rope", "drift", "--head-dim", "64", "--positions", "1,70000", "--format", "csv"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("angle,pos,angle_error,out_float32,out_bfloat16,out_float16\n", 0), 0u);
+  // 4 pipelines x 2 positions + the header.
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 9);
+  EXPECT_NE(r.out.find("\nexact,1,,"), std::string::npos) << r.out;
+}
+
+TEST(CliRopeDrift, GgmlNoteForTruncateFalse) {
+  const auto j = run_json({"rope", "drift", "--head-dim", "128", "--scaling", "yarn", "--factor",
+                           "4", "--original-max-pos", "4096", "--truncate", "false", "--positions",
+                           "1,1000", "--format", "json"});
+  ASSERT_TRUE(j.is_object());
+  const auto& g = j["pipelines"][3];
+  EXPECT_EQ(g["angle"], "ggml_f32");
+  EXPECT_NE(g["note"].get<std::string>().find("truncate"), std::string::npos);
+}
+
+TEST(CliRopeDrift, BadInputExits2) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"rope", "drift", "--head-dim", "64"},  // --positions missing
+      {"rope", "drift", "--head-dim", "64", "--positions", "5:1:log"},
+      {"rope", "drift", "--head-dim", "64", "--positions", "0:2000000"},
+      {"rope", "drift", "--head-dim", "64", "--positions", "1,2", "--angles", "exact"},
+      {"rope", "drift", "--head-dim", "64", "--positions", "1,2", "--angles", "f16"},
+      {"rope", "drift", "--head-dim", "63", "--positions", "1,2"},
+      {"rope", "drift", "--positions", "1,2"},
+      {"rope", "drift", "--head-dim", "64", "--positions", "3000000000"},  // ggml int32
+      {"rope", "drift", "--hf-config", "/nonexistent.json", "--positions", "1"},
+  };
+  const std::vector<std::string> says = {"positions",  "B > A",    "more than",
+                                         "--angles",   "--angles", "even integer",
+                                         "--head-dim", "2^31",     "nonexistent"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const auto r = test::run_cli(bad[i]);
+    EXPECT_EQ(r.exit_code, 2) << i << ": " << r.out << r.err;
+    EXPECT_TRUE(r.out.empty()) << i << ": " << r.out;
+    EXPECT_NE(r.err.find(says[i]), std::string::npos) << i << ": " << r.err;
+  }
+}
