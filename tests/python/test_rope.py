@@ -190,3 +190,38 @@ def test_equals_cli_rope_apply(cli, tmp_path, rng, dtype):
     cfg = posenc.RopeConfig(head_dim=16, theta=10000.0)
     y = posenc.apply_rope(x, pos, cfg=cfg, layout="interleaved")
     assert np.array_equal(y, np.load(tmp_path / "y.npy"))
+
+
+@pytest.mark.parametrize("config", ["llama2_7b.json", "llama3_1_8b.json"])
+def test_hf_f32_matches_pytorch(config):
+    # transformers' float32 pipeline run in PyTorch (the formulas of modeling_rope_utils.py and
+    # LlamaRotaryEmbedding, written here with torch ops): for these two configs posenc's hf_f32
+    # inv_freq is bit-identical to torch's (docs/conventions.md), so the angles are too, and
+    # cos / sin differ only by torch's SLEEF cos / sin (< 1 ulp) against posenc's correctly
+    # rounded ones: at most 1 ulp, <= 2^-24 for values below 1. The plain float32 angle (f32)
+    # starts from posenc's double frequencies rounded, 19 of which differ from torch's for
+    # Llama 2: it is measurably further away.
+    import torch
+
+    cfg = posenc.RopeConfig.from_hf(str(DATA / config))
+    raw = json.loads((DATA / config).read_text())
+    base, dim = float(raw["rope_theta"]), cfg.rotary_dim
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    rs = raw.get("rope_scaling") or {}
+    if rs.get("rope_type") == "llama3":
+        s, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wl = 2 * math.pi / inv
+        il = torch.where(wl > old / lo, inv / s, inv)
+        sm = (old / wl - lo) / (hi - lo)
+        smoothed = (1 - sm) * il / s + sm * il
+        medium = ~(wl < old / hi) * ~(wl > old / lo)
+        inv = torch.where(medium, smoothed, il)
+    pos = np.array([0, 1, 7, 100, 4095, 70000, 1000003])
+    freqs = (inv[None, :, None].float() @ torch.tensor(pos)[None, None, :].float())[0].T
+    tc, ts = freqs.cos().numpy(), freqs.sin().numpy()
+    c, s = posenc.rope_cos_sin(cfg, pos, angle="hf_f32", dtype=np.float32, seq_len=0)
+    assert np.max(np.abs(c - tc)) <= 2.0**-24
+    assert np.max(np.abs(s - ts)) <= 2.0**-24
+    cf, sf = posenc.rope_cos_sin(cfg, pos, angle="f32", dtype=np.float32, seq_len=0)
+    assert max(np.max(np.abs(cf - tc)), np.max(np.abs(sf - ts))) > 1e-4
