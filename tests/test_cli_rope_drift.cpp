@@ -114,3 +114,18 @@ TEST(CliRopeDrift, BadInputExits2) {
     EXPECT_NE(r.err.find(says[i]), std::string::npos) << i << ": " << r.err;
   }
 }
+
+TEST(CliRopeDrift, ReadsGguf) {
+  // The hand-checked fixture (tests/data/gguf): Llama 3 parameters recovered from rope_freqs.
+  const auto j =
+      run_json({"rope", "drift", "--gguf",
+                std::string(POSENC_SOURCE_DIR) + "/tests/data/gguf/tiny_llama3.gguf", "--positions",
+                "0:100000:log", "--angles", "ggml_f32", "--format", "json"});
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["scaling"], "llama3");
+  ASSERT_EQ(j["pipelines"].size(), 2u);
+  EXPECT_EQ(j["pipelines"][1]["angle"], "ggml_f32");
+  // Position 0 is exact in every pipeline; 99999 is not.
+  EXPECT_EQ(j["pipelines"][1]["rows"][0]["angle_error"].get<double>(), 0.0);
+  EXPECT_GT(j["pipelines"][1]["rows"].back()["angle_error"].get<double>(), 0.0);
+}
