@@ -240,8 +240,9 @@ void ggml_cache(const ggml_ref& g, int32_t p, std::vector<float>& th, std::vecto
     if (g.ext_factor != 0.0f) {
       const float y = (i0 / 2 - g.corr[0]) / std::max(0.001f, g.corr[1] - g.corr[0]);
       const float ramp_mix = (1 - std::min(1.0f, std::max(0.0f, y))) * g.ext_factor;
-      t = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
-      mscale *= 1.0f + 0.1f * logf(1.0f / g.freq_scale);
+      // ggml's x86-64 build (-mfma): GCC contracts a * b + c * d to fma(a, b, c * d).
+      t = fmaf(theta_interp, 1 - ramp_mix, theta_extrap * ramp_mix);
+      mscale *= fmaf(0.1f, logf(1.0f / g.freq_scale), 1.0f);
     }
     th.push_back(t);
     cs.push_back(cosf(t) * mscale);

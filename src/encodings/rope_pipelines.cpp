@@ -268,8 +268,11 @@ void ggml_row(const rope_ggml_f32& g, int64_t n, int64_t pos, float* th, bool ow
       const float y = (static_cast<float>(static_cast<int>(i)) - g.corr_dims[0]) /
                       std::max(0.001f, g.corr_dims[1] - g.corr_dims[0]);
       const float ramp_mix = (1 - std::min(1.0f, std::max(0.0f, y))) * g.ext_factor;
-      t = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
-      mscale *= 1.0f + 0.1f * std::log(1.0f / g.freq_scale);
+      // As ggml's x86-64 builds compile rope_yarn (-mfma, GCC's default contraction of
+      // a * b + c * d into fma(a, b, c * d)): the mix and the magnitude are fused; a build
+      // without FMA rounds twice and can differ by 1 ulp of the angle in the ramp zone.
+      t = std::fma(theta_interp, 1 - ramp_mix, theta_extrap * ramp_mix);
+      mscale *= std::fma(0.1f, std::log(1.0f / g.freq_scale), 1.0f);
     }
     if (th) th[i] = t;
     if (c) {

@@ -28,12 +28,15 @@ namespace hn = hwy::HWY_NAMESPACE;
 // ---------------------------------------------------------------------------------------------
 
 // Both layouts compute every output as one multiply-add of the same operands,
-//   u' = fma(u, c, -(v s)),  v' = fma(v, c, u s)      (forward)
+//   u' = fma(u, c, -(v s)),  v' = fma(u, s, v c)      (forward)
 //   u' = fma(u, c, v s),     v' = fma(v, c, -(u s))   (inverse)
 // in the vector body and in the tails, so half and interleaved agree bit for bit under the
-// channel permutation (rope_checks "layouts_agree"). Fma1 is the target's own MulAdd on one
-// lane: fused where the target has FMA, multiply-then-add where it emulates it, exactly as the
-// vector body.
+// channel permutation (rope_checks "layouts_agree"). The forward fuses the products ggml's CPU
+// rotation fuses where it is compiled with FMA (x86-64 builds: GCC contracts x0 c - x1 s and
+// x0 s + x1 c into fma(x0, c, -(x1 s)) and fma(x0, s, x1 c)), so that with the same cos/sin
+// (--angle ggml_f32) the outputs are ggml's bit for bit (docs/conventions.md, measured). Fma1 is
+// the target's own MulAdd on one lane: fused where the target has FMA, multiply-then-add where it
+// emulates it, exactly as the vector body.
 template <typename T>
 HWY_INLINE T Fma1(T a, T b, T c) {
   const hn::CappedTag<T, 1> d1;
@@ -57,7 +60,7 @@ HWY_INLINE void RotateHalfT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RES
       if constexpr (!kInverse) {
         // forward: u' = u c - v s; v' = v c + u s
         hn::StoreU(hn::MulSub(a, cv, hn::Mul(b, sv)), d, u + i);
-        hn::StoreU(hn::MulAdd(b, cv, hn::Mul(a, sv)), d, v + i);
+        hn::StoreU(hn::MulAdd(a, sv, hn::Mul(b, cv)), d, v + i);
       } else {
         // backward of "u' = u c - v s; v' = v c + u s": the transpose, sine negated.
         hn::StoreU(hn::MulAdd(a, cv, hn::Mul(b, sv)), d, u + i);
@@ -68,7 +71,7 @@ HWY_INLINE void RotateHalfT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RES
       const T a = u[i], b = v[i];
       if constexpr (!kInverse) {
         u[i] = Fma1(a, c[i], -(b * s[i]));
-        v[i] = Fma1(b, c[i], a * s[i]);
+        v[i] = Fma1(a, s[i], b * c[i]);
       } else {
         u[i] = Fma1(a, c[i], b * s[i]);
         v[i] = Fma1(b, c[i], -(a * s[i]));
@@ -82,6 +85,8 @@ HWY_INLINE void RotateHalfT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RES
 // inverse), y = x * ce + swap_pairs(x) * se gives
 //   y[2i] = u c - v s,  y[2i+1] = v c + u s       (forward)
 //   y[2i] = u c + v s,  y[2i+1] = v c - u s       (inverse: the transpose)
+// with the products fused as in the half layout: the forward's odd lanes fuse swap * se (u s),
+// every other lane x * ce.
 // ce/se are expanded on the stack in chunks of kChunk pairs (no allocation) and reused by all
 // H heads of the token.
 template <bool kInverse, typename T>
@@ -106,12 +111,17 @@ HWY_INLINE void RotateInterleavedT(int64_t n, const T* HWY_RESTRICT c, const T* 
       for (; i + N <= w; i += N) {
         const auto a = hn::LoadU(d, y + i);
         const auto sw = hn::Reverse2(d, a);  // [v_0 u_0 v_1 u_1 ..]
-        hn::StoreU(hn::MulAdd(a, hn::Load(d, ce + i), hn::Mul(sw, hn::Load(d, se + i))), d, y + i);
+        const auto cv = hn::Load(d, ce + i), sv = hn::Load(d, se + i);
+        const auto even = hn::MulAdd(a, cv, hn::Mul(sw, sv));
+        if constexpr (kInverse)
+          hn::StoreU(even, d, y + i);
+        else
+          hn::StoreU(hn::OddEven(hn::MulAdd(sw, sv, hn::Mul(a, cv)), even), d, y + i);
       }
       for (; i < w; i += 2) {  // whole pairs: w and N are even
         const T a = y[i], b = y[i + 1];
         y[i] = Fma1(a, ce[i], b * se[i]);
-        y[i + 1] = Fma1(b, ce[i + 1], a * se[i + 1]);
+        y[i + 1] = kInverse ? Fma1(b, ce[i + 1], a * se[i + 1]) : Fma1(a, se[i + 1], b * ce[i + 1]);
       }
     }
   }
