@@ -6,12 +6,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "posenc/core/threads.hpp"
 
 namespace posenc {
-
-float fma_chains(int64_t iters);  // machine_simd.cpp
 
 namespace {
 
@@ -79,33 +78,57 @@ bandwidth_result measure_bandwidth(size_t bytes_per_array, int threads, int reps
   return r;
 }
 
-double measure_fma_peak_gflops(int threads, double seconds, int reps) {
-  const int lanes = simd_float_lanes();
+fma_peak_result measure_fma_peak(int threads, double seconds, int reps) {
+  fma_peak_result r;
+  r.target = simd_target_name();
+  r.lanes = simd_float_lanes();
+  r.chains = fma_probe_chains();
+  r.reps = std::max(reps, 1);
   // Calibrate the iteration count on one thread.
-  int64_t iters = 1 << 16;
+  int64_t iters = 1 << 14;
   for (;;) {
     double t0 = now();
     volatile float v = fma_chains(iters);
     (void)v;
     double dt = now() - t0;
     if (dt > seconds / 4 || iters > (int64_t{1} << 40)) {
-      iters = static_cast<int64_t>(static_cast<double>(iters) * seconds / std::max(dt, 1e-9));
+      iters = std::max<int64_t>(
+          1, static_cast<int64_t>(static_cast<double>(iters) * seconds / std::max(dt, 1e-9)));
       break;
     }
     iters *= 4;
   }
-  double best = 1e30;
-  for (int rep = 0; rep < reps; ++rep) {
-    double t0 = now();
+  std::vector<double> times;
+  for (int rep = 0; rep < r.reps; ++rep) {
+    double t0 = 0, t1 = 0;
+    int team = 0;
+    // The clock starts once every thread of the team exists and stops when the last one is
+    // done: waking the pool is not FMA time.
 #pragma omp parallel num_threads(threads)
     {
+#pragma omp single
+      {
+        team = omp_get_num_threads();
+        t0 = now();
+      }  // implied barrier
       volatile float v = fma_chains(iters);
       (void)v;
+#pragma omp barrier
+#pragma omp single
+      t1 = now();
     }
-    best = std::min(best, now() - t0);
+    r.threads = team;
+    times.push_back(t1 - t0);
   }
-  const double flops = 2.0 * 12.0 * lanes * static_cast<double>(iters) * threads;
-  return flops / best / 1e9;
+  std::sort(times.begin(), times.end());
+  const double flops = 2.0 * r.chains * r.lanes * static_cast<double>(iters) * r.threads;
+  r.gflops = flops / times.front() / 1e9;
+  r.gflops_median = flops / times[times.size() / 2] / 1e9;
+  return r;
+}
+
+double measure_fma_peak_gflops(int threads, double seconds, int reps) {
+  return measure_fma_peak(threads, seconds, reps).gflops;
 }
 
 }  // namespace posenc

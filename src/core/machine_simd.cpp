@@ -12,36 +12,45 @@ namespace posenc {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// 12 independent accumulators: covers FMA latency (4-5 cycles) x 2 FMA ports with margin.
-// Returns a value depending on every accumulator so the loop cannot be removed.
+// Independent accumulators of the FMA-peak loop. Throughput needs at least (FMA latency) x
+// (FMA ports) chains in flight: 4 x 2 = 8 on Intel since Skylake and on AMD Zen 4/5, 5 x 2 = 10
+// on Zen 2/3. Each chain holds one register and the loop two more (multiplier, addend), so the
+// count also has to fit the register file without spills: 12 + 2 of the 16 vector registers of
+// SSE/AVX2, 16 + 2 of the 32 of AVX-512 (and of NEON/SVE), where more chains leave more margin
+// for a longer latency. Measured against a -march=native probe in docs/design.md ("The FMA-peak
+// probe").
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+constexpr int kChains = 12;
+#else
+constexpr int kChains = 16;
+#endif
+
+// kChains chains a_j <- a_j * m + c in the widest vector of this target (ScalableTag, not
+// capped). Returns a value depending on every accumulator so the loop cannot be removed; m and c
+// keep the values near c / (1 - m) = 0.1, far from overflow and subnormals.
 float FmaChains(int64_t iters) {
   const hn::ScalableTag<float> d;
-  auto a0 = hn::Set(d, 1.0f), a1 = hn::Set(d, 1.1f), a2 = hn::Set(d, 1.2f), a3 = hn::Set(d, 1.3f);
-  auto a4 = hn::Set(d, 1.4f), a5 = hn::Set(d, 1.5f), a6 = hn::Set(d, 1.6f), a7 = hn::Set(d, 1.7f);
-  auto a8 = hn::Set(d, 1.8f), a9 = hn::Set(d, 1.9f), a10 = hn::Set(d, 2.0f), a11 = hn::Set(d, 2.1f);
-  const auto m = hn::Set(d, 0.999999f), c = hn::Set(d, 1e-7f);
+  using V = hn::Vec<decltype(d)>;
+  V a[kChains];
+#pragma GCC unroll 32
+  for (int j = 0; j < kChains; ++j) a[j] = hn::Set(d, 1.0f + 0.1f * static_cast<float>(j));
+  const V m = hn::Set(d, 0.999999f), c = hn::Set(d, 1e-7f);
   for (int64_t i = 0; i < iters; ++i) {
-    a0 = hn::MulAdd(a0, m, c);
-    a1 = hn::MulAdd(a1, m, c);
-    a2 = hn::MulAdd(a2, m, c);
-    a3 = hn::MulAdd(a3, m, c);
-    a4 = hn::MulAdd(a4, m, c);
-    a5 = hn::MulAdd(a5, m, c);
-    a6 = hn::MulAdd(a6, m, c);
-    a7 = hn::MulAdd(a7, m, c);
-    a8 = hn::MulAdd(a8, m, c);
-    a9 = hn::MulAdd(a9, m, c);
-    a10 = hn::MulAdd(a10, m, c);
-    a11 = hn::MulAdd(a11, m, c);
+#pragma GCC unroll 32
+    for (int j = 0; j < kChains; ++j) a[j] = hn::MulAdd(a[j], m, c);
   }
-  auto s =
-      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
-  s = hn::Add(s, hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
+  V s = a[0];
+#pragma GCC unroll 32
+  for (int j = 1; j < kChains; ++j) s = hn::Add(s, a[j]);
   return hn::GetLane(hn::SumOfLanes(d, s));
 }
 
 int FloatLanes() {
   return static_cast<int>(hn::Lanes(hn::ScalableTag<float>()));
+}
+
+int FmaChainCount() {
+  return kChains;
 }
 
 }  // namespace HWY_NAMESPACE
@@ -53,12 +62,16 @@ HWY_AFTER_NAMESPACE();
 namespace posenc {
 HWY_EXPORT(FmaChains);
 HWY_EXPORT(FloatLanes);
+HWY_EXPORT(FmaChainCount);
 
 float fma_chains(int64_t iters) {
   return HWY_DYNAMIC_DISPATCH(FmaChains)(iters);
 }
 int simd_float_lanes() {
   return HWY_DYNAMIC_DISPATCH(FloatLanes)();
+}
+int fma_probe_chains() {
+  return HWY_DYNAMIC_DISPATCH(FmaChainCount)();
 }
 // Highway orders targets so that better ones have lower bits: the one dynamic dispatch picks is
 // the lowest bit of (supported by the CPU) & (compiled in).

@@ -7,7 +7,8 @@
 // than the last-level cache for a DRAM figure, or of a given footprint for a cache-level figure.
 //
 // FMA peak: independent fused multiply-add chains in the widest vector unit Highway finds at
-// run time (dynamic dispatch), enough chains to cover FMA latency x FMA ports, float32.
+// run time (dynamic dispatch), enough chains to cover FMA latency x FMA ports, float32. Checked
+// against a -march=native probe (bench/fma_native.cpp) in docs/design.md.
 #pragma once
 
 #include <cstddef>
@@ -27,12 +28,34 @@ struct bandwidth_result {
 // using `threads` threads (first-touch initialised by the same threads), returns the best rate.
 bandwidth_result measure_bandwidth(size_t bytes_per_array, int threads, int reps = 5);
 
-// Best float32 FMA rate over `reps` runs of about `seconds` each, GFLOP/s (an FMA counts as 2).
-double measure_fma_peak_gflops(int threads, double seconds = 0.2, int reps = 3);
+struct fma_peak_result {
+  double gflops = 0;         // best of the repetitions, GFLOP/s (an FMA counts as 2)
+  double gflops_median = 0;  // median of the repetitions (the spread shows a busy host)
+  int threads = 0;           // threads that ran the loop
+  std::string target;        // Highway target the loop ran on ("AVX3", "AVX2", ...)
+  int lanes = 0;             // float32 lanes per vector in that target
+  int chains = 0;            // independent accumulator vectors per thread
+  int reps = 0;
+};
+
+// Float32 FMA rate of `threads` threads, each running `fma_probe_chains()` independent chains
+// a <- a * m + c in vectors of `simd_float_lanes()` lanes; `reps` runs of about `seconds` each,
+// timed from a barrier after the threads have started to a barrier after the last one ends.
+fma_peak_result measure_fma_peak(int threads, double seconds = 0.1, int reps = 7);
+// measure_fma_peak(...).gflops.
+double measure_fma_peak_gflops(int threads, double seconds = 0.1, int reps = 7);
 
 // Name of the SIMD target Highway's dynamic dispatch selects on this CPU ("AVX2", "AVX3", ...).
 std::string simd_target_name();
 // Lanes of float32 in that target's widest vector.
 int simd_float_lanes();
+// The FMA-peak loop, once, on the calling thread: fma_probe_chains() vectors of
+// simd_float_lanes() float32 lanes, chain j starting at 1 + 0.1 j, each updated `iters` times
+// as a <- a * 0.999999 + 1e-7 (one FMA), so every lane tends to 1e-7 / (1 - 0.999999) = 0.1
+// (float rounding stops it within 4% of that). Returns the sum of every lane of every chain.
+float fma_chains(int64_t iters);
+// Independent accumulator vectors per thread of the FMA-peak loop on that target: at least
+// FMA latency (4-5 cycles) x FMA ports (2), and few enough to stay in registers.
+int fma_probe_chains();
 
 }  // namespace posenc
