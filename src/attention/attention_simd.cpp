@@ -37,8 +37,15 @@
 //               give p = 0), vector row sum.
 // The decode shape (fewer than 16 tile rows per item) skips the K transpose (it would cost an
 // extra pass over a K that is read once) and forms each score as a vector dot product over D,
-// key outer and row inner (each key row is used by every row while in L1), prefetching the next
-// block's rows of its head (they lie a page apart, beyond the hardware prefetchers).
+// four keys at a time with one accumulator each, key outer and row inner (each key row is used
+// by every row while in L1), prefetching the rows of its head kPrefetchKeys keys ahead, one key
+// at a time (they lie a page apart, beyond the hardware prefetchers; spread out, the requests
+// overlap the arithmetic instead of arriving as one burst per block). Its keys are split
+// (flash-decoding: Dao, Haziza, Massa and Sizov 2023) into chunks of kSplitKeys keys, each a work
+// item that leaves its row state (m, l, acc, w) in a buffer; merge_item combines a row's chunks
+// in chunk order after the items. The chunking depends on the shape only, so the bits are the
+// same on any number of threads. Every mask and position term runs through the same score-mod
+// code; calls with 16 or more tile rows per item (prefill, or T G >= 16) are not split.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/attention/attention_simd.cpp"
 #include <hwy/cache_control.h>
@@ -64,6 +71,13 @@ namespace posenc::detail {
 
 constexpr int64_t kSimdBk = 64;    // keys per block
 constexpr int64_t kSimdRows = 64;  // target tile rows per work item
+// Decode-like calls (fewer than 16 tile rows per item) split each item's keys into chunks of
+// this many keys (a whole number of blocks), each a work item of its own (flash-decoding). A
+// shape constant, never a function of the thread count: the merge order, and so the bits, are
+// the same on any number of threads.
+constexpr int64_t kSplitKeys = 2 * kSimdBk;
+// Keys ahead of the one being scored whose key and value rows the decode path prefetches.
+constexpr int64_t kPrefetchKeys = 16;
 
 // Everything the per-target kernel reads; built once per call by attention_simd_f32.
 struct simd_problem {
@@ -83,6 +97,11 @@ struct simd_problem {
   int64_t C = 0;                                 // rows of the relative tables
   bool kpos_contiguous = true;  // kpos[j] == j for every key (the default; biases may use it)
   bool any_key_pad = false;
+  int64_t nch = 1;        // key chunks per item (split-K); 1 = no split
+  int64_t rows_max = 0;   // tile rows of a full item: G * min(bq, T)
+  float* part = nullptr;  // split-K partials (Hkv * nqb * nch, rows_max, part_row()); null
+                          // when nch == 1
+  int64_t part_row() const { return Dp + C + 2; }  // per row: m, l, acc (Dp), w (C)
 };
 
 // One thread's scratch, sized once before the parallel region.
@@ -114,7 +133,9 @@ HWY_BEFORE_NAMESPACE();
 namespace posenc {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using detail::kPrefetchKeys;
 using detail::kSimdBk;
+using detail::kSplitKeys;
 using detail::simd_problem;
 using detail::simd_scratch;
 using detail::vb_row;
@@ -202,9 +223,76 @@ void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, fl
   }
 }
 
-// One work item: kv head hk, queries [i0, i1) of the G heads that read it. Tile row r holds
-// query head hk * G + r / nq and query i0 + r % nq.
-void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0, int64_t i1) {
+// Scores of one block on the decode path: s(rows, Bk) for keys [0, nb) of the block at k0 (key
+// rows kstride floats apart), qs (rows, D). Four keys at a time per row, one accumulator per
+// key: each q vector is loaded once per four keys. Prefetches the key and value rows
+// kPrefetchKeys ahead (keys j0 + jj + kPrefetchKeys below pf_end), spread over the block so that
+// the memory requests overlap the arithmetic.
+HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const float* k0,
+                             const float* v0, int64_t kstride, int64_t nb, int64_t j0,
+                             int64_t pf_end, float* HWY_RESTRICT s) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t De = D / N * N;
+  auto prefetch = [&](int64_t jj) {
+    if (j0 + jj + kPrefetchKeys >= pf_end) return;
+    const float* kj = k0 + (jj + kPrefetchKeys) * kstride;
+    const float* vj = v0 + (jj + kPrefetchKeys) * kstride;
+    for (int64_t e = 0; e < D; e += 16) {
+      hwy::Prefetch(kj + e);
+      hwy::Prefetch(vj + e);
+    }
+  };
+  int64_t jj = 0;
+  for (; jj + 4 <= nb; jj += 4) {
+    for (int64_t t = 0; t < 4; ++t) prefetch(jj + t);
+    const float* ka = k0 + jj * kstride;
+    const float* kb = ka + kstride;
+    const float* kc = kb + kstride;
+    const float* kd = kc + kstride;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = qs + r * D;
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+      for (int64_t e = 0; e < De; e += N) {
+        const auto qv = hn::LoadU(d, qr + e);
+        a0 = hn::MulAdd(qv, hn::LoadU(d, ka + e), a0);
+        a1 = hn::MulAdd(qv, hn::LoadU(d, kb + e), a1);
+        a2 = hn::MulAdd(qv, hn::LoadU(d, kc + e), a2);
+        a3 = hn::MulAdd(qv, hn::LoadU(d, kd + e), a3);
+      }
+      float d0 = hn::GetLane(hn::SumOfLanes(d, a0)), d1 = hn::GetLane(hn::SumOfLanes(d, a1)),
+            d2 = hn::GetLane(hn::SumOfLanes(d, a2)), d3 = hn::GetLane(hn::SumOfLanes(d, a3));
+      for (int64_t e = De; e < D; ++e) {
+        d0 += qr[e] * ka[e];
+        d1 += qr[e] * kb[e];
+        d2 += qr[e] * kc[e];
+        d3 += qr[e] * kd[e];
+      }
+      float* srow = s + r * kSimdBk + jj;
+      srow[0] = d0, srow[1] = d1, srow[2] = d2, srow[3] = d3;
+    }
+  }
+  for (; jj < nb; ++jj) {
+    prefetch(jj);
+    const float* kj = k0 + jj * kstride;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = qs + r * D;
+      auto a0 = hn::Zero(d);
+      for (int64_t e = 0; e < De; e += N)
+        a0 = hn::MulAdd(hn::LoadU(d, qr + e), hn::LoadU(d, kj + e), a0);
+      float dot = hn::GetLane(hn::SumOfLanes(d, a0));
+      for (int64_t e = De; e < D; ++e) dot += qr[e] * kj[e];
+      s[r * kSimdBk + jj] = dot;
+    }
+  }
+}
+
+// One work item: kv head hk, queries [i0, i1) of the G heads that read it, keys [ja, jb) (a
+// split-K chunk, block aligned; [0, S) when unsplit). Tile row r holds query head hk * G + r / nq
+// and query i0 + r % nq. part == nullptr: writes out and lse; else the row's partial state
+// (m, l, acc (Dp), w (C)) at part + r * pr.part_row(), for merge_item.
+void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0, int64_t i1,
+                int64_t ja, int64_t jb, float* part) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto& p = *pr.p;
@@ -250,46 +338,46 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   int64_t j_begin = 0, j_end = S;
   if (p.causal) j_end = std::clamp<int64_t>(S - T + i1, 0, S);
   if (p.window > 0) j_begin = std::clamp<int64_t>(S - T + i0 - p.window + 1, 0, S);
+  // The chunk's share; the prefetch stays within it (a neighbouring chunk may be another
+  // thread's item).
+  j_begin = std::max(j_begin, ja);
+  j_end = std::min(j_end, jb);
   const int64_t kb_begin = j_begin / kSimdBk;
+  // Decode path: the first kPrefetchKeys rows of the item at once; DecodeScores keeps the stream
+  // going from there.
+  if (!pr.kT)
+    for (int64_t j = kb_begin * kSimdBk; j < std::min(j_end, kb_begin * kSimdBk + kPrefetchKeys);
+         ++j) {
+      const float* vj = pr.v + (j * Hkv + hk) * D;
+      const float* kj = pr.k + (j * Hkv + hk) * D;
+      for (int64_t e = 0; e < D; e += 16) {
+        hwy::Prefetch(kj + e);
+        hwy::Prefetch(vj + e);
+      }
+    }
 
   for (int64_t kb = kb_begin; kb * kSimdBk < j_end; ++kb) {
     const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
     const int64_t ncols = (nb + N - 1) / N * N;
-    // The next block's key and value rows of this head lie Hkv * D floats apart (4 KiB for
-    // Hkv * D = 1024): a new page per row, where hardware prefetchers stop. Request them one
-    // block ahead so that a decode step streams K and V instead of waiting on each row.
-    if (const int64_t n0 = j0 + kSimdBk; n0 < j_end) {
-      const int64_t n1 = std::min(j_end, n0 + kSimdBk);
-      for (int64_t j = n0; j < n1; ++j) {
-        const float* vj = pr.v + (j * Hkv + hk) * D;
-        const float* kj = pr.k + (j * Hkv + hk) * D;
-        for (int64_t e = 0; e < D; e += 16) {
-          hwy::Prefetch(vj + e);
-          if (!pr.kT) hwy::Prefetch(kj + e);
-        }
-      }
-    }
     // 1. Q K^T: s(rows, ncols).
     if (pr.kT) {
+      // The next block's value rows of this head lie Hkv * D floats apart (4 KiB for
+      // Hkv * D = 1024): a new page per row, where hardware prefetchers stop. Request them one
+      // block ahead.
+      if (const int64_t n0 = j0 + kSimdBk; n0 < j_end) {
+        const int64_t n1 = std::min(j_end, n0 + kSimdBk);
+        for (int64_t j = n0; j < n1; ++j) {
+          const float* vj = pr.v + (j * Hkv + hk) * D;
+          for (int64_t e = 0; e < D; e += 16) hwy::Prefetch(vj + e);
+        }
+      }
       Gemm(rows, ncols, qs, D, pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
            nullptr);
     } else {
       // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
       // by every row while it is in L1.
-      for (int64_t jj = 0; jj < nb; ++jj)
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* kj = pr.k + ((j0 + jj) * Hkv + hk) * D;
-          const float* qr = qs + r * D;
-          auto a0 = hn::Zero(d), a1 = hn::Zero(d);
-          int64_t e = 0;
-          for (; e + 2 * N <= D; e += 2 * N) {
-            a0 = hn::MulAdd(hn::LoadU(d, qr + e), hn::LoadU(d, kj + e), a0);
-            a1 = hn::MulAdd(hn::LoadU(d, qr + e + N), hn::LoadU(d, kj + e + N), a1);
-          }
-          float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
-          for (; e < D; ++e) dot += qr[e] * kj[e];
-          s[r * kSimdBk + jj] = dot;
-        }
+      DecodeScores(qs, rows, D, pr.k + (j0 * Hkv + hk) * D, pr.v + (j0 * Hkv + hk) * D, Hkv * D, nb,
+                   j0, j_end, s);
     }
     // Key-side masks of this block, shared by every row.
     bool block_pad = false;
@@ -375,6 +463,18 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     Gemm(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
   }
 
+  if (part) {  // split-K: the chunk's unnormalised state, merged by merge_item
+    const int64_t pw = pr.part_row();
+    for (int64_t r = 0; r < rows; ++r) {
+      float* pr_row = part + r * pw;
+      pr_row[0] = m[r];
+      pr_row[1] = l[r];
+      std::copy(acc + r * Dp, acc + (r + 1) * Dp, pr_row + 2);
+      if (rel) std::copy(w + r * C, w + (r + 1) * C, pr_row + 2 + Dp);
+    }
+    return;
+  }
+
   // Epilogue: normalise, add hook 3 (sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = query_of(r), h = head_of(r);
@@ -401,16 +501,25 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   }
 }
 
-// The thread body: takes items from the shared counter until none is left. Item n maps to
-// query block nqb - 1 - n / Hkv (the heaviest causal blocks first) and kv head n % Hkv.
+// The thread body: takes items from the shared counter until none is left. Item n maps to key
+// chunk n % nch, query block nqb - 1 - (n / nch) / Hkv (the heaviest causal blocks first) and kv
+// head (n / nch) % Hkv.
 void AttendItems(const simd_problem& pr, simd_scratch& sc, std::atomic<int64_t>* next) {
   const auto& p = *pr.p;
-  const int64_t work = p.Hkv * pr.nqb;
+  const int64_t work = p.Hkv * pr.nqb * pr.nch;
   for (;;) {
     const int64_t n = next->fetch_add(1, std::memory_order_relaxed);
     if (n >= work) return;
-    const int64_t qb = pr.nqb - 1 - n / p.Hkv, hk = n % p.Hkv;
-    AttendItem(pr, sc, hk, qb * pr.bq, std::min(p.T, (qb + 1) * pr.bq));
+    const int64_t ch = n % pr.nch, g = n / pr.nch;
+    const int64_t qb = pr.nqb - 1 - g / p.Hkv, hk = g % p.Hkv;
+    float* part = nullptr;
+    int64_t ja = 0, jb = p.S;
+    if (pr.nch > 1) {
+      ja = ch * kSplitKeys;
+      jb = std::min(p.S, ja + kSplitKeys);
+      part = pr.part + ((qb * p.Hkv + hk) * pr.nch + ch) * pr.rows_max * pr.part_row();
+    }
+    AttendItem(pr, sc, hk, qb * pr.bq, std::min(p.T, (qb + 1) * pr.bq), ja, jb, part);
   }
 }
 
@@ -462,6 +571,62 @@ HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
 
+namespace {
+
+// Split-K merge for item (kv head hk, query block qb): the nch chunk partials of each row in
+// chunk order (the bits do not depend on which thread computed which chunk), then the unsplit
+// epilogue. With M = max_c m_c and f_c = exp(m_c - M):
+//   l = sum_c f_c l_c,  acc = sum_c f_c acc_c,  w = sum_c f_c w_c
+//   out = (acc + w a^V) / l,  lse = M + log l   (zeros and -inf when l = 0)
+// Each term passes through one more rescale than on the unsplit path, within the forward
+// tolerance's one rescale per key block (a chunk is at least one block).
+void merge_item(const simd_problem& pr, int64_t hk, int64_t qb, float* out_acc, float* out_w) {
+  const auto& p = *pr.p;
+  const int64_t Hq = p.Hq, D = p.D, Dp = pr.Dp, C = pr.C, G = pr.pl->group, nch = pr.nch;
+  const int64_t i0 = qb * pr.bq, i1 = std::min(p.T, (qb + 1) * pr.bq), nq = i1 - i0;
+  const int64_t rows = G * nq, pw = pr.part_row();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const float* base = pr.part + (qb * p.Hkv + hk) * nch * pr.rows_max * pw;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r % nq, h = hk * G + r / nq;
+    float M = neg_inf;
+    for (int64_t c = 0; c < nch; ++c) {
+      const float* pc = base + (c * pr.rows_max + r) * pw;
+      if (pc[1] != 0.0f) M = std::max(M, pc[0]);
+    }
+    float* out = p.out + (i * Hq + h) * D;
+    if (M == neg_inf) {  // the row sees no key
+      for (int64_t e = 0; e < D; ++e) out[e] = 0;
+      if (p.lse) p.lse[i * Hq + h] = neg_inf;
+      continue;
+    }
+    float l = 0;
+    std::fill(out_acc, out_acc + Dp, 0.0f);
+    std::fill(out_w, out_w + C, 0.0f);
+    for (int64_t c = 0; c < nch; ++c) {
+      const float* pc = base + (c * pr.rows_max + r) * pw;
+      if (pc[1] == 0.0f) continue;  // nothing visible in the chunk (its m may be -inf)
+      const float f = std::exp(pc[0] - M);
+      l += f * pc[1];
+      for (int64_t e = 0; e < Dp; ++e) out_acc[e] += f * pc[2 + e];
+      for (int64_t cc = 0; cc < C; ++cc) out_w[cc] += f * pc[2 + Dp + cc];
+    }
+    const float inv = 1.0f / l;
+    for (int64_t e = 0; e < D; ++e) out[e] = out_acc[e];
+    if (pr.rel)
+      for (int64_t cc = 0; cc < C; ++cc) {
+        const float wc = out_w[cc];
+        if (wc == 0.0f) continue;
+        const float* av = pr.rel->values + cc * D;
+        for (int64_t e = 0; e < D; ++e) out[e] += wc * av[e];
+      }
+    for (int64_t e = 0; e < D; ++e) out[e] *= inv;
+    if (p.lse) p.lse[i * Hq + h] = M + std::log(l);
+  }
+}
+
+}  // namespace
+
 void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
                         const engine_terms<float>& terms, const float* q, const float* k,
                         int max_threads) {
@@ -493,8 +658,16 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   // Threads only pay off above ~1M multiply-adds (see attention.cpp).
   const double flops = double(Hq) * double(T) * double(std::max<int64_t>(S, 1)) * double(D);
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(flops / double(1 << 20)));
-  const int64_t work = Hkv * pr.nqb;
+  // Split-K (flash-decoding) for decode-like calls: chunks of kSplitKeys keys, by shape only.
+  if (rows < 16 && S > kSplitKeys) pr.nch = (S + kSplitKeys - 1) / kSplitKeys;
+  pr.rows_max = rows;
+  const int64_t work = Hkv * pr.nqb * pr.nch;
   const int nth = static_cast<int>(std::min<int64_t>({max_threads, work, by_work}));
+  std::vector<float> part;
+  if (pr.nch > 1) {
+    part.resize(static_cast<size_t>(Hkv * pr.nqb * pr.nch * rows * pr.part_row()));
+    pr.part = part.data();
+  }
 
   // Transposed key blocks (Hkv, nkb, D, Bk): one pass over K, shared by every query block.
   // Decode-like calls (few tile rows) read K in place instead.
@@ -527,6 +700,17 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) HWY_DYNAMIC_DISPATCH(AttendItems)(pr, scratch[t], &next);
   });
+  if (pr.nch > 1) {
+    const int64_t groups = Hkv * pr.nqb;
+    // A thread's acc (rows * Dp >= Dp) and w (rows * C >= C) scratch holds one merged row.
+    parallel_for(nth, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const auto [b, e] = thread_range(groups, static_cast<int>(t), nth);
+        for (int64_t g = b; g < e; ++g)
+          merge_item(pr, g % Hkv, g / Hkv, scratch[t].acc.data(), scratch[t].w.data());
+      }
+    });
+  }
 }
 
 void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B, int64_t ldb,

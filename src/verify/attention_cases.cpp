@@ -617,6 +617,27 @@ std::vector<spec> make_full() {
   // alpha << 1) and masked lanes stay exactly 0 (Exp(-inf) = 0, no NaN).
   v.push_back(make("simd_large_scores", spec{64, 129, 32, 4, 2, scheme::none, mask::causal, 5, 30},
                    forward, f32));
+  // Decode and speculative decode (T = 1, 4) against long key sequences, where the decode path
+  // (fewer than 16 tile rows) splits the keys into chunks and merges them (flash-decoding):
+  // every scheme, every mask, MHA / GQA / MQA, D = 128, 80 and 20 (padded to the vector
+  // length). T = 4 with MQA (G = 8: 32 tile rows) takes the unsplit transposed-key path, its
+  // neighbour.
+  {
+    constexpr std::pair<int64_t, int64_t> heads[] = {{4, 4}, {8, 2}, {8, 1}};
+    constexpr int64_t dims[] = {128, 80, 20};
+    int idx = 0;
+    for (int s = 0; s < kSchemes; ++s)
+      for (int64_t T : {1, 4})
+        for (int64_t S : {1000, 8192}) {
+          const auto msk = static_cast<mask>((idx * 5 + s) % kMasks);
+          v.push_back(make(
+              "simd_split_decode",
+              spec{T, S, dims[(idx + idx / 3) % 3], heads[idx % 3].first, heads[idx % 3].second,
+                   static_cast<scheme>(s), msk, 3000u + static_cast<uint64_t>(idx)},
+              forward, f32));
+          ++idx;
+        }
+  }
 
   // ---- backward (tests/test_attention_backward.cpp) ----
   // Finite differences: every scheme x every mask on a small GQA shape, then every scheme on MHA

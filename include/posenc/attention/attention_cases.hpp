@@ -27,7 +27,9 @@
 //             (the running max m is one of the scores, so it carries the same |ds|)
 //   sums:     l and acc are sums of S non-negative / bounded terms with one rescale per key
 //             block: relative error <= (S + 2 S/Bk + 4) u <= (2S + 4) u; Shaw-V adds a sum of
-//             2K+1 terms: (2K+1) u
+//             2K+1 terms: (2K+1) u. The split decode path (chunks of 2 Bk keys when S > 2 Bk,
+//             merged in order) gives a term at most 2 Bk + nch - 1 <= S additions and 2 rescales
+//             (4u <= 2 S/Bk u): the same bound
 //   output:   |do| <= (2 e_p + (2S + 2K + 8) u) * V
 //   lse:      |dlse| <= e_p + (2S + 4) u + u |lse|
 // Both sides carry their own rounding, and the reference's (double) is far below the float
