@@ -20,6 +20,7 @@
 #include "posenc/attention/attention_cases.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
+#include "posenc/core/threads.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/positions/positions.hpp"
 
@@ -263,6 +264,36 @@ TEST(AttentionSimd, EverySchemeAndMaskAgainstReference) {
 // All T x S combinations for the benchmark's kind of call: causal GQA, none and T5/ALiBi.
 TEST(AttentionSimd, CausalGqaAllLengths) {
   run_group("simd_causal_gqa_all_lengths", 15);
+}
+
+// Decode shapes (few tile rows per item) split into key chunks whose partial softmax states
+// are merged in chunk order: every scheme and mask, T = 1 and 4, S = 1000 and 8192, MHA, GQA
+// and MQA (T = 4 with MQA has 32 rows: the unsplit path beside the split one).
+TEST(AttentionSimd, SplitDecodeAgainstReference) {
+  run_group("simd_split_decode", 32);
+}
+
+// The split decode merges chunks in chunk order and its chunking depends on the shape only:
+// the same bits for any thread count.
+TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
+  for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
+    const spec c{1, 1000, 64, 8, 2, sch, mask::causal, 4243};
+    fixture<float> f;
+    build(f, c);
+    auto p = f.p;
+    std::vector<float> out1(f.out_fast.size()), out2(f.out_fast.size());
+    std::vector<float> lse1(f.lse_fast.size()), lse2(f.lse_fast.size());
+    const int saved = num_threads();
+    set_num_threads(1);
+    p.out = out1.data(), p.lse = lse1.data();
+    attention_tiled(p);
+    set_num_threads(2);
+    p.out = out2.data(), p.lse = lse2.data();
+    attention_tiled(p);
+    set_num_threads(saved);
+    EXPECT_EQ(out1, out2);
+    EXPECT_EQ(lse1, lse2);
+  }
 }
 
 // Large scores on the SIMD path: the running max moves across key blocks by a lot (rescale
