@@ -33,6 +33,7 @@
 #include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
 #include "posenc/positions/positions.hpp"
+#include "rope_json.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -103,33 +104,8 @@ rope_config make_rope_config(const attend_opts& o, int64_t D) {
   } else if (!o.gguf.empty()) {
     c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
   } else {
-    nlohmann::json j;
-    j["head_dim"] = D;
-    j["rope_theta"] = o.theta;
-    if (given(o, "--partial")) j["partial_rotary_factor"] = o.partial;
-    if (given(o, "--max-pos")) j["max_position_embeddings"] = o.max_pos;
-    if (given(o, "--original-max-pos")) j["original_max_position_embeddings"] = o.original_max_pos;
-    const auto type = rope_type_from_name(o.scaling, "--scaling");
-    nlohmann::json rs;
-    rs["rope_type"] = rope_type_name(type);
-    if (given(o, "--factor")) rs["factor"] = o.factor;
-    if (given(o, "--beta-fast")) rs["beta_fast"] = o.beta_fast;
-    if (given(o, "--beta-slow")) rs["beta_slow"] = o.beta_slow;
-    if (given(o, "--truncate")) {
-      if (o.truncate != "true" && o.truncate != "false")
-        fail("--truncate must be true or false, got '{}'", o.truncate);
-      rs["truncate"] = o.truncate == "true";
-    }
-    if (given(o, "--attention-factor")) rs["attention_factor"] = o.attention_factor;
-    if (given(o, "--mscale")) rs["mscale"] = o.mscale;
-    if (given(o, "--mscale-all-dim")) rs["mscale_all_dim"] = o.mscale_all_dim;
-    if (given(o, "--short-factor"))
-      rs["short_factor"] = parse_doubles(o.short_factor, "--short-factor");
-    if (given(o, "--long-factor"))
-      rs["long_factor"] = parse_doubles(o.long_factor, "--long-factor");
-    if (given(o, "--low-freq-factor")) rs["low_freq_factor"] = o.low_freq_factor;
-    if (given(o, "--high-freq-factor")) rs["high_freq_factor"] = o.high_freq_factor;
-    if (type != rope_type::default_ || rs.size() > 1) j["rope_scaling"] = rs;
+    const nlohmann::json j =
+        rope_flags_json(o, D, [](const auto& x, const char* n) { return given(x, n); });
     c = rope_config_from_json(j, &warnings);
   }
   for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());

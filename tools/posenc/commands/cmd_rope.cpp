@@ -18,6 +18,7 @@
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "rope_json.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -114,33 +115,8 @@ rope_config make_config(const rope_params& p, const std::string& prefix = "") {
     if (!given(p, "--head-dim")) fail("--head-dim (or --hf-config or --gguf) is required");
     if (p.head_dim < 2 || p.head_dim > (int64_t{1} << 20))
       fail("--head-dim must be in [2, 2^20], got {}", p.head_dim);
-    nlohmann::json j;
-    j["head_dim"] = p.head_dim;
-    j["rope_theta"] = p.theta;
-    if (given(p, "--partial")) j["partial_rotary_factor"] = p.partial;
-    if (given(p, "--max-pos")) j["max_position_embeddings"] = p.max_pos;
-    if (given(p, "--original-max-pos")) j["original_max_position_embeddings"] = p.original_max_pos;
-    const auto type = rope_type_from_name(p.scaling, "--scaling");
-    nlohmann::json rs;
-    rs["rope_type"] = rope_type_name(type);
-    if (given(p, "--factor")) rs["factor"] = p.factor;
-    if (given(p, "--beta-fast")) rs["beta_fast"] = p.beta_fast;
-    if (given(p, "--beta-slow")) rs["beta_slow"] = p.beta_slow;
-    if (given(p, "--truncate")) {
-      if (p.truncate != "true" && p.truncate != "false")
-        fail("--truncate must be true or false, got '{}'", p.truncate);
-      rs["truncate"] = p.truncate == "true";
-    }
-    if (given(p, "--attention-factor")) rs["attention_factor"] = p.attention_factor;
-    if (given(p, "--mscale")) rs["mscale"] = p.mscale;
-    if (given(p, "--mscale-all-dim")) rs["mscale_all_dim"] = p.mscale_all_dim;
-    if (given(p, "--short-factor"))
-      rs["short_factor"] = parse_doubles(p.short_factor, "--short-factor");
-    if (given(p, "--long-factor"))
-      rs["long_factor"] = parse_doubles(p.long_factor, "--long-factor");
-    if (given(p, "--low-freq-factor")) rs["low_freq_factor"] = p.low_freq_factor;
-    if (given(p, "--high-freq-factor")) rs["high_freq_factor"] = p.high_freq_factor;
-    if (type != rope_type::default_ || rs.size() > 1) j["rope_scaling"] = rs;
+    const nlohmann::json j =
+        rope_flags_json(p, p.head_dim, [](const auto& x, const char* n) { return given(x, n); });
     c = rope_config_from_json(j, &warnings);
   }
   print_warnings(warnings, prefix);

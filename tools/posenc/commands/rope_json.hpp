@@ -1,0 +1,49 @@
+// tools/posenc/commands/rope_json.hpp: the explicit RoPE flags of `rope freqs`, `rope apply`,
+// `rope drift` and `attend --rope` as a Hugging Face config.json object, so that every command
+// reads them through rope_config_from_json (the same validation and warnings as --hf-config).
+// O is the command's options struct (fields theta, partial, max_pos, ..., named after the flags)
+// and given(o, "--flag") says whether a flag was on the command line.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli.hpp"
+#include "posenc/core/error.hpp"
+#include "posenc/encodings/rope_config.hpp"
+
+namespace posenc::cli {
+
+template <typename O, typename Given>
+nlohmann::json rope_flags_json(const O& o, int64_t head_dim, Given given) {
+  nlohmann::json j;
+  j["head_dim"] = head_dim;
+  j["rope_theta"] = o.theta;
+  if (given(o, "--partial")) j["partial_rotary_factor"] = o.partial;
+  if (given(o, "--max-pos")) j["max_position_embeddings"] = o.max_pos;
+  if (given(o, "--original-max-pos")) j["original_max_position_embeddings"] = o.original_max_pos;
+  const auto type = rope_type_from_name(o.scaling, "--scaling");
+  nlohmann::json rs;
+  rs["rope_type"] = rope_type_name(type);
+  if (given(o, "--factor")) rs["factor"] = o.factor;
+  if (given(o, "--beta-fast")) rs["beta_fast"] = o.beta_fast;
+  if (given(o, "--beta-slow")) rs["beta_slow"] = o.beta_slow;
+  if (given(o, "--truncate")) {
+    if (o.truncate != "true" && o.truncate != "false")
+      fail("--truncate must be true or false, got '{}'", o.truncate);
+    rs["truncate"] = o.truncate == "true";
+  }
+  if (given(o, "--attention-factor")) rs["attention_factor"] = o.attention_factor;
+  if (given(o, "--mscale")) rs["mscale"] = o.mscale;
+  if (given(o, "--mscale-all-dim")) rs["mscale_all_dim"] = o.mscale_all_dim;
+  if (given(o, "--short-factor"))
+    rs["short_factor"] = parse_doubles(o.short_factor, "--short-factor");
+  if (given(o, "--long-factor")) rs["long_factor"] = parse_doubles(o.long_factor, "--long-factor");
+  if (given(o, "--low-freq-factor")) rs["low_freq_factor"] = o.low_freq_factor;
+  if (given(o, "--high-freq-factor")) rs["high_freq_factor"] = o.high_freq_factor;
+  if (type != rope_type::default_ || rs.size() > 1) j["rope_scaling"] = rs;
+  return j;
+}
+
+}  // namespace posenc::cli
