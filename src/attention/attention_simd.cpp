@@ -59,6 +59,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "src/attention/attention_plan.hpp"
@@ -140,27 +141,53 @@ using detail::simd_problem;
 using detail::simd_scratch;
 using detail::vb_row;
 
-// At most 8 lanes: the AVX-512 target then also runs 256-bit vectors, so that D = 80 or any
-// multiple of 8 needs no padding and the register blocking below stays within 16 registers.
+// Register blocking per target (docs/design.md, "Register blocking per target"): DF is the
+// vector of the block products, kMR x kNV their accumulator block. AVX-512 (32 registers):
+// full 512-bit vectors, kMR x kNV = POSENC_AVX3_MR x POSENC_AVX3_NV accumulators; other targets
+// (16 registers): at most 8 lanes, 6 x 2 = 12 accumulators (FMA latency x 2 ports; 2 loads +
+// 6 broadcasts per 12 FMAs). DH, the 8-float granule, handles a last half vector of a product
+// whose width is a multiple of 8 but not of DF's lanes (D = 80 with 16 lanes), and the decode
+// path's dot products.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#ifndef POSENC_AVX3_MR
+#define POSENC_AVX3_MR 8
+#endif
+#ifndef POSENC_AVX3_NV
+#define POSENC_AVX3_NV 2
+#endif
+using DF = hn::CappedTag<float, 16>;
+constexpr int kMR = POSENC_AVX3_MR, kNV = POSENC_AVX3_NV;
+#else
 using DF = hn::CappedTag<float, 8>;
+constexpr int kMR = 6, kNV = 2;
+#endif
+using DH = hn::CappedTag<float, 8>;
 
-// C(MR x NV*N) = beta_r * C + A(MR x K) . B(K x NV*N), beta == nullptr: C = A . B.
+static_assert(kSimdBk % (kNV * hn::MaxLanes(DF())) == 0, "key panels must tile a key block");
+
+// Columns of one packed key panel: the width of a full column strip of the block products.
+HWY_INLINE int64_t PanelWidth() {
+  return kNV * static_cast<int64_t>(hn::Lanes(DF()));
+}
+
+// C(MR x NV*N) = beta_r * C + A(MR x K) . B(K x NV*N), beta == nullptr: C = A . B, N = lanes of
+// the tag D.
 //   A: row r at A + r * lda, element kk at [kk * ak] (ak = 1: rows contiguous; ak = row length
 //   of a matrix read transposed, as the backward reads P^T and dS^T);  B: row kk at B + kk * ldb;
 //   C: row r at C + r * ldc. Accumulation order: for each output, kk = 0, 1, ..., K-1 with FMA.
-template <int MR, int NV>
+template <class D, int MR, int NV>
 HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const float* HWY_RESTRICT B,
                             int64_t ldb, float* HWY_RESTRICT C, int64_t ldc, int64_t K,
                             const float* HWY_RESTRICT beta, int64_t ak = 1) {
-  const DF d;
+  const D d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> c[MR][NV];
+  hn::Vec<D> c[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v)
       c[r][v] =
           beta ? hn::Mul(hn::Set(d, beta[r]), hn::LoadU(d, C + r * ldc + v * N)) : hn::Zero(d);
   for (int64_t kk = 0; kk < K; ++kk) {
-    hn::Vec<DF> b[NV];
+    hn::Vec<D> b[NV];
     for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, B + kk * ldb + v * N);
     for (int r = 0; r < MR; ++r) {
       const auto a = hn::Set(d, A[r * lda + kk * ak]);
@@ -171,52 +198,63 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const floa
     for (int v = 0; v < NV; ++v) hn::StoreU(c[r][v], d, C + r * ldc + v * N);
 }
 
-// C(rows x ncols) over the whole tile: ncols a multiple of N; rows in strips of 6, then 4/2/1.
-template <int NV>
+// C(rows x NV*N) over the whole tile: rows in strips of kMR, the rest in strips of 8 (when
+// kMR > 8), 4, 2 and 1.
+template <class D, int NV>
 HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const float* B, int64_t ldb,
                           float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak = 1) {
   int64_t r = 0;
-  for (; r + 6 <= rows; r += 6)
-    MicroKernel<6, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
-                       ak);
-  for (; r + 4 <= rows; r += 4)
-    MicroKernel<4, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
-                       ak);
-  for (; r + 2 <= rows; r += 2)
-    MicroKernel<2, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
-                       ak);
-  for (; r < rows; ++r)
-    MicroKernel<1, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K, beta ? beta + r : nullptr,
-                       ak);
+  auto strips = [&](auto mr) {
+    constexpr int MR = decltype(mr)::value;
+    for (; r + MR <= rows; r += MR)
+      MicroKernel<D, MR, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K,
+                             beta ? beta + r : nullptr, ak);
+  };
+  strips(std::integral_constant<int, kMR>());
+  if constexpr (kMR > 8) strips(std::integral_constant<int, 8>());
+  if constexpr (kMR > 4) strips(std::integral_constant<int, 4>());
+  strips(std::integral_constant<int, 2>());
+  strips(std::integral_constant<int, 1>());
 }
 
+// C(rows x ncols) over the whole tile, ncols a multiple of 8: column strips of kNV vectors (a
+// strip of B stays in L1 while every row strip passes over it), then single vectors, then a half
+// vector. panel == 0: B is row-major (row kk at B + kk * ldb). panel > 0: B is packed in panels
+// of `panel` columns (PanelWidth()), each K x panel contiguous, so that the strip a micro-kernel
+// streams is one contiguous run of memory instead of K rows a whole B row apart (with a 64-key
+// block those lie 256 B apart and fill only a quarter of the L1 sets).
 HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
                      int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta,
-                     int64_t ak = 1) {
+                     int64_t ak = 1, int64_t panel = 0) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t ldp = panel ? panel : ldb;
+  auto bcol = [&](int64_t c0) { return panel ? B + c0 / panel * K * panel + c0 % panel : B + c0; };
   int64_t c0 = 0;
-  // Column strips of 2 vectors; a strip stays in L1 while all row strips pass over it.
-  for (; c0 + 2 * N <= ncols; c0 += 2 * N)
-    GemmStrip<2>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta, ak);
-  if (c0 < ncols) GemmStrip<1>(rows, A, lda, B + c0, ldb, C + c0, ldc, K, beta, ak);
+  for (; c0 + kNV * N <= ncols; c0 += kNV * N)
+    GemmStrip<DF, kNV>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+  for (; c0 + N <= ncols; c0 += N)
+    GemmStrip<DF, 1>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+  if (c0 < ncols) GemmStrip<DH, 1>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
 }
 
-// Transposes key blocks of K into kT: (Hkv, nkb, D, Bk), zero for keys past S. Work is split
-// over (head, block) items by the caller.
+// Transposes key blocks of K into kT: (Hkv, nkb, Bk / W, D, W) for W = PanelWidth() (each block
+// a row of panels, Gemm's panel layout), zero for keys past S. Work is split over (head, block)
+// items by the caller.
 void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, float* kT,
               int64_t item_begin, int64_t item_end) {
+  const int64_t W = PanelWidth();
   for (int64_t item = item_begin; item < item_end; ++item) {
     const int64_t hk = item / nkb, kb = item % nkb;
-    float* dst = kT + item * D * kSimdBk;  // (D, Bk)
+    float* dst = kT + item * D * kSimdBk;
     const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
     // 8 keys at a time: each source row is read contiguously, each destination row gets 8
     // consecutive floats, so both sides stay within a few cache lines.
+    // (W >= 8 except on 1- and 2-lane targets, where a group spans several panels.)
     for (int64_t jj0 = 0; jj0 < kSimdBk; jj0 += 8) {
       for (int64_t d = 0; d < D; ++d) {
-        float* out = dst + d * kSimdBk + jj0;
         for (int64_t t = 0; t < 8; ++t) {
           const int64_t jj = jj0 + t;
-          out[t] = jj < nb ? k[((j0 + jj) * Hkv + hk) * D + d] : 0.0f;
+          dst[jj / W * D * W + d * W + jj % W] = jj < nb ? k[((j0 + jj) * Hkv + hk) * D + d] : 0.0f;
         }
       }
     }
@@ -231,7 +269,7 @@ void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, fl
 HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const float* k0,
                              const float* v0, int64_t kstride, int64_t nb, int64_t j0,
                              int64_t pf_end, float* HWY_RESTRICT s) {
-  const DF d;
+  const DH d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t De = D / N * N;
   auto prefetch = [&](int64_t jj) {
@@ -372,7 +410,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         }
       }
       Gemm(rows, ncols, qs, D, pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
-           nullptr);
+           nullptr, 1, PanelWidth());
     } else {
       // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
       // by every row while it is in L1.
@@ -523,8 +561,9 @@ void AttendItems(const simd_problem& pr, simd_scratch& sc, std::atomic<int64_t>*
   }
 }
 
+// The granule the float32 row width Dp is rounded up to: 8 floats (4 with 128-bit vectors).
 int64_t Lanes() {
-  return static_cast<int64_t>(hn::Lanes(DF()));
+  return static_cast<int64_t>(hn::Lanes(DH()));
 }
 
 // The block product for other callers (the backward pass): Gemm with ncols a multiple of 8.

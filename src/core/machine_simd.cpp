@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <cctype>
 #include <cstdint>
 
 HWY_BEFORE_NAMESPACE();
@@ -59,6 +60,8 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <string>
+
+#include "posenc/core/error.hpp"
 namespace posenc {
 HWY_EXPORT(FmaChains);
 HWY_EXPORT(FloatLanes);
@@ -78,6 +81,37 @@ int fma_probe_chains() {
 std::string simd_target_name() {
   const int64_t both = hwy::SupportedTargets() & HWY_TARGETS;
   return both ? hwy::TargetName(both & -both) : "scalar";
+}
+
+namespace {
+// Lower-case names of the targets compiled in and supported by this CPU, best first.
+std::string available_targets() {
+  std::string names;
+  hwy::DisableTargets(0);
+  for (int64_t both = hwy::SupportedTargets() & HWY_TARGETS; both != 0; both &= both - 1) {
+    std::string n = hwy::TargetName(both & -both);
+    for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    names += (names.empty() ? "" : ", ") + n;
+  }
+  return names;
+}
+}  // namespace
+
+void limit_simd_target(const std::string& name) {
+  const std::string allowed = available_targets();  // also re-enables every target
+  if (name == "best" || name.empty()) return;
+  for (int64_t both = hwy::SupportedTargets() & HWY_TARGETS; both != 0; both &= both - 1) {
+    const int64_t bit = both & -both;
+    std::string n = hwy::TargetName(bit);
+    for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (n != name) continue;
+    // Highway orders targets so that better ones have lower bits: disabling every lower bit
+    // leaves `bit` the best remaining one, which the next dynamic dispatch selects.
+    hwy::DisableTargets(bit - 1);
+    return;
+  }
+  throw invalid_argument("simd target: '" + name +
+                         "' is not available on this CPU; allowed: best, " + allowed);
 }
 }  // namespace posenc
 #endif

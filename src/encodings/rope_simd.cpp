@@ -108,7 +108,9 @@ HWY_INLINE void RotateInterleavedT(int64_t n, const T* HWY_RESTRICT c, const T* 
     for (int64_t h = 0; h < H; ++h) {
       T* HWY_RESTRICT y = x + h * stride + 2 * j0;
       int64_t i = 0;
-      for (; i + N <= w; i += N) {
+      // Pairs must not straddle vectors: the vector loop needs N even (a 1-lane target, HWY_SCALAR,
+      // takes the pair loop below for everything).
+      for (; N >= 2 && i + N <= w; i += N) {
         const auto a = hn::LoadU(d, y + i);
         const auto sw = hn::Reverse2(d, a);  // [v_0 u_0 v_1 u_1 ..]
         const auto cv = hn::Load(d, ce + i), sv = hn::Load(d, se + i);
@@ -118,7 +120,7 @@ HWY_INLINE void RotateInterleavedT(int64_t n, const T* HWY_RESTRICT c, const T* 
         else
           hn::StoreU(hn::OddEven(hn::MulAdd(sw, sv, hn::Mul(a, cv)), even), d, y + i);
       }
-      for (; i < w; i += 2) {  // whole pairs: w and N are even
+      for (; i < w; i += 2) {  // whole pairs: w is even, and so is i
         const T a = y[i], b = y[i + 1];
         y[i] = Fma1(a, ce[i], b * se[i]);
         y[i + 1] = kInverse ? Fma1(b, ce[i + 1], a * se[i + 1]) : Fma1(a, se[i + 1], b * ce[i + 1]);

@@ -1,10 +1,12 @@
 // posenc: position in transformer attention. The executable is thin: each command parses its
 // arguments, calls the library and prints.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
+#include "posenc/core/machine.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"posenc: every way order enters transformer attention, exact and fast"};
@@ -12,6 +14,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "posenc 0.1.0");
   posenc::cli::setup_all(app);
   try {
+    // POSENC_SIMD_TARGET=avx2 (or any target `posenc bench` names) runs every kernel and probe
+    // on that target: how an AVX-512 host measures the AVX2 code paths.
+    if (const char* t = std::getenv("POSENC_SIMD_TARGET")) posenc::limit_simd_target(t);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version

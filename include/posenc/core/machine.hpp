@@ -47,6 +47,12 @@ double measure_fma_peak_gflops(int threads, double seconds = 0.1, int reps = 7);
 
 // Name of the SIMD target Highway's dynamic dispatch selects on this CPU ("AVX2", "AVX3", ...).
 std::string simd_target_name();
+// Restricts Highway's dynamic dispatch to `name` (lower case, as simd_target_name() spells it:
+// "avx3", "avx2", "sse4", ...) or "best" (every target again), for every kernel and probe of the
+// process from the next call on: how an AVX-512 host measures the AVX2 kernels. The CLI reads it
+// from the environment variable POSENC_SIMD_TARGET. Throws invalid_argument naming the targets
+// this CPU and build have when `name` is not one of them.
+void limit_simd_target(const std::string& name);
 // Lanes of float32 in that target's widest vector.
 int simd_float_lanes();
 // The FMA-peak loop, once, on the calling thread: fma_probe_chains() vectors of
