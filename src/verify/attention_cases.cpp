@@ -725,22 +725,37 @@ std::vector<spec> make_check() {
 
 std::vector<spec> make_perf() {
   std::vector<spec> v;
-  auto add = [&](const char* kind, int64_t T, int64_t S, scheme s, const char* sname,
-                 unsigned passes) {
-    spec c{T, S, 128, 32, 8, s, mask::causal, 11};
+  auto add = [&](const char* kind, int64_t T, int64_t S, int64_t Hkv, int64_t D, scheme s,
+                 const char* sname, unsigned passes, bool extended = false) {
+    spec c{T, S, D, 32, Hkv, s, mask::causal, 11};
     c.passes = passes;
     c.dtypes = f32;
     c.group = kind;
-    c.name = fmt::format("{}/T={}/S={}/Hq=32/Hkv=8/D=128/scheme={}", kind, T, S, sname);
+    c.extended = extended;
+    c.name = fmt::format("{}/T={}/S={}/Hq=32/Hkv={}/D={}/scheme={}", kind, T, S, Hkv, D, sname);
     v.push_back(c);
   };
-  add("attention", 2048, 2048, scheme::none, "none", forward);
-  add("attention", 2048, 2048, scheme::rope_half, "rope", forward);
-  add("attention", 2048, 2048, scheme::alibi, "alibi", forward);
-  add("attention", 2048, 2048, scheme::t5_causal, "t5", forward);
-  add("attention", 1, 8192, scheme::none, "none", forward);
-  add("attention_backward", 2048, 2048, scheme::none, "none", backward);
-  add("attention_backward", 2048, 2048, scheme::alibi, "alibi", backward);
+  // Prefill at T = S = 2048 (GQA 32/8, D = 128) with every scheme that has a fast row.
+  add("attention", 2048, 2048, 8, 128, scheme::none, "none", forward);
+  add("attention", 2048, 2048, 8, 128, scheme::rope_half, "rope", forward);
+  add("attention", 2048, 2048, 8, 128, scheme::alibi, "alibi", forward);
+  add("attention", 2048, 2048, 8, 128, scheme::t5_causal, "t5", forward);
+  // Other head dims (D = 80 is not a multiple of 16 lanes), then longer sequences.
+  for (int64_t D : {64, 80, 96, 256})
+    add("attention", 2048, 2048, 8, D, scheme::none, "none", forward);
+  add("attention", 8192, 8192, 8, 128, scheme::none, "none", forward, true);
+  add("attention", 16384, 16384, 8, 128, scheme::none, "none", forward, true);
+  // Decode: one query (and four, speculative decoding) against a long cache; GQA 32/8, MHA
+  // 32/32, MQA 32/1.
+  add("attention", 1, 8192, 8, 128, scheme::none, "none", forward);
+  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+  add("attention", 1, 8192, 32, 128, scheme::none, "none", forward);
+  add("attention", 1, 8192, 1, 128, scheme::none, "none", forward);
+  add("attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
+  add("attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
+  add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
+  add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
+  add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;
 }
 

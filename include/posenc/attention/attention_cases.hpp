@@ -113,8 +113,9 @@ struct spec {
   int64_t k_shift = 0;  // added to every key position of mask::positions (far offsets)
   unsigned passes = forward | backward;
   unsigned dtypes = f32 | f64;
-  std::string group{};  // the list's section (a ctest selects its cases by group)
-  std::string name{};   // unique within its list; the bench case name for perf_cases
+  std::string group{};    // the list's section (a ctest selects its cases by group)
+  std::string name{};     // unique within its list; the bench case name for perf_cases
+  bool extended = false;  // perf list: a long case, run by `posenc bench --extended` only
 };
 
 // Every field, for messages: "T=17 S=64 D=80 Hq=8 Hkv=4 scheme=alibi mask=causal seed=7 ...".

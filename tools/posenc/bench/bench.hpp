@@ -33,12 +33,20 @@ struct bench_case {
   std::function<std::string()> validate;
   std::function<void()> run;
   std::string note;  // shape, layout, what is counted
+  // Run exactly once, without a warm-up (a case whose one run is long and measures something a
+  // second run would not, like a high-water mark); `after` (if set) is appended to the note
+  // after that run.
+  bool once = false;
+  std::function<std::string()> after;
 };
 
 struct bench_spec {
   int order;
   std::string name;
   std::function<bench_case(const bench_options&)> make;
+  // Extended cases (long sequences, large caches: tens of seconds each) run only with
+  // `posenc bench --extended` or a --filter that names them, so that the default run stays short.
+  bool extended = false;
 };
 
 bool register_bench_case(bench_spec spec);

@@ -1,8 +1,9 @@
 // posenc bench cases for the attention forward (issue 5): attention_forward on float32,
 // causal (bottom-right aligned), Hq = 32 query heads reading Hkv = 8 key/value heads (GQA),
 // D = 128, with the position schemes none / RoPE (half layout, theta 10^4, exact angles) /
-// ALiBi (Press slopes) / T5 (causal buckets, 32 buckets, max distance 128), at T = S = 2048,
-// and the decode step T = 1 against S = 8192 keys.
+// ALiBi (Press slopes) / T5 (causal buckets, 32 buckets, max distance 128), at T = S = 2048;
+// head dims 64, 80, 96, 256; decode steps (T = 1 and 4) against S = 8192 keys with GQA, MHA and
+// MQA; and, with --extended, T = S = 8192 and 16384 prefill and S = 65536 decode.
 //
 // FLOPs counted: 4 D per visible (query head, query, key) triple (2 D for q.k, 2 D for p v);
 // only the causal lower triangle is visible, so T = S = 2048 counts T (T + 1) / 2 pairs per
@@ -67,8 +68,8 @@ std::string validate(const ac::spec& c) {
 
 bench_case make_attention(const bench_options& o, ac::spec c) {
   if (o.quick) {
-    c.T = std::min<int64_t>(c.T, 128);
-    c.S = c.T == 1 ? std::min<int64_t>(c.S, 256) : c.T;
+    c.T = std::min<int64_t>(c.T, 128);  // decode shapes (T <= 8) keep their T
+    c.S = c.T <= 8 ? std::min<int64_t>(c.S, 256) : c.T;
   }
   const int64_t T = c.T, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
   auto d = make_data(c);
@@ -77,14 +78,17 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
   // Visible (query, key) pairs per head: query i sees keys j <= S - T + i.
   const double pairs = double(T) * double(S - T) + double(T) * double(T + 1) / 2;
   bc.flops = 4.0 * double(D) * double(Hq) * pairs;
-  // A decode step reads every key and value once and does 4 D FLOPs per 8 D bytes of them per
-  // query head sharing the kv head (G = 4): memory-bound, so its limit is the bandwidth.
-  if (T == 1) bc.bytes = 4.0 * double(2 * S * Hkv * D + 2 * T * Hq * D);
-  bc.limit = T == 1 ? "bandwidth" : "peak";
+  // A decode step (T <= 8: one token, or a few of speculative decoding) reads every key and
+  // value once and does 4 D FLOPs per 8 D bytes of them per query (T) and query head sharing
+  // the kv head (G): memory-bound, so its limit is the bandwidth.
+  const bool decode = T <= 8;
+  if (decode) bc.bytes = 4.0 * double(2 * S * Hkv * D + 2 * T * Hq * D);
+  bc.limit = decode ? "bandwidth" : "peak";
   bc.validate = [c] { return validate(c); };
   bc.run = [d] { attention_forward(d->params()); };
   bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +
-            " Hq=32 Hkv=8 D=128, scheme " + ac::name(c.sch) +
+            " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+            " D=" + std::to_string(D) + ", scheme " + ac::name(c.sch) +
             "; flops = 4 D Hq x visible pairs (causal lower triangle only, " +
             std::to_string(static_cast<int64_t>(pairs)) + " pairs per head)";
   return bc;
@@ -132,7 +136,8 @@ bench_case make_backward(const bench_options& o, ac::spec c) {
   bc.validate = [c] { return validate(c); };
   bc.run = [b] { attention_backward(b->d->params(), b->grads()); };
   bc.note = "attention_backward float32 causal, T=S=" + std::to_string(T) +
-            " Hq=32 Hkv=8 D=128, scheme " + ac::name(c.sch) +
+            " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(c.Hkv) +
+            " D=" + std::to_string(D) + ", scheme " + ac::name(c.sch) +
             "; flops = 2.5 x the forward's 4 D Hq x causal pairs (FlashAttention convention)";
   return bc;
 }
@@ -159,93 +164,103 @@ std::pair<long, long> rss_kb() {
   return {rss, hwm};
 }
 
+// One call under a reset high-water mark: the resident set before it and the peak during it.
+struct hwm_reading {
+  bool reset = false;
+  std::pair<long, long> before{-1, -1}, after{-1, -1};
+};
+template <typename F>
+void run_under_hwm(hwm_reading& h, F&& call) {
+  // Reset the high-water mark to the current RSS ("5" in /proc/self/clear_refs, Linux >= 4.0).
+  {
+    std::ofstream cr("/proc/self/clear_refs");
+    cr << "5";
+    cr.flush();
+    h.reset = static_cast<bool>(cr);
+  }
+  h.before = rss_kb();
+  call();
+  h.after = rss_kb();
+}
+
+// Peak-RSS growth of one forward call at T = S = 32768, H = 8, D = 64: run once (the call is the
+// measurement; `once` skips the warm-up and the repetitions, which would take minutes).
 bench_case make_memory(const bench_options& o, const std::string& name) {
   const int64_t T = o.quick ? 1024 : 32768, H = 8, D = 64;
   const auto c = memory_spec(T, H, D, ac::forward, name);
   auto d = make_data(c);
+  auto h = std::make_shared<hwm_reading>();
   bench_case bc;
   bc.name = name;
   const double pairs = double(T) * double(T + 1) / 2;
   bc.flops = 4.0 * double(D) * double(H) * pairs;
   bc.limit = "peak";
-  // Peak-RSS growth of one call: reset the high-water mark to the current RSS ("5" in
-  // /proc/self/clear_refs, Linux >= 4.0), call, read VmHWM.
-  bool reset = false;
-  {
-    std::ofstream cr("/proc/self/clear_refs");
-    cr << "5";
-    cr.flush();
-    reset = static_cast<bool>(cr);
-  }
-  const auto before = rss_kb();
-  attention_forward(d->params());
-  const auto after = rss_kb();
-  const double inputs_mib = 4.0 * double(T * H * D) * 4 / (1 << 20);
-  const double grow_mib = double(after.second - before.first) / 1024;
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "peak memory of one call: q, k, v, out = %.0f MiB; resident before %.1f MiB, peak "
-                "during the call %.1f MiB, growth %.1f MiB (%s); an (H, T, S) float score "
-                "matrix would be %.0f MiB, the transposed K copy S H D x 4 B = %.0f MiB",
-                inputs_mib, double(before.first) / 1024, double(after.second) / 1024, grow_mib,
-                reset ? "high-water mark reset before the call" : "VmHWM not reset: upper bound",
-                double(H) * double(T) * double(T) * 4 / (1 << 20),
-                double(T * H * D) * 4 / (1 << 20));
+  bc.once = true;
   bc.note = std::string("attention_forward float32 causal T=S=") + std::to_string(T) +
-            " H=8 D=64, flops = 4 D H x causal pairs; " + buf;
+            " H=8 D=64, flops = 4 D H x causal pairs, one run; ";
   bc.validate = [c] { return validate(c); };
-  bc.run = [d] { attention_forward(d->params()); };
+  bc.run = [d, h] { run_under_hwm(*h, [&] { attention_forward(d->params()); }); };
+  bc.after = [h, T, H, D] {
+    char buf[512];
+    std::snprintf(
+        buf, sizeof buf,
+        "peak memory of one call: q, k, v, out = %.0f MiB; resident before %.1f MiB, "
+        "peak during the call %.1f MiB, growth %.1f MiB (%s); an (H, T, S) float score "
+        "matrix would be %.0f MiB, the transposed K copy S H D x 4 B = %.0f MiB",
+        4.0 * double(T * H * D) * 4 / (1 << 20), double(h->before.first) / 1024,
+        double(h->after.second) / 1024, double(h->after.second - h->before.first) / 1024,
+        h->reset ? "high-water mark reset before the call" : "VmHWM not reset: upper bound",
+        double(H) * double(T) * double(T) * 4 / (1 << 20), double(T * H * D) * 4 / (1 << 20));
+    return std::string(buf);
+  };
   return bc;
 }
 
-// Peak-RSS growth of one backward call at T = S = 16384, H = 8, D = 64 (like make_memory).
+// Peak-RSS growth of one backward call at T = S = 16384, H = 8, D = 64 (like make_memory; the
+// forward that gives the backward its out and lse runs before, outside the reading).
 bench_case make_memory_backward(const bench_options& o, const std::string& name) {
   const int64_t T = o.quick ? 1024 : 16384, H = 8, D = 64;
   const auto c = memory_spec(T, H, D, ac::backward, name);
   auto b = make_bwd(make_data(c));
+  auto h = std::make_shared<hwm_reading>();
   bench_case bc;
   bc.name = name;
   const double pairs = double(T) * double(T + 1) / 2;
   bc.flops = 2.5 * 4.0 * double(D) * double(H) * pairs;
   bc.limit = "peak";
-  bool reset = false;
-  {
-    std::ofstream cr("/proc/self/clear_refs");
-    cr << "5";
-    cr.flush();
-    reset = static_cast<bool>(cr);
-  }
-  const auto before = rss_kb();
-  attention_backward(b->d->params(), b->grads());
-  const auto after = rss_kb();
-  const double arrays_mib = 8.0 * double(T * H * D) * 4 / (1 << 20);
-  const double grow_mib = double(after.second - before.first) / 1024;
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "peak memory of one backward call: q, k, v, out, dO, dq, dk, dv = %.0f MiB; "
-                "resident before %.1f MiB, peak during the call %.1f MiB, growth %.1f MiB (%s); "
-                "an (H, T, S) float probability matrix would be %.0f MiB, one (S, D) float "
-                "buffer per thread %.1f MiB",
-                arrays_mib, double(before.first) / 1024, double(after.second) / 1024, grow_mib,
-                reset ? "high-water mark reset before the call" : "VmHWM not reset: upper bound",
-                double(H) * double(T) * double(T) * 4 / (1 << 20), double(T * D) * 4 / (1 << 20));
+  bc.once = true;
   bc.note = std::string("attention_backward float32 causal T=S=") + std::to_string(T) +
-            " H=8 D=64, flops = 2.5 x 4 D H x causal pairs; " + buf;
+            " H=8 D=64, flops = 2.5 x 4 D H x causal pairs, one run; ";
   bc.validate = [c] { return validate(c); };
-  bc.run = [b] { attention_backward(b->d->params(), b->grads()); };
+  bc.run = [b, h] { run_under_hwm(*h, [&] { attention_backward(b->d->params(), b->grads()); }); };
+  bc.after = [h, T, H, D] {
+    char buf[512];
+    std::snprintf(
+        buf, sizeof buf,
+        "peak memory of one backward call: q, k, v, out, dO, dq, dk, dv = %.0f MiB; "
+        "resident before %.1f MiB, peak during the call %.1f MiB, growth %.1f MiB "
+        "(%s); an (H, T, S) float probability matrix would be %.0f MiB, one (S, D) "
+        "float buffer per thread %.1f MiB",
+        8.0 * double(T * H * D) * 4 / (1 << 20), double(h->before.first) / 1024,
+        double(h->after.second) / 1024, double(h->after.second - h->before.first) / 1024,
+        h->reset ? "high-water mark reset before the call" : "VmHWM not reset: upper bound",
+        double(H) * double(T) * double(T) * 4 / (1 << 20), double(T * D) * 4 / (1 << 20));
+    return std::string(buf);
+  };
   return bc;
 }
 
-// The perf list in its order (forward cases from 40, backward from 45), then the memory cases.
+// The perf list in its order (forward cases at 40, backward at 45; the sort is stable), then the
+// memory cases.
 bool register_perf_cases() {
-  int fwd = 40, bwd = 45;
   bool ok = true;
   for (const auto& c : ac::perf_cases()) {
     const bool backward = c.passes & ac::backward;
-    ok = ok && register_bench_case({backward ? bwd++ : fwd++, c.name, [c](const bench_options& o) {
-                                      return (c.passes & ac::backward) ? make_backward(o, c)
-                                                                       : make_attention(o, c);
-                                    }});
+    ok = ok && register_bench_case({backward ? 45 : 40, c.name,
+                                    [c, backward](const bench_options& o) {
+                                      return backward ? make_backward(o, c) : make_attention(o, c);
+                                    },
+                                    c.extended});
   }
   return ok;
 }
