@@ -22,6 +22,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/rope.hpp"
 #include "posenc/positions/positions.hpp"
 
 using namespace posenc;
@@ -328,4 +329,70 @@ RC_GTEST_PROP(AttentionSimd, RandomAwkwardShapes, ()) {
   const auto r = check_case(c);
   if (!r.passed) RC_LOG() << r.name << ": " << r.claim << "\n" << r.detail << "\n";
   RC_ASSERT(r.passed);
+}
+
+// RoPE inside the tiles: the float32 path rotates q rows as an item loads them and key rows as
+// they are packed (no rotated copies). The result must be bit-identical to rope_apply on q and
+// k followed by attention without a position scheme: prefill (keys packed) and decode (keys
+// read in place), half and interleaved, full and partial rotary width, exact and float32 angle
+// pipelines, an attention factor != 1 (YaRN), positions that are not 0..S-1.
+TEST(AttentionSimd, FusedRopeIsBitIdenticalToRopeApplyThenAttention) {
+  struct shape {
+    int64_t T, S;
+  };
+  int cases = 0;
+  for (const shape sh : {shape{64, 130}, shape{33, 33}, shape{1, 300}, shape{3, 70}})
+    for (const auto layout : {rope_layout::half, rope_layout::interleaved})
+      for (const auto angle : {rope_angle::exact, rope_angle::f32})
+        for (const bool partial : {false, true})
+          for (const bool yarn : {false, true}) {
+            const int64_t T = sh.T, S = sh.S, Hq = 8, Hkv = 2, D = 80;
+            rope_config rc;
+            rc.head_dim = D;
+            rc.rotary_dim = partial ? 48 : D;
+            rc.theta = 10000;
+            if (yarn) {
+              rc.type = rope_type::yarn;
+              rc.factor = 4;
+              rc.original_max_position_embeddings = 64;
+              rc.max_position_embeddings = 256;
+            }
+            const rope_freqs fr = rope_frequencies(rc);
+            rng g(static_cast<uint64_t>(7000 + cases));
+            std::vector<float> q(T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+            for (auto* a : {&q, &k, &v})
+              for (auto& x : *a) x = static_cast<float>(g.uniform() * 2 - 1);
+            std::vector<int64_t> kpos(S), qpos(T);
+            for (int64_t j = 0; j < S; ++j) kpos[j] = 5 + 3 * j;
+            for (int64_t i = 0; i < T; ++i) qpos[i] = kpos[S - T + i];
+
+            attention_params<float> p;
+            p.q = q.data(), p.k = k.data(), p.v = v.data();
+            p.T = T, p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D;
+            p.causal = true;
+            p.q_positions = qpos, p.k_positions = kpos;
+            std::vector<float> fused(T * Hq * D), lse_fused(T * Hq);
+            p.out = fused.data(), p.lse = lse_fused.data();
+            p.pos.rope.freqs = &fr;
+            p.pos.rope.layout = layout;
+            p.pos.rope.angle = angle;
+            attention_forward(p);
+
+            std::vector<float> qr = q, kr = k;
+            rope_apply(fr, layout, angle, qpos, qr.data(), T, Hq, D);
+            rope_apply(fr, layout, angle, kpos, kr.data(), S, Hkv, D);
+            attention_params<float> p2 = p;
+            p2.pos = {};
+            p2.q = qr.data(), p2.k = kr.data();
+            std::vector<float> plain(T * Hq * D), lse_plain(T * Hq);
+            p2.out = plain.data(), p2.lse = lse_plain.data();
+            attention_forward(p2);
+
+            EXPECT_EQ(fused, plain)
+                << "T=" << T << " S=" << S << " layout " << static_cast<int>(layout) << " angle "
+                << static_cast<int>(angle) << " partial " << partial << " yarn " << yarn;
+            EXPECT_EQ(lse_fused, lse_plain);
+            ++cases;
+          }
+  EXPECT_EQ(cases, 64);
 }

@@ -214,6 +214,12 @@ void attention_tiled(const attention_params<Real>& p) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   if (T == 0) return;
 
+  if constexpr (std::is_same_v<Real, float>) {
+    // float32: the register-blocked SIMD kernels of attention_simd.cpp (hook 1 included).
+    detail::attention_simd_f32(p, pl, terms, num_threads());
+    return;
+  }
+
   // Hook 1: transform copies of q (T, Hq, D) and k (S, Hkv, D) once, outside the tile loop.
   std::vector<Real> q_t, k_t;
   const Real* q = p.q;
@@ -229,11 +235,6 @@ void attention_tiled(const attention_params<Real>& p) {
     }
   }
 
-  if constexpr (std::is_same_v<Real, float>) {
-    // float32: the register-blocked SIMD kernels of attention_simd.cpp.
-    detail::attention_simd_f32(p, pl, terms, q, k, num_threads());
-    return;
-  }
   tiled_problem<Real> pr{&p, &pl, &terms, q, k};
   pr.kpos_contiguous = true;
   for (int64_t j = 0; j < S; ++j) pr.kpos_contiguous &= pl.kpos[j] == j;

@@ -60,12 +60,11 @@ inline bool visible_offset_range(const attention_plan& pl, int64_t sat, int64_t*
 }
 
 // The float32 SIMD path (src/attention/attention_simd.cpp): Highway micro-kernels for Q K^T and
-// P V, every term and mask fused into the tile. q, k: (T, Hq, D) and (S, Hkv, D), already
-// transformed by hook 1; pl from make_attention_plan(p), terms from make_engine_terms; runs on
-// at most max_threads threads.
+// P V, every term and mask fused into the tile, hook 1 included (inside the tiles when the
+// transform has a row form, else on copies of p.q and p.k). pl from make_attention_plan(p),
+// terms from make_engine_terms; runs on at most max_threads threads.
 void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
-                        const engine_terms<float>& terms, const float* q, const float* k,
-                        int max_threads);
+                        const engine_terms<float>& terms, int max_threads);
 
 // C(rows x ncols) = beta_r * C + A(rows x K) . B(K x ncols) in float32 through the forward's
 // Highway micro-kernel (beta == nullptr: C = A . B). ncols a multiple of 8; A(r, kk) at

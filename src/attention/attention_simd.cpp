@@ -84,8 +84,13 @@ constexpr int64_t kPrefetchKeys = 16;
 struct simd_problem {
   const attention_params<float>* p = nullptr;
   const attention_plan* pl = nullptr;
-  const float* q = nullptr;  // (T, Hq, D), transformed by hook 1
+  const float* q = nullptr;  // (T, Hq, D): p.q, or a copy transformed by hook 1
   const float* k = nullptr;  // (S, Hkv, D), transformed by hook 1 (decode path only)
+  // Hook 1 inside the tiles (its row form): qtab (T, Rt) tables of the query positions, applied
+  // to each item's q rows; null when q is p.q untransformed or a transformed copy.
+  const qk_transform* tr = nullptr;
+  const float* qtab = nullptr;
+  int64_t Rt = 0;
   const float* kT =
       nullptr;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
   const float* v = nullptr;  // (S, Hkv, D): p.v, read through a packed block (simd_scratch::vb)
@@ -137,6 +142,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using detail::kPrefetchKeys;
 using detail::kSimdBk;
 using detail::kSplitKeys;
+using detail::qk_transform;
 using detail::simd_problem;
 using detail::simd_scratch;
 using detail::vb_row;
@@ -240,9 +246,13 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
 // Transposes key blocks of K into kT: (Hkv, nkb, Bk / W, D, W) for W = PanelWidth() (each block
 // a row of panels, Gemm's panel layout), zero for keys past S. Work is split over (head, block)
 // items by the caller.
+// With a transform table ktab (S, Rt), each key row is first transformed by tr's row form (hook 1
+// inside the packing: no transformed copy of K).
 void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, float* kT,
-              int64_t item_begin, int64_t item_end) {
+              int64_t item_begin, int64_t item_end, const qk_transform* tr, const float* ktab,
+              int64_t Rt) {
   const int64_t W = PanelWidth();
+  std::vector<float> rows(static_cast<size_t>(8 * D));  // 8 key rows, transformed
   for (int64_t item = item_begin; item < item_end; ++item) {
     const int64_t hk = item / nkb, kb = item % nkb;
     float* dst = kT + item * D * kSimdBk;
@@ -251,12 +261,22 @@ void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, fl
     // consecutive floats, so both sides stay within a few cache lines.
     // (W >= 8 except on 1- and 2-lane targets, where a group spans several panels.)
     for (int64_t jj0 = 0; jj0 < kSimdBk; jj0 += 8) {
-      for (int64_t d = 0; d < D; ++d) {
+      for (int64_t t = 0; t < 8; ++t) {
+        const int64_t jj = jj0 + t;
+        float* row = rows.data() + t * D;
+        if (jj >= nb) {
+          std::fill(row, row + D, 0.0f);
+          continue;
+        }
+        const float* src = k + ((j0 + jj) * Hkv + hk) * D;
+        std::copy(src, src + D, row);
+        if (ktab) tr->apply_rows(ktab + (j0 + jj) * Rt, true, row, 1, D);
+      }
+      for (int64_t d = 0; d < D; ++d)
         for (int64_t t = 0; t < 8; ++t) {
           const int64_t jj = jj0 + t;
-          dst[jj / W * D * W + d * W + jj % W] = jj < nb ? k[((j0 + jj) * Hkv + hk) * D + d] : 0.0f;
+          dst[jj / W * D * W + d * W + jj % W] = rows[t * D + d];
         }
-      }
     }
   }
 }
@@ -353,10 +373,18 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   const auto* rel = pr.rel;
   const auto& biases = pr.terms->biases;
 
-  // qs(rows, D) = scale * q rows: the score scale folded into q once per item.
+  // qs(rows, D) = scale * q rows: the score scale folded into q once per item (after hook 1's
+  // row form, when the transform is fused).
   for (int64_t r = 0; r < rows; ++r) {
     const float* qi = pr.q + (query_of(r) * Hq + head_of(r)) * D;
-    for (int64_t e = 0; e < D; ++e) qs[r * D + e] = pr.scale * qi[e];
+    float* qr = qs + r * D;
+    if (pr.qtab) {
+      std::copy(qi, qi + D, qr);
+      pr.tr->apply_rows(pr.qtab + query_of(r) * pr.Rt, false, qr, 1, D);
+      for (int64_t e = 0; e < D; ++e) qr[e] *= pr.scale;
+    } else {
+      for (int64_t e = 0; e < D; ++e) qr[e] = pr.scale * qi[e];
+    }
     m[r] = neg_inf;
     l[r] = 0;
   }
@@ -667,14 +695,13 @@ void merge_item(const simd_problem& pr, int64_t hk, int64_t qb, float* out_acc, 
 }  // namespace
 
 void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
-                        const engine_terms<float>& terms, const float* q, const float* k,
-                        int max_threads) {
+                        const engine_terms<float>& terms, int max_threads) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   simd_problem pr;
   pr.p = &p;
   pr.pl = &pl;
-  pr.q = q;
-  pr.k = k;
+  pr.q = p.q;
+  pr.k = p.k;
   pr.scale = static_cast<float>(pl.scale);
   const int64_t N = HWY_DYNAMIC_DISPATCH(Lanes)();
   pr.Dp = (D + N - 1) / N * N;
@@ -708,13 +735,51 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     pr.part = part.data();
   }
 
+  // Hook 1. With a row form (RoPE): per-position tables, applied to q rows as each item loads
+  // them and to key rows as they are packed; no transformed copy of q or K (the decode path,
+  // which reads K in place, still takes a copy of K). Without one: transformed copies.
+  const bool pack = rows >= 16 && S > 0;
+  const qk_transform* tr = terms.transform.get();
+  const int64_t Rt = tr ? tr->row_table_size() : 0;
+  const bool map_k = tr && !tr->keys_transformed && S > 0;
+  std::vector<float> q_t, k_t, qtab, ktab;
+  auto fill_tables = [&](std::vector<float>& tab, const std::vector<int64_t>& pos, bool key) {
+    tab.resize(static_cast<size_t>(static_cast<int64_t>(pos.size()) * Rt));
+    parallel_for(
+        static_cast<int64_t>(pos.size()),
+        [&](int64_t b, int64_t e) {
+          for (int64_t t = b; t < e; ++t) tr->fill_row_table(pos[t], key, tab.data() + t * Rt);
+        },
+        16);
+  };
+  if (tr && Rt > 0) {
+    pr.tr = tr;
+    pr.Rt = Rt;
+    fill_tables(qtab, pl.qpos_safe, false);
+    pr.qtab = qtab.data();
+  } else if (tr) {
+    q_t.assign(p.q, p.q + T * Hq * D);
+    tr->apply(pl.qpos_safe, q_t.data(), T, Hq, D, false, false);
+    pr.q = q_t.data();
+  }
+  const bool fuse_k = map_k && Rt > 0 && pack;
+  if (fuse_k) {
+    fill_tables(ktab, pl.kpos_safe, true);
+  } else if (map_k) {
+    k_t.assign(p.k, p.k + S * Hkv * D);
+    tr->apply(pl.kpos_safe, k_t.data(), S, Hkv, D, true, false);
+    pr.k = k_t.data();
+  }
+
   // Transposed key blocks (Hkv, nkb, D, Bk): one pass over K, shared by every query block.
   // Decode-like calls (few tile rows) read K in place instead.
   std::vector<float> kT;
-  if (rows >= 16 && S > 0) {
+  if (pack) {
     kT.resize(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
     parallel_for(Hkv * pr.nkb, [&](int64_t b, int64_t e) {
-      HWY_DYNAMIC_DISPATCH(PackKeys)(k, S, Hkv, D, pr.nkb, kT.data(), b, e);
+      HWY_DYNAMIC_DISPATCH(PackKeys)
+      (pr.k, S, Hkv, D, pr.nkb, kT.data(), b, e, fuse_k ? tr : nullptr,
+       fuse_k ? ktab.data() : nullptr, Rt);
     });
     pr.kT = kT.data();
   }

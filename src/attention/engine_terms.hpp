@@ -45,6 +45,19 @@ class qk_transform {
                      bool key, bool transpose) const = 0;
   bool keys_transformed = false;  // k arrives already transformed (a KV cache): only q is mapped,
                                   // and dk is with respect to the given k
+
+  // Row form, optional (row_table_size() == 0: none). The float32 fast path then applies the
+  // forward transform inside its tiles, to the rows it loads, instead of to copies of q and k:
+  // fill_row_table writes row_table_size() floats for one position (once per position and
+  // call), apply_rows maps H rows of one token (row h at x + h * stride) in place with it. The
+  // two together must give the bits apply() gives for that row.
+  virtual int64_t row_table_size() const { return 0; }
+  virtual void fill_row_table(int64_t pos, bool key, float* table) const {
+    (void)pos, (void)key, (void)table;
+  }
+  virtual void apply_rows(const float* table, bool key, float* x, int64_t H, int64_t stride) const {
+    (void)table, (void)key, (void)x, (void)H, (void)stride;
+  }
 };
 
 // Hook 2b: a bias per (query head, query position, key position).

@@ -22,6 +22,19 @@ class rope_transform final : public qk_transform {
              bool transpose) const override {
     rope_apply(*r_.freqs, r_.layout, r_.angle, pos, x, n, H, D, transpose);
   }
+  // Row form: the table is rope_cos_sin's (cos | sin) of the position and the row kernel
+  // rope_rotate, the two steps rope_apply takes per token, so the bits are rope_apply's. Not
+  // offered when POSENC_REFERENCE selects rope_apply's plain loops.
+  int64_t row_table_size() const override {
+    return rope_reference_selected() ? 0 : r_.freqs->rotary_dim;
+  }
+  void fill_row_table(int64_t pos, bool, float* table) const override {
+    rope_cos_sin(*r_.freqs, r_.angle, pos, table, table + r_.freqs->rotary_dim / 2);
+  }
+  void apply_rows(const float* table, bool, float* x, int64_t H, int64_t stride) const override {
+    const int64_t R = r_.freqs->rotary_dim;
+    rope_rotate(r_.layout, R, table, table + R / 2, x, H, stride, false);
+  }
 
  private:
   attention_rope r_;
