@@ -396,3 +396,101 @@ TEST(AttentionSimd, FusedRopeIsBitIdenticalToRopeApplyThenAttention) {
           }
   EXPECT_EQ(cases, 64);
 }
+
+// Half-precision keys and values (float16, bfloat16) against the reference on the same stored
+// values: every scheme, the prefill, decode and split-decode paths, MHA / GQA / MQA.
+TEST(AttentionSimd, HalfPrecisionKeysAndValuesAgainstReference) {
+  run_group("simd_half_kv", 48);
+}
+
+// The storage rounding's effect against the unrounded float32 keys and values, bounded from
+// the format's unit roundoff u (2^-11 float16, 2^-8 bfloat16): each stored value is x (1 + d),
+// |d| <= u (the inputs here are normal numbers in both formats), so a score moves by at most
+// |ds| <= scale u sum_e |q_e k_e| =: E, and with P' = softmax(s + ds), |P' - P|_1 <= 2 (e^{2E} - 1)
+// (each weight moves by a factor within e^{+-2E} after renormalisation), so every output
+// coordinate moves by at most (e^{2E} - 1) 2 max|v| + u max|v| (the values' own rounding), plus
+// the float32 evaluation error of both calls, far below it here. Measured against that bound,
+// not a guessed tolerance.
+TEST(AttentionSimd, HalfPrecisionStorageErrorWithinItsDerivedBound) {
+  for (kv_storage kv : {kv_storage::f16, kv_storage::bf16}) {
+    const int64_t T = 3, S = 500, Hq = 4, Hkv = 2, D = 64;
+    rng g(99);
+    std::vector<float> q(T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+    for (auto* a : {&q, &k, &v})
+      for (auto& x : *a) x = static_cast<float>(g.uniform() * 2 - 1);
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    to_half(kv, k, k16);
+    to_half(kv, v, v16);
+    attention_params<float> p;
+    p.q = q.data(), p.k = k.data(), p.v = v.data();
+    p.T = T, p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D;
+    p.causal = true;
+    std::vector<float> exact(T * Hq * D), half(T * Hq * D);
+    p.out = exact.data();
+    attention_forward(p);
+    auto ph = p;
+    ph.k = ph.v = nullptr;
+    ph.kv = kv, ph.k16 = k16.data(), ph.v16 = v16.data();
+    ph.out = half.data();
+    attention_forward(ph);
+
+    const double u = unit_roundoff(kv), scale = 1 / std::sqrt(double(D));
+    double E = 0, vmax = 0;
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t j = 0; j < S; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < D; ++e)
+            dot += std::abs(q[(i * Hq + h) * D + e] * k[(j * Hkv + h / 2) * D + e]);
+          E = std::max(E, scale * u * dot);
+        }
+    for (float x : v) vmax = std::max(vmax, double(std::abs(x)));
+    const double bound = (std::exp(2 * E) - 1) * 2 * vmax + u * vmax;
+    double worst = 0;
+    for (size_t n = 0; n < exact.size(); ++n)
+      worst = std::max(worst, std::abs(double(exact[n]) - double(half[n])));
+    EXPECT_LE(worst, bound) << name(kv);
+    EXPECT_GT(worst, 0.0) << name(kv) << ": the storage rounding must show";
+    std::printf("%s: max |out(stored) - out(float32)| = %.3g, derived bound %.3g\n",
+                name(kv).c_str(), worst, bound);
+  }
+}
+
+TEST(AttentionSimd, HalfPrecisionMisuseIsAClearError) {
+  std::vector<float> q(4 * 8), k(4 * 8), out(4 * 8);
+  std::vector<uint16_t> k16(4 * 8), v16(4 * 8);
+  attention_params<float> p;
+  p.q = q.data(), p.out = out.data();
+  p.T = p.S = 4, p.Hq = p.Hkv = 1, p.D = 8;
+  p.kv = kv_storage::f16;
+  p.k16 = k16.data(), p.v16 = v16.data();
+  p.k = k.data();
+  EXPECT_THROW(
+      {
+        try {
+          attention_forward(p);
+        } catch (const invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("k and v must be null"), std::string::npos);
+          throw;
+        }
+      },
+      invalid_argument);
+  p.k = nullptr;
+  p.v16 = nullptr;
+  EXPECT_THROW(attention_forward(p), invalid_argument);
+  p.v16 = v16.data();
+  std::vector<float> lse(4), dout(4 * 8), dq(4 * 8), dk(4 * 8), dv(4 * 8);
+  attention_grads<float> gr;
+  gr.out = out.data(), gr.lse = lse.data(), gr.dout = dout.data();
+  gr.dq = dq.data(), gr.dk = dk.data(), gr.dv = dv.data();
+  EXPECT_THROW(
+      {
+        try {
+          attention_backward(p, gr);
+        } catch (const invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("forward-only"), std::string::npos);
+          throw;
+        }
+      },
+      invalid_argument);
+}

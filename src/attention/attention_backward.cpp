@@ -43,6 +43,11 @@ constexpr int64_t kBq = 64;  // target tile rows per query block
 
 template <typename Real>
 void validate_grads(const attention_params<Real>& p, const attention_grads<Real>& g) {
+  if (p.kv != kv_storage::f32)
+    fail(
+        "attention backward: kv = {} (half-precision k16/v16) is forward-only; give float32 k "
+        "and v",
+        name(p.kv));
   if (p.T > 0 && (!g.out || !g.lse || !g.dout || !g.dq))
     fail("attention backward: out, lse, dout and dq must not be null when T = {}", p.T);
   if (p.S > 0 && (!g.dk || !g.dv))

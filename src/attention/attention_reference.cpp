@@ -3,6 +3,7 @@
 // speed; src/attention/attention.cpp is tested against it.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "attention_plan.hpp"
 #include "posenc/core/error.hpp"
@@ -27,7 +28,18 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
                 static_cast<unsigned long long>(p.Hkv), static_cast<unsigned long long>(p.D),
                 sizeof(Real));
   if (p.T > 0 && (!p.q || !p.out)) fail("attention: q and out must not be null when T = {}", p.T);
-  if (p.S > 0 && (!p.k || !p.v)) fail("attention: k and v must not be null when S = {}", p.S);
+  if (p.kv == kv_storage::f32) {
+    if (p.S > 0 && (!p.k || !p.v)) fail("attention: k and v must not be null when S = {}", p.S);
+  } else {
+    if (!std::is_same_v<Real, float>)
+      fail("attention: kv = {} (half-precision k16/v16) needs float32 q; this call is float64",
+           name(p.kv));
+    if (p.k || p.v)
+      fail("attention: with kv = {} the keys and values are k16 and v16; k and v must be null",
+           name(p.kv));
+    if (p.S > 0 && (!p.k16 || !p.v16))
+      fail("attention: k16 and v16 must not be null when kv = {} and S = {}", name(p.kv), p.S);
+  }
   if (p.window < 0) fail("attention: window must be >= 0 (0 = none), got {}", p.window);
 
   attention_plan pl;
@@ -124,8 +136,11 @@ void attention_reference(const attention_params<Real>& p) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
 
   // q', k' in double: (T, Hq, D) and (S, Hkv, D).
-  std::vector<double> q(p.q, p.q + T * Hq * D), k(p.k, p.k + S * Hkv * D),
-      v(p.v, p.v + S * Hkv * D);
+  std::vector<double> q(p.q, p.q + T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+  for (int64_t x = 0; x < S * Hkv * D; ++x) {  // half-precision storage widens exactly
+    k[x] = p.kv == kv_storage::f32 ? double(p.k[x]) : double(half_to_float(p.kv, p.k16[x]));
+    v[x] = p.kv == kv_storage::f32 ? double(p.v[x]) : double(half_to_float(p.kv, p.v16[x]));
+  }
   if (const auto* tr = terms.transform.get()) {
     tr->apply(pl.qpos_safe, q.data(), T, Hq, D, false, false);
     if (!tr->keys_transformed) tr->apply(pl.kpos_safe, k.data(), S, Hkv, D, true, false);

@@ -56,12 +56,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "posenc/core/half.hpp"
 #include "src/attention/attention_plan.hpp"
 
 #ifndef POSENC_ATTENTION_SIMD_TYPES
@@ -94,9 +96,23 @@ struct simd_problem {
   const float* kT =
       nullptr;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
   const float* v = nullptr;  // (S, Hkv, D): p.v, read through a packed block (simd_scratch::vb)
-  int64_t Dp = 0;            // D rounded up to the vector length
-  int64_t nkb = 0;           // key blocks
-  int64_t bq = 1, nqb = 1;   // queries per item, query blocks
+  // Half-precision storage (p.kv): kt / vt say how K and V are stored; k16 / v16 replace k / v
+  // for f16 and bf16 (K stays in p.kv's format unless hook 1 made a float32 copy).
+  kv_storage kt = kv_storage::f32, vt = kv_storage::f32;
+  const uint16_t* k16 = nullptr;
+  const uint16_t* v16 = nullptr;
+  // Byte address of row j of head hk of K or V (any storage).
+  const void* krow(int64_t j, int64_t hk) const {
+    const int64_t x = (j * p->Hkv + hk) * p->D;
+    return kt == kv_storage::f32 ? static_cast<const void*>(k + x) : k16 + x;
+  }
+  const void* vrow(int64_t j, int64_t hk) const {
+    const int64_t x = (j * p->Hkv + hk) * p->D;
+    return vt == kv_storage::f32 ? static_cast<const void*>(v + x) : v16 + x;
+  }
+  int64_t Dp = 0;           // D rounded up to the vector length
+  int64_t nkb = 0;          // key blocks
+  int64_t bq = 1, nqb = 1;  // queries per item, query blocks
   float scale = 1;
   const engine_terms<float>* terms = nullptr;    // hook 2b: terms->biases
   const relative_vectors<float>* rel = nullptr;  // hooks 2a and 3; null = off
@@ -132,6 +148,11 @@ inline int64_t vb_row(int64_t Dp) {
   return Dp + 16;
 }
 
+// Bytes per stored key or value element.
+inline int64_t kv_bytes(kv_storage s) {
+  return s == kv_storage::f32 ? 4 : 2;
+}
+
 }  // namespace posenc::detail
 #endif  // POSENC_ATTENTION_SIMD_TYPES
 
@@ -142,6 +163,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using detail::kPrefetchKeys;
 using detail::kSimdBk;
 using detail::kSplitKeys;
+using detail::kv_bytes;
 using detail::qk_transform;
 using detail::simd_problem;
 using detail::simd_scratch;
@@ -174,6 +196,50 @@ static_assert(kSimdBk % (kNV * hn::MaxLanes(DF())) == 0, "key panels must tile a
 // Columns of one packed key panel: the width of a full column strip of the block products.
 HWY_INLINE int64_t PanelWidth() {
   return kNV * static_cast<int64_t>(hn::Lanes(DF()));
+}
+
+// N floats from a row stored as float32, float16 or bfloat16 (widening is exact).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadAsFloat(D d, const float* p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadAsFloat(D d, const hwy::float16_t* p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::float16_t, D>(), p));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadAsFloat(D d, const hwy::bfloat16_t* p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, D>(), p));
+}
+HWY_INLINE float AsFloat(float x) {
+  return x;
+}
+HWY_INLINE float AsFloat(hwy::float16_t x) {
+  return f16_to_float(std::bit_cast<uint16_t>(x));
+}
+HWY_INLINE float AsFloat(hwy::bfloat16_t x) {
+  return bf16_to_float(std::bit_cast<uint16_t>(x));
+}
+
+// dst[0, n) = the n values at src, stored as `st`, widened to float32.
+template <typename TS>
+HWY_INLINE void WidenRowT(const TS* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t n) {
+  const DH d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t e = 0;
+  for (; e + N <= n; e += N) hn::StoreU(LoadAsFloat(d, src + e), d, dst + e);
+  for (; e < n; ++e) dst[e] = AsFloat(src[e]);
+}
+HWY_INLINE void WidenRow(kv_storage st, const void* src, float* dst, int64_t n) {
+  switch (st) {
+    case kv_storage::f32:
+      std::copy(static_cast<const float*>(src), static_cast<const float*>(src) + n, dst);
+      return;
+    case kv_storage::f16:
+      return WidenRowT(static_cast<const hwy::float16_t*>(src), dst, n);
+    case kv_storage::bf16:
+      return WidenRowT(static_cast<const hwy::bfloat16_t*>(src), dst, n);
+  }
 }
 
 // C(MR x NV*N) = beta_r * C + A(MR x K) . B(K x NV*N), beta == nullptr: C = A . B, N = lanes of
@@ -248,9 +314,9 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
 // items by the caller.
 // With a transform table ktab (S, Rt), each key row is first transformed by tr's row form (hook 1
 // inside the packing: no transformed copy of K).
-void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, float* kT,
-              int64_t item_begin, int64_t item_end, const qk_transform* tr, const float* ktab,
-              int64_t Rt) {
+void PackKeys(const simd_problem& pr, float* kT, int64_t item_begin, int64_t item_end,
+              const qk_transform* tr, const float* ktab, int64_t Rt) {
+  const int64_t S = pr.p->S, D = pr.p->D, nkb = pr.nkb;
   const int64_t W = PanelWidth();
   std::vector<float> rows(static_cast<size_t>(8 * D));  // 8 key rows, transformed
   for (int64_t item = item_begin; item < item_end; ++item) {
@@ -268,8 +334,7 @@ void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, fl
           std::fill(row, row + D, 0.0f);
           continue;
         }
-        const float* src = k + ((j0 + jj) * Hkv + hk) * D;
-        std::copy(src, src + D, row);
+        WidenRow(pr.kt, pr.krow(j0 + jj, hk), row, D);
         if (ktab) tr->apply_rows(ktab + (j0 + jj) * Rt, true, row, 1, D);
       }
       for (int64_t d = 0; d < D; ++d)
@@ -286,45 +351,47 @@ void PackKeys(const float* k, int64_t S, int64_t Hkv, int64_t D, int64_t nkb, fl
 // key: each q vector is loaded once per four keys. Prefetches the key and value rows
 // kPrefetchKeys ahead (keys j0 + jj + kPrefetchKeys below pf_end), spread over the block so that
 // the memory requests overlap the arithmetic.
-HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const float* k0,
-                             const float* v0, int64_t kstride, int64_t nb, int64_t j0,
-                             int64_t pf_end, float* HWY_RESTRICT s) {
+// Keys stored as TK (float, float16, bfloat16); v0, vbytes: the block's first value row and the
+// value row stride in bytes (for the prefetch only).
+template <typename TK>
+HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const TK* k0,
+                             const char* v0, int64_t vbytes, int64_t kstride, int64_t nb,
+                             int64_t j0, int64_t pf_end, float* HWY_RESTRICT s) {
   const DH d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t De = D / N * N;
+  const int64_t krow_bytes = D * static_cast<int64_t>(sizeof(TK)), vrow_bytes = vbytes / kstride;
   auto prefetch = [&](int64_t jj) {
     if (j0 + jj + kPrefetchKeys >= pf_end) return;
-    const float* kj = k0 + (jj + kPrefetchKeys) * kstride;
-    const float* vj = v0 + (jj + kPrefetchKeys) * kstride;
-    for (int64_t e = 0; e < D; e += 16) {
-      hwy::Prefetch(kj + e);
-      hwy::Prefetch(vj + e);
-    }
+    const char* kj = reinterpret_cast<const char*>(k0 + (jj + kPrefetchKeys) * kstride);
+    const char* vj = v0 + (jj + kPrefetchKeys) * vbytes;
+    for (int64_t b = 0; b < krow_bytes; b += 64) hwy::Prefetch(kj + b);
+    for (int64_t b = 0; b < D * vrow_bytes; b += 64) hwy::Prefetch(vj + b);
   };
   int64_t jj = 0;
   for (; jj + 4 <= nb; jj += 4) {
     for (int64_t t = 0; t < 4; ++t) prefetch(jj + t);
-    const float* ka = k0 + jj * kstride;
-    const float* kb = ka + kstride;
-    const float* kc = kb + kstride;
-    const float* kd = kc + kstride;
+    const TK* ka = k0 + jj * kstride;
+    const TK* kb = ka + kstride;
+    const TK* kc = kb + kstride;
+    const TK* kd = kc + kstride;
     for (int64_t r = 0; r < rows; ++r) {
       const float* qr = qs + r * D;
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t e = 0; e < De; e += N) {
         const auto qv = hn::LoadU(d, qr + e);
-        a0 = hn::MulAdd(qv, hn::LoadU(d, ka + e), a0);
-        a1 = hn::MulAdd(qv, hn::LoadU(d, kb + e), a1);
-        a2 = hn::MulAdd(qv, hn::LoadU(d, kc + e), a2);
-        a3 = hn::MulAdd(qv, hn::LoadU(d, kd + e), a3);
+        a0 = hn::MulAdd(qv, LoadAsFloat(d, ka + e), a0);
+        a1 = hn::MulAdd(qv, LoadAsFloat(d, kb + e), a1);
+        a2 = hn::MulAdd(qv, LoadAsFloat(d, kc + e), a2);
+        a3 = hn::MulAdd(qv, LoadAsFloat(d, kd + e), a3);
       }
       float d0 = hn::GetLane(hn::SumOfLanes(d, a0)), d1 = hn::GetLane(hn::SumOfLanes(d, a1)),
             d2 = hn::GetLane(hn::SumOfLanes(d, a2)), d3 = hn::GetLane(hn::SumOfLanes(d, a3));
       for (int64_t e = De; e < D; ++e) {
-        d0 += qr[e] * ka[e];
-        d1 += qr[e] * kb[e];
-        d2 += qr[e] * kc[e];
-        d3 += qr[e] * kd[e];
+        d0 += qr[e] * AsFloat(ka[e]);
+        d1 += qr[e] * AsFloat(kb[e]);
+        d2 += qr[e] * AsFloat(kc[e]);
+        d3 += qr[e] * AsFloat(kd[e]);
       }
       float* srow = s + r * kSimdBk + jj;
       srow[0] = d0, srow[1] = d1, srow[2] = d2, srow[3] = d3;
@@ -332,14 +399,14 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
   }
   for (; jj < nb; ++jj) {
     prefetch(jj);
-    const float* kj = k0 + jj * kstride;
+    const TK* kj = k0 + jj * kstride;
     for (int64_t r = 0; r < rows; ++r) {
       const float* qr = qs + r * D;
       auto a0 = hn::Zero(d);
       for (int64_t e = 0; e < De; e += N)
-        a0 = hn::MulAdd(hn::LoadU(d, qr + e), hn::LoadU(d, kj + e), a0);
+        a0 = hn::MulAdd(hn::LoadU(d, qr + e), LoadAsFloat(d, kj + e), a0);
       float dot = hn::GetLane(hn::SumOfLanes(d, a0));
-      for (int64_t e = De; e < D; ++e) dot += qr[e] * kj[e];
+      for (int64_t e = De; e < D; ++e) dot += qr[e] * AsFloat(kj[e]);
       s[r * kSimdBk + jj] = dot;
     }
   }
@@ -414,12 +481,10 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   if (!pr.kT)
     for (int64_t j = kb_begin * kSimdBk; j < std::min(j_end, kb_begin * kSimdBk + kPrefetchKeys);
          ++j) {
-      const float* vj = pr.v + (j * Hkv + hk) * D;
-      const float* kj = pr.k + (j * Hkv + hk) * D;
-      for (int64_t e = 0; e < D; e += 16) {
-        hwy::Prefetch(kj + e);
-        hwy::Prefetch(vj + e);
-      }
+      const char* vj = static_cast<const char*>(pr.vrow(j, hk));
+      const char* kj = static_cast<const char*>(pr.krow(j, hk));
+      for (int64_t b = 0; b < D * kv_bytes(pr.kt); b += 64) hwy::Prefetch(kj + b);
+      for (int64_t b = 0; b < D * kv_bytes(pr.vt); b += 64) hwy::Prefetch(vj + b);
     }
 
   for (int64_t kb = kb_begin; kb * kSimdBk < j_end; ++kb) {
@@ -433,8 +498,8 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
       if (const int64_t n0 = j0 + kSimdBk; n0 < j_end) {
         const int64_t n1 = std::min(j_end, n0 + kSimdBk);
         for (int64_t j = n0; j < n1; ++j) {
-          const float* vj = pr.v + (j * Hkv + hk) * D;
-          for (int64_t e = 0; e < D; e += 16) hwy::Prefetch(vj + e);
+          const char* vj = static_cast<const char*>(pr.vrow(j, hk));
+          for (int64_t b = 0; b < D * kv_bytes(pr.vt); b += 64) hwy::Prefetch(vj + b);
         }
       }
       Gemm(rows, ncols, qs, D, pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
@@ -442,8 +507,22 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     } else {
       // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
       // by every row while it is in L1.
-      DecodeScores(qs, rows, D, pr.k + (j0 * Hkv + hk) * D, pr.v + (j0 * Hkv + hk) * D, Hkv * D, nb,
-                   j0, j_end, s);
+      const char* v0 = static_cast<const char*>(pr.vrow(j0, hk));
+      const int64_t vbytes = Hkv * D * kv_bytes(pr.vt);
+      switch (pr.kt) {
+        case kv_storage::f32:
+          DecodeScores(qs, rows, D, static_cast<const float*>(pr.krow(j0, hk)), v0, vbytes, Hkv * D,
+                       nb, j0, j_end, s);
+          break;
+        case kv_storage::f16:
+          DecodeScores(qs, rows, D, static_cast<const hwy::float16_t*>(pr.krow(j0, hk)), v0, vbytes,
+                       Hkv * D, nb, j0, j_end, s);
+          break;
+        case kv_storage::bf16:
+          DecodeScores(qs, rows, D, static_cast<const hwy::bfloat16_t*>(pr.krow(j0, hk)), v0,
+                       vbytes, Hkv * D, nb, j0, j_end, s);
+          break;
+      }
     }
     // Key-side masks of this block, shared by every row.
     bool block_pad = false;
@@ -522,10 +601,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     // 4. P V with the rescale fused: acc = beta_r acc + p v_blk.
     float* vb = sc.vb.data();
     const int64_t ldv = vb_row(Dp);
-    for (int64_t jj = 0; jj < nb; ++jj) {
-      const float* src = pr.v + ((j0 + jj) * Hkv + hk) * D;
-      std::copy(src, src + D, vb + jj * ldv);
-    }
+    for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
     Gemm(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
   }
 
@@ -590,6 +666,11 @@ void AttendItems(const simd_problem& pr, simd_scratch& sc, std::atomic<int64_t>*
 }
 
 // The granule the float32 row width Dp is rounded up to: 8 floats (4 with 128-bit vectors).
+// The whole of a half-precision array widened (for hook 1's transformed copy of K).
+void WidenRows(kv_storage st, const void* src, float* dst, int64_t n) {
+  WidenRow(st, src, dst, n);
+}
+
 int64_t Lanes() {
   return static_cast<int64_t>(hn::Lanes(DH()));
 }
@@ -633,6 +714,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace posenc::detail {
 HWY_EXPORT(PackKeys);
+HWY_EXPORT(WidenRows);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
@@ -702,6 +784,10 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   pr.pl = &pl;
   pr.q = p.q;
   pr.k = p.k;
+  pr.v = p.v;
+  pr.kt = pr.vt = p.kv;
+  pr.k16 = p.k16;
+  pr.v16 = p.v16;
   pr.scale = static_cast<float>(pl.scale);
   const int64_t N = HWY_DYNAMIC_DISPATCH(Lanes)();
   pr.Dp = (D + N - 1) / N * N;
@@ -765,10 +851,12 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   const bool fuse_k = map_k && Rt > 0 && pack;
   if (fuse_k) {
     fill_tables(ktab, pl.kpos_safe, true);
-  } else if (map_k) {
-    k_t.assign(p.k, p.k + S * Hkv * D);
+  } else if (map_k) {  // a float32 copy, widened from half-precision storage
+    k_t.resize(static_cast<size_t>(S * Hkv * D));
+    HWY_DYNAMIC_DISPATCH(WidenRows)(pr.kt, pr.krow(0, 0), k_t.data(), S * Hkv * D);
     tr->apply(pl.kpos_safe, k_t.data(), S, Hkv, D, true, false);
     pr.k = k_t.data();
+    pr.kt = kv_storage::f32;
   }
 
   // Transposed key blocks (Hkv, nkb, D, Bk): one pass over K, shared by every query block.
@@ -778,12 +866,10 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     kT.resize(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
     parallel_for(Hkv * pr.nkb, [&](int64_t b, int64_t e) {
       HWY_DYNAMIC_DISPATCH(PackKeys)
-      (pr.k, S, Hkv, D, pr.nkb, kT.data(), b, e, fuse_k ? tr : nullptr,
-       fuse_k ? ktab.data() : nullptr, Rt);
+      (pr, kT.data(), b, e, fuse_k ? tr : nullptr, fuse_k ? ktab.data() : nullptr, Rt);
     });
     pr.kT = kT.data();
   }
-  pr.v = p.v;
 
   std::vector<simd_scratch> scratch(static_cast<size_t>(nth));
   for (auto& sc : scratch) {

@@ -31,9 +31,10 @@ const char* name(mask m) {
 }
 
 std::string describe(const spec& c) {
-  return fmt::format("T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}",
-                     c.T, c.S, c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale,
-                     c.k_shift);
+  return fmt::format(
+      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}", c.T, c.S,
+      c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
+      c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv));
 }
 
 template <typename Real>
@@ -56,6 +57,20 @@ void build(fixture<Real>& f, const spec& c) {
   p.q = f.q.data();
   p.k = f.k.data();
   p.v = f.v.data();
+  if constexpr (std::is_same_v<Real, float>) {
+    if (c.kv != kv_storage::f32) {
+      f.k16.resize(f.k.size());
+      f.v16.resize(f.v.size());
+      to_half(c.kv, f.k, f.k16);
+      to_half(c.kv, f.v, f.v16);
+      from_half(c.kv, f.k16, f.k);  // what is stored, for the magnitudes of the tolerance
+      from_half(c.kv, f.v16, f.v);
+      p.kv = c.kv;
+      p.k16 = f.k16.data();
+      p.v16 = f.v16.data();
+      p.k = p.v = nullptr;
+    }
+  }
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
 
   const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
@@ -505,6 +520,7 @@ std::string short_name(const spec& c) {
                               c.D, c.Hq, c.Hkv, c.seed);
   if (c.q_scale != 1) s += fmt::format("_qscale{}", c.q_scale);
   if (c.k_shift != 0) s += fmt::format("_kshift{}", c.k_shift);
+  if (c.kv != kv_storage::f32) s += "_kv" + name(c.kv);
   return s;
 }
 
@@ -639,6 +655,33 @@ std::vector<spec> make_full() {
         }
   }
 
+  // Half-precision keys and values (float16, bfloat16) on every path that reads them: the
+  // packed prefill (keys widened as they are packed, values as each block is), the decode path
+  // (keys widened as they are loaded), split and unsplit, RoPE fused and on a copy, every
+  // scheme, MHA / GQA / MQA, D = 128, 80 and 20.
+  {
+    constexpr std::pair<int64_t, int64_t> heads[] = {{4, 4}, {8, 2}, {8, 1}};
+    constexpr int64_t dims[] = {128, 80, 20};
+    constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}};
+    int idx = 0;
+    for (int s = 0; s < kSchemes; ++s)
+      for (auto [T, S] : shapes)
+        for (kv_storage kv : {kv_storage::f16, kv_storage::bf16}) {
+          const auto msk = static_cast<mask>((idx * 3 + s) % kMasks);
+          spec c{T,
+                 S,
+                 dims[idx % 3],
+                 heads[(idx / 3) % 3].first,
+                 heads[(idx / 3) % 3].second,
+                 static_cast<scheme>(s),
+                 msk,
+                 5000u + static_cast<uint64_t>(idx)};
+          c.kv = kv;
+          v.push_back(make("simd_half_kv", c, forward, f32));
+          ++idx;
+        }
+  }
+
   // ---- backward (tests/test_attention_backward.cpp) ----
   // Finite differences: every scheme x every mask on a small GQA shape, then every scheme on MHA
   // and MQA with every mask at once, and T > S.
@@ -720,6 +763,16 @@ std::vector<spec> make_check() {
   add(spec{65, 70, 32, 4, 2, scheme::all, mask::causal, seed++}, forward | backward);
   add(spec{1, 130, 32, 4, 1, scheme::rope_half, mask::causal, seed++}, forward | backward);
   add(spec{17, 33, 59, 4, 1, scheme::shaw, mask::causal, seed++}, forward | backward);
+  // Half-precision keys and values (float32 forward): a prefill with RoPE fused, a decode step.
+  for (auto [c, kv] :
+       {std::pair{spec{65, 130, 80, 8, 2, scheme::rope_half, mask::causal, seed++},
+                  kv_storage::f16},
+        std::pair{spec{1, 300, 64, 8, 1, scheme::all, mask::padding, seed++}, kv_storage::bf16}}) {
+    add(c, forward);
+    v.back().dtypes = f32;
+    v.back().kv = kv;
+    v.back().name += "_kv" + name(kv);
+  }
   return v;
 }
 

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "posenc/core/check.hpp"
+#include "posenc/core/half.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/shaw.hpp"
 #include "posenc/encodings/t5_bias.hpp"
@@ -118,9 +119,17 @@ struct attention_params {
   const Real* q = nullptr;  // q:   (T, Hq, D), D contiguous
   const Real* k = nullptr;  // k:   (S, Hkv, D), D contiguous
   const Real* v = nullptr;  // v:   (S, Hkv, D), D contiguous
-  Real* out = nullptr;      // out: (T, Hq, D); may not alias q, k, v
-  Real* lse = nullptr;      // lse: (T, Hq) natural log of sum_j exp(s_ij) (scaled, biased,
-                            //      before Shaw-V); -inf for a row that sees no key. Optional.
+  // Half-precision keys and values (attention_forward on float32 only): kv = f16 or bf16 makes
+  // k16 and v16, (S, Hkv, D) in that format (posenc/core/half.hpp), the keys and values; k and v
+  // must then be null. Scores and outputs are computed in float32 on the widened values (exact
+  // widening: the result is the float32 attention of the stored values); a decode step reads
+  // half the bytes.
+  kv_storage kv = kv_storage::f32;
+  const uint16_t* k16 = nullptr;
+  const uint16_t* v16 = nullptr;
+  Real* out = nullptr;  // out: (T, Hq, D); may not alias q, k, v
+  Real* lse = nullptr;  // lse: (T, Hq) natural log of sum_j exp(s_ij) (scaled, biased,
+                        //      before Shaw-V); -inf for a row that sees no key. Optional.
   int64_t T = 0, S = 0, Hq = 0, Hkv = 0, D = 0;  // T, S >= 0; Hq % Hkv == 0; D >= 1
   std::optional<double> scale;                   // default 1 / sqrt(D); finite
   bool causal = false;                           // bottom-right aligned (see above)
