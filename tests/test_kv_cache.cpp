@@ -9,6 +9,7 @@
 // and report the measured value (expected 0).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -208,4 +209,58 @@ TEST(KvCache, CapacityAndPositions) {
   EXPECT_THROW(attention_forward_cached(p, cache), invalid_argument);
   p.D = 8;
   EXPECT_NO_THROW(attention_forward_cached(p, cache));
+}
+
+// Half-precision storage: the cache transforms each key in float32, then rounds keys and values
+// to float16 / bfloat16. It stores exactly those bits (rope_apply at the positions, then the
+// same rounding, computed here independently), and decoding through it equals the full causal
+// forward on them within the summation-order bound of the float32 tests above (the decode path
+// sums each q.k in a different order than the prefill's block product); the cache holds 2 bytes
+// per element and no float copy.
+TEST(KvCache, HalfPrecisionStorageDecodesLikeTheFullForwardOnTheStoredValues) {
+  for (kv_storage kv : {kv_storage::f16, kv_storage::bf16})
+    for (scheme s : {scheme::none, scheme::rope_half, scheme::rope_interleaved, scheme::all}) {
+      SCOPED_TRACE(name(kv) + " scheme " + std::to_string(static_cast<int>(s)));
+      decode_case<float> c(s, 900 + static_cast<int>(s));
+      const int64_t N = c.N, Hq = c.Hq, Hkv = c.Hkv, D = c.D, start = 7;
+      std::vector<int64_t> kp(N);
+      for (int64_t j = 0; j < N; ++j) kp[j] = start + j;
+      // The stored values, computed independently of the cache.
+      std::vector<float> kr = c.k;
+      if (c.pos.rope.freqs)
+        rope_apply(*c.pos.rope.freqs, c.pos.rope.layout, c.pos.rope.angle, kp, kr.data(), N, Hkv,
+                   D);
+      std::vector<uint16_t> k16(kr.size()), v16(c.v.size());
+      to_half(kv, kr, k16);
+      to_half(kv, c.v, v16);
+      std::vector<float> ref(N * Hq * D);
+      attention_params<float> p;
+      p.q = c.q.data(), p.out = ref.data();
+      p.kv = kv, p.k16 = k16.data(), p.v16 = v16.data();
+      p.T = N, p.S = N, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true, p.pos = c.pos;
+      p.pos.rope.keys_rotated = true;
+      p.k_positions = kp;
+      attention_forward(p);
+
+      std::vector<float> out(N * Hq * D);
+      kv_cache<float> cache(N, Hkv, D, c.pos, start, kv);
+      EXPECT_EQ(cache.keys(), nullptr);
+      ASSERT_NE(cache.keys16(), nullptr);
+      for (int64_t t = 0; t < N; ++t) {
+        cache.append(&c.k[t * Hkv * D], &c.v[t * Hkv * D], 1);
+        attention_params<float> pc;
+        pc.q = &c.q[t * Hq * D], pc.out = &out[t * Hq * D];
+        pc.T = 1, pc.Hq = Hq, pc.D = D, pc.causal = true, pc.pos = c.pos;
+        attention_forward_cached(pc, cache);
+      }
+      EXPECT_TRUE(std::equal(k16.begin(), k16.end(), cache.keys16()));
+      EXPECT_TRUE(std::equal(v16.begin(), v16.end(), cache.values16()));
+      const double u = std::numeric_limits<float>::epsilon() / 2;
+      const double tol = (2 * c.N + 2 * c.K + 8) * u * c.V;
+      double worst = 0;
+      for (size_t n = 0; n < out.size(); ++n)
+        worst = std::max(worst, std::abs(double(out[n]) - double(ref[n])));
+      EXPECT_LE(worst, tol);
+    }
+  EXPECT_THROW(kv_cache<double>(4, 1, 8, {}, 0, kv_storage::f16), invalid_argument);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
@@ -11,13 +12,17 @@ namespace posenc {
 
 template <typename Real>
 kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_position<Real> pos,
-                         int64_t start_position)
+                         int64_t start_position, kv_storage storage)
     : capacity_(capacity),
       hkv_(Hkv),
       d_(D),
       start_(start_position),
       next_(start_position),
-      pos_(pos) {
+      pos_(pos),
+      storage_(storage) {
+  if (storage != kv_storage::f32 && !std::is_same_v<Real, float>)
+    fail("kv_cache: storage {} (half precision) needs a float32 cache; this one is float64",
+         name(storage));
   if (capacity < 1) fail("kv_cache: capacity must be >= 1, got {}", capacity);
   if (Hkv < 1) fail("kv_cache: Hkv must be >= 1, got {}", Hkv);
   if (D < 1) fail("kv_cache: D must be >= 1, got {}", D);
@@ -25,10 +30,15 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
     fail("kv_cache: start_position must be in [0, 2^62 - capacity], got {}", start_position);
   checked_bytes("kv_cache", static_cast<unsigned long long>(capacity),
                 static_cast<unsigned long long>(Hkv), static_cast<unsigned long long>(D),
-                2 * sizeof(Real));
+                storage == kv_storage::f32 ? 2 * sizeof(Real) : 2 * sizeof(uint16_t));
   transform_ = detail::make_key_transform(pos_, D, "kv_cache: ");
-  k_.resize(capacity * Hkv * D);
-  v_.resize(capacity * Hkv * D);
+  if (storage == kv_storage::f32) {
+    k_.resize(capacity * Hkv * D);
+    v_.resize(capacity * Hkv * D);
+  } else {
+    k16_.resize(capacity * Hkv * D);
+    v16_.resize(capacity * Hkv * D);
+  }
   kpos_.resize(capacity);
 }
 
@@ -52,12 +62,22 @@ std::vector<int64_t> kv_cache<Real>::append(const Real* k, const Real* v, int64_
     pos.assign(positions.begin(), positions.end());
   }
   const int64_t row = hkv_ * d_;
-  Real* kd = k_.data() + size_ * row;
-  if (n > 0) {
+  if (n > 0 && storage_ == kv_storage::f32) {
+    Real* kd = k_.data() + size_ * row;
     std::memcpy(kd, k, sizeof(Real) * n * row);
     std::memcpy(v_.data() + size_ * row, v, sizeof(Real) * n * row);
     // Hook 1 on keys, once, at their absolute positions.
     if (transform_) transform_->apply(pos, kd, n, hkv_, d_, true, false);
+  } else if (n > 0) {
+    if constexpr (std::is_same_v<Real, float>) {
+      // Transformed in float32, then rounded once to the storage format.
+      scratch_.assign(k, k + n * row);
+      if (transform_) transform_->apply(pos, scratch_.data(), n, hkv_, d_, true, false);
+      const auto m = static_cast<size_t>(n * row);
+      to_half(storage_, scratch_, std::span<uint16_t>(k16_.data() + size_ * row, m));
+      to_half(storage_, std::span<const float>(v, m),
+              std::span<uint16_t>(v16_.data() + size_ * row, m));
+    }
   }
   std::copy(pos.begin(), pos.end(), kpos_.begin() + size_);
   size_ += n;
@@ -84,8 +104,13 @@ void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& ca
   if (p.T > cache.size())
     fail("attention_forward_cached: T = {} queries but the cache holds only {} tokens", p.T,
          cache.size());
+  if (p.kv != kv_storage::f32 || p.k16 || p.v16)
+    fail("attention_forward_cached: kv, k16 and v16 come from the cache; leave them unset");
+  p.kv = cache.storage();
   p.k = cache.keys();
   p.v = cache.values();
+  p.k16 = cache.keys16();
+  p.v16 = cache.values16();
   p.S = cache.size();
   p.Hkv = cache.kv_heads();
   p.k_positions = cache.positions();

@@ -41,8 +41,14 @@ class kv_cache {
   // keys on append, the other schemes act at attention time. What pos points to (the RoPE
   // frequencies, tables) must outlive the cache. Memory is allocated up front
   // (2 * capacity * Hkv * D elements, capped by max_alloc_bytes).
+  //
+  // storage: f32 keeps keys and values in Real; f16 / bf16 (float caches only) keep them in
+  // half precision (posenc/core/half.hpp), half the memory and half the bytes a decode step
+  // reads: each appended key is transformed in float32 first, then rounded to the format (as
+  // engines that store rotated keys in float16 do), each value rounded; attention widens them
+  // exactly and computes in float32.
   kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_position<Real> pos = {},
-           int64_t start_position = 0);
+           int64_t start_position = 0, kv_storage storage = kv_storage::f32);
 
   // Appends n >= 0 tokens: k, v (n, Hkv, D). positions: empty = next positions, else (n,)
   // explicit ids >= 0. Throws invalid_argument (cache unchanged) when size() + n > capacity(),
@@ -59,8 +65,13 @@ class kv_cache {
   int64_t next_position() const { return next_; }
   const attention_position<Real>& position() const { return pos_; }
 
-  const Real* keys() const { return k_.data(); }    // (size, Hkv, D), rotated
-  const Real* values() const { return v_.data(); }  // (size, Hkv, D)
+  kv_storage storage() const { return storage_; }
+  // (size, Hkv, D): keys rotated. With half-precision storage keys() and values() are null and
+  // keys16() and values16() hold the stored bits (and the other way round).
+  const Real* keys() const { return k_.empty() ? nullptr : k_.data(); }
+  const Real* values() const { return v_.empty() ? nullptr : v_.data(); }
+  const uint16_t* keys16() const { return k16_.empty() ? nullptr : k16_.data(); }
+  const uint16_t* values16() const { return v16_.empty() ? nullptr : v16_.data(); }
   std::span<const int64_t> positions() const { return {kpos_.data(), static_cast<size_t>(size_)}; }
 
   // Forgets every token; positions restart at start_position.
@@ -70,7 +81,10 @@ class kv_cache {
   int64_t capacity_, hkv_, d_, start_, size_ = 0, next_;
   attention_position<Real> pos_;
   std::shared_ptr<const detail::qk_transform> transform_;  // pos_'s hook 1; null = off
+  kv_storage storage_ = kv_storage::f32;
   std::vector<Real> k_, v_;
+  std::vector<uint16_t> k16_, v16_;
+  std::vector<Real> scratch_;  // half storage: one append's keys, transformed before rounding
   std::vector<int64_t> kpos_;
 };
 
