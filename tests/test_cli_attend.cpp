@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "posenc/core/half.hpp"
 #include "posenc/core/npy.hpp"
 #include "posenc/core/rng.hpp"
 #include "test_gguf_writer.hpp"
@@ -477,4 +479,67 @@ TEST(CliAttend, RopeFromGguf) {
   const auto r = test::run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, {}, true)), 1e-4);
+}
+
+// Half-precision K and V: float16 files ('<f2') and bfloat16 bits in uint16 files ('<u2') with
+// --kv-dtype bf16, computed in float32; the naive formula sees the stored (rounded) values.
+TEST(CliAttend, HalfPrecisionKeysAndValues) {
+  for (kv_storage kv : {kv_storage::f16, kv_storage::bf16}) {
+    inputs in;
+    auto store = [&](const char* name, std::vector<double>& x) {
+      auto a = make_npy<uint16_t>({S, Hkv, D});
+      if (kv == kv_storage::f16) a.type = dtype::f16;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const uint16_t b = float_to_half(kv, static_cast<float>(x[i]));
+        std::memcpy(a.data.data() + 2 * i, &b, 2);
+        x[i] = half_to_float(kv, b);  // the naive side sees the stored values
+      }
+      write_npy(in.dir.file(name), a);
+    };
+    store("k16.npy", in.k);
+    store("v16.npy", in.v);
+    auto args = in.base();
+    args[4] = in.dir.file("k16.npy");
+    args[6] = in.dir.file("v16.npy");
+    args.push_back("--causal");
+    if (kv == kv_storage::bf16) {
+      // uint16 without saying how to read it is refused.
+      const auto bad = test::run_cli(args);
+      EXPECT_EQ(bad.exit_code, 2);
+      EXPECT_NE(bad.err.find("--kv-dtype bf16"), std::string::npos) << bad.err;
+      args.insert(args.end(), {"--kv-dtype", "bf16"});
+    }
+    const auto r = test::run_cli(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = json::parse(r.out);
+    EXPECT_EQ(j["kv"], name(kv));
+    EXPECT_EQ(j["dtype"], "float32");
+    const auto o = read_npy(in.dir.file("o.npy"));
+    EXPECT_LE(max_diff(o, naive(in, true, {}, false)), 1e-4);
+
+    // Misuse: a backward, float64 queries, a --kv-dtype for float32 files: exit 2, no output.
+    std::filesystem::remove(in.dir.file("o.npy"));
+    auto with_dout = args;
+    with_dout.insert(with_dout.end(), {"--dout", in.dir.file("q.npy"), "--dq", in.dir.file("a"),
+                                       "--dk", in.dir.file("b"), "--dv", in.dir.file("c")});
+    const auto b1 = test::run_cli(with_dout);
+    EXPECT_EQ(b1.exit_code, 2);
+    EXPECT_NE(b1.err.find("forward-only"), std::string::npos) << b1.err;
+    EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy")));
+  }
+  inputs in64(dtype::f64);
+  auto a = make_npy<uint16_t>({S, Hkv, D});
+  a.type = dtype::f16;
+  write_npy(in64.dir.file("k16.npy"), a);
+  auto args = in64.base();
+  args[4] = args[6] = in64.dir.file("k16.npy");
+  const auto r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("need float32 --q"), std::string::npos) << r.err;
+  inputs in32;
+  auto args2 = in32.base();
+  args2.insert(args2.end(), {"--kv-dtype", "bf16"});
+  const auto r2 = test::run_cli(args2);
+  EXPECT_EQ(r2.exit_code, 2);
+  EXPECT_NE(r2.err.find("--kv-dtype bf16 needs float16 or uint16"), std::string::npos) << r2.err;
 }

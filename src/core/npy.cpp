@@ -6,6 +6,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
+#include "posenc/core/half.hpp"
 
 namespace posenc {
 namespace {
@@ -20,6 +21,7 @@ constexpr dtype_info kTypes[] = {
     {dtype::f32, "<f4", "float32", 4}, {dtype::f64, "<f8", "float64", 8},
     {dtype::i64, "<i8", "int64", 8},   {dtype::i32, "<i4", "int32", 4},
     {dtype::u8, "|u1", "uint8", 1},    {dtype::b1, "|b1", "bool", 1},
+    {dtype::f16, "<f2", "float16", 2}, {dtype::u16, "<u2", "uint16", 2},
 };
 const dtype_info& info(dtype t) {
   for (const auto& i : kTypes)
@@ -34,6 +36,7 @@ constexpr dtype dtype_of() {
   if constexpr (std::is_same_v<T, int64_t>) return dtype::i64;
   if constexpr (std::is_same_v<T, int32_t>) return dtype::i32;
   if constexpr (std::is_same_v<T, uint8_t>) return dtype::u8;
+  if constexpr (std::is_same_v<T, uint16_t>) return dtype::u16;
   if constexpr (std::is_same_v<T, bool>) return dtype::b1;
 }
 
@@ -88,8 +91,15 @@ POSENC_NPY_INST(double)
 POSENC_NPY_INST(int64_t)
 POSENC_NPY_INST(int32_t)
 POSENC_NPY_INST(uint8_t)
+POSENC_NPY_INST(uint16_t)
 POSENC_NPY_INST(bool)
 #undef POSENC_NPY_INST
+
+const uint16_t* npy_array::bits16() const {
+  if (type != dtype::f16 && type != dtype::u16)
+    fail("array has dtype {}, expected float16 or uint16", dtype_name(type));
+  return reinterpret_cast<const uint16_t*>(data.data());
+}
 
 std::vector<double> npy_array::to_f64() const {
   std::vector<double> out(numel());
@@ -123,6 +133,18 @@ std::vector<double> npy_array::to_f64() const {
       case dtype::u8:
         out[i] = static_cast<double>(static_cast<uint8_t>(*p));
         break;
+      case dtype::f16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        out[i] = f16_to_float(v);
+        break;
+      }
+      case dtype::u16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        out[i] = v;
+        break;
+      }
       case dtype::b1:
         out[i] = static_cast<uint8_t>(*p) != 0 ? 1.0 : 0.0;
         break;
@@ -132,8 +154,8 @@ std::vector<double> npy_array::to_f64() const {
 }
 
 std::vector<int64_t> npy_array::to_i64() const {
-  if (type == dtype::f32 || type == dtype::f64)
-    fail("array has dtype {}, expected an integer dtype (int64, int32, uint8 or bool)",
+  if (type == dtype::f32 || type == dtype::f64 || type == dtype::f16)
+    fail("array has dtype {}, expected an integer dtype (int64, int32, uint16, uint8 or bool)",
          dtype_name(type));
   std::vector<int64_t> out(numel());
   for (int64_t i = 0; i < numel(); ++i) {
@@ -151,6 +173,12 @@ std::vector<int64_t> npy_array::to_i64() const {
       case dtype::u8:
         out[i] = static_cast<uint8_t>(*p);
         break;
+      case dtype::u16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        out[i] = v;
+        break;
+      }
       case dtype::b1:
         out[i] = static_cast<uint8_t>(*p) != 0;
         break;
@@ -200,7 +228,8 @@ npy_array parse_npy(const std::vector<std::byte>& bytes, const std::string& name
     }
   }
   if (!found)
-    bad(fmt::format("unsupported dtype '{}' (supported: <f4, <f8, <i8, <i4, |u1, |b1)", descr));
+    bad(fmt::format("unsupported dtype '{}' (supported: <f4, <f8, <f2, <i8, <i4, <u2, |u1, |b1)",
+                    descr));
   static const std::regex dim_re(R"(\s*(\d+)\s*)");
   size_t pos = 0;
   uint64_t count = 1;

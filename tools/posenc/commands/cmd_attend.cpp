@@ -63,6 +63,8 @@ struct attend_opts {
   int64_t window = 0;
   // Shaw
   std::string shaw_keys, shaw_values;
+  // Half-precision K and V
+  std::string kv_dtype;
   int64_t shaw_clip = -1;
   // Backward
   std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi;
@@ -132,14 +134,24 @@ std::vector<Real> as_real(const npy_array& a) {
 }
 
 template <typename Real>
-void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
-               const npy_array& va) {
+void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, const npy_array& va,
+               kv_storage kv) {
   const int64_t T = qa.shape[0], Hq = qa.shape[1], D = qa.shape[2];
   const int64_t S = ka.shape[0], Hkv = ka.shape[1];
-  const auto q = as_real<Real>(qa), k = as_real<Real>(ka), v = as_real<Real>(va);
+  const bool half = kv != kv_storage::f32;
+  const auto q = as_real<Real>(qa);
+  const auto k = half ? std::vector<Real>{} : as_real<Real>(ka);
+  const auto v = half ? std::vector<Real>{} : as_real<Real>(va);
   std::vector<Real> out(T * Hq * D), lse(T * Hq);
   attention_params<Real> p;
-  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data(), p.lse = lse.data();
+  p.q = q.data(), p.out = out.data(), p.lse = lse.data();
+  if (half) {  // read in place: attention widens the stored values itself
+    p.kv = kv;
+    p.k16 = ka.bits16();
+    p.v16 = va.bits16();
+  } else {
+    p.k = k.data(), p.v = v.data();
+  }
   p.T = T, p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D;
   p.causal = o.causal;
   if (given(o, "--scale")) p.scale = o.scale;
@@ -335,6 +347,7 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     j["causal"] = o.causal;
     j["schemes"] = schemes;
     j["implementation"] = impl;
+    j["kv"] = name(kv);
     j["fully_masked_rows"] = masked_rows;
     if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
     if (backward) {
@@ -358,10 +371,13 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     } else {
       std::printf(
           "wrote %s: (%lld, %lld, %lld) %s, S = %lld keys, Hkv = %lld, scale %s, %s, "
-          "schemes: %s, %s path, %lld fully masked rows\n",
+          "schemes: %s, %s path, %lld fully masked rows%s\n",
           o.out.c_str(), (long long)T, (long long)Hq, (long long)D, out_dtype, (long long)S,
           (long long)Hkv, num(scale).c_str(), o.causal ? "causal" : "bidirectional", sch.c_str(),
-          impl, (long long)masked_rows);
+          impl, (long long)masked_rows,
+          kv == kv_storage::f32
+              ? ""
+              : (", keys and values stored as " + name(kv) + " (computed in float32)").c_str());
       if (backward) {
         std::string w;
         for (const auto& [path, a] : files)
@@ -377,8 +393,40 @@ void run_attend(const attend_opts& o) {
   const auto ka = read_npy(o.k);
   const auto va = read_npy(o.v);
   require_float(qa, "--q");
-  require_float(ka, "--k");
-  require_float(va, "--v");
+  // K and V: float32/float64, or half precision: float16 ('<f2'), or bfloat16 bits as uint16
+  // ('<u2', NumPy has no bfloat16) with --kv-dtype bf16.
+  kv_storage kv = kv_storage::f32;
+  if (ka.type == dtype::f16 || ka.type == dtype::u16) {
+    if (va.type != ka.type)
+      fail("--v must have the dtype of --k ({}), got {}", dtype_name(ka.type), dtype_name(va.type));
+    if (ka.type == dtype::f16) {
+      if (!o.kv_dtype.empty() && o.kv_dtype != "f16")
+        fail("--kv-dtype {} disagrees with --k, which is float16; allowed: f16 (or leave it out)",
+             o.kv_dtype);
+      kv = kv_storage::f16;
+    } else {
+      if (o.kv_dtype != "bf16")
+        fail(
+            "--k is uint16: pass --kv-dtype bf16 when it holds bfloat16 bits (the only 16-bit "
+            "integer reading posenc accepts), got --kv-dtype '{}'",
+            o.kv_dtype);
+      kv = kv_storage::bf16;
+    }
+    if (qa.type != dtype::f32)
+      fail("half-precision --k/--v ({}) are computed in float32 and need float32 --q, got {}",
+           name(kv), dtype_name(qa.type));
+    if (!o.dout.empty())
+      fail(
+          "--dout: the backward needs float32 or float64 --k/--v; half precision ({}) is "
+          "forward-only",
+          name(kv));
+  } else {
+    require_float(ka, "--k");
+    require_float(va, "--v");
+    if (!o.kv_dtype.empty())
+      fail("--kv-dtype {} needs float16 or uint16 (bfloat16) --k and --v, got {}", o.kv_dtype,
+           dtype_name(ka.type));
+  }
   if (qa.shape.size() != 3) fail("--q must have shape (T, Hq, D), got {}", qa.shape_str());
   if (ka.shape.size() != 3) fail("--k must have shape (S, Hkv, D), got {}", ka.shape_str());
   const int64_t D = qa.shape[2];
@@ -390,9 +438,9 @@ void run_attend(const attend_opts& o) {
     fail("--q heads Hq = {} must be a multiple of --k heads Hkv = {}", qa.shape[1], ka.shape[1]);
   if (o.out == o.lse_out) fail("--lse-out must differ from --out, got '{}'", o.out);
   if (qa.type == dtype::f32)
-    run_typed<float>(o, qa, ka, va);
+    run_typed<float>(o, qa, ka, va, kv);
   else
-    run_typed<double>(o, qa, ka, va);
+    run_typed<double>(o, qa, ka, va, kv);
 }
 
 const bool registered = register_command(50, [](CLI::App& app) {
@@ -402,8 +450,14 @@ const bool registered = register_command(50, [](CLI::App& app) {
   o->sub = sub;
   add_format_option(sub, o->format);
   sub->add_option("--q", o->q, "Queries Q.npy (T, Hq, D), float32 or float64")->required();
-  sub->add_option("--k", o->k, "Keys K.npy (S, Hkv, D)")->required();
-  sub->add_option("--v", o->v, "Values V.npy (S, Hkv, D)")->required();
+  sub->add_option("--k", o->k,
+                  "Keys K.npy (S, Hkv, D): float32, float64, float16, or bfloat16 bits as uint16 "
+                  "(with --kv-dtype bf16)")
+      ->required();
+  sub->add_option("--v", o->v, "Values V.npy (S, Hkv, D), the dtype of --k")->required();
+  sub->add_option("--kv-dtype", o->kv_dtype,
+                  "How 16-bit --k/--v are read: f16 (the default for float16 files) or bf16 "
+                  "(uint16 files holding bfloat16 bits); computed in float32");
   sub->add_option("--out", o->out, "Output O.npy (T, Hq, D) in Q's dtype")->required();
   sub->add_option("--lse-out", o->lse_out, "Also write the per-row log-sum-exp (T, Hq)");
   sub->add_flag("--causal", o->causal, "Causal mask, aligned bottom-right (j <= S - T + i)");
