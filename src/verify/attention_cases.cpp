@@ -804,6 +804,12 @@ std::vector<spec> make_perf() {
   add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
   add("attention", 1, 8192, 32, 128, scheme::none, "none", forward);
   add("attention", 1, 8192, 1, 128, scheme::none, "none", forward);
+  // The same decode steps reading float16 keys and values (half the bytes).
+  for (int64_t Hkv : {8, 32, 1}) {
+    add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
+    v.back().kv = kv_storage::f16;
+    v.back().name += "/kv=f16";
+  }
   add("attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);

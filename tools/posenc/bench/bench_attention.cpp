@@ -82,13 +82,15 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
   // value once and does 4 D FLOPs per 8 D bytes of them per query (T) and query head sharing
   // the kv head (G): memory-bound, so its limit is the bandwidth.
   const bool decode = T <= 8;
-  if (decode) bc.bytes = 4.0 * double(2 * S * Hkv * D + 2 * T * Hq * D);
+  const double kv_bytes = c.kv == kv_storage::f32 ? 4.0 : 2.0;
+  if (decode) bc.bytes = kv_bytes * double(2 * S * Hkv * D) + 4.0 * double(2 * T * Hq * D);
   bc.limit = decode ? "bandwidth" : "peak";
   bc.validate = [c] { return validate(c); };
   bc.run = [d] { attention_forward(d->params()); };
   bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +
             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
             " D=" + std::to_string(D) + ", scheme " + ac::name(c.sch) +
+            (c.kv == kv_storage::f32 ? "" : ", keys and values stored as " + name(c.kv)) +
             "; flops = 4 D Hq x visible pairs (causal lower triangle only, " +
             std::to_string(static_cast<int64_t>(pairs)) + " pairs per head)";
   return bc;
