@@ -292,6 +292,7 @@ std::optional<rope_layout> hf_rope_layout(const nlohmann::json& config) {
 
 rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::string>* warnings) {
   if (!j.is_object()) fail("config must be a JSON object, got {}", j.type_name());
+  if (const json& t = text_part(j); &t != &j) return rope_config_from_json(t, warnings);
   std::vector<std::string> local;
   if (!warnings) warnings = &local;
   rope_config c;

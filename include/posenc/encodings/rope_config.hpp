@@ -31,8 +31,9 @@
 
 namespace posenc {
 
-// Parses an already-loaded config.json. warnings (may be null) receives one line per
-// precedence decision the user should know about.
+// Parses an already-loaded config.json (a multimodal config's text_config when the top level has
+// neither head_dim nor hidden_size). warnings (may be null) receives one line per precedence
+// decision the user should know about.
 rope_config rope_config_from_json(const nlohmann::json& config, std::vector<std::string>* warnings);
 
 // The pair layout transformers uses for the config's model class, relative to the
