@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "posenc/core/file.hpp"
@@ -482,4 +483,141 @@ TEST(CliRope, DiffBadSidesExit2) {
   EXPECT_NE(r.err.find("A (params:head-dim=64,bogus=1): unknown parameter 'bogus'; allowed: "),
             std::string::npos)
       << r.err;
+}
+
+TEST(CliRope, FreqsPerLayerType) {
+  // Gemma 3 legacy keys: sliding layers 10^4 with no scaling, global 10^6 linear x8 (pair 64 of
+  // D = 256: 10^4^(-1/2) = 0.01 and 10^6^(-1/2) / 8 = 1.25e-4, by hand).
+  auto s = run_json({"rope", "freqs", "--hf-config", data("gemma3_1b_legacy.json"), "--layer-type",
+                     "sliding_attention", "--format", "json"});
+  EXPECT_EQ(s["scaling"], "default");
+  EXPECT_EQ(s["layer_type"], "sliding_attention");
+  EXPECT_NEAR(s["inv_freq"][64].get<double>(), 0.01, 1e-17);
+  auto g = run_json({"rope", "freqs", "--hf-config", data("gemma3_1b_legacy.json"), "--layer-type",
+                     "full_attention", "--format", "json"});
+  EXPECT_EQ(g["scaling"], "linear");
+  EXPECT_NEAR(g["inv_freq"][64].get<double>(), 1.25e-4, 1e-19);
+  // Unknown layer type: exit 2, the allowed values named.
+  auto r = test::run_cli(
+      {"rope", "freqs", "--hf-config", data("gemma3_1b_legacy.json"), "--layer-type", "global"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("sliding_attention, full_attention"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  // --layer-type without a config.json.
+  r = test::run_cli({"rope", "freqs", "--head-dim", "64", "--layer-type", "full_attention"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(CliRope, LayersListing) {
+  auto j = run_json(
+      {"rope", "layers", "--hf-config", data("gemma4_proportional.json"), "--format", "json"});
+  ASSERT_EQ(j["types"].size(), 2u);
+  EXPECT_EQ(j["types"][0]["layer_type"], "sliding_attention");
+  EXPECT_EQ(j["types"][0]["layers"], (std::vector<int64_t>{0, 1, 3, 4}));
+  EXPECT_EQ(j["types"][1]["layer_type"], "full_attention");
+  EXPECT_EQ(j["types"][1]["layers"], (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(j["types"][1]["scaling"], "proportional");
+  EXPECT_EQ(j["types"][1]["rotated_pairs"], 64);
+  EXPECT_EQ(j["types"][1]["head_dim"], 512);
+  auto l =
+      run_json({"rope", "layers", "--hf-config", data("llama4_irope.json"), "--format", "json"});
+  EXPECT_EQ(l["nope_layers"], (std::vector<int64_t>{3, 7, 11}));
+  EXPECT_EQ(l["attn_temperature_tuning"], true);
+  auto t = test::run_cli({"rope", "layers", "--hf-config", data("gemma3_1b_legacy.json")});
+  EXPECT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("layers: 5, 11, 17, 23"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("layers: 0-4, 6-10, 12-16, 18-22, 24-25"), std::string::npos) << t.out;
+}
+
+// M-RoPE through the CLI: Qwen2-VL's sections [16, 24, 24] of 64 pairs (D = 128, theta 10^6),
+// positions (3, T). Expected values from the formula written here: pair i turns by
+// id_c(i) * 10^6^(-2i/128), c(i) = t below 16, h below 40, w after (half layout).
+TEST(CliRope, ApplyMropeThreeRowPositions) {
+  test::temp_dir d;
+  const int64_t T = 2, H = 1, D = 128;
+  write_npy(d.file("x.npy"), make_x<double>(T, H, D));
+  auto p3 = make_npy<int64_t>({3, T});
+  const int64_t ids[6] = {4, 7, 5, 9, 6, 2};  // t: 4 7, h: 5 9, w: 6 2
+  for (int k = 0; k < 6; ++k) p3.as<int64_t>()[k] = ids[k];
+  write_npy(d.file("p3.npy"), p3);
+  test::cli_result r;
+  run_json(
+      {"rope", "apply", "--x", d.file("x.npy"), "--positions", d.file("p3.npy"), "--hf-config",
+       data("qwen2_vl_7b.json"), "--layout", "half", "--out", d.file("y.npy"), "--format", "json"},
+      &r);
+  const auto x = make_x<double>(T, H, D);
+  const auto y = read_npy(d.file("y.npy"));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < 64; ++i) {
+      const int c = i < 16 ? 0 : (i < 40 ? 1 : 2);
+      const double th =
+          static_cast<double>(ids[c * T + t]) * std::pow(1e6, -2.0 * static_cast<double>(i) / 128);
+      const double u = x.as<double>()[t * D + i], v = x.as<double>()[t * D + i + 64];
+      EXPECT_NEAR(y.as<double>()[t * D + i], u * std::cos(th) - v * std::sin(th), 1e-14);
+      EXPECT_NEAR(y.as<double>()[t * D + i + 64], v * std::cos(th) + u * std::sin(th), 1e-14);
+    }
+  // (3, T) positions with a 1-D config, and a malformed section: exit 2, no output.
+  auto bad = test::run_cli({"rope", "apply", "--x", d.file("x.npy"), "--positions",
+                            d.file("p3.npy"), "--hf-config", data("llama2_7b.json"), "--layout",
+                            "half", "--out", d.file("no.npy")});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("M-RoPE config"), std::string::npos) << bad.err;
+  auto j = json::parse(test::read_text(data("qwen2_vl_7b.json")));
+  j["rope_scaling"]["mrope_section"] = {16, 24, 16};
+  { std::ofstream(d.file("bad.json")) << j.dump(); }
+  bad = test::run_cli({"rope", "apply", "--x", d.file("x.npy"), "--positions", d.file("p3.npy"),
+                       "--hf-config", d.file("bad.json"), "--layout", "half", "--out",
+                       d.file("no.npy")});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("mrope_section must sum to rotary_dim / 2 = 64"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(d.file("no.npy")));
+}
+
+TEST(CliRope, AttendWithMropeEqualsAttendOnRotatedInputs) {
+  test::temp_dir d;
+  const int64_t T = 3, H = 2, D = 128;
+  write_npy(d.file("q.npy"), make_x<double>(T, H, D));
+  auto k = make_x<double>(T, H, D);
+  for (int64_t e = 0; e < T * H * D; ++e) k.as<double>()[e] *= -0.5;
+  write_npy(d.file("k.npy"), k);
+  write_npy(d.file("v.npy"), make_x<double>(T, H, D));
+  auto p3 = make_npy<int64_t>({3, T});
+  const int64_t ids[9] = {0, 1, 1, 0, 1, 2, 0, 2, 1};
+  for (int e = 0; e < 9; ++e) p3.as<int64_t>()[e] = ids[e];
+  write_npy(d.file("p3.npy"), p3);
+  for (const char* name : {"q", "k"})
+    run_json({"rope", "apply", "--x", d.file(std::string(name) + ".npy"), "--positions",
+              d.file("p3.npy"), "--hf-config", data("qwen2_vl_7b.json"), "--layout", "half",
+              "--out", d.file(std::string(name) + "r.npy"), "--format", "json"});
+  run_json({"attend",
+            "--q",
+            d.file("q.npy"),
+            "--k",
+            d.file("k.npy"),
+            "--v",
+            d.file("v.npy"),
+            "--causal",
+            "--rope",
+            "--hf-config",
+            data("qwen2_vl_7b.json"),
+            "--layout",
+            "half",
+            "--q-positions",
+            d.file("p3.npy"),
+            "--k-positions",
+            d.file("p3.npy"),
+            "--out",
+            d.file("o.npy"),
+            "--format",
+            "json"});
+  run_json({"attend", "--q", d.file("qr.npy"), "--k", d.file("kr.npy"), "--v", d.file("v.npy"),
+            "--causal", "--out", d.file("o2.npy"), "--format", "json"});
+  EXPECT_EQ(read_npy(d.file("o.npy")).data, read_npy(d.file("o2.npy")).data);
+  // (3, T) positions without --rope: exit 2.
+  auto r = test::run_cli({"attend", "--q", d.file("q.npy"), "--k", d.file("k.npy"), "--v",
+                          d.file("v.npy"), "--q-positions", d.file("p3.npy"), "--k-positions",
+                          d.file("p3.npy"), "--out", d.file("o3.npy")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(d.file("o3.npy")));
 }

@@ -622,3 +622,40 @@ TEST(GgufRope, NonLlama3FactorTensorBecomesPerPairFactorsWithAWarning) {
     EXPECT_NEAR(f.inv_freq[i], want, std::ldexp(want, -50)) << i;
   }
 }
+
+// rope.freq_base_swa becomes the sliding layers' base (Gemma 3: 10^4 local, 10^6 global);
+// rope.dimension_sections are read and must split the R/2 pairs.
+TEST(GgufRope, SlidingWindowBaseAndMropeSections) {
+  auto w = base_writer("gemma3", 1152, 4, 256, 1000000.0f, 32768);
+  w.add_u32("gemma3.attention.key_length", 256);
+  w.add_f32("gemma3.rope.freq_base_swa", 10000.0f);
+  const auto b = w.bytes();
+  std::vector<std::string> warnings;
+  const auto r = gguf_rope_config(gguf_parse(b, "g.gguf"), b, &warnings);
+  ASSERT_TRUE(r.freq_base_swa.has_value());
+  EXPECT_EQ(*r.freq_base_swa, 10000.0);
+  EXPECT_EQ(r.config.theta, 1e6);
+  const auto swa = rope_config_from_json(r.hf_config, "sliding_attention", &warnings);
+  EXPECT_EQ(swa.theta, 1e4);
+  // Pair 64 of D = 256 at base 10^4: 10^4^(-1/2) = 0.01 (by hand).
+  EXPECT_NEAR(rope_frequencies(swa).inv_freq[64], 0.01, 1e-17);
+
+  auto q = base_writer("qwen2vl", 3584, 28, 128, 1000000.0f, 32768);
+  q.add_array_u32("qwen2vl.rope.dimension_sections", {16, 24, 24, 0});
+  const auto bq = q.bytes();
+  warnings.clear();
+  const auto rq = gguf_rope_config(gguf_parse(bq, "q.gguf"), bq, &warnings);
+  EXPECT_EQ(rq.dimension_sections, (std::vector<int64_t>{16, 24, 24, 0}));
+  auto bad = base_writer("qwen2vl", 3584, 28, 128, 1000000.0f, 32768);
+  bad.add_array_u32("qwen2vl.rope.dimension_sections", {16, 24, 20, 0});
+  const auto bb = bad.bytes();
+  try {
+    gguf_rope_config(gguf_parse(bb, "bad.gguf"), bb, nullptr);
+    ADD_FAILURE() << "expected io_error";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "qwen2vl.rope.dimension_sections must sum to rotary_dim / 2 = 64"),
+              std::string::npos)
+        << e.what();
+  }
+}

@@ -121,3 +121,27 @@ RC_GTEST_PROP(PositionsProp, PackedFormsAgree, ()) {
   for (size_t d = 0; d + 1 < cu.size(); ++d)
     for (int64_t t = cu[d]; t < cu[d + 1]; ++t) RC_ASSERT(a[t] == start + t - cu[d]);
 }
+
+TEST(Positions, MropeTextAndImageGrids) {
+  // Worked by hand from the convention (positions.hpp): text 0 1, image (1, 2, 3) from 2, then
+  // the next text at 2 + max(1, 2, 3) = 5.
+  const std::vector<mrope_segment> segs = {{2, 1, 2, 3}, {1, 0, 0, 0}};
+  const auto p = positions_mrope(segs);
+  EXPECT_EQ(p, (std::vector<int64_t>{0, 1, 2, 2, 2, 2, 2, 2, 5,  //
+                                     0, 1, 2, 2, 2, 3, 3, 3, 5,  //
+                                     0, 1, 2, 3, 4, 2, 3, 4, 5}));
+  // A video of 2 frames of 2 x 2 at the start: t 0 0 0 0 1 1 1 1, then text at 2.
+  const std::vector<mrope_segment> vid = {{0, 2, 2, 2}, {2, 0, 0, 0}};
+  const auto v = positions_mrope(vid, 10);
+  EXPECT_EQ(std::vector<int64_t>(v.begin(), v.begin() + 10),
+            (std::vector<int64_t>{10, 10, 10, 10, 11, 11, 11, 11, 12, 13}));
+  EXPECT_EQ(std::vector<int64_t>(v.begin() + 10, v.begin() + 20),
+            (std::vector<int64_t>{10, 10, 11, 11, 10, 10, 11, 11, 12, 13}));
+  // Text only: the three rows are the 1-D ids.
+  const std::vector<mrope_segment> text = {{4, 0, 0, 0}};
+  EXPECT_EQ(positions_mrope(text), (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+  const std::vector<mrope_segment> bad = {{1, 1, 0, 2}};
+  EXPECT_THROW(positions_mrope(bad), invalid_argument);
+  const std::vector<mrope_segment> neg = {{-1, 0, 0, 0}};
+  EXPECT_THROW(positions_mrope(neg), invalid_argument);
+}

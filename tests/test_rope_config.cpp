@@ -809,3 +809,274 @@ TEST(RopeConfig, HfLayoutByModelClass) {
   EXPECT_EQ(hf_rope_layout(nlohmann::json{{"model_type", "gptj"}}), rope_layout::interleaved);
   EXPECT_EQ(hf_rope_layout(nlohmann::json{{"head_dim", 64}}), std::nullopt);
 }
+
+// ---- Per-layer conventions (issue 15) ----
+// Expected frequencies below are worked out by hand from the formulas: RoFormer (Su et al.
+// 2021, eq. 34) omega_i = theta^(-2i/R); linear scaling divides by the factor; proportional
+// uses the full head dim D in the exponent and 0 for the unrotated pairs. Exact powers of ten
+// are chosen so that the values are known in closed form: 10000^(-1/2) = 0.01,
+// 10^6^(-1/2) = 0.001, 10^6^(-1/8) = 10^(-3/4).
+
+namespace {
+
+rope_config load_layer(const std::string& name, const std::string& type,
+                       std::vector<std::string>* w = nullptr) {
+  std::vector<std::string> local;
+  return rope_config_from_file(data(name), type, w ? w : &local);
+}
+
+std::string invalid_layer(const nlohmann::json& j, const std::string& type) {
+  std::vector<std::string> w;
+  try {
+    rope_config_from_json(j, type, &w);
+  } catch (const invalid_argument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no invalid_argument for layer type " << type;
+  return "";
+}
+
+// Relative error of a double pow against the closed form: a few ulp.
+void expect_rel(double got, double want) {
+  EXPECT_NEAR(got, want, 4e-16 * std::fabs(want));
+}
+
+}  // namespace
+
+TEST(RopeLayers, Gemma3LegacyKeys) {
+  // Sliding layers: rope_local_base_freq = 10^4, no scaling; D = R = 256.
+  std::vector<std::string> w;
+  auto s = load_layer("gemma3_1b_legacy.json", "sliding_attention", &w);
+  EXPECT_EQ(s.type, rope_type::default_);
+  EXPECT_EQ(s.theta, 1e4);
+  auto fs = rope_frequencies(s);
+  ASSERT_EQ(fs.inv_freq.size(), 128u);
+  EXPECT_EQ(fs.inv_freq[0], 1.0);
+  expect_rel(fs.inv_freq[64], 0.01);  // 10^4^(-128/256)
+  // Full layers: rope_theta = 10^6 and rope_scaling linear x8.
+  auto g = load_layer("gemma3_1b_legacy.json", "full_attention");
+  EXPECT_EQ(g.type, rope_type::linear);
+  EXPECT_EQ(g.theta, 1e6);
+  EXPECT_EQ(g.factor, 8.0);
+  auto fg = rope_frequencies(g);
+  EXPECT_EQ(fg.inv_freq[0], 0.125);
+  expect_rel(fg.inv_freq[64], 0.001 / 8);
+  // Without a layer type the reader gives the full layers' config and says so.
+  w.clear();
+  auto plain = rope_config_from_file(data("gemma3_1b_legacy.json"), &w);
+  EXPECT_EQ(plain.type, rope_type::linear);
+  ASSERT_FALSE(w.empty());
+  EXPECT_NE(w[0].find("rope_local_base_freq"), std::string::npos);
+  // Layer types from sliding_window_pattern = 6: layers 5, 11, 17, 23 are global.
+  auto plan = hf_layer_plan(nlohmann::json::parse(test::read_text(data("gemma3_1b_legacy.json"))));
+  ASSERT_EQ(plan.layer_types.size(), 26u);
+  for (size_t i = 0; i < 26; ++i)
+    EXPECT_EQ(plan.layer_types[i], (i % 6 == 5) ? "full_attention" : "sliding_attention") << i;
+  EXPECT_EQ(plan.types, (std::vector<std::string>{"sliding_attention", "full_attention"}));
+  EXPECT_TRUE(plan.rope_layers.empty());
+}
+
+TEST(RopeLayers, NestedRopeParametersInTextConfig) {
+  auto s = load_layer("gemma3_nested.json", "sliding_attention");
+  auto g = load_layer("gemma3_nested.json", "full_attention");
+  EXPECT_EQ(s.theta, 1e4);
+  EXPECT_EQ(s.type, rope_type::default_);
+  EXPECT_EQ(g.theta, 1e6);
+  EXPECT_EQ(g.type, rope_type::linear);
+  EXPECT_EQ(g.factor, 8.0);
+  expect_rel(rope_frequencies(g).inv_freq[64], 0.001 / 8);
+  auto j = nlohmann::json::parse(test::read_text(data("gemma3_nested.json")));
+  auto plan = hf_layer_plan(j);
+  EXPECT_EQ(plan.source, "layer_types");
+  ASSERT_EQ(plan.layer_types.size(), 8u);
+  EXPECT_EQ(plan.layer_types[5], "full_attention");
+  // No layer type on a nested block: the error names the choices.
+  std::vector<std::string> w;
+  try {
+    rope_config_from_json(j, &w);
+    ADD_FAILURE() << "nested block read as one configuration";
+  } catch (const invalid_argument& e) {
+    // (nlohmann::json keeps object keys sorted, so the block names come alphabetically)
+    EXPECT_NE(std::string(e.what()).find("choose a layer type (one of full_attention, "
+                                         "sliding_attention"),
+              std::string::npos)
+        << e.what();
+  }
+  // An unknown layer type names the allowed values.
+  EXPECT_NE(invalid_layer(j, "chunked_attention")
+                .find("layer type must be one of sliding_attention, full_attention, got "
+                      "'chunked_attention'"),
+            std::string::npos);
+  // Errors inside a block name the block.
+  j["text_config"]["rope_parameters"]["full_attention"]["factor"] = 0.5;
+  EXPECT_NE(invalid_layer(j, "full_attention").find("rope_parameters.full_attention.factor"),
+            std::string::npos);
+  // A config without layer types refuses any layer type.
+  EXPECT_NE(invalid_layer(llama2_json(), "full_attention").find("no per-layer-type RoPE"),
+            std::string::npos);
+}
+
+TEST(RopeLayers, ProportionalGemma4) {
+  // Global layers: D = global_head_dim = 512, partial_rotary_factor 0.25 -> floor(0.25 * 512 / 2)
+  // = 64 rotated pairs of 256; omega_i = (10^6)^(-2i/512) for i < 64, 0 after.
+  auto g = load_layer("gemma4_proportional.json", "full_attention");
+  EXPECT_EQ(g.type, rope_type::proportional);
+  EXPECT_EQ(g.head_dim, 512);
+  EXPECT_EQ(g.rotary_dim, 512);
+  ASSERT_TRUE(g.rotated_pairs.has_value());
+  EXPECT_EQ(*g.rotated_pairs, 64);
+  auto f = rope_frequencies(g);
+  ASSERT_EQ(f.inv_freq.size(), 256u);
+  EXPECT_EQ(f.inv_freq[0], 1.0);
+  expect_rel(f.inv_freq[32], std::pow(10.0, -0.75));  // 10^6^(-64/512)
+  expect_rel(f.inv_freq[63], std::pow(10.0, -6.0 * 126.0 / 512.0));
+  for (size_t i = 64; i < 256; ++i) EXPECT_EQ(f.inv_freq[i], 0.0) << i;
+  // Sliding layers: D = 256, default.
+  auto s = load_layer("gemma4_proportional.json", "sliding_attention");
+  EXPECT_EQ(s.head_dim, 256);
+  EXPECT_EQ(s.type, rope_type::default_);
+  // The factor divides every rotated pair; D = 8, factor 2, 0.5 -> 2 rotated pairs of 4:
+  // [1/2, 10^4^(-2/8)/2 = 0.1/2, 0, 0].
+  nlohmann::json j = {{"head_dim", 8},
+                      {"rope_parameters",
+                       {{"rope_type", "proportional"},
+                        {"rope_theta", 10000.0},
+                        {"factor", 2.0},
+                        {"partial_rotary_factor", 0.5}}}};
+  std::vector<std::string> w;
+  auto small = rope_frequencies(rope_config_from_json(j, &w));
+  ASSERT_EQ(small.inv_freq.size(), 4u);
+  EXPECT_EQ(small.inv_freq[0], 0.5);
+  expect_rel(small.inv_freq[1], 0.05);
+  EXPECT_EQ(small.inv_freq[2], 0.0);
+  EXPECT_EQ(small.inv_freq[3], 0.0);
+  // The float32 pipeline (transformers' float32 buffer) agrees to float rounding and keeps
+  // the zeros exact.
+  ASSERT_TRUE(small.hf.has_value());
+  EXPECT_EQ(small.hf->inv_freq[0], 0.5f);
+  EXPECT_NEAR(small.hf->inv_freq[1], 0.05f, 2e-8);
+  EXPECT_EQ(small.hf->inv_freq[3], 0.0f);
+  // Rotating with it leaves the unrotated channels bit-exact: x at pair 2 and 3 (half layout,
+  // channels 2, 3, 6, 7) is unchanged; pair 0 at position 1 turns by 0.5 rad.
+  std::vector<double> x = {1, 0, 0.25, -0.5, 0, 0, 0.75, 1.5};
+  const std::vector<int64_t> pos = {1};
+  auto y = x;
+  rope_apply(small, rope_layout::half, rope_angle::exact, pos, y.data(), 1, 1, 8);
+  for (int d : {2, 3, 6, 7}) EXPECT_EQ(y[d], x[d]) << d;
+  EXPECT_NEAR(y[0], std::cos(0.5), 1e-15);
+  EXPECT_NEAR(y[4], std::sin(0.5), 1e-15);
+  // Odd head dims cannot be split into pairs.
+  j["head_dim"] = 9;
+  EXPECT_NE(expect_invalid(j).find("head_dim must be even for rope_type proportional"),
+            std::string::npos);
+}
+
+TEST(RopeLayers, NopeLayersAndTemperatureTuning) {
+  auto s = hf_layer_plan(nlohmann::json::parse(test::read_text(data("smollm3_nope.json"))));
+  EXPECT_EQ(s.rope_layers, (std::vector<bool>{true, true, true, false, true, true, true, false}));
+  EXPECT_FALSE(s.temperature_tuning);
+  // Llama 4 without a list: layer i is NoPE when (i + 1) % 4 == 0.
+  auto j = nlohmann::json::parse(test::read_text(data("llama4_irope.json")));
+  auto l = hf_layer_plan(j);
+  ASSERT_EQ(l.rope_layers.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(l.rope_layers[i], (i + 1) % 4 != 0) << i;
+  EXPECT_TRUE(l.temperature_tuning);
+  EXPECT_EQ(l.floor_scale, 8192.0);
+  EXPECT_EQ(l.attn_scale, 0.1);
+  j["no_rope_layer_interval"] = 3;
+  l = hf_layer_plan(j);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(l.rope_layers[i], (i + 1) % 3 != 0) << i;
+  j["no_rope_layers"] = {1, 2};
+  EXPECT_THROW(hf_layer_plan(j), invalid_argument);
+}
+
+TEST(RopeLayers, MropeSectionsFromConfig) {
+  std::vector<std::string> w;
+  auto c = load("qwen2_vl_7b.json", &w);
+  EXPECT_EQ(c.head_dim, 128);  // 3584 / 28
+  EXPECT_EQ(c.type, rope_type::default_);
+  EXPECT_EQ(c.mrope_section, (std::vector<int64_t>{16, 24, 24}));
+  EXPECT_FALSE(c.mrope_interleaved);
+  // A section that does not split the 64 pairs: the error names the key and the sum.
+  auto j = nlohmann::json::parse(test::read_text(data("qwen2_vl_7b.json")));
+  j["rope_scaling"]["mrope_section"] = {16, 24, 20};
+  EXPECT_NE(expect_invalid(j).find("rope_scaling.mrope_section must sum to rotary_dim / 2 = 64, "
+                                   "got 16 + 24 + 20 = 60"),
+            std::string::npos);
+  j["rope_scaling"]["mrope_section"] = {24, 20, 20};
+  j["rope_scaling"]["mrope_interleaved"] = true;
+  auto i = rope_config_from_json(j, &w);
+  EXPECT_TRUE(i.mrope_interleaved);
+}
+
+TEST(Mrope, ComponentsOfBothLayouts) {
+  // Contiguous [2, 1, 1]: t t h w. Interleaved [2, 1, 1] over 4 pairs: t h w t.
+  const std::vector<int64_t> s = {2, 1, 1};
+  EXPECT_EQ(mrope_components(s, false, 4), (std::vector<int>{0, 0, 1, 2}));
+  EXPECT_EQ(mrope_components(s, true, 4), (std::vector<int>{0, 1, 2, 0}));
+  // Qwen3-VL's [24, 20, 20]: h at 1, 4, ..., 58, w at 2, 5, ..., 59, t elsewhere (60..63 too).
+  const std::vector<int64_t> q3 = {24, 20, 20};
+  const auto c = mrope_components(q3, true, 64);
+  for (int i = 0; i < 64; ++i) {
+    const int want = i < 60 ? i % 3 : 0;
+    EXPECT_EQ(c[i], want) << i;
+  }
+  // An interleaved component that runs past the pairs.
+  const std::vector<int64_t> bad = {0, 2, 2};
+  EXPECT_THROW(mrope_components(bad, true, 4), invalid_argument);
+  const std::vector<int64_t> two = {2, 2};
+  EXPECT_THROW(mrope_components(two, false, 4), invalid_argument);
+}
+
+TEST(Mrope, EachPairTurnsByItsComponentsPosition) {
+  // D = R = 8, theta 10^4: omega = 1, 0.1, 0.01, 0.001 (by hand). Contiguous [2, 1, 1]:
+  // pairs 0, 1 at the temporal id, pair 2 at the height id, pair 3 at the width id.
+  rope_config rc;
+  rc.head_dim = 8;
+  rc.rotary_dim = 8;
+  rc.theta = 10000;
+  const auto f = rope_frequencies(rc);
+  const std::vector<int64_t> s = {2, 1, 1};
+  const auto comp = mrope_components(s, false, 4);
+  const std::vector<int64_t> pos = {3, 5, 7};  // (3, T = 1): t = 3, h = 5, w = 7
+  const double omega[4] = {1, 0.1, 0.01, 0.001};
+  const int64_t id[4] = {3, 3, 5, 7};
+  for (auto layout : {rope_layout::half, rope_layout::interleaved}) {
+    std::vector<double> x = {0.5, -1, 2, 0.25, 1.5, 0.75, -0.5, 1};
+    auto y = x;
+    mrope_apply(f, comp, layout, rope_angle::exact, pos, y.data(), 1, 1, 8);
+    for (int i = 0; i < 4; ++i) {
+      const int a = layout == rope_layout::half ? i : 2 * i;
+      const int b = layout == rope_layout::half ? i + 4 : 2 * i + 1;
+      const double th = static_cast<double>(id[i]) * omega[i];
+      EXPECT_NEAR(y[a], x[a] * std::cos(th) - x[b] * std::sin(th), 1e-15) << i;
+      EXPECT_NEAR(y[b], x[b] * std::cos(th) + x[a] * std::sin(th), 1e-15) << i;
+    }
+    // Inverse undoes it (a = 1).
+    mrope_apply(f, comp, layout, rope_angle::exact, pos, y.data(), 1, 1, 8, true);
+    for (int d = 0; d < 8; ++d) EXPECT_NEAR(y[d], x[d], 1e-15);
+  }
+  // A text token (equal ids) is rope_apply's rotation, bit for bit.
+  std::vector<float> x(2 * 3 * 8);
+  for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>((k * 7) % 11) - 5.0f;
+  auto a = x, b = x;
+  const std::vector<int64_t> p1 = {4, 9}, p3 = {4, 9, 4, 9, 4, 9};
+  rope_apply(f, rope_layout::half, rope_angle::hf_f32, p1, a.data(), 2, 3, 8);
+  mrope_apply(f, comp, rope_layout::half, rope_angle::hf_f32, p3, b.data(), 2, 3, 8);
+  EXPECT_EQ(a, b);
+}
+
+TEST(RopeLayers, Llama4EqualFreqFactors) {
+  // Llama 4 Scout: llama3 scaling with low_freq_factor = high_freq_factor = 1, factor 16,
+  // original 8192: wavelengths below 8192 kept, above divided by 16 (no band between).
+  // theta 500000, D = 128: omega_i = 500000^(-2i/128), wavelength 2 pi / omega_i.
+  auto c = load("llama4_irope.json");
+  auto f = rope_frequencies(c);
+  for (int i = 0; i < 64; ++i) {
+    const double w = std::pow(500000.0, -2.0 * i / 128.0);
+    const double want = 2 * M_PI / w > 8192 ? w / 16 : w;
+    EXPECT_NEAR(f.inv_freq[i], want, 1e-15 * want) << i;
+  }
+  ASSERT_TRUE(f.hf.has_value());
+  for (int i = 0; i < 64; ++i) EXPECT_TRUE(std::isfinite(f.hf->inv_freq[i])) << i;
+}

@@ -164,6 +164,13 @@ Tensor hf_inv_freq(const rope_config& c, int64_t seq_len) {
       }
       return out;
     }
+    case rope_type::proportional: {
+      // The rotated pairs of the default over dim = head_dim, float32 zeros after, / factor.
+      Tensor inv = hf_default(f32(c.theta), dim);
+      for (size_t i = static_cast<size_t>(c.rotated_pairs.value_or(dim / 2)); i < inv.size(); ++i)
+        inv[i] = 0;
+      return div(inv, factor);
+    }
   }
   return {};
 }
@@ -296,6 +303,15 @@ std::vector<named_config> configs() {
   v.push_back({"longrope_short", from_file("phi3_vision_128k_longrope.json"), 0});
   v.push_back({"longrope_long", from_file("phi3_vision_128k_longrope.json"), 131072});
   v.push_back({"llama3", from_file("llama3_1_8b.json"), 0});
+  // Gemma 4's global layers: 64 of 256 pairs rotate, the exponent over the full head dim.
+  v.push_back({"proportional",
+               from_json({{"head_dim", 512},
+                          {"rope_parameters",
+                           {{"rope_type", "proportional"},
+                            {"rope_theta", 1000000.0},
+                            {"factor", 2.0},
+                            {"partial_rotary_factor", 0.25}}}}),
+               0});
   return v;
 }
 
@@ -350,6 +366,8 @@ TEST(RopePipelines, HfCosSinMatchFloat32Evaluation) {
 TEST(RopePipelines, GgmlMatchesFloat32Evaluation) {
   for (const auto& nc : configs()) {
     if (nc.c.type == rope_type::dynamic || nc.seq_len != 0) continue;  // below
+    // GGUF has no proportional type: modelled (inf factors, with a note), not evaluated here.
+    if (nc.c.type == rope_type::proportional) continue;
     SCOPED_TRACE(nc.name);
     const auto f = rope_frequencies(nc.c, nc.seq_len);
     ASSERT_TRUE(f.ggml.has_value());
@@ -577,6 +595,7 @@ double angle_bound(const rope_config& c, rope_angle angle, int64_t p, int64_t i,
         rel = eps_def;
         break;
       case rope_type::linear:
+      case rope_type::proportional:
         rel = eps_def + 2 * u;
         break;
       case rope_type::longrope:
@@ -619,6 +638,8 @@ TEST(RopePipelines, DriftEqualsTheMeasuredAngleErrorAndStaysWithinTheDerivedBoun
     const Tensor hf = hf_inv_freq(nc.c, nc.seq_len);
     for (auto angle : {rope_angle::f32, rope_angle::hf_f32, rope_angle::ggml_f32}) {
       if (angle == rope_angle::ggml_f32 && nc.seq_len > 0) continue;
+      // The test's ggml model has no proportional type (GGUF names none).
+      if (angle == rope_angle::ggml_f32 && nc.c.type == rope_type::proportional) continue;
       SCOPED_TRACE(rope_angle_name(angle));
       const auto rows = rope_drift(f, angle, pos);
       ASSERT_EQ(rows.size(), pos.size());

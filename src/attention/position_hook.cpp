@@ -8,7 +8,8 @@
 namespace posenc {
 namespace {
 
-constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw"};
+constexpr const char* k_names[] = {"nope",  "sinusoidal", "learned", "rope",
+                                   "alibi", "t5",         "shaw",    "irope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 }  // namespace
@@ -20,7 +21,8 @@ const char* pos_scheme_name(pos_scheme s) {
 pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg) {
   for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i)
     if (name == k_names[i]) return static_cast<pos_scheme>(i);
-  fail("{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw; got '{}'", arg, name);
+  fail("{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw, irope; got '{}'", arg,
+       name);
 }
 
 template <typename S>
@@ -44,6 +46,8 @@ std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const positio
       return detail::make_t5_hook<S>(o, shape);
     case pos_scheme::shaw:
       return detail::make_shaw_hook<S>(o, shape);
+    case pos_scheme::irope:
+      return detail::make_irope_hook<S>(o, shape);
     case pos_scheme::count:
       break;
   }
@@ -67,6 +71,7 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   add_alibi_terms(p, pl, g, t);  // biases are summed in this order
   add_t5_terms(p, pl, g, t);
   add_shaw_terms(p, pl, g, t);
+  add_temperature_terms(p, pl, g, t);
   return t;
 }
 
@@ -84,6 +89,11 @@ position_options position_options_for_gradcheck() {
   o.t5_buckets = 8;
   o.t5_max_distance = 16;
   o.shaw_clip = 2;
+  // irope on the two-layer gradient-check model: layer 1 is NoPE, with a temperature that
+  // changes within the batch's positions (0 .. 12).
+  o.irope_interval = 2;
+  o.irope_floor_scale = 2;
+  o.irope_attn_scale = 0.5;
   return o;
 }
 

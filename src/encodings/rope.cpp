@@ -47,6 +47,8 @@ const char* rope_type_name(rope_type t) {
       return "longrope";
     case rope_type::llama3:
       return "llama3";
+    case rope_type::proportional:
+      return "proportional";
   }
   return "?";
 }
@@ -58,8 +60,11 @@ rope_type rope_type_from_name(const std::string& name, const std::string& what) 
   if (name == "yarn") return rope_type::yarn;
   if (name == "longrope" || name == "su") return rope_type::longrope;
   if (name == "llama3") return rope_type::llama3;
-  fail("{} must be one of default, linear, dynamic, yarn, longrope (or su), llama3, got '{}'", what,
-       name);
+  if (name == "proportional") return rope_type::proportional;
+  fail(
+      "{} must be one of default, linear, dynamic, yarn, longrope (or su), llama3, proportional, "
+      "got '{}'",
+      what, name);
 }
 
 const char* rope_layout_name(rope_layout l) {
@@ -147,6 +152,11 @@ void rope_validate(const rope_config& c) {
     case rope_type::default_:
     case rope_type::linear:
       break;
+    case rope_type::proportional:
+      if (c.rotated_pairs && (*c.rotated_pairs < 0 || *c.rotated_pairs > half))
+        fail("rotated_pairs (partial_rotary_factor * head_dim / 2) must be in [0, {}], got {}",
+             half, *c.rotated_pairs);
+      break;
     case rope_type::dynamic:
       if (c.max_position_embeddings < 1)
         fail("max_position_embeddings must be >= 1 for rope_type dynamic, got {}",
@@ -188,9 +198,11 @@ void rope_validate(const rope_config& c) {
             c.original_max_position_embeddings);
       require_finite(c.low_freq_factor, "rope_scaling.low_freq_factor");
       require_finite(c.high_freq_factor, "rope_scaling.high_freq_factor");
-      if (c.low_freq_factor <= 0 || c.high_freq_factor <= c.low_freq_factor)
+      // Equal factors (Llama 4: 1 and 1) leave no interpolation band: every wavelength is kept
+      // or divided by the factor.
+      if (c.low_freq_factor <= 0 || c.high_freq_factor < c.low_freq_factor)
         fail(
-            "rope_scaling.high_freq_factor must exceed rope_scaling.low_freq_factor > 0, got "
+            "rope_scaling.high_freq_factor must be >= rope_scaling.low_freq_factor > 0, got "
             "low_freq_factor={}, high_freq_factor={}",
             c.low_freq_factor, c.high_freq_factor);
       break;
@@ -340,7 +352,9 @@ rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len) {
       for (auto& w : f.inv_freq) {
         const double wavelen = 2 * kPi / w;
         if (wavelen < high_wavelen) continue;
-        if (wavelen > low_wavelen) {
+        if (wavelen > low_wavelen || c.high_freq_factor == c.low_freq_factor) {
+          // (equal factors: the band is the single wavelength orig, where HF's 0 / 0 smoothing
+          // is not a number; posenc divides there too, as just beyond it)
           w = w / s;
         } else {
           const double g =
@@ -348,6 +362,19 @@ rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len) {
           w = (1 - g) * w / s + g * w;
         }
       }
+      break;
+    }
+    case rope_type::proportional: {
+      // transformers' _compute_proportional_rope_parameters (Gemma 4 family): the exponent's
+      // denominator is the full head dim D (= R here), not the rotated width, so the rotated
+      // pairs keep the frequencies a full-width RoFormer rotation (Su et al. 2021, eq. 34)
+      // gives them: omega_i = theta^(-2i/D) / s for i < rotated_pairs, and 0 for the rest,
+      // which then rotate by angle 0 (the identity).
+      const int64_t rot = c.rotated_pairs.value_or(half);
+      f.inv_freq.assign(static_cast<size_t>(half), 0.0);
+      for (int64_t i = 0; i < rot; ++i)
+        f.inv_freq[i] =
+            1.0 / std::pow(c.theta, static_cast<double>(2 * i) / static_cast<double>(R)) / s;
       break;
     }
   }

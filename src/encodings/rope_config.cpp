@@ -2,6 +2,9 @@
 // keys and the precedence rules).
 #include "posenc/encodings/rope_config.hpp"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -95,7 +98,188 @@ bool applies_partial(const std::string& model_type) {
   return known.count(model_type) > 0;
 }
 
+// The keys of a per-layer-type rope_parameters block whose values are objects.
+std::vector<std::string> nested_types(const json& rp) {
+  std::vector<std::string> out;
+  if (rp.is_object())
+    for (auto it = rp.begin(); it != rp.end(); ++it)
+      if (it.value().is_object()) out.push_back(it.key());
+  return out;
+}
+
+// Multimodal configs (Gemma 3, Llama 4, Qwen2-VL) keep the language model's keys in
+// text_config: used when the top level has no head size of its own.
+const json& text_part(const json& j) {
+  if (present(j, "text_config") && j.at("text_config").is_object() && !present(j, "head_dim") &&
+      !present(j, "hidden_size"))
+    return j.at("text_config");
+  return j;
+}
+
+bool is_gemma2(const std::string& mt) {
+  return mt == "gemma2";
+}
+bool is_gemma3(const std::string& mt) {
+  return mt == "gemma3" || mt == "gemma3_text";
+}
+
 }  // namespace
+
+rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
+  if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
+  const json& j = text_part(config);
+  rope_layer_plan p;
+  const std::string mt = model_class(j);
+  const auto n_layers = get_int(j, "num_hidden_layers", "");
+  if (n_layers && (*n_layers < 0 || *n_layers > (int64_t{1} << 20)))
+    fail("num_hidden_layers must be in [0, 2^20], got {}", *n_layers);
+  const int64_t L = n_layers.value_or(0);
+
+  // Layer types: layer_types, else sliding_window_pattern (Gemma 3: every pattern-th layer is
+  // global, the others sliding), else Gemma 3's default pattern 6, else Gemma 2's alternation
+  // (even layers sliding, odd global).
+  if (present(j, "layer_types")) {
+    const json& lt = j.at("layer_types");
+    if (!lt.is_array()) fail("layer_types must be a list of strings, got {}", lt.dump());
+    for (size_t i = 0; i < lt.size(); ++i) {
+      if (!lt[i].is_string()) fail("layer_types[{}] must be a string, got {}", i, lt[i].dump());
+      p.layer_types.push_back(lt[i].get<std::string>());
+    }
+    if (n_layers && static_cast<int64_t>(p.layer_types.size()) != L)
+      fail("layer_types must have num_hidden_layers = {} entries, got {}", L, p.layer_types.size());
+    p.source = "layer_types";
+  } else if (present(j, "sliding_window_pattern") || (is_gemma3(mt) && n_layers)) {
+    const int64_t pattern = get_int(j, "sliding_window_pattern", "").value_or(6);
+    if (pattern < 1) fail("sliding_window_pattern must be >= 1, got {}", pattern);
+    if (!n_layers) fail("sliding_window_pattern needs num_hidden_layers");
+    for (int64_t i = 0; i < L; ++i)
+      p.layer_types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
+    p.source = fmt::format("sliding_window_pattern = {}{}", pattern,
+                           present(j, "sliding_window_pattern") ? "" : " (Gemma 3 default)");
+  } else if (is_gemma2(mt) && n_layers) {
+    for (int64_t i = 0; i < L; ++i)
+      p.layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    p.source = "gemma2 alternation (even layers sliding)";
+  }
+  for (const auto& t : p.layer_types)
+    if (std::find(p.types.begin(), p.types.end(), t) == p.types.end()) p.types.push_back(t);
+  if (present(j, "rope_parameters"))
+    for (const auto& t : nested_types(j.at("rope_parameters")))
+      if (std::find(p.types.begin(), p.types.end(), t) == p.types.end()) {
+        p.types.push_back(t);
+        if (p.source.empty()) p.source = "rope_parameters";
+      }
+  if (p.types.empty() && present(j, "rope_local_base_freq")) {
+    p.types = {"sliding_attention", "full_attention"};
+    p.source = "rope_local_base_freq";
+  }
+
+  // NoPE layers (SmolLM3, Llama 4): no_rope_layers[i] = 1 means layer i applies RoPE, 0 that it
+  // does not; without the list, transformers generates it from no_rope_layer_interval
+  // (default 4): layer i is NoPE when (i + 1) % interval == 0. Only these two model classes
+  // (and configs that name a list or an interval) have NoPE layers.
+  const bool nope_class = mt == "smollm3" || mt == "llama4" || mt == "llama4_text";
+  std::optional<int64_t> interval = get_int(j, "no_rope_layer_interval", "");
+  if (!interval) interval = get_int(j, "nope_layer_interval", "");
+  if (present(j, "no_rope_layers") &&
+      !(j.at("no_rope_layers").is_array() && j.at("no_rope_layers").empty())) {
+    const json& nl = j.at("no_rope_layers");
+    if (!nl.is_array()) fail("no_rope_layers must be a list of 0 / 1, got {}", nl.dump());
+    if (n_layers && static_cast<int64_t>(nl.size()) != L)
+      fail("no_rope_layers must have num_hidden_layers = {} entries, got {}", L, nl.size());
+    for (size_t i = 0; i < nl.size(); ++i) {
+      if (!nl[i].is_number_integer() && !nl[i].is_boolean())
+        fail("no_rope_layers[{}] must be 0 or 1, got {}", i, nl[i].dump());
+      const int64_t v = nl[i].is_boolean() ? nl[i].get<bool>() : nl[i].get<int64_t>();
+      if (v != 0 && v != 1) fail("no_rope_layers[{}] must be 0 or 1, got {}", i, v);
+      p.rope_layers.push_back(v == 1);
+    }
+    p.nope_source = "no_rope_layers (1 = RoPE, 0 = NoPE)";
+  } else if (interval || (nope_class && n_layers)) {
+    const int64_t iv = interval.value_or(4);
+    if (iv < 1) fail("no_rope_layer_interval must be >= 1, got {}", iv);
+    if (!n_layers) fail("no_rope_layer_interval needs num_hidden_layers");
+    for (int64_t i = 0; i < L; ++i) p.rope_layers.push_back((i + 1) % iv != 0);
+    p.nope_source =
+        fmt::format("no_rope_layer_interval = {}{}", iv, interval ? "" : " (transformers default)");
+  }
+
+  // Llama 4's attention temperature tuning on NoPE layers.
+  if (present(j, "attn_temperature_tuning")) {
+    const json& t = j.at("attn_temperature_tuning");
+    if (t.is_boolean())
+      p.temperature_tuning = t.get<bool>();
+    else if (t.is_number())
+      p.temperature_tuning = t.get<double>() != 0;  // older Llama 4 configs wrote an int
+    else
+      fail("attn_temperature_tuning must be true or false, got {}", t.dump());
+  } else {
+    p.temperature_tuning = mt == "llama4" || mt == "llama4_text";  // transformers' default
+  }
+  p.floor_scale = get_number(j, "floor_scale", "").value_or(8192.0);
+  p.attn_scale = get_number(j, "attn_scale", "").value_or(0.1);
+  if (p.floor_scale <= 0) fail("floor_scale must be > 0, got {}", p.floor_scale);
+  return p;
+}
+
+rope_config rope_config_from_json(const nlohmann::json& config, const std::string& layer_type,
+                                  std::vector<std::string>* warnings) {
+  if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
+  const json& j = text_part(config);
+  if (layer_type.empty()) return rope_config_from_json(j, warnings);
+  const auto plan = hf_layer_plan(j);
+  if (std::find(plan.types.begin(), plan.types.end(), layer_type) == plan.types.end()) {
+    if (plan.types.empty())
+      fail(
+          "layer type '{}': this config has no per-layer-type RoPE (no layer_types, "
+          "sliding_window_pattern, rope_local_base_freq or per-layer-type rope_parameters); "
+          "omit the layer type",
+          layer_type);
+    fail("layer type must be one of {}, got '{}'", fmt::join(plan.types, ", "), layer_type);
+  }
+  // A view of the config with one plain RoPE block, read by the one-configuration reader.
+  json view = j;
+  view.erase("rope_local_base_freq");
+  const json* rp = present(j, "rope_parameters") ? &j.at("rope_parameters") : nullptr;
+  const bool nested = rp && rp->is_object() && !nested_types(*rp).empty();
+  std::string where;
+  if (nested) {
+    if (!rp->contains(layer_type) || !rp->at(layer_type).is_object())
+      fail("rope_parameters has no block for layer type '{}' (it has {})", layer_type,
+           fmt::join(nested_types(*rp), ", "));
+    json block = rp->at(layer_type);
+    // A block without rope_theta: Gemma 3's sliding layers take rope_local_base_freq, the
+    // others the top-level rope_theta (as transformers' standardisation fills them in).
+    if (!present(block, "rope_theta")) {
+      if (layer_type == "sliding_attention" && present(j, "rope_local_base_freq"))
+        block["rope_theta"] = j.at("rope_local_base_freq");
+      else if (present(j, "rope_theta"))
+        block["rope_theta"] = j.at("rope_theta");
+    }
+    view.erase("rope_scaling");
+    view["rope_parameters"] = block;
+    where = "rope_parameters." + layer_type + ".";
+  } else if (layer_type == "sliding_attention" && present(j, "rope_local_base_freq")) {
+    // Gemma 3 legacy keys: sliding layers use rope_local_base_freq with no scaling;
+    // rope_theta and rope_scaling belong to the global layers.
+    view.erase("rope_scaling");
+    view.erase("rope_parameters");
+    view["rope_theta"] = j.at("rope_local_base_freq");
+  }
+  // Gemma 4: global layers may have their own head dim.
+  if (layer_type == "full_attention" && present(j, "global_head_dim"))
+    view["head_dim"] = j.at("global_head_dim");
+  try {
+    return rope_config_from_json(view, warnings);
+  } catch (const invalid_argument& e) {
+    std::string m = e.what();
+    if (!where.empty())
+      for (size_t p = m.find("rope_parameters."); p != std::string::npos;
+           p = m.find("rope_parameters.", p + where.size()))
+        m.replace(p, 16, where);
+    throw invalid_argument(fmt::format("layer type {}: {}", layer_type, m));
+  }
+}
 
 std::optional<rope_layout> hf_rope_layout(const nlohmann::json& config) {
   if (!config.is_object()) return std::nullopt;
@@ -108,10 +292,15 @@ std::optional<rope_layout> hf_rope_layout(const nlohmann::json& config) {
 
 rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::string>* warnings) {
   if (!j.is_object()) fail("config must be a JSON object, got {}", j.type_name());
+  if (const json& t = text_part(j); &t != &j) return rope_config_from_json(t, warnings);
   std::vector<std::string> local;
   if (!warnings) warnings = &local;
   rope_config c;
 
+  if (present(j, "rope_local_base_freq"))
+    warnings->push_back(
+        "rope_local_base_freq is the sliding layers' base; this is the full_attention "
+        "configuration (choose one with a layer type)");
   // The scaling block: rope_parameters (newer) wins over rope_scaling.
   const json empty = json::object();
   const json* rs = &empty;
@@ -134,9 +323,9 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
     for (auto it = rs->begin(); it != rs->end(); ++it)
       if (it.value().is_object())
         fail(
-            "{}{} is a per-layer-type block ({}{} is an object); posenc reads one RoPE "
-            "configuration: pass that block's contents as the config",
-            px, it.key(), px, it.key());
+            "{}{} is a per-layer-type block ({}{} is an object); choose a layer type (one of "
+            "{}; posenc rope freqs --layer-type)",
+            px, it.key(), px, it.key(), fmt::join(nested_types(*rs), ", "));
   }
 
   // theta
@@ -179,7 +368,19 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
   prf = first_of(prf, "partial_rotary_factor", get_number(j, "rotary_pct", ""), "rotary_pct",
                  warnings);
   if (prf && (*prf <= 0 || *prf > 1)) fail("partial_rotary_factor must be in (0, 1], got {}", *prf);
-  const double rd = static_cast<double>(c.head_dim) * prf.value_or(1.0);
+  if (has_block && scaling_type_name(*rs) == "proportional") {
+    // transformers' proportional type (Gemma 4 family): the cos / sin span the full head dim;
+    // floor(partial_rotary_factor * head_dim / 2) pairs rotate, the rest get frequency 0.
+    if (c.head_dim % 2 != 0)
+      fail("head_dim must be even for rope_type proportional, got {}", c.head_dim);
+    c.rotary_dim = c.head_dim;
+    c.rotated_pairs =
+        static_cast<int64_t>(std::floor(static_cast<double>(c.head_dim) * prf.value_or(1.0) / 2.0));
+    if (present(j, "rotary_dim"))
+      warnings->push_back("rotary_dim is not used by rope_type proportional; ignored");
+  }
+  const double rd = c.rotated_pairs ? static_cast<double>(c.rotary_dim)
+                                    : static_cast<double>(c.head_dim) * prf.value_or(1.0);
   if (std::fabs(rd - std::round(rd)) > 1e-9 || static_cast<int64_t>(std::round(rd)) % 2 != 0)
     fail("partial_rotary_factor ({}) times head_dim ({}) must be an even integer, got {}",
          prf.value_or(1.0), c.head_dim, rd);
@@ -203,7 +404,7 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
           mt, *prf));
     }
   }
-  if (auto r = get_int(j, "rotary_dim", "")) {
+  if (auto r = c.rotated_pairs ? std::nullopt : get_int(j, "rotary_dim", "")) {
     if (prf && *r != c.rotary_dim)
       fail("rotary_dim ({}) disagrees with head_dim * partial_rotary_factor ({})", *r,
            c.rotary_dim);
@@ -237,7 +438,10 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
     if (!present(*rs, key)) continue;
     if (!rs->at(key).is_string())
       fail("{}{} must be a string, got {}", px, key, rs->at(key).dump());
-    const std::string v = rs->at(key).get<std::string>();
+    std::string v = rs->at(key).get<std::string>();
+    // Qwen2-VL's configs name the type "mrope"; transformers reads it as default RoPE with
+    // mrope_section (the sections are read below).
+    if (v == "mrope") v = "default";
     if (tname && *tname != v)
       fail("{}rope_type ('{}') and {}type ('{}') disagree", px, *tname, px, v);
     tname = v;
@@ -246,9 +450,32 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
   c.type = rope_type_from_name(*tname, px + "rope_type");
   const std::string tn = rope_type_name(c.type);
 
-  std::set<std::string> known = {"rope_type",  "type",
-                                 "rope_theta", "partial_rotary_factor",
-                                 "factor",     "original_max_position_embeddings"};
+  std::set<std::string> known = {"rope_type",     "type",
+                                 "rope_theta",    "partial_rotary_factor",
+                                 "factor",        "original_max_position_embeddings",
+                                 "mrope_section", "mrope_interleaved"};
+  // M-RoPE (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with mrope_interleaved): pairs per position
+  // component, checked to sum to rotary_dim / 2.
+  if (present(*rs, "mrope_section")) {
+    const json& ms = rs->at("mrope_section");
+    if (!ms.is_array()) fail("{}mrope_section must be a list of integers, got {}", px, ms.dump());
+    for (size_t i = 0; i < ms.size(); ++i) {
+      if (!ms[i].is_number_integer())
+        fail("{}mrope_section[{}] must be an integer, got {}", px, i, ms[i].dump());
+      c.mrope_section.push_back(ms[i].get<int64_t>());
+    }
+    if (present(*rs, "mrope_interleaved")) {
+      if (!rs->at("mrope_interleaved").is_boolean())
+        fail("{}mrope_interleaved must be true or false, got {}", px,
+             rs->at("mrope_interleaved").dump());
+      c.mrope_interleaved = rs->at("mrope_interleaved").get<bool>();
+    }
+    try {
+      (void)mrope_components(c.mrope_section, c.mrope_interleaved, c.rotary_dim / 2);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(px + e.what());
+    }
+  }
   auto factor = get_number(*rs, "factor", px);
   if (factor && *factor < 1) fail("{}factor must be >= 1, got {}", px, *factor);
   const bool have_ratio = c.max_position_embeddings > 0 && c.original_max_position_embeddings > 0;
@@ -266,6 +493,10 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
     case rope_type::llama3:
       if (!factor) fail("{}factor is required for rope_type {}", px, tn);
       c.factor = *factor;
+      break;
+    case rope_type::proportional:
+      // transformers reads it with a default of 1.
+      c.factor = factor.value_or(1.0);
       break;
     case rope_type::yarn:
     case rope_type::longrope:
@@ -370,17 +601,25 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
   return c;
 }
 
-rope_config rope_config_from_file(const std::string& path, std::vector<std::string>* warnings) {
+nlohmann::json hf_config_read(const std::string& path) {
   const auto bytes = read_file(path);
-  json j;
   try {
-    j = json::parse(reinterpret_cast<const char*>(bytes.data()),
-                    reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+    return json::parse(reinterpret_cast<const char*>(bytes.data()),
+                       reinterpret_cast<const char*>(bytes.data()) + bytes.size());
   } catch (const json::exception& e) {
     fail_io("{} is not valid JSON: {}", path, e.what());
   }
+}
+
+rope_config rope_config_from_file(const std::string& path, std::vector<std::string>* warnings) {
+  return rope_config_from_file(path, "", warnings);
+}
+
+rope_config rope_config_from_file(const std::string& path, const std::string& layer_type,
+                                  std::vector<std::string>* warnings) {
+  const json j = hf_config_read(path);
   try {
-    return rope_config_from_json(j, warnings);
+    return rope_config_from_json(j, layer_type, warnings);
   } catch (const invalid_argument& e) {
     throw invalid_argument(fmt::format("{}: {}", path, e.what()));
   }

@@ -65,7 +65,9 @@ std::vector<float> hf_llama3(std::vector<float> inv, const rope_config& c) {
     const float smooth = ((1.0f / wavelen) * origf - lo) / span;
     const float smoothed = (1.0f - smooth) * llama / s + smooth * llama;
     const bool medium = !(wavelen < high_wl) && !(wavelen > low_wl);
-    w = medium ? smoothed : llama;
+    // Equal factors (Llama 4) leave a band of one wavelength where HF's smoothing is 0 / 0;
+    // divided there, as rope_frequencies does.
+    w = medium ? (span == 0.0f ? w / s : smoothed) : llama;
   }
   return inv;
 }
@@ -149,6 +151,15 @@ rope_hf_f32 rope_hf_f32_params(const rope_config& c, int64_t seq_len, double a) 
     case rope_type::llama3:
       h.inv_freq = hf_llama3(hf_default(F(c.theta), R), c);
       break;
+    case rope_type::proportional: {
+      // _compute_proportional_rope_parameters: 1.0 / (base ** (arange(0, 2 n, 2).float() / D))
+      // for the n rotated pairs, float32 zeros after, then inv_freq /= factor (R = D here).
+      const int64_t rot = c.rotated_pairs.value_or(half);
+      h.inv_freq = hf_default(F(c.theta), R);
+      for (int64_t i = rot; i < half; ++i) h.inv_freq[i] = 0.0f;
+      for (auto& w : h.inv_freq) w = w / s;
+      break;
+    }
   }
   return h;
 }
@@ -178,7 +189,7 @@ std::vector<float> ggml_llama3_factors(const rope_config& c) {
     const float wavelen = (1.0f / inv[i]) * two_pi;
     if (wavelen < high_wl) {
       ff[i] = 1.0f;
-    } else if (wavelen > low_wl) {
+    } else if (wavelen > low_wl || span == 0.0f) {
       ff[i] = s;
     } else {
       const float smooth = ((1.0f / wavelen) * origf - lo) / span;
@@ -245,6 +256,20 @@ rope_ggml_f32 rope_ggml_f32_params(const rope_config& c, int64_t seq_len, double
     case rope_type::llama3:
       g.freq_factors = ggml_llama3_factors(c);
       break;
+    case rope_type::proportional: {
+      // GGUF names no proportional type. Modelled as ggml would run it with n_dims = D,
+      // freq_scale = 1 / factor and per-pair divisors that are 1 on the rotated pairs and
+      // +inf on the others (theta / inf = 0: the identity rotation).
+      g.freq_scale = 1.0f / F(c.factor);
+      const int64_t rot = c.rotated_pairs.value_or(R / 2);
+      g.freq_factors.assign(static_cast<size_t>(R / 2), 1.0f);
+      for (int64_t i = rot; i < R / 2; ++i)
+        g.freq_factors[i] = std::numeric_limits<float>::infinity();
+      *note =
+          "GGUF has no proportional rope type; modelled with freq_factors = inf on the unrotated "
+          "pairs";
+      break;
+    }
   }
   return g;
 }

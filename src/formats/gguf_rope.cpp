@@ -1,6 +1,8 @@
 // The RoPE configuration of a GGUF model as the Hugging Face config.json keys it came from
 // (mapping in include/posenc/formats/gguf.hpp; the converter facts in docs/conventions.md,
 // "GGUF").
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <functional>
 #include <set>
@@ -202,12 +204,43 @@ gguf_rope convert(const gguf_file& f,
                                       *lin, key("rope.scaling.type"), type));
     }
   }
-  for (const char* s : {"rope.freq_base_swa", "rope.dimension_sections"})
-    if (f.find(key(s)))
-      warnings->push_back(fmt::format(
-          "{} is present; posenc reads the global RoPE only (sliding-window layers' base and "
-          "M-RoPE sections are not modelled)",
-          key(s)));
+  // Sliding-window layers' base (llama.cpp: Gemma 3 and others): the config.json key it comes
+  // from, so rope_config_from_json(hf_config, "sliding_attention") gives those layers' RoPE.
+  if (auto swa = f.get_number(key("rope.freq_base_swa"))) {
+    if (!std::isfinite(*swa) || *swa <= 1)
+      fail_io("{}: offset {}: {} must be finite and > 1, got {}", f.path,
+              f.find(key("rope.freq_base_swa"))->offset, key("rope.freq_base_swa"), *swa);
+    r.freq_base_swa = *swa;
+    j["rope_local_base_freq"] = *swa;
+  }
+  // M-RoPE sections (Qwen2-VL): pairs per position component (temporal, height, width, and a
+  // fourth that Qwen2-VL leaves 0); they split the R/2 pairs, so they must sum to R/2.
+  if (const auto* kv = f.find(key("rope.dimension_sections"))) {
+    const bool integers = kv->elem_type != gguf_type::f32 && kv->elem_type != gguf_type::f64 &&
+                          kv->elem_type != gguf_type::string && kv->elem_type != gguf_type::array &&
+                          kv->elem_type != gguf_type::boolean;
+    if (kv->type != gguf_type::array || !integers || !kv->numbers_kept || kv->count > 8)
+      fail_io("{}: offset {}: {} must be an array of at most 8 integers, got {}{}", f.path,
+              kv->offset, kv->key, gguf_type_name(kv->type),
+              kv->type == gguf_type::array
+                  ? fmt::format(" of {} {}", kv->count, gguf_type_name(kv->elem_type))
+                  : std::string());
+    int64_t sum = 0;
+    for (double v : kv->numbers) {
+      if (v < 0 || v > static_cast<double>(max_dim))
+        fail_io("{}: offset {}: {} entries must be in [0, {}], got {}", f.path, kv->offset, kv->key,
+                max_dim, v);
+      r.dimension_sections.push_back(static_cast<int64_t>(v));
+      sum += static_cast<int64_t>(v);
+    }
+    if (sum != R / 2)
+      fail_io("{}: offset {}: {} must sum to rotary_dim / 2 = {} ({} = {}), got {}", f.path,
+              kv->offset, kv->key, R / 2, key("rope.dimension_count"), R, sum);
+    warnings->push_back(fmt::format(
+        "{} = [{}] read (M-RoPE pairs per position component); the frequencies below are the "
+        "1-D RoPE of one component",
+        kv->key, fmt::join(r.dimension_sections, ", ")));
+  }
   if (auto ext = f.get_number(key("rope.scaling.yarn_ext_factor")); ext && *ext == 0)
     warnings->push_back(
         fmt::format("{} = 0 turns llama.cpp's YaRN ramp off; posenc follows HF, "

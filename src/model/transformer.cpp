@@ -45,7 +45,7 @@ template <typename S>
 std::shared_ptr<const position_hook<S>> make_hook(const model_config& c) {
   position_options o = c.pos;
   o.input_amplitude = input_amplitude(c);
-  return make_position_hook<S>(c.scheme, o, position_shape{c.d_model, c.n_heads});
+  return make_position_hook<S>(c.scheme, o, position_shape{c.d_model, c.n_heads, c.n_layers});
 }
 template std::shared_ptr<const position_hook<float>> make_hook<float>(const model_config&);
 template std::shared_ptr<const position_hook<double>> make_hook<double>(const model_config&);
@@ -179,7 +179,7 @@ void transformer<S>::attention_forward(int64_t l, const S* qkv, S* out) {
     std::copy(row + 2 * C, row + 3 * C, a.v.data() + n * C);
   }
   const auto t = hook_ptrs(static_cast<const S*>(params_.data()), l);
-  const attention_position<S> pos = hook_->attention(t.data());
+  const attention_position<S> pos = hook_->layer_attention(l, t.data());
   for (int64_t b = 0; b < B; ++b) {
     attention_params<S> p;
     p.q = a.q.data() + b * T * C;
@@ -208,7 +208,7 @@ void transformer<S>::attention_backward(int64_t l, const S* dout, S* dqkv) {
   dv_.resize(N_ * C);
   const auto t = hook_ptrs(static_cast<const S*>(params_.data()), l);
   const auto tg = hook_ptrs(grads_.data(), l);
-  const attention_position<S> pos = hook_->attention(t.data());
+  const attention_position<S> pos = hook_->layer_attention(l, t.data());
   dhook_.resize(layout_.hook_tensors.size());
   std::vector<S*> dt(dhook_.size());
   for (size_t i = 0; i < dhook_.size(); ++i) {

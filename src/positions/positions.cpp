@@ -1,5 +1,7 @@
 #include "posenc/positions/positions.hpp"
 
+#include <algorithm>
+
 #include "posenc/core/error.hpp"
 
 namespace posenc {
@@ -117,6 +119,48 @@ void validate_positions(std::span<const int64_t> positions, int64_t n, const cha
       fail("{} must be in [0, 2^62]{}, got {} at index {}", arg, allow_pad ? " or -1 (pad)" : "", p,
            t);
   }
+}
+
+std::vector<int64_t> positions_mrope(std::span<const mrope_segment> segments, int64_t start) {
+  if (start < 0) fail("start must be >= 0, got {}", start);
+  constexpr int64_t max_tokens = int64_t{1} << 31;
+  int64_t n = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const auto& g = segments[i];
+    if (g.text < 0 || g.text > max_tokens)
+      fail("segments[{}].text must be in [0, 2^31], got {}", i, g.text);
+    const bool none = g.t == 0 && g.h == 0 && g.w == 0;
+    for (int64_t d : {g.t, g.h, g.w})
+      if (!none && (d < 1 || d > max_tokens))
+        fail(
+            "segments[{}] image grid (t, h, w) must be all 0 (no image) or all in [1, 2^31], got "
+            "({}, {}, {})",
+            i, g.t, g.h, g.w);
+    n += g.text;
+    if (!none) {
+      if (g.t > max_tokens / g.h || g.t * g.h > max_tokens / g.w)
+        fail("segments[{}] image grid ({}, {}, {}) has more than 2^31 tokens", i, g.t, g.h, g.w);
+      n += g.t * g.h * g.w;
+    }
+    if (n > max_tokens) fail("segments hold more than 2^31 tokens");
+  }
+  if (start > (int64_t{1} << 62) - n) fail("start + tokens must be <= 2^62, got start {}", start);
+  std::vector<int64_t> out(static_cast<size_t>(3 * n));
+  int64_t* row[3] = {out.data(), out.data() + n, out.data() + 2 * n};
+  int64_t k = 0, next = start;
+  for (const auto& g : segments) {
+    for (int64_t i = 0; i < g.text; ++i, ++k, ++next) row[0][k] = row[1][k] = row[2][k] = next;
+    if (g.t == 0) continue;
+    for (int64_t a = 0; a < g.t; ++a)
+      for (int64_t b = 0; b < g.h; ++b)
+        for (int64_t c = 0; c < g.w; ++c, ++k) {
+          row[0][k] = next + a;
+          row[1][k] = next + b;
+          row[2][k] = next + c;
+        }
+    next += std::max({g.t, g.h, g.w});
+  }
+  return out;
 }
 
 }  // namespace posenc

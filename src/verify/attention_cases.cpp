@@ -18,9 +18,9 @@
 namespace posenc::attention_cases {
 
 const char* name(scheme s) {
-  const char* n[] = {"none",  "rope_half", "rope_interleaved_partial",
-                     "alibi", "t5_bidir",  "t5_causal",
-                     "shaw",  "all"};
+  const char* n[] = {"none",  "rope_half",   "rope_interleaved_partial",
+                     "alibi", "t5_bidir",    "t5_causal",
+                     "shaw",  "temperature", "all"};
   return n[static_cast<int>(s)];
 }
 
@@ -148,6 +148,13 @@ void build(fixture<Real>& f, const spec& c) {
     f.shaw = shaw_init(c.sch == scheme::all ? 3 : 8, D, c.seed + 2, 0.5);
     p.pos.shaw = f.tabs.shaw_view(f.shaw);
   }
+  double qs = 1;  // largest query temperature
+  if (c.sch == scheme::temperature) {
+    p.pos.temperature = {4.0, 0.5};
+    const int64_t qmaxpos =
+        f.qpos.empty() ? S - 1 : *std::max_element(f.qpos.begin(), f.qpos.end());
+    qs = attention_temperature_scale(p.pos.temperature, std::max<int64_t>(qmaxpos, 0));
+  }
 
   // Tolerance magnitudes A and V (see the derivation in the header).
   double qmax = 0, kmax = 0, vmax = 0, akmax = 0, avmax = 0, bmax = 0;
@@ -179,7 +186,8 @@ void build(fixture<Real>& f, const spec& c) {
     const double spread = f.kpos.empty() && f.qpos.empty() ? double(std::max(S, T)) : 300.0;
     bmax += f.slopes[0] * spread;
   }
-  f.A = (1.0 / std::sqrt(double(D))) * amp * amp * qmax * (kmax + akmax);
+  f.A = (1.0 / std::sqrt(double(D))) * amp * amp * qs * qmax * (kmax + akmax);
+  f.qs = qs;
   f.B = bmax;
   f.V = vmax + avmax;
 }
@@ -264,13 +272,14 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const double W = max_row_norm(dout, c.D, 2) * (max_row_norm<Real>(f.v, c.D, 2) + avn);
   const double e_P = 2 * e_s + e_lse + 4 * u;
   const double E_S = 2 * W * e_P + (2 * c.D + 10) * u * W + max_row_norm(dout, c.D, 1) * tol_out;
-  const double Qinf = amp * std::sqrt(2.0) * max_abs<Real>(f.q);
+  const double Qinf = amp * f.qs * std::sqrt(2.0) * max_abs<Real>(f.q);
   const double Kinf = amp * std::sqrt(2.0) * max_abs<Real>(f.k) + akmax;
   const double Oinf = max_abs(dout);
   const double N = double(c.Hq / c.Hkv) * double(c.T);
   const double both = std::is_same_v<Real, double> ? 2.0 : 1.0;
   backward_tolerances t;
-  t.dq = both * scale * Kinf * (E_S + 2 * W * (c.S + C + 12) * u);
+  // dq = s dq' (scheme temperature): the error of dq' times s, plus one rounding.
+  t.dq = both * scale * Kinf * f.qs * (E_S + 2 * W * (c.S + C + 12) * u) * (1 + 2 * u);
   t.dk = both * scale * Qinf * N * (E_S + 2 * W * (N + 12) * u);
   t.dv = both * N * Oinf * (e_P + (N + 4) * u);
   t.dt5 = both * c.T * E_S;
@@ -569,7 +578,7 @@ std::vector<spec> make_full() {
              kDims[r.below(3)],
              kHeads[r.below(6)].first,
              0,
-             static_cast<scheme>(r.below(8)),
+             static_cast<scheme>(r.below(kSchemes)),
              static_cast<mask>(r.below(9)),
              uint64_t(1000 + n)};
       c.Hkv = kHeads[r.below(6)].second;
@@ -763,6 +772,10 @@ std::vector<spec> make_check() {
   add(spec{65, 70, 32, 4, 2, scheme::all, mask::causal, seed++}, forward | backward);
   add(spec{1, 130, 32, 4, 1, scheme::rope_half, mask::causal, seed++}, forward | backward);
   add(spec{17, 33, 59, 4, 1, scheme::shaw, mask::causal, seed++}, forward | backward);
+  // Llama 4's query temperature: positions 0 .. 12 (s from 1 to log 4 / 2 + 1) and large
+  // explicit positions (s about 7) with pads.
+  add(spec{7, 13, 8, 4, 2, scheme::temperature, mask::causal, seed++}, forward | backward | grad);
+  add(spec{9, 5, 8, 4, 2, scheme::temperature, mask::positions, seed++}, forward | backward | grad);
   // Half-precision keys and values (float32 forward): a prefill with RoPE fused, a decode step.
   for (auto [c, kv] :
        {std::pair{spec{65, 130, 80, 8, 2, scheme::rope_half, mask::causal, seed++},

@@ -63,6 +63,20 @@ struct attention_rope {
                               // rotated keys); only q is rotated
 };
 
+// Hook 1 on queries only, Llama 4's attention temperature tuning (Meta 2025; transformers'
+// Llama4TextAttention applies it on the NoPE layers): q'_t = s(qpos_t) q_t with
+//   s(p) = log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1,
+// keys unchanged. s = 1 below floor_scale - 1 and grows like log p after, so that attention
+// over long contexts stays sharp where no rotation separates far keys. A q/k transform: it
+// cannot be combined with RoPE in one call (Llama 4 uses it only where RoPE is off).
+struct attention_temperature {
+  double floor_scale = 0;  // > 0 switches it on (Llama 4: 8192)
+  double attn_scale = 0;   // Llama 4: 0.1; finite, >= 0
+  bool on() const { return floor_scale > 0; }
+};
+// s(pos) of the formula above in double, pos >= 0.
+double attention_temperature_scale(const attention_temperature& t, int64_t pos);
+
 // Hook 2b, T5 (Raffel et al. 2020): bias(h, i, j) = weights[bucket(kpos_j - qpos_i) * Hq + h].
 // The table is held in the element type of the call (float64 stays float64 end to end).
 template <typename Real>
@@ -82,11 +96,12 @@ struct attention_shaw {
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
 template <typename Real>
 struct attention_position {
-  attention_rope rope;            // hook 1
-  std::span<const double> alibi;  // hook 2b: ALiBi slopes (Hq,) (Press et al. 2022): bias
-                                  //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
-  attention_t5<Real> t5;          // hook 2b: T5 bias, weights (num_buckets, Hq)
-  attention_shaw<Real> shaw;      // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
+  attention_rope rope;                // hook 1
+  std::span<const double> alibi;      // hook 2b: ALiBi slopes (Hq,) (Press et al. 2022): bias
+                                      //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
+  attention_t5<Real> t5;              // hook 2b: T5 bias, weights (num_buckets, Hq)
+  attention_shaw<Real> shaw;          // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
+  attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
 
   bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }

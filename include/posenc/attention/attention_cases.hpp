@@ -77,7 +77,8 @@ enum class scheme {
   t5_bidir,
   t5_causal,  // also switches causal masking on
   shaw,
-  all  // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
+  temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
+  all           // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
 };
 enum class mask {
   none,
@@ -140,6 +141,7 @@ struct fixture {
   attention_tables<Real> tabs;  // t5 and shaw in the element type, viewed by p.pos
   attention_params<Real> p;     // out and lse unset
   double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
+  double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
 };
 
 // Draws the case's inputs (q ~ q_scale N(0, 1), k, v ~ N(0, 1)), masks, positions and scheme

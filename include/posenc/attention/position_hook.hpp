@@ -23,7 +23,7 @@
 namespace posenc {
 
 // The schemes with a hook. `count` is the number of schemes (iterate 0 .. count - 1).
-enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, t5, shaw, count };
+enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, t5, shaw, irope, count };
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
 // Throws invalid_argument naming `arg` and the allowed names.
 pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg = "scheme");
@@ -36,12 +36,21 @@ struct position_options {
   int64_t t5_max_distance = 128;  //     (Raffel et al. 2020 share it across layers too)
   int64_t shaw_clip = 16;         // shaw: K; tables (2K+1, D) per layer, shared by heads
   double input_amplitude = 1;     // sinusoidal: x_0 = E[token] + a PE(pos)
+  // irope (Llama 4's interleaved RoPE / NoPE layers): layer l is NoPE when
+  // (l + 1) % irope_interval == 0, else RoPE (rope_theta); NoPE layers tune the query
+  // temperature with floor_scale and attn_scale (attention_temperature; floor_scale 0 = off).
+  // Llama 4 uses floor_scale 8192 for contexts of 10^5 and more; the lab's default is scaled
+  // to its short sequences.
+  int64_t irope_interval = 4;
+  double irope_floor_scale = 64;
+  double irope_attn_scale = 0.1;
 };
 
 // The model's shape as a hook needs it.
 struct position_shape {
-  int64_t d_model = 0;  // C = H * D
-  int64_t n_heads = 0;  // H
+  int64_t d_model = 0;   // C = H * D
+  int64_t n_heads = 0;   // H
+  int64_t n_layers = 0;  // layers of the model (0 = not known)
 };
 
 // A parameter tensor owned by a scheme.
@@ -70,6 +79,12 @@ class position_hook {
   virtual void input_backward(std::span<const int64_t>, const S*, S* const*) const {}
   // Attention side: the engine's hook for one layer (causal self-attention).
   virtual attention_position<S> attention(const S* const*) const { return {}; }
+  // The same for layer `layer` of the model, for schemes that differ by layer (irope); the
+  // model calls this one.
+  virtual attention_position<S> layer_attention(int64_t layer, const S* const* t) const {
+    (void)layer;
+    return attention(t);
+  }
   // Points the engine's parameter-gradient outputs at dt (the engine overwrites them).
   virtual void bind_grads(S* const*, attention_grads<S>&) const {}
   // Which tensors bind_grads writes (the model adds those buffers into its gradients).

@@ -58,8 +58,9 @@ enum class rope_layout { half, interleaved };
 // a rope_freqs built by hand is refused for them.
 enum class rope_angle { exact, f32, hf_f32, ggml_f32, compat_f32 = f32 };
 
-// Hugging Face rope_type names: "default", "linear", "dynamic", "yarn", "longrope", "llama3".
-enum class rope_type { default_, linear, dynamic, yarn, longrope, llama3 };
+// Hugging Face rope_type names: "default", "linear", "dynamic", "yarn", "longrope", "llama3",
+// "proportional".
+enum class rope_type { default_, linear, dynamic, yarn, longrope, llama3, proportional };
 const char* rope_type_name(rope_type t);
 // Parses an HF name (also "su" and "longrope" -> longrope, as old Phi-3 configs spell it);
 // throws invalid_argument naming `what` and the allowed names.
@@ -99,6 +100,15 @@ struct rope_config {
   // llama3 (Meta, Llama 3.1): wavelengths above original/low_freq_factor are divided by
   // factor, below original/high_freq_factor kept, smoothly interpolated in between.
   double low_freq_factor = 1, high_freq_factor = 4;
+  // proportional (transformers' Gemma 4 family): every one of the D/2 pairs carries a
+  // frequency (rotary_dim = head_dim), but only the first rotated_pairs rotate:
+  // omega_i = 1 / (factor * theta^(2i/D)) for i < rotated_pairs, 0 (the identity) after.
+  // rotated_pairs = floor(partial_rotary_factor * D / 2), in [0, D/2]; unset means D/2.
+  std::optional<int64_t> rotated_pairs;
+  // M-RoPE (Qwen2-VL): pairs per position component (temporal, height, width), summing to R/2;
+  // empty = 1-D RoPE. mrope_interleaved: Qwen3-VL's layout of the components (mrope_components).
+  std::vector<int64_t> mrope_section;
+  bool mrope_interleaved = false;
 };
 
 // Throws invalid_argument naming the field (with the HF config key) for any inconsistency:
@@ -218,6 +228,32 @@ void rope_apply(const rope_freqs& f, rope_layout layout, rope_angle angle,
 void rope_apply(const rope_freqs& f, rope_layout layout, rope_angle angle,
                 std::span<const int64_t> positions, double* x, int64_t T, int64_t H, int64_t D,
                 bool inverse = false);
+
+// M-RoPE (Wang et al. 2024, "Qwen2-VL", section 2.1 "Multimodal Rotary Position Embedding"):
+// every token has three position ids (temporal, height, width); pair i (i < R/2, frequency
+// omega_i) turns by pos[c_i] omega_i, where c_i is the component of the pair.
+// mrope_components gives c_i (0 t, 1 h, 2 w) for section = (s_t, s_h, s_w), s_t + s_h + s_w = R/2:
+//   contiguous (Qwen2-VL, Qwen2.5-VL): pairs [0, s_t) temporal, [s_t, s_t + s_h) height,
+//                the rest width;
+//   interleaved (Qwen3-VL, mrope_interleaved): pair i is height when i % 3 == 1 and
+//                i < 3 s_h, width when i % 3 == 2 and i < 3 s_w, else temporal
+//                (t h w t h w ... then the remaining temporal pairs).
+// Throws invalid_argument naming mrope_section when it has not 3 non-negative entries summing to
+// R/2 (`half`), or when an interleaved component does not fit in the R/2 pairs.
+std::vector<int> mrope_components(std::span<const int64_t> section, bool interleaved, int64_t half);
+
+// In place on x: (T, H, D) as rope_apply, with positions (3, T) row-major (row c = component c of
+// every token) and component (R/2,) from mrope_components. Each pair is rotated exactly as
+// rope_apply rotates it at the position of its component (same angle modes, same kernels;
+// channels [R, D) untouched). A text token has the same id in all three rows, and then the
+// result is rope_apply's at that id, bit for bit. Throws invalid_argument for positions of
+// another size, component of another size or with entries outside [0, 2], or as rope_apply.
+void mrope_apply(const rope_freqs& f, std::span<const int> component, rope_layout layout,
+                 rope_angle angle, std::span<const int64_t> positions, float* x, int64_t T,
+                 int64_t H, int64_t D, bool inverse = false);
+void mrope_apply(const rope_freqs& f, std::span<const int> component, rope_layout layout,
+                 rope_angle angle, std::span<const int64_t> positions, double* x, int64_t T,
+                 int64_t H, int64_t D, bool inverse = false);
 
 // Fused q and k: the same rotation as rope_apply on q: (T, Hq, D) and k: (T, Hk, D) (both D
 // contiguous, token t of both at positions[t]), with cos/sin computed once per token and used

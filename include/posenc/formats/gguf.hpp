@@ -138,6 +138,12 @@ struct gguf_rope {
   // converter permutes the HF q/k rows, so interleaved here is HF's half on the original weights.
   std::optional<rope_layout> layout;
   bool permuted_from_hf = false;
+  // {arch}.rope.freq_base_swa: the sliding-window layers' base (also in hf_config as
+  // rope_local_base_freq, so its "sliding_attention" layer type reads it).
+  std::optional<double> freq_base_swa;
+  // {arch}.rope.dimension_sections: M-RoPE pairs per position component (temporal, height,
+  // width, 4th), checked to sum to rotary_dim / 2; empty when absent.
+  std::vector<int64_t> dimension_sections;
 };
 gguf_rope gguf_rope_config(const gguf_file& f, std::vector<std::string>* warnings);
 // The same, reading the factor tensors from an in-memory image.

@@ -66,6 +66,27 @@ std::vector<int64_t> positions_packed(std::span<const int64_t> cu_seqlens, int64
 std::vector<int64_t> positions_packed_from_doc_ids(std::span<const int64_t> doc_ids,
                                                    int64_t start = 0);
 
+// M-RoPE position ids (Wang et al. 2024, "Qwen2-VL", section 2.1; the convention of
+// transformers' get_rope_index) for a sequence of text runs and images. Each segment is
+// `text` text tokens followed by an image of grid (t, h, w) tokens (t = 0: no image; the grid is
+// in language-model tokens, i.e. after the vision merger). With `next` = start, then one past
+// the largest id so far:
+//   a text token gets (next, next, next) and next += 1;
+//   image token (a, b, c) (a-major, then b, then c) gets (next + a, next + b, next + c), and
+//   then next += max(t, h, w).
+// Returns (3, n) row-major: row 0 temporal, 1 height, 2 width, n = sum of text + t h w.
+//   segments {text 2, image (1, 2, 3)}, {text 1}  ->
+//     t: 0 1 2 2 2 2 2 2 5
+//     h: 0 1 2 2 2 3 3 3 5
+//     w: 0 1 2 3 4 2 3 4 5
+// Requires text >= 0, t, h, w >= 0 and all three 0 or all three >= 1, start >= 0, and at most
+// 2^31 tokens in all.
+struct mrope_segment {
+  int64_t text = 0;             // text tokens before the image
+  int64_t t = 0, h = 0, w = 0;  // image grid (0, 0, 0: none)
+};
+std::vector<int64_t> positions_mrope(std::span<const mrope_segment> segments, int64_t start = 0);
+
 // Validates caller-given position ids: (n,) with every id >= 0 or (if allow_pad) == pad_position,
 // and |id| <= 2^62. `arg` names the argument in errors.
 void validate_positions(std::span<const int64_t> positions, int64_t n, const char* arg,

@@ -85,12 +85,18 @@ void require_shape(const npy_array& a, const std::string& arg, std::vector<int64
   if (a.shape != shape) fail("{} must have shape {}, got {}", arg, expected, a.shape_str());
 }
 
+// (n,) ids, or (3, n) M-RoPE ids (temporal, height, width rows) when *three is not null (then
+// *three says which it was).
 std::vector<int64_t> read_positions(const std::string& path, const std::string& arg, int64_t n,
-                                    const char* what) {
+                                    const char* what, bool* three = nullptr) {
   const auto a = read_npy(path);
   if (a.type != dtype::i64 && a.type != dtype::i32)
     fail("{} must be int64 (or int32), got {}", arg, dtype_name(a.type));
-  require_shape(a, arg, {n}, fmt::format("({},) = ({},)", what, n));
+  if (three) *three = a.shape.size() == 2 && a.shape[0] == 3 && a.shape[1] == n;
+  if (!three || !*three)
+    require_shape(a, arg, {n},
+                  fmt::format("({},) = ({},){}", what, n,
+                              three ? fmt::format(" or (3, {}) = (3, {}) (M-RoPE)", what, n) : ""));
   return a.to_i64();
 }
 
@@ -160,10 +166,17 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   std::vector<std::string> schemes;
 
   std::vector<int64_t> qpos, kpos, cu;
-  if (!o.q_positions.empty()) qpos = read_positions(o.q_positions, "--q-positions", T, "T");
-  if (!o.k_positions.empty()) kpos = read_positions(o.k_positions, "--k-positions", S, "S");
-  p.q_positions = qpos;
-  p.k_positions = kpos;
+  bool q3 = false, k3 = false;
+  if (!o.q_positions.empty()) qpos = read_positions(o.q_positions, "--q-positions", T, "T", &q3);
+  if (!o.k_positions.empty()) kpos = read_positions(o.k_positions, "--k-positions", S, "S", &k3);
+  // M-RoPE: (3, T) and (3, S) ids rotate q and k below; the engine's masks and biases see the
+  // temporal row.
+  const bool mrope = q3 || k3;
+  if (mrope && !(q3 && k3))
+    fail("M-RoPE needs both --q-positions (3, T) and --k-positions (3, S), got {} and {}",
+         q3 ? "(3, T)" : "(T,) or none", k3 ? "(3, S)" : "(S,) or none");
+  p.q_positions = mrope ? std::span<const int64_t>(qpos).first(T) : std::span<const int64_t>(qpos);
+  p.k_positions = mrope ? std::span<const int64_t>(kpos).first(S) : std::span<const int64_t>(kpos);
   std::vector<uint8_t> pad;
   if (!o.key_padding.empty()) {
     const auto m = read_npy(o.key_padding);
@@ -185,18 +198,43 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   }
 
   rope_freqs freqs;
+  std::vector<Real> q_rot, k_rot;  // M-RoPE: q and k rotated before the call
+  std::vector<int> mrope_comp;
+  rope_layout mrope_layout = rope_layout::half;
+  rope_angle mrope_angle = rope_angle::exact;
   if (o.rope) {
     if (o.layout.empty()) fail("--rope needs --layout half|interleaved");
     const auto c = make_rope_config(o, D);
     if (given(o, "--seq-len") && o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
     freqs = rope_frequencies(c, given(o, "--seq-len") ? o.seq_len : S);
-    p.pos.rope.freqs = &freqs;
-    p.pos.rope.layout = rope_layout_from_name(o.layout, "--layout");
-    p.pos.rope.angle = rope_angle_from_name(o.angle, "--angle");
-    schemes.push_back("rope");
+    const auto layout = rope_layout_from_name(o.layout, "--layout");
+    const auto angle = rope_angle_from_name(o.angle, "--angle");
+    if (mrope) {
+      // Rotated here, pair by pair at its component's ids (mrope_apply), then attended plain.
+      if (c.mrope_section.empty())
+        fail(
+            "positions of shape (3, n) need an M-RoPE config (mrope_section in rope_scaling or "
+            "rope_parameters), got a 1-D RoPE config");
+      mrope_comp = mrope_components(c.mrope_section, c.mrope_interleaved, freqs.rotary_dim / 2);
+      mrope_layout = layout, mrope_angle = angle;
+      q_rot = q;
+      k_rot = k;
+      mrope_apply(freqs, mrope_comp, layout, angle, qpos, q_rot.data(), T, Hq, D);
+      mrope_apply(freqs, mrope_comp, layout, angle, kpos, k_rot.data(), S, Hkv, D);
+      p.q = q_rot.data();
+      p.k = k_rot.data();
+      schemes.push_back("mrope");
+    } else {
+      p.pos.rope.freqs = &freqs;
+      p.pos.rope.layout = layout;
+      p.pos.rope.angle = angle;
+      schemes.push_back("rope");
+    }
   } else if (!o.hf_config.empty() || !o.gguf.empty() || !o.layout.empty() ||
              given(o, "--head-dim")) {
     fail("--hf-config, --gguf, --head-dim and --layout need --rope");
+  } else if (mrope) {
+    fail("positions of shape (3, n) (M-RoPE) need --rope with an M-RoPE config");
   }
   std::vector<double> slopes;
   if (o.alibi) {
@@ -302,6 +340,11 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
       g.dalibi = dal.data();
     }
     attention_backward(p, g);
+    if (!mrope_comp.empty()) {
+      // dq = a R(pos)^T dq' for the rotation applied before the call (the transpose).
+      mrope_apply(freqs, mrope_comp, mrope_layout, mrope_angle, qpos, dq.data(), T, Hq, D, true);
+      mrope_apply(freqs, mrope_comp, mrope_layout, mrope_angle, kpos, dk.data(), S, Hkv, D, true);
+    }
   }
 
   int64_t masked_rows = 0;
@@ -497,8 +540,10 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--num-buckets", o->num_buckets, "T5 num_buckets (default 32)");
   sub->add_option("--max-distance", o->max_distance, "T5 max_distance (default 128)");
   sub->add_flag("--bidirectional", o->bidirectional, "T5 bidirectional buckets (encoder)");
-  sub->add_option("--q-positions", o->q_positions, "Query position ids P.npy (T,) int64");
-  sub->add_option("--k-positions", o->k_positions, "Key position ids P.npy (S,) int64");
+  sub->add_option("--q-positions", o->q_positions,
+                  "Query position ids P.npy (T,) int64; (3, T) for M-RoPE (with --rope)");
+  sub->add_option("--k-positions", o->k_positions,
+                  "Key position ids P.npy (S,) int64; (3, S) for M-RoPE (with --rope)");
   sub->add_option("--key-padding", o->key_padding, "Key mask M.npy (S,) bool/uint8, 1 = real");
   sub->add_option("--cu-seqlens", o->cu_seqlens, "Packed documents over the keys: 0,5,12");
   sub->add_option("--window", o->window, "Sliding window W: keys fewer than W tokens behind");

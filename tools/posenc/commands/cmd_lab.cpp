@@ -238,7 +238,8 @@ const bool registered = register_command(70, [](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--file", o->file, "Text file for --task text");
   sub->add_option("--schemes", o->schemes,
-                  "Comma-separated: nope, sinusoidal, learned, rope, alibi, t5, shaw")
+                  "Comma-separated: nope, sinusoidal, learned, rope, alibi, t5, shaw, irope "
+                  "(RoPE with every 4th layer NoPE; use --layers 4 or more)")
       ->capture_default_str();
   sub->add_option("--train-len", o->train_len, "Training lengths A:B (inclusive)")
       ->capture_default_str();

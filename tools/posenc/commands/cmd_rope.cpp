@@ -28,6 +28,7 @@ namespace {
 // warnings). A GGUF file's metadata is mapped to those keys too (formats/gguf.hpp).
 struct rope_params {
   std::string hf_config, gguf;
+  std::string layer_type;  // --layer-type: one layer type's RoPE of a per-layer config
   int64_t head_dim = 0;
   double theta = 10000, partial = 1, factor = 1;
   std::string scaling = "default";
@@ -86,11 +87,15 @@ void add_rope_params(CLI::App* sub, rope_params& p) {
       sub->add_option("--low-freq-factor", p.low_freq_factor, "llama3 low_freq_factor"));
   params.push_back(
       sub->add_option("--high-freq-factor", p.high_freq_factor, "llama3 high_freq_factor"));
+  auto* lt = sub->add_option("--layer-type", p.layer_type,
+                             "Layer type of a per-layer config (e.g. sliding_attention or "
+                             "full_attention; posenc rope layers lists them); needs --hf-config");
   auto* gg = sub->add_option("--gguf", p.gguf,
                              "GGUF model file (llama.cpp): RoPE keys and factor tensors, read "
                              "without loading the weights");
   gg->excludes(cfg);
-  for (auto* o : params) cfg->excludes(o), gg->excludes(o);
+  gg->excludes(lt);
+  for (auto* o : params) cfg->excludes(o), gg->excludes(o), lt->excludes(o);
   sub->add_option("--seq-len", p.seq_len, "Current sequence length (drives dynamic and longrope)");
 }
 
@@ -107,8 +112,10 @@ void print_warnings(const std::vector<std::string>& warnings, const std::string&
 rope_config make_config(const rope_params& p, const std::string& prefix = "") {
   std::vector<std::string> warnings;
   rope_config c;
+  if (!p.layer_type.empty() && p.hf_config.empty())
+    fail("--layer-type needs --hf-config (a per-layer config.json)");
   if (!p.hf_config.empty()) {
-    c = rope_config_from_file(p.hf_config, &warnings);
+    c = rope_config_from_file(p.hf_config, p.layer_type, &warnings);
   } else if (!p.gguf.empty()) {
     c = gguf_rope_config(gguf_read(p.gguf), &warnings).config;
   } else {
@@ -139,6 +146,7 @@ void run_freqs(const freqs_opts& o) {
     j["theta"] = c.theta;
     j["factor"] = c.factor;
     j["seq_len"] = seq_len;
+    if (!o.p.layer_type.empty()) j["layer_type"] = o.p.layer_type;
     std::printf("%s\n", j.dump(2).c_str());
   } else if (o.format == out_format::csv) {
     std::printf("pair,inv_freq,wavelength\n");
@@ -152,6 +160,7 @@ void run_freqs(const freqs_opts& o) {
         rope_type_name(f.type), static_cast<long long>(f.head_dim),
         static_cast<long long>(f.rotary_dim), num(c.theta).c_str(), num(c.factor).c_str(),
         num(f.attention_factor).c_str(), static_cast<long long>(seq_len));
+    if (!o.p.layer_type.empty()) std::printf("layer type %s\n", o.p.layer_type.c_str());
     for (size_t i = 0; i < f.inv_freq.size(); ++i)
       std::printf("%4zu  inv_freq %-24s wavelength %s\n", i, num(f.inv_freq[i]).c_str(),
                   num(2 * 3.14159265358979323846 / f.inv_freq[i]).c_str());
@@ -171,9 +180,17 @@ void run_apply(const apply_opts& o) {
   if (p.type != dtype::i64 && p.type != dtype::i32)
     fail("--positions must be int64 (or int32), got {} in {}", dtype_name(p.type), o.positions);
   const int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2];
-  if (p.shape.size() != 1 || p.shape[0] != T)
-    fail("--positions must have shape (T,) = ({},) to match --x {}, got {}", T, x.shape_str(),
-         p.shape_str());
+  // (3, T): M-RoPE ids (temporal, height, width) for a config with mrope_section.
+  const bool three = p.shape.size() == 2 && p.shape[0] == 3 && p.shape[1] == T;
+  if (!three && (p.shape.size() != 1 || p.shape[0] != T))
+    fail(
+        "--positions must have shape (T,) = ({},) or, for M-RoPE, (3, T) = (3, {}) to match --x "
+        "{}, got {}",
+        T, T, x.shape_str(), p.shape_str());
+  if (three && c.mrope_section.empty())
+    fail(
+        "--positions of shape (3, T) need an M-RoPE config (mrope_section in rope_scaling or "
+        "rope_parameters), got a 1-D RoPE config");
   if (D != c.head_dim)
     fail("--x must have shape (T, H, D) with D = head_dim = {}, got {}", c.head_dim, x.shape_str());
   const auto pos = p.to_i64();
@@ -185,10 +202,17 @@ void run_apply(const apply_opts& o) {
   int64_t seq_len = o.p.seq_len;
   if (seq_len < 0) seq_len = pos.empty() ? 0 : *std::max_element(pos.begin(), pos.end()) + 1;
   const auto f = rope_frequencies(c, seq_len);
-  if (x.type == dtype::f32)
+  if (three) {
+    const auto comp = mrope_components(c.mrope_section, c.mrope_interleaved, f.rotary_dim / 2);
+    if (x.type == dtype::f32)
+      mrope_apply(f, comp, layout, angle, pos, x.as<float>(), T, H, D);
+    else
+      mrope_apply(f, comp, layout, angle, pos, x.as<double>(), T, H, D);
+  } else if (x.type == dtype::f32) {
     rope_apply(f, layout, angle, pos, x.as<float>(), T, H, D);
-  else
+  } else {
     rope_apply(f, layout, angle, pos, x.as<double>(), T, H, D);
+  }
   write_npy(o.out, x);
   if (o.format == out_format::json) {
     nlohmann::ordered_json j;
@@ -662,6 +686,98 @@ void run_diff(const diff_opts& o) {
   if (!equivalent) throw exit_with{1};
 }
 
+struct layers_opts {
+  std::string hf_config;
+  out_format format = out_format::text;
+};
+
+// "0-4, 6-10, 12" for a sorted list of layer indices.
+std::string ranges(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? fmt::format("{}", v[i]) : fmt::format("{}-{}", v[i], v[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "none" : out;
+}
+
+void run_layers(const layers_opts& o) {
+  const auto j = hf_config_read(o.hf_config);
+  rope_layer_plan plan;
+  std::vector<std::string> warnings;
+  std::vector<rope_config> configs;
+  try {
+    plan = hf_layer_plan(j);
+    for (const auto& t : plan.types) configs.push_back(rope_config_from_json(j, t, &warnings));
+    if (plan.types.empty()) configs.push_back(rope_config_from_json(j, "", &warnings));
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(fmt::format("{}: {}", o.hf_config, e.what()));
+  }
+  print_warnings(warnings);
+  const auto layers_of = [&](const std::string& t) {
+    std::vector<int64_t> v;
+    for (size_t i = 0; i < plan.layer_types.size(); ++i)
+      if (plan.layer_types[i] == t) v.push_back(static_cast<int64_t>(i));
+    return v;
+  };
+  std::vector<int64_t> nope;
+  for (size_t i = 0; i < plan.rope_layers.size(); ++i)
+    if (!plan.rope_layers[i]) nope.push_back(static_cast<int64_t>(i));
+  const auto summary = [](const rope_config& c) {
+    return fmt::format(
+        "rope_type {}, theta {}, factor {}, head_dim {}, rotary_dim {}{}", rope_type_name(c.type),
+        num(c.theta), num(c.factor), c.head_dim, c.rotary_dim,
+        c.rotated_pairs ? fmt::format(", rotated pairs {}", *c.rotated_pairs) : std::string());
+  };
+  if (o.format == out_format::json) {
+    nlohmann::ordered_json out;
+    out["source"] = plan.source;
+    out["num_layers"] = plan.layer_types.size();
+    nlohmann::ordered_json types = nlohmann::ordered_json::array();
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const auto& c = configs[k];
+      nlohmann::ordered_json t;
+      t["layer_type"] = plan.types.empty() ? nlohmann::ordered_json(nullptr)
+                                           : nlohmann::ordered_json(plan.types[k]);
+      t["layers"] = plan.types.empty() ? std::vector<int64_t>{} : layers_of(plan.types[k]);
+      t["scaling"] = rope_type_name(c.type);
+      t["theta"] = c.theta;
+      t["factor"] = c.factor;
+      t["head_dim"] = c.head_dim;
+      t["rotary_dim"] = c.rotary_dim;
+      if (c.rotated_pairs) t["rotated_pairs"] = *c.rotated_pairs;
+      types.push_back(t);
+    }
+    out["types"] = types;
+    out["nope_layers"] = nope;
+    out["nope_source"] = plan.nope_source;
+    out["attn_temperature_tuning"] = plan.temperature_tuning && !nope.empty();
+    out["floor_scale"] = plan.floor_scale;
+    out["attn_scale"] = plan.attn_scale;
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  if (plan.types.empty()) {
+    std::printf("one RoPE configuration for every layer: %s\n", summary(configs[0]).c_str());
+  } else {
+    std::printf("layer types from %s, %zu layers\n", plan.source.c_str(), plan.layer_types.size());
+    for (size_t k = 0; k < plan.types.size(); ++k)
+      std::printf("%-20s %s\n%-20s layers: %s\n", plan.types[k].c_str(),
+                  summary(configs[k]).c_str(), "", ranges(layers_of(plan.types[k])).c_str());
+  }
+  if (!plan.nope_source.empty()) {
+    std::printf("NoPE layers (from %s): %s\n", plan.nope_source.c_str(), ranges(nope).c_str());
+    if (plan.temperature_tuning && !nope.empty())
+      std::printf(
+          "attention temperature tuning on NoPE layers: q *= log(floor((pos + 1) / %s) + 1) * "
+          "%s + 1\n",
+          num(plan.floor_scale).c_str(), num(plan.attn_scale).c_str());
+  }
+}
+
 const bool registered = register_command(30, [](CLI::App& app) {
   auto* rope = app.add_subcommand("rope", "Rotary position embedding (RoPE) and its scalings");
   rope->require_subcommand(1);
@@ -673,11 +789,20 @@ const bool registered = register_command(30, [](CLI::App& app) {
   add_format_option(fs, fo->format);
   fs->callback([fo] { run_freqs(*fo); });
 
+  auto lo = std::make_shared<layers_opts>();
+  auto* ls = rope->add_subcommand(
+      "layers", "Layer types of a config.json, which layers use each, their RoPE, NoPE layers");
+  ls->add_option("--hf-config", lo->hf_config, "Hugging Face config.json")->required();
+  add_format_option(ls, lo->format);
+  ls->callback([lo] { run_layers(*lo); });
+
   auto ao = std::make_shared<apply_opts>();
   auto* as = rope->add_subcommand(
       "apply", "Rotate X (T, H, D) float32/float64 .npy at positions P (T,) int64 .npy");
   as->add_option("--x", ao->x, "Input .npy, shape (T, H, D), float32 or float64")->required();
-  as->add_option("--positions", ao->positions, "Positions .npy, shape (T,), int64")->required();
+  as->add_option("--positions", ao->positions,
+                 "Positions .npy, shape (T,), int64; (3, T) for an M-RoPE config (mrope_section)")
+      ->required();
   as->add_option("--out", ao->out, "Output .npy (X's dtype), written atomically")->required();
   as->add_option("--layout", ao->layout, "Pair layout: half (NeoX) or interleaved (GPT-J)")
       ->required();
