@@ -247,8 +247,8 @@ HWY_INLINE void WidenRow(kv_storage st, const void* src, float* dst, int64_t n) 
 //   A: row r at A + r * lda, element kk at [kk * ak] (ak = 1: rows contiguous; ak = row length
 //   of a matrix read transposed, as the backward reads P^T and dS^T);  B: row kk at B + kk * ldb;
 //   C: row r at C + r * ldc. Accumulation order: for each output, kk = 0, 1, ..., K-1 with FMA.
-template <class D, int MR, int NV>
-HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const float* HWY_RESTRICT B,
+template <class D, int MR, int NV, typename TB = float>
+HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const TB* HWY_RESTRICT B,
                             int64_t ldb, float* HWY_RESTRICT C, int64_t ldc, int64_t K,
                             const float* HWY_RESTRICT beta, int64_t ak = 1) {
   const D d;
@@ -260,7 +260,7 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const floa
           beta ? hn::Mul(hn::Set(d, beta[r]), hn::LoadU(d, C + r * ldc + v * N)) : hn::Zero(d);
   for (int64_t kk = 0; kk < K; ++kk) {
     hn::Vec<D> b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, B + kk * ldb + v * N);
+    for (int v = 0; v < NV; ++v) b[v] = LoadAsFloat(d, B + kk * ldb + v * N);
     for (int r = 0; r < MR; ++r) {
       const auto a = hn::Set(d, A[r * lda + kk * ak]);
       for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(a, b[v], c[r][v]);
@@ -272,15 +272,15 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const floa
 
 // C(rows x NV*N) over the whole tile: rows in strips of kMR, the rest in strips of 8 (when
 // kMR > 8), 4, 2 and 1.
-template <class D, int NV>
-HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const float* B, int64_t ldb,
+template <class D, int NV, typename TB = float>
+HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const TB* B, int64_t ldb,
                           float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak = 1) {
   int64_t r = 0;
   auto strips = [&](auto mr) {
     constexpr int MR = decltype(mr)::value;
     for (; r + MR <= rows; r += MR)
-      MicroKernel<D, MR, NV>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K,
-                             beta ? beta + r : nullptr, ak);
+      MicroKernel<D, MR, NV, TB>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K,
+                                 beta ? beta + r : nullptr, ak);
   };
   strips(std::integral_constant<int, kMR>());
   if constexpr (kMR > 8) strips(std::integral_constant<int, 8>());
@@ -295,7 +295,9 @@ HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const float
 // of `panel` columns (PanelWidth()), each K x panel contiguous, so that the strip a micro-kernel
 // streams is one contiguous run of memory instead of K rows a whole B row apart (with a 64-key
 // block those lie 256 B apart and fill only a quarter of the L1 sets).
-HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
+// B may also be stored as float16 or bfloat16 (TB), widened as it is loaded.
+template <typename TB = float>
+HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const TB* B,
                      int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta,
                      int64_t ak = 1, int64_t panel = 0) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
@@ -303,10 +305,10 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
   auto bcol = [&](int64_t c0) { return panel ? B + c0 / panel * K * panel + c0 % panel : B + c0; };
   int64_t c0 = 0;
   for (; c0 + kNV * N <= ncols; c0 += kNV * N)
-    GemmStrip<DF, kNV>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+    GemmStrip<DF, kNV, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
   for (; c0 + N <= ncols; c0 += N)
-    GemmStrip<DF, 1>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
-  if (c0 < ncols) GemmStrip<DH, 1>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+    GemmStrip<DF, 1, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+  if (c0 < ncols) GemmStrip<DH, 1, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
 }
 
 // Transposes key blocks of K into kT: (Hkv, nkb, Bk / W, D, W) for W = PanelWidth() (each block
@@ -598,11 +600,31 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         for (int64_t jj = lo_j; jj < hi_j; ++jj) wrow[cidx[jj - lo_j]] += srow[jj];
       }
     }
-    // 4. P V with the rescale fused: acc = beta_r acc + p v_blk.
-    float* vb = sc.vb.data();
-    const int64_t ldv = vb_row(Dp);
-    for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
-    Gemm(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+    // 4. P V with the rescale fused: acc = beta_r acc + p v_blk. The decode path (few rows: each
+    // value row is used by one or two row strips) reads the rows in place, widened as they are
+    // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first.
+    if (!pr.kT && D == Dp) {
+      const int64_t ldv = Hkv * D;
+      switch (pr.vt) {
+        case kv_storage::f32:
+          Gemm(rows, Dp, s, kSimdBk, static_cast<const float*>(pr.vrow(j0, hk)), ldv, acc, Dp, nb,
+               beta);
+          break;
+        case kv_storage::f16:
+          Gemm(rows, Dp, s, kSimdBk, static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)), ldv, acc,
+               Dp, nb, beta);
+          break;
+        case kv_storage::bf16:
+          Gemm(rows, Dp, s, kSimdBk, static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)), ldv, acc,
+               Dp, nb, beta);
+          break;
+      }
+    } else {
+      float* vb = sc.vb.data();
+      const int64_t ldv = vb_row(Dp);
+      for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
+      Gemm(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+    }
   }
 
   if (part) {  // split-K: the chunk's unnormalised state, merged by merge_item

@@ -32,12 +32,13 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
                 static_cast<unsigned long long>(Hkv), static_cast<unsigned long long>(D),
                 storage == kv_storage::f32 ? 2 * sizeof(Real) : 2 * sizeof(uint16_t));
   transform_ = detail::make_key_transform(pos_, D, "kv_cache: ");
+  const auto n = static_cast<size_t>(capacity * Hkv * D);
   if (storage == kv_storage::f32) {
-    k_.resize(capacity * Hkv * D);
-    v_.resize(capacity * Hkv * D);
+    k_ = page_buffer<Real>(n);
+    v_ = page_buffer<Real>(n);
   } else {
-    k16_.resize(capacity * Hkv * D);
-    v16_.resize(capacity * Hkv * D);
+    k16_ = page_buffer<uint16_t>(n);
+    v16_ = page_buffer<uint16_t>(n);
   }
   kpos_.resize(capacity);
 }

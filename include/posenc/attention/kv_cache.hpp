@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
+#include "posenc/core/page_buffer.hpp"
 
 namespace posenc {
 
@@ -82,8 +83,9 @@ class kv_cache {
   attention_position<Real> pos_;
   std::shared_ptr<const detail::qk_transform> transform_;  // pos_'s hook 1; null = off
   kv_storage storage_ = kv_storage::f32;
-  std::vector<Real> k_, v_;
-  std::vector<uint16_t> k16_, v16_;
+  // In 2 MiB pages (page_buffer.hpp): a decode step reads each head's rows Hkv * D apart.
+  page_buffer<Real> k_, v_;
+  page_buffer<uint16_t> k16_, v16_;
   std::vector<Real> scratch_;  // half storage: one append's keys, transformed before rounding
   std::vector<int64_t> kpos_;
 };

@@ -28,11 +28,13 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench.hpp"
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/attention_cases.hpp"
+#include "posenc/core/page_buffer.hpp"
 #include "posenc/core/threads.hpp"
 
 namespace posenc::cli {
@@ -44,6 +46,8 @@ namespace ac = posenc::attention_cases;
 struct attn_data {
   ac::spec c;
   ac::fixture<float> f;
+  page_buffer<float> k, v;         // decode cases: K and V in 2 MiB pages
+  page_buffer<uint16_t> k16, v16;  // (the same, half precision)
   attention_params<float> params() const {
     attention_params<float> p = f.p;
     p.out = const_cast<float*>(f.out_fast.data());
@@ -51,10 +55,28 @@ struct attn_data {
   }
 };
 
+// Decode cases (T <= 8) read K and V from 2 MiB pages, as kv_cache stores them (page_buffer.hpp:
+// each head's rows lie Hkv * D elements apart, a 4 KiB page per row otherwise).
 std::shared_ptr<attn_data> make_data(const ac::spec& c) {
   auto d = std::make_shared<attn_data>();
   d->c = c;
   ac::build(d->f, c);
+  if (c.T <= 8) {
+    auto& f = d->f;
+    auto move_to_pages = [](auto& buf, const auto& src) {
+      using T = std::decay_t<decltype(src[0])>;
+      buf = page_buffer<T>(src.size());
+      std::copy(src.begin(), src.end(), buf.data());
+      return static_cast<const T*>(buf.data());
+    };
+    if (c.kv == kv_storage::f32) {
+      f.p.k = move_to_pages(d->k, f.k);
+      f.p.v = move_to_pages(d->v, f.v);
+    } else {
+      f.p.k16 = move_to_pages(d->k16, f.k16);
+      f.p.v16 = move_to_pages(d->v16, f.v16);
+    }
+  }
   return d;
 }
 
