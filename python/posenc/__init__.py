@@ -226,6 +226,7 @@ def _attention_opts(
     key_padding,
     cu_seqlens,
     window,
+    kv_dtype=None,
 ):
     if rope is not None and not isinstance(rope, RopeConfig):
         raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
@@ -247,6 +248,7 @@ def _attention_opts(
         "key_padding": key_padding,
         "cu_seqlens": cu_seqlens,
         "window": window,
+        "kv_dtype": kv_dtype,
     }
 
 
@@ -262,6 +264,9 @@ _ATTENTION_DOC = """
     q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot.
     key_padding: (S,) or (B, S) bool/uint8, True = real key. cu_seqlens: packed documents over
     the S keys (unbatched only). window: sliding window W (None or 0 = none).
+    kv_dtype (attention only): k and v stored in half precision with float32 q, computed in
+    float32: float16 arrays are read as float16 (kv_dtype None or "f16"); bfloat16 bits travel
+    as uint16 arrays with kv_dtype="bf16" (NumPy has no bfloat16). The backward needs float k, v.
 """
 
 
@@ -288,11 +293,12 @@ def attention(
     cu_seqlens=None,
     window=None,
     return_lse=False,
+    kv_dtype=None,
 ):
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
-        key_padding, cu_seqlens, window,
+        key_padding, cu_seqlens, window, kv_dtype,
     )
     return _posenc._attention_forward(q, k, v, opts, bool(return_lse))
 

@@ -62,7 +62,9 @@ struct attn_setup {
 };
 
 // q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); same float dtype.
-attn_setup setup(const py::array& q, const py::array& k, const py::array& v, const py::dict& opts) {
+// half_kv: k and v are float16 or bfloat16 bits (uint16), checked by the caller; q float32.
+attn_setup setup(const py::array& q, const py::array& k, const py::array& v, const py::dict& opts,
+                 bool half_kv = false) {
   attn_setup s;
   require_float(q, "q");
   if (q.ndim() != 3 && q.ndim() != 4)
@@ -70,7 +72,7 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
   s.batched = q.ndim() == 4;
   const char* kv_shape = s.batched ? "(B, S, Hkv, D)" : "(S, Hkv, D)";
   for (auto [a, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
-    if (!a->dtype().is(q.dtype()))
+    if (!half_kv && !a->dtype().is(q.dtype()))
       type_fail(std::string(name) + " must have the dtype of q (" + dtype_str(q) + "), got " +
                 dtype_str(*a));
     if (a->ndim() != q.ndim()) fail("{} must have shape {}, got {}", name, kv_shape, shape_str(*a));
@@ -250,6 +252,43 @@ py::object forward(const py::array& q0, const py::array& k0, const py::array& v0
   return py::object(out);
 }
 
+// Half-precision keys and values: k, v float16 (or bfloat16 bits in uint16 with
+// kv_dtype="bf16"), q float32; computed in float32 (attention_params::kv), nothing widened here.
+py::object forward_half(const py::array& q0, const py::array& k0, const py::array& v0,
+                        const py::dict& opts, bool return_lse, kv_storage kv) {
+  if (!is_f32(q0))
+    type_fail("half-precision k and v (" + name(kv) +
+              ") are computed in float32 and need float32 q, "
+              "got " +
+              dtype_str(q0));
+  const attn_setup s = setup(q0, k0, v0, opts, true);
+  const auto q = contiguous_as<float>(q0);
+  // The 16-bit words as stored (a forcecast to uint16 would convert float16 values).
+  const py::array k = py::array::ensure(k0, py::array::c_style),
+                  v = py::array::ensure(v0, py::array::c_style);
+  const auto* kw = static_cast<const uint16_t*>(k.data());
+  const auto* vw = static_cast<const uint16_t*>(v.data());
+  std::vector<py::ssize_t> oshape(q0.shape(), q0.shape() + q0.ndim());
+  std::vector<py::ssize_t> lshape(oshape.begin(), oshape.end() - 1);
+  py::array_t<float> out(oshape), lse(lshape);
+  attn_call<float> c(s);
+  c.p.kv = kv;
+  const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
+  float* o = out.mutable_data();
+  float* l = lse.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    for (int64_t b = 0; b < s.B; ++b) {
+      c.select(s, b);
+      c.p.q = q.data() + b * qn, c.p.k16 = kw + b * kn, c.p.v16 = vw + b * kn;
+      c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
+      attention_forward(c.p);
+    }
+  }
+  if (return_lse) return py::make_tuple(out, lse);
+  return py::object(out);
+}
+
 template <typename Real>
 py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
                   const py::array& out0, const py::array& lse0, const py::array& dout0,
@@ -339,6 +378,25 @@ void bind_attention(py::module_& m) {
       [](py::handle q, py::handle k, py::handle v, const py::dict& opts, bool return_lse) {
         const py::array qa = as_array(q, "q"), ka = as_array(k, "k"), va = as_array(v, "v");
         require_float(qa, "q");
+        // k, v in half precision: float16, or uint16 holding bfloat16 bits with kv_dtype="bf16".
+        const std::string kvd =
+            opt(opts, "kv_dtype").is_none() ? "" : opt(opts, "kv_dtype").cast<std::string>();
+        if (!kvd.empty() && kvd != "f16" && kvd != "bf16")
+          fail("kv_dtype must be None, \"f16\" or \"bf16\", got \"{}\"", kvd);
+        const bool k16 = ka.dtype().is(py::dtype("float16")),
+                   ku16 = ka.dtype().is(py::dtype::of<uint16_t>());
+        if (k16 || ku16 || !kvd.empty()) {
+          if (!va.dtype().is(ka.dtype()))
+            type_fail("v must have the dtype of k (" + dtype_str(ka) + "), got " + dtype_str(va));
+          if (k16 && (kvd.empty() || kvd == "f16"))
+            return forward_half(qa, ka, va, opts, return_lse, kv_storage::f16);
+          if (ku16 && kvd == "bf16")
+            return forward_half(qa, ka, va, opts, return_lse, kv_storage::bf16);
+          type_fail("kv_dtype=\"" + (kvd.empty() ? std::string("None") : kvd) +
+                    "\" does not match k's dtype " + dtype_str(ka) +
+                    ": float16 k and v are read as f16; bfloat16 bits travel as uint16 with "
+                    "kv_dtype=\"bf16\"");
+        }
         if (is_f32(qa)) return forward<float>(qa, ka, va, opts, return_lse);
         return forward<double>(qa, ka, va, opts, return_lse);
       },
