@@ -25,6 +25,9 @@ POSENC_DECLARE_HOOK(rope)
 POSENC_DECLARE_HOOK(alibi)
 POSENC_DECLARE_HOOK(t5)
 POSENC_DECLARE_HOOK(shaw)
+POSENC_DECLARE_HOOK(kerple)
+POSENC_DECLARE_HOOK(fire)
+POSENC_DECLARE_HOOK(xpos)
 #undef POSENC_DECLARE_HOOK
 
 // Explicit instantiation of a factory for float and double.
@@ -43,6 +46,9 @@ POSENC_DECLARE_TERMS(rope)
 POSENC_DECLARE_TERMS(alibi)
 POSENC_DECLARE_TERMS(t5)
 POSENC_DECLARE_TERMS(shaw)
+POSENC_DECLARE_TERMS(kerple)
+POSENC_DECLARE_TERMS(fire)
+POSENC_DECLARE_TERMS(xpos)
 #undef POSENC_DECLARE_TERMS
 
 #define POSENC_INSTANTIATE_TERMS(name)                                                             \

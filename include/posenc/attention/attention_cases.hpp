@@ -77,7 +77,11 @@ enum class scheme {
   t5_bidir,
   t5_causal,  // also switches causal masking on
   shaw,
-  all  // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
+  all,  // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
+  kerple_log,
+  kerple_power,
+  fire,  // hidden = 4
+  xpos   // scale_base = 64 (a visible decay at the table's distances)
 };
 enum class mask {
   none,
@@ -90,7 +94,7 @@ enum class mask {
   everything,  // causal + padding + cu_seqlens + window
   positions    // explicit positions: any order, large offsets, a few pads (also when T > S)
 };
-inline constexpr int kSchemes = static_cast<int>(scheme::all) + 1;
+inline constexpr int kSchemes = static_cast<int>(scheme::xpos) + 1;
 inline constexpr int kMasks = static_cast<int>(mask::positions) + 1;
 const char* name(scheme s);
 const char* name(mask m);
@@ -130,9 +134,12 @@ struct fixture {
   std::vector<double> slopes;
   t5_bias_table t5;
   shaw_tables shaw;
-  attention_tables<Real> tabs;  // t5 and shaw in the element type, viewed by p.pos
-  attention_params<Real> p;     // out and lse unset
-  double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
+  attention_tables<Real> tabs;     // t5 and shaw in the element type, viewed by p.pos
+  std::vector<Real> kerple, fire;  // Kerple (2, Hq) and FIRE (Hq, 3m + 3) parameters
+  double G = 0;  // bound on |d bias / d parameter| over the pairs (Kerple, FIRE; else 0)
+  double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
+  attention_params<Real> p;    // out and lse unset
+  double A = 0, B = 0, V = 0;  // the magnitudes of the tolerance derivation
 };
 
 // Draws the case's inputs (q ~ q_scale N(0, 1), k, v ~ N(0, 1)), masks, positions and scheme
@@ -155,7 +162,7 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 // when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dt5, dak, dav;
+  std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi;
   std::vector<double> dal;
   attention_grads<Real> g;
   grads(const fixture<Real>& f, const Real* out, const Real* lse, const Real* dout) {
@@ -179,6 +186,14 @@ struct grads {
       dal.assign(p.Hq, -7.0);
       g.dalibi = dal.data();
     }
+    if (p.pos.has_kerple()) {
+      dke.assign(p.pos.kerple.params.size(), Real(-7));
+      g.dkerple = dke.data();
+    }
+    if (p.pos.has_fire()) {
+      dfi.assign(p.pos.fire.params.size(), Real(-7));
+      g.dfire = dfi.data();
+    }
   }
 };
 
@@ -193,7 +208,8 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c);
 // The backward bounds above (per entry, plus u |reference|). dout: (T, Hq, D); lse: (T, Hq) of
 // the forward the backward runs on.
 struct backward_tolerances {
-  double dq = 0, dk = 0, dv = 0, dt5 = 0, dal = 0, dak = 0, dav = 0;
+  double dq = 0, dk = 0, dv = 0, dt5 = 0, dal = 0, dak = 0, dav = 0, dpar = 0;  // dpar: Kerple,
+                                                                                // FIRE: T E_S G
 };
 template <typename Real>
 backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,

@@ -23,7 +23,19 @@
 namespace posenc {
 
 // The schemes with a hook. `count` is the number of schemes (iterate 0 .. count - 1).
-enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, t5, shaw, count };
+enum class pos_scheme {
+  nope,
+  sinusoidal,
+  learned,
+  rope,
+  alibi,
+  t5,
+  shaw,
+  kerple,
+  fire,
+  xpos,
+  count
+};
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
 // Throws invalid_argument naming `arg` and the allowed names.
 pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg = "scheme");
@@ -36,6 +48,10 @@ struct position_options {
   int64_t t5_max_distance = 128;  //     (Raffel et al. 2020 share it across layers too)
   int64_t shaw_clip = 16;         // shaw: K; tables (2K+1, D) per layer, shared by heads
   double input_amplitude = 1;     // sinusoidal: x_0 = E[token] + a PE(pos)
+  bool kerple_power = false;      // kerple: power kernel (else logarithmic); (2, H) per layer
+  int64_t fire_hidden = 32;       // fire: hidden units of the per-head MLP (Li et al. 2023: 32)
+  double xpos_gamma = 0.4;        // xpos: zeta offset and scale base (Sun et al. 2022), theta
+  double xpos_scale_base = 512;   //       from rope_theta
 };
 
 // The model's shape as a hook needs it.

@@ -11,11 +11,15 @@
 //     [--cu-seqlens 0,5,12] [--window W]
 //     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
 //     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dt5-table DT.npy]
-//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]]
+//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]
+//      [--dkerple DKE.npy] [--dfire DF.npy]]
+//     [--kerple KE.npy [--kerple-kernel log|power]] [--fire F.npy --fire-hidden M]
+//     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
 // dtype; a float64 table in a float32 call is rounded with a note on stderr); TABLE (num_buckets,
-// Hq); positions (T,) / (S,) int64 or int32; M (S,) bool or uint8 with 1 = real token. O is (T, Hq,
+// Hq); KE (2, Hq) Kerple's a1, a2; F (Hq, 3M + 3) FIRE's per-head MLP (attention.hpp);
+// positions (T,) / (S,) int64 or int32; M (S,) bool or uint8 with 1 = real token. O is (T, Hq,
 // D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the backward runs too (attention_backward):
 // DQ, DK, DV and the requested parameter gradients are written in Q's dtype (DA, the ALiBi slope
 // gradient (Hq,), in float64). Every input is read and validated and the attention computed before
@@ -64,8 +68,13 @@ struct attend_opts {
   // Shaw
   std::string shaw_keys, shaw_values;
   int64_t shaw_clip = -1;
+  // Kerple, FIRE, xPos
+  std::string kerple, kerple_kernel = "log", fire;
+  int64_t fire_hidden = 0;
+  bool xpos = false;
+  double xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
   // Backward
-  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi;
+  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire;
   CLI::App* sub = nullptr;
 };
 
@@ -234,12 +243,52 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     p.pos.shaw = {o.shaw_clip, shaw_k, shaw_v};
     schemes.push_back("shaw");
   }
+  std::vector<Real> kerple_w, fire_w;
+  if (!o.kerple.empty()) {
+    if (o.kerple_kernel != "log" && o.kerple_kernel != "power")
+      fail("--kerple-kernel must be log or power, got '{}'", o.kerple_kernel);
+    const auto a = read_npy(o.kerple);
+    require_float(a, "--kerple");
+    require_shape(a, "--kerple", {2, Hq}, fmt::format("(2, Hq) = (2, {}): rows a1, a2", Hq));
+    note_rounding<Real>(a, "--kerple");
+    kerple_w = as_real<Real>(a);
+    p.pos.kerple = {o.kerple_kernel == "power" ? kerple_kernel::power : kerple_kernel::log,
+                    kerple_w};
+    schemes.push_back("kerple");
+  } else if (given(o, "--kerple-kernel")) {
+    fail("--kerple-kernel needs --kerple");
+  }
+  if (!o.fire.empty()) {
+    if (!given(o, "--fire-hidden")) fail("--fire needs --fire-hidden M (the MLP's hidden units)");
+    if (o.fire_hidden < 1 || o.fire_hidden > 4096)
+      fail("--fire-hidden must be in [1, 4096], got {}", o.fire_hidden);
+    const int64_t W = 3 * o.fire_hidden + 3;
+    const auto a = read_npy(o.fire);
+    require_float(a, "--fire");
+    require_shape(
+        a, "--fire", {Hq, W},
+        fmt::format("(Hq, 3 M + 3) = ({}, {}) for --fire-hidden {}", Hq, W, o.fire_hidden));
+    note_rounding<Real>(a, "--fire");
+    fire_w = as_real<Real>(a);
+    p.pos.fire = {o.fire_hidden, fire_w};
+    schemes.push_back("fire");
+  } else if (given(o, "--fire-hidden")) {
+    fail("--fire-hidden needs --fire");
+  }
+  if (o.xpos) {
+    if (o.rope) fail("--xpos and --rope exclude each other (xPos is RoPE with a scale)");
+    p.pos.xpos = {o.theta, o.xpos_gamma, o.xpos_scale_base, o.xpos_center};
+    schemes.push_back("xpos");
+  } else if (given(o, "--xpos-gamma") || given(o, "--xpos-scale-base") ||
+             given(o, "--xpos-center")) {
+    fail("--xpos-gamma, --xpos-scale-base and --xpos-center need --xpos");
+  }
 
   // Backward: every flag checked before anything runs.
   const bool backward = !o.dout.empty();
   if (!backward) {
-    for (const char* f :
-         {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values", "--dalibi"})
+    for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
+                          "--dalibi", "--dkerple", "--dfire"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
   } else {
     if (o.dq.empty() || o.dk.empty() || o.dv.empty())
@@ -248,14 +297,17 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
       fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
     if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
+    if (!o.dkerple.empty() && !p.pos.has_kerple()) fail("--dkerple needs --kerple");
+    if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
     std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
-    for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi})
+    for (const auto* x :
+         {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple, &o.dfire})
       if (!x->empty()) outs.push_back(*x);
     for (size_t a = 0; a < outs.size(); ++a)
       for (size_t b = a + 1; b < outs.size(); ++b)
         if (outs[a] == outs[b]) fail("output paths must differ, '{}' is given twice", outs[a]);
   }
-  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav;
+  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dke, dfi;
   std::vector<double> dal;
   if (backward) {
     const auto da = read_npy(o.dout);
@@ -289,6 +341,14 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
       dal.resize(Hq);
       g.dalibi = dal.data();
     }
+    if (!o.dkerple.empty()) {
+      dke.resize(kerple_w.size());
+      g.dkerple = dke.data();
+    }
+    if (!o.dfire.empty()) {
+      dfi.resize(fire_w.size());
+      g.dfire = dfi.data();
+    }
     attention_backward(p, g);
   }
 
@@ -314,6 +374,8 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     const int64_t rows = 2 * p.pos.shaw.clip + 1;
     if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(dak, {rows, D}));
     if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(dav, {rows, D}));
+    if (!o.dkerple.empty()) files.emplace_back(o.dkerple, as_npy(dke, {2, Hq}));
+    if (!o.dfire.empty()) files.emplace_back(o.dfire, as_npy(dfi, {Hq, 3 * p.pos.fire.hidden + 3}));
     if (!o.dalibi.empty()) {
       npy_array a = make_npy<double>({Hq});
       std::copy(dal.begin(), dal.end(), a.template as<double>());
@@ -459,6 +521,18 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--dshaw-keys", o->dshaw_keys, "Write dL/da^K DAK.npy (2K+1, D)");
   sub->add_option("--dshaw-values", o->dshaw_values, "Write dL/da^V DAV.npy (2K+1, D)");
   sub->add_option("--dalibi", o->dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
+  sub->add_option("--kerple", o->kerple,
+                  "Kerple bias (Chi et al. 2022): parameters KE.npy (2, Hq), rows a1, a2");
+  sub->add_option("--kerple-kernel", o->kerple_kernel, "Kerple kernel: log (default) or power");
+  sub->add_option("--fire", o->fire,
+                  "FIRE bias (Li et al. 2023): per-head MLP parameters F.npy (Hq, 3 M + 3)");
+  sub->add_option("--fire-hidden", o->fire_hidden, "FIRE hidden units M");
+  sub->add_flag("--xpos", o->xpos, "xPos (Sun et al. 2022): RoPE with a decaying scale, --theta");
+  sub->add_option("--xpos-gamma", o->xpos_gamma, "xPos gamma (default 0.4)");
+  sub->add_option("--xpos-scale-base", o->xpos_scale_base, "xPos scale base (default 512)");
+  sub->add_option("--xpos-center", o->xpos_center, "xPos scale centre (default 0)");
+  sub->add_option("--dkerple", o->dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
+  sub->add_option("--dfire", o->dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
   sub->callback([o] { run_attend(*o); });
 });
 
