@@ -49,7 +49,7 @@ void run_group(const std::string& group, int n) {
 // Every scheme x every mask on one awkward shape (T=17 queries after a prefix, S=64), both
 // element types.
 TEST(Attention, EverySchemeAndMaskAgainstReference) {
-  run_group("forward_every_scheme_and_mask", 72);
+  run_group("forward_every_scheme_and_mask", kSchemes * kMasks);
 }
 
 // A deterministic sample of the full cross product of shapes, heads, schemes and masks, float32
@@ -258,7 +258,7 @@ RC_GTEST_PROP(AttentionProp, PermutationEquivariantWithoutPosition, ()) {
 
 // Every scheme x every mask, the shapes cycling through the awkward lists.
 TEST(AttentionSimd, EverySchemeAndMaskAgainstReference) {
-  run_group("simd_every_scheme_and_mask", 72);
+  run_group("simd_every_scheme_and_mask", kSchemes * kMasks);
 }
 
 // All T x S combinations for the benchmark's kind of call: causal GQA, none and T5/ALiBi.
@@ -270,7 +270,7 @@ TEST(AttentionSimd, CausalGqaAllLengths) {
 // are merged in chunk order: every scheme and mask, T = 1 and 4, S = 1000 and 8192, MHA, GQA
 // and MQA (T = 4 with MQA has 32 rows: the unsplit path beside the split one).
 TEST(AttentionSimd, SplitDecodeAgainstReference) {
-  run_group("simd_split_decode", 32);
+  run_group("simd_split_decode", kSchemes * 4);
 }
 
 // The split decode merges chunks in chunk order and its chunking depends on the shape only:

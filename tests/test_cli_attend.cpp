@@ -597,3 +597,69 @@ TEST(CliAttend, ResearchSchemesMatchNaiveFormulas) {
     EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy"))) << msg;
   }
 }
+
+// CoPE through `posenc attend` against the paper's formulas written here (Golovneva et al.
+// 2024, sec. 3; causal, float64, tolerance 1e-12 absolute as above): a_ij = q_i . k_j / sqrt(D),
+// g = sigmoid(a), p_ij = sum_{t=j..i} g_it clamped to npos - 1, logits interpolated between
+// q_i . e[floor p] and q_i . e[ceil p]; and its bad inputs (bidirectional, with another scheme,
+// wrong shape) exit 2.
+TEST(CliAttend, CopeMatchesNaiveFormula) {
+  inputs in(dtype::f64);
+  const int64_t P = 4;
+  std::vector<double> e(P * D);
+  rng r(5);
+  for (auto& x : e) x = 0.5 * r.normal();
+  in.write("e.npy", e, {P, D}, dtype::f64);
+  std::vector<double> want(T * Hq * D, 0.0);
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t qi = S - T + i;
+      const double* q = &in.q[(i * Hq + h) * D];
+      std::vector<double> a(S), g(S), s(S, -INFINITY), Z(P);
+      for (int64_t j = 0; j <= qi; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += q[d] * in.k[j * D + d];
+        a[j] = dot / std::sqrt(double(D));
+        g[j] = 1 / (1 + std::exp(-a[j]));
+      }
+      for (int64_t t = 0; t < P; ++t) {
+        Z[t] = 0;
+        for (int64_t d = 0; d < D; ++d) Z[t] += q[d] * e[t * D + d];
+      }
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= qi; ++j) {
+        double p = 0;
+        for (int64_t t = j; t <= qi; ++t) p += g[t];
+        p = std::min(p, double(P - 1));
+        const double lo = std::floor(p), hi = std::ceil(p), w = p - lo;
+        s[j] = a[j] + Z[int64_t(hi)] * w + Z[int64_t(lo)] * (1 - w);
+        m = std::max(m, s[j]);
+      }
+      double l = 0;
+      for (auto& x : s) l += (x = std::exp(x - m));
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t d = 0; d < D; ++d) want[(i * Hq + h) * D + d] += s[j] / l * in.v[j * D + d];
+    }
+  auto args = in.base();
+  args.insert(args.end(), {"--causal", "--cope", in.dir.file("e.npy")});
+  const auto res = test::run_cli(args);
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  EXPECT_LT(max_diff(read_npy(in.dir.file("o.npy")), want), 1e-12);
+
+  std::filesystem::remove(in.dir.file("o.npy"));
+  std::vector<double> bad(P * (D + 1), 0.0);
+  in.write("bad.npy", bad, {P, D + 1}, dtype::f64);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--cope", in.dir.file("e.npy")}, "cope needs causal attention"},
+      {{"--causal", "--cope", in.dir.file("e.npy"), "--alibi"}, "cope is used alone"},
+      {{"--causal", "--cope", in.dir.file("bad.npy")}, "--cope must have shape (npos, D)"},
+  };
+  for (const auto& [extra, msg] : cases) {
+    auto a = in.base();
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto rr = test::run_cli(a);
+    EXPECT_EQ(rr.exit_code, 2) << msg << "\n" << rr.err;
+    EXPECT_NE(rr.err.find(msg), std::string::npos) << "expected '" << msg << "' in " << rr.err;
+    EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy"))) << msg;
+  }
+}

@@ -5,6 +5,7 @@
 //   q'_n = zeta^((n - c) / B) R(n) q_n,  k'_m = zeta^(-(m - c) / B) R(m) k_m,  B = scale_base
 // The transpose (the backward) is R(pos)^T with the same scale: each pair's scale commutes with
 // that pair's rotation.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -41,7 +42,8 @@ class xpos_transform final : public qk_transform {
         const double ang = std::fmod(p * omega, 2 * M_PI);
         const double zeta = (double(i) / double(h2) + x_.gamma) / (1 + x_.gamma);
         const double e = (p - x_.center) / x_.scale_base;
-        const double sc = std::pow(zeta, key ? -e : e);
+        // zeta^e = exp(e log zeta), the exponent saturated at +-80 (see attention.hpp).
+        const double sc = std::exp(std::clamp((key ? -e : e) * std::log(zeta), -80.0, 80.0));
         c[i] = sc * std::cos(ang);
         s[i] = sc * (transpose ? -std::sin(ang) : std::sin(ang));
       }

@@ -28,6 +28,7 @@ POSENC_DECLARE_HOOK(shaw)
 POSENC_DECLARE_HOOK(kerple)
 POSENC_DECLARE_HOOK(fire)
 POSENC_DECLARE_HOOK(xpos)
+POSENC_DECLARE_HOOK(cope)
 #undef POSENC_DECLARE_HOOK
 
 // Explicit instantiation of a factory for float and double.
@@ -49,6 +50,7 @@ POSENC_DECLARE_TERMS(shaw)
 POSENC_DECLARE_TERMS(kerple)
 POSENC_DECLARE_TERMS(fire)
 POSENC_DECLARE_TERMS(xpos)
+POSENC_DECLARE_TERMS(cope)
 #undef POSENC_DECLARE_TERMS
 
 #define POSENC_INSTANTIATE_TERMS(name)                                                             \

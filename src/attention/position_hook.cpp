@@ -8,8 +8,8 @@
 namespace posenc {
 namespace {
 
-constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi",
-                                   "t5",   "shaw",       "kerple",  "fire", "xpos"};
+constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi", "t5",
+                                   "shaw", "kerple",     "fire",    "xpos", "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 }  // namespace
@@ -22,7 +22,8 @@ pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg)
   for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i)
     if (name == k_names[i]) return static_cast<pos_scheme>(i);
   fail(
-      "{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw, kerple, fire, xpos; got "
+      "{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw, kerple, fire, xpos, "
+      "cope; got "
       "'{}'",
       arg, name);
 }
@@ -54,6 +55,8 @@ std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const positio
       return detail::make_fire_hook<S>(o, shape);
     case pos_scheme::xpos:
       return detail::make_xpos_hook<S>(o, shape);
+    case pos_scheme::cope:
+      return detail::make_cope_hook<S>(o, shape);
     case pos_scheme::count:
       break;
   }
@@ -80,6 +83,7 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   add_shaw_terms(p, pl, g, t);
   add_kerple_terms(p, pl, g, t);
   add_fire_terms(p, pl, g, t);
+  add_cope_terms(p, pl, g, t);  // validation only: CoPE has its own path
   return t;
 }
 
@@ -98,6 +102,7 @@ position_options position_options_for_gradcheck() {
   o.t5_max_distance = 16;
   o.shaw_clip = 2;
   o.fire_hidden = 4;
+  o.cope_npos = 6;
   return o;
 }
 

@@ -21,7 +21,8 @@ const char* name(scheme s) {
   const char* n[] = {"none",         "rope_half", "rope_interleaved_partial",
                      "alibi",        "t5_bidir",  "t5_causal",
                      "shaw",         "all",       "kerple_log",
-                     "kerple_power", "fire",      "xpos"};
+                     "kerple_power", "fire",      "xpos",
+                     "cope"};
   return n[static_cast<int>(s)];
 }
 
@@ -60,7 +61,8 @@ void build(fixture<Real>& f, const spec& c) {
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
 
   const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
-                      c.msk == mask::everything || c.sch == scheme::t5_causal;
+                      c.msk == mask::everything || c.sch == scheme::t5_causal ||
+                      c.sch == scheme::cope;
   p.causal = causal;
   if (c.msk == mask::padding || c.msk == mask::everything) {
     f.pad.resize(S);
@@ -187,6 +189,17 @@ void build(fixture<Real>& f, const spec& c) {
       w[3 * m] = static_cast<Real>(0.5 * r.normal());
       w[3 * m + 1] = static_cast<Real>(r.normal());
       w[3 * m + 2] = static_cast<Real>(8 + 4 * r.normal());
+      {
+        // relu has a kink at 0, where finite differences are meaningless: b1 keeps every
+        // pre-activation w1 x + b1 at least 0.1 away from 0 for all x in [0, X] (X below),
+        // even units always on, odd units always off, so both branches are covered.
+        const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
+        const double X = std::log1p(cc * dmax) / std::max(std::log1p(cc * L), 1e-300);
+        for (int64_t u = 0; u < m; ++u) {
+          const double off = std::abs(double(w[u])) * X + 0.1 + 0.5 * std::abs(r.normal());
+          w[m + u] = static_cast<Real>(u % 2 == 0 ? off : -off);
+        }
+      }
       // Bounds (Li et al. 2023's f(psi(d) / psi(max(L, i)))): x <= X = psi(dmax) / psi(L);
       // |b| <= |b2| + sum |w2| (|w1| X + |b1|); per parameter: relu <= |w1| X + |b1|,
       // |w2| X, |w2|, 1, and through x: sum |w2 w1| times |dx/dc| <= (1 + X) / (c psi(L)),
@@ -217,6 +230,15 @@ void build(fixture<Real>& f, const spec& c) {
     const double zeta0 = 0.4 / 1.4;
     f.F = std::pow(zeta0, -dmax / B);
     amp = std::sqrt(f.F);
+  }
+
+  if (c.sch == scheme::cope) {
+    // Embeddings N(0, 1/4); the interpolated term q_i . e is bounded by |q| max|e_t|, added to
+    // B below (it enters the scores like a bias).
+    const int64_t P = 8;
+    f.cope.resize(P * D);
+    for (auto& e : f.cope) e = static_cast<Real>(0.5 * r.normal());
+    p.pos.cope = {P, f.cope};
   }
 
   // Tolerance magnitudes A and V (see the derivation in the header).
@@ -250,6 +272,15 @@ void build(fixture<Real>& f, const spec& c) {
     bmax += f.slopes[0] * spread;
   }
   f.A = (1.0 / std::sqrt(double(D))) * amp * amp * qmax * (kmax + akmax);
+  if (p.pos.has_cope()) {
+    double emax = 0;
+    for (int64_t t = 0; t < p.pos.cope.npos; ++t) {
+      double n = 0;
+      for (int64_t d = 0; d < D; ++d) n += double(f.cope[t * D + d]) * f.cope[t * D + d];
+      emax = std::max(emax, std::sqrt(n));
+    }
+    kbias = std::max(kbias, qmax * emax);
+  }
   f.B = bmax + kbias;
   f.V = vmax + avmax;
 }
@@ -484,6 +515,7 @@ void check_backward(tracker& tr, const spec& c) {
   if (!p.pos.alibi.empty()) compare<double>(tr, ty + "dalibi", fast.dal, ref.dal, t.dal, u);
   if (p.pos.has_kerple()) compare<Real>(tr, ty + "dkerple", fast.dke, ref.dke, t.dpar, u);
   if (p.pos.has_fire()) compare<Real>(tr, ty + "dfire", fast.dfi, ref.dfi, t.dpar, u);
+  if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
 }
 
 std::string summary(const tracker& tr) {
@@ -579,6 +611,7 @@ check_result grad_case(const spec& c) {
   if (!p.pos.alibi.empty()) check(f.slopes.data(), f.slopes.size(), ref.dal.data(), "dalibi");
   if (p.pos.has_kerple()) check(f.kerple.data(), f.kerple.size(), ref.dke.data(), "dkerple");
   if (p.pos.has_fire()) check(f.fire.data(), f.fire.size(), ref.dfi.data(), "dfire");
+  if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   return measured_check(
       "attention", "backward_vs_fd/" + c.name,
       fmt::format("attention_backward_reference (float64) agrees with central differences of the "
@@ -810,7 +843,8 @@ std::vector<spec> make_check() {
                                            {scheme::kerple_log, mask::causal},
                                            {scheme::kerple_power, mask::padding},
                                            {scheme::fire, mask::causal},
-                                           {scheme::xpos, mask::causal}};
+                                           {scheme::xpos, mask::causal},
+                                           {scheme::cope, mask::causal}};
   uint64_t seed = 4000;
   for (auto [s, m] : pairs) add(spec{7, 13, 8, 4, 2, s, m, seed++}, forward | backward | grad);
   add(spec{9, 5, 8, 4, 2, scheme::all, mask::positions, seed++}, forward | backward | grad);

@@ -38,9 +38,11 @@ constexpr double kU = 0x1p-53;
 constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
-enum class scheme { none, rope, alibi, t5, shaw, kerple, fire, xpos };
+enum class scheme { none, rope, alibi, t5, shaw, kerple, fire, xpos, cope };
 const char* scheme_name(scheme s) {
   switch (s) {
+    case scheme::cope:
+      return "cope";
     case scheme::kerple:
       return "kerple";
     case scheme::fire:
@@ -75,6 +77,7 @@ struct problem {
   rope_freqs freqs;
   std::vector<double> slopes;
   std::vector<double> kerple, fire;  // (2, Hq); (Hq, 3m + 3)
+  std::vector<double> cope;          // (8, D)
   t5_bias_table t5;
   shaw_tables shaw;
   attention_tables<double> tabs;  // the tables in double, viewed by pos
@@ -159,6 +162,24 @@ struct problem {
       trig = kTrig + 2 * kU * (N + 1000) + 8 * kU;
     }
     if (s == scheme::rope) trig = kTrig;
+    if (s == scheme::cope) {
+      // |interpolated q . e| <= |q| max|e_t| enters the scores like a bias.
+      fill(cope, 8 * D);
+      for (auto& e : cope) e *= 0.5;
+      pos.cope = {8, cope};
+      double qn = 0, en = 0;
+      for (int64_t t = 0; t < N * Hq; ++t) {
+        double n = 0;
+        for (int64_t d = 0; d < D; ++d) n += q[t * D + d] * q[t * D + d];
+        qn = std::max(qn, std::sqrt(n));
+      }
+      for (int64_t t = 0; t < 8; ++t) {
+        double n = 0;
+        for (int64_t d = 0; d < D; ++d) n += cope[t * D + d] * cope[t * D + d];
+        en = std::max(en, std::sqrt(n));
+      }
+      B = qn * en;
+    }
     recompute_magnitudes(amp, akmax, avmax);
   }
 
@@ -419,6 +440,72 @@ std::vector<check_result> attention_checks() {
         shift_deviation(ps, 1000003), ps.tolerance(ps.N),
         "causal; the progressive interpolation divides by psi(qpos) once qpos > L"));
   }
+  {
+    // CoPE (Golovneva et al. 2024): positions are counted by gates over the content, so the
+    // position ids are not read at all, p_ij is monotone in j, it is the token distance
+    // i - j + 1 when every gate is open, and it changes when the content between j and i does
+    // (so CoPE is not a function of i - j: not translation invariant in the token index).
+    problem ps(scheme::cope, true, seed);
+    r.push_back(equal_check(
+        "cope_ignores_position_ids",
+        "cope: shifting every position id by 1000003 leaves the outputs unchanged (positions "
+        "come from the gates)",
+        shift_deviation(ps, 1000003), ps.tolerance(ps.N), "causal, N = 20, npos = 8"));
+    auto positions = [](const problem& pr) {
+      std::vector<double> out(pr.N * pr.Hq * pr.D);
+      auto p = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), pr.N, pr.N);
+      return cope_positions(p, 0);
+    };
+    const auto P0 = positions(ps);
+    double rise = 0;  // max over i, j < j' <= i of p_ij' - p_ij (must be <= 0)
+    for (int64_t i = 0; i < ps.N; ++i)
+      for (int64_t j = 0; j < i; ++j)
+        rise = std::max(rise, P0[i * ps.N + j + 1] - P0[i * ps.N + j]);
+    check_result m{"attention",
+                   "cope_positions_monotone",
+                   "cope: p_ij = sum_{t=j..i} g_it never increases with j (the gates are >= 0)",
+                   rise <= 0,
+                   rise,
+                   0.0,
+                   "head 0, causal, N = 20; exact: suffix sums of "
+                   "non-negative gates"};
+    r.push_back(m);
+    problem open = ps;  // every q and k = 3 (1, ..., 1): a_ij = 9 D / sqrt(D) = 36, g = 1 - 2e-16
+    std::fill(open.q.begin(), open.q.end(), 3.0);
+    std::fill(open.k.begin(), open.k.end(), 3.0);
+    const auto P1 = positions(open);
+    double cnt = 0;
+    for (int64_t i = 0; i < open.N; ++i)
+      for (int64_t j = 0; j <= i; ++j)
+        cnt = std::max(cnt, std::abs(P1[i * open.N + j] - double(i - j + 1)));
+    // Each gate is 1 - e^-36 (2.4e-16 short); N gates summed with rounding N u each.
+    const double tcnt = double(open.N) * (2.4e-16 + double(open.N) * kU);
+    check_result c{
+        "attention",
+        "cope_counts_tokens_when_gates_open",
+        "cope: with every gate open (q . k large) p_ij = i - j + 1, the relative "
+        "token distance",
+        cnt <= tcnt,
+        cnt,
+        tcnt,
+        "q = k = 3 (1, ..., 1), D = 16: every gate 1 - e^-36; tolerance N (e^-36 + N u)"};
+    r.push_back(c);
+    problem closed = ps;  // close the gates of keys 5..9 for every query: k_t = -20 q-ish
+    for (int64_t t = 5; t < 10; ++t)
+      for (int64_t d = 0; d < closed.Hkv * closed.D; ++d)
+        closed.k[t * closed.Hkv * closed.D + d] *= -8;
+    closed.recompute_magnitudes(1, 0, 0);
+    const auto P2 = positions(closed);
+    double dev = 0;
+    for (int64_t i = 10; i < ps.N; ++i)
+      for (int64_t j = 0; j < 5; ++j)
+        dev = std::max(dev, std::abs(P2[i * ps.N + j] - P0[i * ps.N + j]));
+    r.push_back(breaks_check(
+        "cope_positions_depend_on_content",
+        "cope: changing the keys between j and i changes p_ij at the same token distance i - j "
+        "(not translation invariant in the token index)",
+        dev, 1e-12, "keys 5..9 scaled by -8; p_ij for i >= 10, j < 5 compared"));
+  }
   for (scheme s : kSchemes) {
     problem ps(s, true, seed);
     const int64_t c = 1000003;
@@ -463,7 +550,7 @@ std::vector<check_result> attention_checks() {
   // Packed documents, padding, cache: for no scheme and every scheme, causal.
   const std::vector<int64_t> cu = {0, 7, 12, 20};
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::kerple, scheme::fire, scheme::xpos}) {
+                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -474,7 +561,7 @@ std::vector<check_result> attention_checks() {
         "causal; positions restart at 0 in each document"));
   }
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::kerple, scheme::fire, scheme::xpos}) {
+                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -486,7 +573,7 @@ std::vector<check_result> attention_checks() {
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::kerple, scheme::fire, scheme::xpos}) {
+                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),

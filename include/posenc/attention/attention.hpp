@@ -112,13 +112,29 @@ struct attention_fire {
 //   q'_n = zeta^((n - c) / scale_base) R(n) q_n,   k'_m = zeta^(-(m - c) / scale_base) R(m) k_m
 // so q'_n . k'_m carries zeta^((n - m) / scale_base): a decay in the relative distance that does
 // not depend on the centre c (x-transformers centres at half the sequence length so that the
-// scales stay representable). The scales are computed in double and rounded once; with the
-// default gamma, |pos - c| up to about 60 scale_base keeps them in float range.
+// scales stay representable). The scales are computed in double and rounded once; the exponent
+// (pos - c) / scale_base log zeta_i saturates at +-80, so every scale stays finite in float32
+// (pad slots, passed as position 0, too): with the default gamma the formula holds exactly for
+// |pos - c| up to 64 scale_base.
 struct attention_xpos {
   double theta = 0;         // RoPE base; 0 = off
   double gamma = 0.4;       // > 0
   double scale_base = 512;  // > 0
   double center = 0;        // c, finite
+};
+
+// CoPE, contextual position encoding (Golovneva et al. 2024, sec. 3): with a_ij = scale q_i.k_j,
+//   g_ij = sigmoid(a_ij),  p_ij = sum_{t = j..i, visible} g_it      (positions count gates)
+//   s_ij = a_ij + (1 - w) q_i . e[f] + w q_i . e[f + 1],  f = floor(p'), w = p' - f,
+//   p' = min(p_ij, npos - 1)
+// Positions depend on q and k, so CoPE is neither a q/k transform nor a bias of (qpos, kpos):
+// it has its own path (src/attention/attention_cope.cpp, plain loops in double), which every
+// entry point runs when CoPE is on (the tiled and SIMD paths have no CoPE kernel). Causal only;
+// used alone (no other position scheme in the same call); position ids are not read.
+template <typename Real>
+struct attention_cope {
+  int64_t npos = 0;           // P >= 1 position embeddings
+  std::span<const Real> emb;  // (P, D), D contiguous, shared by the heads; empty = off
 };
 
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
@@ -132,11 +148,13 @@ struct attention_position {
   attention_kerple<Real> kerple;  // hook 2b: Kerple parameters (2, Hq)
   attention_fire<Real> fire;      // hook 2b: FIRE parameters (Hq, 3m + 3)
   attention_xpos xpos;            // hook 1: xPos (instead of rope)
+  attention_cope<Real> cope;      // CoPE: its own path, alone, causal
 
   bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }
   bool has_kerple() const { return !kerple.params.empty(); }
   bool has_fire() const { return !fire.params.empty(); }
+  bool has_cope() const { return !cope.emb.empty(); }
 };
 
 // Views of the encodings layer's float tables (t5_init, shaw_init) for a float call; a double
@@ -244,6 +262,7 @@ struct attention_grads {
   Real* dshaw_values = nullptr;  // (2K+1, D): gradient of a^V
   Real* dkerple = nullptr;       // (2, Hq): gradient of the Kerple parameters a1, a2
   Real* dfire = nullptr;         // (Hq, 3m + 3): gradient of the FIRE parameters
+  Real* dcope = nullptr;         // (npos, D): gradient of the CoPE embeddings
 };
 
 // The dispatcher: attention_backward_tiled, or attention_backward_reference when
@@ -271,6 +290,11 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
 
 // True when POSENC_REFERENCE is set to a value other than "" or "0".
 bool attention_reference_selected();
+
+// CoPE's positions p_ij (unclamped) of head h, (T, S), 0 on masked pairs (for checks and
+// inspection; pos.cope must be on).
+template <typename Real>
+std::vector<double> cope_positions(const attention_params<Real>& p, int64_t h);
 
 // Property checks for `posenc check` (group "attention"); see src/verify/attention_checks.cpp.
 std::vector<check_result> attention_checks();

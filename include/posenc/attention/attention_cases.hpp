@@ -81,7 +81,8 @@ enum class scheme {
   kerple_log,
   kerple_power,
   fire,  // hidden = 4
-  xpos   // scale_base = 64 (a visible decay at the table's distances)
+  xpos,  // scale_base = max(64, spread / 4), centred on the positions
+  cope   // npos = 8; forces causal masking (CoPE is causal only)
 };
 enum class mask {
   none,
@@ -94,7 +95,7 @@ enum class mask {
   everything,  // causal + padding + cu_seqlens + window
   positions    // explicit positions: any order, large offsets, a few pads (also when T > S)
 };
-inline constexpr int kSchemes = static_cast<int>(scheme::xpos) + 1;
+inline constexpr int kSchemes = static_cast<int>(scheme::cope) + 1;
 inline constexpr int kMasks = static_cast<int>(mask::positions) + 1;
 const char* name(scheme s);
 const char* name(mask m);
@@ -136,6 +137,7 @@ struct fixture {
   shaw_tables shaw;
   attention_tables<Real> tabs;     // t5 and shaw in the element type, viewed by p.pos
   std::vector<Real> kerple, fire;  // Kerple (2, Hq) and FIRE (Hq, 3m + 3) parameters
+  std::vector<Real> cope;          // CoPE embeddings (npos, D)
   double G = 0;  // bound on |d bias / d parameter| over the pairs (Kerple, FIRE; else 0)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
   attention_params<Real> p;    // out and lse unset
@@ -162,7 +164,7 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 // when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi;
+  std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
   std::vector<double> dal;
   attention_grads<Real> g;
   grads(const fixture<Real>& f, const Real* out, const Real* lse, const Real* dout) {
@@ -193,6 +195,10 @@ struct grads {
     if (p.pos.has_fire()) {
       dfi.assign(p.pos.fire.params.size(), Real(-7));
       g.dfire = dfi.data();
+    }
+    if (p.pos.has_cope()) {
+      dco.assign(p.pos.cope.emb.size(), Real(-7));
+      g.dcope = dco.data();
     }
   }
 };

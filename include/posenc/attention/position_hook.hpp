@@ -34,6 +34,7 @@ enum class pos_scheme {
   kerple,
   fire,
   xpos,
+  cope,
   count
 };
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
@@ -52,6 +53,7 @@ struct position_options {
   int64_t fire_hidden = 32;       // fire: hidden units of the per-head MLP (Li et al. 2023: 32)
   double xpos_gamma = 0.4;        // xpos: zeta offset and scale base (Sun et al. 2022), theta
   double xpos_scale_base = 512;   //       from rope_theta
+  int64_t cope_npos = 64;         // cope: position embeddings (npos, D) per layer
 };
 
 // The model's shape as a hook needs it.

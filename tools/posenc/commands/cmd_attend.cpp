@@ -15,15 +15,17 @@
 //      [--dkerple DKE.npy] [--dfire DF.npy]]
 //     [--kerple KE.npy [--kerple-kernel log|power]] [--fire F.npy --fire-hidden M]
 //     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
+//     [--cope E.npy] [--dcope DE.npy]
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
 // dtype; a float64 table in a float32 call is rounded with a note on stderr); TABLE (num_buckets,
-// Hq); KE (2, Hq) Kerple's a1, a2; F (Hq, 3M + 3) FIRE's per-head MLP (attention.hpp);
-// positions (T,) / (S,) int64 or int32; M (S,) bool or uint8 with 1 = real token. O is (T, Hq,
-// D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the backward runs too (attention_backward):
-// DQ, DK, DV and the requested parameter gradients are written in Q's dtype (DA, the ALiBi slope
-// gradient (Hq,), in float64). Every input is read and validated and the attention computed before
-// anything is written; a bad file or argument prints one message and exits 2 with no output file.
+// Hq); E (npos, D) CoPE's position embeddings (causal only); KE (2, Hq) Kerple's a1, a2; F (Hq, 3M
+// + 3) FIRE's per-head MLP (attention.hpp); positions (T,) / (S,) int64 or int32; M (S,) bool or
+// uint8 with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the
+// backward runs too (attention_backward): DQ, DK, DV and the requested parameter gradients are
+// written in Q's dtype (DA, the ALiBi slope gradient (Hq,), in float64). Every input is read and
+// validated and the attention computed before anything is written; a bad file or argument prints
+// one message and exits 2 with no output file.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -69,12 +71,12 @@ struct attend_opts {
   std::string shaw_keys, shaw_values;
   int64_t shaw_clip = -1;
   // Kerple, FIRE, xPos
-  std::string kerple, kerple_kernel = "log", fire;
+  std::string kerple, kerple_kernel = "log", fire, cope;
   int64_t fire_hidden = 0;
   bool xpos = false;
   double xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
   // Backward
-  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire;
+  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire, dcope;
   CLI::App* sub = nullptr;
 };
 
@@ -275,6 +277,18 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
   } else if (given(o, "--fire-hidden")) {
     fail("--fire-hidden needs --fire");
   }
+  std::vector<Real> cope_e;
+  if (!o.cope.empty()) {
+    const auto a = read_npy(o.cope);
+    require_float(a, "--cope");
+    if (a.shape.size() != 2 || a.shape[1] != D || a.shape[0] < 1)
+      fail("--cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", D,
+           a.shape_str());
+    note_rounding<Real>(a, "--cope");
+    cope_e = as_real<Real>(a);
+    p.pos.cope = {a.shape[0], cope_e};
+    schemes.push_back("cope");
+  }
   if (o.xpos) {
     if (o.rope) fail("--xpos and --rope exclude each other (xPos is RoPE with a scale)");
     p.pos.xpos = {o.theta, o.xpos_gamma, o.xpos_scale_base, o.xpos_center};
@@ -288,7 +302,7 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
   const bool backward = !o.dout.empty();
   if (!backward) {
     for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
-                          "--dalibi", "--dkerple", "--dfire"})
+                          "--dalibi", "--dkerple", "--dfire", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
   } else {
     if (o.dq.empty() || o.dk.empty() || o.dv.empty())
@@ -299,15 +313,16 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
     if (!o.dkerple.empty() && !p.pos.has_kerple()) fail("--dkerple needs --kerple");
     if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
+    if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
     std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
-    for (const auto* x :
-         {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple, &o.dfire})
+    for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple,
+                          &o.dfire, &o.dcope})
       if (!x->empty()) outs.push_back(*x);
     for (size_t a = 0; a < outs.size(); ++a)
       for (size_t b = a + 1; b < outs.size(); ++b)
         if (outs[a] == outs[b]) fail("output paths must differ, '{}' is given twice", outs[a]);
   }
-  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dke, dfi;
+  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
   std::vector<double> dal;
   if (backward) {
     const auto da = read_npy(o.dout);
@@ -349,6 +364,10 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
       dfi.resize(fire_w.size());
       g.dfire = dfi.data();
     }
+    if (!o.dcope.empty()) {
+      dco.resize(cope_e.size());
+      g.dcope = dco.data();
+    }
     attention_backward(p, g);
   }
 
@@ -375,6 +394,7 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka,
     if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(dak, {rows, D}));
     if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(dav, {rows, D}));
     if (!o.dkerple.empty()) files.emplace_back(o.dkerple, as_npy(dke, {2, Hq}));
+    if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(dco, {p.pos.cope.npos, D}));
     if (!o.dfire.empty()) files.emplace_back(o.dfire, as_npy(dfi, {Hq, 3 * p.pos.fire.hidden + 3}));
     if (!o.dalibi.empty()) {
       npy_array a = make_npy<double>({Hq});
@@ -531,6 +551,10 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--xpos-gamma", o->xpos_gamma, "xPos gamma (default 0.4)");
   sub->add_option("--xpos-scale-base", o->xpos_scale_base, "xPos scale base (default 512)");
   sub->add_option("--xpos-center", o->xpos_center, "xPos scale centre (default 0)");
+  sub->add_option(
+      "--cope", o->cope,
+      "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
+  sub->add_option("--dcope", o->dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
   sub->add_option("--dkerple", o->dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
   sub->add_option("--dfire", o->dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
   sub->callback([o] { run_attend(*o); });
