@@ -400,7 +400,7 @@ TEST(AttentionSimd, FusedRopeIsBitIdenticalToRopeApplyThenAttention) {
 // Half-precision keys and values (float16, bfloat16) against the reference on the same stored
 // values: every scheme, the prefill, decode and split-decode paths, MHA / GQA / MQA.
 TEST(AttentionSimd, HalfPrecisionKeysAndValuesAgainstReference) {
-  run_group("simd_half_kv", kSchemes * 6);
+  run_group("simd_half_kv", (kSchemes - 1) * 6);  // every scheme but CoPE
 }
 
 // The storage rounding's effect against the unrounded float32 keys and values, bounded from

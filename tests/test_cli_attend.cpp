@@ -543,3 +543,188 @@ TEST(CliAttend, HalfPrecisionKeysAndValues) {
   EXPECT_EQ(r2.exit_code, 2);
   EXPECT_NE(r2.err.find("--kv-dtype bf16 needs float16 or uint16"), std::string::npos) << r2.err;
 }
+
+// Kerple, FIRE and xPos through `posenc attend` against naive formulas written here from the
+// papers (causal, queries at S - T + i, keys at j, d = i - j; float64 inputs, tolerance 1e-12
+// absolute: both sides are double computations of O(10) terms):
+//   Kerple log (Chi et al. 2022):  bias = -softplus(a1) log(1 + softplus(a2) d)
+//   Kerple power:                  bias = -softplus(a1) d^(2 sigmoid(a2))
+//   FIRE (Li et al. 2023):         bias = w2 . relu(w1 x + b1) + b2,
+//                                  x = log(c d + 1) / log(c max(L, i) + 1), c, L = softplus(.)
+//   xPos (Sun et al. 2022):        q scaled by zeta_r^(i / B), k by zeta_r^(-j / B) per pair r,
+//                                  zeta_r = (r / (D/2) + 0.4) / 1.4, then RoPE (half layout)
+// and a parameter file of the wrong shape exits 2 with no output.
+TEST(CliAttend, ResearchSchemesMatchNaiveFormulas) {
+  inputs in(dtype::f64);
+  auto softplus = [](double a) { return std::log1p(std::exp(a)); };
+  auto run = [&](std::vector<std::string> extra) {
+    auto args = in.base();
+    args.push_back("--causal");
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_npy(in.dir.file("o.npy"));
+  };
+  // Naive causal attention with a bias function of (h, i, j) and optional xPos.
+  auto naive_bias = [&](auto bias, bool xpos, double B) {
+    auto q = in.q, k = in.k;
+    if (xpos) {
+      auto tr = [&](double* x, int64_t pos, bool key) {
+        for (int64_t r = 0; r < D / 2; ++r) {
+          const double zeta = (double(r) / (D / 2) + 0.4) / 1.4;
+          const double sc = std::pow(zeta, (key ? -pos : pos) / B);
+          const double a = pos * std::pow(10000.0, -2.0 * r / D);
+          const double u = x[r] * sc, v = x[r + D / 2] * sc;
+          x[r] = u * std::cos(a) - v * std::sin(a);
+          x[r + D / 2] = v * std::cos(a) + u * std::sin(a);
+        }
+      };
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t h = 0; h < Hq; ++h) tr(&q[(i * Hq + h) * D], S - T + i, false);
+      for (int64_t j = 0; j < S; ++j) tr(&k[j * D], j, true);
+    }
+    std::vector<double> out(T * Hq * D, 0.0);
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t qi = S - T + i;
+        std::vector<double> s(S, -INFINITY);
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= qi; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[(i * Hq + h) * D + d] * k[j * D + d];
+          s[j] = dot / std::sqrt(double(D)) + bias(h, qi, j);
+          m = std::max(m, s[j]);
+        }
+        double l = 0;
+        for (auto& x : s) l += (x = std::exp(x - m));
+        for (int64_t j = 0; j < S; ++j)
+          for (int64_t d = 0; d < D; ++d) out[(i * Hq + h) * D + d] += s[j] / l * in.v[j * D + d];
+      }
+    return out;
+  };
+  std::vector<double> ke = {0.3, -0.5, 1.2, 0.1};  // (2, Hq): a1 row, a2 row
+  in.write("ke.npy", ke, {2, Hq}, dtype::f64);
+  const auto klog = naive_bias(
+      [&](int64_t h, int64_t i, int64_t j) {
+        return -softplus(ke[h]) * std::log(1 + softplus(ke[Hq + h]) * double(i - j));
+      },
+      false, 1);
+  EXPECT_LT(max_diff(run({"--kerple", in.dir.file("ke.npy")}), klog), 1e-12);
+  const auto kpow = naive_bias(
+      [&](int64_t h, int64_t i, int64_t j) {
+        const double r2 = 2 / (1 + std::exp(-ke[Hq + h]));
+        return -softplus(ke[h]) * std::pow(double(i - j), r2);
+      },
+      false, 1);
+  EXPECT_LT(max_diff(run({"--kerple", in.dir.file("ke.npy"), "--kerple-kernel", "power"}), kpow),
+            1e-12);
+
+  const int64_t M = 3, W = 3 * M + 3;
+  std::vector<double> fw(Hq * W);
+  rng r(11);
+  for (auto& x : fw) x = r.normal();
+  for (int64_t h = 0; h < Hq; ++h) fw[h * W + 3 * M + 2] = 3.0 + h;  // L = softplus(3 + h)
+  in.write("fire.npy", fw, {Hq, W}, dtype::f64);
+  const auto fire = naive_bias(
+      [&](int64_t h, int64_t i, int64_t j) {
+        const double* w = &fw[h * W];
+        const double c = softplus(w[3 * M + 1]), L = softplus(w[3 * M + 2]);
+        const double x = std::log(c * double(i - j) + 1) / std::log(c * std::max(L, double(i)) + 1);
+        double b = w[3 * M];
+        for (int64_t u = 0; u < M; ++u) b += w[2 * M + u] * std::max(0.0, w[u] * x + w[M + u]);
+        return b;
+      },
+      false, 1);
+  EXPECT_LT(max_diff(run({"--fire", in.dir.file("fire.npy"), "--fire-hidden", "3"}), fire), 1e-12);
+
+  const auto xpos = naive_bias([](int64_t, int64_t, int64_t) { return 0.0; }, true, 4.0);
+  EXPECT_LT(max_diff(run({"--xpos", "--xpos-scale-base", "4"}), xpos), 1e-12);
+
+  // Wrong shapes and missing companions: exit 2, nothing written.
+  std::filesystem::remove(in.dir.file("o.npy"));
+  std::vector<double> bad(3 * Hq, 0.0);
+  in.write("bad.npy", bad, {3, Hq}, dtype::f64);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--kerple", in.dir.file("bad.npy")}, "--kerple must have shape (2, Hq) = (2, 2)"},
+      {{"--fire", in.dir.file("bad.npy"), "--fire-hidden", "3"},
+       "--fire must have shape (Hq, 3 M + 3) = (2, 12)"},
+      {{"--fire", in.dir.file("fire.npy")}, "--fire needs --fire-hidden"},
+      {{"--kerple", in.dir.file("ke.npy"), "--kerple-kernel", "cubic"}, "--kerple-kernel"},
+      {{"--xpos", "--xpos-scale-base", "0"}, "xpos scale_base must be finite and > 0"},
+      {{"--xpos", "--rope", "--layout", "half"}, "--xpos and --rope exclude each other"},
+  };
+  for (const auto& [extra, msg] : cases) {
+    auto args = in.base();
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto res = test::run_cli(args);
+    EXPECT_EQ(res.exit_code, 2) << msg << "\n" << res.err;
+    EXPECT_NE(res.err.find(msg), std::string::npos) << "expected '" << msg << "' in " << res.err;
+    EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy"))) << msg;
+  }
+}
+
+// CoPE through `posenc attend` against the paper's formulas written here (Golovneva et al.
+// 2024, sec. 3; causal, float64, tolerance 1e-12 absolute as above): a_ij = q_i . k_j / sqrt(D),
+// g = sigmoid(a), p_ij = sum_{t=j..i} g_it clamped to npos - 1, logits interpolated between
+// q_i . e[floor p] and q_i . e[ceil p]; and its bad inputs (bidirectional, with another scheme,
+// wrong shape) exit 2.
+TEST(CliAttend, CopeMatchesNaiveFormula) {
+  inputs in(dtype::f64);
+  const int64_t P = 4;
+  std::vector<double> e(P * D);
+  rng r(5);
+  for (auto& x : e) x = 0.5 * r.normal();
+  in.write("e.npy", e, {P, D}, dtype::f64);
+  std::vector<double> want(T * Hq * D, 0.0);
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t qi = S - T + i;
+      const double* q = &in.q[(i * Hq + h) * D];
+      std::vector<double> a(S), g(S), s(S, -INFINITY), Z(P);
+      for (int64_t j = 0; j <= qi; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += q[d] * in.k[j * D + d];
+        a[j] = dot / std::sqrt(double(D));
+        g[j] = 1 / (1 + std::exp(-a[j]));
+      }
+      for (int64_t t = 0; t < P; ++t) {
+        Z[t] = 0;
+        for (int64_t d = 0; d < D; ++d) Z[t] += q[d] * e[t * D + d];
+      }
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= qi; ++j) {
+        double p = 0;
+        for (int64_t t = j; t <= qi; ++t) p += g[t];
+        p = std::min(p, double(P - 1));
+        const double lo = std::floor(p), hi = std::ceil(p), w = p - lo;
+        s[j] = a[j] + Z[int64_t(hi)] * w + Z[int64_t(lo)] * (1 - w);
+        m = std::max(m, s[j]);
+      }
+      double l = 0;
+      for (auto& x : s) l += (x = std::exp(x - m));
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t d = 0; d < D; ++d) want[(i * Hq + h) * D + d] += s[j] / l * in.v[j * D + d];
+    }
+  auto args = in.base();
+  args.insert(args.end(), {"--causal", "--cope", in.dir.file("e.npy")});
+  const auto res = test::run_cli(args);
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  EXPECT_LT(max_diff(read_npy(in.dir.file("o.npy")), want), 1e-12);
+
+  std::filesystem::remove(in.dir.file("o.npy"));
+  std::vector<double> bad(P * (D + 1), 0.0);
+  in.write("bad.npy", bad, {P, D + 1}, dtype::f64);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--cope", in.dir.file("e.npy")}, "cope needs causal attention"},
+      {{"--causal", "--cope", in.dir.file("e.npy"), "--alibi"}, "cope is used alone"},
+      {{"--causal", "--cope", in.dir.file("bad.npy")}, "--cope must have shape (npos, D)"},
+  };
+  for (const auto& [extra, msg] : cases) {
+    auto a = in.base();
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto rr = test::run_cli(a);
+    EXPECT_EQ(rr.exit_code, 2) << msg << "\n" << rr.err;
+    EXPECT_NE(rr.err.find(msg), std::string::npos) << "expected '" << msg << "' in " << rr.err;
+    EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy"))) << msg;
+  }
+}

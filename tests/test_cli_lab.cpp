@@ -134,7 +134,7 @@ TEST(CliLab, BadArgumentsAreClearErrors) {
     std::string message;
   };
   const bad cases[] = {
-      {{"lab", "--schemes", "rope,xpos"}, "--schemes"},
+      {{"lab", "--schemes", "rope,spiral"}, "--schemes"},
       {{"lab", "--train-len", "12:9"}, "--train-len"},
       {{"lab", "--task", "sorting"}, "--task"},
       {{"lab", "--task", "copy", "--eval-lens", "600"}, "--eval-lens"},

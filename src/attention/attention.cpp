@@ -209,6 +209,7 @@ bool attention_reference_selected() {
 
 template <typename Real>
 void attention_tiled(const attention_params<Real>& p) {
+  if (p.pos.has_cope()) return detail::cope_forward(p);  // no tiled CoPE kernel (attention.hpp)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;

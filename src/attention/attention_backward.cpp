@@ -106,6 +106,7 @@ void transform_backward(const attention_params<Real>& p, const detail::attention
 // and the accumulations of attention.hpp, in (h, i, j) order.
 template <typename Real>
 void attention_backward_reference(const attention_params<Real>& p, const attention_grads<Real>& g) {
+  if (p.pos.has_cope()) return detail::cope_backward(p, g);  // CoPE's own path (attention.hpp)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);
@@ -504,6 +505,7 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
 
 template <typename Real>
 void attention_backward_tiled(const attention_params<Real>& p, const attention_grads<Real>& g) {
+  if (p.pos.has_cope()) return detail::cope_backward(p, g);  // no tiled CoPE kernel
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);

@@ -131,6 +131,7 @@ void attention_validate(const attention_params<Real>& p) {
 // A row with no visible key: out_i = 0, lse_i = -inf.
 template <typename Real>
 void attention_reference(const attention_params<Real>& p) {
+  if (p.pos.has_cope()) return detail::cope_forward(p);  // CoPE's own path (attention.hpp)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;

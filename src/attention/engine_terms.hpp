@@ -122,6 +122,13 @@ struct engine_terms {
 // Validates p.pos against the shapes of p (errors name the field and the expected shape) and
 // builds the terms. g: the backward's gradient outputs (null for a forward); a parameter
 // gradient requested for a scheme that is off is an error.
+// CoPE's own path (attention_cope.cpp; positions depend on q and k, so it fits no interface
+// above): every entry point of the engine runs it when p.pos.has_cope().
+template <typename Real>
+void cope_forward(const attention_params<Real>& p);
+template <typename Real>
+void cope_backward(const attention_params<Real>& p, const attention_grads<Real>& g);
+
 template <typename Real>
 engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const attention_plan& pl,
                                      const attention_grads<Real>* g);

@@ -26,6 +26,10 @@ POSENC_DECLARE_HOOK(alibi)
 POSENC_DECLARE_HOOK(t5)
 POSENC_DECLARE_HOOK(shaw)
 POSENC_DECLARE_HOOK(irope)
+POSENC_DECLARE_HOOK(kerple)
+POSENC_DECLARE_HOOK(fire)
+POSENC_DECLARE_HOOK(xpos)
+POSENC_DECLARE_HOOK(cope)
 #undef POSENC_DECLARE_HOOK
 
 // Explicit instantiation of a factory for float and double.
@@ -45,6 +49,10 @@ POSENC_DECLARE_TERMS(alibi)
 POSENC_DECLARE_TERMS(t5)
 POSENC_DECLARE_TERMS(shaw)
 POSENC_DECLARE_TERMS(temperature)
+POSENC_DECLARE_TERMS(kerple)
+POSENC_DECLARE_TERMS(fire)
+POSENC_DECLARE_TERMS(xpos)
+POSENC_DECLARE_TERMS(cope)
 #undef POSENC_DECLARE_TERMS
 
 #define POSENC_INSTANTIATE_TERMS(name)                                                             \

@@ -8,8 +8,8 @@
 namespace posenc {
 namespace {
 
-constexpr const char* k_names[] = {"nope",  "sinusoidal", "learned", "rope",
-                                   "alibi", "t5",         "shaw",    "irope"};
+constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi", "t5",
+                                   "shaw", "irope",      "kerple",  "fire", "xpos",  "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 }  // namespace
@@ -21,8 +21,10 @@ const char* pos_scheme_name(pos_scheme s) {
 pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg) {
   for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i)
     if (name == k_names[i]) return static_cast<pos_scheme>(i);
-  fail("{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw, irope; got '{}'", arg,
-       name);
+  fail(
+      "{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw, irope, kerple, fire, "
+      "xpos, cope; got '{}'",
+      arg, name);
 }
 
 template <typename S>
@@ -48,6 +50,14 @@ std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const positio
       return detail::make_shaw_hook<S>(o, shape);
     case pos_scheme::irope:
       return detail::make_irope_hook<S>(o, shape);
+    case pos_scheme::kerple:
+      return detail::make_kerple_hook<S>(o, shape);
+    case pos_scheme::fire:
+      return detail::make_fire_hook<S>(o, shape);
+    case pos_scheme::xpos:
+      return detail::make_xpos_hook<S>(o, shape);
+    case pos_scheme::cope:
+      return detail::make_cope_hook<S>(o, shape);
     case pos_scheme::count:
       break;
   }
@@ -68,10 +78,14 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
                                      const attention_grads<Real>* g) {
   engine_terms<Real> t;
   add_rope_terms(p, pl, g, t);
+  add_xpos_terms(p, pl, g, t);
   add_alibi_terms(p, pl, g, t);  // biases are summed in this order
   add_t5_terms(p, pl, g, t);
   add_shaw_terms(p, pl, g, t);
   add_temperature_terms(p, pl, g, t);
+  add_kerple_terms(p, pl, g, t);
+  add_fire_terms(p, pl, g, t);
+  add_cope_terms(p, pl, g, t);  // validation only: CoPE has its own path
   return t;
 }
 
@@ -94,6 +108,8 @@ position_options position_options_for_gradcheck() {
   o.irope_interval = 2;
   o.irope_floor_scale = 2;
   o.irope_attn_scale = 0.5;
+  o.fire_hidden = 4;
+  o.cope_npos = 6;
   return o;
 }
 

@@ -18,9 +18,11 @@
 namespace posenc::attention_cases {
 
 const char* name(scheme s) {
-  const char* n[] = {"none",  "rope_half",   "rope_interleaved_partial",
-                     "alibi", "t5_bidir",    "t5_causal",
-                     "shaw",  "temperature", "all"};
+  const char* n[] = {"none",       "rope_half",    "rope_interleaved_partial",
+                     "alibi",      "t5_bidir",     "t5_causal",
+                     "shaw",       "temperature",  "all",
+                     "kerple_log", "kerple_power", "fire",
+                     "xpos",       "cope"};
   return n[static_cast<int>(s)];
 }
 
@@ -74,7 +76,8 @@ void build(fixture<Real>& f, const spec& c) {
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
 
   const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
-                      c.msk == mask::everything || c.sch == scheme::t5_causal;
+                      c.msk == mask::everything || c.sch == scheme::t5_causal ||
+                      c.sch == scheme::cope;
   p.causal = causal;
   if (c.msk == mask::padding || c.msk == mask::everything) {
     f.pad.resize(S);
@@ -156,6 +159,110 @@ void build(fixture<Real>& f, const spec& c) {
     qs = attention_temperature_scale(p.pos.temperature, std::max<int64_t>(qmaxpos, 0));
   }
 
+  // The research schemes' parameters, drawn from the seed (Kerple a1, a2; FIRE per head w1, b1,
+  // w2 ~ N(0, 1), b2 ~ N(0, 1/4), a_c ~ N(0, 1), a_L ~ 8 + N(0, 16): L around 8, inside the
+  // default positions).
+  // The spread of valid positions bounds every distance d (Kerple, FIRE, xPos).
+  int64_t plo = 0, phi = std::max<int64_t>(std::max(S, T) - 1, 0);
+  if (!f.qpos.empty() || !f.kpos.empty()) {
+    plo = INT64_MAX, phi = INT64_MIN;
+    for (auto x : f.qpos)
+      if (x >= 0) plo = std::min(plo, x), phi = std::max(phi, x);
+    for (auto x : f.kpos)
+      if (x >= 0) plo = std::min(plo, x), phi = std::max(phi, x);
+    if (plo > phi) plo = phi = 0;
+  }
+  const double dmax = double(phi - plo);
+  auto softplus = [](double a) {
+    return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
+  };
+  double kbias = 0;  // max |Kerple or FIRE bias|
+  if (c.sch == scheme::kerple_log || c.sch == scheme::kerple_power) {
+    const bool power = c.sch == scheme::kerple_power;
+    f.kerple.resize(2 * Hq);
+    for (int64_t h = 0; h < Hq; ++h) {
+      f.kerple[h] = static_cast<Real>(r.normal());
+      f.kerple[Hq + h] = static_cast<Real>(power ? r.normal() - 1 : r.normal());
+    }
+    // Bounds (Chi et al. 2022's kernels, d <= dmax): log: |b| = r1 log(1 + r2 d),
+    // |db/da1| <= log(1 + r2 dmax), |db/da2| <= r1 min(dmax, 1/r2); power: |b| = r1 d^r2,
+    // |db/da1| <= dmax^r2, |db/da2| <= r1 dmax^r2 |log dmax| / 2.
+    for (int64_t h = 0; h < Hq; ++h) {
+      const double r1 = softplus(double(f.kerple[h]));
+      if (power) {
+        const double r2 = 2 / (1 + std::exp(-double(f.kerple[Hq + h])));
+        const double pw = dmax > 0 ? std::pow(dmax, r2) : 0.0;
+        kbias = std::max(kbias, r1 * pw);
+        f.G = std::max({f.G, pw, r1 * pw * std::abs(std::log(std::max(dmax, 1.0))) / 2});
+      } else {
+        const double r2 = softplus(double(f.kerple[Hq + h]));
+        kbias = std::max(kbias, r1 * std::log1p(r2 * dmax));
+        f.G = std::max({f.G, std::log1p(r2 * dmax), r1 * std::min(dmax, 1 / r2)});
+      }
+    }
+    p.pos.kerple = {power ? kerple_kernel::power : kerple_kernel::log, f.kerple};
+  }
+  if (c.sch == scheme::fire) {
+    const int64_t m = 4, W = 3 * m + 3;
+    f.fire.resize(Hq * W);
+    for (int64_t h = 0; h < Hq; ++h) {
+      Real* w = f.fire.data() + h * W;
+      for (int64_t e = 0; e < 3 * m; ++e) w[e] = static_cast<Real>(r.normal());
+      w[3 * m] = static_cast<Real>(0.5 * r.normal());
+      w[3 * m + 1] = static_cast<Real>(r.normal());
+      w[3 * m + 2] = static_cast<Real>(8 + 4 * r.normal());
+      {
+        // relu has a kink at 0, where finite differences are meaningless: b1 keeps every
+        // pre-activation w1 x + b1 at least 0.1 away from 0 for all x in [0, X] (X below),
+        // even units always on, odd units always off, so both branches are covered.
+        const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
+        const double X = std::log1p(cc * dmax) / std::max(std::log1p(cc * L), 1e-300);
+        for (int64_t u = 0; u < m; ++u) {
+          const double off = std::abs(double(w[u])) * X + 0.1 + 0.5 * std::abs(r.normal());
+          w[m + u] = static_cast<Real>(u % 2 == 0 ? off : -off);
+        }
+      }
+      // Bounds (Li et al. 2023's f(psi(d) / psi(max(L, i)))): x <= X = psi(dmax) / psi(L);
+      // |b| <= |b2| + sum |w2| (|w1| X + |b1|); per parameter: relu <= |w1| X + |b1|,
+      // |w2| X, |w2|, 1, and through x: sum |w2 w1| times |dx/dc| <= (1 + X) / (c psi(L)),
+      // |dx/dL| <= X c / psi(L).
+      const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
+      const double pl = std::max(std::log1p(cc * L), 1e-300);
+      const double X = std::log1p(cc * dmax) / pl;
+      double b = std::abs(double(w[3 * m])), sw = 0;
+      for (int64_t u = 0; u < m; ++u) {
+        const double w1 = std::abs(double(w[u])), b1 = std::abs(double(w[m + u])),
+                     w2 = std::abs(double(w[2 * m + u]));
+        b += w2 * (w1 * X + b1);
+        sw += w2 * w1;
+        f.G = std::max({f.G, w1 * X + b1, w2 * X, w2, 1.0});
+      }
+      f.G = std::max({f.G, sw * (1 + X) / (cc * pl), sw * X * cc / pl});
+      kbias = std::max(kbias, b);
+    }
+    p.pos.fire = {m, f.fire};
+  }
+  if (c.sch == scheme::xpos) {
+    // Centred on the middle of the positions (the scales stay near 1); scale_base
+    // B = max(64, dmax / 4) makes the decay visible at the table's distances while F <= 150.
+    const double B = std::max(64.0, dmax / 4);
+    p.pos.xpos = {10000.0, 0.4, B, 0.5 * double(plo + phi)};
+    // |q'_n . k'_m| <= zeta_max^((n - m) / B) |q||k| for n >= m and zeta_0^((n - m) / B) |q||k|
+    // for n < m, both zeta < 1: F = max(1, zeta_0^(-dmax / B)).
+    const double zeta0 = 0.4 / 1.4;
+    f.F = std::pow(zeta0, -dmax / B);
+    amp = std::sqrt(f.F);
+  }
+
+  if (c.sch == scheme::cope) {
+    // Embeddings N(0, 1/4); the interpolated term q_i . e is bounded by |q| max|e_t|, added to
+    // B below (it enters the scores like a bias).
+    const int64_t P = 8;
+    f.cope.resize(P * D);
+    for (auto& e : f.cope) e = static_cast<Real>(0.5 * r.normal());
+    p.pos.cope = {P, f.cope};
+  }
+
   // Tolerance magnitudes A and V (see the derivation in the header).
   double qmax = 0, kmax = 0, vmax = 0, akmax = 0, avmax = 0, bmax = 0;
   for (int64_t t = 0; t < T * Hq; ++t) {
@@ -188,7 +295,16 @@ void build(fixture<Real>& f, const spec& c) {
   }
   f.A = (1.0 / std::sqrt(double(D))) * amp * amp * qs * qmax * (kmax + akmax);
   f.qs = qs;
-  f.B = bmax;
+  if (p.pos.has_cope()) {
+    double emax = 0;
+    for (int64_t t = 0; t < p.pos.cope.npos; ++t) {
+      double n = 0;
+      for (int64_t d = 0; d < D; ++d) n += double(f.cope[t * D + d]) * f.cope[t * D + d];
+      emax = std::max(emax, std::sqrt(n));
+    }
+    kbias = std::max(kbias, qmax * emax);
+  }
+  f.B = bmax + kbias;
   f.V = vmax + avmax;
 }
 
@@ -253,7 +369,8 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const double u = std::numeric_limits<Real>::epsilon() / 2;
   const auto& p = f.p;
   const int64_t K = p.pos.has_shaw() ? p.pos.shaw.clip : 0, C = p.pos.has_shaw() ? 2 * K + 1 : 0;
-  const double amp = p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : 1.0;
+  // xPos: |A_q(n)^T A_k(m)| <= F bounds the scale a gradient carries (as amp^2 for RoPE).
+  const double amp = p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : std::sqrt(f.F);
   const double scale = 1.0 / std::sqrt(double(c.D));
   // Forward error terms (the forward derivation).
   const double e_s = (c.D + 10) * u * f.A + 2 * u * (f.A + f.B);
@@ -272,8 +389,11 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const double W = max_row_norm(dout, c.D, 2) * (max_row_norm<Real>(f.v, c.D, 2) + avn);
   const double e_P = 2 * e_s + e_lse + 4 * u;
   const double E_S = 2 * W * e_P + (2 * c.D + 10) * u * W + max_row_norm(dout, c.D, 1) * tol_out;
-  const double Qinf = amp * f.qs * std::sqrt(2.0) * max_abs<Real>(f.q);
-  const double Kinf = amp * std::sqrt(2.0) * max_abs<Real>(f.k) + akmax;
+  const double Qinf = amp * amp / (p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : 1.0) *
+                      f.qs * std::sqrt(2.0) * max_abs<Real>(f.q);
+  const double Kinf = amp * amp / (p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : 1.0) *
+                          std::sqrt(2.0) * max_abs<Real>(f.k) +
+                      akmax;
   const double Oinf = max_abs(dout);
   const double N = double(c.Hq / c.Hkv) * double(c.T);
   const double both = std::is_same_v<Real, double> ? 2.0 : 1.0;
@@ -286,6 +406,7 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   t.dal = both * c.T * E_S * max_distance(f, c);
   t.dak = both * scale * Qinf * c.Hq * c.T * E_S;
   t.dav = both * c.Hq * c.T * Oinf * e_P;
+  t.dpar = both * c.T * E_S * f.G;
   return t;
 }
 
@@ -416,6 +537,9 @@ void check_backward(tracker& tr, const spec& c) {
     compare<Real>(tr, ty + "dshaw_values", fast.dav, ref.dav, t.dav, u);
   }
   if (!p.pos.alibi.empty()) compare<double>(tr, ty + "dalibi", fast.dal, ref.dal, t.dal, u);
+  if (p.pos.has_kerple()) compare<Real>(tr, ty + "dkerple", fast.dke, ref.dke, t.dpar, u);
+  if (p.pos.has_fire()) compare<Real>(tr, ty + "dfire", fast.dfi, ref.dfi, t.dpar, u);
+  if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
 }
 
 std::string summary(const tracker& tr) {
@@ -479,7 +603,12 @@ check_result grad_case(const spec& c) {
   auto check = [&](double* x, size_t n, const double* g, const char* what) {
     double w = 0;
     for (size_t e = 0; e < n; ++e) {
-      const double x0 = x[e], h = 1e-3;
+      // CoPE's logit term is piecewise linear in its positions p (kinks at integer p, where the
+      // interpolation changes embedding rows): a central difference whose step straddles a
+      // kink measures an average of two slopes. A step of 1e-5 makes a straddle 100x less
+      // likely than 1e-3 (a straddle needs some p of the row within about h |dp/dx| of an
+      // integer); the rounding term 2 dL / h below grows accordingly and stays far below it.
+      const double x0 = x[e], h = c.sch == scheme::cope ? 1e-5 : 1e-3;
       auto fd = [&](double step) {
         x[e] = x0 + step;
         const double lp = loss();
@@ -509,6 +638,9 @@ check_result grad_case(const spec& c) {
     check(f.tabs.shaw_values.data(), f.tabs.shaw_values.size(), ref.dav.data(), "dshaw_values");
   }
   if (!p.pos.alibi.empty()) check(f.slopes.data(), f.slopes.size(), ref.dal.data(), "dalibi");
+  if (p.pos.has_kerple()) check(f.kerple.data(), f.kerple.size(), ref.dke.data(), "dkerple");
+  if (p.pos.has_fire()) check(f.fire.data(), f.fire.size(), ref.dfi.data(), "dfire");
+  if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   return measured_check(
       "attention", "backward_vs_fd/" + c.name,
       fmt::format("attention_backward_reference (float64) agrees with central differences of the "
@@ -516,7 +648,7 @@ check_result grad_case(const spec& c) {
                   describe(c)),
       tr.worst, 1.0,
       fmt::format("max_error is the worst |FD - g| / tol, tol = |FD(2h) - FD(h)| + rounding, "
-                  "h = 1e-3; per quantity: {}; worst at {}; derivation in "
+                  "h = 1e-3 (1e-5 for CoPE); per quantity: {}; worst at {}; derivation in "
                   "include/posenc/attention/attention_cases.hpp",
                   summary(tr), tr.at));
 }
@@ -667,7 +799,8 @@ std::vector<spec> make_full() {
   // Half-precision keys and values (float16, bfloat16) on every path that reads them: the
   // packed prefill (keys widened as they are packed, values as each block is), the decode path
   // (keys widened as they are loaded), split and unsplit, RoPE fused and on a copy, every
-  // scheme, MHA / GQA / MQA, D = 128, 80 and 20.
+  // scheme but CoPE (its own double path, which refuses half storage), MHA / GQA / MQA, D = 128,
+  // 80 and 20.
   {
     constexpr std::pair<int64_t, int64_t> heads[] = {{4, 4}, {8, 2}, {8, 1}};
     constexpr int64_t dims[] = {128, 80, 20};
@@ -676,6 +809,7 @@ std::vector<spec> make_full() {
     for (int s = 0; s < kSchemes; ++s)
       for (auto [T, S] : shapes)
         for (kv_storage kv : {kv_storage::f16, kv_storage::bf16}) {
+          if (static_cast<scheme>(s) == scheme::cope) continue;
           const auto msk = static_cast<mask>((idx * 3 + s) % kMasks);
           spec c{T,
                  S,
@@ -739,7 +873,8 @@ std::vector<spec> make_full() {
       if (c.T > c.S && (c.msk == mask::cu_seqlens || c.msk == mask::everything))
         c.msk = mask::positions;
       if (c.sch == scheme::rope_interleaved_partial && c.D < 4) c.sch = scheme::rope_half;
-      if ((c.sch == scheme::rope_half || c.sch == scheme::all) && c.D % 2) c.D += 1;
+      if ((c.sch == scheme::rope_half || c.sch == scheme::all || c.sch == scheme::xpos) && c.D % 2)
+        c.D += 1;
       v.push_back(make("backward_sampled_shapes", c, backward, n % 2 ? f32 : f64));
     }
   }
@@ -763,7 +898,12 @@ std::vector<spec> make_check() {
                                            {scheme::t5_bidir, mask::doc_ids},
                                            {scheme::t5_causal, mask::window},
                                            {scheme::shaw, mask::causal_window},
-                                           {scheme::all, mask::everything}};
+                                           {scheme::all, mask::everything},
+                                           {scheme::kerple_log, mask::causal},
+                                           {scheme::kerple_power, mask::padding},
+                                           {scheme::fire, mask::causal},
+                                           {scheme::xpos, mask::causal},
+                                           {scheme::cope, mask::causal}};
   uint64_t seed = 4000;
   for (auto [s, m] : pairs) add(spec{7, 13, 8, 4, 2, s, m, seed++}, forward | backward | grad);
   add(spec{9, 5, 8, 4, 2, scheme::all, mask::positions, seed++}, forward | backward | grad);
@@ -826,6 +966,11 @@ std::vector<spec> make_perf() {
   add("attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
+  // The research schemes' rows at T = S = 2048 (Kerple and FIRE through the generic per-pair
+  // bias row, xPos a q/k transform on copies): extended, they are not tuned.
+  add("attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward, true);
+  add("attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
+  add("attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
   add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
   add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;

@@ -38,9 +38,17 @@ constexpr double kU = 0x1p-53;
 constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
-enum class scheme { none, rope, alibi, t5, shaw };
+enum class scheme { none, rope, alibi, t5, shaw, kerple, fire, xpos, cope };
 const char* scheme_name(scheme s) {
   switch (s) {
+    case scheme::cope:
+      return "cope";
+    case scheme::kerple:
+      return "kerple";
+    case scheme::fire:
+      return "fire";
+    case scheme::xpos:
+      return "xpos";
     case scheme::rope:
       return "rope";
     case scheme::alibi:
@@ -54,6 +62,11 @@ const char* scheme_name(scheme s) {
   }
 }
 constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi, scheme::t5, scheme::shaw};
+// The research schemes: Kerple and xPos are relative (translation invariant), FIRE is not (its
+// normaliser psi(max(L, qpos)) reads the query position).
+constexpr scheme kResearch[] = {scheme::kerple, scheme::fire, scheme::xpos};
+constexpr int64_t kFireHidden = 4;
+constexpr double kXposBase = 16;  // scale_base of the checks: a visible decay over N = 20
 
 // A small problem with one scheme switched on; owns every buffer the params point into.
 struct problem {
@@ -63,11 +76,14 @@ struct problem {
   std::vector<double> q, k, v;  // (N, Hq, D), (N, Hkv, D), (N, Hkv, D)
   rope_freqs freqs;
   std::vector<double> slopes;
+  std::vector<double> kerple, fire;  // (2, Hq); (Hq, 3m + 3)
+  std::vector<double> cope;          // (8, D)
   t5_bias_table t5;
   shaw_tables shaw;
   attention_tables<double> tabs;  // the tables in double, viewed by pos
   attention_position<double> pos;
   double A = 0, B = 0, V = 0;
+  double trig = 0;  // per-entry error of the q/k transform's cos/sin (RoPE, xPos)
   int64_t K = 0;
 
   problem(scheme s, bool causal_, uint64_t seed) : sch(s), causal(causal_) {
@@ -110,6 +126,60 @@ struct problem {
       }
       for (float x : shaw.values) avmax = std::max(avmax, std::abs(double(x)));
     }
+    // The research schemes. Bounds on the bias (distances below 2N, as for ALiBi): Kerple log
+    // r1 log(1 + r2 2N) (Chi et al. 2022); FIRE |b2| + sum |w2| (|w1| X + |b1|) with
+    // X = psi(2N) / psi(L) (Li et al. 2023).
+    auto softplus = [](double a) {
+      return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
+    };
+    if (s == scheme::kerple) {
+      fill(kerple, 2 * Hq);
+      pos.kerple = {kerple_kernel::log, kerple};
+      for (int64_t h = 0; h < Hq; ++h)
+        B = std::max(B, softplus(kerple[h]) * std::log1p(softplus(kerple[Hq + h]) * 2 * N));
+    } else if (s == scheme::fire) {
+      const int64_t m = kFireHidden, W = 3 * m + 3;
+      fill(fire, Hq * W);
+      for (int64_t h = 0; h < Hq; ++h) {
+        double* w = &fire[h * W];
+        w[3 * m + 2] = 100;  // L = softplus(100) = 100: every check's query sits below it
+        const double c = softplus(w[3 * m + 1]), L = softplus(w[3 * m + 2]);
+        const double X = std::log1p(c * 2 * N) / std::log1p(c * L);
+        double b = std::abs(w[3 * m]);
+        for (int64_t u = 0; u < m; ++u)
+          b += std::abs(w[2 * m + u]) * (std::abs(w[u]) * X + std::abs(w[m + u]));
+        B = std::max(B, b);
+      }
+      pos.fire = {m, fire};
+    } else if (s == scheme::xpos) {
+      pos.xpos = {10000.0, 0.4, kXposBase, 0.0};
+      // |q'_n . k'_m| <= zeta^((n - m) / B) |q||k| with every zeta < 1: at most 1 when causal,
+      // zeta_0^(-N / B) otherwise (positions within N of each other).
+      amp = causal ? 1.0 : std::sqrt(std::pow(0.4 / 1.4, -double(N) / kXposBase));
+      // Angles pos omega rounded once in double: u |pos omega| <= u (N + shift) for the
+      // largest shift below (1000), then reduced and cos/sin'd (kTrig); the scale
+      // zeta^(e) through pow: a few ulp.
+      trig = kTrig + 2 * kU * (N + 1000) + 8 * kU;
+    }
+    if (s == scheme::rope) trig = kTrig;
+    if (s == scheme::cope) {
+      // |interpolated q . e| <= |q| max|e_t| enters the scores like a bias.
+      fill(cope, 8 * D);
+      for (auto& e : cope) e *= 0.5;
+      pos.cope = {8, cope};
+      double qn = 0, en = 0;
+      for (int64_t t = 0; t < N * Hq; ++t) {
+        double n = 0;
+        for (int64_t d = 0; d < D; ++d) n += q[t * D + d] * q[t * D + d];
+        qn = std::max(qn, std::sqrt(n));
+      }
+      for (int64_t t = 0; t < 8; ++t) {
+        double n = 0;
+        for (int64_t d = 0; d < D; ++d) n += cope[t * D + d] * cope[t * D + d];
+        en = std::max(en, std::sqrt(n));
+      }
+      B = qn * en;
+    }
     recompute_magnitudes(amp, akmax, avmax);
   }
 
@@ -132,7 +202,7 @@ struct problem {
 
   // Twice the per-run rounding bound (see the top of this file).
   double tolerance(int64_t S) const {
-    const double t = sch == scheme::rope ? kTrig : 0;
+    const double t = trig;
     const double ds = (D + 10) * kU * A + 2 * kU * (A + B) + 4 * t * A;
     const double ep = 2 * ds + 4 * kU * (A + B) + kU;
     return 2 * (2 * ep + (2 * S + 2 * K + 8) * kU) * V;
@@ -307,7 +377,135 @@ std::vector<check_result> attention_checks() {
     }
   }
 
+  for (scheme s : kResearch) {
+    problem ps(s, false, seed);
+    r.push_back(
+        breaks_check(fmt::format("{}_breaks_permutation", scheme_name(s)),
+                     fmt::format("With {} on, permuting the tokens no longer permutes the outputs",
+                                 scheme_name(s)),
+                     permutation_deviation(ps), ps.tolerance(ps.N),
+                     "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+  }
+
   // Translation invariance of the relative schemes.
+  {
+    problem ps(scheme::kerple, true, seed);
+    const int64_t c = 1000003;
+    r.push_back(equal_check(
+        "kerple_translation_invariant",
+        fmt::format("kerple: shifting every position by c = {} leaves the outputs unchanged", c),
+        shift_deviation(ps, c), ps.tolerance(ps.N),
+        "causal; the bias depends on |kpos - qpos| only (Chi et al. 2022)"));
+  }
+  {
+    // xPos is relative in exact arithmetic; its scales zeta^(pos / B) are not representable far
+    // from the centre, so the check shifts positions by 1000 and the centre with them.
+    problem ps(scheme::xpos, true, seed);
+    const int64_t c = 1000;
+    const auto a = ps.run();
+    std::vector<int64_t> p1(ps.N);
+    for (int64_t i = 0; i < ps.N; ++i) p1[i] = i + c;
+    const auto b = ps.run([&](auto& p) {
+      p.q_positions = p.k_positions = p1;
+      p.pos.xpos.center = double(c);
+    });
+    r.push_back(equal_check(
+        "xpos_translation_invariant",
+        "xpos: shifting every position and the scale centre by 1000 leaves the outputs unchanged",
+        max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), ps.tolerance(ps.N),
+        "causal, scale_base 16; q'.k' carries zeta^((n - m) / B) and R(n - m) only (Sun et al. "
+        "2022)"));
+    // And the decay is real: with scale_base 16 the outputs differ from plain RoPE's.
+    problem pr(scheme::rope, true, seed);
+    const auto o = pr.run();
+    r.push_back(breaks_check("xpos_differs_from_rope",
+                             "xpos: the per-pair scale changes the outputs of RoPE alone",
+                             max_abs_diff(a.data(), o.data(), static_cast<int64_t>(a.size())),
+                             ps.tolerance(ps.N), "causal, same q, k, v, scale_base 16"));
+  }
+  {
+    // FIRE reads the query position through psi(max(L, qpos)): below the threshold L the bias
+    // is a function of the distance only, past it a shift changes it.
+    problem ps(scheme::fire, true, seed);
+    r.push_back(equal_check(
+        "fire_translation_invariant_below_threshold",
+        "fire: with every query position below the threshold L = 100, shifting positions by 50 "
+        "leaves the outputs unchanged",
+        shift_deviation(ps, 50), ps.tolerance(ps.N),
+        "causal; psi(max(L, qpos)) = psi(L) for qpos < L (Li et al. 2023)"));
+    r.push_back(breaks_check(
+        "fire_not_translation_invariant",
+        "fire: past the threshold (positions shifted by 1000003) the normaliser psi(qpos) "
+        "changes the outputs",
+        shift_deviation(ps, 1000003), ps.tolerance(ps.N),
+        "causal; the progressive interpolation divides by psi(qpos) once qpos > L"));
+  }
+  {
+    // CoPE (Golovneva et al. 2024): positions are counted by gates over the content, so the
+    // position ids are not read at all, p_ij is monotone in j, it is the token distance
+    // i - j + 1 when every gate is open, and it changes when the content between j and i does
+    // (so CoPE is not a function of i - j: not translation invariant in the token index).
+    problem ps(scheme::cope, true, seed);
+    r.push_back(equal_check(
+        "cope_ignores_position_ids",
+        "cope: shifting every position id by 1000003 leaves the outputs unchanged (positions "
+        "come from the gates)",
+        shift_deviation(ps, 1000003), ps.tolerance(ps.N), "causal, N = 20, npos = 8"));
+    auto positions = [](const problem& pr) {
+      std::vector<double> out(pr.N * pr.Hq * pr.D);
+      auto p = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), pr.N, pr.N);
+      return cope_positions(p, 0);
+    };
+    const auto P0 = positions(ps);
+    double rise = 0;  // max over i, j < j' <= i of p_ij' - p_ij (must be <= 0)
+    for (int64_t i = 0; i < ps.N; ++i)
+      for (int64_t j = 0; j < i; ++j)
+        rise = std::max(rise, P0[i * ps.N + j + 1] - P0[i * ps.N + j]);
+    check_result m{"attention",
+                   "cope_positions_monotone",
+                   "cope: p_ij = sum_{t=j..i} g_it never increases with j (the gates are >= 0)",
+                   rise <= 0,
+                   rise,
+                   0.0,
+                   "head 0, causal, N = 20; exact: suffix sums of "
+                   "non-negative gates"};
+    r.push_back(m);
+    problem open = ps;  // every q and k = 3 (1, ..., 1): a_ij = 9 D / sqrt(D) = 36, g = 1 - 2e-16
+    std::fill(open.q.begin(), open.q.end(), 3.0);
+    std::fill(open.k.begin(), open.k.end(), 3.0);
+    const auto P1 = positions(open);
+    double cnt = 0;
+    for (int64_t i = 0; i < open.N; ++i)
+      for (int64_t j = 0; j <= i; ++j)
+        cnt = std::max(cnt, std::abs(P1[i * open.N + j] - double(i - j + 1)));
+    // Each gate is 1 - e^-36 (2.4e-16 short); N gates summed with rounding N u each.
+    const double tcnt = double(open.N) * (2.4e-16 + double(open.N) * kU);
+    check_result c{
+        "attention",
+        "cope_counts_tokens_when_gates_open",
+        "cope: with every gate open (q . k large) p_ij = i - j + 1, the relative "
+        "token distance",
+        cnt <= tcnt,
+        cnt,
+        tcnt,
+        "q = k = 3 (1, ..., 1), D = 16: every gate 1 - e^-36; tolerance N (e^-36 + N u)"};
+    r.push_back(c);
+    problem closed = ps;  // close the gates of keys 5..9 for every query: k_t = -20 q-ish
+    for (int64_t t = 5; t < 10; ++t)
+      for (int64_t d = 0; d < closed.Hkv * closed.D; ++d)
+        closed.k[t * closed.Hkv * closed.D + d] *= -8;
+    closed.recompute_magnitudes(1, 0, 0);
+    const auto P2 = positions(closed);
+    double dev = 0;
+    for (int64_t i = 10; i < ps.N; ++i)
+      for (int64_t j = 0; j < 5; ++j)
+        dev = std::max(dev, std::abs(P2[i * ps.N + j] - P0[i * ps.N + j]));
+    r.push_back(breaks_check(
+        "cope_positions_depend_on_content",
+        "cope: changing the keys between j and i changes p_ij at the same token distance i - j "
+        "(not translation invariant in the token index)",
+        dev, 1e-12, "keys 5..9 scaled by -8; p_ij for i >= 10, j < 5 compared"));
+  }
   for (scheme s : kSchemes) {
     problem ps(s, true, seed);
     const int64_t c = 1000003;
@@ -351,7 +549,8 @@ std::vector<check_result> attention_checks() {
 
   // Packed documents, padding, cache: for no scheme and every scheme, causal.
   const std::vector<int64_t> cu = {0, 7, 12, 20};
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
+                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -361,7 +560,8 @@ std::vector<check_result> attention_checks() {
         packed_deviation(ps, cu), ps.tolerance(ps.N),
         "causal; positions restart at 0 in each document"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
+                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -372,7 +572,8 @@ std::vector<check_result> attention_checks() {
         dev, ps.tolerance(ps.N),
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
+                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),

@@ -93,6 +93,65 @@ struct attention_shaw {
   std::span<const Real> keys, values;  // (2K+1, D) each, D contiguous; empty = off
 };
 
+// Hook 2b, Kerple (Chi et al. 2022: the logarithmic and power variants of its conditionally
+// positive definite kernels, with learned per-head r1, r2 > 0), with d = |qpos - kpos|:
+//   log:   bias_h = -r1 log(1 + r2 d)
+//   power: bias_h = -r1 d^r2,  0 < r2 <= 2
+// The paper keeps r1, r2 positive by clamping them after each step; here the parameters are
+// unconstrained reals a1, a2 mapped onto the allowed range, so every finite value is valid and
+// the gradient is exact: r1 = softplus(a1), r2 = softplus(a2) (log), r2 = 2 sigmoid(a2) (power).
+enum class kerple_kernel { log, power };
+template <typename Real>
+struct attention_kerple {
+  kerple_kernel kernel = kerple_kernel::log;
+  std::span<const Real> params;  // (2, Hq): row 0 a1, row 1 a2, Hq contiguous; empty = off
+};
+
+// Hook 2b, FIRE (Li et al. 2023: the learned bias with progressive interpolation and threshold):
+// per head h, with d = |qpos - kpos|,
+//   bias_h = f_h( psi(d) / psi(max(L_h, qpos)) ),  psi(x) = log(c_h x + 1),
+//   f_h(x) = w2 . relu(w1 x + b1) + b2            (one hidden layer of m units)
+// c_h > 0 and the threshold L_h > 0 are learned, as in the paper, through c = softplus(a_c),
+// L = softplus(a_L). Causal in the paper (kpos <= qpos); d = |qpos - kpos| extends it to keys
+// ahead.
+template <typename Real>
+struct attention_fire {
+  int64_t hidden = 0;            // m >= 1
+  std::span<const Real> params;  // (Hq, 3m + 3): [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L]
+                                 // per head, contiguous; empty = off
+};
+
+// Hook 1, xPos (Sun et al. 2022, sec. 3: RoPE with exponential scaling): RoPE (half layout, rotary
+// width D, exact angles) times a per-pair scale, zeta_i = (i / (D/2) + gamma) / (1 + gamma), i <
+// D/2:
+//   q'_n = zeta^((n - c) / scale_base) R(n) q_n,   k'_m = zeta^(-(m - c) / scale_base) R(m) k_m
+// so q'_n . k'_m carries zeta^((n - m) / scale_base): a decay in the relative distance that does
+// not depend on the centre c (x-transformers centres at half the sequence length so that the
+// scales stay representable). The scales are computed in double and rounded once; the exponent
+// (pos - c) / scale_base log zeta_i saturates at +-80, so every scale stays finite in float32
+// (pad slots, passed as position 0, too): with the default gamma the formula holds exactly for
+// |pos - c| up to 64 scale_base.
+struct attention_xpos {
+  double theta = 0;         // RoPE base; 0 = off
+  double gamma = 0.4;       // > 0
+  double scale_base = 512;  // > 0
+  double center = 0;        // c, finite
+};
+
+// CoPE, contextual position encoding (Golovneva et al. 2024, sec. 3): with a_ij = scale q_i.k_j,
+//   g_ij = sigmoid(a_ij),  p_ij = sum_{t = j..i, visible} g_it      (positions count gates)
+//   s_ij = a_ij + (1 - w) q_i . e[f] + w q_i . e[f + 1],  f = floor(p'), w = p' - f,
+//   p' = min(p_ij, npos - 1)
+// Positions depend on q and k, so CoPE is neither a q/k transform nor a bias of (qpos, kpos):
+// it has its own path (src/attention/attention_cope.cpp, plain loops in double), which every
+// entry point runs when CoPE is on (the tiled and SIMD paths have no CoPE kernel). Causal only;
+// used alone (no other position scheme in the same call); position ids are not read.
+template <typename Real>
+struct attention_cope {
+  int64_t npos = 0;           // P >= 1 position embeddings
+  std::span<const Real> emb;  // (P, D), D contiguous, shared by the heads; empty = off
+};
+
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
 template <typename Real>
 struct attention_position {
@@ -101,10 +160,17 @@ struct attention_position {
                                       //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
   attention_t5<Real> t5;              // hook 2b: T5 bias, weights (num_buckets, Hq)
   attention_shaw<Real> shaw;          // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
+  attention_kerple<Real> kerple;      // hook 2b: Kerple parameters (2, Hq)
+  attention_fire<Real> fire;          // hook 2b: FIRE parameters (Hq, 3m + 3)
+  attention_xpos xpos;                // hook 1: xPos (instead of rope)
+  attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
 
   bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }
+  bool has_kerple() const { return !kerple.params.empty(); }
+  bool has_fire() const { return !fire.params.empty(); }
+  bool has_cope() const { return !cope.emb.empty(); }
 };
 
 // Views of the encodings layer's float tables (t5_init, shaw_init) for a float call; a double
@@ -218,6 +284,9 @@ struct attention_grads {
   Real* dt5 = nullptr;           // (num_buckets, Hq): gradient of the T5 table
   Real* dshaw_keys = nullptr;    // (2K+1, D): gradient of a^K
   Real* dshaw_values = nullptr;  // (2K+1, D): gradient of a^V
+  Real* dkerple = nullptr;       // (2, Hq): gradient of the Kerple parameters a1, a2
+  Real* dfire = nullptr;         // (Hq, 3m + 3): gradient of the FIRE parameters
+  Real* dcope = nullptr;         // (npos, D): gradient of the CoPE embeddings
 };
 
 // The dispatcher: attention_backward_tiled, or attention_backward_reference when
@@ -245,6 +314,11 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
 
 // True when POSENC_REFERENCE is set to a value other than "" or "0".
 bool attention_reference_selected();
+
+// CoPE's positions p_ij (unclamped) of head h, (T, S), 0 on masked pairs (for checks and
+// inspection; pos.cope must be on).
+template <typename Real>
+std::vector<double> cope_positions(const attention_params<Real>& p, int64_t h);
 
 // Property checks for `posenc check` (group "attention"); see src/verify/attention_checks.cpp.
 std::vector<check_result> attention_checks();

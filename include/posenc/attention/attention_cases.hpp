@@ -78,7 +78,12 @@ enum class scheme {
   t5_causal,  // also switches causal masking on
   shaw,
   temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
-  all           // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
+  all,          // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
+  kerple_log,
+  kerple_power,
+  fire,  // hidden = 4
+  xpos,  // scale_base = max(64, spread / 4), centred on the positions
+  cope   // npos = 8; forces causal masking (CoPE is causal only)
 };
 enum class mask {
   none,
@@ -91,7 +96,7 @@ enum class mask {
   everything,  // causal + padding + cu_seqlens + window
   positions    // explicit positions: any order, large offsets, a few pads (also when T > S)
 };
-inline constexpr int kSchemes = static_cast<int>(scheme::all) + 1;
+inline constexpr int kSchemes = static_cast<int>(scheme::cope) + 1;
 inline constexpr int kMasks = static_cast<int>(mask::positions) + 1;
 const char* name(scheme s);
 const char* name(mask m);
@@ -142,6 +147,10 @@ struct fixture {
   attention_params<Real> p;     // out and lse unset
   double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
+  std::vector<Real> kerple, fire;  // Kerple (2, Hq) and FIRE (Hq, 3m + 3) parameters
+  std::vector<Real> cope;          // CoPE embeddings (npos, D)
+  double G = 0;  // bound on |d bias / d parameter| over the pairs (Kerple, FIRE; else 0)
+  double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
 };
 
 // Draws the case's inputs (q ~ q_scale N(0, 1), k, v ~ N(0, 1)), masks, positions and scheme
@@ -164,7 +173,7 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 // when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dt5, dak, dav;
+  std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
   std::vector<double> dal;
   attention_grads<Real> g;
   grads(const fixture<Real>& f, const Real* out, const Real* lse, const Real* dout) {
@@ -188,6 +197,18 @@ struct grads {
       dal.assign(p.Hq, -7.0);
       g.dalibi = dal.data();
     }
+    if (p.pos.has_kerple()) {
+      dke.assign(p.pos.kerple.params.size(), Real(-7));
+      g.dkerple = dke.data();
+    }
+    if (p.pos.has_fire()) {
+      dfi.assign(p.pos.fire.params.size(), Real(-7));
+      g.dfire = dfi.data();
+    }
+    if (p.pos.has_cope()) {
+      dco.assign(p.pos.cope.emb.size(), Real(-7));
+      g.dcope = dco.data();
+    }
   }
 };
 
@@ -202,7 +223,8 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c);
 // The backward bounds above (per entry, plus u |reference|). dout: (T, Hq, D); lse: (T, Hq) of
 // the forward the backward runs on.
 struct backward_tolerances {
-  double dq = 0, dk = 0, dv = 0, dt5 = 0, dal = 0, dak = 0, dav = 0;
+  double dq = 0, dk = 0, dv = 0, dt5 = 0, dal = 0, dak = 0, dav = 0, dpar = 0;  // dpar: Kerple,
+                                                                                // FIRE: T E_S G
 };
 template <typename Real>
 backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,

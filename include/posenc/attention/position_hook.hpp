@@ -23,7 +23,21 @@
 namespace posenc {
 
 // The schemes with a hook. `count` is the number of schemes (iterate 0 .. count - 1).
-enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, t5, shaw, irope, count };
+enum class pos_scheme {
+  nope,
+  sinusoidal,
+  learned,
+  rope,
+  alibi,
+  t5,
+  shaw,
+  irope,
+  kerple,
+  fire,
+  xpos,
+  cope,
+  count
+};
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
 // Throws invalid_argument naming `arg` and the allowed names.
 pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg = "scheme");
@@ -44,6 +58,11 @@ struct position_options {
   int64_t irope_interval = 4;
   double irope_floor_scale = 64;
   double irope_attn_scale = 0.1;
+  bool kerple_power = false;     // kerple: power kernel (else logarithmic); (2, H) per layer
+  int64_t fire_hidden = 32;      // fire: hidden units of the per-head MLP (Li et al. 2023: 32)
+  double xpos_gamma = 0.4;       // xpos: zeta offset and scale base (Sun et al. 2022), theta
+  double xpos_scale_base = 512;  //       from rope_theta
+  int64_t cope_npos = 64;        // cope: position embeddings (npos, D) per layer
 };
 
 // The model's shape as a hook needs it.

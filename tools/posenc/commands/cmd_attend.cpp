@@ -11,15 +11,21 @@
 //     [--cu-seqlens 0,5,12] [--window W]
 //     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
 //     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dt5-table DT.npy]
-//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]]
+//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]
+//      [--dkerple DKE.npy] [--dfire DF.npy]]
+//     [--kerple KE.npy [--kerple-kernel log|power]] [--fire F.npy --fire-hidden M]
+//     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
+//     [--cope E.npy] [--dcope DE.npy]
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
 // dtype; a float64 table in a float32 call is rounded with a note on stderr); TABLE (num_buckets,
-// Hq); positions (T,) / (S,) int64 or int32; M (S,) bool or uint8 with 1 = real token. O is (T, Hq,
-// D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the backward runs too (attention_backward):
-// DQ, DK, DV and the requested parameter gradients are written in Q's dtype (DA, the ALiBi slope
-// gradient (Hq,), in float64). Every input is read and validated and the attention computed before
-// anything is written; a bad file or argument prints one message and exits 2 with no output file.
+// Hq); E (npos, D) CoPE's position embeddings (causal only); KE (2, Hq) Kerple's a1, a2; F (Hq, 3M
+// + 3) FIRE's per-head MLP (attention.hpp); positions (T,) / (S,) int64 or int32; M (S,) bool or
+// uint8 with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the
+// backward runs too (attention_backward): DQ, DK, DV and the requested parameter gradients are
+// written in Q's dtype (DA, the ALiBi slope gradient (Hq,), in float64). Every input is read and
+// validated and the attention computed before anything is written; a bad file or argument prints
+// one message and exits 2 with no output file.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -66,8 +72,13 @@ struct attend_opts {
   // Half-precision K and V
   std::string kv_dtype;
   int64_t shaw_clip = -1;
+  // Kerple, FIRE, xPos
+  std::string kerple, kerple_kernel = "log", fire, cope;
+  int64_t fire_hidden = 0;
+  bool xpos = false;
+  double xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
   // Backward
-  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi;
+  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire, dcope;
   CLI::App* sub = nullptr;
 };
 
@@ -284,12 +295,64 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     p.pos.shaw = {o.shaw_clip, shaw_k, shaw_v};
     schemes.push_back("shaw");
   }
+  std::vector<Real> kerple_w, fire_w;
+  if (!o.kerple.empty()) {
+    if (o.kerple_kernel != "log" && o.kerple_kernel != "power")
+      fail("--kerple-kernel must be log or power, got '{}'", o.kerple_kernel);
+    const auto a = read_npy(o.kerple);
+    require_float(a, "--kerple");
+    require_shape(a, "--kerple", {2, Hq}, fmt::format("(2, Hq) = (2, {}): rows a1, a2", Hq));
+    note_rounding<Real>(a, "--kerple");
+    kerple_w = as_real<Real>(a);
+    p.pos.kerple = {o.kerple_kernel == "power" ? kerple_kernel::power : kerple_kernel::log,
+                    kerple_w};
+    schemes.push_back("kerple");
+  } else if (given(o, "--kerple-kernel")) {
+    fail("--kerple-kernel needs --kerple");
+  }
+  if (!o.fire.empty()) {
+    if (!given(o, "--fire-hidden")) fail("--fire needs --fire-hidden M (the MLP's hidden units)");
+    if (o.fire_hidden < 1 || o.fire_hidden > 4096)
+      fail("--fire-hidden must be in [1, 4096], got {}", o.fire_hidden);
+    const int64_t W = 3 * o.fire_hidden + 3;
+    const auto a = read_npy(o.fire);
+    require_float(a, "--fire");
+    require_shape(
+        a, "--fire", {Hq, W},
+        fmt::format("(Hq, 3 M + 3) = ({}, {}) for --fire-hidden {}", Hq, W, o.fire_hidden));
+    note_rounding<Real>(a, "--fire");
+    fire_w = as_real<Real>(a);
+    p.pos.fire = {o.fire_hidden, fire_w};
+    schemes.push_back("fire");
+  } else if (given(o, "--fire-hidden")) {
+    fail("--fire-hidden needs --fire");
+  }
+  std::vector<Real> cope_e;
+  if (!o.cope.empty()) {
+    const auto a = read_npy(o.cope);
+    require_float(a, "--cope");
+    if (a.shape.size() != 2 || a.shape[1] != D || a.shape[0] < 1)
+      fail("--cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", D,
+           a.shape_str());
+    note_rounding<Real>(a, "--cope");
+    cope_e = as_real<Real>(a);
+    p.pos.cope = {a.shape[0], cope_e};
+    schemes.push_back("cope");
+  }
+  if (o.xpos) {
+    if (o.rope) fail("--xpos and --rope exclude each other (xPos is RoPE with a scale)");
+    p.pos.xpos = {o.theta, o.xpos_gamma, o.xpos_scale_base, o.xpos_center};
+    schemes.push_back("xpos");
+  } else if (given(o, "--xpos-gamma") || given(o, "--xpos-scale-base") ||
+             given(o, "--xpos-center")) {
+    fail("--xpos-gamma, --xpos-scale-base and --xpos-center need --xpos");
+  }
 
   // Backward: every flag checked before anything runs.
   const bool backward = !o.dout.empty();
   if (!backward) {
-    for (const char* f :
-         {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values", "--dalibi"})
+    for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
+                          "--dalibi", "--dkerple", "--dfire", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
   } else {
     if (o.dq.empty() || o.dk.empty() || o.dv.empty())
@@ -298,14 +361,18 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
       fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
     if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
+    if (!o.dkerple.empty() && !p.pos.has_kerple()) fail("--dkerple needs --kerple");
+    if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
+    if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
     std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
-    for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi})
+    for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple,
+                          &o.dfire, &o.dcope})
       if (!x->empty()) outs.push_back(*x);
     for (size_t a = 0; a < outs.size(); ++a)
       for (size_t b = a + 1; b < outs.size(); ++b)
         if (outs[a] == outs[b]) fail("output paths must differ, '{}' is given twice", outs[a]);
   }
-  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav;
+  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
   std::vector<double> dal;
   if (backward) {
     const auto da = read_npy(o.dout);
@@ -339,6 +406,18 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
       dal.resize(Hq);
       g.dalibi = dal.data();
     }
+    if (!o.dkerple.empty()) {
+      dke.resize(kerple_w.size());
+      g.dkerple = dke.data();
+    }
+    if (!o.dfire.empty()) {
+      dfi.resize(fire_w.size());
+      g.dfire = dfi.data();
+    }
+    if (!o.dcope.empty()) {
+      dco.resize(cope_e.size());
+      g.dcope = dco.data();
+    }
     attention_backward(p, g);
     if (!mrope_comp.empty()) {
       // dq = a R(pos)^T dq' for the rotation applied before the call (the transpose).
@@ -369,6 +448,9 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     const int64_t rows = 2 * p.pos.shaw.clip + 1;
     if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(dak, {rows, D}));
     if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(dav, {rows, D}));
+    if (!o.dkerple.empty()) files.emplace_back(o.dkerple, as_npy(dke, {2, Hq}));
+    if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(dco, {p.pos.cope.npos, D}));
+    if (!o.dfire.empty()) files.emplace_back(o.dfire, as_npy(dfi, {Hq, 3 * p.pos.fire.hidden + 3}));
     if (!o.dalibi.empty()) {
       npy_array a = make_npy<double>({Hq});
       std::copy(dal.begin(), dal.end(), a.template as<double>());
@@ -558,6 +640,22 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--dshaw-keys", o->dshaw_keys, "Write dL/da^K DAK.npy (2K+1, D)");
   sub->add_option("--dshaw-values", o->dshaw_values, "Write dL/da^V DAV.npy (2K+1, D)");
   sub->add_option("--dalibi", o->dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
+  sub->add_option("--kerple", o->kerple,
+                  "Kerple bias (Chi et al. 2022): parameters KE.npy (2, Hq), rows a1, a2");
+  sub->add_option("--kerple-kernel", o->kerple_kernel, "Kerple kernel: log (default) or power");
+  sub->add_option("--fire", o->fire,
+                  "FIRE bias (Li et al. 2023): per-head MLP parameters F.npy (Hq, 3 M + 3)");
+  sub->add_option("--fire-hidden", o->fire_hidden, "FIRE hidden units M");
+  sub->add_flag("--xpos", o->xpos, "xPos (Sun et al. 2022): RoPE with a decaying scale, --theta");
+  sub->add_option("--xpos-gamma", o->xpos_gamma, "xPos gamma (default 0.4)");
+  sub->add_option("--xpos-scale-base", o->xpos_scale_base, "xPos scale base (default 512)");
+  sub->add_option("--xpos-center", o->xpos_center, "xPos scale centre (default 0)");
+  sub->add_option(
+      "--cope", o->cope,
+      "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
+  sub->add_option("--dcope", o->dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
+  sub->add_option("--dkerple", o->dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
+  sub->add_option("--dfire", o->dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
   sub->callback([o] { run_attend(*o); });
 });
 

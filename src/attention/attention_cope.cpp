@@ -1,0 +1,236 @@
+// CoPE, contextual position encoding (Golovneva et al. 2024, sec. 3): positions counted by
+// sigmoid gates over the content logits, interpolated position embeddings added to the logits.
+// Positions depend on q and k, so CoPE is no q/k transform and no bias of (qpos, kpos): it has
+// its own path, this file, the plain double computation (full score row per query, as the
+// reference of the other schemes). The tiled entry points run it too: CoPE has no tiled or SIMD
+// path (attention.hpp). Per head h and query i, with a_ij = scale q_i . k_j on visible pairs:
+//   g_ij = sigmoid(a_ij)                          gates (0 on masked pairs)
+//   p_ij = sum_{t >= j} g_it                      = sum over the visible keys t = j..i
+//   z_ij = (1 - w) q_i . e[f] + w q_i . e[f + 1],  f = floor(p'), w = p' - f, p' = min(p, P - 1)
+//   s_ij = a_ij + z_ij,  softmax, out = sum_j P_ij v_j
+// Backward, given dS_ij = P_ij (dP_ij - D_i) as for every scheme (attention.hpp):
+//   dZ_i[f] += dS_ij (1 - w),  dZ_i[f + 1] += dS_ij w      (Z_i[t] = q_i . e[t])
+//   dp_ij = dS_ij (Z_i[f + 1] - Z_i[f]) for p < P - 1, else 0
+//   dg_it = sum_{j <= t} dp_ij;  da_it = dS_it + dg_it g_it (1 - g_it)
+//   dq_i = scale sum_j da_ij k_j + sum_t dZ_i[t] e[t];  dk_j += scale da_ij q_i;
+//   de[t] += dZ_i[t] q_i;  dv_j += P_ij dO_i
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention_plan.hpp"
+#include "hooks.hpp"
+#include "posenc/core/error.hpp"
+
+namespace posenc {
+namespace detail {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// One (head, query) row: content logits, visibility, gates, positions, interpolation.
+struct cope_row {
+  std::vector<double> a, g, pos, z, Z;  // (S,) x 4, Z (P,)
+  std::vector<uint8_t> vis;             // (S,)
+  std::vector<int64_t> f;               // (S,) floor of the clamped position
+  std::vector<double> w;                // (S,) its fraction
+  bool any = false;
+};
+
+struct cope_inputs {
+  std::vector<double> q, k, v, e;  // (T, Hq, D), (S, Hkv, D) x 2, (P, D)
+  int64_t P = 0;
+};
+
+template <typename Real>
+cope_inputs cope_load(const attention_params<Real>& p) {
+  cope_inputs in;
+  in.q.assign(p.q, p.q + p.T * p.Hq * p.D);
+  in.k.assign(p.k, p.k + p.S * p.Hkv * p.D);
+  in.v.assign(p.v, p.v + p.S * p.Hkv * p.D);
+  in.e.assign(p.pos.cope.emb.begin(), p.pos.cope.emb.end());
+  in.P = p.pos.cope.npos;
+  return in;
+}
+
+template <typename Real>
+void cope_fill_row(const attention_params<Real>& p, const attention_plan& pl, const cope_inputs& in,
+                   int64_t h, int64_t i, cope_row& r) {
+  const int64_t S = p.S, D = p.D, P = in.P, hk = h / pl.group;
+  r.a.assign(S, 0.0), r.g.assign(S, 0.0), r.pos.assign(S, 0.0), r.z.assign(S, 0.0);
+  r.vis.assign(S, 0), r.f.assign(S, 0), r.w.assign(S, 0.0), r.Z.assign(P, 0.0);
+  r.any = false;
+  const double* qi = &in.q[(i * p.Hq + h) * D];
+  for (int64_t j = 0; j < S; ++j) {
+    r.vis[j] = attention_visible(pl, p.causal, p.window, p.T, S, i, j);
+    if (!r.vis[j]) continue;
+    r.any = true;
+    const double* kj = &in.k[(j * p.Hkv + hk) * D];
+    double dot = 0;
+    for (int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
+    r.a[j] = pl.scale * dot;
+    r.g[j] = 1 / (1 + std::exp(-r.a[j]));
+  }
+  for (int64_t t = 0; t < P; ++t) {
+    double dot = 0;
+    for (int64_t d = 0; d < D; ++d) dot += qi[d] * in.e[t * D + d];
+    r.Z[t] = dot;
+  }
+  double run = 0;  // suffix sum of the gates
+  for (int64_t j = S - 1; j >= 0; --j) {
+    run += r.g[j];
+    if (!r.vis[j]) continue;
+    r.pos[j] = run;
+    const double pc = std::min(run, double(P - 1));
+    const auto f = static_cast<int64_t>(std::floor(pc));
+    r.f[j] = f;
+    r.w[j] = pc - double(f);
+    const int64_t c = std::min(f + 1, P - 1);
+    r.z[j] = (1 - r.w[j]) * r.Z[f] + r.w[j] * r.Z[c];
+  }
+}
+
+// Softmax of s = a + z over the visible keys: probabilities into P (S,), returns lse.
+double cope_softmax(const cope_row& r, std::vector<double>& prob) {
+  const auto S = static_cast<int64_t>(r.a.size());
+  prob.assign(S, 0.0);
+  double m = kNegInf;
+  for (int64_t j = 0; j < S; ++j)
+    if (r.vis[j]) m = std::max(m, r.a[j] + r.z[j]);
+  if (m == kNegInf) return kNegInf;
+  double l = 0;
+  for (int64_t j = 0; j < S; ++j)
+    if (r.vis[j]) l += prob[j] = std::exp(r.a[j] + r.z[j] - m);
+  for (int64_t j = 0; j < S; ++j) prob[j] /= l;
+  return m + std::log(l);
+}
+
+}  // namespace
+
+template <typename Real>
+void cope_forward(const attention_params<Real>& p) {
+  const auto pl = make_attention_plan(p);
+  (void)make_engine_terms<Real>(p, pl, nullptr);  // validates pos (CoPE alone, causal)
+  const auto in = cope_load(p);
+  const int64_t T = p.T, Hq = p.Hq, D = p.D;
+  cope_row r;
+  std::vector<double> prob;
+  for (int64_t h = 0; h < Hq; ++h) {
+    const int64_t hk = h / pl.group;
+    for (int64_t i = 0; i < T; ++i) {
+      cope_fill_row(p, pl, in, h, i, r);
+      const double lse = cope_softmax(r, prob);
+      Real* out = p.out + (i * Hq + h) * D;
+      for (int64_t d = 0; d < D; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j < p.S; ++j)
+          if (prob[j] != 0) o += prob[j] * in.v[(j * p.Hkv + hk) * D + d];
+        out[d] = static_cast<Real>(o);
+      }
+      if (p.lse) p.lse[i * Hq + h] = static_cast<Real>(lse);
+    }
+  }
+}
+
+template <typename Real>
+void cope_backward(const attention_params<Real>& p, const attention_grads<Real>& g) {
+  const auto pl = make_attention_plan(p);
+  (void)make_engine_terms<Real>(p, pl, &g);
+  if (p.T > 0 && (!g.out || !g.lse || !g.dout || !g.dq))
+    fail("attention backward: out, lse, dout and dq must not be null when T = {}", p.T);
+  if (p.S > 0 && (!g.dk || !g.dv))
+    fail("attention backward: dk and dv must not be null when S = {}", p.S);
+  const auto in = cope_load(p);
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, P = in.P;
+  std::vector<double> dq(T * Hq * D, 0.0), dk(S * Hkv * D, 0.0), dv(S * Hkv * D, 0.0),
+      de(P * D, 0.0);
+  cope_row r;
+  std::vector<double> prob, dS(S), dZ(P), dp(S);
+  for (int64_t h = 0; h < Hq; ++h) {
+    const int64_t hk = h / pl.group;
+    for (int64_t i = 0; i < T; ++i) {
+      cope_fill_row(p, pl, in, h, i, r);
+      (void)cope_softmax(r, prob);
+      if (!r.any) continue;
+      const double* qi = &in.q[(i * Hq + h) * D];
+      const Real* doi = g.dout + (i * Hq + h) * D;
+      double Di = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        dS[j] = 0;
+        if (!r.vis[j]) continue;
+        const double* vj = &in.v[(j * Hkv + hk) * D];
+        double x = 0;
+        for (int64_t d = 0; d < D; ++d) x += double(doi[d]) * vj[d];
+        dS[j] = x;
+        Di += prob[j] * x;
+      }
+      std::fill(dZ.begin(), dZ.end(), 0.0);
+      for (int64_t j = 0; j < S; ++j) {
+        dp[j] = 0;
+        if (!r.vis[j]) continue;
+        dS[j] = prob[j] * (dS[j] - Di);
+        const int64_t f = r.f[j], c = std::min(f + 1, P - 1);
+        dZ[f] += dS[j] * (1 - r.w[j]);
+        dZ[c] += dS[j] * r.w[j];
+        if (r.pos[j] < double(P - 1)) dp[j] = dS[j] * (r.Z[c] - r.Z[f]);
+      }
+      double* dqi = &dq[(i * Hq + h) * D];
+      double dg = 0;  // prefix sum of dp: dg_t = sum_{j <= t} dp_j
+      for (int64_t t = 0; t < S; ++t) {
+        dg += dp[t];
+        if (!r.vis[t]) continue;
+        const double da = dS[t] + dg * r.g[t] * (1 - r.g[t]);
+        const double* kt = &in.k[(t * Hkv + hk) * D];
+        double* dkt = &dk[(t * Hkv + hk) * D];
+        double* dvt = &dv[(t * Hkv + hk) * D];
+        for (int64_t d = 0; d < D; ++d) {
+          dqi[d] += pl.scale * da * kt[d];
+          dkt[d] += pl.scale * da * qi[d];
+          dvt[d] += prob[t] * double(doi[d]);
+        }
+      }
+      for (int64_t t = 0; t < P; ++t) {
+        if (dZ[t] == 0) continue;
+        for (int64_t d = 0; d < D; ++d) {
+          dqi[d] += dZ[t] * in.e[t * D + d];
+          de[t * D + d] += dZ[t] * qi[d];
+        }
+      }
+    }
+  }
+  for (int64_t x = 0; x < T * Hq * D; ++x) g.dq[x] = static_cast<Real>(dq[x]);
+  for (int64_t x = 0; x < S * Hkv * D; ++x) {
+    g.dk[x] = static_cast<Real>(dk[x]);
+    g.dv[x] = static_cast<Real>(dv[x]);
+  }
+  if (g.dcope)
+    for (int64_t x = 0; x < P * D; ++x) g.dcope[x] = static_cast<Real>(de[x]);
+}
+
+template void cope_forward(const attention_params<float>&);
+template void cope_forward(const attention_params<double>&);
+template void cope_backward(const attention_params<float>&, const attention_grads<float>&);
+template void cope_backward(const attention_params<double>&, const attention_grads<double>&);
+
+}  // namespace detail
+
+template <typename Real>
+std::vector<double> cope_positions(const attention_params<Real>& p, int64_t h) {
+  const auto pl = detail::make_attention_plan(p);
+  (void)detail::make_engine_terms<Real>(p, pl, nullptr);
+  if (!p.pos.has_cope()) fail("cope_positions: pos.cope is off (pos.cope.emb is empty)");
+  if (h < 0 || h >= p.Hq) fail("cope_positions: h must be in [0, Hq) = [0, {}), got {}", p.Hq, h);
+  const auto in = detail::cope_load(p);
+  std::vector<double> out(p.T * p.S, 0.0);
+  detail::cope_row r;
+  for (int64_t i = 0; i < p.T; ++i) {
+    detail::cope_fill_row(p, pl, in, h, i, r);
+    std::copy(r.pos.begin(), r.pos.end(), out.begin() + i * p.S);
+  }
+  return out;
+}
+template std::vector<double> cope_positions(const attention_params<float>&, int64_t);
+template std::vector<double> cope_positions(const attention_params<double>&, int64_t);
+
+}  // namespace posenc

@@ -1,0 +1,142 @@
+// FIRE (Li et al. 2023): the engine's score bias, a per-head MLP over the log-transformed
+// distance normalised by the query position (progressive interpolation with a learned
+// threshold), with the gradient of every parameter; and the model's hook: one (H, 3m + 3)
+// parameter tensor per layer.
+//   x      = psi(d) / psi(M),  d = |qpos - kpos|,  M = max(L, qpos),  psi(y) = log(c y + 1)
+//   bias_h = w2 . relu(w1 x + b1) + b2,  c = softplus(a_c),  L = softplus(a_L)
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "hooks.hpp"
+#include "posenc/core/error.hpp"
+
+namespace posenc::detail {
+namespace {
+
+double softplus(double a) {
+  return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
+}
+double sigmoid(double a) {
+  return a >= 0 ? 1 / (1 + std::exp(-a)) : std::exp(a) / (1 + std::exp(a));
+}
+
+// Hook 2b. Parameters of head h at params + h (3m + 3): w1 [0, m), b1 [m, 2m), w2 [2m, 3m),
+// b2 3m, a_c 3m + 1, a_L 3m + 2; held in double for the call.
+template <typename Real>
+class fire_bias_term final : public score_bias<Real> {
+ public:
+  fire_bias_term(const attention_fire<Real>& f, int64_t Hq, Real* dparams)
+      : m_(f.hidden), W_(3 * f.hidden + 3), Hq_(Hq), dparams_(dparams) {
+    w_.assign(f.params.begin(), f.params.end());
+  }
+  double value(int64_t h, int64_t qp, int64_t kp) const override {
+    const double* w = w_.data() + h * W_;
+    const double x = input(w, qp, kp).x;
+    double out = w[3 * m_];
+    for (int64_t u = 0; u < m_; ++u) out += w[2 * m_ + u] * std::max(0.0, w[u] * x + w[m_ + u]);
+    return out;
+  }
+  int64_t grad_size() const override { return dparams_ ? Hq_ * W_ : 0; }
+  void add_grad(int64_t h, int64_t qp, int64_t kp, double ds, double* grad) const override {
+    const double* w = w_.data() + h * W_;
+    double* gw = grad + h * W_;
+    const in z = input(w, qp, kp);
+    double dx = 0;  // d bias / d x
+    for (int64_t u = 0; u < m_; ++u) {
+      const double pre = w[u] * z.x + w[m_ + u];
+      if (pre <= 0) continue;             // relu' = 0 (the kink at 0 taken as 0)
+      gw[2 * m_ + u] += ds * pre;         // d/dw2_u = relu(pre)
+      gw[u] += ds * w[2 * m_ + u] * z.x;  // d/dw1_u = w2_u x
+      gw[m_ + u] += ds * w[2 * m_ + u];   // d/db1_u = w2_u
+      dx += w[2 * m_ + u] * w[u];
+    }
+    gw[3 * m_] += ds;  // d/db2
+    gw[3 * m_ + 1] += ds * dx * z.dx_dc * sigmoid(w[3 * m_ + 1]);
+    gw[3 * m_ + 2] += ds * dx * z.dx_dL * sigmoid(w[3 * m_ + 2]);
+  }
+  void store_grad(const double* grad) const override {
+    for (int64_t x = 0; x < Hq_ * W_; ++x) dparams_[x] = static_cast<Real>(grad[x]);
+  }
+
+ private:
+  struct in {
+    double x, dx_dc, dx_dL;
+  };
+  // x = psi(d) / psi(M) and its derivatives in c and L (psi'_c(y) = y / (c y + 1)):
+  //   dx/dc = (d / (c d + 1) - x M / (c M + 1)) / psi(M)
+  //   dx/dL = -x c / ((c M + 1) psi(M)) when L > qpos (M = L), else 0
+  in input(const double* w, int64_t qp, int64_t kp) const {
+    const double c = softplus(w[3 * m_ + 1]), L = softplus(w[3 * m_ + 2]);
+    const double d = double(std::llabs(qp - kp));
+    if (d == 0) return {0.0, 0.0, 0.0};  // psi(0) = 0 for every c and L
+    const bool thresh = L > double(qp);
+    const double M = thresh ? L : double(qp);
+    const double pm = std::max(std::log1p(c * M), 1e-300);  // > 0 even if c M underflows
+    const double x = std::log1p(c * d) / pm;
+    in r;
+    r.x = x;
+    r.dx_dc = (d / (c * d + 1) - x * M / (c * M + 1)) / pm;
+    r.dx_dL = thresh ? -x * c / ((c * M + 1) * pm) : 0.0;
+    return r;
+  }
+  int64_t m_, W_, Hq_;
+  Real* dparams_;
+  std::vector<double> w_;  // (Hq, 3m + 3)
+};
+
+template <typename S>
+class fire_hook final : public position_hook<S> {
+ public:
+  fire_hook(int64_t m, int64_t H) : m_(m), H_(H) {}
+  pos_scheme scheme() const override { return pos_scheme::fire; }
+  std::vector<position_tensor> tensors() const override {
+    return {{"fire", H_, 3 * m_ + 3, true, false}};
+  }
+  attention_position<S> attention(const S* const* t) const override {
+    attention_position<S> p;
+    p.fire = {m_, std::span<const S>(t[0], H_ * (3 * m_ + 3))};
+    return p;
+  }
+  void bind_grads(S* const* dt, attention_grads<S>& g) const override { g.dfire = dt[0]; }
+  std::vector<int> attention_grad_tensors() const override { return {0}; }
+
+ private:
+  int64_t m_, H_;
+};
+
+}  // namespace
+
+template <typename S>
+std::unique_ptr<position_hook<S>> make_fire_hook(const position_options& o,
+                                                 const position_shape& shape) {
+  if (o.fire_hidden < 1 || o.fire_hidden > 4096)
+    fail("fire_hidden must be in [1, 4096], got {}", o.fire_hidden);
+  return std::make_unique<fire_hook<S>>(o.fire_hidden, shape.n_heads);
+}
+POSENC_INSTANTIATE_HOOK(fire)
+
+template <typename Real>
+void add_fire_terms(const attention_params<Real>& p, const attention_plan&,
+                    const attention_grads<Real>* g, engine_terms<Real>& t) {
+  if (!p.pos.has_fire()) {
+    if (g && g->dfire)
+      fail(
+          "attention backward: dfire was requested but the FIRE hook is off (pos.fire.params "
+          "is empty)");
+    return;
+  }
+  const auto& f = p.pos.fire;
+  if (f.hidden < 1 || f.hidden > 4096) fail("fire hidden must be in [1, 4096], got {}", f.hidden);
+  const int64_t W = 3 * f.hidden + 3;
+  if (static_cast<int64_t>(f.params.size()) != p.Hq * W)
+    fail("fire params must have shape (Hq, 3 hidden + 3) = ({}, {}), i.e. {} values, got {}", p.Hq,
+         W, p.Hq * W, f.params.size());
+  for (size_t x = 0; x < f.params.size(); ++x)
+    if (!std::isfinite(double(f.params[x])))
+      fail("fire params must be finite, got {} at ({}, {})", double(f.params[x]), x / W, x % W);
+  t.biases.push_back(std::make_unique<fire_bias_term<Real>>(f, p.Hq, g ? g->dfire : nullptr));
+}
+POSENC_INSTANTIATE_TERMS(fire)
+
+}  // namespace posenc::detail

@@ -1,0 +1,111 @@
+// xPos (Sun et al. 2022, sec. 3): the engine's hook 1, RoPE (half layout, rotary width D, exact
+// angles) with a per-pair exponential scale that makes q'_n . k'_m decay in n - m; and the
+// model's hook (theta = rope_theta, gamma and scale_base from the options).
+//   zeta_i = (i / (D/2) + gamma) / (1 + gamma),  i < D/2
+//   q'_n = zeta^((n - c) / B) R(n) q_n,  k'_m = zeta^(-(m - c) / B) R(m) k_m,  B = scale_base
+// The transpose (the backward) is R(pos)^T with the same scale: each pair's scale commutes with
+// that pair's rotation.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "hooks.hpp"
+#include "posenc/core/error.hpp"
+
+namespace posenc::detail {
+namespace {
+
+class xpos_transform final : public qk_transform {
+ public:
+  explicit xpos_transform(const attention_xpos& x) : x_(x) {}
+  void apply(std::span<const int64_t> pos, float* x, int64_t n, int64_t H, int64_t D, bool key,
+             bool transpose) const override {
+    run(pos, x, n, H, D, key, transpose);
+  }
+  void apply(std::span<const int64_t> pos, double* x, int64_t n, int64_t H, int64_t D, bool key,
+             bool transpose) const override {
+    run(pos, x, n, H, D, key, transpose);
+  }
+
+ private:
+  // Per position: angle pos omega_i (omega_i = theta^(-2i/D)) reduced mod 2 pi in double,
+  // scale zeta_i^(+-pos/B), once per row and reused across heads. Rounded once to Real.
+  template <typename Real>
+  void run(std::span<const int64_t> pos, Real* x, int64_t n, int64_t H, int64_t D, bool key,
+           bool transpose) const {
+    const int64_t h2 = D / 2;
+    std::vector<double> c(h2), s(h2);
+    for (int64_t t = 0; t < n; ++t) {
+      const double p = double(pos[t]);
+      for (int64_t i = 0; i < h2; ++i) {
+        const double omega = std::pow(x_.theta, -2.0 * double(i) / double(D));
+        const double ang = std::fmod(p * omega, 2 * M_PI);
+        const double zeta = (double(i) / double(h2) + x_.gamma) / (1 + x_.gamma);
+        const double e = (p - x_.center) / x_.scale_base;
+        // zeta^e = exp(e log zeta), the exponent saturated at +-80 (see attention.hpp).
+        const double sc = std::exp(std::clamp((key ? -e : e) * std::log(zeta), -80.0, 80.0));
+        c[i] = sc * std::cos(ang);
+        s[i] = sc * (transpose ? -std::sin(ang) : std::sin(ang));
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        Real* r = x + (t * H + h) * D;
+        for (int64_t i = 0; i < h2; ++i) {
+          const double a = double(r[i]), b = double(r[i + h2]);
+          r[i] = static_cast<Real>(a * c[i] - b * s[i]);
+          r[i + h2] = static_cast<Real>(b * c[i] + a * s[i]);
+        }
+      }
+    }
+  }
+  attention_xpos x_;
+};
+
+void validate_xpos(const attention_xpos& x, int64_t D) {
+  if (!(x.theta > 1) || !std::isfinite(x.theta))
+    fail("xpos theta must be finite and > 1 (0 = off), got {}", x.theta);
+  if (!(x.gamma > 0) || !std::isfinite(x.gamma))
+    fail("xpos gamma must be finite and > 0, got {}", x.gamma);
+  if (!(x.scale_base > 0) || !std::isfinite(x.scale_base))
+    fail("xpos scale_base must be finite and > 0, got {}", x.scale_base);
+  if (!std::isfinite(x.center)) fail("xpos center must be finite, got {}", x.center);
+  if (D % 2 != 0) fail("xpos needs an even head dim D, got {}", D);
+}
+
+template <typename S>
+class xpos_hook final : public position_hook<S> {
+ public:
+  explicit xpos_hook(attention_xpos x) : x_(x) {}
+  pos_scheme scheme() const override { return pos_scheme::xpos; }
+  attention_position<S> attention(const S* const*) const override {
+    attention_position<S> p;
+    p.xpos = x_;
+    return p;
+  }
+
+ private:
+  attention_xpos x_;
+};
+
+}  // namespace
+
+template <typename S>
+std::unique_ptr<position_hook<S>> make_xpos_hook(const position_options& o,
+                                                 const position_shape& shape) {
+  const attention_xpos x{o.rope_theta, o.xpos_gamma, o.xpos_scale_base, 0.0};
+  validate_xpos(x, shape.d_model / shape.n_heads);
+  return std::make_unique<xpos_hook<S>>(x);
+}
+POSENC_INSTANTIATE_HOOK(xpos)
+
+template <typename Real>
+void add_xpos_terms(const attention_params<Real>& p, const attention_plan&,
+                    const attention_grads<Real>*, engine_terms<Real>& t) {
+  const attention_xpos& x = p.pos.xpos;
+  if (x.theta == 0) return;
+  validate_xpos(x, p.D);
+  if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
+  t.transform = std::make_unique<xpos_transform>(x);
+}
+POSENC_INSTANTIATE_TERMS(xpos)
+
+}  // namespace posenc::detail
