@@ -548,6 +548,7 @@ TEST(Lab, HeldOutWindowsFollowPressEtAl) {
   m.params() = res.final_params;
   double sum = 0;
   int64_t n = 0;
+  std::vector<double> at(48, 0.0);  // nll summed per window position
   for (int64_t s = 0; s + 48 + 1 <= 301; s += 48) {
     model::batch b;
     b.B = 1;
@@ -559,8 +560,20 @@ TEST(Lab, HeldOutWindowsFollowPressEtAl) {
     }
     sum += m.forward(b) * 48;
     n += 48;
+    for (int64_t j = 0; j < 48; ++j) at[j] += m.nll()[j];
   }
   EXPECT_NEAR(e48.loss, sum / n, 1e-9);
+  // Loss by window position: [0, 12) in distribution, then [12, 24), [24, 48).
+  ASSERT_EQ(e48.position_loss.size(), 3u);
+  const int64_t edges[4] = {0, 12, 24, 48};
+  for (int b = 0; b < 3; ++b) {
+    double want = 0;
+    for (int64_t j = edges[b]; j < edges[b + 1]; ++j) want += at[j];
+    want /= static_cast<double>((edges[b + 1] - edges[b]) * 6);  // 6 windows
+    EXPECT_EQ(e48.position_loss[b].from, edges[b]);
+    EXPECT_EQ(e48.position_loss[b].to, edges[b + 1]);
+    EXPECT_NEAR(e48.position_loss[b].loss, want, 1e-9) << "bucket " << b;
+  }
   // A learned table has no row past 11: undefined, both modes.
   o.schemes = {pos_scheme::learned};
   const run_result learned = train_and_evaluate(o, t, pos_scheme::learned, 0);

@@ -121,6 +121,7 @@ model::batch sub_batch(const model::batch& b, int64_t s0, int64_t s1) {
 struct score_sums {
   double loss = 0, last = 0;
   int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
+  std::vector<double> by_pos;  // (T) nll summed over the scored tokens at window position j
 };
 
 // Runs the batches forward and sums nll, argmax hits, whole-sequence hits and (LM tasks) the
@@ -174,6 +175,8 @@ score_sums score_batches(const model::transformer<float>& m,
               q.last += nll[i];
               ++q.last_n;
             }
+            if (q.by_pos.empty()) q.by_pos.assign(L, 0.0);
+            q.by_pos[j] += nll[i];
           }
           q.exact += all;
         }
@@ -183,7 +186,9 @@ score_sums score_batches(const model::transformer<float>& m,
   for (const auto& x : error)
     if (x) std::rethrow_exception(x);
   if (spread) {
-    constexpr int64_t k = 6;  // the fields of score_sums, as doubles (counts are exact below 2^53)
+    // The fields of score_sums as doubles (counts are exact below 2^53), then by_pos.
+    const int64_t T = nb > 0 ? batches[0].T : 0;
+    const int64_t k = 6 + T;
     std::vector<int64_t> counts(dist->size);
     for (int r = 0; r < dist->size; ++r) {
       const auto [r0, r1] = thread_range(nb, r, dist->size);
@@ -199,6 +204,7 @@ score_sums score_batches(const model::transformer<float>& m,
       d[3] = static_cast<double>(q.correct);
       d[4] = static_cast<double>(q.exact);
       d[5] = static_cast<double>(q.last_n);
+      for (int64_t j = 0; j < static_cast<int64_t>(q.by_pos.size()); ++j) d[6 + j] = q.by_pos[j];
     }
     dist->gather_doubles(mine.data(), all.data(), counts);
     for (int64_t c = 0; c < nb; ++c) {
@@ -208,11 +214,14 @@ score_sums score_batches(const model::transformer<float>& m,
                  static_cast<int64_t>(d[2]),
                  static_cast<int64_t>(d[3]),
                  static_cast<int64_t>(d[4]),
-                 static_cast<int64_t>(d[5])};
+                 static_cast<int64_t>(d[5]),
+                 std::vector<double>(d + 6, d + k)};
     }
   }
   score_sums total;
   for (const score_sums& q : part) {
+    if (total.by_pos.size() < q.by_pos.size()) total.by_pos.resize(q.by_pos.size(), 0.0);
+    for (size_t j = 0; j < q.by_pos.size(); ++j) total.by_pos[j] += q.by_pos[j];
     total.loss += q.loss;
     total.last += q.last;
     total.scored += q.scored;
@@ -288,6 +297,18 @@ eval_metrics evaluate_held_out(const model::transformer<float>& m, const lab_opt
       a.scored ? static_cast<double>(a.correct) / static_cast<double>(a.scored) : nan;
   e.exact_match = nan;
   e.loss_last64 = a.last_n ? a.last / static_cast<double>(a.last_n) : nan;
+  // Where in the window the loss is: non-overlapping windows score every position, so bucket
+  // [p0, p1) holds windows * (p1 - p0) tokens. Buckets [0, T0), [T0, 2 T0), [2 T0, 4 T0), ...
+  // with T0 = train_max: the first is in distribution, the others are positions never trained.
+  if (!a.by_pos.empty() && !starts.empty()) {
+    const int64_t T0 = o.train_max;
+    for (int64_t p0 = 0, p1 = std::min(T0, L); p0 < L; p0 = p1, p1 = std::min(2 * p1, L)) {
+      double sum = 0;
+      for (int64_t j = p0; j < p1; ++j) sum += a.by_pos[j];
+      e.position_loss.push_back(
+          {p0, p1, sum / static_cast<double>((p1 - p0) * static_cast<int64_t>(starts.size()))});
+    }
+  }
   e.stride = stride;
   e.sliding_windows = static_cast<int64_t>(sl_starts.size());
   e.sliding_scored_tokens = b.scored;
@@ -725,6 +746,9 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
         row["sliding_windows"] = e.sliding_windows;
         row["sliding_scored_tokens"] = e.sliding_scored_tokens;
         row["in_dist_bpc"] = num_or_null(run.in_distribution.loss / std::log(2.0));
+        row["bpc_by_position"] = J::array();
+        for (const auto& b : e.position_loss)
+          row["bpc_by_position"].push_back({b.from, b.to, num_or_null(b.loss / std::log(2.0))});
       }
       row["defined"] = e.defined;
       row["note"] = e.defined ? J(nullptr) : J(e.note);
@@ -787,6 +811,16 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
         row[n + "_mean"] = mean;
         row[n + "_std"] =
             v.size() > 1 ? J(std::sqrt(var / static_cast<double>(v.size() - 1))) : J(nullptr);
+      }
+      if (held_out && defined && !es[0]->position_loss.empty()) {
+        row["bpc_by_position_mean"] = J::array();
+        for (size_t b = 0; b < es[0]->position_loss.size(); ++b) {
+          double mean = 0;
+          for (auto* e : es) mean += e->position_loss[b].loss / std::log(2.0);
+          const auto& pb = es[0]->position_loss[b];
+          row["bpc_by_position_mean"].push_back(
+              {pb.from, pb.to, num_or_null(mean / static_cast<double>(es.size()))});
+        }
       }
       j["summary"].push_back(row);
     }

@@ -99,6 +99,13 @@ struct eval_metrics {
   // those of the first window sees length - stride tokens of context. NaN otherwise.
   double sliding_loss = 0, sliding_token_accuracy = 0;
   int64_t stride = 0, sliding_windows = 0, sliding_scored_tokens = 0;
+  // Non-overlapping windows: mean loss of the tokens at window positions [from, to), in buckets
+  // [0, train_max), [train_max, 2 train_max), [2 train_max, 4 train_max), ... up to length.
+  struct position_bucket {
+    int64_t from = 0, to = 0;
+    double loss = 0;
+  };
+  std::vector<position_bucket> position_loss;
 };
 
 struct curve_point {
@@ -184,6 +191,7 @@ std::vector<run_result> run_specs(const std::vector<run_spec>& specs, const task
 //    "in_dist_loss", "in_dist_token_accuracy", "in_dist_exact_match"}, ...],
 //   with a held-out text file also "bpc", "ppl", "sliding_loss", "sliding_bpc", "sliding_ppl",
 //   "sliding_token_accuracy", "in_dist_bpc" (bits per byte = loss / ln 2, perplexity = e^loss),
+//   "bpc_by_position": [[from, to, bpc], ...] (eval_metrics::position_loss),
 //    "summary": [{"scheme", "eval_len", "seeds", "<metric>_mean", "<metric>_std", ...}],
 //    "config": {...}, "runs": [{"scheme", "seed", "steps", "train_seconds", "tokens_per_second",
 //    "curve": [[step, loss, lr], ...]}]}
