@@ -68,6 +68,8 @@ void press_part(report_context& ctx, doc::document& body) {
                                std::string(mode) == "bpc" ? "non-overlapping" : "sliding");
       plot.x.label = "evaluation length (bytes)";
       plot.x.kind = svg::scale::log;
+      const double l = static_cast<double>(L);
+      plot.x.ticks = {l, 2 * l, 4 * l, 8 * l, 16 * l};
       plot.y.label = "bits per byte";
       svg::line_series ring;
       ring.name = "in distribution (L_eval = L)";
@@ -75,10 +77,15 @@ void press_part(report_context& ctx, doc::document& body) {
       ring.marker_radius = 7;
       ring.color = "#000000";
       bool any = false;
+      // Nine variants: colours of their own (the palette has eight and black is the ring's).
+      static const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                     "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+      size_t vi = 0;
       for (const auto& v : cfg["variants"]) {
         svg::line_series ls;
         ls.name = v.get<std::string>();
         ls.markers = true;
+        ls.color = colors[vi++ % 10];
         for (const auto& row : j["summary"]) {
           if (row["variant"] != v || row["train_len"] != L || row["measure"] != "eval") continue;
           const J& m = row[std::string(mode) + "_mean"];
