@@ -147,6 +147,8 @@ TEST(CliLab, BadArgumentsAreClearErrors) {
       {{"lab", "--task", "text", "--file", "/nonexistent/x.txt"}, "/nonexistent/x.txt"},
       {{"lab", "--resume"}, "--resume"},
       {{"lab", "--schemes", "rope,rope"}, "twice"},
+      {{"lab", "--task", "passkey", "--eval-file", "x.txt"}, "--eval-file"},
+      {{"lab", "--eval-chars", "-1"}, "--eval-chars"},
   };
   for (const auto& c : cases) {
     const auto r = run_cli(c.args);

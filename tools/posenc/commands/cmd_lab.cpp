@@ -4,6 +4,9 @@
 //   posenc lab --task passkey --schemes nope,sinusoidal,learned,rope,alibi,t5
 //              --train-len 16:64 --eval-lens 64,128,256,512 --steps 3000 --seeds 3 --out DIR
 //
+//   posenc lab --preset press [--quick] --out DIR   real text, Press et al. 2022's table
+//   mpirun -np N posenc lab ...                      the same numbers over N MPI ranks
+//
 // Progress (one bar per run, elapsed and ETA) goes to stderr; the results go to stdout in the
 // chosen format and, with --out DIR, to DIR/results.json and DIR/curves.csv (atomic writes).
 #include <unistd.h>
