@@ -2,9 +2,12 @@
 // seeds), the files it writes, the progress bar, --resume through the CLI, and argument errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "posenc/core/file.hpp"
 #include "test_support.hpp"
 
 using posenc::test::run_cli;
@@ -144,11 +147,97 @@ TEST(CliLab, BadArgumentsAreClearErrors) {
       {{"lab", "--task", "text", "--file", "/nonexistent/x.txt"}, "/nonexistent/x.txt"},
       {{"lab", "--resume"}, "--resume"},
       {{"lab", "--schemes", "rope,rope"}, "twice"},
+      {{"lab", "--task", "passkey", "--eval-file", "x.txt"}, "--eval-file"},
+      {{"lab", "--eval-chars", "-1"}, "--eval-chars"},
   };
   for (const auto& c : cases) {
     const auto r = run_cli(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args.back();
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+// --preset press on a tiny corpus: one row per variant and training length, evaluation at
+// L..16L in both window modes, a learned table undefined past L but defined with randomized
+// positions, results.json written; bad preset arguments are clear errors.
+TEST(CliLab, PressPresetTinyCorpus) {
+  posenc::test::temp_dir d;
+  std::string train, held;
+  for (int i = 0; i < 4000; ++i) train += static_cast<char>('a' + (i * 7 + i / 5) % 9);
+  for (int i = 0; i < 800; ++i) held += static_cast<char>('a' + (i * 5 + i / 3) % 9);
+  posenc::write_file_atomic(d.file("train.txt"), train);
+  posenc::write_file_atomic(d.file("held.txt"), held);
+  std::vector<std::string> args = {"lab",
+                                   "--preset",
+                                   "press",
+                                   "--file",
+                                   d.file("train.txt"),
+                                   "--eval-file",
+                                   d.file("held.txt"),
+                                   "--schemes",
+                                   "learned,sinusoidal",
+                                   "--train-len",
+                                   "8",
+                                   "--steps",
+                                   "3",
+                                   "--batch",
+                                   "4",
+                                   "--d-model",
+                                   "16",
+                                   "--layers",
+                                   "1",
+                                   "--heads",
+                                   "2",
+                                   "--d-ff",
+                                   "32",
+                                   "--eval-chars",
+                                   "400",
+                                   "--format",
+                                   "json",
+                                   "--no-progress",
+                                   "--out",
+                                   d.file("press")};
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["preset"], "press");
+  EXPECT_EQ(j["config"]["seeds"], 3);
+  std::set<std::string> variants;
+  for (const auto& row : j["summary"]) variants.insert(row["variant"].get<std::string>());
+  EXPECT_EQ(variants, (std::set<std::string>{"sinusoidal", "sinusoidal+sqrt(d)", "learned",
+                                             "learned+randomized"}));
+  int rows = 0;
+  for (const auto& row : j["summary"]) {
+    if (row["measure"] != "eval") continue;
+    ++rows;
+    const int64_t L = row["eval_len"];
+    EXPECT_EQ(row["train_len"], 8);
+    const bool undefined = row["variant"] == "learned" && L > 8;
+    EXPECT_EQ(row["defined"].get<bool>(), !undefined) << row.dump();
+    EXPECT_EQ(row["bpc_mean"].is_null(), undefined) << row.dump();
+    EXPECT_EQ(row["sliding_bpc_mean"].is_null(), undefined) << row.dump();
+    if (!undefined) {
+      EXPECT_NEAR(row["bpc_mean"].get<double>(), row["loss_mean"].get<double>() / std::log(2.0),
+                  1e-12);
+      EXPECT_GT(row["bpc_std"].get<double>(), 0.0);  // three seeds differ
+    }
+  }
+  EXPECT_EQ(rows, 4 * 5);  // 4 variants x lengths 8, 16, 32, 64, 128
+  EXPECT_TRUE(std::filesystem::exists(d.file("press/results.json")));
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"lab", "--preset", "wikitext"}, "--preset"},
+      {{"lab", "--preset", "press", "--file", "/nonexistent/t.txt"}, "get-corpus"},
+      {{"lab", "--preset", "press", "--task", "copy"}, "--task"},
+      {{"lab", "--preset", "press", "--file", d.file("train.txt"), "--eval-file",
+        d.file("held.txt"), "--train-len", "8:16"},
+       "--train-len"},
+  };
+  for (const auto& [a, message] : bad) {
+    const auto b = run_cli(a);
+    EXPECT_EQ(b.exit_code, 2) << a.back();
+    EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
+    EXPECT_TRUE(b.out.empty()) << b.out;
   }
 }

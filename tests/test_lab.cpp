@@ -425,3 +425,161 @@ TEST(Model, SinusoidalInputIsScaledTable) {
   EXPECT_NEAR(loss_shifted, loss_sin, 1e-7);
   EXPECT_GT(std::abs(loss_unshifted - loss_sin), 1e-4);
 }
+
+// Vaswani et al. 2017, sec. 3.4 and 3.5: x_0 = sqrt(C) E[token] + PE(pos), PE(0) = (0, 1, 0,
+// 1, ...) at unit amplitude. The embed_scale model equals a NoPE model whose token row is
+// scaled by sqrt(C) and shifted by 1 on the odd channels; and its token-embedding gradient
+// matches central differences (in double).
+TEST(Model, EmbedScaleIsVaswaniInput) {
+  model::model_config c;
+  c.vocab = 5;
+  c.d_model = 8;
+  c.n_heads = 2;
+  c.n_layers = 1;
+  c.d_ff = 16;
+  c.scheme = pos_scheme::sinusoidal;
+  c.init_std = 0.3;
+  c.embed_scale = true;
+  EXPECT_EQ(model::input_amplitude(c), 1.0);
+  model::transformer<double> sin_model(c);
+  sin_model.init(11);
+  model::batch b;
+  b.B = 1;
+  b.T = 1;
+  b.tokens = {3};
+  b.positions = {0};
+  b.targets = {2};
+  const double loss_sin = sin_model.forward(b);
+  model::model_config n = c;
+  n.scheme = pos_scheme::nope;
+  n.embed_scale = false;
+  model::transformer<double> nope_model(n);
+  nope_model.params() = sin_model.params();
+  const int64_t row = nope_model.layout().tok_emb + 3 * c.d_model;
+  for (int64_t j = 0; j < c.d_model; ++j)
+    nope_model.params()[row + j] = nope_model.params()[row + j] * std::sqrt(8.0) + (j % 2);
+  EXPECT_NEAR(nope_model.forward(b), loss_sin, 1e-12);
+
+  // Gradient of the token row against central differences, three tokens at positions 0..2.
+  b.T = 3;
+  b.tokens = {3, 1, 3};
+  b.positions = {0, 1, 2};
+  b.targets = {2, 4, 0};
+  sin_model.forward(b);
+  sin_model.backward();
+  const std::vector<double> g = sin_model.grads();
+  double gmax = 0;
+  for (int64_t j = 0; j < c.d_model; ++j) {
+    const int64_t i = row + j;
+    const double h = 1e-6, x = sin_model.params()[i];
+    sin_model.params()[i] = x + h;
+    const double up = sin_model.forward(b);
+    sin_model.params()[i] = x - h;
+    const double down = sin_model.forward(b);
+    sin_model.params()[i] = x;
+    EXPECT_NEAR(g[i], (up - down) / (2 * h), 1e-7) << "channel " << j;
+    gmax = std::max(gmax, std::abs(g[i]));
+  }
+  EXPECT_GT(gmax, 1e-3);  // the check compares real gradients, not zeros
+}
+
+// With a held-out file, training windows come from the training file only and evaluation
+// windows from the held-out file only; the vocabulary is both files' bytes.
+TEST(Tasks, HeldOutFileIsTheEvaluationSource) {
+  test::temp_dir d;
+  std::string train, held;
+  for (int i = 0; i < 100; ++i) train += "ab";
+  for (int i = 0; i < 50; ++i) held += "cd";
+  write_file_atomic(d.file("train.txt"), train);
+  write_file_atomic(d.file("held.txt"), held);
+  const task t = make_task(task_kind::text, d.file("train.txt"), d.file("held.txt"));
+  EXPECT_EQ(t.vocab, 4);
+  EXPECT_EQ(t.eval_text.size(), 100u);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    for (int64_t v : draw(t, 16, seed, true).tok) EXPECT_GE(v, 2);
+    for (int64_t v : draw(t, 16, seed, false).tok) EXPECT_LT(v, 2);
+  }
+  EXPECT_NO_THROW(task_validate_length(t, 99, "--eval-lens"));
+  EXPECT_THROW(task_validate_length(t, 100, "--eval-lens"), posenc::invalid_argument);
+  EXPECT_THROW(make_task(task_kind::text, d.file("train.txt"), d.file("none.txt")),
+               posenc::io_error);
+}
+
+// Press et al.'s evaluation on a held-out text: non-overlapping windows tile the first
+// eval_chars bytes, sliding windows (stride = training length) score only their last stride
+// tokens. The counts follow from the definitions; the non-overlapping loss is recomputed here
+// from the trained parameters with windows cut by this test; at L = train_max the two modes
+// coincide.
+TEST(Lab, HeldOutWindowsFollowPressEtAl) {
+  test::temp_dir d;
+  std::string train, held;
+  rng r(5);
+  for (int i = 0; i < 3000; ++i) train += static_cast<char>('a' + r.below(6));
+  for (int i = 0; i < 700; ++i) held += static_cast<char>('a' + r.below(6));
+  write_file_atomic(d.file("train.txt"), train);
+  write_file_atomic(d.file("held.txt"), held);
+  lab_options o = tiny_options("");
+  o.task = task_kind::text;
+  o.file = d.file("train.txt");
+  o.eval_file = d.file("held.txt");
+  o.eval_chars = 301;
+  o.schemes = {pos_scheme::alibi};
+  o.train_min = o.train_max = 12;
+  o.eval_lens = {12, 48};
+  o.steps = 5;
+  const task t = make_task(o.task, o.file, o.eval_file);
+  validate(o, t);
+  const run_result res = train_and_evaluate(o, t, pos_scheme::alibi, 0);
+  ASSERT_TRUE(res.completed);
+  const eval_metrics& e12 = res.evals[0];
+  const eval_metrics& e48 = res.evals[1];
+  // 300 targets: 25 windows of 12; 6 windows of 48 (288 targets)
+  EXPECT_EQ(e12.scored_tokens, 300);
+  EXPECT_EQ(e12.sequences, 25);
+  EXPECT_EQ(e48.scored_tokens, 288);
+  // sliding at 48, stride 12: windows end at 48, 60, ..., 300 (22 windows), 48 + 21 * 12 scored
+  EXPECT_EQ(e48.stride, 12);
+  EXPECT_EQ(e48.sliding_windows, 22);
+  EXPECT_EQ(e48.sliding_scored_tokens, 48 + 21 * 12);
+  EXPECT_EQ(e12.loss, e12.sliding_loss);
+  EXPECT_NE(e48.loss, e48.sliding_loss);
+
+  model::transformer<float> m(lab_model_config(o, t, pos_scheme::alibi));
+  m.params() = res.final_params;
+  double sum = 0;
+  int64_t n = 0;
+  std::vector<double> at(48, 0.0);  // nll summed per window position
+  for (int64_t s = 0; s + 48 + 1 <= 301; s += 48) {
+    model::batch b;
+    b.B = 1;
+    b.T = 48;
+    for (int64_t j = 0; j < 48; ++j) {
+      b.tokens.push_back(held[s + j] - 'a');
+      b.targets.push_back(held[s + j + 1] - 'a');
+      b.positions.push_back(j);
+    }
+    sum += m.forward(b) * 48;
+    n += 48;
+    for (int64_t j = 0; j < 48; ++j) at[j] += m.nll()[j];
+  }
+  EXPECT_NEAR(e48.loss, sum / n, 1e-9);
+  // Loss by window position: [0, 12) in distribution, then [12, 24), [24, 48).
+  ASSERT_EQ(e48.position_loss.size(), 3u);
+  const int64_t edges[4] = {0, 12, 24, 48};
+  for (int b = 0; b < 3; ++b) {
+    double want = 0;
+    for (int64_t j = edges[b]; j < edges[b + 1]; ++j) want += at[j];
+    want /= static_cast<double>((edges[b + 1] - edges[b]) * 6);  // 6 windows
+    EXPECT_EQ(e48.position_loss[b].from, edges[b]);
+    EXPECT_EQ(e48.position_loss[b].to, edges[b + 1]);
+    EXPECT_NEAR(e48.position_loss[b].loss, want, 1e-9) << "bucket " << b;
+  }
+  // A learned table has no row past 11: undefined, both modes.
+  o.schemes = {pos_scheme::learned};
+  const run_result learned = train_and_evaluate(o, t, pos_scheme::learned, 0);
+  EXPECT_FALSE(learned.evals[1].defined);
+  EXPECT_TRUE(std::isnan(learned.evals[1].sliding_loss));
+  // Too few evaluation bytes for a window is an error naming the option.
+  o.eval_chars = 40;
+  EXPECT_THROW(validate(o, t), posenc::invalid_argument);
+}

@@ -63,6 +63,8 @@ nlohmann::ordered_json config_json(const lab_options& o, const model::model_conf
   nlohmann::ordered_json j;
   j["task"] = task_kind_name(o.task);
   j["file"] = o.file;
+  if (!o.eval_file.empty()) j["eval_file"] = o.eval_file;
+  if (o.embed_scale) j["embed_scale"] = true;
   j["scheme"] = model::pos_scheme_name(c.scheme);
   j["vocab"] = c.vocab;
   j["d_model"] = c.d_model;
@@ -115,6 +117,207 @@ model::batch sub_batch(const model::batch& b, int64_t s0, int64_t s1) {
   return r;
 }
 
+// Sums of the scored targets of a set of batches.
+struct score_sums {
+  double loss = 0, last = 0;
+  int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
+  std::vector<double> by_pos;  // (T) nll summed over the scored tokens at window position j
+};
+
+// Runs the batches forward and sums nll, argmax hits, whole-sequence hits and (LM tasks) the
+// nll of the last 64 positions. The batches run concurrently on replicas of m and the sums are
+// added in batch order: the numbers do not depend on the thread count.
+// Distributed: rank r scores batches thread_range(nb, r, size), and the per-batch sums are
+// gathered and added in batch order as in one process.
+score_sums score_batches(const model::transformer<float>& m,
+                         const std::vector<model::batch>& batches, int64_t V, bool lm,
+                         const distribution* dist) {
+  const int64_t nb = static_cast<int64_t>(batches.size());
+  const bool spread = dist != nullptr && dist->size > 1;
+  const auto [b0, b1] =
+      spread ? thread_range(nb, dist->rank, dist->size) : std::pair<int64_t, int64_t>{0, nb};
+  std::vector<score_sums> part(batches.size());
+  std::vector<std::exception_ptr> error(batches.size());  // none may leave the OpenMP region
+  const int64_t nrep = std::max<int64_t>(1, std::min<int64_t>(num_threads(), b1 - b0));
+  std::vector<model::transformer<float>> reps(nrep, model::transformer<float>(m.config()));
+  parallel_for(nrep, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      model::transformer<float>& rm = reps[w];
+      rm.params() = m.params();
+      auto [c0, c1] = thread_range(b1 - b0, static_cast<int>(w), static_cast<int>(nrep));
+      for (int64_t c = b0 + c0; c < b0 + c1; ++c) {
+        const model::batch& b = batches[c];
+        const int64_t L = b.T;
+        score_sums& q = part[c];
+        try {
+          rm.forward(b);
+        } catch (...) {
+          error[c] = std::current_exception();
+          continue;
+        }
+        const auto& probs = rm.probs();
+        const auto& nll = rm.nll();
+        for (int64_t s = 0; s < b.B; ++s) {
+          bool all = true;
+          for (int64_t j = 0; j < L; ++j) {
+            const int64_t i = s * L + j;
+            const int64_t tg = b.targets[i];
+            if (tg < 0) continue;
+            const float* p = probs.data() + i * V;
+            const int64_t arg = std::max_element(p, p + V) - p;
+            q.loss += nll[i];
+            ++q.scored;
+            if (arg == tg)
+              ++q.correct;
+            else
+              all = false;
+            if (lm && j >= L - 64) {
+              q.last += nll[i];
+              ++q.last_n;
+            }
+            if (q.by_pos.empty()) q.by_pos.assign(L, 0.0);
+            q.by_pos[j] += nll[i];
+          }
+          q.exact += all;
+        }
+      }
+    }
+  });
+  for (const auto& x : error)
+    if (x) std::rethrow_exception(x);
+  if (spread) {
+    // The fields of score_sums as doubles (counts are exact below 2^53), then by_pos.
+    const int64_t T = nb > 0 ? batches[0].T : 0;
+    const int64_t k = 6 + T;
+    std::vector<int64_t> counts(dist->size);
+    for (int r = 0; r < dist->size; ++r) {
+      const auto [r0, r1] = thread_range(nb, r, dist->size);
+      counts[r] = (r1 - r0) * k;
+    }
+    std::vector<double> mine((b1 - b0) * k), all(nb * k);
+    for (int64_t c = b0; c < b1; ++c) {
+      const score_sums& q = part[c];
+      double* d = mine.data() + (c - b0) * k;
+      d[0] = q.loss;
+      d[1] = q.last;
+      d[2] = static_cast<double>(q.scored);
+      d[3] = static_cast<double>(q.correct);
+      d[4] = static_cast<double>(q.exact);
+      d[5] = static_cast<double>(q.last_n);
+      for (int64_t j = 0; j < static_cast<int64_t>(q.by_pos.size()); ++j) d[6 + j] = q.by_pos[j];
+    }
+    dist->gather_doubles(mine.data(), all.data(), counts);
+    for (int64_t c = 0; c < nb; ++c) {
+      const double* d = all.data() + c * k;
+      part[c] = {d[0],
+                 d[1],
+                 static_cast<int64_t>(d[2]),
+                 static_cast<int64_t>(d[3]),
+                 static_cast<int64_t>(d[4]),
+                 static_cast<int64_t>(d[5]),
+                 std::vector<double>(d + 6, d + k)};
+    }
+  }
+  score_sums total;
+  for (const score_sums& q : part) {
+    if (total.by_pos.size() < q.by_pos.size()) total.by_pos.resize(q.by_pos.size(), 0.0);
+    for (size_t j = 0; j < q.by_pos.size(); ++j) total.by_pos[j] += q.by_pos[j];
+    total.loss += q.loss;
+    total.last += q.last;
+    total.scored += q.scored;
+    total.correct += q.correct;
+    total.exact += q.exact;
+    total.last_n += q.last_n;
+  }
+  return total;
+}
+
+// Windows of length L over the first E bytes of the held-out text, in batches of `chunk`.
+// Window w starts at starts[w]; targets before score_from[w] within it are not scored.
+// Positions 0..L-1, or with randomized positions a sorted sample per window drawn from r.
+std::vector<model::batch> text_windows(const lab_options& o, const task& t, int64_t L,
+                                       const std::vector<int64_t>& starts,
+                                       const std::vector<int64_t>& score_from, int64_t chunk,
+                                       rng& r) {
+  std::vector<model::batch> out;
+  const int64_t n = static_cast<int64_t>(starts.size());
+  for (int64_t w0 = 0; w0 < n; w0 += chunk) {
+    model::batch b;
+    b.B = std::min(chunk, n - w0);
+    b.T = L;
+    b.tokens.resize(b.B * L);
+    b.targets.resize(b.B * L);
+    b.positions.resize(b.B * L);
+    for (int64_t i = 0; i < b.B; ++i) {
+      const int64_t s = starts[w0 + i];
+      for (int64_t j = 0; j < L; ++j) {
+        b.tokens[i * L + j] = t.eval_text[s + j];
+        b.targets[i * L + j] = j >= score_from[w0 + i] ? t.eval_text[s + j + 1] : -1;
+      }
+      int64_t* pos = b.positions.data() + i * L;
+      if (o.randomized_positions > 0)
+        sample_positions(r, L, o.randomized_positions, pos);
+      else
+        for (int64_t j = 0; j < L; ++j) pos[j] = j;
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+// Press et al. 2022's two evaluations of a language model at length L on a held-out text
+// (sec. 2, appendix B): non-overlapping windows, and sliding windows that score only their last
+// tokens (see eval_metrics).
+eval_metrics evaluate_held_out(const model::transformer<float>& m, const lab_options& o,
+                               const task& t, int64_t L, int64_t seed, eval_metrics e) {
+  const int64_t ne = static_cast<int64_t>(t.eval_text.size());
+  const int64_t E = o.eval_chars > 0 ? std::min(o.eval_chars, ne) : ne;
+  // Targets are x[j + 1] for inputs x[j], j in [0, E - 1).
+  std::vector<int64_t> starts, from;
+  for (int64_t s = 0; s + L + 1 <= E; s += L) {
+    starts.push_back(s);
+    from.push_back(0);
+  }
+  const int64_t stride = std::min(L, o.train_max);
+  std::vector<int64_t> sl_starts, sl_from;
+  for (int64_t end = L; end + 1 <= E; end += stride) {  // window [end - L, end)
+    sl_starts.push_back(end - L);
+    sl_from.push_back(end == L ? 0 : L - stride);
+  }
+  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 22) / (o.n_heads * L * L), 1, 256);
+  rng r(mix(static_cast<uint64_t>(seed), stream_eval, static_cast<uint64_t>(L)));
+  const score_sums a =
+      score_batches(m, text_windows(o, t, L, starts, from, chunk, r), t.vocab, true, o.dist.get());
+  const score_sums b = score_batches(m, text_windows(o, t, L, sl_starts, sl_from, chunk, r),
+                                     t.vocab, true, o.dist.get());
+  e.sequences = static_cast<int64_t>(starts.size());
+  e.scored_tokens = a.scored;
+  e.loss = a.scored ? a.loss / static_cast<double>(a.scored) : nan;
+  e.token_accuracy =
+      a.scored ? static_cast<double>(a.correct) / static_cast<double>(a.scored) : nan;
+  e.exact_match = nan;
+  e.loss_last64 = a.last_n ? a.last / static_cast<double>(a.last_n) : nan;
+  // Where in the window the loss is: non-overlapping windows score every position, so bucket
+  // [p0, p1) holds windows * (p1 - p0) tokens. Buckets [0, T0), [T0, 2 T0), [2 T0, 4 T0), ...
+  // with T0 = train_max: the first is in distribution, the others are positions never trained.
+  if (!a.by_pos.empty() && !starts.empty()) {
+    const int64_t T0 = o.train_max;
+    for (int64_t p0 = 0, p1 = std::min(T0, L); p0 < L; p0 = p1, p1 = std::min(2 * p1, L)) {
+      double sum = 0;
+      for (int64_t j = p0; j < p1; ++j) sum += a.by_pos[j];
+      e.position_loss.push_back(
+          {p0, p1, sum / static_cast<double>((p1 - p0) * static_cast<int64_t>(starts.size()))});
+    }
+  }
+  e.stride = stride;
+  e.sliding_windows = static_cast<int64_t>(sl_starts.size());
+  e.sliding_scored_tokens = b.scored;
+  e.sliding_loss = b.scored ? b.loss / static_cast<double>(b.scored) : nan;
+  e.sliding_token_accuracy =
+      b.scored ? static_cast<double>(b.correct) / static_cast<double>(b.scored) : nan;
+  return e;
+}
+
 }  // namespace
 
 void validate(const lab_options& o, const task& t) {
@@ -144,6 +347,21 @@ void validate(const lab_options& o, const task& t) {
   if (o.randomized_positions > 0 && o.randomized_positions < o.train_max)
     fail("--randomized-positions N must be >= the longest training length {}, got {}", o.train_max,
          o.randomized_positions);
+  if (!o.eval_file.empty() && o.task != task_kind::text)
+    fail("--eval-file is for --task text, got --task {}", task_kind_name(o.task));
+  if (o.eval_chars < 0)
+    fail("--eval-chars must be >= 0 (0 = the whole file), got {}", o.eval_chars);
+  if (!t.eval_text.empty()) {
+    const int64_t E =
+        o.eval_chars > 0 ? std::min<int64_t>(o.eval_chars, static_cast<int64_t>(t.eval_text.size()))
+                         : static_cast<int64_t>(t.eval_text.size());
+    std::vector<int64_t> lens = o.eval_lens;
+    lens.push_back(o.train_max);
+    for (int64_t L : lens)
+      if (E < L + 1)
+        fail("--eval-chars {} is too few for --eval-lens entry {}: a window needs {} bytes", E, L,
+             L + 1);
+  }
   if (o.checkpoint_every < 0) fail("--checkpoint-every must be >= 0, got {}", o.checkpoint_every);
   if (o.resume && o.checkpoint_dir.empty())
     fail("--resume needs --out DIR (checkpoints are read from DIR/checkpoints)");
@@ -159,6 +377,7 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
   c.d_ff = o.d_ff;
   c.scheme = s;
   c.norm = o.norm;
+  c.embed_scale = o.embed_scale;
   c.pos.max_positions = o.randomized_positions > 0 ? o.randomized_positions : o.train_max;
   return c;
 }
@@ -166,17 +385,20 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
 // The batch's mean loss over its n scored targets is sum_s (n_s / n) loss_s, so its gradient is
 // sum_s (n_s / n) grad_s.
 double sharded_forward_backward(model::transformer<float>& m,
-                                std::vector<model::transformer<float>>& reps,
-                                const model::batch& b) {
+                                std::vector<model::transformer<float>>& reps, const model::batch& b,
+                                const distribution* dist, double* comm_bytes) {
   const int64_t n = static_cast<int64_t>(reps.size());
   if (n != (b.B + sequences_per_shard - 1) / sequences_per_shard)
     fail("sharded_forward_backward: a batch of {} sequences needs {} replicas, got {}", b.B,
          (b.B + sequences_per_shard - 1) / sequences_per_shard, n);
+  const bool spread = dist != nullptr && dist->size > 1;
+  const auto [mine0, mine1] =
+      spread ? thread_range(n, dist->rank, dist->size) : std::pair<int64_t, int64_t>{0, n};
   std::vector<double> loss(n);
   // An exception must not leave an OpenMP region: each shard's is kept and the first rethrown.
   std::vector<std::exception_ptr> error(n);
-  parallel_for(n, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) {
+  parallel_for(mine1 - mine0, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = mine0 + s0; s < mine0 + s1; ++s) {
       try {
         const int64_t a = s * sequences_per_shard, e = std::min(b.B, a + sequences_per_shard);
         reps[s].params() = m.params();
@@ -189,23 +411,58 @@ double sharded_forward_backward(model::transformer<float>& m,
   });
   for (const auto& e : error)
     if (e) std::rethrow_exception(e);
+  const int64_t P = static_cast<int64_t>(m.grads().size());
+  std::vector<const float*> grad(n);
+  std::vector<int64_t> count(n);
+  std::vector<float> gathered;
+  if (spread) {
+    // Every rank gets every shard's gradient, loss and scored count, in shard order.
+    std::vector<int64_t> fcounts(dist->size), dcounts(dist->size);
+    for (int r = 0; r < dist->size; ++r) {
+      const auto [r0, r1] = thread_range(n, r, dist->size);
+      fcounts[r] = (r1 - r0) * P;
+      dcounts[r] = (r1 - r0) * 2;
+    }
+    std::vector<float> mine((mine1 - mine0) * P);
+    std::vector<double> mine_d((mine1 - mine0) * 2), all_d(n * 2);
+    for (int64_t s = mine0; s < mine1; ++s) {
+      std::copy(reps[s].grads().begin(), reps[s].grads().end(), mine.begin() + (s - mine0) * P);
+      mine_d[(s - mine0) * 2] = loss[s];
+      mine_d[(s - mine0) * 2 + 1] = static_cast<double>(reps[s].scored());
+    }
+    gathered.resize(n * P);
+    dist->gather(mine.data(), gathered.data(), fcounts);
+    dist->gather_doubles(mine_d.data(), all_d.data(), dcounts);
+    for (int64_t s = 0; s < n; ++s) {
+      grad[s] = gathered.data() + s * P;
+      loss[s] = all_d[s * 2];
+      count[s] = static_cast<int64_t>(all_d[s * 2 + 1]);
+    }
+    if (comm_bytes) *comm_bytes = static_cast<double>((n - (mine1 - mine0)) * (P * 4 + 16));
+  } else {
+    for (int64_t s = 0; s < n; ++s) {
+      grad[s] = reps[s].grads().data();
+      count[s] = reps[s].scored();
+    }
+    if (comm_bytes) *comm_bytes = 0;
+  }
   int64_t scored = 0;
-  for (const auto& r : reps) scored += r.scored();
+  for (int64_t c : count) scored += c;
   std::vector<float>& g = m.grads();
   std::fill(g.begin(), g.end(), 0.0f);
   if (scored == 0) return nan;
   double total = 0;
   std::vector<float> w(n);
   for (int64_t s = 0; s < n; ++s) {
-    w[s] = static_cast<float>(static_cast<double>(reps[s].scored()) / static_cast<double>(scored));
-    total += loss[s] * static_cast<double>(reps[s].scored());
+    w[s] = static_cast<float>(static_cast<double>(count[s]) / static_cast<double>(scored));
+    total += loss[s] * static_cast<double>(count[s]);
   }
   parallel_for(
-      static_cast<int64_t>(g.size()),
+      P,
       [&](int64_t i0, int64_t i1) {
         for (int64_t s = 0; s < n; ++s) {
-          if (reps[s].scored() == 0) continue;
-          const float* gs = reps[s].grads().data();
+          if (count[s] == 0) continue;
+          const float* gs = grad[s];
           for (int64_t i = i0; i < i1; ++i) g[i] += w[s] * gs[i];
         }
       },
@@ -233,86 +490,27 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
   }
   if (!e.defined) {
     e.loss = e.token_accuracy = e.exact_match = e.loss_last64 = nan;
+    e.sliding_loss = e.sliding_token_accuracy = nan;
     return e;
   }
+  if (!t.eval_text.empty()) return evaluate_held_out(m, o, t, L, seed, e);
   // Chunks of about 4M / (H L^2) sequences (sized when attention kept (B, H, T, T) probabilities;
-  // kept so the evaluation batches, and hence the numbers, stay as they were). The batches are
-  // drawn in order from one stream, the chunks run concurrently on model replicas, and their
-  // sums are added in chunk order: the numbers do not depend on the thread count.
+  // kept so the evaluation batches, and hence the numbers, stay as they were).
   const int64_t chunk =
       std::clamp<int64_t>((int64_t{1} << 22) / (o.n_heads * L * L), 1, o.eval_samples);
   rng r(mix(static_cast<uint64_t>(seed), stream_eval, static_cast<uint64_t>(L)));
   std::vector<model::batch> batches;
   for (int64_t done = 0; done < o.eval_samples; done += chunk)
     batches.push_back(make_batch(o, t, std::min(chunk, o.eval_samples - done), L, true, r));
-  struct sums {
-    double loss = 0, last = 0;
-    int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
-  };
-  std::vector<sums> part(batches.size());
-  std::vector<std::exception_ptr> error(batches.size());  // none may leave the OpenMP region
-  const int64_t V = t.vocab;
-  const int64_t nrep = std::min<int64_t>(num_threads(), static_cast<int64_t>(batches.size()));
-  std::vector<model::transformer<float>> reps(nrep, model::transformer<float>(m.config()));
-  parallel_for(nrep, [&](int64_t w0, int64_t w1) {
-    for (int64_t w = w0; w < w1; ++w) {
-      model::transformer<float>& rm = reps[w];
-      rm.params() = m.params();
-      auto [c0, c1] = thread_range(static_cast<int64_t>(batches.size()), static_cast<int>(w),
-                                   static_cast<int>(nrep));
-      for (int64_t c = c0; c < c1; ++c) {
-        const model::batch& b = batches[c];
-        sums& q = part[c];
-        try {
-          rm.forward(b);
-        } catch (...) {
-          error[c] = std::current_exception();
-          continue;
-        }
-        const auto& probs = rm.probs();
-        const auto& nll = rm.nll();
-        for (int64_t s = 0; s < b.B; ++s) {
-          bool all = true;
-          for (int64_t j = 0; j < L; ++j) {
-            const int64_t i = s * L + j;
-            const int64_t tg = b.targets[i];
-            if (tg < 0) continue;
-            const float* p = probs.data() + i * V;
-            const int64_t arg = std::max_element(p, p + V) - p;
-            q.loss += nll[i];
-            ++q.scored;
-            if (arg == tg)
-              ++q.correct;
-            else
-              all = false;
-            if (lm && j >= L - 64) {
-              q.last += nll[i];
-              ++q.last_n;
-            }
-          }
-          q.exact += all;
-        }
-      }
-    }
-  });
-  for (const auto& x : error)
-    if (x) std::rethrow_exception(x);
-  double loss = 0, last = 0;
-  int64_t scored = 0, correct = 0, exact = 0, last_n = 0;
-  for (const sums& q : part) {
-    loss += q.loss;
-    last += q.last;
-    scored += q.scored;
-    correct += q.correct;
-    exact += q.exact;
-    last_n += q.last_n;
-  }
+  const score_sums q = score_batches(m, batches, t.vocab, lm, o.dist.get());
   e.sequences = o.eval_samples;
-  e.scored_tokens = scored;
-  e.loss = scored ? loss / static_cast<double>(scored) : nan;
-  e.token_accuracy = scored ? static_cast<double>(correct) / static_cast<double>(scored) : nan;
-  e.exact_match = lm ? nan : static_cast<double>(exact) / static_cast<double>(o.eval_samples);
-  e.loss_last64 = lm && last_n ? last / static_cast<double>(last_n) : nan;
+  e.scored_tokens = q.scored;
+  e.loss = q.scored ? q.loss / static_cast<double>(q.scored) : nan;
+  e.token_accuracy =
+      q.scored ? static_cast<double>(q.correct) / static_cast<double>(q.scored) : nan;
+  e.exact_match = lm ? nan : static_cast<double>(q.exact) / static_cast<double>(o.eval_samples);
+  e.loss_last64 = lm && q.last_n ? q.last / static_cast<double>(q.last_n) : nan;
+  e.sliding_loss = e.sliding_token_accuracy = nan;
   return e;
 }
 
@@ -364,7 +562,7 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
     res.resumed = true;
   }
   auto save = [&] {
-    if (ckpt.empty()) return;
+    if (ckpt.empty() || (o.dist && o.dist->rank != 0)) return;  // only rank 0 writes
     nlohmann::ordered_json meta;
     meta["config"] = cfg;
     meta["curve"] = nlohmann::ordered_json::array();
@@ -380,7 +578,7 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
       (o.batch_size + sequences_per_shard - 1) / sequences_per_shard,
       model::transformer<float>(mc));
   const auto t0 = std::chrono::steady_clock::now();
-  double tokens = 0;
+  double tokens = 0, comm_bytes = 0;
   int64_t ran = 0;
   progress pr{run_index, runs, s, seed, opt.step, o.steps, 0, 0, false};
   while (opt.step < o.steps) {
@@ -389,7 +587,9 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
     rng r(mix(static_cast<uint64_t>(seed), stream_train, static_cast<uint64_t>(step)));
     const int64_t L = o.train_min + static_cast<int64_t>(r.below(o.train_max - o.train_min + 1));
     const model::batch b = make_batch(o, t, o.batch_size, L, false, r);
-    const double loss = sharded_forward_backward(m, reps, b);
+    double bytes = 0;
+    const double loss = sharded_forward_backward(m, reps, b, o.dist.get(), &bytes);
+    comm_bytes += bytes;
     model::clip_grad_norm(m.grads(), ac.clip_norm);
     const double lr = model::learning_rate(ac, step);
     model::adamw_update(ac, m.layout(), m.params(), m.grads(), opt);
@@ -407,6 +607,7 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
   }
   res.train_seconds = seconds_since(t0);
   res.tokens_per_second = res.train_seconds > 0 ? tokens / res.train_seconds : 0;
+  res.comm_bytes_per_step = ran > 0 ? comm_bytes / static_cast<double>(ran) : 0;
   res.steps_done = opt.step;
   res.completed = opt.step == o.steps;
   if (ran > 0 || !res.resumed) save();
@@ -425,21 +626,33 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
 lab_results run_lab(const lab_options& o, const progress_fn& cb) {
   lab_results r;
   r.options = o;
-  r.task_info = make_task(o.task, o.file);
+  r.task_info = make_task(o.task, o.file, o.eval_file);
   validate(o, r.task_info);
-  const int64_t runs = static_cast<int64_t>(o.schemes.size()) * o.seeds;
-  r.runs.resize(runs);
+  std::vector<run_spec> specs;
+  for (auto s : o.schemes)
+    for (int64_t k = 0; k < o.seeds; ++k) specs.push_back({o, s, k});
+  r.runs = run_specs(specs, r.task_info, cb);
+  return r;
+}
+
+std::vector<run_result> run_specs(const std::vector<run_spec>& specs, const task& t,
+                                  const progress_fn& cb) {
+  const int64_t runs = static_cast<int64_t>(specs.size());
+  std::vector<run_result> out(runs);
+  const auto one = [&](int64_t i, const progress_fn& f) {
+    out[i] = train_and_evaluate(specs[i].options, t, specs[i].scheme, specs[i].seed, i, runs, f);
+  };
   // Runs are independent, so with several threads they run concurrently, each on its share of
   // the threads (no barrier between runs); a run with several threads splits each step's batch
   // into shards (sharded_forward_backward). The shards are fixed by the batch size, so the results
   // do not depend on the thread count.
+  // Distributed runs call collectives, so one run at a time, in the same order on every rank.
   const int threads = num_threads();
-  const int workers = static_cast<int>(std::min<int64_t>(threads, runs));
+  const bool spread = runs > 0 && specs[0].options.dist && specs[0].options.dist->size > 1;
+  const int workers = spread ? 1 : static_cast<int>(std::min<int64_t>(threads, runs));
   if (workers <= 1) {
-    for (int64_t i = 0; i < runs; ++i)
-      r.runs[i] =
-          train_and_evaluate(o, r.task_info, o.schemes[i / o.seeds], i % o.seeds, i, runs, cb);
-    return r;
+    for (int64_t i = 0; i < runs; ++i) one(i, cb);
+    return out;
   }
   const int per_run = std::max(1, threads / workers);
   std::atomic<int64_t> next{0};
@@ -459,8 +672,7 @@ lab_results run_lab(const lab_options& o, const progress_fn& cb) {
         const int64_t i = next.fetch_add(1);
         if (i >= runs) return;
         try {
-          r.runs[i] = train_and_evaluate(o, r.task_info, o.schemes[i / o.seeds], i % o.seeds, i,
-                                         runs, locked);
+          one(i, locked);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           if (!error) error = std::current_exception();
@@ -468,9 +680,9 @@ lab_results run_lab(const lab_options& o, const progress_fn& cb) {
         }
       }
     });
-  for (auto& t : pool) t.join();
+  for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);
-  return r;
+  return out;
 }
 
 nlohmann::ordered_json lab_results_json(const lab_results& r) {
@@ -499,7 +711,14 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
   cfg["eval_samples"] = o.eval_samples;
   cfg["vocab"] = r.task_info.vocab;
   if (o.task == task_kind::markov) cfg["entropy_rate"] = r.task_info.entropy_rate;
+  const bool held_out = !r.task_info.eval_text.empty();
   if (o.task == task_kind::text) cfg["file"] = o.file;
+  if (held_out) {
+    cfg["eval_file"] = o.eval_file;
+    cfg["eval_chars"] = o.eval_chars;
+    cfg["sliding_stride"] = o.train_max;
+  }
+  cfg["embed_scale"] = o.embed_scale;
   auto metrics = [](J& row, const eval_metrics& e, const std::string& prefix) {
     row[prefix + "loss"] = num_or_null(e.loss);
     row[prefix + "token_accuracy"] = num_or_null(e.token_accuracy);
@@ -515,6 +734,22 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
       row["eval_len"] = e.length;
       metrics(row, e, "");
       row["loss_last64"] = num_or_null(e.loss_last64);
+      if (held_out) {
+        row["bpc"] = num_or_null(e.loss / std::log(2.0));
+        row["ppl"] = num_or_null(std::exp(e.loss));
+        row["sliding_loss"] = num_or_null(e.sliding_loss);
+        row["sliding_bpc"] = num_or_null(e.sliding_loss / std::log(2.0));
+        row["sliding_ppl"] = num_or_null(std::exp(e.sliding_loss));
+        row["sliding_token_accuracy"] = num_or_null(e.sliding_token_accuracy);
+        row["windows"] = e.sequences;
+        row["scored_tokens"] = e.scored_tokens;
+        row["sliding_windows"] = e.sliding_windows;
+        row["sliding_scored_tokens"] = e.sliding_scored_tokens;
+        row["in_dist_bpc"] = num_or_null(run.in_distribution.loss / std::log(2.0));
+        row["bpc_by_position"] = J::array();
+        for (const auto& b : e.position_loss)
+          row["bpc_by_position"].push_back({b.from, b.to, num_or_null(b.loss / std::log(2.0))});
+      }
       row["defined"] = e.defined;
       row["note"] = e.defined ? J(nullptr) : J(e.note);
       row["in_distribution"] = e.length <= o.train_max;
@@ -542,14 +777,23 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
       bool defined = !es.empty();
       for (auto* e : es) defined &= e->defined;
       row["defined"] = defined;
-      for (const char* name : {"loss", "token_accuracy", "exact_match", "loss_last64"}) {
-        const std::string n = name;
+      std::vector<std::string> names = {"loss", "token_accuracy", "exact_match", "loss_last64"};
+      if (held_out)
+        for (const char* x : {"bpc", "ppl", "sliding_loss", "sliding_bpc", "sliding_ppl"})
+          names.push_back(x);
+      for (const std::string& n : names) {
         std::vector<double> v;
         for (auto* e : es) {
+          const double ln2 = std::log(2.0);
           const double x = n == "loss"             ? e->loss
                            : n == "token_accuracy" ? e->token_accuracy
                            : n == "exact_match"    ? e->exact_match
-                                                   : e->loss_last64;
+                           : n == "loss_last64"    ? e->loss_last64
+                           : n == "bpc"            ? e->loss / ln2
+                           : n == "ppl"            ? std::exp(e->loss)
+                           : n == "sliding_loss"   ? e->sliding_loss
+                           : n == "sliding_bpc"    ? e->sliding_loss / ln2
+                                                   : std::exp(e->sliding_loss);
           v.push_back(x);
         }
         bool finite = defined;
@@ -568,6 +812,16 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
         row[n + "_std"] =
             v.size() > 1 ? J(std::sqrt(var / static_cast<double>(v.size() - 1))) : J(nullptr);
       }
+      if (held_out && defined && !es[0]->position_loss.empty()) {
+        row["bpc_by_position_mean"] = J::array();
+        for (size_t b = 0; b < es[0]->position_loss.size(); ++b) {
+          double mean = 0;
+          for (auto* e : es) mean += e->position_loss[b].loss / std::log(2.0);
+          const auto& pb = es[0]->position_loss[b];
+          row["bpc_by_position_mean"].push_back(
+              {pb.from, pb.to, num_or_null(mean / static_cast<double>(es.size()))});
+        }
+      }
       j["summary"].push_back(row);
     }
   }
@@ -583,6 +837,7 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
     row["parameters"] = run.parameters;
     row["train_seconds"] = run.train_seconds;
     row["tokens_per_second"] = run.tokens_per_second;
+    if (run.comm_bytes_per_step > 0) row["comm_bytes_per_step"] = run.comm_bytes_per_step;
     row["curve"] = J::array();
     for (const auto& p : run.curve) row["curve"].push_back({p.step, p.loss, p.lr});
     j["runs"].push_back(row);

@@ -54,7 +54,7 @@ double markov_entropy_rate(const std::vector<double>& tr, int64_t k) {
   return h;
 }
 
-task make_task(task_kind kind, const std::string& file) {
+task make_task(task_kind kind, const std::string& file, const std::string& eval_file) {
   task t;
   t.kind = kind;
   switch (kind) {
@@ -93,6 +93,13 @@ task make_task(task_kind kind, const std::string& file) {
       const auto bytes = read_file(file);
       bool seen[256] = {};
       for (std::byte b : bytes) seen[static_cast<unsigned char>(b)] = true;
+      std::vector<std::byte> eval_bytes;
+      if (!eval_file.empty()) {
+        eval_bytes = read_file(eval_file);
+        if (eval_bytes.size() < 2)
+          fail("--eval-file {} must hold at least 2 bytes, got {}", eval_file, eval_bytes.size());
+        for (std::byte b : eval_bytes) seen[static_cast<unsigned char>(b)] = true;
+      }
       int64_t map[256];
       for (int c = 0; c < 256; ++c)
         if (seen[c]) {
@@ -103,6 +110,8 @@ task make_task(task_kind kind, const std::string& file) {
         fail("--file {} must contain at least 2 distinct bytes, got {}", file, t.alphabet.size());
       t.text.reserve(bytes.size());
       for (std::byte b : bytes) t.text.push_back(map[static_cast<unsigned char>(b)]);
+      t.eval_text.reserve(eval_bytes.size());
+      for (std::byte b : eval_bytes) t.eval_text.push_back(map[static_cast<unsigned char>(b)]);
       t.vocab = static_cast<int64_t>(t.alphabet.size());
       t.min_length = 1;
       t.exact_match = false;
@@ -119,7 +128,15 @@ void task_validate_length(const task& t, int64_t length, const std::string& arg)
            task_kind_name(t.kind), length);
     fail("{} must be >= {} for task {}, got {}", arg, t.min_length, task_kind_name(t.kind), length);
   }
-  if (t.kind == task_kind::text) {
+  if (t.kind == task_kind::text && !t.eval_text.empty()) {
+    const int64_t n = static_cast<int64_t>(t.text.size());
+    const int64_t ne = static_cast<int64_t>(t.eval_text.size());
+    if (n < length + 1 || ne < length + 1)
+      fail(
+          "{} = {} needs windows of {} bytes in both the training file ({} bytes) and the "
+          "evaluation file ({} bytes)",
+          arg, length, length + 1, n, ne);
+  } else if (t.kind == task_kind::text) {
     const int64_t n = static_cast<int64_t>(t.text.size());
     const int64_t eval_part = n - n * 9 / 10;
     if (eval_part < length + 1 || n * 9 / 10 < length + 1)
@@ -205,13 +222,17 @@ void task_sample(const task& t, int64_t L, bool eval, rng& r, int64_t* tok, int6
       break;
     }
     case task_kind::text: {
-      const int64_t n = static_cast<int64_t>(t.text.size());
-      const int64_t split = n * 9 / 10;
-      const int64_t lo = eval ? split : 0, hi = eval ? n : split;
+      // With a held-out file: training windows from the whole training file, evaluation
+      // windows from the held-out one.
+      const bool held_out = !t.eval_text.empty();
+      const std::vector<int64_t>& src = held_out && eval ? t.eval_text : t.text;
+      const int64_t n = static_cast<int64_t>(src.size());
+      const int64_t split = held_out ? n : n * 9 / 10;
+      const int64_t lo = eval && !held_out ? split : 0, hi = eval || held_out ? n : split;
       const int64_t start = lo + static_cast<int64_t>(r.below(hi - lo - L));
       for (int64_t i = 0; i < L; ++i) {
-        tok[i] = t.text[start + i];
-        tgt[i] = t.text[start + i + 1];
+        tok[i] = src[start + i];
+        tgt[i] = src[start + i + 1];
       }
       break;
     }

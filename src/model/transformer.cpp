@@ -280,6 +280,10 @@ double transformer<S>::forward(const batch& bt) {
   std::vector<S>* x = &acts_[0].xin;
   x->resize(N_ * C);
   embedding_forward(P + layout_.tok_emb, tokens_.data(), x->data(), N_, C, false);
+  if (cfg_.embed_scale) {  // x_0 = sqrt(C) E[token] + PE(pos) (Vaswani et al. 2017, sec. 3.4)
+    const S scale = static_cast<S>(std::sqrt(static_cast<double>(C)));
+    for (S& v : *x) v *= scale;
+  }
   hook_->input_forward(positions_, hook_ptrs(P, 0).data(), x->data());
 
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
@@ -370,8 +374,15 @@ void transformer<S>::backward() {
     norm_backward(a.xin.data(), ly.ln1_g, ly.ln1_b, a.mean1.data(), a.rstd1.data(), dn_.data(),
                   dx_.data());
   }
-  // forward: x_0 = E[token] + P(pos)
-  embedding_backward(tokens_.data(), dx_.data(), G + layout_.tok_emb, N_, C);
+  // forward: x_0 = E[token] + P(pos), or sqrt(C) E[token] + P(pos) with embed_scale
+  if (cfg_.embed_scale) {
+    const S scale = static_cast<S>(std::sqrt(static_cast<double>(C)));
+    std::vector<S> d(dx_.begin(), dx_.begin() + N_ * C);
+    for (S& v : d) v *= scale;
+    embedding_backward(tokens_.data(), d.data(), G + layout_.tok_emb, N_, C);
+  } else {
+    embedding_backward(tokens_.data(), dx_.data(), G + layout_.tok_emb, N_, C);
+  }
   hook_->input_backward(positions_, dx_.data(), hook_ptrs(G, 0).data());
 }
 

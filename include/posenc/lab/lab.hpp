@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,9 +34,26 @@ namespace posenc::lab {
 // not depend on the thread count.
 inline constexpr int64_t sequences_per_shard = 4;
 
+// A run spread over processes (MPI ranks in the CLI, tools/posenc/commands/lab_mpi.cpp; the
+// library itself has no MPI). Rank r of n computes the shards thread_range(S, r, n) of each
+// step's S shards, and the evaluation batches likewise; `gather` gives every rank all ranks'
+// pieces in rank order, and each rank then combines them in shard (batch) order exactly as one
+// process does, so the numbers are bitwise those of a single process for any n. gather must be
+// called by every rank in the same order (a collective); `mine` has counts[rank] elements,
+// `all` receives sum(counts), rank 0's block first.
+struct distribution {
+  int rank = 0, size = 1;
+  std::function<void(const float* mine, float* all, const std::vector<int64_t>& counts)> gather;
+  std::function<void(const double* mine, double* all, const std::vector<int64_t>& counts)>
+      gather_doubles;
+};
+
 struct lab_options {
   task_kind task = task_kind::passkey;
-  std::string file;  // text task
+  std::string file;          // text task
+  std::string eval_file;     // text task: a held-out document; evaluation by windows (below)
+  int64_t eval_chars = 0;    // with eval_file: score the first this many bytes (0 = the whole file)
+  bool embed_scale = false;  // model_config::embed_scale (Vaswani et al.'s sqrt(d_model))
   std::vector<model::pos_scheme> schemes;
   int64_t train_min = 16, train_max = 64;  // training lengths, inclusive
   std::vector<int64_t> eval_lens;          // evaluation lengths
@@ -53,6 +71,8 @@ struct lab_options {
   int64_t checkpoint_every = 0;      // 0 = only at the end of each run
   bool resume = false;               // continue from checkpoints found in checkpoint_dir
   int64_t stop_after = -1;           // testing: stop each run after this many steps (>= 0)
+  // Set: this process is one rank of a distributed run (only rank 0 writes checkpoints).
+  std::shared_ptr<const distribution> dist;
 };
 
 // Throws invalid_argument naming the option for anything out of range (and checks every
@@ -72,6 +92,20 @@ struct eval_metrics {
                               // language-modelling tasks (markov, text)
   double loss_last64 = 0;     // LM tasks: loss over the last 64 positions; NaN otherwise
   int64_t sequences = 0, scored_tokens = 0;
+  // Text with a held-out file (Press et al. 2022, sec. 2 and appendix): loss and token_accuracy
+  // above are over non-overlapping windows of `length` tiling the first eval_chars bytes; the
+  // sliding_ figures over windows of `length` advanced by `stride` = train_max, each scoring
+  // only its last `stride` tokens (the first window scores all), so every scored token but
+  // those of the first window sees length - stride tokens of context. NaN otherwise.
+  double sliding_loss = 0, sliding_token_accuracy = 0;
+  int64_t stride = 0, sliding_windows = 0, sliding_scored_tokens = 0;
+  // Non-overlapping windows: mean loss of the tokens at window positions [from, to), in buckets
+  // [0, train_max), [train_max, 2 train_max), [2 train_max, 4 train_max), ... up to length.
+  struct position_bucket {
+    int64_t from = 0, to = 0;
+    double loss = 0;
+  };
+  std::vector<position_bucket> position_loss;
 };
 
 struct curve_point {
@@ -84,10 +118,11 @@ struct run_result {
   model::pos_scheme scheme = model::pos_scheme::nope;
   int64_t seed = 0;
   int64_t steps_done = 0;
-  bool completed = false;        // reached `steps` (false when stop_after cut it short)
-  bool resumed = false;          // started from a checkpoint
-  double train_seconds = 0;      // wall time of the training steps run in this process
-  double tokens_per_second = 0;  // training tokens (B*L summed) per second in this process
+  bool completed = false;          // reached `steps` (false when stop_after cut it short)
+  bool resumed = false;            // started from a checkpoint
+  double train_seconds = 0;        // wall time of the training steps run in this process
+  double tokens_per_second = 0;    // training tokens (B*L summed) per second in this process
+  double comm_bytes_per_step = 0;  // distributed: bytes each rank received per step (mean)
   int64_t parameters = 0;
   std::vector<curve_point> curve;
   eval_metrics in_distribution;     // at length train_max
@@ -111,9 +146,11 @@ using progress_fn = std::function<void(const progress&)>;
 // ceil(b.B / P) replicas of m's configuration) with m's parameters, concurrently when
 // num_threads() > 1. Writes the gradient of the batch's mean loss into m.grads(), combined in
 // shard order, and returns that mean loss (NaN when nothing is scored, with zero gradients).
+// With dist (size > 1) this rank computes only its shards and gathers the others' gradients,
+// losses and counts; *comm_bytes (if given) gets the bytes this rank received.
 double sharded_forward_backward(model::transformer<float>& m,
-                                std::vector<model::transformer<float>>& reps,
-                                const model::batch& b);
+                                std::vector<model::transformer<float>>& reps, const model::batch& b,
+                                const distribution* dist = nullptr, double* comm_bytes = nullptr);
 
 // Trains one scheme with one seed and evaluates it. Writes/reads checkpoints when
 // o.checkpoint_dir is set. Throws invalid_argument / io_error (bad or mismatched checkpoint).
@@ -135,11 +172,26 @@ struct lab_results {
 };
 lab_results run_lab(const lab_options& o, const progress_fn& cb = {});
 
+// One run of a sweep: its options (o.schemes is not used), scheme and seed. A sweep of runs
+// with different options (a preset's table) shares one task.
+struct run_spec {
+  lab_options options;
+  model::pos_scheme scheme = model::pos_scheme::nope;
+  int64_t seed = 0;
+};
+// Runs every spec (validated by the caller), concurrently with several threads as run_lab does;
+// result i belongs to spec i.
+std::vector<run_result> run_specs(const std::vector<run_spec>& specs, const task& t,
+                                  const progress_fn& cb = {});
+
 // The results document (cmd_lab prints it with --format json and writes it to
 // DIR/results.json):
 //   {"task": "passkey", "results": [{"scheme", "seed", "eval_len", "loss",
 //    "token_accuracy", "exact_match", "loss_last64", "defined", "note", "in_distribution",
 //    "in_dist_loss", "in_dist_token_accuracy", "in_dist_exact_match"}, ...],
+//   with a held-out text file also "bpc", "ppl", "sliding_loss", "sliding_bpc", "sliding_ppl",
+//   "sliding_token_accuracy", "in_dist_bpc" (bits per byte = loss / ln 2, perplexity = e^loss),
+//   "bpc_by_position": [[from, to, bpc], ...] (eval_metrics::position_loss),
 //    "summary": [{"scheme", "eval_len", "seeds", "<metric>_mean", "<metric>_std", ...}],
 //    "config": {...}, "runs": [{"scheme", "seed", "steps", "train_seconds", "tokens_per_second",
 //    "curve": [[step, loss, lr], ...]}]}

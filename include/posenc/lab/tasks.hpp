@@ -24,7 +24,11 @@
 //                 the loss floor (markov_entropy_rate).
 //   text          character-level language modelling on a file: windows of L+1 bytes from
 //                 the first 90% (training) or the last 10% (evaluation); scored: every next
-//                 byte. Vocabulary: the distinct bytes of the file.
+//                 byte. Vocabulary: the distinct bytes of the file. With an evaluation file
+//                 (a held-out document, lab_options::eval_file) training windows come from the
+//                 whole training file and evaluation from the other file; the vocabulary is
+//                 the distinct bytes of both (byte level: a UTF-8 character of 2 bytes is 2
+//                 tokens).
 #pragma once
 
 #include <cstdint>
@@ -51,12 +55,13 @@ struct task {
   // text: the file's bytes mapped to [0, V), and the byte of each class.
   std::vector<int64_t> text;
   std::vector<unsigned char> alphabet;
+  std::vector<int64_t> eval_text;  // the held-out file mapped to [0, V); empty = 90/10 split
 };
 
-// Builds a task. `file` is read for text (io_error if unreadable; invalid_argument if it has
-// fewer than 2 distinct bytes or is too short for the longest requested length, which the lab
-// checks with task_validate_length).
-task make_task(task_kind kind, const std::string& file = "");
+// Builds a task. `file` (and `eval_file` if not empty) is read for text (io_error if
+// unreadable; invalid_argument if it has fewer than 2 distinct bytes or is too short for the
+// longest requested length, which the lab checks with task_validate_length).
+task make_task(task_kind kind, const std::string& file = "", const std::string& eval_file = "");
 
 // Throws invalid_argument naming `arg` when L is outside [min_length, max_length], or a text
 // file is too short to cut a window of L+1 bytes from its evaluation part.

@@ -51,6 +51,9 @@ struct model_config {
   position_options pos;    // the scheme's options (input_amplitude is set from init_std)
   double init_std = 0.02;  // N(0, init_std^2) weights; residual projections / sqrt(2L)
   double norm_eps = 1e-5;
+  // Vaswani et al. 2017, sec. 3.4: x_0 = sqrt(C) E[token] + PE(pos), the input term at unit
+  // amplitude (input_amplitude = 1). Off: x_0 = E[token] + a PE(pos), a below.
+  bool embed_scale = false;
 };
 
 // Throws invalid_argument naming the field for any invalid value.
@@ -66,7 +69,7 @@ void validate(const model_config& c);
 // init_std-scaled layer outputs added to it, and the lab's 1000-step runs then never left the
 // "uniform digit" plateau (loss ln 10). input_amplitude is what the model passes to the hook.
 inline double input_amplitude(const model_config& c) {
-  return std::sqrt(2.0) * c.init_std;
+  return c.embed_scale ? 1.0 : std::sqrt(2.0) * c.init_std;
 }
 inline double sinusoidal_amplitude(const model_config& c) {
   return input_amplitude(c);

@@ -4,10 +4,15 @@
 //   posenc lab --task passkey --schemes nope,sinusoidal,learned,rope,alibi,t5
 //              --train-len 16:64 --eval-lens 64,128,256,512 --steps 3000 --seeds 3 --out DIR
 //
+//   posenc lab --preset press [--quick] --out DIR   real text, Press et al. 2022's table
+//   mpirun -np N posenc lab ...                      the same numbers over N MPI ranks
+//
 // Progress (one bar per run, elapsed and ETA) goes to stderr; the results go to stdout in the
 // chosen format and, with --out DIR, to DIR/results.json and DIR/curves.csv (atomic writes).
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "lab_mpi.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/core/threads.hpp"
@@ -25,13 +31,15 @@ namespace {
 
 struct lab_cli {
   out_format format = out_format::text;
-  std::string task = "passkey", file, schemes = "nope,sinusoidal,learned,rope,alibi,t5",
-              train_len = "16:64", eval_lens = "64,128,256,512", norm = "layernorm", out;
+  std::string task = "passkey", file, eval_file, preset,
+              schemes = "nope,sinusoidal,learned,rope,alibi,t5", train_len = "16:64",
+              eval_lens = "64,128,256,512", norm = "layernorm", out;
   int64_t steps = 3000, seeds = 3, batch = 16, d_model = 64, layers = 2, heads = 4, d_ff = 256;
   int64_t warmup = 0, randomized = 0, eval_samples = 64, checkpoint_every = 0, stop_after = -1;
+  int64_t eval_chars = 0;
   int threads = 0;
   double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
-  bool quick = false, resume = false, no_progress = false;
+  bool quick = false, resume = false, no_progress = false, embed_scale = false;
 };
 
 std::string fmt_time(double s) {
@@ -58,6 +66,9 @@ lab::lab_options to_options(const lab_cli& c) {
   lab::lab_options o;
   o.task = lab::task_kind_from_name(c.task, "--task");
   o.file = c.file;
+  o.eval_file = c.eval_file;
+  o.eval_chars = c.eval_chars;
+  o.embed_scale = c.embed_scale;
   size_t pos = 0;
   while (pos <= c.schemes.size()) {
     const size_t comma = c.schemes.find(',', pos);
@@ -147,11 +158,19 @@ std::string cell(const nlohmann::ordered_json& v, int digits = 3) {
   return fmt::format("{:.{}f}", v.get<double>(), digits);
 }
 
+void run_press(lab_cli c, CLI::App* sub);
+
 void run_lab_cmd(lab_cli c, CLI::App* sub) {
+  if (!c.preset.empty()) {
+    if (c.preset != "press") fail("--preset must be press, got '{}'", c.preset);
+    return run_press(c, sub);
+  }
   if (c.quick) apply_quick(c, sub);
   if (c.threads < 0) fail("--threads must be >= 0 (0 = default), got {}", c.threads);
   if (c.threads > 0) set_num_threads(c.threads);
-  const lab::lab_options o = to_options(c);
+  lab::lab_options o = to_options(c);
+  const auto dist = mpi_start();
+  const bool writer = dist->rank == 0;  // only rank 0 prints and writes
   if (!c.out.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(c.out, ec);
@@ -160,9 +179,18 @@ void run_lab_cmd(lab_cli c, CLI::App* sub) {
   }
   progress_bar bar;
   lab::progress_fn cb;
-  if (!c.no_progress) cb = [&bar](const lab::progress& p) { bar(p); };
-  const lab::lab_results r = lab::run_lab(o, cb);
-  const auto j = lab::lab_results_json(r);
+  if (!c.no_progress && writer) cb = [&bar](const lab::progress& p) { bar(p); };
+  lab::lab_results r;
+  r.options = o;
+  r.task_info = lab::make_task(o.task, o.file, o.eval_file);
+  lab::validate(o, r.task_info);
+  std::vector<lab::run_spec> specs;
+  for (auto s : o.schemes)
+    for (int64_t k = 0; k < o.seeds; ++k) specs.push_back({o, s, k});
+  r.runs = run_specs_mpi(specs, r.task_info, dist, cb);
+  if (!writer) return;
+  auto j = lab::lab_results_json(r);
+  j["config"]["ranks"] = dist->size;
   if (!c.out.empty()) {
     write_file_atomic(c.out + "/results.json", j.dump(2) + "\n");
     std::string csv = "scheme,seed,step,loss,lr\n";
@@ -229,6 +257,204 @@ void run_lab_cmd(lab_cli c, CLI::App* sub) {
   std::fflush(stdout);
 }
 
+// ---- --preset press --------------------------------------------------------------------------
+//
+// Press et al. 2022 (ALiBi), sec. 4 and Fig. 1: language models trained at length L and
+// evaluated at longer lengths, here byte-level on five Jane Austen novels with the sixth
+// (persuasion) held out (scripts/get-corpus). One row per variant, trained at L in {64, 128} and
+// evaluated at L, 2L, 4L, 8L and 16L in non-overlapping and in sliding windows (stride L).
+// Sizes (docs/lab.md, "Real text"): the default model (width 64, 2 layers, 4 heads), batch 16,
+// press_steps steps, press_eval_chars bytes of the held-out novel; --quick: one seed and
+// press_quick_steps steps, press_quick_eval_chars bytes.
+constexpr int64_t press_steps = 500, press_eval_chars = 8192;
+constexpr int64_t press_quick_steps = 250, press_quick_eval_chars = 4096;
+
+struct press_variant {
+  const char* name;
+  model::pos_scheme scheme;
+  bool embed_scale;  // Vaswani et al.'s sqrt(d_model) on the token embeddings
+  bool randomized;   // Ruoss et al. 2023, positions sampled from [0, 16 L)
+};
+constexpr press_variant press_variants[] = {
+    {"nope", model::pos_scheme::nope, false, false},
+    {"sinusoidal", model::pos_scheme::sinusoidal, false, false},
+    {"sinusoidal+sqrt(d)", model::pos_scheme::sinusoidal, true, false},
+    {"learned", model::pos_scheme::learned, false, false},
+    {"learned+randomized", model::pos_scheme::learned, false, true},
+    {"rope", model::pos_scheme::rope, false, false},
+    {"alibi", model::pos_scheme::alibi, false, false},
+    {"t5", model::pos_scheme::t5, false, false},
+    {"shaw", model::pos_scheme::shaw, false, false},
+};
+
+std::string slug(const std::string& name) {
+  std::string s;
+  for (char ch : name) s += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '-';
+  return s;
+}
+
+void run_press(lab_cli c, CLI::App* sub) {
+  auto unset = [&](const char* name) { return sub->get_option(name)->count() == 0; };
+  if (!unset("--task") && c.task != "text")
+    fail("--preset press is a --task text preset, got --task {}", c.task);
+  if (!unset("--eval-lens"))
+    fail("--preset press sets --eval-lens to L, 2L, 4L, 8L, 16L; leave it out");
+  if (c.threads < 0) fail("--threads must be >= 0 (0 = default), got {}", c.threads);
+  if (c.threads > 0) set_num_threads(c.threads);
+  c.task = "text";
+  if (unset("--file")) c.file = "data/janeausten/train.txt";
+  if (unset("--eval-file")) c.eval_file = "data/janeausten/eval.txt";
+  for (const std::string& f : {c.file, c.eval_file})
+    if (!std::filesystem::exists(f))
+      fail_io(
+          "--preset press: {} does not exist (run scripts/get-corpus first, or give --file "
+          "and --eval-file)",
+          f);
+  if (unset("--seeds")) c.seeds = c.quick ? 1 : 3;
+  if (unset("--steps")) c.steps = c.quick ? press_quick_steps : press_steps;
+  if (unset("--eval-chars")) c.eval_chars = c.quick ? press_quick_eval_chars : press_eval_chars;
+  std::vector<int64_t> lens = {64, 128};
+  if (!unset("--train-len")) {
+    lens = parse_ints(c.train_len, "--train-len");
+    if (lens.size() != 1 || lens[0] < 1)
+      fail("--preset press: --train-len must be one length L (trained at exactly L), got '{}'",
+           c.train_len);
+  }
+  lab::lab_options base = to_options(c);
+  const auto dist = mpi_start();
+  const bool writer = dist->rank == 0;  // only rank 0 prints and writes
+  std::vector<const press_variant*> variants;
+  for (const auto& v : press_variants)
+    if (unset("--schemes") ||
+        std::find(base.schemes.begin(), base.schemes.end(), v.scheme) != base.schemes.end())
+      variants.push_back(&v);
+  if (!c.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(c.out, ec);
+    if (ec || !std::filesystem::is_directory(c.out))
+      fail_io("cannot create output directory {}: {}", c.out, ec.message());
+  }
+  const lab::task t = lab::make_task(lab::task_kind::text, c.file, c.eval_file);
+  struct group {
+    const press_variant* v;
+    lab::lab_options o;
+  };
+  std::vector<group> groups;
+  std::vector<lab::run_spec> specs;
+  for (int64_t L : lens)
+    for (const press_variant* v : variants) {
+      lab::lab_options o = base;
+      o.train_min = o.train_max = L;
+      o.eval_lens = {L, 2 * L, 4 * L, 8 * L, 16 * L};
+      o.schemes = {v->scheme};
+      o.embed_scale = v->embed_scale;
+      o.randomized_positions = v->randomized ? 16 * L : 0;
+      if (!c.out.empty())
+        o.checkpoint_dir = fmt::format("{}/checkpoints/{}-L{}", c.out, slug(v->name), L);
+      lab::validate(o, t);
+      groups.push_back({v, o});
+      for (int64_t k = 0; k < o.seeds; ++k) specs.push_back({o, v->scheme, k});
+    }
+  progress_bar bar;
+  lab::progress_fn cb;
+  if (!c.no_progress && writer) cb = [&bar](const lab::progress& p) { bar(p); };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<lab::run_result> runs = run_specs_mpi(specs, t, dist, cb);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!writer) return;
+
+  using J = nlohmann::ordered_json;
+  J doc;
+  doc["preset"] = "press";
+  doc["task"] = "text";
+  J results = J::array(), summary = J::array(), runs_j = J::array();
+  size_t next = 0;
+  for (const group& g : groups) {
+    lab::lab_results lr;
+    lr.options = g.o;
+    lr.task_info = t;
+    for (int64_t k = 0; k < g.o.seeds; ++k) lr.runs.push_back(runs[next++]);
+    J gj = lab::lab_results_json(lr);
+    for (auto [key, dst] : {std::pair<const char*, J*>{"results", &results},
+                            {"summary", &summary},
+                            {"runs", &runs_j}})
+      for (auto row : gj[key]) {
+        J r;
+        r["variant"] = g.v->name;
+        r["train_len"] = g.o.train_max;
+        for (auto it = row.begin(); it != row.end(); ++it) r[it.key()] = it.value();
+        dst->push_back(r);
+      }
+  }
+  J cfg;
+  cfg["file"] = c.file;
+  cfg["eval_file"] = c.eval_file;
+  cfg["eval_chars"] = base.eval_chars;
+  cfg["vocab"] = t.vocab;
+  cfg["train_lens"] = lens;
+  cfg["eval_multiples"] = {1, 2, 4, 8, 16};
+  cfg["sliding_stride"] = "train length";
+  cfg["variants"] = J::array();
+  for (const press_variant* v : variants) cfg["variants"].push_back(v->name);
+  cfg["steps"] = base.steps;
+  cfg["seeds"] = base.seeds;
+  cfg["batch_size"] = base.batch_size;
+  cfg["d_model"] = base.d_model;
+  cfg["n_layers"] = base.n_layers;
+  cfg["n_heads"] = base.n_heads;
+  cfg["d_ff"] = base.d_ff;
+  cfg["lr"] = base.lr;
+  cfg["threads"] = num_threads();
+  cfg["ranks"] = dist->size;
+  cfg["wall_seconds"] = wall;
+  doc["config"] = cfg;
+  doc["results"] = results;
+  doc["summary"] = summary;
+  doc["runs"] = runs_j;
+  if (!c.out.empty()) write_file_atomic(c.out + "/results.json", doc.dump(2) + "\n");
+  if (c.format == out_format::json) {
+    std::printf("%s\n", doc.dump(2).c_str());
+  } else if (c.format == out_format::csv) {
+    std::printf("variant,train_len,seed,eval_len,defined,bpc,sliding_bpc,ppl,sliding_ppl\n");
+    auto v = [](const J& x) { return x.is_null() ? std::string() : num(x.get<double>()); };
+    for (const auto& row : results)
+      std::printf("%s,%lld,%lld,%lld,%s,%s,%s,%s,%s\n", row["variant"].get<std::string>().c_str(),
+                  static_cast<long long>(row["train_len"].get<int64_t>()),
+                  static_cast<long long>(row["seed"].get<int64_t>()),
+                  static_cast<long long>(row["eval_len"].get<int64_t>()),
+                  row["defined"].get<bool>() ? "true" : "false", v(row["bpc"]).c_str(),
+                  v(row["sliding_bpc"]).c_str(), v(row["ppl"]).c_str(),
+                  v(row["sliding_ppl"]).c_str());
+  } else {
+    std::printf(
+        "press preset: byte-level LM on %s, held out %s (first %lld bytes), %lld steps, %lld "
+        "seed(s); bits per byte, mean +- std over seeds, non-overlapping / sliding windows; "
+        "n/a = no defined position\n",
+        c.file.c_str(), c.eval_file.c_str(), static_cast<long long>(base.eval_chars),
+        static_cast<long long>(base.steps), static_cast<long long>(base.seeds));
+    for (int64_t L : lens) {
+      std::string head = fmt::format("L = {:<14}", L);
+      for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>21}", fmt::format("@{}", m * L));
+      std::printf("%s\n", head.c_str());
+      for (const press_variant* v : variants) {
+        std::string line = fmt::format("{:<18}", v->name);
+        for (const auto& row : summary) {
+          if (row["variant"] != v->name || row["train_len"] != L || row["measure"] != "eval")
+            continue;
+          const auto& m = row["bpc_mean"];
+          const auto& sd = row["bpc_std"];
+          const std::string a = cell(m) + (sd.is_null() || m.is_null() ? "" : "+-" + cell(sd, 2));
+          line += fmt::format(" {:>21}", a + " / " + cell(row["sliding_bpc_mean"]));
+        }
+        std::printf("%s\n", line.c_str());
+      }
+    }
+    std::printf("wall time %.0f s on %d threads\n", wall, num_threads());
+    if (!c.out.empty()) std::printf("wrote %s/results.json\n", c.out.c_str());
+  }
+  std::fflush(stdout);
+}
+
 const bool registered = register_command(70, [](CLI::App& app) {
   auto o = std::make_shared<lab_cli>();
   auto* sub = app.add_subcommand(
@@ -237,6 +463,15 @@ const bool registered = register_command(70, [](CLI::App& app) {
   sub->add_option("--task", o->task, "copy, passkey, repeat-count, markov or text")
       ->capture_default_str();
   sub->add_option("--file", o->file, "Text file for --task text");
+  sub->add_option("--eval-file", o->eval_file,
+                  "--task text: held-out text to evaluate on (Press et al.'s windows)");
+  sub->add_option("--eval-chars", o->eval_chars, "With --eval-file: bytes of it scored (0 = all)")
+      ->capture_default_str();
+  sub->add_flag("--embed-scale", o->embed_scale,
+                "x_0 = sqrt(d_model) E + PE (Vaswani et al. 2017) instead of E + a PE");
+  sub->add_option("--preset", o->preset,
+                  "press: Press et al. 2022's perplexity-against-length table on the "
+                  "Jane Austen corpus (scripts/get-corpus); with --quick a smaller one");
   sub->add_option("--schemes", o->schemes,
                   "Comma-separated: nope, sinusoidal, learned, rope, alibi, t5, shaw, irope "
                   "(RoPE with every 4th layer NoPE; use --layers 4 or more)")
@@ -270,10 +505,27 @@ const bool registered = register_command(70, [](CLI::App& app) {
                   "Stop each run after N steps in this process, leaving a checkpoint "
                   "(simulates an interruption; continue with --resume)");
   sub->add_option("--threads", o->threads, "Threads (0 = POSENC_THREADS or all cores)");
-  sub->add_flag("--quick", o->quick,
-                "Small preset (2000 steps, 1 seed, lengths 64,128,256), under 10 minutes");
+  sub->add_flag(
+      "--quick", o->quick,
+      "Small preset (passkey: 2000 steps, 1 seed; with --preset press: 1 seed, 250 steps)");
   sub->add_flag("--no-progress", o->no_progress, "No progress bar on stderr");
-  sub->callback([o, sub] { run_lab_cmd(*o, sub); });
+  sub->callback([o, sub] {
+    // Under mpirun an error on one rank ends every rank at once (never a rank left waiting in
+    // a collective), with the exit code posenc gives that error.
+    try {
+      run_lab_cmd(*o, sub);
+    } catch (const std::exception& e) {
+      if (under_mpirun()) {
+        const bool usage = dynamic_cast<const posenc::invalid_argument*>(&e) != nullptr ||
+                           dynamic_cast<const posenc::io_error*>(&e) != nullptr;
+        std::fprintf(stderr, "posenc: error: %s\n", e.what());
+        std::fflush(stderr);
+        mpi_abort(usage ? 2 : 3);
+      }
+      throw;
+    }
+    mpi_finish();
+  });
 });
 
 }  // namespace

@@ -28,6 +28,91 @@ std::string fmt_metric(const J& v) {
 
 report_section lab_section_json(report_context& ctx);
 
+// The real-text table (`posenc lab --preset press --out DIR/press`), when DIR/press/results.json
+// exists: bits per byte against evaluation length per variant, log-scale x, one figure per
+// training length and window mode, the in-distribution point (L_eval = L) ringed.
+void press_part(report_context& ctx, doc::document& body) {
+  const std::string path = ctx.out_dir + "/press/results.json";
+  if (!std::filesystem::exists(path)) {
+    body.para(fmt::format(
+        "Real text (Press et al. 2022's protocol on five Jane Austen novels, the sixth held "
+        "out): run `scripts/get-corpus` and `posenc lab --preset press --out {}/press` (or "
+        "`--quick`) before the report to add its figure here.",
+        ctx.out_dir));
+    return;
+  }
+  const auto bytes = read_file(path);
+  J j;
+  try {
+    j = J::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  } catch (const std::exception& e) {
+    fail_io("{} is not valid JSON: {}", path, e.what());
+  }
+  if (j.value("preset", "") != "press") fail_io("{} is not a --preset press results file", path);
+  const J& cfg = j["config"];
+  body.heading("Real text: bits per byte against evaluation length", 3);
+  body.para(fmt::format(
+      "Byte-level language models ({} layers, width {}, {} heads, {} steps of batch {}, {} "
+      "seed(s)) trained on five Jane Austen novels at length L and evaluated on the held-out "
+      "sixth (`{}`, first {} bytes) at L, 2L, 4L, 8L and 16L (Press et al. 2022). Mean over "
+      "seeds; the ringed point is the in-distribution length; a missing point means no defined "
+      "position. Sliding windows advance by L and score only their last L tokens.",
+      cfg["n_layers"].get<int64_t>(), cfg["d_model"].get<int64_t>(), cfg["n_heads"].get<int64_t>(),
+      cfg["steps"].get<int64_t>(), cfg["batch_size"].get<int64_t>(), cfg["seeds"].get<int64_t>(),
+      cfg["eval_file"].get<std::string>(), cfg["eval_chars"].get<int64_t>()));
+  for (const auto& Lj : cfg["train_lens"]) {
+    const int64_t L = Lj.get<int64_t>();
+    for (const char* mode : {"bpc", "sliding_bpc"}) {
+      svg::line_plot plot;
+      plot.title = fmt::format("held-out novel, trained at L = {}: bits per byte ({} windows)", L,
+                               std::string(mode) == "bpc" ? "non-overlapping" : "sliding");
+      plot.x.label = "evaluation length (bytes)";
+      plot.x.kind = svg::scale::log;
+      const double l = static_cast<double>(L);
+      plot.x.ticks = {l, 2 * l, 4 * l, 8 * l, 16 * l};
+      plot.y.label = "bits per byte";
+      svg::line_series ring;
+      ring.name = "in distribution (L_eval = L)";
+      ring.markers = true;
+      ring.marker_radius = 7;
+      ring.color = "#000000";
+      bool any = false;
+      // Nine variants: colours of their own (the palette has eight and black is the ring's).
+      static const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                     "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+      size_t vi = 0;
+      for (const auto& v : cfg["variants"]) {
+        svg::line_series ls;
+        ls.name = v.get<std::string>();
+        ls.markers = true;
+        ls.color = colors[vi++ % 10];
+        for (const auto& row : j["summary"]) {
+          if (row["variant"] != v || row["train_len"] != L || row["measure"] != "eval") continue;
+          const J& m = row[std::string(mode) + "_mean"];
+          const double x = row["eval_len"].get<double>(), y = m.is_null() ? NAN : m.get<double>();
+          ls.x.push_back(x);
+          ls.y.push_back(y);
+          any |= !m.is_null();
+          if (row["eval_len"] == L && !m.is_null()) {
+            ring.x.insert(ring.x.end(), {x, NAN});
+            ring.y.insert(ring.y.end(), {y, NAN});
+          }
+        }
+        plot.series.push_back(ls);
+      }
+      if (!any) continue;
+      plot.series.insert(plot.series.begin(), ring);  // drawn first, under the variants' dots
+      const std::string file = fmt::format("lab_press_L{}_{}.svg", L, mode);
+      write_file_atomic(ctx.out_dir + "/" + file, svg::render(plot));
+      doc::document f;
+      f.fig(file, fmt::format("bits per byte against length, L = {}, {}", L, mode),
+            fmt::format("Trained at L = {}; {} windows.", L,
+                        std::string(mode) == "bpc" ? "non-overlapping" : "sliding"));
+      body.append(f);
+    }
+  }
+}
+
 report_section lab_section(report_context& ctx) {
   try {
     return lab_section_json(ctx);
@@ -208,6 +293,7 @@ report_section lab_section_json(report_context& ctx) {
       cfg["seeds"].get<int64_t>(), metric_label, provenance, nruns ? tps / nruns : 0.0));
   sec.body.append(figs);
   sec.body.add(std::move(table));
+  press_part(ctx, sec.body);
   return sec;
 }
 
