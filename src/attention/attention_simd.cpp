@@ -363,13 +363,15 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
   const DH d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t De = D / N * N;
-  const int64_t krow_bytes = D * static_cast<int64_t>(sizeof(TK)), vrow_bytes = vbytes / kstride;
+  // Bytes of one key row and of one value row (vbytes / kstride: bytes per value element).
+  const int64_t krow_bytes = D * static_cast<int64_t>(sizeof(TK)),
+                vrow_bytes = D * vbytes / kstride;
   auto prefetch = [&](int64_t jj) {
     if (j0 + jj + kPrefetchKeys >= pf_end) return;
     const char* kj = reinterpret_cast<const char*>(k0 + (jj + kPrefetchKeys) * kstride);
     const char* vj = v0 + (jj + kPrefetchKeys) * vbytes;
     for (int64_t b = 0; b < krow_bytes; b += 64) hwy::Prefetch(kj + b);
-    for (int64_t b = 0; b < D * vrow_bytes; b += 64) hwy::Prefetch(vj + b);
+    for (int64_t b = 0; b < vrow_bytes; b += 64) hwy::Prefetch(vj + b);
   };
   int64_t jj = 0;
   for (; jj + 4 <= nb; jj += 4) {
