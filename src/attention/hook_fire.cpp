@@ -14,13 +14,6 @@
 namespace posenc::detail {
 namespace {
 
-double softplus(double a) {
-  return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
-}
-double sigmoid(double a) {
-  return a >= 0 ? 1 / (1 + std::exp(-a)) : std::exp(a) / (1 + std::exp(a));
-}
-
 // Hook 2b. Parameters of head h at params + h (3m + 3): w1 [0, m), b1 [m, 2m), w2 [2m, 3m),
 // b2 3m, a_c 3m + 1, a_L 3m + 2; held in double for the call.
 template <typename Real>

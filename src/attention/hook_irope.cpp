@@ -44,10 +44,7 @@ class irope_hook final : public position_hook<S> {
 template <typename S>
 std::unique_ptr<position_hook<S>> make_irope_hook(const position_options& o,
                                                   const position_shape& shape) {
-  const int64_t D = shape.d_model / shape.n_heads;
-  if (D % 2 != 0) fail("irope needs an even head dim d_model / n_heads, got {}", D);
-  if (!(o.rope_theta > 1) || !std::isfinite(o.rope_theta))
-    fail("rope_theta must be finite and > 1, got {}", o.rope_theta);
+  rope_freqs freqs = lab_rope_freqs(o, shape, "irope");
   if (o.irope_interval < 2)
     fail("irope_interval must be >= 2 (1 would make every layer NoPE), got {}", o.irope_interval);
   if (shape.n_layers > 0 && shape.n_layers < o.irope_interval)
@@ -60,13 +57,9 @@ std::unique_ptr<position_hook<S>> make_irope_hook(const position_options& o,
          o.irope_floor_scale);
   if (!std::isfinite(o.irope_attn_scale) || o.irope_attn_scale < 0)
     fail("irope_attn_scale must be finite and >= 0, got {}", o.irope_attn_scale);
-  rope_config rc;
-  rc.head_dim = D;
-  rc.rotary_dim = D;
-  rc.theta = o.rope_theta;
   attention_temperature t;
   if (o.irope_floor_scale > 0) t = {o.irope_floor_scale, o.irope_attn_scale};
-  return std::make_unique<irope_hook<S>>(rope_frequencies(rc), o.irope_interval, t);
+  return std::make_unique<irope_hook<S>>(std::move(freqs), o.irope_interval, t);
 }
 POSENC_INSTANTIATE_HOOK(irope)
 

@@ -12,14 +12,6 @@
 namespace posenc::detail {
 namespace {
 
-// log(1 + e^a) without overflow, and its derivative sigmoid(a).
-double softplus(double a) {
-  return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
-}
-double sigmoid(double a) {
-  return a >= 0 ? 1 / (1 + std::exp(-a)) : std::exp(a) / (1 + std::exp(a));
-}
-
 // Hook 2b. Per head, r1, r2 and their derivatives with respect to a1, a2 are computed once per
 // call in double.
 template <typename Real>

@@ -71,17 +71,21 @@ class rope_hook final : public position_hook<S> {
 template <typename S>
 std::unique_ptr<position_hook<S>> make_rope_hook(const position_options& o,
                                                  const position_shape& shape) {
+  return std::make_unique<rope_hook<S>>(lab_rope_freqs(o, shape, "rope"));
+}
+POSENC_INSTANTIATE_HOOK(rope)
+
+rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who) {
   const int64_t D = shape.d_model / shape.n_heads;
-  if (D % 2 != 0) fail("rope needs an even head dim d_model / n_heads, got {}", D);
+  if (D % 2 != 0) fail("{} needs an even head dim d_model / n_heads, got {}", who, D);
   if (!(o.rope_theta > 1) || !std::isfinite(o.rope_theta))
     fail("rope_theta must be finite and > 1, got {}", o.rope_theta);
   rope_config rc;
   rc.head_dim = D;
   rc.rotary_dim = D;
   rc.theta = o.rope_theta;
-  return std::make_unique<rope_hook<S>>(rope_frequencies(rc));
+  return rope_frequencies(rc);
 }
-POSENC_INSTANTIATE_HOOK(rope)
 
 template <typename Real>
 void add_rope_terms(const attention_params<Real>& p, const attention_plan&,

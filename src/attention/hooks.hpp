@@ -6,6 +6,7 @@
 //                        (engine_terms.hpp); does nothing when the scheme is off
 #pragma once
 
+#include <cmath>
 #include <memory>
 
 #include "attention_plan.hpp"
@@ -74,5 +75,19 @@ std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>&
 template <typename Real>
 attention_position<Real> position_for_cached_keys(attention_position<Real> call,
                                                   const attention_position<Real>& cache);
+
+// Shared by the lab hooks of the RoPE family (rope, irope): the model's frequencies, half layout,
+// rotary width = head dim = d_model / n_heads, theta = rope_theta; `who` names the scheme in
+// the errors (an odd head dim, a theta that is not finite and > 1).
+rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who);
+
+// log(1 + e^a) without overflow, and its derivative sigmoid(a), also without overflow (the
+// parameter maps of Kerple and FIRE).
+inline double softplus(double a) {
+  return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
+}
+inline double sigmoid(double a) {
+  return a >= 0 ? 1 / (1 + std::exp(-a)) : std::exp(a) / (1 + std::exp(a));
+}
 
 }  // namespace posenc::detail
