@@ -403,6 +403,13 @@ TEST(AttentionSimd, HalfPrecisionKeysAndValuesAgainstReference) {
   run_group("simd_half_kv", (kSchemes - 1) * 6);  // every scheme but CoPE
 }
 
+// Head-major keys and values (kv_head_stride, the KV cache's layout) against the reference read
+// through the same layout: every scheme, prefill, decode with few and with many rows per item,
+// float32 and half storage, float32 and float64. The rows past each head's S are NaN.
+TEST(AttentionSimd, HeadMajorKeysAndValuesAgainstReference) {
+  run_group("simd_head_major", kSchemes * 3);
+}
+
 // The storage rounding's effect against the unrounded float32 keys and values, bounded from
 // the format's unit roundoff u (2^-11 float16, 2^-8 bfloat16): each stored value is x (1 + d),
 // |d| <= u (the inputs here are normal numbers in both formats), so a score moves by at most

@@ -211,6 +211,36 @@ TEST(KvCache, CapacityAndPositions) {
   EXPECT_NO_THROW(attention_forward_cached(p, cache));
 }
 
+// The storage is head-major with the capacity as the head stride: token j of kv head hk at
+// (hk * capacity + j) * D, over appends of several tokens, as row_offset says.
+TEST(KvCache, StorageIsHeadMajorWithTheCapacityAsHeadStride) {
+  const int64_t cap = 10, Hkv = 3, D = 4;
+  kv_cache<double> cache(cap, Hkv, D);
+  auto val = [&](int64_t j, int64_t hk, int64_t e, bool is_v) {
+    return 1000.0 * j + 100.0 * hk + e + (is_v ? 0.5 : 0.0);
+  };
+  int64_t j0 = 0;
+  for (int64_t n : {2, 3, 1}) {
+    std::vector<double> k(n * Hkv * D), v(n * Hkv * D);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t hk = 0; hk < Hkv; ++hk)
+        for (int64_t e = 0; e < D; ++e) {
+          k[(t * Hkv + hk) * D + e] = val(j0 + t, hk, e, false);
+          v[(t * Hkv + hk) * D + e] = val(j0 + t, hk, e, true);
+        }
+    cache.append(k.data(), v.data(), n);
+    j0 += n;
+  }
+  for (int64_t j = 0; j < j0; ++j)
+    for (int64_t hk = 0; hk < Hkv; ++hk) {
+      EXPECT_EQ(cache.row_offset(j, hk), (hk * cap + j) * D);
+      for (int64_t e = 0; e < D; ++e) {
+        EXPECT_EQ(cache.keys()[(hk * cap + j) * D + e], val(j, hk, e, false));
+        EXPECT_EQ(cache.values()[(hk * cap + j) * D + e], val(j, hk, e, true));
+      }
+    }
+}
+
 // Half-precision storage: the cache transforms each key in float32, then rounds keys and values
 // to float16 / bfloat16. It stores exactly those bits (rope_apply at the positions, then the
 // same rounding, computed here independently), and decoding through it equals the full causal
@@ -253,8 +283,13 @@ TEST(KvCache, HalfPrecisionStorageDecodesLikeTheFullForwardOnTheStoredValues) {
         pc.T = 1, pc.Hq = Hq, pc.D = D, pc.causal = true, pc.pos = c.pos;
         attention_forward_cached(pc, cache);
       }
-      EXPECT_TRUE(std::equal(k16.begin(), k16.end(), cache.keys16()));
-      EXPECT_TRUE(std::equal(v16.begin(), v16.end(), cache.values16()));
+      // Stored head-major: token j of head hk at row_offset(j, hk).
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t hk = 0; hk < Hkv; ++hk) {
+          const int64_t x = (j * Hkv + hk) * D, y = cache.row_offset(j, hk);
+          EXPECT_TRUE(std::equal(&k16[x], &k16[x] + D, cache.keys16() + y)) << j << " " << hk;
+          EXPECT_TRUE(std::equal(&v16[x], &v16[x] + D, cache.values16() + y)) << j << " " << hk;
+        }
       const double u = std::numeric_limits<float>::epsilon() / 2;
       const double tol = (2 * c.N + 2 * c.K + 8) * u * c.V;
       double worst = 0;

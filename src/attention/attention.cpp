@@ -221,6 +221,22 @@ void attention_tiled(const attention_params<Real>& p) {
     return;
   }
 
+  // Head-major K and V (kv_head_stride): the generic path reads token-major copies.
+  if (p.kv_head_stride > 0) {
+    std::vector<Real> k_tm(S * Hkv * D), v_tm(S * Hkv * D);
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t hk = 0; hk < Hkv; ++hk) {
+        const int64_t x = (j * Hkv + hk) * D, y = kv_offset(p, j, hk);
+        std::copy(p.k + y, p.k + y + D, k_tm.begin() + x);
+        std::copy(p.v + y, p.v + y + D, v_tm.begin() + x);
+      }
+    attention_params<Real> pt = p;
+    pt.k = k_tm.data();
+    pt.v = v_tm.data();
+    pt.kv_head_stride = 0;
+    return attention_tiled(pt);
+  }
+
   // Hook 1: transform copies of q (T, Hq, D) and k (S, Hkv, D) once, outside the tile loop.
   std::vector<Real> q_t, k_t;
   const Real* q = p.q;

@@ -48,6 +48,11 @@ void validate_grads(const attention_params<Real>& p, const attention_grads<Real>
         "attention backward: kv = {} (half-precision k16/v16) is forward-only; give float32 k "
         "and v",
         name(p.kv));
+  if (p.kv_head_stride != 0)
+    fail(
+        "attention backward: kv_head_stride = {} (head-major k, v) is forward-only; give "
+        "token-major (S, Hkv, D) k and v (kv_head_stride = 0)",
+        p.kv_head_stride);
   if (p.T > 0 && (!g.out || !g.lse || !g.dout || !g.dq))
     fail("attention backward: out, lse, dout and dq must not be null when T = {}", p.T);
   if (p.S > 0 && (!g.dk || !g.dv))

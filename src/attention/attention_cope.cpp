@@ -47,8 +47,14 @@ template <typename Real>
 cope_inputs cope_load(const attention_params<Real>& p) {
   cope_inputs in;
   in.q.assign(p.q, p.q + p.T * p.Hq * p.D);
-  in.k.assign(p.k, p.k + p.S * p.Hkv * p.D);
-  in.v.assign(p.v, p.v + p.S * p.Hkv * p.D);
+  in.k.resize(p.S * p.Hkv * p.D);
+  in.v.resize(p.S * p.Hkv * p.D);
+  for (int64_t j = 0; j < p.S; ++j)  // token-major copies, whatever p's layout
+    for (int64_t hk = 0; hk < p.Hkv; ++hk) {
+      const int64_t x = (j * p.Hkv + hk) * p.D, y = kv_offset(p, j, hk);
+      std::copy(p.k + y, p.k + y + p.D, in.k.begin() + x);
+      std::copy(p.v + y, p.v + y + p.D, in.v.begin() + x);
+    }
   in.e.assign(p.pos.cope.emb.begin(), p.pos.cope.emb.end());
   in.P = p.pos.cope.npos;
   return in;

@@ -41,6 +41,15 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
       fail("attention: k16 and v16 must not be null when kv = {} and S = {}", name(p.kv), p.S);
   }
   if (p.window < 0) fail("attention: window must be >= 0 (0 = none), got {}", p.window);
+  if (p.kv_head_stride != 0) {
+    if (p.kv_head_stride < p.S * p.D || p.kv_head_stride % p.D != 0)
+      fail(
+          "attention: kv_head_stride must be 0 (token-major k, v) or a multiple of D = {} that "
+          "is >= S * D = {} (head-major), got {}",
+          p.D, p.S * p.D, p.kv_head_stride);
+    checked_bytes("attention k/v (head-major)", static_cast<unsigned long long>(p.Hkv),
+                  static_cast<unsigned long long>(p.kv_head_stride), 1, sizeof(Real));
+  }
 
   attention_plan pl;
   pl.group = p.Hq / p.Hkv;
@@ -137,11 +146,15 @@ void attention_reference(const attention_params<Real>& p) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
 
   // q', k' in double: (T, Hq, D) and (S, Hkv, D).
+  // Read through p's layout (kv_offset); half-precision storage widens exactly.
   std::vector<double> q(p.q, p.q + T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
-  for (int64_t x = 0; x < S * Hkv * D; ++x) {  // half-precision storage widens exactly
-    k[x] = p.kv == kv_storage::f32 ? double(p.k[x]) : double(half_to_float(p.kv, p.k16[x]));
-    v[x] = p.kv == kv_storage::f32 ? double(p.v[x]) : double(half_to_float(p.kv, p.v16[x]));
-  }
+  for (int64_t j = 0; j < S; ++j)
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t e = 0; e < D; ++e) {
+        const int64_t x = (j * Hkv + hk) * D + e, y = kv_offset(p, j, hk) + e;
+        k[x] = p.kv == kv_storage::f32 ? double(p.k[y]) : double(half_to_float(p.kv, p.k16[y]));
+        v[x] = p.kv == kv_storage::f32 ? double(p.v[y]) : double(half_to_float(p.kv, p.v16[y]));
+      }
   if (const auto* tr = terms.transform.get()) {
     tr->apply(pl.qpos_safe, q.data(), T, Hq, D, false, false);
     if (!tr->keys_transformed) tr->apply(pl.kpos_safe, k.data(), S, Hkv, D, true, false);

@@ -35,17 +35,22 @@
 //   softmax     vector row max, p = Exp(s - m) (hwy/contrib/math Exp: max error 1 ulp for x in
 //               [-FLT_MAX, 104]; it returns exactly 0 below -104 and for -inf, so masked keys
 //               give p = 0), vector row sum.
-// The decode shape (fewer than 16 tile rows per item) skips the K transpose (it would cost an
-// extra pass over a K that is read once) and forms each score as a vector dot product over D,
-// four keys at a time with one accumulator each, key outer and row inner (each key row is used
-// by every row while in L1), prefetching the rows of its head kPrefetchKeys keys ahead, one key
-// at a time (they lie a page apart, beyond the hardware prefetchers; spread out, the requests
-// overlap the arithmetic instead of arriving as one burst per block). Its keys are split
-// (flash-decoding: Dao, Haziza, Massa and Sizov 2023) into chunks of kSplitKeys keys, each a work
-// item that leaves its row state (m, l, acc, w) in a buffer; merge_item combines a row's chunks
-// in chunk order after the items. The chunking depends on the shape only, so the bits are the
-// same on any number of threads. Every mask and position term runs through the same score-mod
-// code; calls with 16 or more tile rows per item (prefill, or T G >= 16) are not split.
+// Decode-like calls (fewer than 16 tile rows per item, or fewer than kSplitItems items: decode
+// and speculative decoding, MQA included) read K in place instead of transposing all of it up
+// front, and split their keys (flash-decoding: Dao, Haziza, Massa and Sizov 2023) into chunks of
+// kSplitKeys keys, each a work item that leaves its row state (m, l, acc, w) in a buffer;
+// merge_item combines a row's chunks in chunk order after the items. The chunking depends on the
+// shape only, so the bits are the same on any number of threads. Within a chunk, per key block:
+//   fewer than kPackRows rows: each score a vector dot product over D, four keys at a time with
+//     one accumulator each, key outer and row inner (each key row is used by every row while in
+//     L1);
+//   kPackRows rows or more: the block transposed into thread scratch as it is read (8 x 8
+//     register transposes), then the same block product as the prefill;
+// both prefetching the rows of their head kPrefetchKeys keys ahead, one key at a time (in the
+// token-major layout they lie a page apart, beyond the hardware prefetchers; spread out, the
+// requests overlap the arithmetic instead of arriving as one burst per block). K and V may be
+// head-major (attention_params::kv_head_stride, the KV cache's layout): each head's rows are
+// then one contiguous run. Every mask and position term runs through the same score-mod code.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/attention/attention_simd.cpp"
 #include <hwy/cache_control.h>
@@ -79,8 +84,24 @@ constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 // shape constant, never a function of the thread count: the merge order, and so the bits, are
 // the same on any number of threads.
 constexpr int64_t kSplitKeys = 2 * kSimdBk;
-// Keys ahead of the one being scored whose key and value rows the decode path prefetches.
-constexpr int64_t kPrefetchKeys = 16;
+// Calls with fewer (kv head, query block) items than this are split too (decode and speculative
+// decoding with many query heads per kv head: MQA, or T of 2 to 16), so that every thread has
+// work: a shape constant like kSplitKeys.
+constexpr int64_t kSplitItems = 64;
+// On the in-place path (split calls), items of at least this many tile rows transpose each key
+// block into thread scratch just before its product (one pass over the block, shared by the
+// rows); fewer rows form each score as a dot product over the key row in place.
+constexpr int64_t kPackRows = 8;
+// Keys ahead of the one being scored whose key and value rows the decode path prefetches, and
+// whether it prefetches head-major (contiguous) rows too: the knobs the measurements in
+// docs/design.md turned (build attention_simd.cpp with -DPOSENC_PF_KEYS=N, -DPOSENC_PF_CONTIG=0).
+#ifndef POSENC_PF_KEYS
+#define POSENC_PF_KEYS 16
+#endif
+#ifndef POSENC_PF_CONTIG
+#define POSENC_PF_CONTIG 1
+#endif
+constexpr int64_t kPrefetchKeys = POSENC_PF_KEYS;
 
 // Everything the per-target kernel reads; built once per call by attention_simd_f32.
 struct simd_problem {
@@ -95,19 +116,28 @@ struct simd_problem {
   int64_t Rt = 0;
   const float* kT =
       nullptr;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
+  // In-place path (kT null): items of kPackRows or more rows pack each key block into
+  // simd_scratch::kb, with hook 1's row form applied from ktab (S, Rt) when it is not null.
+  bool pack_local = false;
+  const float* ktab = nullptr;
+  bool prefetch = true;      // software prefetch of the in-place path
   const float* v = nullptr;  // (S, Hkv, D): p.v, read through a packed block (simd_scratch::vb)
   // Half-precision storage (p.kv): kt / vt say how K and V are stored; k16 / v16 replace k / v
   // for f16 and bf16 (K stays in p.kv's format unless hook 1 made a float32 copy).
   kv_storage kt = kv_storage::f32, vt = kv_storage::f32;
   const uint16_t* k16 = nullptr;
   const uint16_t* v16 = nullptr;
+  // Element strides of K and V: between consecutive keys of a head (ld) and between heads
+  // (hs). Token-major (S, Hkv, D): ld = Hkv * D, hs = D; head-major (p.kv_head_stride):
+  // ld = D, hs = kv_head_stride. K's may differ from V's (hook 1's token-major copy of K).
+  int64_t k_ld = 0, k_hs = 0, v_ld = 0, v_hs = 0;
   // Byte address of row j of head hk of K or V (any storage).
   const void* krow(int64_t j, int64_t hk) const {
-    const int64_t x = (j * p->Hkv + hk) * p->D;
+    const int64_t x = j * k_ld + hk * k_hs;
     return kt == kv_storage::f32 ? static_cast<const void*>(k + x) : k16 + x;
   }
   const void* vrow(int64_t j, int64_t hk) const {
-    const int64_t x = (j * p->Hkv + hk) * p->D;
+    const int64_t x = j * v_ld + hk * v_hs;
     return vt == kv_storage::f32 ? static_cast<const void*>(v + x) : v16 + x;
   }
   int64_t Dp = 0;           // D rounded up to the vector length
@@ -128,16 +158,18 @@ struct simd_problem {
 
 // One thread's scratch, sized once before the parallel region.
 struct simd_scratch {
-  std::vector<float> qs;    // (rows, D): scale * q rows of the item
-  std::vector<float> s;     // (rows, Bk): scores, then probabilities
-  std::vector<float> acc;   // (rows, Dp): unnormalised output
-  std::vector<float> m, l;  // (rows,): running max and sum
-  std::vector<float> beta;  // (rows,): this block's rescale alpha
-  std::vector<float> kadd;  // (Bk,): 0 for a real key, -inf for a pad key
-  std::vector<float> qa;    // (rows, C): scale q . a^K_c (relative tables only)
-  std::vector<float> w;     // (rows, C): probability mass per table row
-  std::vector<int64_t> c;   // (Bk,): the table row of each key of a block row
-  std::vector<float> vb;    // (Bk, vb_row(Dp)): the value rows of one key block, zero-padded to Dp
+  std::vector<float> qs;     // (rows, D): scale * q rows of the item
+  std::vector<float> s;      // (rows, Bk): scores, then probabilities
+  std::vector<float> acc;    // (rows, Dp): unnormalised output
+  std::vector<float> m, l;   // (rows,): running max and sum
+  std::vector<float> beta;   // (rows,): this block's rescale alpha
+  std::vector<float> kadd;   // (Bk,): 0 for a real key, -inf for a pad key
+  std::vector<float> qa;     // (rows, C): scale q . a^K_c (relative tables only)
+  std::vector<float> w;      // (rows, C): probability mass per table row
+  std::vector<int64_t> c;    // (Bk,): the table row of each key of a block row
+  std::vector<float> vb;     // (Bk, vb_row(Dp)): the value rows of one key block, zero-padded to Dp
+  std::vector<float> kb;     // (D * Bk): one key block, transposed (simd_problem::pack_local)
+  std::vector<float> krows;  // (8 * D): PackKeyBlock's rows
 };
 
 // Row stride of the packed value block: Dp plus one cache line. In V the rows of one head lie
@@ -312,34 +344,78 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
   if (c0 < ncols) GemmStrip<DH, 1, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
 }
 
-// Transposes key blocks of K into kT: (Hkv, nkb, Bk / W, D, W) for W = PanelWidth() (each block
-// a row of panels, Gemm's panel layout), zero for keys past S. Work is split over (head, block)
-// items by the caller.
+// dst row c (c < 8, at dst + c * ldd) = column c of the 8 x 8 block at src (rows lds apart), for
+// 8-lane vectors (d: DH with 8 lanes; not on the 1-lane targets): three rounds of interleaves
+// (32-bit, 64-bit, 128-bit halves).
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+template <class D8>
+HWY_INLINE void Transpose8x8(D8 d, const float* HWY_RESTRICT src, int64_t lds,
+                             float* HWY_RESTRICT dst, int64_t ldd) {
+  const hn::Repartition<double, D8> dd;
+  using V = hn::Vec<D8>;
+  V r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
+  for (int i = 0; i < 8; i += 2) {  // (r_i[0] r_i+1[0] r_i[1] r_i+1[1] | ...[4], [5])
+    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)  // four rows' column c in each 128-bit half
+    for (int k = 0; k < 2; ++k) {
+      const auto a = hn::BitCast(dd, t[i + k]), b = hn::BitCast(dd, t[i + k + 2]);
+      u[i + 2 * k] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
+      u[i + 2 * k + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
+    }
+  // u[c] (c < 4) holds rows 0-3 of columns c and c + 4, u[c + 4] rows 4-7.
+  for (int c = 0; c < 4; ++c) {
+    hn::StoreU(hn::ConcatLowerLower(d, u[c + 4], u[c]), d, dst + c * ldd);
+    hn::StoreU(hn::ConcatUpperUpper(d, u[c + 4], u[c]), d, dst + (c + 4) * ldd);
+  }
+}
+#endif
+
+// Transposes key block kb of head hk into dst (Bk / W, D, W) for W = PanelWidth() (a row of
+// panels, Gemm's panel layout), zero for keys past S. rows: scratch of 8 * D floats.
 // With a transform table ktab (S, Rt), each key row is first transformed by tr's row form (hook 1
-// inside the packing: no transformed copy of K).
-void PackKeys(const simd_problem& pr, float* kT, int64_t item_begin, int64_t item_end,
-              const qk_transform* tr, const float* ktab, int64_t Rt) {
-  const int64_t S = pr.p->S, D = pr.p->D, nkb = pr.nkb;
+// inside the packing: no transformed copy of K). pf_end > 0: also prefetches the key and value
+// rows kPrefetchKeys ahead of each packed key, below pf_end (the in-place path, where the block
+// is packed just before its product and K is read once).
+void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RESTRICT dst,
+                  float* HWY_RESTRICT rows, const qk_transform* tr, const float* ktab, int64_t Rt,
+                  int64_t pf_end) {
+  const int64_t S = pr.p->S, D = pr.p->D;
   const int64_t W = PanelWidth();
-  std::vector<float> rows(static_cast<size_t>(8 * D));  // 8 key rows, transformed
-  for (int64_t item = item_begin; item < item_end; ++item) {
-    const int64_t hk = item / nkb, kb = item % nkb;
-    float* dst = kT + item * D * kSimdBk;
-    const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
-    // 8 keys at a time: each source row is read contiguously, each destination row gets 8
-    // consecutive floats, so both sides stay within a few cache lines.
-    // (W >= 8 except on 1- and 2-lane targets, where a group spans several panels.)
-    for (int64_t jj0 = 0; jj0 < kSimdBk; jj0 += 8) {
-      for (int64_t t = 0; t < 8; ++t) {
-        const int64_t jj = jj0 + t;
-        float* row = rows.data() + t * D;
-        if (jj >= nb) {
-          std::fill(row, row + D, 0.0f);
-          continue;
-        }
-        WidenRow(pr.kt, pr.krow(j0 + jj, hk), row, D);
-        if (ktab) tr->apply_rows(ktab + (j0 + jj) * Rt, true, row, 1, D);
+  const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
+  const int64_t kbytes = D * kv_bytes(pr.kt), vbytes = D * kv_bytes(pr.vt);
+  // 8 keys at a time: each source row is read contiguously, each destination row gets 8
+  // consecutive floats, so both sides stay within a few cache lines.
+  // (W >= 8 except on 1- and 2-lane targets, where a group spans several panels.)
+  for (int64_t jj0 = 0; jj0 < kSimdBk; jj0 += 8) {
+    for (int64_t t = 0; t < 8; ++t) {
+      const int64_t jj = jj0 + t;
+      float* row = rows + t * D;
+      if (jj >= nb) {
+        std::fill(row, row + D, 0.0f);
+        continue;
       }
+      if (const int64_t jf = j0 + jj + kPrefetchKeys; jf < pf_end) {
+        const char* kf = static_cast<const char*>(pr.krow(jf, hk));
+        const char* vf = static_cast<const char*>(pr.vrow(jf, hk));
+        for (int64_t b = 0; b < kbytes; b += 64) hwy::Prefetch(kf + b);
+        for (int64_t b = 0; b < vbytes; b += 64) hwy::Prefetch(vf + b);
+      }
+      WidenRow(pr.kt, pr.krow(j0 + jj, hk), row, D);
+      if (ktab) tr->apply_rows(ktab + (j0 + jj) * Rt, true, row, 1, D);
+    }
+    if (W % 8 == 0) {  // the 8 keys are 8 consecutive columns of one panel
+      float* HWY_RESTRICT out = dst + jj0 / W * D * W + jj0 % W;
+      int64_t d = 0;
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+      if (hn::Lanes(DH()) == 8)
+        for (; d + 8 <= D; d += 8) Transpose8x8(DH(), rows + d, D, out + d * W, W);
+#endif
+      for (; d < D; ++d)
+        for (int64_t t = 0; t < 8; ++t) out[d * W + t] = rows[t * D + d];
+    } else {
       for (int64_t d = 0; d < D; ++d)
         for (int64_t t = 0; t < 8; ++t) {
           const int64_t jj = jj0 + t;
@@ -347,6 +423,16 @@ void PackKeys(const simd_problem& pr, float* kT, int64_t item_begin, int64_t ite
         }
     }
   }
+}
+
+// Transposes key blocks of K into kT: (Hkv, nkb, Bk / W, D, W), one PackKeyBlock per (head,
+// block) item; the caller splits the items over threads.
+void PackKeys(const simd_problem& pr, float* kT, int64_t item_begin, int64_t item_end,
+              const qk_transform* tr, const float* ktab, int64_t Rt) {
+  const int64_t D = pr.p->D, nkb = pr.nkb;
+  std::vector<float> rows(static_cast<size_t>(8 * D));
+  for (int64_t item = item_begin; item < item_end; ++item)
+    PackKeyBlock(pr, item / nkb, item % nkb, kT + item * D * kSimdBk, rows.data(), tr, ktab, Rt, 0);
 }
 
 // Scores of one block on the decode path: s(rows, Bk) for keys [0, nb) of the block at k0 (key
@@ -427,7 +513,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto& p = *pr.p;
   const auto& pl = *pr.pl;
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, Dp = pr.Dp, C = pr.C;
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, D = p.D, Dp = pr.Dp, C = pr.C;
   const int64_t G = pl.group, nq = i1 - i0, rows = G * nq;
   auto head_of = [&](int64_t r) { return hk * G + r / nq; };
   auto query_of = [&](int64_t r) { return i0 + r % nq; };
@@ -483,7 +569,8 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   const int64_t kb_begin = j_begin / kSimdBk;
   // Decode path: the first kPrefetchKeys rows of the item at once; DecodeScores keeps the stream
   // going from there.
-  if (!pr.kT)
+  const int64_t pf_end = pr.prefetch ? j_end : 0;
+  if (!pr.kT && pr.prefetch)
     for (int64_t j = kb_begin * kSimdBk; j < std::min(j_end, kb_begin * kSimdBk + kPrefetchKeys);
          ++j) {
       const char* vj = static_cast<const char*>(pr.vrow(j, hk));
@@ -509,23 +596,29 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
       }
       Gemm(rows, ncols, qs, D, pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
            nullptr, 1, PanelWidth());
+    } else if (pr.pack_local) {
+      // Transposed into scratch as it is read (prefetching kPrefetchKeys rows ahead), then the
+      // same block product as the packed path.
+      PackKeyBlock(pr, hk, kb, sc.kb.data(), sc.krows.data(), pr.ktab ? pr.tr : nullptr, pr.ktab,
+                   pr.Rt, pf_end);
+      Gemm(rows, ncols, qs, D, sc.kb.data(), kSimdBk, s, kSimdBk, D, nullptr, 1, PanelWidth());
     } else {
       // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
       // by every row while it is in L1.
       const char* v0 = static_cast<const char*>(pr.vrow(j0, hk));
-      const int64_t vbytes = Hkv * D * kv_bytes(pr.vt);
+      const int64_t vbytes = pr.v_ld * kv_bytes(pr.vt);
       switch (pr.kt) {
         case kv_storage::f32:
-          DecodeScores(qs, rows, D, static_cast<const float*>(pr.krow(j0, hk)), v0, vbytes, Hkv * D,
-                       nb, j0, j_end, s);
+          DecodeScores(qs, rows, D, static_cast<const float*>(pr.krow(j0, hk)), v0, vbytes, pr.k_ld,
+                       nb, j0, pf_end, s);
           break;
         case kv_storage::f16:
           DecodeScores(qs, rows, D, static_cast<const hwy::float16_t*>(pr.krow(j0, hk)), v0, vbytes,
-                       Hkv * D, nb, j0, j_end, s);
+                       pr.k_ld, nb, j0, pf_end, s);
           break;
         case kv_storage::bf16:
           DecodeScores(qs, rows, D, static_cast<const hwy::bfloat16_t*>(pr.krow(j0, hk)), v0,
-                       vbytes, Hkv * D, nb, j0, j_end, s);
+                       vbytes, pr.k_ld, nb, j0, pf_end, s);
           break;
       }
     }
@@ -607,7 +700,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     // value row is used by one or two row strips) reads the rows in place, widened as they are
     // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first.
     if (!pr.kT && D == Dp) {
-      const int64_t ldv = Hkv * D;
+      const int64_t ldv = pr.v_ld;
       switch (pr.vt) {
         case kv_storage::f32:
           Gemm(rows, Dp, s, kSimdBk, static_cast<const float*>(pr.vrow(j0, hk)), ldv, acc, Dp, nb,
@@ -811,6 +904,14 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   pr.k = p.k;
   pr.v = p.v;
   pr.kt = pr.vt = p.kv;
+  if (p.kv_head_stride > 0) {
+    pr.k_ld = pr.v_ld = D;
+    pr.k_hs = pr.v_hs = p.kv_head_stride;
+    pr.prefetch = POSENC_PF_CONTIG;
+  } else {
+    pr.k_ld = pr.v_ld = Hkv * D;
+    pr.k_hs = pr.v_hs = D;
+  }
   pr.k16 = p.k16;
   pr.v16 = p.v16;
   pr.scale = static_cast<float>(pl.scale);
@@ -836,7 +937,10 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   const double flops = double(Hq) * double(T) * double(std::max<int64_t>(S, 1)) * double(D);
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(flops / double(1 << 20)));
   // Split-K (flash-decoding) for decode-like calls: chunks of kSplitKeys keys, by shape only.
-  if (rows < 16 && S > kSplitKeys) pr.nch = (S + kSplitKeys - 1) / kSplitKeys;
+  // Few tile rows per item (decode with little or no grouping), or few items (decode and short
+  // speculative steps with many query heads per kv head).
+  const bool split = (rows < 16 || Hkv * pr.nqb < kSplitItems) && S > kSplitKeys;
+  if (split) pr.nch = (S + kSplitKeys - 1) / kSplitKeys;
   pr.rows_max = rows;
   const int64_t work = Hkv * pr.nqb * pr.nch;
   const int nth = static_cast<int>(std::min<int64_t>({max_threads, work, by_work}));
@@ -849,7 +953,10 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   // Hook 1. With a row form (RoPE): per-position tables, applied to q rows as each item loads
   // them and to key rows as they are packed; no transformed copy of q or K (the decode path,
   // which reads K in place, still takes a copy of K). Without one: transformed copies.
-  const bool pack = rows >= 16 && S > 0;
+  // Packed: K transposed once for the whole call (prefill). Split calls read K in place, each
+  // item packing its own blocks when it has kPackRows rows or more.
+  const bool pack = !split && rows >= 16 && S > 0;
+  pr.pack_local = !pack && rows >= kPackRows && S > 0;
   const qk_transform* tr = terms.transform.get();
   const int64_t Rt = tr ? tr->row_table_size() : 0;
   const bool map_k = tr && !tr->keys_transformed && S > 0;
@@ -873,12 +980,21 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     tr->apply(pl.qpos_safe, q_t.data(), T, Hq, D, false, false);
     pr.q = q_t.data();
   }
-  const bool fuse_k = map_k && Rt > 0 && pack;
+  const bool fuse_k = map_k && Rt > 0 && (pack || pr.pack_local);
   if (fuse_k) {
     fill_tables(ktab, pl.kpos_safe, true);
+    if (pr.pack_local) pr.ktab = ktab.data();
   } else if (map_k) {  // a float32 copy, widened from half-precision storage
     k_t.resize(static_cast<size_t>(S * Hkv * D));
-    HWY_DYNAMIC_DISPATCH(WidenRows)(pr.kt, pr.krow(0, 0), k_t.data(), S * Hkv * D);
+    if (p.kv_head_stride == 0) {
+      HWY_DYNAMIC_DISPATCH(WidenRows)(pr.kt, pr.krow(0, 0), k_t.data(), S * Hkv * D);
+    } else {  // gathered into token-major order, the layout tr->apply takes
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t hk = 0; hk < Hkv; ++hk) HWY_DYNAMIC_DISPATCH(WidenRows)
+      (pr.kt, pr.krow(j, hk), k_t.data() + (j * Hkv + hk) * D, D);
+    }
+    pr.k_ld = Hkv * D;
+    pr.k_hs = D;
     tr->apply(pl.kpos_safe, k_t.data(), S, Hkv, D, true, false);
     pr.k = k_t.data();
     pr.kt = kv_storage::f32;
@@ -910,6 +1026,10 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     sc.c.resize(static_cast<size_t>(kSimdBk));
     // Zero once: the packing writes columns [0, D) only, so the padding to Dp stays zero.
     sc.vb.assign(static_cast<size_t>(kSimdBk * vb_row(pr.Dp)), 0.0f);
+    if (pr.pack_local) {
+      sc.kb.resize(static_cast<size_t>(D * kSimdBk));
+      sc.krows.resize(static_cast<size_t>(8 * D));
+    }
   }
   std::atomic<int64_t> next{0};
   parallel_for(nth, [&](int64_t t0, int64_t t1) {

@@ -1,7 +1,6 @@
 #include "posenc/attention/kv_cache.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "hooks.hpp"
@@ -63,23 +62,29 @@ std::vector<int64_t> kv_cache<Real>::append(const Real* k, const Real* v, int64_
     pos.assign(positions.begin(), positions.end());
   }
   const int64_t row = hkv_ * d_;
-  if (n > 0 && storage_ == kv_storage::f32) {
-    Real* kd = k_.data() + size_ * row;
-    std::memcpy(kd, k, sizeof(Real) * n * row);
-    std::memcpy(v_.data() + size_ * row, v, sizeof(Real) * n * row);
-    // Hook 1 on keys, once, at their absolute positions.
-    if (transform_) transform_->apply(pos, kd, n, hkv_, d_, true, false);
-  } else if (n > 0) {
-    if constexpr (std::is_same_v<Real, float>) {
-      // Transformed in float32, then rounded once to the storage format.
-      scratch_.assign(k, k + n * row);
-      if (transform_) transform_->apply(pos, scratch_.data(), n, hkv_, d_, true, false);
-      const auto m = static_cast<size_t>(n * row);
-      to_half(storage_, scratch_, std::span<uint16_t>(k16_.data() + size_ * row, m));
-      to_half(storage_, std::span<const float>(v, m),
-              std::span<uint16_t>(v16_.data() + size_ * row, m));
-    }
+  const auto D = static_cast<size_t>(d_);
+  // Hook 1 on keys, once, at their absolute positions, on the token-major (n, Hkv, D) input
+  // (in Real; half storage rounds the transformed key once). Then every row to its head's run:
+  // token t of head hk at row size_ + t of the head-major (Hkv, capacity, D) storage.
+  const Real* kin = k;
+  if (n > 0 && transform_) {
+    scratch_.assign(k, k + n * row);
+    transform_->apply(pos, scratch_.data(), n, hkv_, d_, true, false);
+    kin = scratch_.data();
   }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t hk = 0; hk < hkv_; ++hk) {
+      const int64_t src = (t * hkv_ + hk) * d_, dst = (hk * capacity_ + size_ + t) * d_;
+      if (storage_ == kv_storage::f32) {
+        std::copy(kin + src, kin + src + d_, k_.data() + dst);
+        std::copy(v + src, v + src + d_, v_.data() + dst);
+      } else if constexpr (std::is_same_v<Real, float>) {
+        to_half(storage_, std::span<const float>(kin + src, D),
+                std::span<uint16_t>(k16_.data() + dst, D));
+        to_half(storage_, std::span<const float>(v + src, D),
+                std::span<uint16_t>(v16_.data() + dst, D));
+      }
+    }
   std::copy(pos.begin(), pos.end(), kpos_.begin() + size_);
   size_ += n;
   for (int64_t p : pos) next_ = std::max(next_, p + 1);
@@ -105,13 +110,16 @@ void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& ca
   if (p.T > cache.size())
     fail("attention_forward_cached: T = {} queries but the cache holds only {} tokens", p.T,
          cache.size());
-  if (p.kv != kv_storage::f32 || p.k16 || p.v16)
-    fail("attention_forward_cached: kv, k16 and v16 come from the cache; leave them unset");
+  if (p.kv != kv_storage::f32 || p.k16 || p.v16 || p.kv_head_stride != 0)
+    fail(
+        "attention_forward_cached: kv, k16, v16 and kv_head_stride come from the cache; leave "
+        "them unset");
   p.kv = cache.storage();
   p.k = cache.keys();
   p.v = cache.values();
   p.k16 = cache.keys16();
   p.v16 = cache.values16();
+  p.kv_head_stride = cache.capacity() * cache.head_dim();
   p.S = cache.size();
   p.Hkv = cache.kv_heads();
   p.k_positions = cache.positions();

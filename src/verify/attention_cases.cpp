@@ -34,9 +34,9 @@ const char* name(mask m) {
 
 std::string describe(const spec& c) {
   return fmt::format(
-      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}", c.T, c.S,
+      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}", c.T, c.S,
       c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
-      c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv));
+      c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv), c.head_major ? " head_major" : "");
 }
 
 template <typename Real>
@@ -72,6 +72,29 @@ void build(fixture<Real>& f, const spec& c) {
       p.v16 = f.v16.data();
       p.k = p.v = nullptr;
     }
+  }
+  if (c.head_major) {
+    // (Hkv, S + pad, D), pad rows NaN: the same values, reached through kv_head_stride.
+    const int64_t Sp = S + kHeadMajorPad, n = Hkv * Sp * D;
+    auto lay = [&](const auto& src, auto& dst, auto nan) {
+      dst.assign(static_cast<size_t>(n), nan);
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t hk = 0; hk < Hkv; ++hk)
+          std::copy_n(&src[(j * Hkv + hk) * D], D, &dst[(hk * Sp + j) * D]);
+    };
+    if (p.kv == kv_storage::f32) {
+      lay(f.k, f.k_hm, std::numeric_limits<Real>::quiet_NaN());
+      lay(f.v, f.v_hm, std::numeric_limits<Real>::quiet_NaN());
+      p.k = f.k_hm.data();
+      p.v = f.v_hm.data();
+    } else {
+      const uint16_t nan16 = c.kv == kv_storage::f16 ? 0x7e00 : 0x7fc0;  // quiet NaNs
+      lay(f.k16, f.k16_hm, nan16);
+      lay(f.v16, f.v16_hm, nan16);
+      p.k16 = f.k16_hm.data();
+      p.v16 = f.v16_hm.data();
+    }
+    p.kv_head_stride = Sp * D;
   }
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
 
@@ -662,6 +685,7 @@ std::string short_name(const spec& c) {
   if (c.q_scale != 1) s += fmt::format("_qscale{}", c.q_scale);
   if (c.k_shift != 0) s += fmt::format("_kshift{}", c.k_shift);
   if (c.kv != kv_storage::f32) s += "_kv" + name(c.kv);
+  if (c.head_major) s += "_hm";
   return s;
 }
 
@@ -825,6 +849,35 @@ std::vector<spec> make_full() {
         }
   }
 
+  // Head-major keys and values (kv_head_stride, as the KV cache stores them; NaN rows past each
+  // head's S): every scheme, the prefill (packed keys), decode with few rows (dot products in
+  // place), decode and speculative decode with many rows (keys packed per item), MHA / GQA /
+  // MQA; float32 and float16 / bfloat16 storage on the float32 path, and float64 (the generic
+  // path's token-major copies).
+  {
+    constexpr std::pair<int64_t, int64_t> heads[] = {{4, 4}, {8, 2}, {8, 1}};
+    constexpr int64_t dims[] = {128, 80, 20};
+    constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}};
+    constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
+    int idx = 0;
+    for (int s = 0; s < kSchemes; ++s)
+      for (auto [T, S] : shapes) {
+        const auto msk = static_cast<mask>((idx * 7 + s) % kMasks);
+        spec c{T,
+               S,
+               dims[idx % 3],
+               heads[(idx / 3) % 3].first,
+               heads[(idx / 3) % 3].second,
+               static_cast<scheme>(s),
+               msk,
+               7000u + static_cast<uint64_t>(idx)};
+        c.head_major = true;
+        c.kv = static_cast<scheme>(s) == scheme::cope ? kv_storage::f32 : kvs[(idx / 2) % 3];
+        v.push_back(make("simd_head_major", c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
+        ++idx;
+      }
+  }
+
   // ---- backward (tests/test_attention_backward.cpp) ----
   // Finite differences: every scheme x every mask on a small GQA shape, then every scheme on MHA
   // and MQA with every mask at once, and T > S.
@@ -963,9 +1016,26 @@ std::vector<spec> make_perf() {
     v.back().kv = kv_storage::f16;
     v.back().name += "/kv=f16";
   }
+  // The same decode steps reading K and V head-major, as the KV cache stores them
+  // (kv_head_stride: each head's keys one contiguous run), float32 and float16.
+  for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
+    for (int64_t Hkv : {8, 32, 1}) {
+      add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
+      v.back().kv = kv;
+      v.back().head_major = true;
+      v.back().name += kv == kv_storage::f32 ? "/layout=head" : "/layout=head/kv=f16";
+    }
+  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+  v.back().head_major = true;
+  v.back().name += "/layout=head";
   add("attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
+  for (int64_t Hkv : {8, 32, 1}) {
+    add("attention", 1, 65536, Hkv, 128, scheme::none, "none", forward, true);
+    v.back().head_major = true;
+    v.back().name += "/layout=head";
+  }
   // The research schemes' rows at T = S = 2048 (Kerple and FIRE through the generic per-pair
   // bias row, xPos a q/k transform on copies): extended, they are not tuned.
   add("attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward, true);

@@ -208,6 +208,13 @@ struct attention_params {
   kv_storage kv = kv_storage::f32;
   const uint16_t* k16 = nullptr;
   const uint16_t* v16 = nullptr;
+  // Key/value layout. 0 (the default): token-major, k and v (S, Hkv, D) as above. > 0:
+  // head-major, as posenc's KV cache stores them: the S rows of kv head hk start at
+  // k + hk * kv_head_stride, D apart, i.e. an (Hkv, kv_head_stride / D, D) array of which each
+  // head's first S rows are read (likewise v, k16, v16). A decode step then reads each head's
+  // keys and values as two contiguous runs instead of S rows Hkv * D apart. A multiple of D,
+  // >= S * D. Forward only (the backward refuses it).
+  int64_t kv_head_stride = 0;
   Real* out = nullptr;  // out: (T, Hq, D); may not alias q, k, v
   Real* lse = nullptr;  // lse: (T, Hq) natural log of sum_j exp(s_ij) (scaled, biased,
                         //      before Shaw-V); -inf for a row that sees no key. Optional.
@@ -230,6 +237,12 @@ struct attention_params {
   std::span<const int64_t> k_positions;  // (S,)
   attention_position<Real> pos;          // the position schemes
 };
+
+// Element offset of key / value row j of kv head hk in p's layout (kv_head_stride).
+template <typename Real>
+inline int64_t kv_offset(const attention_params<Real>& p, int64_t j, int64_t hk) {
+  return p.kv_head_stride > 0 ? hk * p.kv_head_stride + j * p.D : (j * p.Hkv + hk) * p.D;
+}
 
 // Validates p (throws invalid_argument naming the field and the expected shape, e.g.
 // "q_positions must have shape (T,) = (5,), got (4,)"). Called by every entry point below.

@@ -127,7 +127,12 @@ struct spec {
   // so the float32 tolerance applies unchanged (the storage rounding is an input, not an error
   // of the kernel; its effect against unrounded inputs is bounded in tests/test_attention.cpp).
   kv_storage kv = kv_storage::f32;
+  // Keys and values passed head-major (attention_params::kv_head_stride, forward only): the
+  // fixture lays them out (Hkv, S + kHeadMajorPad, D), the pad rows of every head NaN, so a read
+  // past a head's S rows poisons the output and fails the case.
+  bool head_major = false;
 };
+inline constexpr int64_t kHeadMajorPad = 3;
 
 // Every field, for messages: "T=17 S=64 D=80 Hq=8 Hkv=4 scheme=alibi mask=causal seed=7 ...".
 std::string describe(const spec& c);
@@ -137,6 +142,8 @@ template <typename Real>
 struct fixture {
   std::vector<Real> q, k, v, out_ref, out_fast, lse_ref, lse_fast;
   std::vector<uint16_t> k16, v16;  // spec::kv != f32: k and v as stored (k, v hold them widened)
+  std::vector<Real> k_hm, v_hm;    // spec::head_major: k, v (or k16, v16) laid out head-major
+  std::vector<uint16_t> k16_hm, v16_hm;
   std::vector<uint8_t> pad;
   std::vector<int64_t> cu, qdoc, kdoc, qpos, kpos;
   rope_freqs freqs;

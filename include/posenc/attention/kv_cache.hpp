@@ -67,8 +67,12 @@ class kv_cache {
   const attention_position<Real>& position() const { return pos_; }
 
   kv_storage storage() const { return storage_; }
-  // (size, Hkv, D): keys rotated. With half-precision storage keys() and values() are null and
-  // keys16() and values16() hold the stored bits (and the other way round).
+  // Head-major (Hkv, capacity, D): the keys (rotated) and values of kv head hk are rows
+  // [0, size()) of its capacity rows, key j of head hk at [(hk * capacity + j) * D] (row_offset),
+  // so that a decode step reads each head's keys and values as two contiguous runs
+  // (attention_params::kv_head_stride = capacity * D). With half-precision storage keys() and
+  // values() are null and keys16() and values16() hold the stored bits (and the other way round).
+  int64_t row_offset(int64_t j, int64_t hk) const { return (hk * capacity_ + j) * d_; }
   const Real* keys() const { return k_.empty() ? nullptr : k_.data(); }
   const Real* values() const { return v_.empty() ? nullptr : v_.data(); }
   const uint16_t* keys16() const { return k16_.empty() ? nullptr : k16_.data(); }
@@ -83,7 +87,7 @@ class kv_cache {
   attention_position<Real> pos_;
   std::shared_ptr<const detail::qk_transform> transform_;  // pos_'s hook 1; null = off
   kv_storage storage_ = kv_storage::f32;
-  // In 2 MiB pages (page_buffer.hpp): a decode step reads each head's rows Hkv * D apart.
+  // Head-major, in 2 MiB pages (page_buffer.hpp): a decode step streams each head's rows.
   page_buffer<Real> k_, v_;
   page_buffer<uint16_t> k16_, v16_;
   std::vector<Real> scratch_;  // half storage: one append's keys, transformed before rounding

@@ -25,11 +25,14 @@ struct bench_options {
 
 struct bench_case {
   std::string name;
-  double bytes = 0;                 // bytes read + written by one run (memory-bound cases)
-  double flops = 0;                 // floating-point operations of one run (compute-bound cases)
-  double footprint_bytes = 0;       // working set; bandwidth is compared with a probe of this size
-                                    // (0 = the DRAM probe)
-  std::string limit = "bandwidth";  // "bandwidth" or "peak": which limit the fraction is of
+  double bytes = 0;            // bytes read + written by one run (memory-bound cases)
+  double flops = 0;            // floating-point operations of one run (compute-bound cases)
+  double footprint_bytes = 0;  // working set; bandwidth is compared with a probe of this size
+                               // (0 = the DRAM probe)
+  // Which limit the fraction is of: "bandwidth", "peak", or "roofline": whichever of the two
+  // binds (the larger fraction; a case with both bytes and flops, e.g. a decode step, whose
+  // arithmetic intensity depends on the shape). The result records the binding one.
+  std::string limit = "bandwidth";
   std::function<std::string()> validate;
   std::function<void()> run;
   std::string note;  // shape, layout, what is counted

@@ -55,8 +55,9 @@ struct attn_data {
   }
 };
 
-// Decode cases (T <= 8) read K and V from 2 MiB pages, as kv_cache stores them (page_buffer.hpp:
-// each head's rows lie Hkv * D elements apart, a 4 KiB page per row otherwise).
+// Decode cases (T <= 8) read K and V from 2 MiB pages, as kv_cache allocates them
+// (page_buffer.hpp). Token-major, each head's rows lie Hkv * D elements apart (a 4 KiB page
+// per row otherwise); head-major (layout=head, the cache's own layout) they are one run.
 std::shared_ptr<attn_data> make_data(const ac::spec& c) {
   auto d = std::make_shared<attn_data>();
   d->c = c;
@@ -69,12 +70,13 @@ std::shared_ptr<attn_data> make_data(const ac::spec& c) {
       std::copy(src.begin(), src.end(), buf.data());
       return static_cast<const T*>(buf.data());
     };
+    // The arrays the params point at: token-major, or head-major (spec::head_major).
     if (c.kv == kv_storage::f32) {
-      f.p.k = move_to_pages(d->k, f.k);
-      f.p.v = move_to_pages(d->v, f.v);
+      f.p.k = move_to_pages(d->k, c.head_major ? f.k_hm : f.k);
+      f.p.v = move_to_pages(d->v, c.head_major ? f.v_hm : f.v);
     } else {
-      f.p.k16 = move_to_pages(d->k16, f.k16);
-      f.p.v16 = move_to_pages(d->v16, f.v16);
+      f.p.k16 = move_to_pages(d->k16, c.head_major ? f.k16_hm : f.k16);
+      f.p.v16 = move_to_pages(d->v16, c.head_major ? f.v16_hm : f.v16);
     }
   }
   return d;
@@ -102,17 +104,20 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
   bc.flops = 4.0 * double(D) * double(Hq) * pairs;
   // A decode step (T <= 8: one token, or a few of speculative decoding) reads every key and
   // value once and does 4 D FLOPs per 8 D bytes of them per query (T) and query head sharing
-  // the kv head (G): memory-bound, so its limit is the bandwidth.
+  // the kv head (G): memory-bound for small T G (0.5 T G FLOP/byte: GQA T = 1), compute-bound
+  // for large (MQA: 16 FLOP/byte, above this machine kind's ~5 FLOP/byte ridge), so its limit
+  // is the roofline's binding one.
   const bool decode = T <= 8;
   const double kv_bytes = c.kv == kv_storage::f32 ? 4.0 : 2.0;
   if (decode) bc.bytes = kv_bytes * double(2 * S * Hkv * D) + 4.0 * double(2 * T * Hq * D);
-  bc.limit = decode ? "bandwidth" : "peak";
+  bc.limit = decode ? "roofline" : "peak";
   bc.validate = [c] { return validate(c); };
   bc.run = [d] { attention_forward(d->params()); };
   bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +
             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
             " D=" + std::to_string(D) + ", scheme " + ac::name(c.sch) +
             (c.kv == kv_storage::f32 ? "" : ", keys and values stored as " + name(c.kv)) +
+            (c.head_major ? ", keys and values head-major (the KV cache's layout)" : "") +
             "; flops = 4 D Hq x visible pairs (causal lower triangle only, " +
             std::to_string(static_cast<int64_t>(pairs)) + " pairs per head)";
   return bc;

@@ -139,6 +139,8 @@ void run_bench(const bench_opts& o) {
       r.fraction_of_bandwidth = r.gbps / ref;
     }
     if (r.flops > 0) r.fraction_of_peak = r.gflops / peakn;
+    if (r.limit == "roofline")  // the binding limit: the one the case is closer to
+      r.limit = r.fraction_of_peak > r.fraction_of_bandwidth ? "peak" : "bandwidth";
     results.push_back(r);
   }
 
@@ -204,16 +206,17 @@ void run_bench(const bench_opts& o) {
         simd_target_name().c_str(), o.threads, bwn.copy_gbps, bw1.copy_gbps, bwn.triad_gbps, peakn,
         peak1, fman.target.c_str(), fman.lanes, fman.chains, fman.gflops_median);
     if (!o.machine_only)
-      std::printf("%-40s %10s %10s %9s %9s %8s\n", "case", "min ms", "median ms", "GB/s", "GFLOP/s",
-                  "fraction");
+      std::printf("%-40s %10s %10s %9s %9s %8s %s\n", "case", "min ms", "median ms", "GB/s",
+                  "GFLOP/s", "fraction", "of");
     for (const auto& r : results) {
       if (!r.error.empty()) {
         std::printf("%-40s INVALID: %s\n", r.name.c_str(), r.error.c_str());
         continue;
       }
       double frac = r.limit == "peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
-      std::printf("%-40s %10.3f %10.3f %9.2f %9.2f %8.3f\n", r.name.c_str(), r.seconds_min * 1e3,
-                  r.seconds_median * 1e3, r.gbps, r.gflops, frac);
+      std::printf("%-40s %10.3f %10.3f %9.2f %9.2f %8.3f %s\n", r.name.c_str(), r.seconds_min * 1e3,
+                  r.seconds_median * 1e3, r.gbps, r.gflops, frac,
+                  r.limit == "peak" ? "peak" : "bw");
     }
   }
   std::fflush(stdout);
