@@ -463,6 +463,43 @@ TEST(AttentionSimd, HalfPrecisionStorageErrorWithinItsDerivedBound) {
   }
 }
 
+// kv_head_stride: a multiple of D, at least S * D, named in the message; the backward refuses
+// the head-major layout by name; a stride with spare rows per head (a cache's capacity) works.
+TEST(AttentionSimd, HeadMajorStrideMisuseIsAClearError) {
+  const int64_t S = 4, D = 8;
+  std::vector<float> q(D), k(2 * S * D, 0.5f), v(2 * S * D, 1.0f), out(D);
+  attention_params<float> p;
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
+  p.T = 1, p.S = S, p.Hq = p.Hkv = 1, p.D = D;
+  auto message = [&] {
+    try {
+      attention_forward(p);
+    } catch (const invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (int64_t bad : {int64_t{-8}, S * D - D, S * D + 3}) {
+    p.kv_head_stride = bad;
+    const std::string m = message();
+    EXPECT_NE(m.find("kv_head_stride must be 0"), std::string::npos) << bad << ": " << m;
+    EXPECT_NE(m.find(std::to_string(bad)), std::string::npos) << m;
+  }
+  p.kv_head_stride = 2 * S * D;  // capacity 2 S: rows S.. of the head unused
+  EXPECT_EQ(message(), "no error");
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+  std::vector<float> lse(1), dout(D), dq(D), dk(S * D), dv(S * D);
+  attention_grads<float> gr;
+  gr.out = out.data(), gr.lse = lse.data(), gr.dout = dout.data();
+  gr.dq = dq.data(), gr.dk = dk.data(), gr.dv = dv.data();
+  try {
+    attention_backward(p, gr);
+    ADD_FAILURE() << "the backward must refuse kv_head_stride";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_head_stride"), std::string::npos) << e.what();
+  }
+}
+
 TEST(AttentionSimd, HalfPrecisionMisuseIsAClearError) {
   std::vector<float> q(4 * 8), k(4 * 8), out(4 * 8);
   std::vector<uint16_t> k16(4 * 8), v16(4 * 8);
