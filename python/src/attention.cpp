@@ -6,6 +6,7 @@
 // with exactly the forward's parameters.
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -59,7 +60,30 @@ struct attn_setup {
   t5_params t5p;
   py::object t5_table, shaw_keys, shaw_values;
   int64_t shaw_clip = 0;
+  // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
+  py::object kerple, fire, cope;  // (2, Hq), (Hq, 3m + 3), (npos, D); None = off
+  kerple_kernel kernel = kerple_kernel::log;
+  int64_t fire_hidden = 0;
+  attention_xpos xpos;  // theta 0 = off
+  attention_temperature temperature;
 };
+
+// A finite float option, or `fallback` when absent or None.
+double float_opt(const py::dict& opts, const char* key, double fallback) {
+  const py::handle h = opt(opts, key);
+  if (h.is_none()) return fallback;
+  const double x = h.cast<double>();
+  if (!std::isfinite(x)) fail("{} must be finite, got {}", key, x);
+  return x;
+}
+
+// A float32 or float64 parameter table (TypeError naming it otherwise); shapes checked by the
+// caller.
+py::array float_table(py::handle obj, const char* name) {
+  const py::array a = as_array(obj, name);
+  require_float(a, name);
+  return a;
+}
 
 // q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); same float dtype.
 // half_kv: k and v are float16 or bfloat16 bits (uint16), checked by the caller; q float32.
@@ -178,13 +202,99 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
       (i == 0 ? s.shaw_keys : s.shaw_values) = a;
     }
   }
+
+  // Kerple (Chi et al. 2022): per-head a1, a2 (rows of a (2, Hq) table).
+  if (!opt(opts, "kerple").is_none()) {
+    const py::array a = float_table(opt(opts, "kerple"), "kerple");
+    if (a.ndim() != 2 || a.shape(0) != 2 || a.shape(1) != s.Hq)
+      fail("kerple must have shape (2, Hq) = (2, {}) (rows a1, a2 per head), got {}", s.Hq,
+           shape_str(a));
+    s.kerple = a;
+    const std::string kernel = opt(opts, "kerple_kernel").is_none()
+                                   ? "log"
+                                   : opt(opts, "kerple_kernel").cast<std::string>();
+    if (kernel != "log" && kernel != "power")
+      fail("kerple_kernel must be \"log\" or \"power\", got \"{}\"", kernel);
+    s.kernel = kernel == "power" ? kerple_kernel::power : kerple_kernel::log;
+  } else if (!opt(opts, "kerple_kernel").is_none() &&
+             opt(opts, "kerple_kernel").cast<std::string>() != "log") {
+    fail("kerple_kernel needs kerple (the (2, Hq) parameters)");
+  }
+  // FIRE (Li et al. 2023): per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L]; m from the width.
+  if (!opt(opts, "fire").is_none()) {
+    const py::array a = float_table(opt(opts, "fire"), "fire");
+    const int64_t W = a.ndim() == 2 ? a.shape(1) : 0;
+    if (a.ndim() != 2 || a.shape(0) != s.Hq || W < 6 || W % 3 != 0 || (W - 3) / 3 > 4096)
+      fail(
+          "fire must have shape (Hq, 3 m + 3) with Hq = {} and 1 <= m <= 4096 hidden units "
+          "(per head [w1 | b1 | w2 | b2, a_c, a_L]), got {}",
+          s.Hq, shape_str(a));
+    s.fire = a;
+    s.fire_hidden = (W - 3) / 3;
+  }
+  // xPos (Sun et al. 2022): RoPE with a per-pair exponential scale.
+  if (!opt(opts, "xpos").is_none() && opt(opts, "xpos").cast<bool>()) {
+    if (s.freqs) fail("xpos and rope exclude each other (xPos is RoPE with a scale)");
+    s.xpos.theta = float_opt(opts, "xpos_theta", 10000.0);
+    s.xpos.gamma = float_opt(opts, "xpos_gamma", 0.4);
+    s.xpos.scale_base = float_opt(opts, "xpos_scale_base", 512.0);
+    s.xpos.center = float_opt(opts, "xpos_center", 0.0);
+    if (!(s.xpos.theta > 1)) fail("xpos_theta must be > 1 (the RoPE base), got {}", s.xpos.theta);
+    if (!(s.xpos.gamma > 0)) fail("xpos_gamma must be > 0, got {}", s.xpos.gamma);
+    if (!(s.xpos.scale_base > 0)) fail("xpos_scale_base must be > 0, got {}", s.xpos.scale_base);
+    if (s.D % 2 != 0) fail("xpos needs an even head dim D, got D = {}", s.D);
+  }
+  // Llama 4's attention temperature tuning on the queries (NoPE layers).
+  if (!opt(opts, "attn_temperature_tuning").is_none() &&
+      opt(opts, "attn_temperature_tuning").cast<bool>()) {
+    if (s.freqs || s.xpos.theta != 0)
+      fail(
+          "attn_temperature_tuning excludes rope and xpos: it is Llama 4's query scale for the "
+          "layers without RoPE (at most one q/k transform per call)");
+    s.temperature.floor_scale = float_opt(opts, "floor_scale", 8192.0);
+    s.temperature.attn_scale = float_opt(opts, "attn_scale", 0.1);
+    if (!(s.temperature.floor_scale > 0))
+      fail("floor_scale must be > 0, got {}", s.temperature.floor_scale);
+    if (!(s.temperature.attn_scale >= 0))
+      fail("attn_scale must be >= 0, got {}", s.temperature.attn_scale);
+  }
+  // CoPE (Golovneva et al. 2024): embeddings (npos, D); causal and alone.
+  if (!opt(opts, "cope").is_none()) {
+    const py::array a = float_table(opt(opts, "cope"), "cope");
+    if (a.ndim() != 2 || a.shape(0) < 1 || a.shape(1) != s.D)
+      fail("cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", s.D, shape_str(a));
+    if (a.shape(0) > (int64_t{1} << 20))
+      fail("cope must have at most 2^20 position embeddings, got npos = {}", a.shape(0));
+    if (!s.causal)
+      fail(
+          "cope needs causal=True: its positions count the keys up to the query (Golovneva et "
+          "al. 2024)");
+    std::vector<std::string> on;
+    if (s.freqs) on.push_back("rope");
+    if (s.xpos.theta != 0) on.push_back("xpos");
+    if (!s.slopes.empty()) on.push_back("alibi");
+    if (s.t5_table) on.push_back("t5_table");
+    if (s.shaw_keys) on.push_back("shaw");
+    if (s.kerple) on.push_back("kerple");
+    if (s.fire) on.push_back("fire");
+    if (s.temperature.on()) on.push_back("attn_temperature_tuning");
+    if (!on.empty()) {
+      std::string names;
+      for (const auto& n : on) names += (names.empty() ? "" : ", ") + n;
+      fail(
+          "cope is used alone: rope, xpos, alibi, t5_table, shaw, kerple, fire and "
+          "attn_temperature_tuning must be off, got {}",
+          names);
+    }
+    s.cope = a;
+  }
   return s;
 }
 
 // Real copies of the tables (small) and the params of batch element b.
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v;
+  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, kerple, fire, cope;
   attention_params<Real> p;
 
   attn_call(const attn_setup& s) {
@@ -210,6 +320,21 @@ struct attn_call {
       p.pos.shaw = {s.shaw_clip, std::span<const Real>(shaw_k.data(), shaw_k.size()),
                     std::span<const Real>(shaw_v.data(), shaw_v.size())};
     }
+    if (s.kerple) {
+      kerple = contiguous_as<Real>(s.kerple);
+      p.pos.kerple = {s.kernel, std::span<const Real>(kerple.data(), kerple.size())};
+    }
+    if (s.fire) {
+      fire = contiguous_as<Real>(s.fire);
+      p.pos.fire = {s.fire_hidden, std::span<const Real>(fire.data(), fire.size())};
+    }
+    if (s.cope) {
+      cope = contiguous_as<Real>(s.cope);
+      p.pos.cope = {static_cast<int64_t>(cope.shape(0)),
+                    std::span<const Real>(cope.data(), cope.size())};
+    }
+    p.pos.xpos = s.xpos;
+    p.pos.temperature = s.temperature;
   }
 
   // Positions and padding of batch element b.
@@ -319,12 +444,19 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   const bool want_alibi = param_grads && !s.slopes.empty();
   const bool want_t5 = param_grads && s.t5_table;
   const bool want_shaw = param_grads && s.shaw_keys;
+  const bool want_kerple = param_grads && s.kerple, want_fire = param_grads && s.fire,
+             want_cope = param_grads && s.cope;
   const int64_t nb = s.t5p.num_buckets, rows = 2 * s.shaw_clip + 1;
+  const int64_t fire_w = 3 * s.fire_hidden + 3,
+                npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
   // Per batch element gradients of the shared parameters, summed over the batch in order.
   std::vector<double> dalibi_b(s.Hq), dalibi(want_alibi ? s.Hq : 0, 0.0);
   std::vector<Real> dt5_b(want_t5 ? nb * s.Hq : 0), dshk_b(want_shaw ? rows * s.D : 0),
       dshv_b(want_shaw ? rows * s.D : 0);
   std::vector<double> dt5(dt5_b.size(), 0.0), dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
+  std::vector<Real> dke_b(want_kerple ? 2 * s.Hq : 0), dfi_b(want_fire ? s.Hq * fire_w : 0),
+      dco_b(want_cope ? npos * s.D : 0);
+  std::vector<double> dke(dke_b.size(), 0.0), dfi(dfi_b.size(), 0.0), dco(dco_b.size(), 0.0);
   const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
   Real* dqp = dq.mutable_data();
   Real* dkp = dk.mutable_data();
@@ -343,7 +475,13 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_alibi) g.dalibi = dalibi_b.data();
       if (want_t5) g.dt5 = dt5_b.data();
       if (want_shaw) g.dshaw_keys = dshk_b.data(), g.dshaw_values = dshv_b.data();
+      if (want_kerple) g.dkerple = dke_b.data();
+      if (want_fire) g.dfire = dfi_b.data();
+      if (want_cope) g.dcope = dco_b.data();
       attention_backward(c.p, g);
+      for (size_t i = 0; i < dke.size(); ++i) dke[i] += dke_b[i];
+      for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
+      for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
       for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
       for (size_t i = 0; i < dt5.size(); ++i) dt5[i] += dt5_b[i];
       for (size_t i = 0; i < dshk.size(); ++i) dshk[i] += dshk_b[i], dshv[i] += dshv_b[i];
@@ -367,6 +505,9 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     r["dshaw_keys"] = to_array(dshk, {rows, s.D}, true);
     r["dshaw_values"] = to_array(dshv, {rows, s.D}, true);
   }
+  if (want_kerple) r["dkerple"] = to_array(dke, {2, s.Hq}, true);
+  if (want_fire) r["dfire"] = to_array(dfi, {s.Hq, fire_w}, true);
+  if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   return r;
 }
 
