@@ -330,7 +330,9 @@ _ATTENTION_DOC = """
     alibi: False, True (press slopes for Hq heads) or slopes (Hq,).
     t5_table: (num_buckets, Hq); t5_max_distance 128; t5_bidirectional default not causal.
     shaw: (keys (2K+1, D), values (2K+1, D), K).
-    q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot.
+    q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot. With an
+      M-RoPE rope config, (3, T) / (3, S) ids (or (B, 3, ...)) rotate q and k pair by pair
+      (mrope_apply) and the masks and biases see the temporal row; 1-D ids are text tokens.
     key_padding: (S,) or (B, S) bool/uint8, True = real key. cu_seqlens: packed documents over
     the S keys (unbatched only). window: sliding window W (None or 0 = none).
     kv_dtype (attention only): k and v stored in half precision with float32 q, computed in
@@ -476,6 +478,10 @@ class KVCache:
     else max position + 1); attend rotates only q (attention's keys_rotated=True), with the
     same rope_seq_len (else the cache length). For "dynamic" and "longrope", whose frequencies
     depend on the length, give rope_seq_len so that keys and queries use the same ones.
+    With an M-RoPE config, append takes (3, T) ids (or (T,) for text tokens; default: text
+    after the largest id so far) and keys are rotated by mrope_apply. Schemes without a cached
+    rotation (xpos, kerple, fire, cope, attn_temperature_tuning) are options of attend, with
+    rope=None: the cache then stores the keys as given.
     """
 
     def __init__(self, n_kv_heads, head_dim, *, capacity=256, dtype=np.float32, rope=None,
@@ -491,6 +497,9 @@ class KVCache:
             raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
         self.rope, self.rope_layout, self.rope_angle = rope, rope_layout, rope_angle
         self.rope_seq_len = rope_seq_len
+        # M-RoPE: every token has (temporal, height, width) ids; keys are rotated by mrope_apply
+        self._mrope = rope is not None and rope.mrope_section is not None
+        self._pos3 = np.empty((3, capacity), np.int64) if self._mrope else None
         self._k = np.empty((capacity, n_kv_heads, head_dim), dtype)
         self._v = np.empty((capacity, n_kv_heads, head_dim), dtype)
         self._pos = np.empty(capacity, np.int64)
@@ -511,7 +520,13 @@ class KVCache:
 
     @property
     def positions(self):
+        """(n,) position ids; with an M-RoPE config the temporal row of positions3."""
         return self._pos[: self._n]
+
+    @property
+    def positions3(self):
+        """(3, n) M-RoPE ids (temporal, height, width); None without an M-RoPE config."""
+        return None if self._pos3 is None else self._pos3[:, : self._n]
 
     def append(self, k, v, positions=None):
         k, v = np.asarray(k), np.asarray(v)
@@ -526,14 +541,24 @@ class KVCache:
                 raise TypeError(f"{name} must be {self._k.dtype} (the cache's dtype), got {a.dtype}")
         T = k.shape[0]
         if positions is None:
-            start = int(self._pos[self._n - 1]) + 1 if self._n else 0
+            if self._mrope:  # text tokens after the largest id so far (positions_mrope's rule)
+                start = int(self._pos3[:, : self._n].max()) + 1 if self._n else 0
+            else:
+                start = int(self._pos[self._n - 1]) + 1 if self._n else 0
             positions = np.arange(start, start + T, dtype=np.int64)
         else:
             positions = np.asarray(positions)
             if positions.dtype.kind not in "iu":
                 raise TypeError(f"positions must hold integers, got {positions.dtype}")
-            if positions.shape != (T,):
-                raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
+            shapes = [(T,), (3, T)] if self._mrope else [(T,)]
+            if positions.shape not in shapes:
+                want = " or ".join(f"({', '.join(str(d) for d in sh)}{',' if len(sh) == 1 else ''})"
+                                   for sh in shapes)
+                raise ValueError(f"positions must have shape {want}, got {positions.shape}")
+        pos3 = None
+        if self._mrope:
+            pos3 = positions if positions.ndim == 2 else np.tile(positions, (3, 1))
+            positions = pos3[0]
         if self._n + T > self._k.shape[0]:
             cap = max(2 * self._k.shape[0], self._n + T)
             for name in ("_k", "_v", "_pos"):
@@ -541,7 +566,15 @@ class KVCache:
                 new = np.empty((cap,) + old.shape[1:], old.dtype)
                 new[: self._n] = old[: self._n]
                 setattr(self, name, new)
-        if self.rope is not None:
+            if self._mrope:
+                new = np.empty((3, cap), np.int64)
+                new[:, : self._n] = self._pos3[:, : self._n]
+                self._pos3 = new
+        if self._mrope:
+            k = mrope_apply(k, pos3, cfg=self.rope, layout=self.rope_layout,
+                            angle=self.rope_angle, seq_len=self.rope_seq_len)
+            self._pos3[:, self._n : self._n + T] = pos3
+        elif self.rope is not None:
             k = apply_rope(k, positions, cfg=self.rope, layout=self.rope_layout,
                            angle=self.rope_angle, seq_len=self.rope_seq_len)
         self._k[self._n : self._n + T] = k
@@ -558,14 +591,15 @@ class KVCache:
         if q.ndim != 3:
             raise ValueError(f"q must have shape (T, Hq, D), got {q.shape}")
         T = q.shape[0]
+        kpos = self.positions3 if self._mrope else self.positions
         if q_positions is None:
             if T > self._n:
                 raise ValueError(f"q has {T} tokens but the cache holds {self._n}: give q_positions")
-            q_positions = self._pos[self._n - T : self._n]
+            q_positions = kpos[..., self._n - T : self._n]
         return attention(
             q, self.keys, self.values, causal=causal, rope=self.rope, rope_layout=self.rope_layout,
             rope_angle=self.rope_angle, rope_seq_len=self.rope_seq_len, keys_rotated=True,
-            q_positions=q_positions, k_positions=self.positions, **kwargs,
+            q_positions=q_positions, k_positions=kpos, **kwargs,
         )
 
 

@@ -42,6 +42,31 @@ std::vector<int64_t> per_batch_ints(py::handle obj, const char* name, int64_t B,
   fail("{} must have shape ({},) = ({},), got {}", name, nname, n, shape_str(a));
 }
 
+// M-RoPE ids: (3, n), or (B, 3, n) per batch element when batched. Rows temporal, height, width;
+// -1 marks a padding slot (its rotation does not matter: it is masked).
+std::vector<int64_t> mrope_ints(py::handle obj, const char* name, int64_t B, int64_t n,
+                                bool batched, const char* nname, bool* shared) {
+  const py::array a = as_array(obj, name);
+  auto v = int_values(a, name);
+  *shared = a.ndim() == 2;
+  const bool one = a.ndim() == 2 && a.shape(0) == 3 && a.shape(1) == n;
+  const bool per =
+      batched && a.ndim() == 3 && a.shape(0) == B && a.shape(1) == 3 && a.shape(2) == n;
+  if (!one && !per)
+    fail("{} must have shape (3, {}) = (3, {}){} for an M-RoPE rope config, got {}", name, nname, n,
+         batched ? fmt::format(" or (B, 3, {}) = ({}, 3, {})", nname, B, n) : "", shape_str(a));
+  require_min(v, name, -1);
+  return v;
+}
+
+// The temporal rows of (3, n) ids (one per batch element unless shared): the engine's ids.
+std::vector<int64_t> temporal_rows(const std::vector<int64_t>& ids, int64_t n) {
+  std::vector<int64_t> t;
+  for (size_t b = 0; b < ids.size() / (3 * n); ++b)
+    t.insert(t.end(), ids.begin() + b * 3 * n, ids.begin() + b * 3 * n + n);
+  return t;
+}
+
 // Everything but q, k, v and the outputs, parsed once and shared by the batch elements.
 struct attn_setup {
   bool batched = false;
@@ -56,6 +81,12 @@ struct attn_setup {
   rope_layout layout = rope_layout::half;
   rope_angle angle = rope_angle::exact;
   bool keys_rotated = false;
+  // M-RoPE (rope with mrope_section): q and k are rotated here, pair by pair at their (3, n)
+  // ids (mrope_apply), before the engine runs without RoPE; the backward un-rotates dq and dk.
+  // The engine's masks and biases see the temporal row (qpos, kpos above).
+  bool mrope = false;
+  std::vector<int> mrope_comp;        // (R/2,) component of each pair
+  std::vector<int64_t> qpos3, kpos3;  // (3, T) / (3, S) per batch element unless *_shared
   std::vector<double> slopes;
   t5_params t5p;
   py::object t5_table, shaw_keys, shaw_values;
@@ -118,10 +149,51 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
     s.window = opt(opts, "window").cast<int64_t>();
     if (s.window < 0) fail("window must be >= 0 (0 or None = no window), got {}", s.window);
   }
-  s.qpos = per_batch_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
-                          &s.qpos_shared);
-  s.kpos = per_batch_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
-                          &s.kpos_shared);
+  if (!opt(opts, "rope").is_none()) {
+    const auto& c = opt(opts, "rope").cast<const rope_config&>();
+    if (c.head_dim != s.D)
+      fail("rope.head_dim must equal the head dim D = {} of q, got {}", s.D, c.head_dim);
+    int64_t seq_len = s.S;
+    if (!opt(opts, "rope_seq_len").is_none()) {
+      seq_len = opt(opts, "rope_seq_len").cast<int64_t>();
+      if (seq_len < 0) fail("rope_seq_len must be >= 0, got {}", seq_len);
+    }
+    s.freqs = rope_frequencies(c, seq_len);
+    s.layout = rope_layout_from_name(opt(opts, "rope_layout").cast<std::string>(), "rope_layout");
+    s.angle = rope_angle_from_name(opt(opts, "rope_angle").cast<std::string>(), "rope_angle");
+    s.keys_rotated = opt(opts, "keys_rotated").cast<bool>();
+    // M-RoPE when the config has sections and the ids have three rows ((3, n), or (B, 3, n)
+    // batched); 1-D ids with an M-RoPE config are text tokens, (p, p, p): plain RoPE at p.
+    const py::handle qp = opt(opts, "q_positions"), kp = opt(opts, "k_positions");
+    const int rows3 = s.batched ? 3 : 2;
+    const bool q3 = !qp.is_none() && as_array(qp, "q_positions").ndim() == rows3;
+    const bool k3 = !kp.is_none() && as_array(kp, "k_positions").ndim() == rows3;
+    if ((q3 || k3) && c.mrope_section.empty())
+      fail(
+          "positions of shape (3, n) need an M-RoPE rope config (mrope_section in rope_scaling "
+          "or rope_parameters), got a 1-D RoPE config");
+    if (q3 != k3)
+      fail("M-RoPE needs both q_positions (3, T) and k_positions (3, S), got {} and {}",
+           q3 ? "(3, T)" : "(T,) or None", k3 ? "(3, S)" : "(S,) or None");
+    if (q3) {
+      s.mrope = true;
+      s.mrope_comp =
+          mrope_components(c.mrope_section, c.mrope_interleaved, s.freqs->rotary_dim / 2);
+    }
+  }
+  if (s.mrope) {
+    s.qpos3 = mrope_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
+                         &s.qpos_shared);
+    s.kpos3 = mrope_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
+                         &s.kpos_shared);
+    s.qpos = temporal_rows(s.qpos3, s.T);
+    s.kpos = temporal_rows(s.kpos3, s.S);
+  } else {
+    s.qpos = per_batch_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
+                            &s.qpos_shared);
+    s.kpos = per_batch_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
+                            &s.kpos_shared);
+  }
   if (!opt(opts, "key_padding").is_none()) {
     const py::array m = as_array(opt(opts, "key_padding"), "key_padding");
     if (m.dtype().kind() != 'b' && !m.dtype().is(py::dtype::of<uint8_t>()))
@@ -144,20 +216,6 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
     if (s.batched) fail("cu_seqlens needs unbatched q (T, Hq, D) and k, v (S, Hkv, D)");
     s.cu = int_values(opt(opts, "cu_seqlens"), "cu_seqlens");
     validate_cu_seqlens(s.cu, s.S, "cu_seqlens");
-  }
-  if (!opt(opts, "rope").is_none()) {
-    const auto& c = opt(opts, "rope").cast<const rope_config&>();
-    if (c.head_dim != s.D)
-      fail("rope.head_dim must equal the head dim D = {} of q, got {}", s.D, c.head_dim);
-    int64_t seq_len = s.S;
-    if (!opt(opts, "rope_seq_len").is_none()) {
-      seq_len = opt(opts, "rope_seq_len").cast<int64_t>();
-      if (seq_len < 0) fail("rope_seq_len must be >= 0, got {}", seq_len);
-    }
-    s.freqs = rope_frequencies(c, seq_len);
-    s.layout = rope_layout_from_name(opt(opts, "rope_layout").cast<std::string>(), "rope_layout");
-    s.angle = rope_angle_from_name(opt(opts, "rope_angle").cast<std::string>(), "rope_angle");
-    s.keys_rotated = opt(opts, "keys_rotated").cast<bool>();
   }
   const py::handle alibi = opt(opts, "alibi");
   if (py::isinstance<py::bool_>(alibi)) {
@@ -303,7 +361,7 @@ struct attn_call {
     p.causal = s.causal;
     p.window = s.window;
     p.cu_seqlens = s.cu;
-    if (s.freqs) {
+    if (s.freqs && !s.mrope) {
       p.pos.rope.freqs = &*s.freqs;
       p.pos.rope.layout = s.layout;
       p.pos.rope.angle = s.angle;
@@ -335,6 +393,31 @@ struct attn_call {
     }
     p.pos.xpos = s.xpos;
     p.pos.temperature = s.temperature;
+  }
+
+  // M-RoPE: q (and k unless keys_rotated) of batch element b rotated into qr, kr; p reads them.
+  std::vector<Real> qr, kr;
+  void mrope_rotate(const attn_setup& s, int64_t b, const Real* q, const Real* k) {
+    if (!s.mrope) return;
+    qr.assign(q, q + s.T * s.Hq * s.D);
+    mrope_rows(s, b, qr.data(), false, false);
+    p.q = qr.data();
+    if (!s.keys_rotated) {
+      kr.assign(k, k + s.S * s.Hkv * s.D);
+      mrope_rows(s, b, kr.data(), true, false);
+      p.k = kr.data();
+    }
+  }
+  // x (n, H, D) of batch element b rotated in place at its ids (pad ids -1 read as 0);
+  // inverse: the transpose, the backward of the rotation.
+  static void mrope_rows(const attn_setup& s, int64_t b, Real* x, bool key, bool inverse) {
+    const int64_t n = key ? s.S : s.T, H = key ? s.Hkv : s.Hq;
+    const auto& ids = key ? s.kpos3 : s.qpos3;
+    const bool shared = key ? s.kpos_shared : s.qpos_shared;
+    std::vector<int64_t> pos(ids.begin() + (shared ? 0 : b * 3 * n),
+                             ids.begin() + (shared ? 0 : b * 3 * n) + 3 * n);
+    for (auto& v : pos) v = v < 0 ? 0 : v;
+    mrope_apply(*s.freqs, s.mrope_comp, s.layout, s.angle, pos, x, n, H, s.D, inverse);
   }
 
   // Positions and padding of batch element b.
@@ -369,6 +452,7 @@ py::object forward(const py::array& q0, const py::array& k0, const py::array& v0
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
+      c.mrope_rotate(s, b, c.p.q, c.p.k);
       c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
       attention_forward(c.p);
     }
@@ -387,6 +471,10 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
               "got " +
               dtype_str(q0));
   const attn_setup s = setup(q0, k0, v0, opts, true);
+  if (s.mrope && !s.keys_rotated)
+    fail(
+        "M-RoPE with half-precision k and v needs keys_rotated=True: rotate k with "
+        "posenc.mrope_apply in float32 before storing it (only q is rotated here)");
   const auto q = contiguous_as<float>(q0);
   // The 16-bit words as stored (a forcecast to uint16 would convert float16 values).
   const py::array k = py::array::ensure(k0, py::array::c_style),
@@ -406,6 +494,7 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k16 = kw + b * kn, c.p.v16 = vw + b * kn;
+      c.mrope_rotate(s, b, c.p.q, nullptr);
       c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
       attention_forward(c.p);
     }
@@ -466,6 +555,7 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
+      c.mrope_rotate(s, b, c.p.q, c.p.k);
       attention_grads<Real> g;
       g.out = out.data() + b * qn, g.lse = lse.data() + b * s.T * s.Hq;
       // The engine validates p.out and reads it as the forward's output; it does not write it.
@@ -479,6 +569,10 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_fire) g.dfire = dfi_b.data();
       if (want_cope) g.dcope = dco_b.data();
       attention_backward(c.p, g);
+      if (s.mrope) {  // dq = R(pos)^T dq' for the rotation applied before the call
+        c.mrope_rows(s, b, g.dq, false, true);
+        if (!s.keys_rotated) c.mrope_rows(s, b, g.dk, true, true);
+      }
       for (size_t i = 0; i < dke.size(); ++i) dke[i] += dke_b[i];
       for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];

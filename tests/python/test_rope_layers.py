@@ -174,3 +174,81 @@ def test_mrope_errors():
     bad = {**MROPE, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 2]}}
     with pytest.raises(ValueError, match=r"mrope_section must sum to rotary_dim / 2 = 8"):
         posenc.RopeConfig.from_hf(bad)
+
+
+def mrope_case(rng, dtype=np.float64):
+    cfg = posenc.RopeConfig.from_hf(MROPE)
+    pos = posenc.positions_mrope([(2, 1, 2, 3), (3,)])  # 11 tokens: text, image, text
+    n = pos.shape[1]
+    q = rng.standard_normal((n, 4, 16)).astype(dtype)
+    k = rng.standard_normal((n, 2, 16)).astype(dtype)
+    v = rng.standard_normal((n, 2, 16)).astype(dtype)
+    return cfg, pos, q, k, v
+
+
+def test_attention_with_mrope_positions(rng):
+    cfg, pos, q, k, v = mrope_case(rng)
+    kw = dict(causal=True, rope=cfg, alibi=True, q_positions=pos, k_positions=pos)
+    out, lse = posenc.attention(q, k, v, return_lse=True, **kw)
+    inv = ref.inv_freq_default(1e4, 16)
+    qr = ref.mrope_rotate(q, pos, inv, [2, 3, 3])
+    kr = ref.mrope_rotate(k, pos, inv, [2, 3, 3])
+    # ALiBi sees the temporal row
+    m = ref.alibi_slopes_press(4)
+    bias = -m[:, None, None] * (pos[0][:, None] - pos[0][None, :])[None]
+    want, _ = ref.attention(qr, kr, v, causal=True, bias=bias)
+    assert np.max(np.abs(out - want)) <= 1e-13
+    # gradients of q and k through the rotation, by central differences
+    G = rng.standard_normal(out.shape)
+    g = posenc.attention_backward(q, k, v, out, lse, G, **kw)
+    h = 1e-6
+    for name, arr in (("dq", q), ("dk", k)):
+        for idx in [(0, 0, 0), (4, 1, 5), (7, 0, 12), (10, 1, 15)]:
+            p, mm = arr.copy(), arr.copy()
+            p[idx] += h
+            mm[idx] -= h
+            a = (p, k) if name == "dq" else (q, p)
+            b = (mm, k) if name == "dq" else (q, mm)
+            fd = (np.vdot(posenc.attention(*a, v, **kw), G)
+                  - np.vdot(posenc.attention(*b, v, **kw), G)) / (2 * h)
+            assert g[name][idx] == pytest.approx(fd, abs=1e-7), (name, idx)
+    # 1-D ids with an M-RoPE config are text tokens: plain RoPE, bit for bit the same
+    t = np.arange(len(pos[0]))
+    plain = posenc.RopeConfig.from_hf({k_: v_ for k_, v_ in MROPE.items() if k_ != "rope_scaling"})
+    assert np.array_equal(
+        posenc.attention(q, k, v, causal=True, rope=cfg, q_positions=t, k_positions=t),
+        posenc.attention(q, k, v, causal=True, rope=plain, q_positions=t, k_positions=t))
+    # batched: (B, 3, n) ids
+    qb, kb, vb = np.stack([q, q[::-1].copy()]), np.stack([k, k]), np.stack([v, v])
+    pb = np.stack([pos, pos])
+    ob = posenc.attention(qb, kb, vb, causal=True, rope=cfg, q_positions=pb, k_positions=pb)
+    assert np.array_equal(ob[0], posenc.attention(q, k, v, causal=True, rope=cfg,
+                                                  q_positions=pos, k_positions=pos))
+
+
+def test_kv_cache_with_mrope(rng):
+    cfg, pos, q, k, v = mrope_case(rng)
+    full = posenc.attention(q, k, v, causal=True, rope=cfg, q_positions=pos, k_positions=pos)
+    cache = posenc.KVCache(2, 16, capacity=2, dtype=np.float64, rope=cfg)
+    outs = []
+    for s, e in ((0, 2), (2, 8), (8, 11)):
+        ids = None if s == 8 else pos[:, s:e]  # the last run is text: default ids
+        cache.append(k[s:e], v[s:e], ids)
+        outs.append(cache.attend(q[s:e]))
+    assert np.array_equal(cache.positions3, pos)
+    assert np.max(np.abs(np.concatenate(outs) - full)) <= 1e-13
+
+
+def test_mrope_attention_errors(rng):
+    cfg, pos, q, k, v = mrope_case(rng)
+    with pytest.raises(ValueError, match="need an M-RoPE rope config"):
+        posenc.attention(q, k, v, rope=posenc.RopeConfig(head_dim=16), q_positions=pos,
+                         k_positions=pos)
+    with pytest.raises(ValueError, match=r"M-RoPE needs both q_positions \(3, T\) and "
+                                         r"k_positions \(3, S\)"):
+        posenc.attention(q, k, v, rope=cfg, q_positions=pos)
+    with pytest.raises(ValueError, match=r"k_positions must have shape \(3, S\) = \(3, 11\)"):
+        posenc.attention(q, k, v, rope=cfg, q_positions=pos, k_positions=pos[:, :5])
+    with pytest.raises(ValueError, match="keys_rotated=True"):
+        posenc.attention(q.astype(np.float32), k.astype(np.float16), v.astype(np.float16),
+                         rope=cfg, q_positions=pos, k_positions=pos)

@@ -159,6 +159,10 @@ GRADCHECK_CASES = {
     "xpos": dict(causal=True, xpos=True, xpos_scale_base=8.0, xpos_center=3.0),
     "temperature": dict(causal=True, attn_temperature_tuning=True, floor_scale=2.0,
                         attn_scale=0.5),
+    "mrope": dict(causal=True, rope=posenc.RopeConfig.from_hf(
+        {"head_dim": 8, "rope_scaling": {"type": "mrope", "mrope_section": [1, 2, 1]}}),
+        q_positions=torch.tensor(posenc.positions_mrope([(2, 1, 2, 2), (1,)])[:, 2:]),
+        k_positions=torch.tensor(posenc.positions_mrope([(2, 1, 2, 2), (1,)]))),
 }
 
 
