@@ -56,6 +56,14 @@ std::vector<int64_t> mrope_ints(py::handle obj, const char* name, int64_t B, int
     fail("{} must have shape (3, {}) = (3, {}){} for an M-RoPE rope config, got {}", name, nname, n,
          batched ? fmt::format(" or (B, 3, {}) = ({}, 3, {})", nname, B, n) : "", shape_str(a));
   require_min(v, name, -1);
+  for (size_t b = 0; b < v.size() / (3 * n); ++b)
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t* id = v.data() + b * 3 * n + j;
+      const int pads = (id[0] < 0) + (id[n] < 0) + (id[2 * n] < 0);
+      if (pads != 0 && pads != 3)
+        fail("{} must mark a padding slot with -1 in all three rows, got ({}, {}, {}) at index {}",
+             name, id[0], id[n], id[2 * n], j);
+    }
   return v;
 }
 

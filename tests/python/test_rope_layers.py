@@ -249,6 +249,18 @@ def test_mrope_attention_errors(rng):
         posenc.attention(q, k, v, rope=cfg, q_positions=pos)
     with pytest.raises(ValueError, match=r"k_positions must have shape \(3, S\) = \(3, 11\)"):
         posenc.attention(q, k, v, rope=cfg, q_positions=pos, k_positions=pos[:, :5])
+    bad = pos.copy()
+    bad[1, 3] = -1
+    with pytest.raises(ValueError, match=r"q_positions must mark a padding slot with -1 in all "
+                                         r"three rows, got \(2, -1, 3\) at index 3"):
+        posenc.attention(q, k, v, rope=cfg, q_positions=bad, k_positions=pos)
+    # a padding slot (-1 in all rows) is masked like a 1-D pad id
+    padded = pos.copy()
+    padded[:, 0] = -1
+    out = posenc.attention(q, k, v, causal=True, rope=cfg, q_positions=pos, k_positions=padded)
+    keep = posenc.attention(q, k, v, causal=True, rope=cfg, q_positions=pos, k_positions=pos,
+                            key_padding=np.arange(11) != 0)
+    assert np.array_equal(out, keep)
     with pytest.raises(ValueError, match="keys_rotated=True"):
         posenc.attention(q.astype(np.float32), k.astype(np.float16), v.astype(np.float16),
                          rope=cfg, q_positions=pos, k_positions=pos)
