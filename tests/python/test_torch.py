@@ -211,6 +211,14 @@ def test_attention_gradcheck_research_parameters(scheme):
             lambda q, k, v, e: pt.attention(q, k, v, causal=True, cope=e), (q, k, v, mk(9, 8)))
 
 
+def test_attention_research_parameters_must_be_tensors():
+    q, k, v = inputs(20)
+    with pytest.raises(TypeError, match="kerple must be a torch.Tensor, got ndarray"):
+        pt.attention(q, k, v, kerple=np.zeros((2, 4)))
+    with pytest.raises(TypeError, match="cope must be a torch.Tensor"):
+        pt.attention(q, k, v, causal=True, cope=[[0.0] * 8])
+
+
 def test_attention_research_parameters_match_torch_autograd():
     # Kerple's bias written in PyTorch from the paper (reference.kerple_bias's formula), added
     # to eager attention: posenc's gradient of the parameters equals autograd's
