@@ -24,7 +24,9 @@ from ._posenc import (
     RopeConfig,
     alibi_bias,
     alibi_slopes,
+    mrope_apply,
     num_threads,
+    positions_mrope,
     rope_cos_sin,
     set_num_threads,
     sinusoidal_table,
@@ -38,6 +40,9 @@ __all__ = [
     "rope_config",
     "rope_cos_sin",
     "apply_rope",
+    "hf_layer_plan",
+    "mrope_apply",
+    "positions_mrope",
     "sinusoidal_table",
     "LearnedTable",
     "alibi_slopes",
@@ -54,19 +59,54 @@ __all__ = [
 ]
 
 
-def _from_hf(path_or_dict):
-    """RopeConfig from a Hugging Face config.json (a path) or its dict (the same keys)."""
+def _config_json(path_or_dict):
+    """(path, None) for a path to config.json, (None, JSON text) for a dict or a transformers
+    PretrainedConfig (to_dict())."""
     if isinstance(path_or_dict, (str, os.PathLike)):
-        return RopeConfig._from_file(os.fspath(path_or_dict))
+        return os.fspath(path_or_dict), None
     if isinstance(path_or_dict, dict):
-        return RopeConfig._from_json(json.dumps(path_or_dict))
+        return None, json.dumps(path_or_dict)
     to_dict = getattr(path_or_dict, "to_dict", None)  # a transformers PretrainedConfig
     if callable(to_dict):
-        return RopeConfig._from_json(json.dumps(to_dict()))
+        return None, json.dumps(to_dict())
     raise TypeError(
         "path_or_dict must be a path to config.json, a dict or an object with to_dict(), got "
         f"{type(path_or_dict).__name__}"
     )
+
+
+def _from_hf(path_or_dict, layer_type=None):
+    """RopeConfig from a Hugging Face config.json (a path) or its dict (the same keys).
+
+    layer_type: one layer type's RoPE ("sliding_attention", "full_attention", ... as
+    hf_layer_plan lists them) for per-layer-type configs (Gemma 2/3/4: layer_types,
+    sliding_window_pattern, nested rope_parameters, rope_local_base_freq, global_head_dim);
+    None = the config's one RoPE configuration. An unknown layer type is a ValueError naming
+    the allowed ones. Proportional RoPE (rope_type "proportional") and M-RoPE (mrope_section)
+    are read from the same keys (cfg.rotated_pairs, cfg.mrope_section).
+    """
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a str or None, got {type(layer_type).__name__}")
+    path, text = _config_json(path_or_dict)
+    if path is not None:
+        return RopeConfig._from_file(path, layer_type or "")
+    return RopeConfig._from_json(text, layer_type or "")
+
+
+def hf_layer_plan(path_or_dict):
+    """Which layer of a Hugging Face config has which RoPE (`posenc rope layers`).
+
+    Returns a dict: layer_types (one per layer, [] when the config states none), types (the
+    distinct layer types, in order), source (the key they came from), layers ({type: [layer
+    indices]}), rope_layers (one bool per layer, False = NoPE; [] = every layer has RoPE),
+    nope_layers (indices), nope_source, attn_temperature_tuning, floor_scale and attn_scale
+    (Llama 4's query temperature on the NoPE layers: posenc.attention's options of the same
+    names). Each layer type's RoPE: RopeConfig.from_hf(path_or_dict, layer_type=t).
+    """
+    path, text = _config_json(path_or_dict)
+    if path is not None:
+        return _posenc._hf_layer_plan_file(path)
+    return _posenc._hf_layer_plan(text)
 
 
 def rope_config(
@@ -227,10 +267,12 @@ def _attention_opts(
     cu_seqlens,
     window,
     kv_dtype=None,
+    *,
+    research=None,
 ):
     if rope is not None and not isinstance(rope, RopeConfig):
         raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
-    return {
+    opts = {
         "causal": bool(causal),
         "scale": None if scale is None else float(scale),
         "rope": rope,
@@ -250,6 +292,33 @@ def _attention_opts(
         "window": window,
         "kv_dtype": kv_dtype,
     }
+    opts.update(research or {})
+    return opts
+
+
+def _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma, xpos_scale_base,
+                   xpos_center, cope, attn_temperature_tuning, floor_scale, attn_scale):
+    """The research schemes' and the query temperature's options (docs/research_schemes.md)."""
+    for name, val in (("xpos", xpos), ("attn_temperature_tuning", attn_temperature_tuning)):
+        if not isinstance(val, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {type(val).__name__}")
+    if not isinstance(kerple_kernel, str):
+        raise TypeError(f"kerple_kernel must be \"log\" or \"power\", got "
+                        f"{type(kerple_kernel).__name__}")
+    return {
+        "kerple": kerple,
+        "kerple_kernel": kerple_kernel,
+        "fire": fire,
+        "xpos": bool(xpos),
+        "xpos_theta": xpos_theta,
+        "xpos_gamma": xpos_gamma,
+        "xpos_scale_base": xpos_scale_base,
+        "xpos_center": xpos_center,
+        "cope": cope,
+        "attn_temperature_tuning": bool(attn_temperature_tuning),
+        "floor_scale": floor_scale,
+        "attn_scale": attn_scale,
+    }
 
 
 _ATTENTION_DOC = """
@@ -261,12 +330,26 @@ _ATTENTION_DOC = """
     alibi: False, True (press slopes for Hq heads) or slopes (Hq,).
     t5_table: (num_buckets, Hq); t5_max_distance 128; t5_bidirectional default not causal.
     shaw: (keys (2K+1, D), values (2K+1, D), K).
-    q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot.
+    q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot. With an
+      M-RoPE rope config, (3, T) / (3, S) ids (or (B, 3, ...)) rotate q and k pair by pair
+      (mrope_apply) and the masks and biases see the temporal row; 1-D ids are text tokens.
     key_padding: (S,) or (B, S) bool/uint8, True = real key. cu_seqlens: packed documents over
     the S keys (unbatched only). window: sliding window W (None or 0 = none).
     kv_dtype (attention only): k and v stored in half precision with float32 q, computed in
     float32: float16 arrays are read as float16 (kv_dtype None or "f16"); bfloat16 bits travel
     as uint16 arrays with kv_dtype="bf16" (NumPy has no bfloat16). The backward needs float k, v.
+    Research schemes (docs/research_schemes.md), d = |qpos - kpos|:
+    kerple: (2, Hq) rows a1, a2 (Chi et al. 2022); kerple_kernel "log": -r1 log(1 + r2 d),
+      "power": -r1 d^r2, with r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2).
+    fire: (Hq, 3m + 3), per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L] (Li et al. 2023):
+      bias = w2 . relu(w1 x + b1) + b2, x = log(c d + 1) / log(c max(L, qpos) + 1),
+      c = softplus(a_c), L = softplus(a_L).
+    xpos: True for xPos (Sun et al. 2022; half layout, rotary width D) with xpos_theta 10000,
+      xpos_gamma 0.4, xpos_scale_base 512, xpos_center 0; excludes rope.
+    cope: (npos, D) position embeddings of CoPE (Golovneva et al. 2024); needs causal=True, no
+      other position scheme, float k and v.
+    attn_temperature_tuning: Llama 4's query scale log(floor((qpos + 1) / floor_scale) + 1)
+      * attn_scale + 1 (floor_scale 8192, attn_scale 0.1); excludes rope and xpos.
 """
 
 
@@ -294,11 +377,26 @@ def attention(
     window=None,
     return_lse=False,
     kv_dtype=None,
+    kerple=None,
+    kerple_kernel="log",
+    fire=None,
+    xpos=False,
+    xpos_theta=10000.0,
+    xpos_gamma=0.4,
+    xpos_scale_base=512.0,
+    xpos_center=0.0,
+    cope=None,
+    attn_temperature_tuning=False,
+    floor_scale=8192.0,
+    attn_scale=0.1,
 ):
+    research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
+                              xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
+                              floor_scale, attn_scale)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
-        key_padding, cu_seqlens, window, kv_dtype,
+        key_padding, cu_seqlens, window, kv_dtype, research=research,
     )
     return _posenc._attention_forward(q, k, v, opts, bool(return_lse))
 
@@ -336,11 +434,26 @@ def attention_backward(
     cu_seqlens=None,
     window=None,
     param_grads=True,
+    kerple=None,
+    kerple_kernel="log",
+    fire=None,
+    xpos=False,
+    xpos_theta=10000.0,
+    xpos_gamma=0.4,
+    xpos_scale_base=512.0,
+    xpos_center=0.0,
+    cope=None,
+    attn_temperature_tuning=False,
+    floor_scale=8192.0,
+    attn_scale=0.1,
 ):
+    research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
+                              xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
+                              floor_scale, attn_scale)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
-        key_padding, cu_seqlens, window,
+        key_padding, cu_seqlens, window, research=research,
     )
     return _posenc._attention_backward(q, k, v, out, lse, dout, opts, bool(param_grads))
 
@@ -349,7 +462,8 @@ attention_backward.__doc__ = (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
-    "    dt5_table, dshaw_keys, dshaw_values (summed over the batch).\n" + _ATTENTION_DOC
+    "    dt5_table, dshaw_keys, dshaw_values, dkerple (2, Hq), dfire (Hq, 3m + 3), dcope\n"
+    "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
 )
 
 
@@ -364,6 +478,10 @@ class KVCache:
     else max position + 1); attend rotates only q (attention's keys_rotated=True), with the
     same rope_seq_len (else the cache length). For "dynamic" and "longrope", whose frequencies
     depend on the length, give rope_seq_len so that keys and queries use the same ones.
+    With an M-RoPE config, append takes (3, T) ids (or (T,) for text tokens; default: text
+    after the largest id so far) and keys are rotated by mrope_apply. Schemes without a cached
+    rotation (xpos, kerple, fire, cope, attn_temperature_tuning) are options of attend, with
+    rope=None: the cache then stores the keys as given.
     """
 
     def __init__(self, n_kv_heads, head_dim, *, capacity=256, dtype=np.float32, rope=None,
@@ -379,6 +497,9 @@ class KVCache:
             raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
         self.rope, self.rope_layout, self.rope_angle = rope, rope_layout, rope_angle
         self.rope_seq_len = rope_seq_len
+        # M-RoPE: every token has (temporal, height, width) ids; keys are rotated by mrope_apply
+        self._mrope = rope is not None and rope.mrope_section is not None
+        self._pos3 = np.empty((3, capacity), np.int64) if self._mrope else None
         self._k = np.empty((capacity, n_kv_heads, head_dim), dtype)
         self._v = np.empty((capacity, n_kv_heads, head_dim), dtype)
         self._pos = np.empty(capacity, np.int64)
@@ -399,7 +520,13 @@ class KVCache:
 
     @property
     def positions(self):
+        """(n,) position ids; with an M-RoPE config the temporal row of positions3."""
         return self._pos[: self._n]
+
+    @property
+    def positions3(self):
+        """(3, n) M-RoPE ids (temporal, height, width); None without an M-RoPE config."""
+        return None if self._pos3 is None else self._pos3[:, : self._n]
 
     def append(self, k, v, positions=None):
         k, v = np.asarray(k), np.asarray(v)
@@ -414,14 +541,24 @@ class KVCache:
                 raise TypeError(f"{name} must be {self._k.dtype} (the cache's dtype), got {a.dtype}")
         T = k.shape[0]
         if positions is None:
-            start = int(self._pos[self._n - 1]) + 1 if self._n else 0
+            if self._mrope:  # text tokens after the largest id so far (positions_mrope's rule)
+                start = int(self._pos3[:, : self._n].max()) + 1 if self._n else 0
+            else:
+                start = int(self._pos[self._n - 1]) + 1 if self._n else 0
             positions = np.arange(start, start + T, dtype=np.int64)
         else:
             positions = np.asarray(positions)
             if positions.dtype.kind not in "iu":
                 raise TypeError(f"positions must hold integers, got {positions.dtype}")
-            if positions.shape != (T,):
-                raise ValueError(f"positions must have shape (T,) = ({T},), got {positions.shape}")
+            shapes = [(T,), (3, T)] if self._mrope else [(T,)]
+            if positions.shape not in shapes:
+                want = " or ".join(f"({', '.join(str(d) for d in sh)}{',' if len(sh) == 1 else ''})"
+                                   for sh in shapes)
+                raise ValueError(f"positions must have shape {want}, got {positions.shape}")
+        pos3 = None
+        if self._mrope:
+            pos3 = positions if positions.ndim == 2 else np.tile(positions, (3, 1))
+            positions = pos3[0]
         if self._n + T > self._k.shape[0]:
             cap = max(2 * self._k.shape[0], self._n + T)
             for name in ("_k", "_v", "_pos"):
@@ -429,7 +566,15 @@ class KVCache:
                 new = np.empty((cap,) + old.shape[1:], old.dtype)
                 new[: self._n] = old[: self._n]
                 setattr(self, name, new)
-        if self.rope is not None:
+            if self._mrope:
+                new = np.empty((3, cap), np.int64)
+                new[:, : self._n] = self._pos3[:, : self._n]
+                self._pos3 = new
+        if self._mrope:
+            k = mrope_apply(k, pos3, cfg=self.rope, layout=self.rope_layout,
+                            angle=self.rope_angle, seq_len=self.rope_seq_len)
+            self._pos3[:, self._n : self._n + T] = pos3
+        elif self.rope is not None:
             k = apply_rope(k, positions, cfg=self.rope, layout=self.rope_layout,
                            angle=self.rope_angle, seq_len=self.rope_seq_len)
         self._k[self._n : self._n + T] = k
@@ -446,14 +591,15 @@ class KVCache:
         if q.ndim != 3:
             raise ValueError(f"q must have shape (T, Hq, D), got {q.shape}")
         T = q.shape[0]
+        kpos = self.positions3 if self._mrope else self.positions
         if q_positions is None:
             if T > self._n:
                 raise ValueError(f"q has {T} tokens but the cache holds {self._n}: give q_positions")
-            q_positions = self._pos[self._n - T : self._n]
+            q_positions = kpos[..., self._n - T : self._n]
         return attention(
             q, self.keys, self.values, causal=causal, rope=self.rope, rope_layout=self.rope_layout,
             rope_angle=self.rope_angle, rope_seq_len=self.rope_seq_len, keys_rotated=True,
-            q_positions=q_positions, k_positions=self.positions, **kwargs,
+            q_positions=q_positions, k_positions=kpos, **kwargs,
         )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch as _torch
 
-from . import _attention_opts, _posenc
+from . import _attention_opts, _posenc, _research_opts
 
 __all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
 
@@ -168,7 +168,7 @@ class RotaryEmbedding(_torch.nn.Module):
 
 class _Attention(_torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, slopes, t5_table, shaw_k, shaw_v, opts):
+    def forward(ctx, q, k, v, slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope, opts):
         cd = _compute_dtype(q, "q")
         for t, name in ((k, "k"), (v, "v")):
             if _compute_dtype(t, name) != cd:
@@ -180,6 +180,9 @@ class _Attention(_torch.autograd.Function):
             o["t5_table"] = _np(t5_table, cd)
         if shaw_k is not None:
             o["shaw"] = (_np(shaw_k, cd), _np(shaw_v, cd), opts["shaw"])
+        for name, t in (("kerple", kerple), ("fire", fire), ("cope", cope)):
+            if t is not None:
+                o[name] = _np(t, cd)
         qn, kn, vn = _np(q, cd), _np(k, cd), _np(v, cd)
         out, lse = _posenc._attention_forward(qn, kn, vn, o, True)
         ctx.np_inputs = (qn, kn, vn, out, lse, o)
@@ -187,7 +190,7 @@ class _Attention(_torch.autograd.Function):
         ctx.save_for_backward(q, k, v)
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.cd = cd
-        ctx.tables = (slopes, t5_table, shaw_k, shaw_v)
+        ctx.tables = (slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope)
         out_t = _torch.from_numpy(out).to(q.dtype)
         lse_t = _torch.from_numpy(lse)
         ctx.mark_non_differentiable(lse_t)
@@ -197,16 +200,16 @@ class _Attention(_torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         ctx.saved_tensors  # noqa: B018 (raises if q, k or v were modified in place)
         qn, kn, vn, out, lse, o = ctx.np_inputs
-        slopes, t5_table, shaw_k, shaw_v = ctx.tables
+        slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope = ctx.tables
         want = ctx.needs_input_grad
-        params = any(want[3:7])
+        params = any(want[3:10])
         g = _posenc._attention_backward(qn, kn, vn, out, lse, _np(dout, ctx.cd), o, params)
         qd, kd, vd = ctx.dtypes
         res = [
             _torch.from_numpy(g["dq"]).to(qd) if want[0] else None,
             _torch.from_numpy(g["dk"]).to(kd) if want[1] else None,
             _torch.from_numpy(g["dv"]).to(vd) if want[2] else None,
-            None, None, None, None, None,
+            None, None, None, None, None, None, None, None,
         ]
         if want[3]:
             res[3] = _torch.from_numpy(g["dalibi"]).to(slopes.dtype)
@@ -215,6 +218,9 @@ class _Attention(_torch.autograd.Function):
         if want[5] or want[6]:
             res[5] = _torch.from_numpy(g["dshaw_keys"]).to(shaw_k.dtype)
             res[6] = _torch.from_numpy(g["dshaw_values"]).to(shaw_v.dtype)
+        for i, (t, name) in enumerate(((kerple, "dkerple"), (fire, "dfire"), (cope, "dcope"))):
+            if want[7 + i]:
+                res[7 + i] = _torch.from_numpy(g[name]).to(t.dtype)
         return tuple(res)
 
 
@@ -222,10 +228,14 @@ def attention(
     q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
     rope_seq_len=None, keys_rotated=False, alibi=False, t5_table=None, t5_max_distance=128,
     t5_bidirectional=None, shaw=None, q_positions=None, k_positions=None, key_padding=None,
-    cu_seqlens=None, window=None, return_lse=False,
+    cu_seqlens=None, window=None, return_lse=False, kerple=None, kerple_kernel="log", fire=None,
+    xpos=False, xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0,
+    cope=None, attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1,
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
-    alibi slopes given as a tensor (learned slopes), t5_table, shaw = (keys, values, K).
+    alibi slopes given as a tensor (learned slopes), t5_table, shaw = (keys, values, K), the
+    Kerple parameters kerple (2, Hq), FIRE's fire (Hq, 3m + 3) and CoPE's embeddings cope
+    (npos, D). xPos and the query temperature have no parameters (their options pass through).
     Arguments as posenc.attention; lse is returned float32/float64 and not differentiable."""
     slopes = None
     if isinstance(alibi, _torch.Tensor):
@@ -236,18 +246,23 @@ def attention(
         if not isinstance(shaw, tuple) or len(shaw) != 3:
             raise TypeError(f"shaw must be a tuple (keys, values, clip), got {type(shaw).__name__}")
         shaw_k, shaw_v, clip = shaw
-    if t5_table is not None and not isinstance(t5_table, _torch.Tensor):
-        raise TypeError(f"t5_table must be a torch.Tensor, got {type(t5_table).__name__}")
+    for name, t in (("t5_table", t5_table), ("kerple", kerple), ("fire", fire), ("cope", cope)):
+        if t is not None and not isinstance(t, _torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    research = _research_opts(None, kerple_kernel, None, xpos, xpos_theta, xpos_gamma,
+                              xpos_scale_base, xpos_center, None, attn_temperature_tuning,
+                              floor_scale, attn_scale)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, None,
         t5_max_distance, t5_bidirectional, None, _ints(q_positions), _ints(k_positions),
-        _ints(key_padding), _ints(cu_seqlens), window,
+        _ints(key_padding), _ints(cu_seqlens), window, research=research,
     )
     opts["shaw"] = clip
     opts_fn = dict(opts)
     if clip is None:
         opts_fn.pop("shaw")
-    out, lse = _Attention.apply(q, k, v, slopes, t5_table, shaw_k, shaw_v, _Opts(opts_fn))
+    out, lse = _Attention.apply(q, k, v, slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope,
+                                _Opts(opts_fn))
     return (out, lse) if return_lse else out
 
 

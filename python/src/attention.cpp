@@ -6,6 +6,7 @@
 // with exactly the forward's parameters.
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -41,6 +42,39 @@ std::vector<int64_t> per_batch_ints(py::handle obj, const char* name, int64_t B,
   fail("{} must have shape ({},) = ({},), got {}", name, nname, n, shape_str(a));
 }
 
+// M-RoPE ids: (3, n), or (B, 3, n) per batch element when batched. Rows temporal, height, width;
+// -1 marks a padding slot (its rotation does not matter: it is masked).
+std::vector<int64_t> mrope_ints(py::handle obj, const char* name, int64_t B, int64_t n,
+                                bool batched, const char* nname, bool* shared) {
+  const py::array a = as_array(obj, name);
+  auto v = int_values(a, name);
+  *shared = a.ndim() == 2;
+  const bool one = a.ndim() == 2 && a.shape(0) == 3 && a.shape(1) == n;
+  const bool per =
+      batched && a.ndim() == 3 && a.shape(0) == B && a.shape(1) == 3 && a.shape(2) == n;
+  if (!one && !per)
+    fail("{} must have shape (3, {}) = (3, {}){} for an M-RoPE rope config, got {}", name, nname, n,
+         batched ? fmt::format(" or (B, 3, {}) = ({}, 3, {})", nname, B, n) : "", shape_str(a));
+  require_min(v, name, -1);
+  for (size_t b = 0; b < v.size() / (3 * n); ++b)
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t* id = v.data() + b * 3 * n + j;
+      const int pads = (id[0] < 0) + (id[n] < 0) + (id[2 * n] < 0);
+      if (pads != 0 && pads != 3)
+        fail("{} must mark a padding slot with -1 in all three rows, got ({}, {}, {}) at index {}",
+             name, id[0], id[n], id[2 * n], j);
+    }
+  return v;
+}
+
+// The temporal rows of (3, n) ids (one per batch element unless shared): the engine's ids.
+std::vector<int64_t> temporal_rows(const std::vector<int64_t>& ids, int64_t n) {
+  std::vector<int64_t> t;
+  for (size_t b = 0; b < ids.size() / (3 * n); ++b)
+    t.insert(t.end(), ids.begin() + b * 3 * n, ids.begin() + b * 3 * n + n);
+  return t;
+}
+
 // Everything but q, k, v and the outputs, parsed once and shared by the batch elements.
 struct attn_setup {
   bool batched = false;
@@ -55,11 +89,40 @@ struct attn_setup {
   rope_layout layout = rope_layout::half;
   rope_angle angle = rope_angle::exact;
   bool keys_rotated = false;
+  // M-RoPE (rope with mrope_section): q and k are rotated here, pair by pair at their (3, n)
+  // ids (mrope_apply), before the engine runs without RoPE; the backward un-rotates dq and dk.
+  // The engine's masks and biases see the temporal row (qpos, kpos above).
+  bool mrope = false;
+  std::vector<int> mrope_comp;        // (R/2,) component of each pair
+  std::vector<int64_t> qpos3, kpos3;  // (3, T) / (3, S) per batch element unless *_shared
   std::vector<double> slopes;
   t5_params t5p;
   py::object t5_table, shaw_keys, shaw_values;
   int64_t shaw_clip = 0;
+  // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
+  py::object kerple, fire, cope;  // (2, Hq), (Hq, 3m + 3), (npos, D); None = off
+  kerple_kernel kernel = kerple_kernel::log;
+  int64_t fire_hidden = 0;
+  attention_xpos xpos;  // theta 0 = off
+  attention_temperature temperature;
 };
+
+// A finite float option, or `fallback` when absent or None.
+double float_opt(const py::dict& opts, const char* key, double fallback) {
+  const py::handle h = opt(opts, key);
+  if (h.is_none()) return fallback;
+  const double x = h.cast<double>();
+  if (!std::isfinite(x)) fail("{} must be finite, got {}", key, x);
+  return x;
+}
+
+// A float32 or float64 parameter table (TypeError naming it otherwise); shapes checked by the
+// caller.
+py::array float_table(py::handle obj, const char* name) {
+  const py::array a = as_array(obj, name);
+  require_float(a, name);
+  return a;
+}
 
 // q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); same float dtype.
 // half_kv: k and v are float16 or bfloat16 bits (uint16), checked by the caller; q float32.
@@ -94,10 +157,51 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
     s.window = opt(opts, "window").cast<int64_t>();
     if (s.window < 0) fail("window must be >= 0 (0 or None = no window), got {}", s.window);
   }
-  s.qpos = per_batch_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
-                          &s.qpos_shared);
-  s.kpos = per_batch_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
-                          &s.kpos_shared);
+  if (!opt(opts, "rope").is_none()) {
+    const auto& c = opt(opts, "rope").cast<const rope_config&>();
+    if (c.head_dim != s.D)
+      fail("rope.head_dim must equal the head dim D = {} of q, got {}", s.D, c.head_dim);
+    int64_t seq_len = s.S;
+    if (!opt(opts, "rope_seq_len").is_none()) {
+      seq_len = opt(opts, "rope_seq_len").cast<int64_t>();
+      if (seq_len < 0) fail("rope_seq_len must be >= 0, got {}", seq_len);
+    }
+    s.freqs = rope_frequencies(c, seq_len);
+    s.layout = rope_layout_from_name(opt(opts, "rope_layout").cast<std::string>(), "rope_layout");
+    s.angle = rope_angle_from_name(opt(opts, "rope_angle").cast<std::string>(), "rope_angle");
+    s.keys_rotated = opt(opts, "keys_rotated").cast<bool>();
+    // M-RoPE when the config has sections and the ids have three rows ((3, n), or (B, 3, n)
+    // batched); 1-D ids with an M-RoPE config are text tokens, (p, p, p): plain RoPE at p.
+    const py::handle qp = opt(opts, "q_positions"), kp = opt(opts, "k_positions");
+    const int rows3 = s.batched ? 3 : 2;
+    const bool q3 = !qp.is_none() && as_array(qp, "q_positions").ndim() == rows3;
+    const bool k3 = !kp.is_none() && as_array(kp, "k_positions").ndim() == rows3;
+    if ((q3 || k3) && c.mrope_section.empty())
+      fail(
+          "positions of shape (3, n) need an M-RoPE rope config (mrope_section in rope_scaling "
+          "or rope_parameters), got a 1-D RoPE config");
+    if (q3 != k3)
+      fail("M-RoPE needs both q_positions (3, T) and k_positions (3, S), got {} and {}",
+           q3 ? "(3, T)" : "(T,) or None", k3 ? "(3, S)" : "(S,) or None");
+    if (q3) {
+      s.mrope = true;
+      s.mrope_comp =
+          mrope_components(c.mrope_section, c.mrope_interleaved, s.freqs->rotary_dim / 2);
+    }
+  }
+  if (s.mrope) {
+    s.qpos3 = mrope_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
+                         &s.qpos_shared);
+    s.kpos3 = mrope_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
+                         &s.kpos_shared);
+    s.qpos = temporal_rows(s.qpos3, s.T);
+    s.kpos = temporal_rows(s.kpos3, s.S);
+  } else {
+    s.qpos = per_batch_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
+                            &s.qpos_shared);
+    s.kpos = per_batch_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
+                            &s.kpos_shared);
+  }
   if (!opt(opts, "key_padding").is_none()) {
     const py::array m = as_array(opt(opts, "key_padding"), "key_padding");
     if (m.dtype().kind() != 'b' && !m.dtype().is(py::dtype::of<uint8_t>()))
@@ -120,20 +224,6 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
     if (s.batched) fail("cu_seqlens needs unbatched q (T, Hq, D) and k, v (S, Hkv, D)");
     s.cu = int_values(opt(opts, "cu_seqlens"), "cu_seqlens");
     validate_cu_seqlens(s.cu, s.S, "cu_seqlens");
-  }
-  if (!opt(opts, "rope").is_none()) {
-    const auto& c = opt(opts, "rope").cast<const rope_config&>();
-    if (c.head_dim != s.D)
-      fail("rope.head_dim must equal the head dim D = {} of q, got {}", s.D, c.head_dim);
-    int64_t seq_len = s.S;
-    if (!opt(opts, "rope_seq_len").is_none()) {
-      seq_len = opt(opts, "rope_seq_len").cast<int64_t>();
-      if (seq_len < 0) fail("rope_seq_len must be >= 0, got {}", seq_len);
-    }
-    s.freqs = rope_frequencies(c, seq_len);
-    s.layout = rope_layout_from_name(opt(opts, "rope_layout").cast<std::string>(), "rope_layout");
-    s.angle = rope_angle_from_name(opt(opts, "rope_angle").cast<std::string>(), "rope_angle");
-    s.keys_rotated = opt(opts, "keys_rotated").cast<bool>();
   }
   const py::handle alibi = opt(opts, "alibi");
   if (py::isinstance<py::bool_>(alibi)) {
@@ -178,13 +268,99 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
       (i == 0 ? s.shaw_keys : s.shaw_values) = a;
     }
   }
+
+  // Kerple (Chi et al. 2022): per-head a1, a2 (rows of a (2, Hq) table).
+  if (!opt(opts, "kerple").is_none()) {
+    const py::array a = float_table(opt(opts, "kerple"), "kerple");
+    if (a.ndim() != 2 || a.shape(0) != 2 || a.shape(1) != s.Hq)
+      fail("kerple must have shape (2, Hq) = (2, {}) (rows a1, a2 per head), got {}", s.Hq,
+           shape_str(a));
+    s.kerple = a;
+    const std::string kernel = opt(opts, "kerple_kernel").is_none()
+                                   ? "log"
+                                   : opt(opts, "kerple_kernel").cast<std::string>();
+    if (kernel != "log" && kernel != "power")
+      fail("kerple_kernel must be \"log\" or \"power\", got \"{}\"", kernel);
+    s.kernel = kernel == "power" ? kerple_kernel::power : kerple_kernel::log;
+  } else if (!opt(opts, "kerple_kernel").is_none() &&
+             opt(opts, "kerple_kernel").cast<std::string>() != "log") {
+    fail("kerple_kernel needs kerple (the (2, Hq) parameters)");
+  }
+  // FIRE (Li et al. 2023): per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L]; m from the width.
+  if (!opt(opts, "fire").is_none()) {
+    const py::array a = float_table(opt(opts, "fire"), "fire");
+    const int64_t W = a.ndim() == 2 ? a.shape(1) : 0;
+    if (a.ndim() != 2 || a.shape(0) != s.Hq || W < 6 || W % 3 != 0 || (W - 3) / 3 > 4096)
+      fail(
+          "fire must have shape (Hq, 3 m + 3) with Hq = {} and 1 <= m <= 4096 hidden units "
+          "(per head [w1 | b1 | w2 | b2, a_c, a_L]), got {}",
+          s.Hq, shape_str(a));
+    s.fire = a;
+    s.fire_hidden = (W - 3) / 3;
+  }
+  // xPos (Sun et al. 2022): RoPE with a per-pair exponential scale.
+  if (!opt(opts, "xpos").is_none() && opt(opts, "xpos").cast<bool>()) {
+    if (s.freqs) fail("xpos and rope exclude each other (xPos is RoPE with a scale)");
+    s.xpos.theta = float_opt(opts, "xpos_theta", 10000.0);
+    s.xpos.gamma = float_opt(opts, "xpos_gamma", 0.4);
+    s.xpos.scale_base = float_opt(opts, "xpos_scale_base", 512.0);
+    s.xpos.center = float_opt(opts, "xpos_center", 0.0);
+    if (!(s.xpos.theta > 1)) fail("xpos_theta must be > 1 (the RoPE base), got {}", s.xpos.theta);
+    if (!(s.xpos.gamma > 0)) fail("xpos_gamma must be > 0, got {}", s.xpos.gamma);
+    if (!(s.xpos.scale_base > 0)) fail("xpos_scale_base must be > 0, got {}", s.xpos.scale_base);
+    if (s.D % 2 != 0) fail("xpos needs an even head dim D, got D = {}", s.D);
+  }
+  // Llama 4's attention temperature tuning on the queries (NoPE layers).
+  if (!opt(opts, "attn_temperature_tuning").is_none() &&
+      opt(opts, "attn_temperature_tuning").cast<bool>()) {
+    if (s.freqs || s.xpos.theta != 0)
+      fail(
+          "attn_temperature_tuning excludes rope and xpos: it is Llama 4's query scale for the "
+          "layers without RoPE (at most one q/k transform per call)");
+    s.temperature.floor_scale = float_opt(opts, "floor_scale", 8192.0);
+    s.temperature.attn_scale = float_opt(opts, "attn_scale", 0.1);
+    if (!(s.temperature.floor_scale > 0))
+      fail("floor_scale must be > 0, got {}", s.temperature.floor_scale);
+    if (!(s.temperature.attn_scale >= 0))
+      fail("attn_scale must be >= 0, got {}", s.temperature.attn_scale);
+  }
+  // CoPE (Golovneva et al. 2024): embeddings (npos, D); causal and alone.
+  if (!opt(opts, "cope").is_none()) {
+    const py::array a = float_table(opt(opts, "cope"), "cope");
+    if (a.ndim() != 2 || a.shape(0) < 1 || a.shape(1) != s.D)
+      fail("cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", s.D, shape_str(a));
+    if (a.shape(0) > (int64_t{1} << 20))
+      fail("cope must have at most 2^20 position embeddings, got npos = {}", a.shape(0));
+    if (!s.causal)
+      fail(
+          "cope needs causal=True: its positions count the keys up to the query (Golovneva et "
+          "al. 2024)");
+    std::vector<std::string> on;
+    if (s.freqs) on.push_back("rope");
+    if (s.xpos.theta != 0) on.push_back("xpos");
+    if (!s.slopes.empty()) on.push_back("alibi");
+    if (s.t5_table) on.push_back("t5_table");
+    if (s.shaw_keys) on.push_back("shaw");
+    if (s.kerple) on.push_back("kerple");
+    if (s.fire) on.push_back("fire");
+    if (s.temperature.on()) on.push_back("attn_temperature_tuning");
+    if (!on.empty()) {
+      std::string names;
+      for (const auto& n : on) names += (names.empty() ? "" : ", ") + n;
+      fail(
+          "cope is used alone: rope, xpos, alibi, t5_table, shaw, kerple, fire and "
+          "attn_temperature_tuning must be off, got {}",
+          names);
+    }
+    s.cope = a;
+  }
   return s;
 }
 
 // Real copies of the tables (small) and the params of batch element b.
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v;
+  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, kerple, fire, cope;
   attention_params<Real> p;
 
   attn_call(const attn_setup& s) {
@@ -193,7 +369,7 @@ struct attn_call {
     p.causal = s.causal;
     p.window = s.window;
     p.cu_seqlens = s.cu;
-    if (s.freqs) {
+    if (s.freqs && !s.mrope) {
       p.pos.rope.freqs = &*s.freqs;
       p.pos.rope.layout = s.layout;
       p.pos.rope.angle = s.angle;
@@ -210,6 +386,46 @@ struct attn_call {
       p.pos.shaw = {s.shaw_clip, std::span<const Real>(shaw_k.data(), shaw_k.size()),
                     std::span<const Real>(shaw_v.data(), shaw_v.size())};
     }
+    if (s.kerple) {
+      kerple = contiguous_as<Real>(s.kerple);
+      p.pos.kerple = {s.kernel, std::span<const Real>(kerple.data(), kerple.size())};
+    }
+    if (s.fire) {
+      fire = contiguous_as<Real>(s.fire);
+      p.pos.fire = {s.fire_hidden, std::span<const Real>(fire.data(), fire.size())};
+    }
+    if (s.cope) {
+      cope = contiguous_as<Real>(s.cope);
+      p.pos.cope = {static_cast<int64_t>(cope.shape(0)),
+                    std::span<const Real>(cope.data(), cope.size())};
+    }
+    p.pos.xpos = s.xpos;
+    p.pos.temperature = s.temperature;
+  }
+
+  // M-RoPE: q (and k unless keys_rotated) of batch element b rotated into qr, kr; p reads them.
+  std::vector<Real> qr, kr;
+  void mrope_rotate(const attn_setup& s, int64_t b, const Real* q, const Real* k) {
+    if (!s.mrope) return;
+    qr.assign(q, q + s.T * s.Hq * s.D);
+    mrope_rows(s, b, qr.data(), false, false);
+    p.q = qr.data();
+    if (!s.keys_rotated) {
+      kr.assign(k, k + s.S * s.Hkv * s.D);
+      mrope_rows(s, b, kr.data(), true, false);
+      p.k = kr.data();
+    }
+  }
+  // x (n, H, D) of batch element b rotated in place at its ids (pad ids -1 read as 0);
+  // inverse: the transpose, the backward of the rotation.
+  static void mrope_rows(const attn_setup& s, int64_t b, Real* x, bool key, bool inverse) {
+    const int64_t n = key ? s.S : s.T, H = key ? s.Hkv : s.Hq;
+    const auto& ids = key ? s.kpos3 : s.qpos3;
+    const bool shared = key ? s.kpos_shared : s.qpos_shared;
+    std::vector<int64_t> pos(ids.begin() + (shared ? 0 : b * 3 * n),
+                             ids.begin() + (shared ? 0 : b * 3 * n) + 3 * n);
+    for (auto& v : pos) v = v < 0 ? 0 : v;
+    mrope_apply(*s.freqs, s.mrope_comp, s.layout, s.angle, pos, x, n, H, s.D, inverse);
   }
 
   // Positions and padding of batch element b.
@@ -244,6 +460,7 @@ py::object forward(const py::array& q0, const py::array& k0, const py::array& v0
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
+      c.mrope_rotate(s, b, c.p.q, c.p.k);
       c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
       attention_forward(c.p);
     }
@@ -262,6 +479,10 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
               "got " +
               dtype_str(q0));
   const attn_setup s = setup(q0, k0, v0, opts, true);
+  if (s.mrope && !s.keys_rotated)
+    fail(
+        "M-RoPE with half-precision k and v needs keys_rotated=True: rotate k with "
+        "posenc.mrope_apply in float32 before storing it (only q is rotated here)");
   const auto q = contiguous_as<float>(q0);
   // The 16-bit words as stored (a forcecast to uint16 would convert float16 values).
   const py::array k = py::array::ensure(k0, py::array::c_style),
@@ -281,6 +502,7 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k16 = kw + b * kn, c.p.v16 = vw + b * kn;
+      c.mrope_rotate(s, b, c.p.q, nullptr);
       c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
       attention_forward(c.p);
     }
@@ -319,12 +541,19 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   const bool want_alibi = param_grads && !s.slopes.empty();
   const bool want_t5 = param_grads && s.t5_table;
   const bool want_shaw = param_grads && s.shaw_keys;
+  const bool want_kerple = param_grads && s.kerple, want_fire = param_grads && s.fire,
+             want_cope = param_grads && s.cope;
   const int64_t nb = s.t5p.num_buckets, rows = 2 * s.shaw_clip + 1;
+  const int64_t fire_w = 3 * s.fire_hidden + 3,
+                npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
   // Per batch element gradients of the shared parameters, summed over the batch in order.
   std::vector<double> dalibi_b(s.Hq), dalibi(want_alibi ? s.Hq : 0, 0.0);
   std::vector<Real> dt5_b(want_t5 ? nb * s.Hq : 0), dshk_b(want_shaw ? rows * s.D : 0),
       dshv_b(want_shaw ? rows * s.D : 0);
   std::vector<double> dt5(dt5_b.size(), 0.0), dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
+  std::vector<Real> dke_b(want_kerple ? 2 * s.Hq : 0), dfi_b(want_fire ? s.Hq * fire_w : 0),
+      dco_b(want_cope ? npos * s.D : 0);
+  std::vector<double> dke(dke_b.size(), 0.0), dfi(dfi_b.size(), 0.0), dco(dco_b.size(), 0.0);
   const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
   Real* dqp = dq.mutable_data();
   Real* dkp = dk.mutable_data();
@@ -334,6 +563,7 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
+      c.mrope_rotate(s, b, c.p.q, c.p.k);
       attention_grads<Real> g;
       g.out = out.data() + b * qn, g.lse = lse.data() + b * s.T * s.Hq;
       // The engine validates p.out and reads it as the forward's output; it does not write it.
@@ -343,7 +573,17 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_alibi) g.dalibi = dalibi_b.data();
       if (want_t5) g.dt5 = dt5_b.data();
       if (want_shaw) g.dshaw_keys = dshk_b.data(), g.dshaw_values = dshv_b.data();
+      if (want_kerple) g.dkerple = dke_b.data();
+      if (want_fire) g.dfire = dfi_b.data();
+      if (want_cope) g.dcope = dco_b.data();
       attention_backward(c.p, g);
+      if (s.mrope) {  // dq = R(pos)^T dq' for the rotation applied before the call
+        c.mrope_rows(s, b, g.dq, false, true);
+        if (!s.keys_rotated) c.mrope_rows(s, b, g.dk, true, true);
+      }
+      for (size_t i = 0; i < dke.size(); ++i) dke[i] += dke_b[i];
+      for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
+      for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
       for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
       for (size_t i = 0; i < dt5.size(); ++i) dt5[i] += dt5_b[i];
       for (size_t i = 0; i < dshk.size(); ++i) dshk[i] += dshk_b[i], dshv[i] += dshv_b[i];
@@ -367,6 +607,9 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     r["dshaw_keys"] = to_array(dshk, {rows, s.D}, true);
     r["dshaw_values"] = to_array(dshv, {rows, s.D}, true);
   }
+  if (want_kerple) r["dkerple"] = to_array(dke, {2, s.Hq}, true);
+  if (want_fire) r["dfire"] = to_array(dfi, {s.Hq, fire_w}, true);
+  if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   return r;
 }
 

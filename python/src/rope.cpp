@@ -10,6 +10,7 @@
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
+#include "posenc/positions/positions.hpp"
 
 namespace posenc::py_bind {
 
@@ -143,17 +144,48 @@ inline int64_t block_tokens(int64_t H, int64_t D, size_t elem) {
   return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, H * D * static_cast<int64_t>(elem)));
 }
 
-rope_config config_from_json_text(const std::string& text) {
-  nlohmann::json j;
+nlohmann::json parse_config(const std::string& text) {
   try {
-    j = nlohmann::json::parse(text);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("config must be a JSON-serialisable dict: {}", e.what());
   }
+}
+
+// layer_type "" = the config's one RoPE configuration; else one layer type's (per-layer-type
+// RoPE: rope_config_from_json with a layer type).
+rope_config config_from_json_text(const std::string& text, const std::string& layer_type) {
   std::vector<std::string> warnings;
-  auto c = rope_config_from_json(j, &warnings);
+  auto c = rope_config_from_json(parse_config(text), layer_type, &warnings);
   emit_warnings(warnings);
   return c;
+}
+
+// hf_layer_plan as a dict (posenc.hf_layer_plan documents the keys).
+py::dict layer_plan_dict(const nlohmann::json& config) {
+  const rope_layer_plan p = hf_layer_plan(config);
+  py::dict d;
+  d["layer_types"] = p.layer_types;
+  d["types"] = p.types;
+  d["source"] = p.source;
+  py::dict layers;
+  for (const auto& t : p.types) {
+    std::vector<int64_t> idx;
+    for (size_t i = 0; i < p.layer_types.size(); ++i)
+      if (p.layer_types[i] == t) idx.push_back(static_cast<int64_t>(i));
+    layers[py::str(t)] = idx;
+  }
+  d["layers"] = layers;
+  d["rope_layers"] = std::vector<bool>(p.rope_layers.begin(), p.rope_layers.end());
+  std::vector<int64_t> nope;
+  for (size_t i = 0; i < p.rope_layers.size(); ++i)
+    if (!p.rope_layers[i]) nope.push_back(static_cast<int64_t>(i));
+  d["nope_layers"] = nope;
+  d["nope_source"] = p.nope_source;
+  d["attn_temperature_tuning"] = p.temperature_tuning;
+  d["floor_scale"] = p.floor_scale;
+  d["attn_scale"] = p.attn_scale;
+  return d;
 }
 
 template <typename Real>
@@ -230,16 +262,16 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
            }),
            "RopeConfig(head_dim=..., rotary_dim=None, theta=10000, scaling='default', "
            "factor=None, ...): see posenc.rope_config.")
-      .def_static("_from_json", &config_from_json_text, py::arg("text"))
+      .def_static("_from_json", &config_from_json_text, py::arg("text"), py::arg("layer_type") = "")
       .def_static(
           "_from_file",
-          [](const std::string& path) {
+          [](const std::string& path, const std::string& layer_type) {
             std::vector<std::string> warnings;
-            auto c = rope_config_from_file(path, &warnings);
+            auto c = rope_config_from_file(path, layer_type, &warnings);
             emit_warnings(warnings);
             return c;
           },
-          py::arg("path"))
+          py::arg("path"), py::arg("layer_type") = "")
       .def_property_readonly("head_dim", [](const rope_config& c) { return c.head_dim; })
       .def_property_readonly("rotary_dim", [](const rope_config& c) { return c.rotary_dim; })
       .def_property_readonly("theta", [](const rope_config& c) { return c.theta; })
@@ -250,6 +282,21 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
       .def_property_readonly(
           "original_max_position_embeddings",
           [](const rope_config& c) { return c.original_max_position_embeddings; })
+      .def_property_readonly("rotated_pairs",
+                             [](const rope_config& c) {
+                               // proportional: the pairs that rotate (the rest have omega 0)
+                               return c.type == rope_type::proportional
+                                          ? c.rotated_pairs.value_or(c.head_dim / 2)
+                                          : c.rotary_dim / 2;
+                             })
+      .def_property_readonly("mrope_section",
+                             [](const rope_config& c) {
+                               return c.mrope_section.empty()
+                                          ? py::object(py::none())
+                                          : py::object(py::cast(c.mrope_section));
+                             })
+      .def_property_readonly("mrope_interleaved",
+                             [](const rope_config& c) { return c.mrope_interleaved; })
       .def(
           "frequencies",
           [](const rope_config& c, std::optional<int64_t> seq_len) {
@@ -362,6 +409,97 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
       py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("interleaved") = false,
       py::arg("inplace") = false, py::arg("seqlen_offsets") = 0, py::arg("cu_seqlens") = py::none(),
       py::arg("inverse") = false);
+
+  m.def(
+      "_hf_layer_plan", [](const std::string& text) { return layer_plan_dict(parse_config(text)); },
+      py::arg("text"));
+  m.def(
+      "_hf_layer_plan_file",
+      [](const std::string& path) { return layer_plan_dict(hf_config_read(path)); },
+      py::arg("path"));
+
+  m.def(
+      "mrope_apply",
+      [](py::handle x_obj, py::handle positions, const rope_config& c,
+         const std::string& layout_name, const std::string& angle_name, bool inplace, bool inverse,
+         std::optional<int64_t> seq_len) {
+        const py::array x = as_array(x_obj, "x");
+        require_float(x, "x");
+        require_ndim(x, "x", {3}, "(T, H, D)");
+        const auto layout = rope_layout_from_name(layout_name, "layout");
+        const auto angle = rope_angle_from_name(angle_name, "angle");
+        const int64_t T = x.shape(0), H = x.shape(1), D = x.shape(2);
+        if (D != c.head_dim)
+          fail("x must have head dim D = cfg.head_dim = {}, got shape {}", c.head_dim,
+               shape_str(x));
+        if (c.mrope_section.empty())
+          fail(
+              "cfg must be an M-RoPE config (mrope_section in rope_scaling or rope_parameters), "
+              "got a 1-D RoPE config");
+        const py::array pa = as_array(positions, "positions");
+        auto pos = int_values(pa, "positions");
+        if (pa.ndim() != 2 || pa.shape(0) != 3 || pa.shape(1) != T)
+          fail("positions must have shape (3, T) = (3, {}) (temporal, height, width ids), got {}",
+               T, shape_str(pa));
+        require_min(pos, "positions", 0);
+        const auto f = rope_frequencies(c, seq_len_for(seq_len, pos));
+        const auto comp = mrope_components(c.mrope_section, c.mrope_interleaved, f.rotary_dim / 2);
+        const rope_io io = io_for(x, inplace, "x");
+        void* dst = const_cast<void*>(io.out.data());
+        const void* src = io.src.data();
+        const bool f32 = is_f32(x);
+        const auto bytes = static_cast<size_t>(x.nbytes());
+        {
+          py::gil_scoped_release nogil;
+          // mrope_apply rotates in place: out of place, start from a copy of x
+          if (dst != src) std::memcpy(dst, src, bytes);
+          if (f32)
+            mrope_apply(f, comp, layout, angle, pos, static_cast<float*>(dst), T, H, D, inverse);
+          else
+            mrope_apply(f, comp, layout, angle, pos, static_cast<double*>(dst), T, H, D, inverse);
+        }
+        return io.out;
+      },
+      py::arg("x"), py::arg("positions"), py::kw_only(), py::arg("cfg"), py::arg("layout") = "half",
+      py::arg("angle") = "exact", py::arg("inplace") = false, py::arg("inverse") = false,
+      py::arg("seq_len") = py::none(),
+      R"doc(M-RoPE (Qwen2-VL): rotate x (T, H, D) with three position ids per token.
+
+positions (3, T): rows temporal, height, width (posenc.positions_mrope builds them for
+text-image sequences). cfg: an M-RoPE RopeConfig (mrope_section in rope_scaling or
+rope_parameters; mrope_interleaved for Qwen3-VL's layout). Pair i turns by pos[c_i] omega_i,
+with c_i from the sections; a text token (the same id in all three rows) is rotated exactly as
+apply_rope rotates it. layout, angle, inverse, seq_len as apply_rope. Returns a new array, or x
+when inplace.)doc");
+
+  m.def(
+      "positions_mrope",
+      [](const std::vector<std::vector<int64_t>>& segments, int64_t start) {
+        std::vector<mrope_segment> segs;
+        for (size_t i = 0; i < segments.size(); ++i) {
+          const auto& s = segments[i];
+          if (s.size() != 4 && s.size() != 1)
+            fail(
+                "segments[{}] must be (text,) or (text, t, h, w): text tokens, then an image "
+                "grid, got {} values",
+                i, s.size());
+          segs.push_back(s.size() == 1 ? mrope_segment{s[0], 0, 0, 0}
+                                       : mrope_segment{s[0], s[1], s[2], s[3]});
+        }
+        const auto ids = positions_mrope(segs, start);
+        const auto n = static_cast<py::ssize_t>(ids.size() / 3);
+        py::array_t<int64_t> out({py::ssize_t{3}, n});
+        std::memcpy(out.mutable_data(), ids.data(), ids.size() * sizeof(int64_t));
+        return out;
+      },
+      py::arg("segments"), py::arg("start") = 0,
+      R"doc(M-RoPE position ids (3, n) int64 for a sequence of text runs and images.
+
+segments: a list of (text, t, h, w): `text` text tokens followed by an image of grid (t, h, w)
+tokens (after the vision merger; (text,) or t = h = w = 0 for text only). As transformers'
+Qwen2-VL get_rope_index: a text token gets (n, n, n); image token (a, b, c) gets
+(n + a, n + b, n + c), n one past the largest id before it; the next token then starts at
+n + max(t, h, w). start: the first id.)doc");
 }
 
 }  // namespace posenc::py_bind

@@ -208,3 +208,166 @@ def attention(q, k, v, *, causal=False, scale=None, bias=None, mask=None, shaw=N
             vals = vv if shaw is None else vv + av[c[i]]
             out[i, h] = p @ vals
     return out, lse
+
+
+# ---- research schemes and newer conventions ----------------------------------------------------
+# Each written from its paper (or the model code the convention comes from), in float64.
+
+
+def softplus(x):
+    return np.logaddexp(0.0, np.asarray(x, dtype=np.float64))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def kerple_bias(params, qpos, kpos, kernel="log"):
+    """Chi et al. 2022 (KERPLE), sec. 4: the logarithmic variant -r1 log(1 + r2 |m - n|) and the
+    power variant -r1 |m - n|^r2 (0 < r2 <= 2), per head. posenc keeps r1, r2 in range with
+    r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2) (power); params (2, H) = (a1, a2).
+    Returns (H, T, S)."""
+    a1, a2 = np.asarray(params, dtype=np.float64)
+    d = np.abs(np.asarray(qpos)[:, None] - np.asarray(kpos)[None, :]).astype(np.float64)
+    r1 = softplus(a1)[:, None, None]
+    if kernel == "log":
+        r2 = softplus(a2)[:, None, None]
+        return -r1 * np.log1p(r2 * d[None])
+    r2 = 2.0 * sigmoid(a2)[:, None, None]
+    return -r1 * d[None] ** r2
+
+
+def fire_bias(params, qpos, kpos, hidden):
+    """Li et al. 2023 (FIRE), eq. 5 with the learned threshold of sec. 3.2:
+    b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1), f an MLP with one hidden
+    ReLU layer. Per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L], c = softplus(a_c),
+    L = softplus(a_L) (posenc's parameterisation); the distance is |i - j| for keys ahead.
+    Returns (H, T, S)."""
+    w = np.asarray(params, dtype=np.float64)
+    m = hidden
+    qp = np.asarray(qpos, dtype=np.float64)[:, None]
+    d = np.abs(qp - np.asarray(kpos, dtype=np.float64)[None, :])
+    out = []
+    for row in w:
+        w1, b1, w2, b2 = row[:m], row[m : 2 * m], row[2 * m : 3 * m], row[3 * m]
+        c, L = softplus(row[3 * m + 1]), softplus(row[3 * m + 2])
+        x = np.log(c * d + 1) / np.log(c * np.maximum(L, qp) + 1)  # (T, S)
+        hid = np.maximum(0.0, x[..., None] * w1 + b1)  # (T, S, m)
+        out.append(hid @ w2 + b2)
+    return np.stack(out)
+
+
+def xpos_transform(x, pos, theta=10000.0, gamma=0.4, scale_base=512.0, center=0.0, key=False):
+    """Sun et al. 2022 (A Length-Extrapolatable Transformer), sec. 3.2: RoPE with the scale
+    zeta_i = (i / (D/2) + gamma) / (1 + gamma) raised to +(n - c)/B for queries and -(n - c)/B
+    for keys; pairs (i, i + D/2), angles n theta^(-2i/D). x: (T, H, D)."""
+    x = np.asarray(x, dtype=np.float64)
+    D = x.shape[-1]
+    i = np.arange(D // 2, dtype=np.float64)
+    zeta = (i / (D // 2) + gamma) / (1 + gamma)
+    e = (np.asarray(pos, dtype=np.float64) - center) / scale_base
+    sc = zeta[None, :] ** ((-e if key else e)[:, None])  # (T, D/2)
+    y = rope_rotate(x, pos, inv_freq_default(theta, D), "half")
+    y[..., : D // 2] *= sc[:, None, :]
+    y[..., D // 2 :] *= sc[:, None, :]
+    return y
+
+
+def temperature_scale(pos, floor_scale, attn_scale):
+    """Llama 4 (transformers' Llama4TextAttention): log(floor((pos + 1) / floor_scale) + 1) *
+    attn_scale + 1, the query scale of the NoPE layers."""
+    p = np.asarray(pos, dtype=np.float64)
+    return np.log(np.floor((p + 1.0) / floor_scale) + 1.0) * attn_scale + 1.0
+
+
+def cope_attention(q, k, v, emb, scale=None, mask=None):
+    """Golovneva et al. 2024 (Contextual Position Encoding), sec. 3 and the code of its
+    appendix, causal, one batch element: logits a = scale q k^T, gates sigmoid(a) on visible
+    pairs (0 elsewhere), positions p_ij = sum_{t=j..i} g_it (a reversed cumulative sum),
+    clamped to npos - 1, logits + q . e interpolated between floor(p) and ceil(p).
+    q (T, Hq, D), k, v (S, Hkv, D), emb (npos, D). Returns out (T, Hq, D)."""
+    q, k, v, emb = (np.asarray(a, dtype=np.float64) for a in (q, k, v, emb))
+    T, Hq, D = q.shape
+    S, Hkv, _ = k.shape
+    G = Hq // Hkv
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    vis = np.arange(S)[None, :] <= (S - T + np.arange(T))[:, None]
+    if mask is not None:
+        vis &= mask
+    npos = emb.shape[0]
+    out = np.zeros((T, Hq, D))
+    for h in range(Hq):
+        a = scale * q[:, h] @ k[:, h // G].T  # (T, S)
+        g = np.where(vis, sigmoid(a), 0.0)
+        p = np.flip(np.cumsum(np.flip(g, -1), -1), -1)
+        p = np.minimum(p, npos - 1)
+        lo, hi = np.floor(p).astype(int), np.ceil(p).astype(int)
+        w = p - lo
+        z = q[:, h] @ emb.T  # (T, npos)
+        zi = np.take_along_axis(z, lo, -1) * (1 - w) + np.take_along_axis(z, hi, -1) * w
+        s = np.where(vis, a + zi, -np.inf)
+        for i in range(T):
+            if not vis[i].any():
+                continue
+            e = np.exp(s[i] - s[i].max())
+            out[i, h] = (e / e.sum()) @ v[:, h // G]
+    return out
+
+
+def mrope_rotate(x, pos3, inv_freq, section, interleaved=False, layout="half", inverse=False):
+    """M-RoPE (Wang et al. 2024, Qwen2-VL, sec. 2.1), as transformers applies it: angles of
+    the three components pos3 (3, T) times inv_freq, then each pair takes the angle of its
+    component: contiguous (apply_multimodal_rotary_pos_emb: the R/2 pairs split into sections
+    t, h, w) or interleaved (Qwen3-VL's apply_interleaved_mrope: pair i is h when i % 3 == 1
+    and i < 3 s_h, w when i % 3 == 2 and i < 3 s_w). x: (T, H, D)."""
+    ang = np.asarray(pos3, dtype=np.float64)[:, :, None] * np.asarray(inv_freq)[None, None, :]
+    if interleaved:
+        a = ang[0].copy()
+        for dim, offset in ((1, 1), (2, 2)):
+            idx = slice(offset, section[dim] * 3, 3)
+            a[:, idx] = ang[dim][:, idx]
+    else:
+        bounds = np.cumsum([0] + list(section))
+        a = np.concatenate([ang[c][:, bounds[c] : bounds[c + 1]] for c in range(3)], axis=-1)
+    x = np.asarray(x, dtype=np.float64)
+    R = 2 * len(inv_freq)
+    c, s = np.cos(a)[:, None, :], np.sin(a)[:, None, :]
+    if inverse:
+        s = -s
+    y = x.copy()
+    if layout == "half":
+        u, w = x[..., : R // 2], x[..., R // 2 : R]
+        y[..., : R // 2], y[..., R // 2 : R] = u * c - w * s, w * c + u * s
+    else:
+        u, w = x[..., 0:R:2], x[..., 1:R:2]
+        y[..., 0:R:2], y[..., 1:R:2] = u * c - w * s, w * c + u * s
+    return y
+
+
+def mrope_position_ids(segments, start=0):
+    """transformers' Qwen2-VL get_rope_index for one sequence: segments of (text, t, h, w);
+    text tokens count on from the largest id so far, an image's tokens get (t, h, w) grid
+    indices offset by the next id; the next id is then the largest + 1. Returns (3, n)."""
+    parts = []
+    nxt = start
+    for text, t, h, w in segments:
+        if text:
+            parts.append(np.tile(np.arange(text), (3, 1)) + nxt)
+            nxt += text
+        if t:
+            ti = np.repeat(np.arange(t), h * w)
+            hi = np.tile(np.repeat(np.arange(h), w), t)
+            wi = np.tile(np.arange(w), t * h)
+            ids = np.stack([ti, hi, wi]) + nxt
+            parts.append(ids)
+            nxt = int(ids.max()) + 1
+    return np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), np.int64)
+
+
+def inv_freq_proportional(theta, D, partial_rotary_factor, factor=1.0):
+    """Gemma 4's proportional RoPE (transformers): exponents over the full head dim D, the
+    first floor(partial_rotary_factor D / 2) pairs rotate, the rest get frequency 0."""
+    n = int(partial_rotary_factor * D // 2)
+    inv = 1.0 / (factor * np.power(float(theta), np.arange(0, D, 2, dtype=np.float64) / D))
+    inv[n:] = 0.0
+    return inv

@@ -156,6 +156,13 @@ GRADCHECK_CASES = {
     "rope": dict(causal=True, rope=posenc.RopeConfig(head_dim=8), rope_layout="interleaved"),
     "alibi_fixed": dict(causal=True, alibi=True),
     "packed": dict(causal=True, cu_seqlens=torch.tensor([0, 3, 7])),
+    "xpos": dict(causal=True, xpos=True, xpos_scale_base=8.0, xpos_center=3.0),
+    "temperature": dict(causal=True, attn_temperature_tuning=True, floor_scale=2.0,
+                        attn_scale=0.5),
+    "mrope": dict(causal=True, rope=posenc.RopeConfig.from_hf(
+        {"head_dim": 8, "rope_scaling": {"type": "mrope", "mrope_section": [1, 2, 1]}}),
+        q_positions=torch.tensor(posenc.positions_mrope([(2, 1, 2, 2), (1,)])[:, 2:]),
+        k_positions=torch.tensor(posenc.positions_mrope([(2, 1, 2, 2), (1,)]))),
 }
 
 
@@ -181,6 +188,55 @@ def test_attention_gradcheck_parameters():
     assert torch.autograd.gradcheck(
         lambda q, k, v, ak, av: pt.attention(q, k, v, causal=True, shaw=(ak, av, 2)),
         (q, k, v, ak, av))
+
+
+@pytest.mark.parametrize("scheme", ["kerple_log", "kerple_power", "fire", "cope"])
+def test_attention_gradcheck_research_parameters(scheme):
+    q, k, v = inputs(17)
+    g = torch.Generator().manual_seed(18)
+    mk = lambda *s: torch.randn(*s, dtype=torch.float64, generator=g, requires_grad=True)  # noqa
+    if scheme.startswith("kerple"):
+        kernel = scheme.split("_")[1]
+        assert torch.autograd.gradcheck(
+            lambda q, k, v, a: pt.attention(q, k, v, causal=True, kerple=a, kerple_kernel=kernel),
+            (q, k, v, mk(2, 4)))
+    elif scheme == "fire":
+        w = torch.randn(4, 3 * 4 + 3, dtype=torch.float64, generator=g)
+        w[:, -1] = 3.0  # threshold L = softplus(3) ~ 3: queries on both sides of it
+        w.requires_grad_()
+        assert torch.autograd.gradcheck(
+            lambda q, k, v, w: pt.attention(q, k, v, fire=w), (q, k, v, w))
+    else:
+        assert torch.autograd.gradcheck(
+            lambda q, k, v, e: pt.attention(q, k, v, causal=True, cope=e), (q, k, v, mk(9, 8)))
+
+
+def test_attention_research_parameters_must_be_tensors():
+    q, k, v = inputs(20)
+    with pytest.raises(TypeError, match="kerple must be a torch.Tensor, got ndarray"):
+        pt.attention(q, k, v, kerple=np.zeros((2, 4)))
+    with pytest.raises(TypeError, match="cope must be a torch.Tensor"):
+        pt.attention(q, k, v, causal=True, cope=[[0.0] * 8])
+
+
+def test_attention_research_parameters_match_torch_autograd():
+    # Kerple's bias written in PyTorch from the paper (reference.kerple_bias's formula), added
+    # to eager attention: posenc's gradient of the parameters equals autograd's
+    q, k, v = inputs(19)
+    a = torch.tensor([[0.3, -1.0, 0.5, 2.0], [1.0, 0.2, -0.7, 0.0]], dtype=torch.float64,
+                     requires_grad=True)
+    out = pt.attention(q, k, v, causal=True, kerple=a)
+    (out.sum()).backward()
+    got = a.grad.clone()
+    a.grad = None
+    qpos, kpos = torch.arange(2, 7), torch.arange(7)
+    d = (qpos[:, None] - kpos[None, :]).abs().double()
+    r1 = torch.nn.functional.softplus(a[0])[:, None, None]
+    r2 = torch.nn.functional.softplus(a[1])[:, None, None]
+    want = torch_attention(q, k, v, causal=True, bias=-r1 * torch.log1p(r2 * d))
+    want.sum().backward()
+    assert torch.max(torch.abs(out - want)) <= 1e-13
+    assert torch.max(torch.abs(got - a.grad)) <= 1e-12
 
 
 def test_attention_matches_torch_autograd_float32():
