@@ -538,3 +538,25 @@ TEST(AttentionSimd, HalfPrecisionMisuseIsAClearError) {
       },
       invalid_argument);
 }
+
+// CoPE runs alone on its own path: with the query temperature on as well (a q/k transform the
+// CoPE path would not apply) the call is refused by name instead of silently dropping it.
+TEST(AttentionCope, TemperatureWithCopeIsRefused) {
+  const int64_t T = 2, D = 4;
+  std::vector<double> q(T * D, 0.5), k(T * D, 0.25), v(T * D, 1.0), out(T * D), emb(2 * D, 0.1);
+  attention_params<double> p;
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
+  p.T = p.S = T, p.Hq = p.Hkv = 1, p.D = D, p.causal = true;
+  p.pos.cope.npos = 2;
+  p.pos.cope.emb = emb;
+  EXPECT_NO_THROW(attention_forward(p));
+  p.pos.temperature.floor_scale = 4;
+  p.pos.temperature.attn_scale = 0.1;
+  try {
+    attention_forward(p);
+    ADD_FAILURE() << "CoPE with the temperature must be refused";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("temperature must be off"), std::string::npos)
+        << e.what();
+  }
+}

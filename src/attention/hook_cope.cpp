@@ -69,8 +69,10 @@ void add_cope_terms(const attention_params<Real>& p, const attention_plan&,
         "query (Golovneva et al. 2024)");
   const auto& q = p.pos;
   if (q.rope.freqs || q.xpos.theta != 0 || !q.alibi.empty() || q.has_t5() || q.has_shaw() ||
-      q.has_kerple() || q.has_fire())
-    fail("cope is used alone: pos.rope, xpos, alibi, t5, shaw, kerple and fire must be off");
+      q.has_kerple() || q.has_fire() || q.temperature.on())
+    fail(
+        "cope is used alone: pos.rope, xpos, alibi, t5, shaw, kerple, fire and temperature must "
+        "be off");
 }
 POSENC_INSTANTIATE_TERMS(cope)
 
