@@ -83,7 +83,11 @@ constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 // this many keys (a whole number of blocks), each a work item of its own (flash-decoding). A
 // shape constant, never a function of the thread count: the merge order, and so the bits, are
 // the same on any number of threads.
-constexpr int64_t kSplitKeys = 2 * kSimdBk;
+#ifndef POSENC_SPLIT_KEYS
+#define POSENC_SPLIT_KEYS 128
+#endif
+constexpr int64_t kSplitKeys = POSENC_SPLIT_KEYS;
+static_assert(kSplitKeys % kSimdBk == 0, "a chunk is a whole number of key blocks");
 // Calls with fewer (kv head, query block) items than this are split too (decode and speculative
 // decoding with many query heads per kv head: MQA, or T of 2 to 16), so that every thread has
 // work: a shape constant like kSplitKeys.
@@ -91,7 +95,10 @@ constexpr int64_t kSplitItems = 64;
 // On the in-place path (split calls), items of at least this many tile rows transpose each key
 // block into thread scratch just before its product (one pass over the block, shared by the
 // rows); fewer rows form each score as a dot product over the key row in place.
-constexpr int64_t kPackRows = 8;
+#ifndef POSENC_PACK_ROWS
+#define POSENC_PACK_ROWS 8
+#endif
+constexpr int64_t kPackRows = POSENC_PACK_ROWS;
 // Keys ahead of the one being scored whose key and value rows the decode path prefetches, and
 // whether it prefetches head-major (contiguous) rows too: the knobs the measurements in
 // docs/design.md turned (build attention_simd.cpp with -DPOSENC_PF_KEYS=N, -DPOSENC_PF_CONTIG=0).
