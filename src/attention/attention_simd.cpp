@@ -351,17 +351,17 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
   if (c0 < ncols) GemmStrip<DH, 1, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
 }
 
-// dst row c (c < 8, at dst + c * ldd) = column c of the 8 x 8 block at src (rows lds apart), for
+// dst row c (c < 8, at dst + c * ldd) = column c of the 8 x 8 block of rows src[i] + off, for
 // 8-lane vectors (d: DH with 8 lanes; not on the 1-lane targets): three rounds of interleaves
 // (32-bit, 64-bit, 128-bit halves).
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
 template <class D8>
-HWY_INLINE void Transpose8x8(D8 d, const float* HWY_RESTRICT src, int64_t lds,
-                             float* HWY_RESTRICT dst, int64_t ldd) {
+HWY_INLINE void Transpose8x8(D8 d, const float* const* src, int64_t off, float* HWY_RESTRICT dst,
+                             int64_t ldd) {
   const hn::Repartition<double, D8> dd;
   using V = hn::Vec<D8>;
   V r[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
+  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src[i] + off);
   for (int i = 0; i < 8; i += 2) {  // (r_i[0] r_i+1[0] r_i[1] r_i+1[1] | ...[4], [5])
     t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
     t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
@@ -393,13 +393,18 @@ void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RES
   const int64_t W = PanelWidth();
   const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
   const int64_t kbytes = D * kv_bytes(pr.kt), vbytes = D * kv_bytes(pr.vt);
+  // float32 keys without a transform are transposed from where they lie; others are widened
+  // and transformed into `rows` first.
+  const bool in_place = pr.kt == kv_storage::f32 && !ktab;
   // 8 keys at a time: each source row is read contiguously, each destination row gets 8
   // consecutive floats, so both sides stay within a few cache lines.
   // (W >= 8 except on 1- and 2-lane targets, where a group spans several panels.)
   for (int64_t jj0 = 0; jj0 < kSimdBk; jj0 += 8) {
+    const float* src[8];
     for (int64_t t = 0; t < 8; ++t) {
       const int64_t jj = jj0 + t;
       float* row = rows + t * D;
+      src[t] = row;
       if (jj >= nb) {
         std::fill(row, row + D, 0.0f);
         continue;
@@ -410,6 +415,10 @@ void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RES
         for (int64_t b = 0; b < kbytes; b += 64) hwy::Prefetch(kf + b);
         for (int64_t b = 0; b < vbytes; b += 64) hwy::Prefetch(vf + b);
       }
+      if (in_place) {
+        src[t] = static_cast<const float*>(pr.krow(j0 + jj, hk));
+        continue;
+      }
       WidenRow(pr.kt, pr.krow(j0 + jj, hk), row, D);
       if (ktab) tr->apply_rows(ktab + (j0 + jj) * Rt, true, row, 1, D);
     }
@@ -418,15 +427,15 @@ void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RES
       int64_t d = 0;
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
       if (hn::Lanes(DH()) == 8)
-        for (; d + 8 <= D; d += 8) Transpose8x8(DH(), rows + d, D, out + d * W, W);
+        for (; d + 8 <= D; d += 8) Transpose8x8(DH(), src, d, out + d * W, W);
 #endif
       for (; d < D; ++d)
-        for (int64_t t = 0; t < 8; ++t) out[d * W + t] = rows[t * D + d];
+        for (int64_t t = 0; t < 8; ++t) out[d * W + t] = src[t][d];
     } else {
       for (int64_t d = 0; d < D; ++d)
         for (int64_t t = 0; t < 8; ++t) {
           const int64_t jj = jj0 + t;
-          dst[jj / W * D * W + d * W + jj % W] = rows[t * D + d];
+          dst[jj / W * D * W + d * W + jj % W] = src[t][d];
         }
     }
   }
