@@ -147,7 +147,7 @@ void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& ca
   p.k_positions = cache.positions();
   // A transform with several ids per token: the ids of the last T tokens, (rows, T).
   std::vector<int64_t> q_ids;
-  for (int64_t r = 0; cache.ids_per_token() > 1 && r < cache.ids_per_token(); ++r) {
+  for (int64_t r = 0; cache.ids_per_token() > 1 && p.T >= 0 && r < cache.ids_per_token(); ++r) {
     const auto row = cache.ids(r);
     q_ids.insert(q_ids.end(), row.end() - p.T, row.end());
   }
