@@ -45,7 +45,7 @@ class fire_bias_term final : public score_bias<Real> {
     for (int64_t u = 0; u < m_; ++u) out += w[2 * m_ + u] * std::max(0.0, w[u] * x + w[m_ + u]);
     return out;
   }
-  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool,
+  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
                Real* row) const override {
     if (psi_.empty()) {
       for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(value(h, qp, kpos[j]));
@@ -61,12 +61,20 @@ class fire_bias_term final : public score_bias<Real> {
     double x[kB], acc[kB];
     for (int64_t j0 = 0; j0 < n; j0 += kB) {
       const int64_t nb = std::min(kB, n - j0);
-      for (int64_t j = 0; j < nb; ++j) {
-        const int64_t d = std::llabs(qp - kpos[j0 + j]);
-        // d = 0: psi = 0, x = 0 as in input(); past the table (a pad key, masked anyway): input().
-        x[j] = d <= dmax_ ? psi[d] / pm : input(w, qp, kpos[j0 + j]).x;
-        acc[j] = w[3 * m_];
+      // d = 0: psi = 0, x = 0 as in input(); past the table (a pad key, masked anyway): input().
+      const int64_t r0 = kpos[j0] - qp;  // consecutive keys: offsets r0, r0 + 1, ...
+      if (contiguous && std::llabs(r0) <= dmax_ && std::llabs(r0 + nb - 1) <= dmax_) {
+        // Keys behind the query (d = -r decreasing), then at or ahead of it (d = r): no branch.
+        const int64_t behind = std::clamp<int64_t>(-r0, 0, nb);
+        for (int64_t j = 0; j < behind; ++j) x[j] = psi[-r0 - j] / pm;
+        for (int64_t j = behind; j < nb; ++j) x[j] = psi[r0 + j] / pm;
+      } else {
+        for (int64_t j = 0; j < nb; ++j) {
+          const int64_t d = std::llabs(qp - kpos[j0 + j]);
+          x[j] = d <= dmax_ ? psi[d] / pm : input(w, qp, kpos[j0 + j]).x;
+        }
       }
+      for (int64_t j = 0; j < nb; ++j) acc[j] = w[3 * m_];
       for (int64_t u = 0; u < m_; ++u) {
         const double w1 = w[u], b1 = w[m_ + u], w2 = w[2 * m_ + u];
         for (int64_t j = 0; j < nb; ++j) acc[j] += w2 * std::max(0.0, w1 * x[j] + b1);
