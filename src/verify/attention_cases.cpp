@@ -1009,10 +1009,11 @@ std::vector<spec> make_perf() {
   add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
   // The research schemes' rows at T = S = 2048. Kerple's row is a slice of a per-call table
   // (as ALiBi's, about its cost): a default case. FIRE's runs its MLP per pair in double (about
-  // 1.5x ALiBi's time) and xPos is a q/k transform on copies: extended.
+  // 1.5x ALiBi's time); xPos and M-RoPE are q/k transforms on copies: extended.
   add("attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward);
   add("attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
   add("attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
+  add("attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);
   add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
   add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;
