@@ -18,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "posenc/core/npy.hpp"
 #include "posenc/core/rng.hpp"
@@ -71,12 +72,13 @@ double llama4_scale(int64_t pos, double floor_scale, double attn_scale) {
 
 // Causal attention of q against k, v (default positions) with the query temperature
 // (floor_scale 0 = off) or RoPE, from the formulas above.
+// RoPE frequencies theta^(-2i/D) / factor (linear scaling divides every frequency).
 std::vector<double> naive(std::vector<double> q, std::vector<double> k,
                           const std::vector<double>& v, double floor_scale, double attn_scale,
-                          bool rope) {
-  auto rot = [](double* x, int64_t pos) {
+                          bool rope, double theta = 10000, double factor = 1) {
+  auto rot = [&](double* x, int64_t pos) {
     for (int64_t i = 0; i < D / 2; ++i) {
-      const double a = double(pos) * std::pow(10000.0, -2.0 * double(i) / D);
+      const double a = double(pos) * std::pow(theta, -2.0 * double(i) / D) / factor;
       const double u = x[i], w = x[i + D / 2];
       x[i] = u * std::cos(a) - w * std::sin(a);
       x[i + D / 2] = w * std::cos(a) + u * std::sin(a);
@@ -189,7 +191,8 @@ TEST(CliAttendTemperature, BackwardMatchesFiniteDifferences) {
 
 // --layer reads the layer's convention from the config: layers 0..2 rotate (RoPE from the
 // config), layer 3 is NoPE and scales the queries (attn_temperature_tuning); without tuning it
-// is plain attention. SmolLM3's no_rope_layers list (1 = RoPE) works the same way.
+// is plain attention. Gemma 3's layer types pick their RoPE (as --layer-type does). SmolLM3's
+// no_rope_layers list (1 = RoPE) works like Llama 4's interval.
 TEST(CliAttendTemperature, ConfigLayerPicksRopeNopeAndTemperature) {
   data in;
   const auto cfg = in.dir.file("config.json");
@@ -215,6 +218,28 @@ TEST(CliAttendTemperature, ConfigLayerPicksRopeNopeAndTemperature) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["schemes"], json::array());
   EXPECT_LE(max_diff(in.dir.file("o.npy"), naive(in.q, in.k, in.v, 0, 0, false)), 1e-12);
+
+  // Gemma 3's legacy keys: sliding layers (every layer but each 6th, the default pattern) use
+  // rope_local_base_freq without scaling, the global ones rope_theta with linear x8.
+  json gemma = {{"model_type", "gemma3_text"},
+                {"num_hidden_layers", 6},
+                {"hidden_size", Hq * D},
+                {"num_attention_heads", Hq},
+                {"head_dim", D},
+                {"rope_theta", 1000000.0},
+                {"rope_local_base_freq", 10000.0},
+                {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}};
+  std::ofstream(cfg) << gemma.dump();
+  for (const auto& [flag, value, theta, factor] :
+       {std::tuple{"--layer", "0", 10000.0, 1.0}, std::tuple{"--layer", "5", 1e6, 8.0},
+        std::tuple{"--layer-type", "sliding_attention", 10000.0, 1.0},
+        std::tuple{"--layer-type", "full_attention", 1e6, 8.0}}) {
+    r = test::run_cli(in.args({"--rope", "--hf-config", cfg, "--layout", "half", flag, value}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LE(max_diff(in.dir.file("o.npy"), naive(in.q, in.k, in.v, 0, 0, true, theta, factor)),
+              1e-12)
+        << flag << " " << value;
+  }
 
   json smol = {{"model_type", "smollm3"}, {"num_hidden_layers", 3},
                {"hidden_size", Hq * D},   {"num_attention_heads", Hq},
