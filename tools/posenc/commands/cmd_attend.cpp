@@ -430,8 +430,9 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   if (o.temperature) {
     if (lc.given)
       fail(
-          "--attn-temperature-tuning with --layer: the temperature comes from --hf-config "
-          "(attn_temperature_tuning, floor_scale, attn_scale); leave the flags out");
+          "--attn-temperature-tuning with --layer or --layer-type: the temperature comes from "
+          "--hf-config (attn_temperature_tuning, floor_scale, attn_scale on its NoPE layers); "
+          "leave the flags out");
     if (o.rope || o.xpos)
       fail(
           "--attn-temperature-tuning excludes --rope and --xpos: it is a q/k transform like them, "
