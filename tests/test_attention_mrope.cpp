@@ -4,8 +4,8 @@
 //   - the engine's result is bit-identical to mrope_apply on q and k followed by attention
 //     without a position scheme (forward out and lse, and the backward's dq, dk, dv against
 //     the plain backward's mapped back by mrope_apply's inverse), float32 and float64, prefill
-//     and decode shapes, both pair layouts, contiguous and interleaved sections, exact and
-//     float32 angles, partial rotation;
+//     and decode shapes, both pair layouts, contiguous and interleaved sections, every angle
+//     mode (exact and the float32 pipelines), partial rotation;
 //   - text tokens (equal ids in all three rows) give RoPE's attention at those ids, bit for bit;
 //   - a KV cache that takes (3, n) ids decodes like the full forward;
 //   - bad ids and sections are refused with the field named.
@@ -88,7 +88,8 @@ int bit_identical_cases() {
   int cases = 0;
   for (const auto [T, S] : {std::pair<int64_t, int64_t>{64, 130}, {33, 33}, {1, 300}, {3, 70}})
     for (const auto layout : {rope_layout::half, rope_layout::interleaved})
-      for (const auto angle : {rope_angle::exact, rope_angle::f32})
+      for (const auto angle :
+           {rope_angle::exact, rope_angle::f32, rope_angle::hf_f32, rope_angle::ggml_f32})
         for (const bool interleaved : {false, true})
           for (const bool partial : {false, true}) {
             SCOPED_TRACE(testing::Message()
@@ -139,8 +140,8 @@ int bit_identical_cases() {
 }  // namespace
 
 TEST(AttentionMrope, HookIsBitIdenticalToMropeApplyThenAttention) {
-  EXPECT_EQ(bit_identical_cases<float>(), 64);
-  EXPECT_EQ(bit_identical_cases<double>(), 64);
+  EXPECT_EQ(bit_identical_cases<float>(), 128);
+  EXPECT_EQ(bit_identical_cases<double>(), 128);
 }
 
 // A text-only sequence has the same id in all three rows: M-RoPE is then RoPE at that id, and

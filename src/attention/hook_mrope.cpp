@@ -11,6 +11,7 @@
 
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
+#include "posenc/core/threads.hpp"
 
 namespace posenc::detail {
 namespace {
@@ -21,7 +22,9 @@ class mrope_transform final : public qk_transform {
   // (keys from a cache; a cache's transform for appended keys).
   mrope_transform(const attention_mrope& m, std::vector<int> component,
                   std::span<const int64_t> q_ids, std::span<const int64_t> k_ids)
-      : m_(m), component_(std::move(component)), q_ids_(q_ids), k_ids_(k_ids) {}
+      : m_(m), component_(std::move(component)), q_ids_(q_ids), k_ids_(k_ids) {
+    for (int c : component_) present_[c] = true;
+  }
   void apply(std::span<const int64_t>, float* x, int64_t n, int64_t H, int64_t D, bool key,
              bool transpose) const override {
     run(x, n, H, D, key, transpose);
@@ -46,10 +49,36 @@ class mrope_transform final : public qk_transform {
     if (static_cast<int64_t>(ids.size()) != 3 * n)
       fail("M-RoPE: {} ids for {} {} (the engine maps whole q and k arrays)", ids.size(), n,
            key ? "keys" : "queries");
-    mrope_apply(*m_.freqs, component_, m_.layout, m_.angle, ids, x, n, H, D, transpose);
+    if (transpose || rope_reference_selected()) {
+      mrope_apply(*m_.freqs, component_, m_.layout, m_.angle, ids, x, n, H, D, transpose);
+      return;
+    }
+    // The forward in one pass over x: per token, rope_cos_sin at each component's id, pair i
+    // taking the cos and sin of its component, then one rope_rotate. These are the two steps
+    // rope_apply takes per token (the RoPE hook's row form relies on the same), so each pair
+    // gets the bits mrope_apply gives it, without its three rotated copies.
+    const int64_t R = m_.freqs->rotary_dim, half = R / 2;
+    parallel_for(
+        n,
+        [&](int64_t b, int64_t e) {
+          std::vector<Real> cs(static_cast<size_t>(3 * R)), mix(static_cast<size_t>(R));
+          for (int64_t t = b; t < e; ++t) {
+            for (int c = 0; c < 3; ++c)
+              if (present_[c])
+                rope_cos_sin(*m_.freqs, m_.angle, ids[c * n + t], cs.data() + c * R,
+                             cs.data() + c * R + half);
+            for (int64_t i = 0; i < half; ++i) {
+              mix[i] = cs[component_[i] * R + i];
+              mix[half + i] = cs[component_[i] * R + half + i];
+            }
+            rope_rotate(m_.layout, R, mix.data(), mix.data() + half, x + t * H * D, H, D, false);
+          }
+        },
+        16);
   }
   attention_mrope m_;
-  std::vector<int> component_;  // (R/2,) c_i in {0, 1, 2}
+  std::vector<int> component_;               // (R/2,) c_i in {0, 1, 2}
+  bool present_[3] = {false, false, false};  // which components have pairs
   std::span<const int64_t> q_ids_, k_ids_;
 };
 

@@ -1013,7 +1013,7 @@ std::vector<spec> make_perf() {
   add("attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward);
   add("attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
   add("attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
-  add("attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);
+  add("attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
   add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
   add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;
