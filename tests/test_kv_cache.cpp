@@ -22,7 +22,7 @@ using namespace posenc;
 
 namespace {
 
-enum class scheme { none, rope_half, rope_interleaved, alibi, t5, shaw, all };
+enum class scheme { none, rope_half, rope_interleaved, alibi, t5, shaw, all, xpos, temperature };
 
 template <typename Real>
 struct decode_case {
@@ -68,6 +68,8 @@ struct decode_case {
       t5 = t5_init(tp, Hq, seed + 1, 1.0);
       pos.t5 = tabs.t5_view(t5);
     }
+    if (s == scheme::xpos) pos.xpos = {10000.0, 0.4, 64.0, 30.0};
+    if (s == scheme::temperature) pos.temperature = {8.0, 0.5};
     if (s == scheme::shaw || s == scheme::all) {
       shaw = shaw_init(5, D, seed + 2, 0.5);
       pos.shaw = tabs.shaw_view(shaw);
@@ -133,7 +135,7 @@ void check_scheme(scheme s) {
 
 TEST(KvCache, DecodeEqualsFullForEveryScheme) {
   for (scheme s : {scheme::none, scheme::rope_half, scheme::rope_interleaved, scheme::alibi,
-                   scheme::t5, scheme::shaw, scheme::all}) {
+                   scheme::t5, scheme::shaw, scheme::all, scheme::xpos, scheme::temperature}) {
     check_scheme<float>(s);
     check_scheme<double>(s);
   }
@@ -298,4 +300,55 @@ TEST(KvCache, HalfPrecisionStorageDecodesLikeTheFullForwardOnTheStoredValues) {
       EXPECT_LE(worst, tol);
     }
   EXPECT_THROW(kv_cache<double>(4, 1, 8, {}, 0, kv_storage::f16), invalid_argument);
+}
+
+// xPos in a cache: keys are stored transformed (rotated and scaled at their positions, the bits
+// the full forward's transform gives them), the call maps only q, and a call that asks for a
+// different xPos is refused. Llama 4's temperature is carried from the cache into a call that
+// sets none.
+TEST(KvCache, CarriesXposAndTemperatureIntoTheCall) {
+  for (scheme s : {scheme::xpos, scheme::temperature}) {
+    decode_case<double> c(s, 77);
+    const auto ref = c.full(0);
+    kv_cache<double> cache(c.N, c.Hkv, c.D, c.pos);
+    std::vector<double> out(c.N * c.Hq * c.D);
+    for (int64_t t = 0; t < c.N; ++t) {
+      cache.append(&c.k[t * c.Hkv * c.D], &c.v[t * c.Hkv * c.D], 1);
+      attention_params<double> p;
+      p.q = &c.q[t * c.Hq * c.D], p.out = &out[t * c.Hq * c.D];
+      p.T = 1, p.Hq = c.Hq, p.D = c.D, p.causal = true;  // p.pos left unset: the cache's
+      attention_forward_cached(p, cache);
+    }
+    const double tol = (2 * c.N + 8) * 0x1p-53 * c.V;
+    double err = 0;
+    for (size_t n = 0; n < ref.size(); ++n) err = std::max(err, std::abs(out[n] - ref[n]));
+    EXPECT_LE(err, tol) << static_cast<int>(s);
+    // Without the cache's scheme the answer differs by O(1): the check above can fail.
+    decode_case<double> plain(scheme::none, 77);
+    double off = 0;
+    const auto o2 = plain.full(0);
+    for (size_t n = 0; n < ref.size(); ++n) off = std::max(off, std::abs(o2[n] - ref[n]));
+    EXPECT_GT(off, 1e-3) << static_cast<int>(s);
+  }
+  decode_case<double> c(scheme::xpos, 78);
+  kv_cache<double> cache(c.N, c.Hkv, c.D, c.pos);
+  cache.append(c.k.data(), c.v.data(), 1);
+  // Stored keys are transformed: they differ from the raw keys.
+  double moved = 0;
+  for (int64_t e = 0; e < c.Hkv * c.D; ++e)
+    moved = std::max(moved, std::abs(cache.keys()[e] - c.k[e]));
+  EXPECT_GT(moved, 1e-3);
+  std::vector<double> out(c.Hq * c.D);
+  attention_params<double> p;
+  p.q = c.q.data(), p.out = out.data(), p.T = 1, p.Hq = c.Hq, p.D = c.D, p.pos = c.pos;
+  p.pos.xpos.gamma = 0.5;
+  EXPECT_THROW(attention_forward_cached(p, cache), invalid_argument);
+  p.pos = c.pos;
+  p.pos.xpos = {};
+  rope_config rc;
+  rc.head_dim = c.D;
+  rc.rotary_dim = c.D;
+  const rope_freqs fr = rope_frequencies(rc);
+  p.pos.rope.freqs = &fr;  // a second q/k transform beside the cache's xPos
+  EXPECT_THROW(attention_forward_cached(p, cache), invalid_argument);
 }

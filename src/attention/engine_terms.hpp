@@ -46,6 +46,18 @@ class qk_transform {
   bool keys_transformed = false;  // k arrives already transformed (a KV cache): only q is mapped,
                                   // and dk is with respect to the given k
 
+  // The engine calls apply() on the whole of q (n = T, pos = the call's query positions) or of k
+  // (n = S), never on a part. A transform with more than one id per token (M-RoPE: temporal,
+  // height, width) holds the ids of the call's q and k itself and maps row t at token t's ids,
+  // ignoring pos. A KV cache, which transforms its keys as they are appended, gets a transform
+  // for n new keys at ids (ids_per_token(), n) row-major from with_key_ids.
+  virtual int64_t ids_per_token() const { return 1; }
+  virtual std::unique_ptr<qk_transform> with_key_ids(std::span<const int64_t> ids,
+                                                     int64_t n) const {
+    (void)ids, (void)n;
+    return nullptr;
+  }
+
   // Row form, optional (row_table_size() == 0: none). The float32 fast path then applies the
   // forward transform inside its tiles, to the rows it loads, instead of to copies of q and k:
   // fill_row_table writes row_table_size() floats for one position (once per position and

@@ -16,12 +16,27 @@ namespace {
 
 // Hook 2b. Parameters of head h at params + h (3m + 3): w1 [0, m), b1 [m, 2m), w2 [2m, 3m),
 // b2 3m, a_c 3m + 1, a_L 3m + 2; held in double for the call.
+// The fast row computes what value() computes, operation for operation in double, and rounds
+// once (the same bits): psi(d) = log(c d + 1) comes from a per-call table over the visible
+// distances (where Hq (dmax + 1) <= 2^21), psi(M) once per row, and the MLP runs over 64 keys at
+// a time, hidden unit by hidden unit, so that the loop over keys vectorises while each key's
+// sum keeps value()'s order (b2, then units 0 .. m-1).
 template <typename Real>
 class fire_bias_term final : public score_bias<Real> {
  public:
-  fire_bias_term(const attention_fire<Real>& f, int64_t Hq, Real* dparams)
+  fire_bias_term(const attention_fire<Real>& f, int64_t Hq, const attention_plan& pl, Real* dparams)
       : m_(f.hidden), W_(3 * f.hidden + 3), Hq_(Hq), dparams_(dparams) {
     w_.assign(f.params.begin(), f.params.end());
+    int64_t lo = 0, hi = 0;
+    if (!visible_offset_range(pl, int64_t{1} << 40, &lo, &hi)) return;  // nothing visible
+    const int64_t dmax = std::max(std::abs(lo), std::abs(hi));
+    if ((dmax + 1) * Hq > (int64_t{1} << 21)) return;
+    dmax_ = dmax;
+    psi_.resize(static_cast<size_t>(Hq * (dmax + 1)));
+    for (int64_t h = 0; h < Hq; ++h) {
+      const double c = softplus(w_[h * W_ + 3 * m_ + 1]);
+      for (int64_t d = 0; d <= dmax; ++d) psi_[h * (dmax + 1) + d] = std::log1p(c * double(d));
+    }
   }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     const double* w = w_.data() + h * W_;
@@ -29,6 +44,43 @@ class fire_bias_term final : public score_bias<Real> {
     double out = w[3 * m_];
     for (int64_t u = 0; u < m_; ++u) out += w[2 * m_ + u] * std::max(0.0, w[u] * x + w[m_ + u]);
     return out;
+  }
+  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
+               Real* row) const override {
+    if (psi_.empty()) {
+      for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(value(h, qp, kpos[j]));
+      return;
+    }
+    const double* w = w_.data() + h * W_;
+    const double* psi = psi_.data() + h * (dmax_ + 1);
+    // As input(): M = max(L, qpos), psi(M) floored at 1e-300.
+    const double c = softplus(w[3 * m_ + 1]), L = softplus(w[3 * m_ + 2]);
+    const double M = L > double(qp) ? L : double(qp);
+    const double pm = std::max(std::log1p(c * M), 1e-300);
+    constexpr int64_t kB = 64;
+    double x[kB], acc[kB];
+    for (int64_t j0 = 0; j0 < n; j0 += kB) {
+      const int64_t nb = std::min(kB, n - j0);
+      // d = 0: psi = 0, x = 0 as in input(); past the table (a pad key, masked anyway): input().
+      const int64_t r0 = kpos[j0] - qp;  // consecutive keys: offsets r0, r0 + 1, ...
+      if (contiguous && std::llabs(r0) <= dmax_ && std::llabs(r0 + nb - 1) <= dmax_) {
+        // Keys behind the query (d = -r decreasing), then at or ahead of it (d = r): no branch.
+        const int64_t behind = std::clamp<int64_t>(-r0, 0, nb);
+        for (int64_t j = 0; j < behind; ++j) x[j] = psi[-r0 - j] / pm;
+        for (int64_t j = behind; j < nb; ++j) x[j] = psi[r0 + j] / pm;
+      } else {
+        for (int64_t j = 0; j < nb; ++j) {
+          const int64_t d = std::llabs(qp - kpos[j0 + j]);
+          x[j] = d <= dmax_ ? psi[d] / pm : input(w, qp, kpos[j0 + j]).x;
+        }
+      }
+      for (int64_t j = 0; j < nb; ++j) acc[j] = w[3 * m_];
+      for (int64_t u = 0; u < m_; ++u) {
+        const double w1 = w[u], b1 = w[m_ + u], w2 = w[2 * m_ + u];
+        for (int64_t j = 0; j < nb; ++j) acc[j] += w2 * std::max(0.0, w1 * x[j] + b1);
+      }
+      for (int64_t j = 0; j < nb; ++j) row[j0 + j] += static_cast<Real>(acc[j]);
+    }
   }
   int64_t grad_size() const override { return dparams_ ? Hq_ * W_ : 0; }
   void add_grad(int64_t h, int64_t qp, int64_t kp, double ds, double* grad) const override {
@@ -75,7 +127,9 @@ class fire_bias_term final : public score_bias<Real> {
   }
   int64_t m_, W_, Hq_;
   Real* dparams_;
-  std::vector<double> w_;  // (Hq, 3m + 3)
+  std::vector<double> w_;    // (Hq, 3m + 3)
+  int64_t dmax_ = -1;        // psi_ covers distances 0 .. dmax_
+  std::vector<double> psi_;  // (Hq, dmax + 1): log(c_h d + 1); empty = per pair
 };
 
 template <typename S>
@@ -110,7 +164,7 @@ std::unique_ptr<position_hook<S>> make_fire_hook(const position_options& o,
 POSENC_INSTANTIATE_HOOK(fire)
 
 template <typename Real>
-void add_fire_terms(const attention_params<Real>& p, const attention_plan&,
+void add_fire_terms(const attention_params<Real>& p, const attention_plan& pl,
                     const attention_grads<Real>* g, engine_terms<Real>& t) {
   if (!p.pos.has_fire()) {
     if (g && g->dfire)
@@ -128,7 +182,7 @@ void add_fire_terms(const attention_params<Real>& p, const attention_plan&,
   for (size_t x = 0; x < f.params.size(); ++x)
     if (!std::isfinite(double(f.params[x])))
       fail("fire params must be finite, got {} at ({}, {})", double(f.params[x]), x / W, x % W);
-  t.biases.push_back(std::make_unique<fire_bias_term<Real>>(f, p.Hq, g ? g->dfire : nullptr));
+  t.biases.push_back(std::make_unique<fire_bias_term<Real>>(f, p.Hq, pl, g ? g->dfire : nullptr));
 }
 POSENC_INSTANTIATE_TERMS(fire)
 

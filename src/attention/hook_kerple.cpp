@@ -13,11 +13,16 @@ namespace posenc::detail {
 namespace {
 
 // Hook 2b. Per head, r1, r2 and their derivatives with respect to a1, a2 are computed once per
-// call in double.
+// call in double. The bias depends on the offset r = kpos - qpos alone, so the fast row is a
+// table: per call, where small enough (Hq (hi - lo + 1) <= 2^22 entries), the bias of every
+// visible offset r in [lo, hi] (visible_offset_range) per head, value() rounded once to Real;
+// a row of consecutive keys adds a slice of it, with the bits of value(). Offsets outside the
+// range (a pad key inside a row, masked anyway) take value() itself.
 template <typename Real>
 class kerple_bias_term final : public score_bias<Real> {
  public:
-  kerple_bias_term(const attention_kerple<Real>& k, int64_t Hq, Real* dparams)
+  kerple_bias_term(const attention_kerple<Real>& k, int64_t Hq, const attention_plan& pl,
+                   Real* dparams)
       : power_(k.kernel == kerple_kernel::power), Hq_(Hq), dparams_(dparams) {
     r1_.resize(Hq), r2_.resize(Hq), dr1_.resize(Hq), dr2_.resize(Hq);
     for (int64_t h = 0; h < Hq; ++h) {
@@ -33,11 +38,38 @@ class kerple_bias_term final : public score_bias<Real> {
         dr2_[h] = sigmoid(a2);
       }
     }
+    if (!visible_offset_range(pl, int64_t{1} << 62, &lo_, &hi_)) return;  // nothing visible
+    // (unsigned: the offsets span up to 2^63)
+    if (static_cast<uint64_t>(hi_) - static_cast<uint64_t>(lo_) >= uint64_t{1} << 22 ||
+        (hi_ - lo_ + 1) * Hq > (int64_t{1} << 22))
+      return;
+    span_ = hi_ - lo_ + 1;
+    lut_.resize(static_cast<size_t>(Hq * span_));
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t r = lo_; r <= hi_; ++r)
+        lut_[h * span_ + (r - lo_)] = static_cast<Real>(value(h, 0, r));
   }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     const double d = double(std::llabs(qp - kp));
     if (power_) return d == 0 ? 0.0 : -r1_[h] * std::pow(d, r2_[h]);
     return -r1_[h] * std::log1p(r2_[h] * d);
+  }
+  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
+               Real* row) const override {
+    if (lut_.empty()) {
+      for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(value(h, qp, kpos[j]));
+      return;
+    }
+    const Real* lut = lut_.data() + h * span_;
+    if (contiguous && n > 0 && kpos[0] - qp >= lo_ && kpos[0] - qp + n - 1 <= hi_) {
+      const Real* slice = lut + (kpos[0] - qp - lo_);
+      for (int64_t j = 0; j < n; ++j) row[j] += slice[j];
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t r = kpos[j] - qp;
+      row[j] += r >= lo_ && r <= hi_ ? lut[r - lo_] : static_cast<Real>(value(h, qp, kpos[j]));
+    }
   }
   int64_t grad_size() const override { return dparams_ ? 2 * Hq_ : 0; }
   // log:   d bias/d r1 = -log(1 + r2 d),  d bias/d r2 = -r1 d / (1 + r2 d)
@@ -66,6 +98,8 @@ class kerple_bias_term final : public score_bias<Real> {
   int64_t Hq_;
   Real* dparams_;
   std::vector<double> r1_, r2_, dr1_, dr2_;  // (Hq,) each
+  int64_t lo_ = 0, hi_ = 0, span_ = 0;
+  std::vector<Real> lut_;  // (Hq, span): the bias at offsets lo..hi; empty = per pair
 };
 
 template <typename S>
@@ -98,7 +132,7 @@ std::unique_ptr<position_hook<S>> make_kerple_hook(const position_options& o,
 POSENC_INSTANTIATE_HOOK(kerple)
 
 template <typename Real>
-void add_kerple_terms(const attention_params<Real>& p, const attention_plan&,
+void add_kerple_terms(const attention_params<Real>& p, const attention_plan& pl,
                       const attention_grads<Real>* g, engine_terms<Real>& t) {
   if (!p.pos.has_kerple()) {
     if (g && g->dkerple)
@@ -117,7 +151,8 @@ void add_kerple_terms(const attention_params<Real>& p, const attention_plan&,
     if (!std::isfinite(double(k.params[x])))
       fail("kerple params must be finite, got {} at ({}, {})", double(k.params[x]), x / p.Hq,
            x % p.Hq);
-  t.biases.push_back(std::make_unique<kerple_bias_term<Real>>(k, p.Hq, g ? g->dkerple : nullptr));
+  t.biases.push_back(
+      std::make_unique<kerple_bias_term<Real>>(k, p.Hq, pl, g ? g->dkerple : nullptr));
 }
 POSENC_INSTANTIATE_TERMS(kerple)
 

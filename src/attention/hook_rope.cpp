@@ -100,30 +100,13 @@ void add_rope_terms(const attention_params<Real>& p, const attention_plan&,
 POSENC_INSTANTIATE_TERMS(rope)
 
 template <typename Real>
-std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>& pos, int64_t D,
-                                                 const char* who) {
+std::unique_ptr<qk_transform> make_rope_key_transform(const attention_position<Real>& pos,
+                                                      int64_t D, const char* who) {
   const attention_rope& r = pos.rope;
   if (!r.freqs) return nullptr;
   validate_rope(r, D, who);
   return std::make_unique<rope_transform>(r);
 }
-template std::unique_ptr<qk_transform> make_key_transform(const attention_position<float>&, int64_t,
-                                                          const char*);
-template std::unique_ptr<qk_transform> make_key_transform(const attention_position<double>&,
-                                                          int64_t, const char*);
-
-template <typename Real>
-attention_position<Real> position_for_cached_keys(attention_position<Real> call,
-                                                  const attention_position<Real>& cache) {
-  if (call.rope.freqs && call.rope.freqs != cache.rope.freqs)
-    fail("attention_forward_cached: pos.rope must be left unset or equal the cache's RoPE");
-  call.rope = cache.rope;
-  call.rope.keys_rotated = true;
-  return call;
-}
-template attention_position<float> position_for_cached_keys(attention_position<float>,
-                                                            const attention_position<float>&);
-template attention_position<double> position_for_cached_keys(attention_position<double>,
-                                                             const attention_position<double>&);
+POSENC_INSTANTIATE_KEY_TRANSFORM(rope)
 
 }  // namespace posenc::detail

@@ -4,7 +4,8 @@
 //   zeta_i = (i / (D/2) + gamma) / (1 + gamma),  i < D/2
 //   q'_n = zeta^((n - c) / B) R(n) q_n,  k'_m = zeta^(-(m - c) / B) R(m) k_m,  B = scale_base
 // The transpose (the backward) is R(pos)^T with the same scale: each pair's scale commutes with
-// that pair's rotation.
+// that pair's rotation. A KV cache stores keys after the transform (make_xpos_key_transform), as
+// for RoPE; each key row's bits do not depend on how many keys are transformed at once.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -105,7 +106,22 @@ void add_xpos_terms(const attention_params<Real>& p, const attention_plan&,
   validate_xpos(x, p.D);
   if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
   t.transform = std::make_unique<xpos_transform>(x);
+  t.transform->keys_transformed = x.keys_rotated;
 }
 POSENC_INSTANTIATE_TERMS(xpos)
+
+template <typename Real>
+std::unique_ptr<qk_transform> make_xpos_key_transform(const attention_position<Real>& pos,
+                                                      int64_t D, const char* who) {
+  const attention_xpos& x = pos.xpos;
+  if (x.theta == 0) return nullptr;
+  try {
+    validate_xpos(x, D);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(std::string(who) + e.what());
+  }
+  return std::make_unique<xpos_transform>(x);
+}
+POSENC_INSTANTIATE_KEY_TRANSFORM(xpos)
 
 }  // namespace posenc::detail

@@ -54,6 +54,7 @@ POSENC_DECLARE_TERMS(kerple)
 POSENC_DECLARE_TERMS(fire)
 POSENC_DECLARE_TERMS(xpos)
 POSENC_DECLARE_TERMS(cope)
+POSENC_DECLARE_TERMS(mrope)
 #undef POSENC_DECLARE_TERMS
 
 #define POSENC_INSTANTIATE_TERMS(name)                                                             \
@@ -62,19 +63,37 @@ POSENC_DECLARE_TERMS(cope)
   template void add_##name##_terms<double>(const attention_params<double>&, const attention_plan&, \
                                            const attention_grads<double>*, engine_terms<double>&);
 
-// For a KV cache that stores keys after hook 1 (kv_cache.cpp), in the file of the scheme(s)
-// with a q/k transform (hook_rope.cpp):
+// For a KV cache that stores keys after hook 1 (kv_cache.cpp):
 //   make_key_transform        pos's hook 1 alone, validated against the head dim D (`who`
-//                             prefixes the error); null = identity
+//                             prefixes the error); null = identity. Built in position_hook.cpp
+//                             from make_<scheme>_key_transform of each scheme with a q/k
+//                             transform (hook_rope.cpp, hook_xpos.cpp, hook_mrope.cpp), each null
+//                             when its scheme is off.
 //   position_for_cached_keys  the position of a call against the cache's keys: `call` with
 //                             the cache's hook 1, marked as already applied to keys; an error
-//                             when `call` sets a different hook 1 of its own
+//                             when `call` sets a different hook 1 of its own. query_ids: (rows,
+//                             T) ids of the call's queries for a transform with rows > 1 ids per
+//                             token (M-RoPE), used when the call gives none.
 template <typename Real>
 std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>& pos, int64_t D,
                                                  const char* who);
 template <typename Real>
 attention_position<Real> position_for_cached_keys(attention_position<Real> call,
-                                                  const attention_position<Real>& cache);
+                                                  const attention_position<Real>& cache,
+                                                  std::span<const int64_t> query_ids);
+#define POSENC_DECLARE_KEY_TRANSFORM(name)                                                       \
+  template <typename Real>                                                                       \
+  std::unique_ptr<qk_transform> make_##name##_key_transform(const attention_position<Real>& pos, \
+                                                            int64_t D, const char* who);
+POSENC_DECLARE_KEY_TRANSFORM(rope)
+POSENC_DECLARE_KEY_TRANSFORM(xpos)
+POSENC_DECLARE_KEY_TRANSFORM(mrope)
+#undef POSENC_DECLARE_KEY_TRANSFORM
+#define POSENC_INSTANTIATE_KEY_TRANSFORM(name)                                \
+  template std::unique_ptr<qk_transform> make_##name##_key_transform<float>(  \
+      const attention_position<float>&, int64_t, const char*);                \
+  template std::unique_ptr<qk_transform> make_##name##_key_transform<double>( \
+      const attention_position<double>&, int64_t, const char*);
 
 // Shared by the lab hooks of the RoPE family (rope, irope): the model's frequencies, half layout,
 // rotary width = head dim = d_model / n_heads, theta = rope_theta; `who` names the scheme in

@@ -31,6 +31,8 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
                 static_cast<unsigned long long>(Hkv), static_cast<unsigned long long>(D),
                 storage == kv_storage::f32 ? 2 * sizeof(Real) : 2 * sizeof(uint16_t));
   transform_ = detail::make_key_transform(pos_, D, "kv_cache: ");
+  rows_ = transform_ ? transform_->ids_per_token() : 1;
+  if (rows_ > 1) ids_.resize(static_cast<size_t>((rows_ - 1) * capacity));
   const auto n = static_cast<size_t>(capacity * Hkv * D);
   if (storage == kv_storage::f32) {
     k_ = page_buffer<Real>(n);
@@ -52,24 +54,41 @@ std::vector<int64_t> kv_cache<Real>::append(const Real* k, const Real* v, int64_
         "({} free)",
         n, size_, capacity_, capacity_ - size_);
   if (n > 0 && (!k || !v)) fail("kv_cache append: k and v must not be null when n = {}", n);
+  // pos: (rows_, n) row-major, row 0 the positions of masks and biases.
   std::vector<int64_t> pos;
   if (positions.empty()) {
     if (next_ > (int64_t{1} << 62) - n)
       fail("kv_cache append: positions would exceed 2^62 (next position {})", next_);
-    pos = positions_fresh(n, next_);
+    const auto fresh = positions_fresh(n, next_);
+    for (int64_t r = 0; r < rows_; ++r) pos.insert(pos.end(), fresh.begin(), fresh.end());
+  } else if (rows_ > 1) {
+    if (static_cast<int64_t>(positions.size()) != rows_ * n)
+      fail(
+          "kv_cache append: positions must have shape ({}, n) = ({}, {}) for this cache's q/k "
+          "transform ({} ids per token), got {} entries",
+          rows_, rows_, n, rows_, positions.size());
+    for (int64_t r = 0; r < rows_; ++r)
+      validate_positions(positions.subspan(static_cast<size_t>(r * n), static_cast<size_t>(n)), n,
+                         "kv_cache append positions (one row)");
+    pos.assign(positions.begin(), positions.end());
   } else {
     validate_positions(positions, n, "kv_cache append positions");
     pos.assign(positions.begin(), positions.end());
   }
+  const std::span<const int64_t> pos0(pos.data(), static_cast<size_t>(n));
+  // Hook 1 for these keys: with several ids per token, a transform at their ids.
+  std::unique_ptr<detail::qk_transform> at_ids;
+  if (transform_ && rows_ > 1) at_ids = transform_->with_key_ids(pos, n);
+  const detail::qk_transform* tr = rows_ > 1 ? at_ids.get() : transform_.get();
   const int64_t row = hkv_ * d_;
   const auto D = static_cast<size_t>(d_);
-  // Hook 1 on keys, once, at their absolute positions, on the token-major (n, Hkv, D) input
-  // (in Real; half storage rounds the transformed key once). Then every row to its head's run:
-  // token t of head hk at row size_ + t of the head-major (Hkv, capacity, D) storage.
+  // Hook 1 on keys, once, at their absolute positions (ids), on the token-major (n, Hkv, D)
+  // input (in Real; half storage rounds the transformed key once). Then every row to its
+  // head's run: token t of head hk at row size_ + t of the head-major (Hkv, capacity, D) storage.
   const Real* kin = k;
-  if (n > 0 && transform_) {
+  if (n > 0 && tr) {
     scratch_.assign(k, k + n * row);
-    transform_->apply(pos, scratch_.data(), n, hkv_, d_, true, false);
+    tr->apply(pos0, scratch_.data(), n, hkv_, d_, true, false);
     kin = scratch_.data();
   }
   for (int64_t t = 0; t < n; ++t)
@@ -85,10 +104,21 @@ std::vector<int64_t> kv_cache<Real>::append(const Real* k, const Real* v, int64_
                 std::span<uint16_t>(v16_.data() + dst, D));
       }
     }
-  std::copy(pos.begin(), pos.end(), kpos_.begin() + size_);
+  std::copy(pos0.begin(), pos0.end(), kpos_.begin() + size_);
+  for (int64_t r = 1; r < rows_; ++r)
+    std::copy(pos.begin() + r * n, pos.begin() + (r + 1) * n,
+              ids_.begin() + (r - 1) * capacity_ + size_);
   size_ += n;
   for (int64_t p : pos) next_ = std::max(next_, p + 1);
   return pos;
+}
+
+template <typename Real>
+std::span<const int64_t> kv_cache<Real>::ids(int64_t row) const {
+  if (row < 0 || row >= rows_)
+    fail("kv_cache ids: row must be in [0, {}) (ids per token), got {}", rows_, row);
+  if (row == 0) return positions();
+  return {ids_.data() + (row - 1) * capacity_, static_cast<size_t>(size_)};
 }
 
 template <typename Real>
@@ -123,7 +153,13 @@ void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& ca
   p.S = cache.size();
   p.Hkv = cache.kv_heads();
   p.k_positions = cache.positions();
-  p.pos = detail::position_for_cached_keys(p.pos, cache.position());
+  // A transform with several ids per token: the ids of the last T tokens, (rows, T).
+  std::vector<int64_t> q_ids;
+  for (int64_t r = 0; cache.ids_per_token() > 1 && p.T >= 0 && r < cache.ids_per_token(); ++r) {
+    const auto row = cache.ids(r);
+    q_ids.insert(q_ids.end(), row.end() - p.T, row.end());
+  }
+  p.pos = detail::position_for_cached_keys(p.pos, cache.position(), q_ids);
   attention_forward(p);
 }
 

@@ -79,6 +79,7 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   engine_terms<Real> t;
   add_rope_terms(p, pl, g, t);
   add_xpos_terms(p, pl, g, t);
+  add_mrope_terms(p, pl, g, t);
   add_alibi_terms(p, pl, g, t);  // biases are summed in this order
   add_t5_terms(p, pl, g, t);
   add_shaw_terms(p, pl, g, t);
@@ -88,6 +89,64 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   add_cope_terms(p, pl, g, t);  // validation only: CoPE has its own path
   return t;
 }
+
+template <typename Real>
+std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>& pos, int64_t D,
+                                                 const char* who) {
+  std::unique_ptr<qk_transform> t;
+  for (auto* make : {&make_rope_key_transform<Real>, &make_xpos_key_transform<Real>,
+                     &make_mrope_key_transform<Real>}) {
+    auto u = make(pos, D, who);
+    if (u && t) fail("{}two q/k transforms are on; at most one is allowed", who);
+    if (u) t = std::move(u);
+  }
+  return t;
+}
+template std::unique_ptr<qk_transform> make_key_transform(const attention_position<float>&, int64_t,
+                                                          const char*);
+template std::unique_ptr<qk_transform> make_key_transform(const attention_position<double>&,
+                                                          int64_t, const char*);
+
+// The cache's hook 1 (RoPE, xPos or M-RoPE) goes into the call, marked as applied to the keys;
+// a call may leave it unset or repeat it. Llama 4's temperature maps queries only: the call's
+// when it sets one, else the cache's.
+template <typename Real>
+attention_position<Real> position_for_cached_keys(attention_position<Real> call,
+                                                  const attention_position<Real>& cache,
+                                                  std::span<const int64_t> query_ids) {
+  const char* who = "attention_forward_cached";
+  if (call.rope.freqs && call.rope.freqs != cache.rope.freqs)
+    fail("{}: pos.rope must be left unset or equal the cache's RoPE", who);
+  const attention_xpos &cx = call.xpos, &kx = cache.xpos;
+  if (cx.theta != 0 && (cx.theta != kx.theta || cx.gamma != kx.gamma ||
+                        cx.scale_base != kx.scale_base || cx.center != kx.center))
+    fail("{}: pos.xpos must be left unset or equal the cache's xPos", who);
+  const attention_mrope &cm = call.mrope, &km = cache.mrope;
+  if (cm.freqs &&
+      (cm.freqs != km.freqs || cm.section != km.section || cm.interleaved != km.interleaved ||
+       cm.layout != km.layout || cm.angle != km.angle))
+    fail("{}: pos.mrope must be left unset (but for q_positions) or equal the cache's M-RoPE", who);
+  if (!cm.freqs && !cm.q_positions.empty() && !km.freqs)
+    fail("{}: pos.mrope.q_positions given but the cache has no M-RoPE", who);
+  call.rope = cache.rope;
+  call.rope.keys_rotated = true;
+  call.xpos = cache.xpos;
+  call.xpos.keys_rotated = true;
+  const auto q_ids = cm.q_positions;
+  call.mrope = cache.mrope;
+  call.mrope.keys_rotated = true;
+  call.mrope.k_positions = {};
+  call.mrope.q_positions = q_ids.empty() ? query_ids : q_ids;
+  if (call.temperature.floor_scale == 0 && call.temperature.attn_scale == 0)
+    call.temperature = cache.temperature;
+  return call;
+}
+template attention_position<float> position_for_cached_keys(attention_position<float>,
+                                                            const attention_position<float>&,
+                                                            std::span<const int64_t>);
+template attention_position<double> position_for_cached_keys(attention_position<double>,
+                                                             const attention_position<double>&,
+                                                             std::span<const int64_t>);
 
 template engine_terms<float> make_engine_terms(const attention_params<float>&,
                                                const attention_plan&,

@@ -22,7 +22,7 @@ const char* name(scheme s) {
                      "alibi",      "t5_bidir",     "t5_causal",
                      "shaw",       "temperature",  "all",
                      "kerple_log", "kerple_power", "fire",
-                     "xpos",       "cope"};
+                     "xpos",       "cope",         "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -275,6 +275,41 @@ void build(fixture<Real>& f, const spec& c) {
     const double zeta0 = 0.4 / 1.4;
     f.F = std::pow(zeta0, -dmax / B);
     amp = std::sqrt(f.F);
+  }
+
+  if (c.sch == scheme::mrope) {
+    // Qwen2-VL's sections scaled to R/2 pairs (16, 24, 24 of 64: height and width 3/8 each), or
+    // Qwen3-VL's interleaved ones (24, 20, 20 of 64: height and width a third each). The ids of
+    // a token: temporal = its 1-D position (or a draw for a pad), height and width that plus
+    // 0..3, as in an image grid. A rotation: norms and the score bound A are unchanged (amp 1).
+    rope_config rc;
+    rc.head_dim = D;
+    rc.rotary_dim = D;
+    rc.theta = 10000;
+    f.freqs = rope_frequencies(rc);
+    const int64_t half = D / 2;
+    const bool inter = c.seed % 2 == 1;
+    const int64_t hw = inter ? half / 3 : 3 * half / 8;
+    auto& m = p.pos.mrope;
+    m.freqs = &f.freqs;
+    m.section = {half - 2 * hw, hw, hw};
+    m.interleaved = inter;
+    m.layout = (c.seed / 2) % 2 == 1 ? rope_layout::interleaved : rope_layout::half;
+    auto ids = [&](std::vector<int64_t>& out, const std::vector<int64_t>& given, int64_t n,
+                   int64_t first) {
+      out.resize(static_cast<size_t>(3 * n));
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t base = given.empty() ? first + t : given[t];
+        const int64_t a = base >= 0 ? base : static_cast<int64_t>(r.below(300));
+        out[t] = a;
+        out[n + t] = a + static_cast<int64_t>(r.below(4));
+        out[2 * n + t] = a + static_cast<int64_t>(r.below(4));
+      }
+    };
+    ids(f.mq, f.qpos, T, std::max<int64_t>(S - T, 0));
+    ids(f.mk, f.kpos, S, 0);
+    m.q_positions = f.mq;
+    m.k_positions = f.mk;
   }
 
   if (c.sch == scheme::cope) {
@@ -926,7 +961,9 @@ std::vector<spec> make_full() {
       if (c.T > c.S && (c.msk == mask::cu_seqlens || c.msk == mask::everything))
         c.msk = mask::positions;
       if (c.sch == scheme::rope_interleaved_partial && c.D < 4) c.sch = scheme::rope_half;
-      if ((c.sch == scheme::rope_half || c.sch == scheme::all || c.sch == scheme::xpos) && c.D % 2)
+      if ((c.sch == scheme::rope_half || c.sch == scheme::all || c.sch == scheme::xpos ||
+           c.sch == scheme::mrope) &&
+          c.D % 2)
         c.D += 1;
       v.push_back(make("backward_sampled_shapes", c, backward, n % 2 ? f32 : f64));
     }
@@ -979,6 +1016,10 @@ std::vector<spec> make_check() {
     v.back().kv = kv;
     v.back().name += "_kv" + name(kv);
   }
+  // M-RoPE: contiguous sections with explicit positions (large offsets, pads), interleaved
+  // sections and pairs with default positions.
+  add(spec{7, 13, 8, 4, 2, scheme::mrope, mask::positions, 4100}, forward | backward | grad);
+  add(spec{7, 13, 10, 4, 2, scheme::mrope, mask::causal, 4103}, forward | backward | grad);
   return v;
 }
 
@@ -1036,11 +1077,13 @@ std::vector<spec> make_perf() {
     v.back().head_major = true;
     v.back().name += "/layout=head";
   }
-  // The research schemes' rows at T = S = 2048 (Kerple and FIRE through the generic per-pair
-  // bias row, xPos a q/k transform on copies): extended, they are not tuned.
-  add("attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward, true);
+  // The research schemes' rows at T = S = 2048. Kerple's row is a slice of a per-call table
+  // (as ALiBi's, about its cost): a default case. FIRE's runs its MLP per pair in double (about
+  // 1.5x ALiBi's time); xPos and M-RoPE are q/k transforms on copies: extended.
+  add("attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward);
   add("attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
   add("attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
+  add("attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
   add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
   add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;

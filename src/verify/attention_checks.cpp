@@ -517,6 +517,54 @@ std::vector<check_result> attention_checks() {
         s == scheme::rope ? "causal; RoPE angles in exact mode (cos/sin error 4e-16 per entry)"
                           : "causal; biases depend on kpos - qpos only"));
   }
+  {
+    // M-RoPE (Wang et al. 2024, sec. 2.1): each pair turns at one component's ids for q and k
+    // alike, so R(a)^T R(b) = R(b - a) per pair and shifting every id of every row by the same
+    // c changes nothing; text tokens (equal ids in the three rows) are RoPE at that id. N = 20
+    // tokens: 6 text, an image grid (1, 3, 4), 2 text (positions_mrope); D = 16: 8 pairs,
+    // sections (2, 3, 3) contiguous, (4, 2, 2) interleaved.
+    problem pr(scheme::rope, true, seed);
+    const std::vector<mrope_segment> seg = {{6, 1, 3, 4}, {2, 0, 0, 0}};
+    const auto image = positions_mrope(seg);
+    auto with_ids = [&](const std::vector<int64_t>& ids, bool interleaved) {
+      return pr.run([&](attention_params<double>& p) {
+        p.pos.rope = {};
+        p.pos.mrope.freqs = &pr.freqs;
+        p.pos.mrope.section =
+            interleaved ? std::array<int64_t, 3>{4, 2, 2} : std::array<int64_t, 3>{2, 3, 3};
+        p.pos.mrope.interleaved = interleaved;
+        p.pos.mrope.q_positions = ids;
+        p.pos.mrope.k_positions = ids;
+      });
+    };
+    std::vector<int64_t> text(3 * pr.N);
+    for (int64_t e = 0; e < 3 * pr.N; ++e) text[e] = e % pr.N;
+    const auto rope = pr.run();
+    for (const bool interleaved : {false, true}) {
+      const auto a = with_ids(text, interleaved);
+      r.push_back(equal_check(
+          fmt::format("mrope_{}_text_is_rope", interleaved ? "interleaved" : "contiguous"),
+          "mrope: with the same id in all three rows (text tokens) attention equals RoPE's",
+          max_abs_diff(a.data(), rope.data(), static_cast<int64_t>(a.size())), pr.tolerance(pr.N),
+          "causal; ids 0..N-1 in every row"));
+    }
+    const int64_t c = 1000003;
+    std::vector<int64_t> shifted = image;
+    for (auto& x : shifted) x += c;
+    const auto a = with_ids(image, false), b = with_ids(shifted, false);
+    r.push_back(equal_check(
+        "mrope_translation_invariant",
+        fmt::format("mrope: shifting every id of the three rows by c = {} leaves the outputs "
+                    "unchanged",
+                    c),
+        max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), pr.tolerance(pr.N),
+        "causal; 6 text tokens, an image grid (1, 3, 4), 2 text tokens; exact angles"));
+    r.push_back(breaks_check(
+        "mrope_image_ids_change_attention",
+        "mrope: an image's height and width ids change attention against text ids 0..N-1",
+        max_abs_diff(a.data(), with_ids(text, false).data(), static_cast<int64_t>(a.size())),
+        pr.tolerance(pr.N), "causal; the same tokens with image ids vs text ids"));
+  }
   {  // An absolute scheme: sinusoidal PE added to the input (q = k = v = x + PE(pos)).
     problem pa(scheme::none, true, seed);
     sinusoidal_params sp;

@@ -41,6 +41,7 @@
 //                        POSENC_REFERENCE=1 is set (one binary can compare both).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -132,10 +133,32 @@ struct attention_fire {
 // (pad slots, passed as position 0, too): with the default gamma the formula holds exactly for
 // |pos - c| up to 64 scale_base.
 struct attention_xpos {
-  double theta = 0;         // RoPE base; 0 = off
-  double gamma = 0.4;       // > 0
-  double scale_base = 512;  // > 0
-  double center = 0;        // c, finite
+  double theta = 0;           // RoPE base; 0 = off
+  double gamma = 0.4;         // > 0
+  double scale_base = 512;    // > 0
+  double center = 0;          // c, finite
+  bool keys_rotated = false;  // true: k is already transformed (rotated and scaled) at
+                              // k_positions (a KV cache stores transformed keys); only q is
+};
+
+// Hook 1, M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1): RoPE with three position ids per
+// token (temporal, height, width); pair i turns by the id of its component c_i, given by
+// mrope_components(section, interleaved, rotary_dim / 2) (rope.hpp). q'_t and k'_s are
+// mrope_apply's rotation at the token's ids, bit for bit (the engine applies mrope_apply itself
+// to copies of q and k; its transpose, the backward, is mrope_apply's inverse). The ids are the
+// transform's own: the call's 1-D q_positions / k_positions still drive the masks, pads and
+// biases (posenc attend passes the temporal row there). A text token has equal ids in all three
+// rows and is rotated exactly as RoPE at that id.
+struct attention_mrope {
+  const rope_freqs* freqs = nullptr;  // nullptr = off; rotary_dim <= D, head_dim == D
+  std::array<int64_t, 3> section{};   // mrope_section: pairs per component, sum rotary_dim / 2
+  bool interleaved = false;           // Qwen3-VL's interleaved layout of the components
+  rope_layout layout = rope_layout::half;
+  rope_angle angle = rope_angle::exact;
+  std::span<const int64_t> q_positions;  // (3, T) row-major: row 0 temporal, 1 height, 2 width;
+                                         // every id in [0, 2^62]
+  std::span<const int64_t> k_positions;  // (3, S); may be empty when keys_rotated
+  bool keys_rotated = false;  // true: k is already rotated (a KV cache); only q is rotated
 };
 
 // CoPE, contextual position encoding (Golovneva et al. 2024, sec. 3): with a_ij = scale q_i.k_j,
@@ -165,6 +188,7 @@ struct attention_position {
   attention_xpos xpos;                // hook 1: xPos (instead of rope)
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
+  attention_mrope mrope;              // hook 1: M-RoPE, (3, T) and (3, S) ids (instead of rope)
 
   bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }

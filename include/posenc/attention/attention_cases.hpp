@@ -83,7 +83,10 @@ enum class scheme {
   kerple_power,
   fire,  // hidden = 4
   xpos,  // scale_base = max(64, spread / 4), centred on the positions
-  cope   // npos = 8; forces causal masking (CoPE is causal only)
+  cope,  // npos = 8; forces causal masking (CoPE is causal only)
+  mrope  // M-RoPE, (3, n) ids near the 1-D positions; contiguous sections (Qwen2-VL) for even
+         // seeds, interleaved (Qwen3-VL) for odd; half pair layout, interleaved every other pair
+         // of seeds
 };
 enum class mask {
   none,
@@ -96,7 +99,7 @@ enum class mask {
   everything,  // causal + padding + cu_seqlens + window
   positions    // explicit positions: any order, large offsets, a few pads (also when T > S)
 };
-inline constexpr int kSchemes = static_cast<int>(scheme::cope) + 1;
+inline constexpr int kSchemes = static_cast<int>(scheme::mrope) + 1;
 inline constexpr int kMasks = static_cast<int>(mask::positions) + 1;
 const char* name(scheme s);
 const char* name(mask m);
@@ -156,6 +159,7 @@ struct fixture {
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
   std::vector<Real> kerple, fire;  // Kerple (2, Hq) and FIRE (Hq, 3m + 3) parameters
   std::vector<Real> cope;          // CoPE embeddings (npos, D)
+  std::vector<int64_t> mq, mk;     // M-RoPE ids (3, T) and (3, S)
   double G = 0;  // bound on |d bias / d parameter| over the pairs (Kerple, FIRE; else 0)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
 };

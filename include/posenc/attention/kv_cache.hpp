@@ -15,6 +15,13 @@
 //     attention_forward_cached(p, cache);            // keys, values, positions from the cache
 // equals the full-sequence forward on the same rows (tests/test_kv_cache.cpp).
 //
+// The q/k transforms a cache carries: RoPE, xPos (keys scaled as well as rotated) and M-RoPE.
+// With M-RoPE (pos.mrope) every token has three ids (temporal, height, width): append takes
+// positions (3, n) row-major (empty = text tokens, the next position in all three rows), the
+// next position is one past the largest id of any row (the Qwen2-VL convention of
+// positions_mrope), positions() is the temporal row (masks and biases read it), and a call's
+// pos.mrope.q_positions default to the ids of the last T tokens appended.
+//
 // Note on length-dependent frequencies (dynamic NTK, LongRoPE): keys are rotated with the
 // frequencies in force when they were appended; the cache does not re-rotate them.
 #pragma once
@@ -38,8 +45,9 @@ class kv_cache {
  public:
   // capacity >= 1 tokens of Hkv >= 1 heads of dim D >= 1; positions start at start_position
   // (>= 0). pos: the position schemes of the attention calls; their q/k transform (pos.rope,
-  // optional; its keys_rotated is ignored, its head_dim when set must equal D) is applied to
-  // keys on append, the other schemes act at attention time. What pos points to (the RoPE
+  // pos.xpos or pos.mrope, optional; keys_rotated and M-RoPE's id spans are ignored, a head_dim
+  // when set must equal D) is applied to keys on append, the other schemes act at attention
+  // time. What pos points to (the RoPE
   // frequencies, tables) must outlive the cache. Memory is allocated up front
   // (2 * capacity * Hkv * D elements, capped by max_alloc_bytes).
   //
@@ -52,8 +60,9 @@ class kv_cache {
            int64_t start_position = 0, kv_storage storage = kv_storage::f32);
 
   // Appends n >= 0 tokens: k, v (n, Hkv, D). positions: empty = next positions, else (n,)
-  // explicit ids >= 0. Throws invalid_argument (cache unchanged) when size() + n > capacity(),
-  // for bad positions, or null data with n > 0. Returns the positions used.
+  // explicit ids >= 0 ((3, n) with M-RoPE: ids_per_token() rows). Throws invalid_argument (cache
+  // unchanged) when size() + n > capacity(), for bad positions, or null data with n > 0. Returns
+  // the positions used ((ids_per_token(), n) with M-RoPE).
   std::vector<int64_t> append(const Real* k, const Real* v, int64_t n,
                               std::span<const int64_t> positions = {});
 
@@ -78,6 +87,10 @@ class kv_cache {
   const uint16_t* keys16() const { return k16_.empty() ? nullptr : k16_.data(); }
   const uint16_t* values16() const { return v16_.empty() ? nullptr : v16_.data(); }
   std::span<const int64_t> positions() const { return {kpos_.data(), static_cast<size_t>(size_)}; }
+  // Ids per token of the q/k transform (3 for M-RoPE, else 1), and row r of the stored ids
+  // (size(),); row 0 is positions().
+  int64_t ids_per_token() const { return rows_; }
+  std::span<const int64_t> ids(int64_t row) const;
 
   // Forgets every token; positions restart at start_position.
   void clear();
@@ -92,14 +105,17 @@ class kv_cache {
   page_buffer<uint16_t> k16_, v16_;
   std::vector<Real> scratch_;  // half storage: one append's keys, transformed before rounding
   std::vector<int64_t> kpos_;
+  int64_t rows_ = 1;          // ids per token
+  std::vector<int64_t> ids_;  // rows_ > 1: (rows_ - 1, capacity), rows 1.. of the ids
 };
 
 // Attention of p's queries against everything in the cache: sets p.k, p.v, p.S, p.Hkv and
 // p.k_positions from the cache and p.pos's q/k transform to the cache's, marked as already
-// applied to the keys (pos.rope with keys_rotated = true).
-// q_positions default to the last T cache positions (the tokens just appended). p must not
-// set k, v, S, k_positions, key_padding or documents of its own (invalid_argument otherwise);
-// p.D must equal the cache's head dim and p.pos.rope.freqs must be null or the cache's.
+// applied to the keys (keys_rotated = true), and Llama 4's temperature to the cache's when p
+// sets none. q_positions default to the last T cache positions (the tokens just appended;
+// M-RoPE's q ids likewise). p must not set k, v, S, k_positions, key_padding or documents of
+// its own (invalid_argument otherwise); p.D must equal the cache's head dim and p.pos.rope,
+// p.pos.xpos and p.pos.mrope must be unset or the cache's.
 template <typename Real>
 void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& cache);
 

@@ -16,6 +16,8 @@
 //     [--kerple KE.npy [--kerple-kernel log|power]] [--fire F.npy --fire-hidden M]
 //     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //     [--cope E.npy] [--dcope DE.npy]
+//     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
+//     [--rope --hf-config FILE (--layer L | --layer-type TYPE) --layout ...]
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
 // dtype; a float64 table in a float32 call is rounded with a note on stderr); TABLE (num_buckets,
@@ -26,6 +28,16 @@
 // written in Q's dtype (DA, the ALiBi slope gradient (Hq,), in float64). Every input is read and
 // validated and the attention computed before anything is written; a bad file or argument prints
 // one message and exits 2 with no output file.
+//
+// Per-layer configs: --layer-type picks that layer type's RoPE from --hf-config (as `rope freqs
+// --layer-type`); --layer L reads what layer L of the config does: its layer type's RoPE, or no
+// RoPE on a NoPE layer (no_rope_layers, no_rope_layer_interval), where Llama 4 scales the queries
+// instead when the config says attn_temperature_tuning (floor_scale, attn_scale). The same query
+// temperature without a config: --attn-temperature-tuning (a q/k transform, so not with --rope or
+// --xpos).
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -77,6 +89,11 @@ struct attend_opts {
   int64_t fire_hidden = 0;
   bool xpos = false;
   double xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
+  // Llama 4's query temperature; the layer of a per-layer config
+  bool temperature = false;
+  double floor_scale = 8192, attn_scale = 0.1;
+  int64_t layer = -1;
+  std::string layer_type;
   // Backward
   std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire, dcope;
   CLI::App* sub = nullptr;
@@ -111,7 +128,7 @@ std::vector<int64_t> read_positions(const std::string& path, const std::string& 
   return a.to_i64();
 }
 
-rope_config make_rope_config(const attend_opts& o, int64_t D) {
+rope_config make_rope_config(const attend_opts& o, int64_t D, const std::string& layer_type) {
   std::vector<std::string> warnings;
   rope_config c;
   // --head-dim is accepted so that a `rope apply` line can be reused; D comes from --q.
@@ -119,7 +136,7 @@ rope_config make_rope_config(const attend_opts& o, int64_t D) {
     fail("--head-dim {} disagrees with the head dim D = {} of --q", o.head_dim, D);
   if (!o.hf_config.empty() && !o.gguf.empty()) fail("--hf-config and --gguf exclude each other");
   if (!o.hf_config.empty()) {
-    c = rope_config_from_file(o.hf_config, &warnings);
+    c = rope_config_from_file(o.hf_config, layer_type, &warnings);
   } else if (!o.gguf.empty()) {
     c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
   } else {
@@ -130,6 +147,68 @@ rope_config make_rope_config(const attend_opts& o, int64_t D) {
   for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
   if (c.head_dim != D)
     fail("the RoPE config's head_dim {} does not match the head dim D = {} of --q", c.head_dim, D);
+  return c;
+}
+
+// What one layer of a per-layer --hf-config does (--layer L), or which layer type (--layer-type).
+struct layer_choice {
+  bool given = false;                 // --layer or --layer-type
+  std::string type;                   // "" = the config's one RoPE configuration
+  bool rope = true;                   // false: a NoPE layer
+  attention_temperature temperature;  // a NoPE layer of a config with attn_temperature_tuning
+};
+
+layer_choice choose_layer(const attend_opts& o) {
+  layer_choice c;
+  const bool by_index = given(o, "--layer"), by_type = given(o, "--layer-type");
+  if (by_index && by_type) fail("--layer and --layer-type exclude each other");
+  if (!by_index && !by_type) return c;
+  if (o.hf_config.empty())
+    fail("--layer and --layer-type need --hf-config (a config.json with per-layer RoPE)");
+  c.given = true;
+  if (by_type) {
+    c.type = o.layer_type;  // checked against the config's types when the RoPE is read
+    return c;
+  }
+  const auto j = hf_config_read(o.hf_config);
+  rope_layer_plan plan;
+  try {
+    plan = hf_layer_plan(j);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(fmt::format("{}: {}", o.hf_config, e.what()));
+  }
+  int64_t n = static_cast<int64_t>(std::max(plan.layer_types.size(), plan.rope_layers.size()));
+  if (n == 0) {
+    const auto& t = j.contains("text_config") && j["text_config"].is_object() &&
+                            !j.contains("num_hidden_layers")
+                        ? j["text_config"]
+                        : j;
+    if (t.contains("num_hidden_layers") && t["num_hidden_layers"].is_number_integer())
+      n = t["num_hidden_layers"].get<int64_t>();
+  }
+  if (n <= 0)
+    fail("--layer: {} says neither num_hidden_layers nor layer_types nor no_rope_layers",
+         o.hf_config);
+  if (o.layer < 0 || o.layer >= n)
+    fail("--layer must be in [0, {}) (the layers of {}), got {}", n, o.hf_config, o.layer);
+  if (!plan.layer_types.empty()) {
+    c.type = plan.layer_types[static_cast<size_t>(o.layer)];
+  } else if (!plan.types.empty()) {
+    fail(
+        "--layer: {} has per-layer-type RoPE ({}) but does not say which layer has which type "
+        "(no layer_types or sliding_window_pattern); pass --layer-type instead",
+        o.hf_config, fmt::join(plan.types, ", "));
+  }
+  if (!plan.rope_layers.empty() && !plan.rope_layers[static_cast<size_t>(o.layer)]) {
+    c.rope = false;
+    if (plan.temperature_tuning) {
+      if (!std::isfinite(plan.floor_scale) || !std::isfinite(plan.attn_scale) ||
+          plan.attn_scale < 0)
+        fail("{}: floor_scale must be finite and > 0 and attn_scale finite and >= 0, got {} and {}",
+             o.hf_config, plan.floor_scale, plan.attn_scale);
+      c.temperature = {plan.floor_scale, plan.attn_scale};
+    }
+  }
   return c;
 }
 
@@ -180,8 +259,8 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   bool q3 = false, k3 = false;
   if (!o.q_positions.empty()) qpos = read_positions(o.q_positions, "--q-positions", T, "T", &q3);
   if (!o.k_positions.empty()) kpos = read_positions(o.k_positions, "--k-positions", S, "S", &k3);
-  // M-RoPE: (3, T) and (3, S) ids rotate q and k below; the engine's masks and biases see the
-  // temporal row.
+  // M-RoPE: (3, T) and (3, S) ids go to the engine's M-RoPE hook below; its masks and biases
+  // see the temporal row.
   const bool mrope = q3 || k3;
   if (mrope && !(q3 && k3))
     fail("M-RoPE needs both --q-positions (3, T) and --k-positions (3, S), got {} and {}",
@@ -209,31 +288,39 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   }
 
   rope_freqs freqs;
-  std::vector<Real> q_rot, k_rot;  // M-RoPE: q and k rotated before the call
-  std::vector<int> mrope_comp;
-  rope_layout mrope_layout = rope_layout::half;
-  rope_angle mrope_angle = rope_angle::exact;
-  if (o.rope) {
+  const layer_choice lc = choose_layer(o);
+  if (lc.given && !o.rope) fail("--layer and --layer-type need --rope (with --hf-config)");
+  if (o.rope && lc.given && !lc.rope && mrope)
+    fail("--layer {} is a NoPE layer: positions of shape (3, n) (M-RoPE) do not apply", o.layer);
+  if (o.rope && !lc.rope) {
+    // A NoPE layer: no rotation; Llama 4's temperature when the config tunes it (below).
     if (o.layout.empty()) fail("--rope needs --layout half|interleaved");
-    const auto c = make_rope_config(o, D);
+    rope_layout_from_name(o.layout, "--layout");
+    rope_angle_from_name(o.angle, "--angle");
+  } else if (o.rope) {
+    if (o.layout.empty()) fail("--rope needs --layout half|interleaved");
+    const auto c = make_rope_config(o, D, lc.type);
     if (given(o, "--seq-len") && o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
     freqs = rope_frequencies(c, given(o, "--seq-len") ? o.seq_len : S);
     const auto layout = rope_layout_from_name(o.layout, "--layout");
     const auto angle = rope_angle_from_name(o.angle, "--angle");
     if (mrope) {
-      // Rotated here, pair by pair at its component's ids (mrope_apply), then attended plain.
+      // The engine's M-RoPE hook: each pair rotated at its component's ids (mrope_apply's
+      // arithmetic), forward and backward.
       if (c.mrope_section.empty())
         fail(
             "positions of shape (3, n) need an M-RoPE config (mrope_section in rope_scaling or "
             "rope_parameters), got a 1-D RoPE config");
-      mrope_comp = mrope_components(c.mrope_section, c.mrope_interleaved, freqs.rotary_dim / 2);
-      mrope_layout = layout, mrope_angle = angle;
-      q_rot = q;
-      k_rot = k;
-      mrope_apply(freqs, mrope_comp, layout, angle, qpos, q_rot.data(), T, Hq, D);
-      mrope_apply(freqs, mrope_comp, layout, angle, kpos, k_rot.data(), S, Hkv, D);
-      p.q = q_rot.data();
-      p.k = k_rot.data();
+      if (c.mrope_section.size() != 3)
+        fail("mrope_section must have 3 entries (temporal, height, width), got {}",
+             c.mrope_section.size());
+      p.pos.mrope.freqs = &freqs;
+      std::copy(c.mrope_section.begin(), c.mrope_section.end(), p.pos.mrope.section.begin());
+      p.pos.mrope.interleaved = c.mrope_interleaved;
+      p.pos.mrope.layout = layout;
+      p.pos.mrope.angle = angle;
+      p.pos.mrope.q_positions = qpos;
+      p.pos.mrope.k_positions = kpos;
       schemes.push_back("mrope");
     } else {
       p.pos.rope.freqs = &freqs;
@@ -339,6 +426,28 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     p.pos.cope = {a.shape[0], cope_e};
     schemes.push_back("cope");
   }
+  // Llama 4's query temperature: from the config's NoPE layer (--layer), or from the flags.
+  if (o.temperature) {
+    if (lc.given)
+      fail(
+          "--attn-temperature-tuning with --layer or --layer-type: the temperature comes from "
+          "--hf-config (attn_temperature_tuning, floor_scale, attn_scale on its NoPE layers); "
+          "leave the flags out");
+    if (o.rope || o.xpos)
+      fail(
+          "--attn-temperature-tuning excludes --rope and --xpos: it is a q/k transform like them, "
+          "and Llama 4 tunes the temperature only on layers without RoPE");
+    if (!std::isfinite(o.floor_scale) || o.floor_scale <= 0)
+      fail("--floor-scale must be finite and > 0, got {}", o.floor_scale);
+    if (!std::isfinite(o.attn_scale) || o.attn_scale < 0)
+      fail("--attn-scale must be finite and >= 0, got {}", o.attn_scale);
+    p.pos.temperature = {o.floor_scale, o.attn_scale};
+  } else if (given(o, "--floor-scale") || given(o, "--attn-scale")) {
+    fail("--floor-scale and --attn-scale need --attn-temperature-tuning");
+  } else if (lc.temperature.on()) {
+    p.pos.temperature = lc.temperature;
+  }
+  if (p.pos.temperature.on()) schemes.push_back("temperature");
   if (o.xpos) {
     if (o.rope) fail("--xpos and --rope exclude each other (xPos is RoPE with a scale)");
     p.pos.xpos = {o.theta, o.xpos_gamma, o.xpos_scale_base, o.xpos_center};
@@ -419,11 +528,6 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
       g.dcope = dco.data();
     }
     attention_backward(p, g);
-    if (!mrope_comp.empty()) {
-      // dq = a R(pos)^T dq' for the rotation applied before the call (the transpose).
-      mrope_apply(freqs, mrope_comp, mrope_layout, mrope_angle, qpos, dq.data(), T, Hq, D, true);
-      mrope_apply(freqs, mrope_comp, mrope_layout, mrope_angle, kpos, dk.data(), S, Hkv, D, true);
-    }
   }
 
   int64_t masked_rows = 0;
@@ -473,6 +577,16 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     j["schemes"] = schemes;
     j["implementation"] = impl;
     j["kv"] = name(kv);
+    if (lc.given) {
+      if (given(o, "--layer")) j["layer"] = o.layer;
+      j["layer_type"] =
+          lc.type.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(lc.type);
+      j["layer_rope"] = lc.rope;
+    }
+    if (p.pos.temperature.on()) {
+      j["floor_scale"] = p.pos.temperature.floor_scale;
+      j["attn_scale"] = p.pos.temperature.attn_scale;
+    }
     j["fully_masked_rows"] = masked_rows;
     if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
     if (backward) {
@@ -503,6 +617,15 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
           kv == kv_storage::f32
               ? ""
               : (", keys and values stored as " + name(kv) + " (computed in float32)").c_str());
+      if (lc.given)
+        std::printf("layer %s%s: %s\n",
+                    given(o, "--layer") ? std::to_string(o.layer).c_str() : "type",
+                    lc.type.empty() ? "" : (" (" + lc.type + ")").c_str(),
+                    lc.rope ? "RoPE" : "NoPE (no rotation)");
+      if (p.pos.temperature.on())
+        std::printf("query temperature: q *= log(floor((pos + 1) / %s) + 1) * %s + 1\n",
+                    num(p.pos.temperature.floor_scale).c_str(),
+                    num(p.pos.temperature.attn_scale).c_str());
       if (backward) {
         std::string w;
         for (const auto& [path, a] : files)
@@ -653,6 +776,18 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option(
       "--cope", o->cope,
       "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
+  sub->add_flag("--attn-temperature-tuning", o->temperature,
+                "Llama 4's query temperature (NoPE layers): q *= log(floor((pos + 1) / "
+                "floor_scale) + 1) * attn_scale + 1; not with --rope or --xpos");
+  sub->add_option("--floor-scale", o->floor_scale,
+                  "Temperature floor_scale (default 8192, Llama 4's), finite and > 0");
+  sub->add_option("--attn-scale", o->attn_scale,
+                  "Temperature attn_scale (default 0.1, Llama 4's), finite and >= 0");
+  sub->add_option("--layer", o->layer,
+                  "Layer L of --hf-config: its layer type's RoPE, or none on a NoPE layer (with "
+                  "Llama 4's temperature when the config sets attn_temperature_tuning)");
+  sub->add_option("--layer-type", o->layer_type,
+                  "Layer type of a per-layer --hf-config (posenc rope layers lists them)");
   sub->add_option("--dcope", o->dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
   sub->add_option("--dkerple", o->dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
   sub->add_option("--dfire", o->dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
