@@ -241,3 +241,68 @@ TEST(CliLab, PressPresetTinyCorpus) {
     EXPECT_TRUE(b.out.empty()) << b.out;
   }
 }
+
+// --preset press with schemes it has no variant of (the research schemes and irope): one plain
+// row each, beside the preset's own variants of the schemes named, and each row's numbers are
+// exactly those of `--task text` with the preset's lengths, so the preset adds no option of its
+// own to these schemes. irope on fewer than 4 layers is an error naming it.
+TEST(CliLab, PressPresetTakesEveryScheme) {
+  posenc::test::temp_dir d;
+  std::string train, held;
+  for (int i = 0; i < 4000; ++i) train += static_cast<char>('a' + (i * 7 + i / 5) % 9);
+  for (int i = 0; i < 800; ++i) held += static_cast<char>('a' + (i * 5 + i / 3) % 9);
+  posenc::write_file_atomic(d.file("train.txt"), train);
+  posenc::write_file_atomic(d.file("held.txt"), held);
+  const std::vector<std::string> model = {"--file",       d.file("train.txt"),
+                                          "--eval-file",  d.file("held.txt"),
+                                          "--steps",      "3",
+                                          "--seeds",      "1",
+                                          "--batch",      "4",
+                                          "--d-model",    "16",
+                                          "--layers",     "4",
+                                          "--heads",      "2",
+                                          "--d-ff",       "32",
+                                          "--eval-chars", "400",
+                                          "--format",     "json",
+                                          "--no-progress"};
+  std::vector<std::string> args = {
+      "lab",         "--preset", "press", "--schemes", "sinusoidal,kerple,fire,xpos,cope,irope",
+      "--train-len", "8"};
+  args.insert(args.end(), model.begin(), model.end());
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["config"]["variants"], nlohmann::json({"sinusoidal", "sinusoidal+sqrt(d)", "kerple",
+                                                     "fire", "xpos", "cope", "irope"}));
+  EXPECT_EQ(j["config"]["n_layers"], 4);
+
+  std::vector<std::string> plain = {
+      "lab",         "--task", "text",        "--schemes",     "kerple,fire,xpos,cope,irope",
+      "--train-len", "8",      "--eval-lens", "8,16,32,64,128"};
+  plain.insert(plain.end(), model.begin(), model.end());
+  const auto p = run_cli(plain);
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const auto pj = nlohmann::json::parse(p.out);
+  int compared = 0;
+  for (const auto& row : j["results"]) {
+    if (row["variant"] == "sinusoidal" || row["variant"] == "sinusoidal+sqrt(d)") continue;
+    for (const auto& q : pj["results"]) {
+      if (q["scheme"] != row["variant"] || q["seed"] != row["seed"] ||
+          q["eval_len"] != row["eval_len"])
+        continue;
+      ++compared;
+      EXPECT_EQ(row["scheme"], row["variant"]);
+      EXPECT_EQ(row["train_len"], 8);
+      EXPECT_EQ(row["bpc"].get<double>(), q["bpc"].get<double>()) << row.dump();
+      EXPECT_EQ(row["sliding_bpc"].get<double>(), q["sliding_bpc"].get<double>()) << row.dump();
+    }
+  }
+  EXPECT_EQ(compared, 5 * 5);  // schemes x lengths 8..128
+
+  const auto shallow =
+      run_cli({"lab", "--preset", "press", "--schemes", "irope", "--file", d.file("train.txt"),
+               "--eval-file", d.file("held.txt"), "--train-len", "8"});
+  EXPECT_EQ(shallow.exit_code, 2);
+  EXPECT_NE(shallow.err.find("irope"), std::string::npos) << shallow.err;
+  EXPECT_TRUE(shallow.out.empty()) << shallow.out;
+}

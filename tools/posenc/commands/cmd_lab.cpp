@@ -263,6 +263,9 @@ void run_lab_cmd(lab_cli c, CLI::App* sub) {
 // evaluated at longer lengths, here byte-level on five Jane Austen novels with the sixth
 // (persuasion) held out (scripts/get-corpus). One row per variant, trained at L in {64, 128} and
 // evaluated at L, 2L, 4L, 8L and 16L in non-overlapping and in sliding windows (stride L).
+// Without --schemes the rows are the nine press_variants; --schemes picks the variants of the
+// schemes it names and adds one plain row for each other scheme it names (kerple, fire, xpos,
+// cope, irope: the model's defaults, as in the passkey runs).
 // Sizes (docs/lab.md, "Real text"): the default model (width 64, 2 layers, 4 heads), batch 16,
 // press_steps steps, press_eval_chars bytes of the held-out novel; --quick: one seed and
 // press_quick_steps steps, press_quick_eval_chars bytes.
@@ -323,11 +326,16 @@ void run_press(lab_cli c, CLI::App* sub) {
   lab::lab_options base = to_options(c);
   const auto dist = mpi_start();
   const bool writer = dist->rank == 0;  // only rank 0 prints and writes
-  std::vector<const press_variant*> variants;
+  std::vector<press_variant> variants;
   for (const auto& v : press_variants)
     if (unset("--schemes") ||
         std::find(base.schemes.begin(), base.schemes.end(), v.scheme) != base.schemes.end())
-      variants.push_back(&v);
+      variants.push_back(v);
+  if (!unset("--schemes"))
+    for (model::pos_scheme s : base.schemes)
+      if (std::none_of(std::begin(press_variants), std::end(press_variants),
+                       [s](const press_variant& v) { return v.scheme == s; }))
+        variants.push_back({model::pos_scheme_name(s), s, false, false});
   if (!c.out.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(c.out, ec);
@@ -336,24 +344,24 @@ void run_press(lab_cli c, CLI::App* sub) {
   }
   const lab::task t = lab::make_task(lab::task_kind::text, c.file, c.eval_file);
   struct group {
-    const press_variant* v;
+    press_variant v;
     lab::lab_options o;
   };
   std::vector<group> groups;
   std::vector<lab::run_spec> specs;
   for (int64_t L : lens)
-    for (const press_variant* v : variants) {
+    for (const press_variant& v : variants) {
       lab::lab_options o = base;
       o.train_min = o.train_max = L;
       o.eval_lens = {L, 2 * L, 4 * L, 8 * L, 16 * L};
-      o.schemes = {v->scheme};
-      o.embed_scale = v->embed_scale;
-      o.randomized_positions = v->randomized ? 16 * L : 0;
+      o.schemes = {v.scheme};
+      o.embed_scale = v.embed_scale;
+      o.randomized_positions = v.randomized ? 16 * L : 0;
       if (!c.out.empty())
-        o.checkpoint_dir = fmt::format("{}/checkpoints/{}-L{}", c.out, slug(v->name), L);
+        o.checkpoint_dir = fmt::format("{}/checkpoints/{}-L{}", c.out, slug(v.name), L);
       lab::validate(o, t);
       groups.push_back({v, o});
-      for (int64_t k = 0; k < o.seeds; ++k) specs.push_back({o, v->scheme, k});
+      for (int64_t k = 0; k < o.seeds; ++k) specs.push_back({o, v.scheme, k});
     }
   progress_bar bar;
   lab::progress_fn cb;
@@ -380,7 +388,7 @@ void run_press(lab_cli c, CLI::App* sub) {
                             {"runs", &runs_j}})
       for (auto row : gj[key]) {
         J r;
-        r["variant"] = g.v->name;
+        r["variant"] = g.v.name;
         r["train_len"] = g.o.train_max;
         for (auto it = row.begin(); it != row.end(); ++it) r[it.key()] = it.value();
         dst->push_back(r);
@@ -395,7 +403,7 @@ void run_press(lab_cli c, CLI::App* sub) {
   cfg["eval_multiples"] = {1, 2, 4, 8, 16};
   cfg["sliding_stride"] = "train length";
   cfg["variants"] = J::array();
-  for (const press_variant* v : variants) cfg["variants"].push_back(v->name);
+  for (const press_variant& v : variants) cfg["variants"].push_back(v.name);
   cfg["steps"] = base.steps;
   cfg["seeds"] = base.seeds;
   cfg["batch_size"] = base.batch_size;
@@ -436,10 +444,10 @@ void run_press(lab_cli c, CLI::App* sub) {
       std::string head = fmt::format("L = {:<14}", L);
       for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>21}", fmt::format("@{}", m * L));
       std::printf("%s\n", head.c_str());
-      for (const press_variant* v : variants) {
-        std::string line = fmt::format("{:<18}", v->name);
+      for (const press_variant& v : variants) {
+        std::string line = fmt::format("{:<18}", v.name);
         for (const auto& row : summary) {
-          if (row["variant"] != v->name || row["train_len"] != L || row["measure"] != "eval")
+          if (row["variant"] != v.name || row["train_len"] != L || row["measure"] != "eval")
             continue;
           const auto& m = row["bpc_mean"];
           const auto& sd = row["bpc_std"];
@@ -474,7 +482,9 @@ const bool registered = register_command(70, [](CLI::App& app) {
                   "Jane Austen corpus (scripts/get-corpus); with --quick a smaller one");
   sub->add_option("--schemes", o->schemes,
                   "Comma-separated: nope, sinusoidal, learned, rope, alibi, t5, shaw, irope "
-                  "(RoPE with every 4th layer NoPE; use --layers 4 or more)")
+                  "(RoPE with every 4th layer NoPE; use --layers 4 or more), kerple "
+                  "(logarithmic kernel), fire, xpos, cope. With --preset press: the preset's "
+                  "variants of these schemes, plus one row per scheme it has none of")
       ->capture_default_str();
   sub->add_option("--train-len", o->train_len, "Training lengths A:B (inclusive)")
       ->capture_default_str();
