@@ -267,9 +267,9 @@ TEST(AttentionSimd, CausalGqaAllLengths) {
   run_group("simd_causal_gqa_all_lengths", 15);
 }
 
-// Decode shapes (few tile rows per item) split into key chunks whose partial softmax states
+// Decode shapes (few tile rows or few items) split into key chunks whose partial softmax states
 // are merged in chunk order: every scheme and mask, T = 1 and 4, S = 1000 and 8192, MHA, GQA
-// and MQA (T = 4 with MQA has 32 rows: the unsplit path beside the split one).
+// and MQA (in-place dot products below 8 rows per item, per-item packed key blocks above).
 TEST(AttentionSimd, SplitDecodeAgainstReference) {
   run_group("simd_split_decode", kSchemes * 4);
 }

@@ -736,6 +736,11 @@ constexpr int64_t kLens[] = {1, 3, 17, 64, 129};
 constexpr int64_t kDims[] = {32, 80, 128};
 constexpr std::pair<int64_t, int64_t> kHeads[] = {{1, 1}, {4, 1}, {4, 4}, {8, 1}, {8, 4}, {8, 8}};
 constexpr int64_t kSimdDims[] = {32, 80, 128, 20};
+// The decode, half-storage and head-major groups: MHA / GQA / MQA, D = 128, 80 and 20 (padded
+// to the vector length), and one shape per path (packed prefill, decode, speculative decode).
+constexpr std::pair<int64_t, int64_t> kLongHeads[] = {{4, 4}, {8, 2}, {8, 1}};
+constexpr int64_t kLongDims[] = {128, 80, 20};
+constexpr std::pair<int64_t, int64_t> kPathShapes[] = {{65, 130}, {1, 1000}, {4, 300}};
 constexpr std::pair<int64_t, int64_t> kSimdHeads[] = {{1, 1}, {4, 4}, {8, 1},
                                                       {8, 4}, {8, 8}, {4, 1}};
 
@@ -834,13 +839,13 @@ std::vector<spec> make_full() {
   v.push_back(make("simd_large_scores", spec{64, 129, 32, 4, 2, scheme::none, mask::causal, 5, 30},
                    forward, f32));
   // Decode and speculative decode (T = 1, 4) against long key sequences, where the decode path
-  // (fewer than 16 tile rows) splits the keys into chunks and merges them (flash-decoding):
+  // (few tile rows or few items) splits the keys into chunks and merges them (flash-decoding):
   // every scheme, every mask, MHA / GQA / MQA, D = 128, 80 and 20 (padded to the vector
-  // length). T = 4 with MQA (G = 8: 32 tile rows) takes the unsplit transposed-key path, its
-  // neighbour.
+  // length). Items of fewer than 8 rows take the dot products in place (MHA, T = 1 GQA); T = 4
+  // with GQA or MQA (8 to 32 tile rows) packs each key block per item.
   {
-    constexpr std::pair<int64_t, int64_t> heads[] = {{4, 4}, {8, 2}, {8, 1}};
-    constexpr int64_t dims[] = {128, 80, 20};
+    const auto& heads = kLongHeads;
+    const auto& dims = kLongDims;
     int idx = 0;
     for (int s = 0; s < kSchemes; ++s)
       for (int64_t T : {1, 4})
@@ -861,9 +866,9 @@ std::vector<spec> make_full() {
   // scheme but CoPE (its own double path, which refuses half storage), MHA / GQA / MQA, D = 128,
   // 80 and 20.
   {
-    constexpr std::pair<int64_t, int64_t> heads[] = {{4, 4}, {8, 2}, {8, 1}};
-    constexpr int64_t dims[] = {128, 80, 20};
-    constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}};
+    const auto& heads = kLongHeads;
+    const auto& dims = kLongDims;
+    const auto& shapes = kPathShapes;
     int idx = 0;
     for (int s = 0; s < kSchemes; ++s)
       for (auto [T, S] : shapes)
@@ -890,9 +895,9 @@ std::vector<spec> make_full() {
   // MQA; float32 and float16 / bfloat16 storage on the float32 path, and float64 (the generic
   // path's token-major copies).
   {
-    constexpr std::pair<int64_t, int64_t> heads[] = {{4, 4}, {8, 2}, {8, 1}};
-    constexpr int64_t dims[] = {128, 80, 20};
-    constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}};
+    const auto& heads = kLongHeads;
+    const auto& dims = kLongDims;
+    const auto& shapes = kPathShapes;
     constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
     int idx = 0;
     for (int s = 0; s < kSchemes; ++s)
