@@ -275,10 +275,13 @@ TEST(AttentionSimd, SplitDecodeAgainstReference) {
 }
 
 // The split decode merges chunks in chunk order and its chunking depends on the shape only:
-// the same bits for any thread count.
+// the same bits for any thread count. S = 1000 with 2 kv heads takes chunks of 128 keys;
+// S = 4096 with 8 kv heads, chunks of 512 (and 3 threads share its 64 items unevenly).
 TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
+  for (int64_t S : {1000, 4096})
   for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
-    const spec c{1, 1000, 64, 8, 2, sch, mask::causal, 4243};
+    const int64_t Hkv = S == 1000 ? 2 : 8;
+    const spec c{1, S, 64, 8, Hkv, sch, mask::causal, 4243};
     fixture<float> f;
     build(f, c);
     auto p = f.p;
@@ -288,12 +291,14 @@ TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
     set_num_threads(1);
     p.out = out1.data(), p.lse = lse1.data();
     attention_tiled(p);
-    set_num_threads(2);
-    p.out = out2.data(), p.lse = lse2.data();
-    attention_tiled(p);
+    for (int nth : {2, 3}) {
+      set_num_threads(nth);
+      p.out = out2.data(), p.lse = lse2.data();
+      attention_tiled(p);
+      EXPECT_EQ(out1, out2) << "S = " << S << ", " << nth << " threads";
+      EXPECT_EQ(lse1, lse2) << "S = " << S << ", " << nth << " threads";
+    }
     set_num_threads(saved);
-    EXPECT_EQ(out1, out2);
-    EXPECT_EQ(lse1, lse2);
   }
 }
 

@@ -38,9 +38,10 @@
 // Decode-like calls (fewer than 16 tile rows per item, or fewer than kSplitItems items: decode
 // and speculative decoding, MQA included) read K in place instead of transposing all of it up
 // front, and split their keys (flash-decoding: Dao, Haziza, Massa and Sizov 2023) into chunks of
-// kSplitKeys keys, each a work item that leaves its row state (m, l, acc, w) in a buffer;
-// merge_item combines a row's chunks in chunk order after the items. The chunking depends on the
-// shape only, so the bits are the same on any number of threads. Within a chunk, per key block:
+// SplitChunk keys (512 down to 128, the longest that still leaves kMinSplitWork items), each a
+// work item that leaves its row state (m, l, acc, w) in a buffer; merge_item combines a row's
+// chunks in chunk order after the items. The chunking depends on the shape only, so the bits are
+// the same on any number of threads. Within a chunk, per key block:
 //   fewer than kPackRows rows: each score a vector dot product over D, four keys at a time with
 //     one accumulator each, key outer and row inner (each key row is used by every row while in
 //     L1);
@@ -79,18 +80,32 @@ namespace posenc::detail {
 
 constexpr int64_t kSimdBk = 64;    // keys per block
 constexpr int64_t kSimdRows = 64;  // target tile rows per work item
-// Decode-like calls (fewer than 16 tile rows per item) split each item's keys into chunks of
-// this many keys (a whole number of blocks), each a work item of its own (flash-decoding). A
-// shape constant, never a function of the thread count: the merge order, and so the bits, are
-// the same on any number of threads.
+// Decode-like calls (fewer than 16 tile rows per item) split each item's keys into chunks (a
+// whole number of blocks), each a work item of its own (flash-decoding): the longest of
+// kSplitKeysMax, its half, ..., kSplitKeysMin keys that still makes kMinSplitWork items or more
+// (long chunks pay the split's per-item cost less often; short ones keep short caches spread
+// over the threads). A function of the shape only, never of the thread count: the merge order,
+// and so the bits, are the same on any number of threads.
 #ifndef POSENC_SPLIT_KEYS
-#define POSENC_SPLIT_KEYS 128
+#define POSENC_SPLIT_KEYS 512
 #endif
-constexpr int64_t kSplitKeys = POSENC_SPLIT_KEYS;
-static_assert(kSplitKeys % kSimdBk == 0, "a chunk is a whole number of key blocks");
+constexpr int64_t kSplitKeysMax = POSENC_SPLIT_KEYS;
+constexpr int64_t kSplitKeysMin = 128;
+constexpr int64_t kMinSplitWork = 16;
+static_assert(kSplitKeysMax % kSimdBk == 0 && kSplitKeysMin % kSimdBk == 0,
+              "a chunk is a whole number of key blocks");
+static_assert(kSplitKeysMax >= kSplitKeysMin);
+// Keys per chunk for a split call with `items` (kv head, query block) items over S keys.
+constexpr int64_t SplitChunk(int64_t items, int64_t S) {
+  int64_t c = kSplitKeysMax;
+  while (c > kSplitKeysMin && items * ((S + c - 1) / c) < kMinSplitWork) c /= 2;
+  return c;
+}
+static_assert(SplitChunk(8, 8192) == 512 && SplitChunk(1, 8192) == 512 &&
+              SplitChunk(1, 2048) == 128 && SplitChunk(8, 512) == 256);
 // Calls with fewer (kv head, query block) items than this are split too (decode and speculative
 // decoding with many query heads per kv head: MQA, or T of 2 to 16), so that every thread has
-// work: a shape constant like kSplitKeys.
+// work: a shape constant like the chunk lengths.
 constexpr int64_t kSplitItems = 64;
 // On the in-place path (split calls), items of at least this many tile rows transpose each key
 // block into thread scratch just before its product (one pass over the block, shared by the
@@ -157,6 +172,8 @@ struct simd_problem {
   bool kpos_contiguous = true;  // kpos[j] == j for every key (the default; biases may use it)
   bool any_key_pad = false;
   int64_t nch = 1;        // key chunks per item (split-K); 1 = no split
+  int64_t chunk = 0;      // keys per chunk when nch > 1 (SplitChunk)
+  bool head_fastest = false;  // item order: kv head fastest (token-major K/V, split calls)
   int64_t rows_max = 0;   // tile rows of a full item: G * min(bq, T)
   float* part = nullptr;  // split-K partials (Hkv * nqb * nch, rows_max, part_row()); null
                           // when nch == 1
@@ -201,7 +218,8 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using detail::kPrefetchKeys;
 using detail::kSimdBk;
-using detail::kSplitKeys;
+using detail::kSplitKeysMin;
+using detail::SplitChunk;
 using detail::kv_bytes;
 using detail::qk_transform;
 using detail::simd_problem;
@@ -779,20 +797,34 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
 
 // The thread body: takes items from the shared counter until none is left. Item n maps to key
 // chunk n % nch, query block nqb - 1 - (n / nch) / Hkv (the heaviest causal blocks first) and kv
-// head (n / nch) % Hkv.
+// head (n / nch) % Hkv; or, with head_fastest (split calls on token-major K and V, whose heads
+// share each key's rows), to kv head n % Hkv, chunk (n / Hkv) % nch and query block
+// nqb - 1 - (n / Hkv) / nch, so that the threads read the heads of one key range together
+// (neighbouring bytes of the same pages) instead of one head's rows a page apart each. Which
+// thread takes an item never changes its bits.
 void AttendItems(const simd_problem& pr, simd_scratch& sc, std::atomic<int64_t>* next) {
   const auto& p = *pr.p;
   const int64_t work = p.Hkv * pr.nqb * pr.nch;
   for (;;) {
     const int64_t n = next->fetch_add(1, std::memory_order_relaxed);
     if (n >= work) return;
-    const int64_t ch = n % pr.nch, g = n / pr.nch;
-    const int64_t qb = pr.nqb - 1 - g / p.Hkv, hk = g % p.Hkv;
+    int64_t ch, qb, hk;
+    if (pr.head_fastest) {
+      const int64_t g = n / p.Hkv;
+      hk = n % p.Hkv;
+      ch = g % pr.nch;
+      qb = pr.nqb - 1 - g / pr.nch;
+    } else {
+      const int64_t g = n / pr.nch;
+      ch = n % pr.nch;
+      qb = pr.nqb - 1 - g / p.Hkv;
+      hk = g % p.Hkv;
+    }
     float* part = nullptr;
     int64_t ja = 0, jb = p.S;
     if (pr.nch > 1) {
-      ja = ch * kSplitKeys;
-      jb = std::min(p.S, ja + kSplitKeys);
+      ja = ch * pr.chunk;
+      jb = std::min(p.S, ja + pr.chunk);
       part = pr.part + ((qb * p.Hkv + hk) * pr.nch + ch) * pr.rows_max * pr.part_row();
     }
     AttendItem(pr, sc, hk, qb * pr.bq, std::min(p.T, (qb + 1) * pr.bq), ja, jb, part);
@@ -952,11 +984,18 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   // Threads only pay off above ~1M multiply-adds (see attention.cpp).
   const double flops = double(Hq) * double(T) * double(std::max<int64_t>(S, 1)) * double(D);
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(flops / double(1 << 20)));
-  // Split-K (flash-decoding) for decode-like calls: chunks of kSplitKeys keys, by shape only.
+  // Split-K (flash-decoding) for decode-like calls: chunks of SplitChunk keys, by shape only.
   // Few tile rows per item (decode with little or no grouping), or few items (decode and short
   // speculative steps with many query heads per kv head).
-  const bool split = (rows < 16 || Hkv * pr.nqb < kSplitItems) && S > kSplitKeys;
-  if (split) pr.nch = (S + kSplitKeys - 1) / kSplitKeys;
+  const bool split = (rows < 16 || Hkv * pr.nqb < kSplitItems) && S > kSplitKeysMin;
+  if (split) {
+    pr.chunk = SplitChunk(Hkv * pr.nqb, S);
+    pr.nch = (S + pr.chunk - 1) / pr.chunk;
+  }
+#ifndef POSENC_HEAD_FAST
+#define POSENC_HEAD_FAST 1
+#endif
+  pr.head_fastest = POSENC_HEAD_FAST && pr.nch > 1 && p.kv_head_stride == 0;
   pr.rows_max = rows;
   const int64_t work = Hkv * pr.nqb * pr.nch;
   const int nth = static_cast<int>(std::min<int64_t>({max_threads, work, by_work}));
