@@ -124,6 +124,28 @@ constexpr int64_t kPackRows = POSENC_PACK_ROWS;
 #define POSENC_PF_CONTIG 1
 #endif
 constexpr int64_t kPrefetchKeys = POSENC_PF_KEYS;
+// The items that pack their key blocks (kPackRows rows or more: MQA, speculative steps) spend a
+// long block product between the reads of two blocks, so their stream runs a whole block ahead
+// (64 keys: 64 KiB of float32 K and V at D = 128) and fills L2 rather than L1, which would
+// evict the block in use (docs/design.md, "Decode: chunk length by shape").
+#ifndef POSENC_PACK_PF_KEYS
+#define POSENC_PACK_PF_KEYS 64
+#endif
+constexpr int64_t kPackPrefetchKeys = POSENC_PACK_PF_KEYS;
+// The cache level each stream's prefetches fill: __builtin_prefetch's locality, 3 = all levels
+// (x86 prefetcht0), 2 = L2 and below (prefetcht1).
+#ifndef POSENC_PF_LOCALITY
+#define POSENC_PF_LOCALITY 3
+#endif
+#ifndef POSENC_PACK_PF_LOCALITY
+#define POSENC_PACK_PF_LOCALITY 2
+#endif
+inline void StreamPrefetch(const void* p) {
+  __builtin_prefetch(p, 0, POSENC_PF_LOCALITY);
+}
+inline void PackStreamPrefetch(const void* p) {
+  __builtin_prefetch(p, 0, POSENC_PACK_PF_LOCALITY);
+}
 
 // Everything the per-target kernel reads; built once per call by attention_simd_f32.
 struct simd_problem {
@@ -220,6 +242,9 @@ using detail::kPrefetchKeys;
 using detail::kSimdBk;
 using detail::kSplitKeysMin;
 using detail::SplitChunk;
+using detail::StreamPrefetch;
+using detail::PackStreamPrefetch;
+using detail::kPackPrefetchKeys;
 using detail::kv_bytes;
 using detail::qk_transform;
 using detail::simd_problem;
@@ -402,8 +427,8 @@ HWY_INLINE void Transpose8x8(D8 d, const float* const* src, int64_t off, float* 
 // panels, Gemm's panel layout), zero for keys past S. rows: scratch of 8 * D floats.
 // With a transform table ktab (S, Rt), each key row is first transformed by tr's row form (hook 1
 // inside the packing: no transformed copy of K). pf_end > 0: also prefetches the key and value
-// rows kPrefetchKeys ahead of each packed key, below pf_end (the in-place path, where the block
-// is packed just before its product and K is read once).
+// rows kPackPrefetchKeys ahead of each packed key into L2, below pf_end (the in-place path,
+// where the block is packed just before its product and K is read once).
 void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RESTRICT dst,
                   float* HWY_RESTRICT rows, const qk_transform* tr, const float* ktab, int64_t Rt,
                   int64_t pf_end) {
@@ -427,11 +452,11 @@ void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RES
         std::fill(row, row + D, 0.0f);
         continue;
       }
-      if (const int64_t jf = j0 + jj + kPrefetchKeys; jf < pf_end) {
+      if (const int64_t jf = j0 + jj + kPackPrefetchKeys; jf < pf_end) {
         const char* kf = static_cast<const char*>(pr.krow(jf, hk));
         const char* vf = static_cast<const char*>(pr.vrow(jf, hk));
-        for (int64_t b = 0; b < kbytes; b += 64) hwy::Prefetch(kf + b);
-        for (int64_t b = 0; b < vbytes; b += 64) hwy::Prefetch(vf + b);
+        for (int64_t b = 0; b < kbytes; b += 64) PackStreamPrefetch(kf + b);
+        for (int64_t b = 0; b < vbytes; b += 64) PackStreamPrefetch(vf + b);
       }
       if (in_place) {
         src[t] = static_cast<const float*>(pr.krow(j0 + jj, hk));
@@ -490,8 +515,8 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
     if (j0 + jj + kPrefetchKeys >= pf_end) return;
     const char* kj = reinterpret_cast<const char*>(k0 + (jj + kPrefetchKeys) * kstride);
     const char* vj = v0 + (jj + kPrefetchKeys) * vbytes;
-    for (int64_t b = 0; b < krow_bytes; b += 64) hwy::Prefetch(kj + b);
-    for (int64_t b = 0; b < vrow_bytes; b += 64) hwy::Prefetch(vj + b);
+    for (int64_t b = 0; b < krow_bytes; b += 64) StreamPrefetch(kj + b);
+    for (int64_t b = 0; b < vrow_bytes; b += 64) StreamPrefetch(vj + b);
   };
   int64_t jj = 0;
   for (; jj + 4 <= nb; jj += 4) {
@@ -603,15 +628,22 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   const int64_t kb_begin = j_begin / kSimdBk;
   // Decode path: the first kPrefetchKeys rows of the item at once; DecodeScores keeps the stream
   // going from there.
+  // Items that pack their blocks start theirs kPackPrefetchKeys ahead, the rows past the
+  // first kPrefetchKeys into L2 only, as their stream does.
   const int64_t pf_end = pr.prefetch ? j_end : 0;
-  if (!pr.kT && pr.prefetch)
-    for (int64_t j = kb_begin * kSimdBk; j < std::min(j_end, kb_begin * kSimdBk + kPrefetchKeys);
-         ++j) {
+  if (!pr.kT && pr.prefetch) {
+    const int64_t j_first = kb_begin * kSimdBk;
+    const int64_t ahead = pr.pack_local ? kPackPrefetchKeys : kPrefetchKeys;
+    for (int64_t j = j_first; j < std::min(j_end, j_first + ahead); ++j) {
       const char* vj = static_cast<const char*>(pr.vrow(j, hk));
       const char* kj = static_cast<const char*>(pr.krow(j, hk));
-      for (int64_t b = 0; b < D * kv_bytes(pr.kt); b += 64) hwy::Prefetch(kj + b);
-      for (int64_t b = 0; b < D * kv_bytes(pr.vt); b += 64) hwy::Prefetch(vj + b);
+      const bool near = j < j_first + kPrefetchKeys;
+      for (int64_t b = 0; b < D * kv_bytes(pr.kt); b += 64)
+        near ? StreamPrefetch(kj + b) : PackStreamPrefetch(kj + b);
+      for (int64_t b = 0; b < D * kv_bytes(pr.vt); b += 64)
+        near ? StreamPrefetch(vj + b) : PackStreamPrefetch(vj + b);
     }
+  }
 
   for (int64_t kb = kb_begin; kb * kSimdBk < j_end; ++kb) {
     const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
