@@ -47,9 +47,12 @@
 //     L1);
 //   kPackRows rows or more: the block transposed into thread scratch as it is read (8 x 8
 //     register transposes), then the same block product as the prefill;
-// both prefetching the rows of their head kPrefetchKeys keys ahead, one key at a time (in the
-// token-major layout they lie a page apart, beyond the hardware prefetchers; spread out, the
-// requests overlap the arithmetic instead of arriving as one burst per block). K and V may be
+// both prefetching the rows of their head one key at a time, kPrefetchKeys keys ahead into L1
+// (dot products) or kPackPrefetchKeys ahead into L2 (packed blocks, whose block product is long)
+// (in the token-major layout the rows lie a page apart, beyond the hardware prefetchers; spread
+// out, the requests overlap the arithmetic instead of arriving as one burst per block). With
+// token-major K and V the items run kv head fastest, so the threads read the heads of the same
+// key range (the same pages) together. K and V may be
 // head-major (attention_params::kv_head_stride, the KV cache's layout): each head's rows are
 // then one contiguous run. Every mask and position term runs through the same score-mod code.
 #undef HWY_TARGET_INCLUDE
