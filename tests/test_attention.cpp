@@ -279,27 +279,27 @@ TEST(AttentionSimd, SplitDecodeAgainstReference) {
 // S = 4096 with 8 kv heads, chunks of 512 (and 3 threads share its 64 items unevenly).
 TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
   for (int64_t S : {1000, 4096})
-  for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
-    const int64_t Hkv = S == 1000 ? 2 : 8;
-    const spec c{1, S, 64, 8, Hkv, sch, mask::causal, 4243};
-    fixture<float> f;
-    build(f, c);
-    auto p = f.p;
-    std::vector<float> out1(f.out_fast.size()), out2(f.out_fast.size());
-    std::vector<float> lse1(f.lse_fast.size()), lse2(f.lse_fast.size());
-    const int saved = num_threads();
-    set_num_threads(1);
-    p.out = out1.data(), p.lse = lse1.data();
-    attention_tiled(p);
-    for (int nth : {2, 3}) {
-      set_num_threads(nth);
-      p.out = out2.data(), p.lse = lse2.data();
+    for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
+      const int64_t Hkv = S == 1000 ? 2 : 8;
+      const spec c{1, S, 64, 8, Hkv, sch, mask::causal, 4243};
+      fixture<float> f;
+      build(f, c);
+      auto p = f.p;
+      std::vector<float> out1(f.out_fast.size()), out2(f.out_fast.size());
+      std::vector<float> lse1(f.lse_fast.size()), lse2(f.lse_fast.size());
+      const int saved = num_threads();
+      set_num_threads(1);
+      p.out = out1.data(), p.lse = lse1.data();
       attention_tiled(p);
-      EXPECT_EQ(out1, out2) << "S = " << S << ", " << nth << " threads";
-      EXPECT_EQ(lse1, lse2) << "S = " << S << ", " << nth << " threads";
+      for (int nth : {2, 3}) {
+        set_num_threads(nth);
+        p.out = out2.data(), p.lse = lse2.data();
+        attention_tiled(p);
+        EXPECT_EQ(out1, out2) << "S = " << S << ", " << nth << " threads";
+        EXPECT_EQ(lse1, lse2) << "S = " << S << ", " << nth << " threads";
+      }
+      set_num_threads(saved);
     }
-    set_num_threads(saved);
-  }
 }
 
 // Large scores on the SIMD path: the running max moves across key blocks by a lot (rescale

@@ -196,12 +196,12 @@ struct simd_problem {
   int64_t C = 0;                                 // rows of the relative tables
   bool kpos_contiguous = true;  // kpos[j] == j for every key (the default; biases may use it)
   bool any_key_pad = false;
-  int64_t nch = 1;        // key chunks per item (split-K); 1 = no split
-  int64_t chunk = 0;      // keys per chunk when nch > 1 (SplitChunk)
+  int64_t nch = 1;            // key chunks per item (split-K); 1 = no split
+  int64_t chunk = 0;          // keys per chunk when nch > 1 (SplitChunk)
   bool head_fastest = false;  // item order: kv head fastest (token-major K/V, split calls)
-  int64_t rows_max = 0;   // tile rows of a full item: G * min(bq, T)
-  float* part = nullptr;  // split-K partials (Hkv * nqb * nch, rows_max, part_row()); null
-                          // when nch == 1
+  int64_t rows_max = 0;       // tile rows of a full item: G * min(bq, T)
+  float* part = nullptr;      // split-K partials (Hkv * nqb * nch, rows_max, part_row()); null
+                              // when nch == 1
   int64_t part_row() const { return Dp + C + 2; }  // per row: m, l, acc (Dp), w (C)
 };
 
@@ -241,17 +241,17 @@ HWY_BEFORE_NAMESPACE();
 namespace posenc {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using detail::kPackPrefetchKeys;
 using detail::kPrefetchKeys;
 using detail::kSimdBk;
 using detail::kSplitKeysMin;
-using detail::SplitChunk;
-using detail::StreamPrefetch;
-using detail::PackStreamPrefetch;
-using detail::kPackPrefetchKeys;
 using detail::kv_bytes;
+using detail::PackStreamPrefetch;
 using detail::qk_transform;
 using detail::simd_problem;
 using detail::simd_scratch;
+using detail::SplitChunk;
+using detail::StreamPrefetch;
 using detail::vb_row;
 
 // Register blocking per target (docs/design.md, "Register blocking per target"): DF is the
