@@ -302,6 +302,40 @@ TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
     }
 }
 
+// Token-major and head-major K and V at split-decode shapes (T = 1, S = 8192: 512-key chunks,
+// kv head fastest in the token-major item order) run the same chunks through the same
+// arithmetic per row, so the two layouts give the same bits: GQA (4 rows per head) and MHA,
+// float32 and float16, 1 and 2 threads, every scheme kind (RoPE through hook 1's copy, ALiBi/T5
+// biases, Shaw's tables).
+TEST(AttentionSimd, TokenMajorAndHeadMajorGiveTheSameBits) {
+  for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
+    for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
+      for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
+        spec c{1, 8192, 64, Hq, Hkv, sch, mask::causal, 5150};
+        c.kv = kv;
+        spec ch = c;
+        ch.head_major = true;
+        fixture<float> ft, fh;
+        build(ft, c);
+        build(fh, ch);
+        const int saved = num_threads();
+        for (int nth : {1, 2}) {
+          set_num_threads(nth);
+          std::vector<float> ot(ft.out_fast.size()), oh(ot.size());
+          std::vector<float> lt(ft.lse_fast.size()), lh(lt.size());
+          auto pt = ft.p;
+          auto ph = fh.p;
+          pt.out = ot.data(), pt.lse = lt.data();
+          ph.out = oh.data(), ph.lse = lh.data();
+          attention_tiled(pt);
+          attention_tiled(ph);
+          EXPECT_EQ(ot, oh) << describe(c) << ", " << nth << " threads";
+          EXPECT_EQ(lt, lh) << describe(c) << ", " << nth << " threads";
+        }
+        set_num_threads(saved);
+      }
+}
+
 // Large scores on the SIMD path: the running max moves across key blocks by a lot (rescale
 // alpha << 1) and masked lanes stay exactly 0 (Exp(-inf) = 0, no NaN).
 TEST(AttentionSimd, LargeScoresStayFinite) {
