@@ -127,6 +127,10 @@ constexpr int64_t kPackRows = POSENC_PACK_ROWS;
 #define POSENC_PF_CONTIG 1
 #endif
 constexpr int64_t kPrefetchKeys = POSENC_PF_KEYS;
+// The decode path's four dot products per row reduced together (SumOfLanes4) or one by one.
+#ifndef POSENC_SUM4
+#define POSENC_SUM4 1
+#endif
 // The items that pack their key blocks (kPackRows rows or more: MQA, speculative steps) spend a
 // long block product between the reads of two blocks, so their stream runs a whole block ahead
 // (64 keys: 64 KiB of float32 K and V at D = 128) and fills L2 rather than L1, which would
@@ -504,6 +508,46 @@ void PackKeys(const simd_problem& pr, float* kT, int64_t item_begin, int64_t ite
 // the memory requests overlap the arithmetic.
 // Keys stored as TK (float, float16, bfloat16); v0, vbytes: the block's first value row and the
 // value row stride in bytes (for the prefetch only).
+// out[k] = the sum of a_k's lanes, k = 0..3: one reduction for four dot products. Two interleave
+// steps within each 128-bit block leave [sum a0, sum a1, sum a2, sum a3] of that block, then the
+// blocks are added (instead of a full horizontal sum per vector).
+template <class D>
+HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3,
+                            float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  out[0] = hn::GetLane(a0);
+  out[1] = hn::GetLane(a1);
+  out[2] = hn::GetLane(a2);
+  out[3] = hn::GetLane(a3);
+  (void)d;
+#else
+  constexpr size_t kN = hn::MaxLanes(D());
+  static_assert(kN >= 4);
+  {
+    const auto t0 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+    const auto t1 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+    const hn::Repartition<uint64_t, D> du;
+    const auto w0 = hn::BitCast(du, t0), w1 = hn::BitCast(du, t1);
+    const auto u = hn::Add(hn::BitCast(d, hn::InterleaveLower(du, w0, w1)),
+                           hn::BitCast(d, hn::InterleaveUpper(du, w0, w1)));
+    if constexpr (kN == 4) {
+      hn::StoreU(u, d, out);
+    } else if constexpr (kN == 8) {
+      const hn::Half<D> dh;
+      hn::StoreU(hn::Add(hn::LowerHalf(dh, u), hn::UpperHalf(dh, u)), dh, out);
+    } else {
+      alignas(64) float buf[kN];
+      hn::StoreU(u, d, buf);
+      for (size_t k = 0; k < 4; ++k) {
+        float sum = buf[k];
+        for (size_t b = 4; b < kN; b += 4) sum += buf[b + k];
+        out[k] = sum;
+      }
+    }
+  }
+#endif
+}
+
 template <typename TK>
 HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const TK* k0,
                              const char* v0, int64_t vbytes, int64_t kstride, int64_t nb,
@@ -538,8 +582,14 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
         a2 = hn::MulAdd(qv, LoadAsFloat(d, kc + e), a2);
         a3 = hn::MulAdd(qv, LoadAsFloat(d, kd + e), a3);
       }
+#if POSENC_SUM4
+      float dd[4];
+      SumOfLanes4(d, a0, a1, a2, a3, dd);
+      float d0 = dd[0], d1 = dd[1], d2 = dd[2], d3 = dd[3];
+#else
       float d0 = hn::GetLane(hn::SumOfLanes(d, a0)), d1 = hn::GetLane(hn::SumOfLanes(d, a1)),
             d2 = hn::GetLane(hn::SumOfLanes(d, a2)), d3 = hn::GetLane(hn::SumOfLanes(d, a3));
+#endif
       for (int64_t e = De; e < D; ++e) {
         d0 += qr[e] * AsFloat(ka[e]);
         d1 += qr[e] * AsFloat(kb[e]);
