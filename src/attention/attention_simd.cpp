@@ -128,6 +128,10 @@ constexpr int64_t kPackRows = POSENC_PACK_ROWS;
 #endif
 constexpr int64_t kPrefetchKeys = POSENC_PF_KEYS;
 // The decode path's four dot products per row reduced together (SumOfLanes4) or one by one.
+// POSENC_HEAD_FAST: token-major split calls order their items kv head fastest (AttendItems).
+#ifndef POSENC_HEAD_FAST
+#define POSENC_HEAD_FAST 1
+#endif
 #ifndef POSENC_SUM4
 #define POSENC_SUM4 1
 #endif
@@ -501,13 +505,6 @@ void PackKeys(const simd_problem& pr, float* kT, int64_t item_begin, int64_t ite
     PackKeyBlock(pr, item / nkb, item % nkb, kT + item * D * kSimdBk, rows.data(), tr, ktab, Rt, 0);
 }
 
-// Scores of one block on the decode path: s(rows, Bk) for keys [0, nb) of the block at k0 (key
-// rows kstride floats apart), qs (rows, D). Four keys at a time per row, one accumulator per
-// key: each q vector is loaded once per four keys. Prefetches the key and value rows
-// kPrefetchKeys ahead (keys j0 + jj + kPrefetchKeys below pf_end), spread over the block so that
-// the memory requests overlap the arithmetic.
-// Keys stored as TK (float, float16, bfloat16); v0, vbytes: the block's first value row and the
-// value row stride in bytes (for the prefetch only).
 // out[k] = the sum of a_k's lanes, k = 0..3: one reduction for four dot products. Two interleave
 // steps within each 128-bit block leave [sum a0, sum a1, sum a2, sum a3] of that block, then the
 // blocks are added (instead of a full horizontal sum per vector).
@@ -522,32 +519,29 @@ HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn
   (void)d;
 #else
   constexpr size_t kN = hn::MaxLanes(D());
-  static_assert(kN >= 4);
-  {
-    const auto t0 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
-    const auto t1 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
-    const hn::Repartition<uint64_t, D> du;
-    const auto w0 = hn::BitCast(du, t0), w1 = hn::BitCast(du, t1);
-    const auto u = hn::Add(hn::BitCast(d, hn::InterleaveLower(du, w0, w1)),
-                           hn::BitCast(d, hn::InterleaveUpper(du, w0, w1)));
-    if constexpr (kN == 4) {
-      hn::StoreU(u, d, out);
-    } else if constexpr (kN == 8) {
-      const hn::Half<D> dh;
-      hn::StoreU(hn::Add(hn::LowerHalf(dh, u), hn::UpperHalf(dh, u)), dh, out);
-    } else {
-      alignas(64) float buf[kN];
-      hn::StoreU(u, d, buf);
-      for (size_t k = 0; k < 4; ++k) {
-        float sum = buf[k];
-        for (size_t b = 4; b < kN; b += 4) sum += buf[b + k];
-        out[k] = sum;
-      }
-    }
+  static_assert(kN == 4 || kN == 8, "DH: one or two 128-bit blocks");
+  const auto t0 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+  const auto t1 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+  const hn::Repartition<uint64_t, D> du;
+  const auto w0 = hn::BitCast(du, t0), w1 = hn::BitCast(du, t1);
+  const auto u = hn::Add(hn::BitCast(d, hn::InterleaveLower(du, w0, w1)),
+                         hn::BitCast(d, hn::InterleaveUpper(du, w0, w1)));
+  if constexpr (kN == 4) {
+    hn::StoreU(u, d, out);
+  } else {
+    const hn::Half<D> dh;
+    hn::StoreU(hn::Add(hn::LowerHalf(dh, u), hn::UpperHalf(dh, u)), dh, out);
   }
 #endif
 }
 
+// Scores of one block on the decode path: s(rows, Bk) for keys [0, nb) of the block at k0 (key
+// rows kstride floats apart), qs (rows, D). Four keys at a time per row, one accumulator per
+// key: each q vector is loaded once per four keys. Prefetches the key and value rows
+// kPrefetchKeys ahead (keys j0 + jj + kPrefetchKeys below pf_end), spread over the block so that
+// the memory requests overlap the arithmetic.
+// Keys stored as TK (float, float16, bfloat16); v0, vbytes: the block's first value row and the
+// value row stride in bytes (for the prefetch only).
 template <typename TK>
 HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const TK* k0,
                              const char* v0, int64_t vbytes, int64_t kstride, int64_t nb,
@@ -679,10 +673,9 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   j_begin = std::max(j_begin, ja);
   j_end = std::min(j_end, jb);
   const int64_t kb_begin = j_begin / kSimdBk;
-  // Decode path: the first kPrefetchKeys rows of the item at once; DecodeScores keeps the stream
-  // going from there.
-  // Items that pack their blocks start theirs kPackPrefetchKeys ahead, the rows past the
-  // first kPrefetchKeys into L2 only, as their stream does.
+  // Decode path: the first kPrefetchKeys rows of the item at once (items that pack their blocks:
+  // kPackPrefetchKeys, those past the first kPrefetchKeys into L2 only, as their stream does);
+  // DecodeScores or PackKeyBlock keeps the stream going from there.
   const int64_t pf_end = pr.prefetch ? j_end : 0;
   if (!pr.kT && pr.prefetch) {
     const int64_t j_first = kb_begin * kSimdBk;
@@ -1077,9 +1070,6 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     pr.chunk = SplitChunk(Hkv * pr.nqb, S);
     pr.nch = (S + pr.chunk - 1) / pr.chunk;
   }
-#ifndef POSENC_HEAD_FAST
-#define POSENC_HEAD_FAST 1
-#endif
   pr.head_fastest = POSENC_HEAD_FAST && pr.nch > 1 && p.kv_head_stride == 0;
   pr.rows_max = rows;
   const int64_t work = Hkv * pr.nqb * pr.nch;
