@@ -4,9 +4,11 @@
 // actually computes. No timing is asserted: the rates are only checked to be rates.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <string>
 
+#include "posenc/core/error.hpp"
 #include "posenc/core/machine.hpp"
 
 using namespace posenc;
@@ -71,4 +73,38 @@ TEST(FmaProbe, ReportsWhatItRan) {
   EXPECT_EQ(r.chains, fma_probe_chains());
   EXPECT_TRUE(std::isfinite(r.gflops) && r.gflops > 0) << r.gflops;
   EXPECT_GE(r.gflops, r.gflops_median);  // best against median of the same runs
+}
+
+// A limited dispatch stays limited however often the target is named. Highway 1.0's
+// SupportedTargets(), which simd_target_name() reads, used to point the dispatch back at the
+// best target: `POSENC_SIMD_TARGET=avx2 posenc bench` then named AVX2 but ran every kernel and
+// the probe on AVX-512 (16 lanes).
+TEST(SimdTarget, LimitHoldsAfterTheTargetIsNamed) {
+  struct named {
+    const char* name;
+    int lanes;
+  };
+  const named targets[] = {{"avx3", 16}, {"avx2", 8},   {"sse4", 4},
+                           {"ssse3", 4}, {"emu128", 4}, {"scalar", 1}};
+  struct restore {
+    ~restore() { limit_simd_target("best"); }
+  } guard;
+  int tried = 0;
+  for (const named& t : targets) {
+    try {
+      limit_simd_target(t.name);
+    } catch (const invalid_argument&) {
+      continue;  // not on this CPU or not compiled in
+    }
+    ++tried;
+    for (int round = 0; round < 2; ++round) {
+      std::string n = simd_target_name();
+      for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      EXPECT_EQ(n, t.name);
+      EXPECT_EQ(simd_float_lanes(), t.lanes) << t.name << ", round " << round;
+    }
+    const fma_peak_result r = measure_fma_peak(1, 0.001, 1);
+    EXPECT_EQ(r.lanes, t.lanes) << t.name;
+  }
+  EXPECT_GE(tried, 1);
 }

@@ -76,10 +76,25 @@ int simd_float_lanes() {
 int fma_probe_chains() {
   return HWY_DYNAMIC_DISPATCH(FmaChainCount)();
 }
+namespace {
+// hwy::SupportedTargets(), without its side effect on the dispatch. Highway 1.0's
+// SupportedTargets() re-detects the CPU and, before masking the result with DisableTargets,
+// points the dynamic dispatch at every target the CPU has (ChosenTarget::Update with the
+// unmasked set), and the dispatch stays there: one call after limit_simd_target("avx2") put
+// every later kernel back on AVX3, while simd_target_name() went on saying AVX2 (on an AVX-512
+// Intel Xeon the forced probe reported 16 lanes at the 512-bit rate). Updating the chosen
+// target with the masked set puts the dispatch back where the limit says.
+int64_t supported_targets() {
+  const int64_t targets = hwy::SupportedTargets();
+  hwy::GetChosenTarget().Update(targets);
+  return targets;
+}
+}  // namespace
+
 // Highway orders targets so that better ones have lower bits: the one dynamic dispatch picks is
 // the lowest bit of (supported by the CPU) & (compiled in).
 std::string simd_target_name() {
-  const int64_t both = hwy::SupportedTargets() & HWY_TARGETS;
+  const int64_t both = supported_targets() & HWY_TARGETS;
   return both ? hwy::TargetName(both & -both) : "scalar";
 }
 
@@ -88,7 +103,7 @@ namespace {
 std::string available_targets() {
   std::string names;
   hwy::DisableTargets(0);
-  for (int64_t both = hwy::SupportedTargets() & HWY_TARGETS; both != 0; both &= both - 1) {
+  for (int64_t both = supported_targets() & HWY_TARGETS; both != 0; both &= both - 1) {
     std::string n = hwy::TargetName(both & -both);
     for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     names += (names.empty() ? "" : ", ") + n;
@@ -100,7 +115,7 @@ std::string available_targets() {
 void limit_simd_target(const std::string& name) {
   const std::string allowed = available_targets();  // also re-enables every target
   if (name == "best" || name.empty()) return;
-  for (int64_t both = hwy::SupportedTargets() & HWY_TARGETS; both != 0; both &= both - 1) {
+  for (int64_t both = supported_targets() & HWY_TARGETS; both != 0; both &= both - 1) {
     const int64_t bit = both & -both;
     std::string n = hwy::TargetName(bit);
     for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -108,6 +123,7 @@ void limit_simd_target(const std::string& name) {
     // Highway orders targets so that better ones have lower bits: disabling every lower bit
     // leaves `bit` the best remaining one, which the next dynamic dispatch selects.
     hwy::DisableTargets(bit - 1);
+    supported_targets();
     return;
   }
   throw invalid_argument("simd target: '" + name +
