@@ -10,21 +10,24 @@
 //     MR * NV <= 12 registers over the whole K loop (6 rows x 2 vectors: 12 accumulators cover
 //     FMA latency x 2 FMA ports; 2 loads + 6 broadcasts per 12 FMAs)
 //
-//   Q K^T:  A = q block (rows, D), pre-multiplied by the scale;  B = kT (D, Bk): the key block
-//           transposed once per call for the whole of K ("packed": (Hkv, S/Bk, D, Bk), keys
-//           contiguous), shared by every query block and every query head of the group (GQA:
-//           no copy per head);  C = s (rows, Bk), beta = 0.
-//   P V:    A = p (rows, Bk);  B = the block's v rows packed per item into scratch (row stride
-//           Dp + 16, zero-padded to Dp): read in place their stride Hkv*D (4 KiB for
+//   Q K^T:  A = q block (rows, D), pre-multiplied by the scale, in K-chunks of 64 columns
+//           (a_layout::kChunked: the micro-kernel reads its rows from one pointer);  B = kT
+//           (D, Bk): the key block transposed once per call for the whole of K ("packed":
+//           (Hkv, S/Bk, D, Bk), keys contiguous), shared by every query block and every query
+//           head of the group (GQA: no copy per head);  C = s (rows, Bk), beta = 0.
+//   P V:    A = p (rows, Bk);  B = the block's v rows, packed once per call with kT into vP
+//           (Hkv, S, Dp + 16), zero-padded to Dp: read in place their stride Hkv*D (4 KiB for
 //           Hkv*D = 1024) puts every row in one L1 set, and the product re-reads each row once
-//           per strip of output rows. Packing took the T = S = 2048 case from 0.41 to 0.53 of
-//           the FMA peak (posenc bench, same run);
+//           per strip of output rows. Packing (then per item) took the T = S = 2048 case from
+//           0.41 to 0.53 of the FMA peak (posenc bench, same run); packing once per call
+//           instead of once per query block, 0.31 to 0.37-0.40 on an Intel Xeon;
 //           C = acc (rows, Dp), beta_r = alpha_r = exp(m_old - m_new): the softmax rescale is
 //           fused into the accumulator load.
 //
 // Work item = (kv head, block of bq queries) x its G = Hq / Hkv query heads = G * bq tile rows
-// (<= 64 + G); items are taken from an atomic counter, heaviest (last, for causal) first.
-// Inside a key block of Bk = 64 keys, per tile row:
+// (<= 64 + G; packed calls up to kPackTileRows = 256 while 16 items remain); items are taken from
+// an atomic counter, heaviest (last, for causal) first. Inside a key block of Bk = 64 keys, per
+// tile row:
 //   score mod   s += scale q.a^K_c (hook 2a, scalar) + each bias's add_row over the row's
 //               visible keys (hook 2b: one virtual call per row and block; each scheme's row
 //               is as fast as it can be exact, e.g. a vectorised formula or a slice of a
@@ -73,6 +76,7 @@
 #include <vector>
 
 #include "posenc/core/half.hpp"
+#include "posenc/core/page_buffer.hpp"
 #include "src/attention/attention_plan.hpp"
 
 #ifndef POSENC_ATTENTION_SIMD_TYPES
@@ -83,6 +87,14 @@ namespace posenc::detail {
 
 constexpr int64_t kSimdBk = 64;    // keys per block
 constexpr int64_t kSimdRows = 64;  // target tile rows per work item
+// Packed (prefill) calls: tiles of up to kPackTileRows rows, doubled from kSimdRows while they
+// leave kMinPackItems items or more (docs/design.md, "Prefill tiles sized for the key stream").
+#ifndef POSENC_PACK_TILE_ROWS
+#define POSENC_PACK_TILE_ROWS 256
+#endif
+constexpr int64_t kPackTileRows = POSENC_PACK_TILE_ROWS;
+constexpr int64_t kMinPackItems = 16;
+constexpr int64_t kAChunk = 64;  // columns per K-chunk of a chunked A (a_layout::kChunked)
 // Decode-like calls (fewer than 16 tile rows per item) split each item's keys into chunks (a
 // whole number of blocks), each a work item of its own (flash-decoding): the longest of
 // kSplitKeysMax, its half, ..., kSplitKeysMin keys that still makes kMinSplitWork items or more
@@ -171,6 +183,9 @@ struct simd_problem {
   int64_t Rt = 0;
   const float* kT =
       nullptr;  // (Hkv, nkb, D, Bk) transposed key blocks, zero-padded; null for decode
+  // (Hkv, S, vb_row(Dp)) the value rows, float32, zero-padded to Dp, each head one contiguous
+  // run: packed once per call with kT, read in place by every query block's P V product.
+  const float* vP = nullptr;
   // In-place path (kT null): items of kPackRows or more rows pack each key block into
   // simd_scratch::kb, with hook 1's row form applied from ktab (S, Rt) when it is not null.
   bool pack_local = false;
@@ -216,6 +231,7 @@ struct simd_problem {
 // One thread's scratch, sized once before the parallel region.
 struct simd_scratch {
   std::vector<float> qs;     // (rows, D): scale * q rows of the item
+  std::vector<float> qc;     // (ceil(D / kAChunk), rows, kAChunk): qs in K-chunks (packed paths)
   std::vector<float> s;      // (rows, Bk): scores, then probabilities
   std::vector<float> acc;    // (rows, Dp): unnormalised output
   std::vector<float> m, l;   // (rows,): running max and sum
@@ -249,6 +265,7 @@ HWY_BEFORE_NAMESPACE();
 namespace posenc {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using detail::kAChunk;
 using detail::kPackPrefetchKeys;
 using detail::kPrefetchKeys;
 using detail::kSimdBk;
@@ -336,12 +353,24 @@ HWY_INLINE void WidenRow(kv_storage st, const void* src, float* dst, int64_t n) 
   }
 }
 
+// A's layout in a block product. kStrided: row r at A + r * lda, element kk at [kk * ak] (ak = 1:
+// rows contiguous; ak = row length of a matrix read transposed, as the backward reads P^T and
+// dS^T). kChunked: A in K-chunks of kAChunk columns, element (r, kk) at
+// A[(kk / kAChunk) * lda + r * kAChunk + kk % kAChunk] (lda = the stride between chunks; a
+// matrix of at most kAChunk columns with rows kAChunk floats apart, the score block s, is one
+// chunk). Chunked, the micro-kernel addresses its MR rows from one pointer at constant
+// displacements (r * 256 B); strided, it needs MR pointer registers, and with 12 or more rows the
+// compiler spills them into the K loop (on an Intel Xeon with two 512-bit FMA ports the strided
+// 12 x 2 kernel ran the in-cache 64 x 64 x 128 product at 0.55-0.65 of the FMA peak;
+// docs/design.md, "Register blocking per target").
+enum class a_layout { kStrided, kChunked };
+static_assert(kAChunk == kSimdBk, "the score block s (rows, Bk) is one chunk of A for P V");
+
 // C(MR x NV*N) = beta_r * C + A(MR x K) . B(K x NV*N), beta == nullptr: C = A . B, N = lanes of
-// the tag D.
-//   A: row r at A + r * lda, element kk at [kk * ak] (ak = 1: rows contiguous; ak = row length
-//   of a matrix read transposed, as the backward reads P^T and dS^T);  B: row kk at B + kk * ldb;
-//   C: row r at C + r * ldc. Accumulation order: for each output, kk = 0, 1, ..., K-1 with FMA.
-template <class D, int MR, int NV, typename TB = float>
+// the tag D. A as `AL` says (above); B: row kk at B + kk * ldb; C: row r at C + r * ldc.
+// Accumulation order: for each output, kk = 0, 1, ..., K-1 with FMA (the same in both layouts,
+// so the layout never changes a bit).
+template <class D, int MR, int NV, a_layout AL, typename TB = float>
 HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const TB* HWY_RESTRICT B,
                             int64_t ldb, float* HWY_RESTRICT C, int64_t ldc, int64_t K,
                             const float* HWY_RESTRICT beta, int64_t ak = 1) {
@@ -352,13 +381,25 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const TB* 
     for (int v = 0; v < NV; ++v)
       c[r][v] =
           beta ? hn::Mul(hn::Set(d, beta[r]), hn::LoadU(d, C + r * ldc + v * N)) : hn::Zero(d);
-  for (int64_t kk = 0; kk < K; ++kk) {
-    hn::Vec<D> b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = LoadAsFloat(d, B + kk * ldb + v * N);
+  auto step = [&](const TB* HWY_RESTRICT b, auto a_of) HWY_ATTR {
+    hn::Vec<D> bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = LoadAsFloat(d, b + v * N);
     for (int r = 0; r < MR; ++r) {
-      const auto a = hn::Set(d, A[r * lda + kk * ak]);
-      for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(a, b[v], c[r][v]);
+      const auto a = hn::Set(d, a_of(r));
+      for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(a, bv[v], c[r][v]);
     }
+  };
+  if constexpr (AL == a_layout::kChunked) {
+    for (int64_t k0 = 0; k0 < K; k0 += kAChunk) {
+      const float* HWY_RESTRICT a = A + k0 / kAChunk * lda;
+      const TB* HWY_RESTRICT b = B + k0 * ldb;
+      const int64_t kn = std::min(kAChunk, K - k0);
+      for (int64_t kk = 0; kk < kn; ++kk)
+        step(b + kk * ldb, [&](int r) HWY_ATTR { return a[r * kAChunk + kk]; });
+    }
+  } else {
+    for (int64_t kk = 0; kk < K; ++kk)
+      step(B + kk * ldb, [&](int r) HWY_ATTR { return A[r * lda + kk * ak]; });
   }
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) hn::StoreU(c[r][v], d, C + r * ldc + v * N);
@@ -366,15 +407,16 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const TB* 
 
 // C(rows x NV*N) over the whole tile: rows in strips of kMR, the rest in strips of 8 (when
 // kMR > 8), 4, 2 and 1.
-template <class D, int NV, typename TB = float>
+template <class D, int NV, a_layout AL, typename TB = float>
 HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const TB* B, int64_t ldb,
                           float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak = 1) {
+  const int64_t row_step = AL == a_layout::kChunked ? kAChunk : lda;
   int64_t r = 0;
   auto strips = [&](auto mr) {
     constexpr int MR = decltype(mr)::value;
     for (; r + MR <= rows; r += MR)
-      MicroKernel<D, MR, NV, TB>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, K,
-                                 beta ? beta + r : nullptr, ak);
+      MicroKernel<D, MR, NV, AL, TB>(A + r * row_step, lda, B, ldb, C + r * ldc, ldc, K,
+                                     beta ? beta + r : nullptr, ak);
   };
   strips(std::integral_constant<int, kMR>());
   if constexpr (kMR > 8) strips(std::integral_constant<int, 8>());
@@ -390,7 +432,7 @@ HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const TB* B
 // streams is one contiguous run of memory instead of K rows a whole B row apart (with a 64-key
 // block those lie 256 B apart and fill only a quarter of the L1 sets).
 // B may also be stored as float16 or bfloat16 (TB), widened as it is loaded.
-template <typename TB = float>
+template <a_layout AL = a_layout::kStrided, typename TB = float>
 HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const TB* B,
                      int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta,
                      int64_t ak = 1, int64_t panel = 0) {
@@ -399,10 +441,10 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
   auto bcol = [&](int64_t c0) { return panel ? B + c0 / panel * K * panel + c0 % panel : B + c0; };
   int64_t c0 = 0;
   for (; c0 + kNV * N <= ncols; c0 += kNV * N)
-    GemmStrip<DF, kNV, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+    GemmStrip<DF, kNV, AL, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
   for (; c0 + N <= ncols; c0 += N)
-    GemmStrip<DF, 1, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
-  if (c0 < ncols) GemmStrip<DH, 1, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+    GemmStrip<DF, 1, AL, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+  if (c0 < ncols) GemmStrip<DH, 1, AL, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
 }
 
 // dst row c (c < 8, at dst + c * ldd) = column c of the 8 x 8 block of rows src[i] + off, for
@@ -625,6 +667,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   auto query_of = [&](int64_t r) { return i0 + r % nq; };
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float* qs = sc.qs.data();
+  float* qc = sc.qc.data();
   float* s = sc.s.data();
   float* acc = sc.acc.data();
   float* m = sc.m.data();
@@ -652,6 +695,11 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     m[r] = neg_inf;
     l[r] = 0;
   }
+  // qc: qs again in K-chunks of kAChunk columns (a_layout::kChunked), for the block products.
+  if (pr.kT || pr.pack_local)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t e = 0; e < D; ++e)
+        qc[e / kAChunk * rows * kAChunk + r * kAChunk + e % kAChunk] = qs[r * D + e];
   std::fill(acc, acc + rows * Dp, 0.0f);
   if (rel) {
     std::fill(w, w + rows * C, 0.0f);
@@ -699,21 +747,23 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
       // The next block's value rows of this head lie Hkv * D floats apart (4 KiB for
       // Hkv * D = 1024): a new page per row, where hardware prefetchers stop. Request them one
       // block ahead.
-      if (const int64_t n0 = j0 + kSimdBk; n0 < j_end) {
+      if (const int64_t n0 = j0 + kSimdBk; !pr.vP && n0 < j_end) {
         const int64_t n1 = std::min(j_end, n0 + kSimdBk);
         for (int64_t j = n0; j < n1; ++j) {
           const char* vj = static_cast<const char*>(pr.vrow(j, hk));
           for (int64_t b = 0; b < D * kv_bytes(pr.vt); b += 64) hwy::Prefetch(vj + b);
         }
       }
-      Gemm(rows, ncols, qs, D, pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
-           nullptr, 1, PanelWidth());
+      Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk,
+                               pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
+                               nullptr, 1, PanelWidth());
     } else if (pr.pack_local) {
       // Transposed into scratch as it is read (prefetching kPrefetchKeys rows ahead), then the
       // same block product as the packed path.
       PackKeyBlock(pr, hk, kb, sc.kb.data(), sc.krows.data(), pr.ktab ? pr.tr : nullptr, pr.ktab,
                    pr.Rt, pf_end);
-      Gemm(rows, ncols, qs, D, sc.kb.data(), kSimdBk, s, kSimdBk, D, nullptr, 1, PanelWidth());
+      Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk, sc.kb.data(), kSimdBk, s, kSimdBk,
+                               D, nullptr, 1, PanelWidth());
     } else {
       // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
       // by every row while it is in L1.
@@ -811,27 +861,33 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     // 4. P V with the rescale fused: acc = beta_r acc + p v_blk. The decode path (few rows: each
     // value row is used by one or two row strips) reads the rows in place, widened as they are
     // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first.
-    if (!pr.kT && D == Dp) {
+    if (pr.vP) {
+      const int64_t ldv = vb_row(Dp);
+      Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, pr.vP + (hk * S + j0) * ldv, ldv, acc, Dp, nb,
+                               beta);
+    } else if (!pr.kT && D == Dp) {
       const int64_t ldv = pr.v_ld;
       switch (pr.vt) {
         case kv_storage::f32:
-          Gemm(rows, Dp, s, kSimdBk, static_cast<const float*>(pr.vrow(j0, hk)), ldv, acc, Dp, nb,
-               beta);
+          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, static_cast<const float*>(pr.vrow(j0, hk)),
+                                   ldv, acc, Dp, nb, beta);
           break;
         case kv_storage::f16:
-          Gemm(rows, Dp, s, kSimdBk, static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)), ldv, acc,
-               Dp, nb, beta);
+          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk,
+                                   static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)), ldv, acc,
+                                   Dp, nb, beta);
           break;
         case kv_storage::bf16:
-          Gemm(rows, Dp, s, kSimdBk, static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)), ldv, acc,
-               Dp, nb, beta);
+          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk,
+                                   static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)), ldv, acc,
+                                   Dp, nb, beta);
           break;
       }
     } else {
       float* vb = sc.vb.data();
       const int64_t ldv = vb_row(Dp);
       for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
-      Gemm(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+      Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
     }
   }
 
@@ -1047,7 +1103,7 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   const int64_t G = pl.group;
   pr.bq = std::max<int64_t>(1, kSimdRows / G);
   pr.nqb = (T + pr.bq - 1) / pr.bq;
-  const int64_t rows = G * std::min(pr.bq, T);
+  int64_t rows = G * std::min(pr.bq, T);
 
   for (int64_t j = 0; j < S; ++j) {
     pr.kpos_contiguous &= pl.kpos[j] == j;
@@ -1071,6 +1127,17 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     pr.nch = (S + pr.chunk - 1) / pr.chunk;
   }
   pr.head_fastest = POSENC_HEAD_FAST && pr.nch > 1 && p.kv_head_stride == 0;
+  // Packed calls stream every key and value block of a head once per item: larger tiles
+  // (more query rows per block read) cut that stream, which on a CPU with little L3 bandwidth
+  // per core bounds the block products. By shape only: the tiling changes no bit (each row's
+  // key blocks, order and arithmetic are the same in any tile).
+  if (!split && rows >= 16 && S > 0) {
+    while (G * pr.bq * 2 <= kPackTileRows && pr.bq < T &&
+           Hkv * ((T + 2 * pr.bq - 1) / (2 * pr.bq)) >= kMinPackItems)
+      pr.bq *= 2;
+    pr.nqb = (T + pr.bq - 1) / pr.bq;
+    rows = G * std::min(pr.bq, T);
+  }
   pr.rows_max = rows;
   const int64_t work = Hkv * pr.nqb * pr.nch;
   const int nth = static_cast<int>(std::min<int64_t>({max_threads, work, by_work}));
@@ -1132,19 +1199,43 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
 
   // Transposed key blocks (Hkv, nkb, D, Bk): one pass over K, shared by every query block.
   // Decode-like calls (few tile rows) read K in place instead.
-  std::vector<float> kT;
+  // Both packed arrays in huge pages: the block products stream a new 4 KiB page every
+  // 1024 floats of them.
+  page_buffer<float> kT;
   if (pack) {
-    kT.resize(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
+    kT = page_buffer<float>(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
     parallel_for(Hkv * pr.nkb, [&](int64_t b, int64_t e) {
       HWY_DYNAMIC_DISPATCH(PackKeys)
       (pr, kT.data(), b, e, fuse_k ? tr : nullptr, fuse_k ? ktab.data() : nullptr, Rt);
     });
     pr.kT = kT.data();
   }
+  // Packed value rows (Hkv, S, vb_row(Dp)), once per call with kT: every query block of a head
+  // reads the same value blocks, which per-item packing copied once per query block (in the
+  // (S, Hkv, D) layout from rows a page apart).
+  page_buffer<float> vP;
+  if (pack) {
+    const int64_t ldv = vb_row(pr.Dp);
+    vP = page_buffer<float>(static_cast<size_t>(Hkv * S * ldv));
+    parallel_for(
+        Hkv * S,
+        [&](int64_t b, int64_t e) {
+          for (int64_t x = b; x < e; ++x) {
+            const int64_t hk = x / S, j = x % S;
+            float* dst = vP.data() + x * ldv;
+            HWY_DYNAMIC_DISPATCH(WidenRows)(pr.vt, pr.vrow(j, hk), dst, D);
+            std::fill(dst + D, dst + ldv, 0.0f);
+          }
+        },
+        64);
+    pr.vP = vP.data();
+  }
 
   std::vector<simd_scratch> scratch(static_cast<size_t>(nth));
   for (auto& sc : scratch) {
     sc.qs.resize(static_cast<size_t>(rows * D));
+    if (pr.kT || pr.pack_local)
+      sc.qc.resize(static_cast<size_t>(rows * ((D + kAChunk - 1) / kAChunk) * kAChunk));
     sc.s.resize(static_cast<size_t>(rows * kSimdBk));
     sc.acc.resize(static_cast<size_t>(rows * pr.Dp));
     sc.m.resize(static_cast<size_t>(rows));
