@@ -411,8 +411,12 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
           for (int64_t r = 0; r < R; ++r)
             for (int64_t jj = 0; jj < kBk; ++jj) {
               const bool vis = jj >= sc.jlo[r] && jj < sc.jhi[r];
-              const Real pij = vis ? std::exp(s[r * kBk + jj] - sc.lse_r[r]) : Real(0);
-              dp[r * kBk + jj] = pij * (dp[r * kBk + jj] - sc.D_r[r]);
+              // No subnormal P or dS, as in the float32 block.
+              constexpr Real tiny = std::numeric_limits<Real>::min();
+              Real pij = vis ? std::exp(s[r * kBk + jj] - sc.lse_r[r]) : Real(0);
+              if (pij < tiny) pij = 0;
+              const Real ds = pij * (dp[r * kBk + jj] - sc.D_r[r]);
+              dp[r * kBk + jj] = std::abs(ds) < tiny ? Real(0) : ds;
               s[r * kBk + jj] = pij;
             }
         }
@@ -461,8 +465,12 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
               dprow[jj] = 0;
               continue;
             }
-            const Real pij = std::exp(srow[jj] - lse);
-            dprow[jj] = pij * (dprow[jj] - Di);
+            // No subnormal P or dS, as in the float32 block (softmax_backward_block_f32).
+            constexpr Real tiny = std::numeric_limits<Real>::min();
+            Real pij = std::exp(srow[jj] - lse);
+            if (pij < tiny) pij = 0;
+            const Real ds = pij * (dprow[jj] - Di);
+            dprow[jj] = std::abs(ds) < tiny ? Real(0) : ds;
             srow[jj] = pij;
           }
           for (size_t b = 0; b < biases.size(); ++b)
