@@ -122,6 +122,36 @@ TEST(AttentionBackward, FullyMaskedRowsGiveZeroNotNan) {
   }
 }
 
+// A key whose probability is subnormal (s - lse = -95: P = 5.5e-42, below FLT_MIN) contributes
+// exactly 0 to the float32 gradients, not a subnormal: every FMA that meets a subnormal costs a
+// microcode assist on Intel CPUs (the ALiBi backward ran 3x slower; docs/design.md).
+TEST(AttentionBackward, SubnormalProbabilitiesGiveNoSubnormalGradients) {
+  const int64_t T = 1, S = 2, H = 1, D = 8;
+  std::vector<float> q(D, 0.0f), k(S * D, 0.0f), v(S * D), dO(D), out(D), lse(1);
+  q[0] = 1.0f;
+  k[D + 0] = static_cast<float>(-95.0 * std::sqrt(double(D)));  // scale 1/sqrt(D): s = -95
+  for (int64_t e = 0; e < S * D; ++e) v[e] = 0.25f + 0.125f * static_cast<float>(e % 5);
+  for (int64_t e = 0; e < D; ++e) dO[e] = 1.0f - 0.25f * static_cast<float>(e % 3);
+  attention_params<float> p;
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data(), p.lse = lse.data();
+  p.T = T, p.S = S, p.Hq = H, p.Hkv = H, p.D = D;
+  attention_tiled(p);
+  std::vector<float> dq(D), dk(S * D), dv(S * D);
+  attention_grads<float> g;
+  g.out = out.data(), g.lse = lse.data(), g.dout = dO.data();
+  g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
+  attention_backward_tiled(p, g);
+  for (float x : dq) EXPECT_NE(std::fpclassify(x), FP_SUBNORMAL) << x;
+  for (float x : dk) EXPECT_NE(std::fpclassify(x), FP_SUBNORMAL) << x;
+  for (float x : dv) EXPECT_NE(std::fpclassify(x), FP_SUBNORMAL) << x;
+  for (int64_t e = 0; e < D; ++e) {
+    EXPECT_EQ(dv[D + e], 0.0f) << e;  // P(key 1) dO: 5.5e-42 dO without the flush
+    EXPECT_EQ(dk[D + e], 0.0f) << e;
+  }
+  // Key 0 carries the whole row: dv row 0 = dO (P = 1).
+  for (int64_t e = 0; e < D; ++e) EXPECT_FLOAT_EQ(dv[e], dO[e]) << e;
+}
+
 TEST(AttentionBackward, ValidationNamesTheArgument) {
   fixture<double> f;
   build(f, spec{4, 5, 8, 2, 1, scheme::none, mask::none, 1});
