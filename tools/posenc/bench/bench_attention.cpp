@@ -235,11 +235,12 @@ bench_case make_memory(const bench_options& o, const std::string& name) {
         buf, sizeof buf,
         "peak memory of one call: q, k, v, out = %.0f MiB; resident before %.1f MiB, "
         "peak during the call %.1f MiB, growth %.1f MiB (%s); an (H, T, S) float score "
-        "matrix would be %.0f MiB, the transposed K copy S H D x 4 B = %.0f MiB",
+        "matrix would be %.0f MiB, the packed K and V copies S H (2 D + 16) x 4 B = %.0f MiB",
         4.0 * double(T * H * D) * 4 / (1 << 20), double(h->before.first) / 1024,
         double(h->after.second) / 1024, double(h->after.second - h->before.first) / 1024,
         h->reset ? "high-water mark reset before the call" : "VmHWM not reset: upper bound",
-        double(H) * double(T) * double(T) * 4 / (1 << 20), double(T * H * D) * 4 / (1 << 20));
+        double(H) * double(T) * double(T) * 4 / (1 << 20),
+        double(T * H * (2 * D + 16)) * 4 / (1 << 20));
     return std::string(buf);
   };
   return bc;
