@@ -220,6 +220,14 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
 // ---- tiled ----------------------------------------------------------------------------------
 namespace {
 
+// x, or 0 where |x| is below the smallest normal number: P and dS as the float32 block
+// (softmax_backward_block_f32) has them, so that no path feeds subnormals to the dK, dV and dQ
+// products (a microcode assist per FMA on Intel CPUs; docs/design.md).
+template <typename Real>
+Real no_subnormal(Real x) {
+  return std::abs(x) < std::numeric_limits<Real>::min() ? Real(0) : x;
+}
+
 // C(rows x ncols) = C + A(rows x K) . B(K x ncols) (accumulate) or A . B, A(r, kk) at
 // A[r * lda + kk * ak]; ncols a multiple of 8. float: the forward's Highway micro-kernel; double:
 // plain loops, same accumulation order (kk = 0, 1, ... per output).
@@ -411,12 +419,9 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
           for (int64_t r = 0; r < R; ++r)
             for (int64_t jj = 0; jj < kBk; ++jj) {
               const bool vis = jj >= sc.jlo[r] && jj < sc.jhi[r];
-              // No subnormal P or dS, as in the float32 block.
-              constexpr Real tiny = std::numeric_limits<Real>::min();
-              Real pij = vis ? std::exp(s[r * kBk + jj] - sc.lse_r[r]) : Real(0);
-              if (pij < tiny) pij = 0;
-              const Real ds = pij * (dp[r * kBk + jj] - sc.D_r[r]);
-              dp[r * kBk + jj] = std::abs(ds) < tiny ? Real(0) : ds;
+              const Real pij =
+                  no_subnormal(vis ? std::exp(s[r * kBk + jj] - sc.lse_r[r]) : Real(0));
+              dp[r * kBk + jj] = no_subnormal(pij * (dp[r * kBk + jj] - sc.D_r[r]));
               s[r * kBk + jj] = pij;
             }
         }
@@ -465,12 +470,8 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
               dprow[jj] = 0;
               continue;
             }
-            // No subnormal P or dS, as in the float32 block (softmax_backward_block_f32).
-            constexpr Real tiny = std::numeric_limits<Real>::min();
-            Real pij = std::exp(srow[jj] - lse);
-            if (pij < tiny) pij = 0;
-            const Real ds = pij * (dprow[jj] - Di);
-            dprow[jj] = std::abs(ds) < tiny ? Real(0) : ds;
+            const Real pij = no_subnormal(std::exp(srow[jj] - lse));
+            dprow[jj] = no_subnormal(pij * (dprow[jj] - Di));
             srow[jj] = pij;
           }
           for (size_t b = 0; b < biases.size(); ++b)

@@ -88,7 +88,7 @@ namespace posenc::detail {
 constexpr int64_t kSimdBk = 64;    // keys per block
 constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 // Packed (prefill) calls: tiles of up to kPackTileRows rows, doubled from kSimdRows while they
-// leave kMinPackItems items or more (docs/design.md, "Prefill tiles sized for the key stream").
+// leave kMinPackItems items or more (docs/design.md, "Prefill on an Intel Xeon").
 #ifndef POSENC_PACK_TILE_ROWS
 #define POSENC_PACK_TILE_ROWS 256
 #endif
@@ -360,9 +360,8 @@ HWY_INLINE void WidenRow(kv_storage st, const void* src, float* dst, int64_t n) 
 // matrix of at most kAChunk columns with rows kAChunk floats apart, the score block s, is one
 // chunk). Chunked, the micro-kernel addresses its MR rows from one pointer at constant
 // displacements (r * 256 B); strided, it needs MR pointer registers, and with 12 or more rows the
-// compiler spills them into the K loop (on an Intel Xeon with two 512-bit FMA ports the strided
-// 12 x 2 kernel ran the in-cache 64 x 64 x 128 product at 0.55-0.65 of the FMA peak;
-// docs/design.md, "Register blocking per target").
+// compiler spills them into the K loop (vmovq xmm -> gpr and stack reloads in the loop body on
+// an Intel Xeon; docs/design.md, "Prefill on an Intel Xeon").
 enum class a_layout { kStrided, kChunked };
 static_assert(kAChunk == kSimdBk, "the score block s (rows, Bk) is one chunk of A for P V");
 
@@ -744,16 +743,6 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     const int64_t ncols = (nb + N - 1) / N * N;
     // 1. Q K^T: s(rows, ncols).
     if (pr.kT) {
-      // The next block's value rows of this head lie Hkv * D floats apart (4 KiB for
-      // Hkv * D = 1024): a new page per row, where hardware prefetchers stop. Request them one
-      // block ahead.
-      if (const int64_t n0 = j0 + kSimdBk; !pr.vP && n0 < j_end) {
-        const int64_t n1 = std::min(j_end, n0 + kSimdBk);
-        for (int64_t j = n0; j < n1; ++j) {
-          const char* vj = static_cast<const char*>(pr.vrow(j, hk));
-          for (int64_t b = 0; b < D * kv_bytes(pr.vt); b += 64) hwy::Prefetch(vj + b);
-        }
-      }
       Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk,
                                pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
                                nullptr, 1, PanelWidth());
@@ -1137,11 +1126,14 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     pr.nch = (S + pr.chunk - 1) / pr.chunk;
   }
   pr.head_fastest = POSENC_HEAD_FAST && pr.nch > 1 && p.kv_head_stride == 0;
+  // Packed: K transposed (and V packed) once for the whole call (prefill). Split calls read K in
+  // place, each item packing its own blocks when it has kPackRows rows or more.
+  const bool pack = !split && rows >= 16 && S > 0;
   // Packed calls stream every key and value block of a head once per item: larger tiles
   // (more query rows per block read) cut that stream, which on a CPU with little L3 bandwidth
   // per core bounds the block products. By shape only: the tiling changes no bit (each row's
   // key blocks, order and arithmetic are the same in any tile).
-  if (!split && rows >= 16 && S > 0) {
+  if (pack) {
     while (G * pr.bq * 2 <= kPackTileRows && pr.bq < T &&
            Hkv * ((T + 2 * pr.bq - 1) / (2 * pr.bq)) >= kMinPackItems)
       pr.bq *= 2;
@@ -1160,9 +1152,6 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   // Hook 1. With a row form (RoPE): per-position tables, applied to q rows as each item loads
   // them and to key rows as they are packed; no transformed copy of q or K (the decode path,
   // which reads K in place, still takes a copy of K). Without one: transformed copies.
-  // Packed: K transposed once for the whole call (prefill). Split calls read K in place, each
-  // item packing its own blocks when it has kPackRows rows or more.
-  const bool pack = !split && rows >= 16 && S > 0;
   pr.pack_local = !pack && rows >= kPackRows && S > 0;
   const qk_transform* tr = terms.transform.get();
   const int64_t Rt = tr ? tr->row_table_size() : 0;
@@ -1233,8 +1222,7 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
           for (int64_t x = b; x < e; ++x) {
             const int64_t hk = x / S, j = x % S;
             float* dst = vP.data() + x * ldv;
-            HWY_DYNAMIC_DISPATCH(WidenRows)(pr.vt, pr.vrow(j, hk), dst, D);
-            std::fill(dst + D, dst + ldv, 0.0f);
+            HWY_DYNAMIC_DISPATCH(WidenRows)(pr.vt, pr.vrow(j, hk), dst, D);  // padding: zero
           }
         },
         64);
