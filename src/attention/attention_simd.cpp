@@ -283,7 +283,7 @@ using detail::vb_row;
 // vector of the block products, kMR x kNV their accumulator block. AVX-512 (32 registers):
 // full 512-bit vectors, kMR x kNV = POSENC_AVX3_MR x POSENC_AVX3_NV = 6 x 2 accumulators (of 6 x 2,
 // 8 x 2, 12 x 2 and 6 x 4 the fastest, measured; the macros are the knob those builds turned);
-// other targets (16 registers): at most 8 lanes, 6 x 2 = 12 accumulators (FMA latency x 2
+// other targets (16 registers): at most 8 lanes, POSENC_AVX2_MR x POSENC_AVX2_NV = 6 x 2 = 12 accumulators (FMA latency x 2
 // ports; 2 loads + 6 broadcasts per 12 FMAs). DH, the 8-float granule, handles a last half vector
 // of a product whose width is a multiple of 8 but not of DF's lanes (D = 80 with 16 lanes), and the
 // decode path's dot products.
@@ -297,8 +297,14 @@ using detail::vb_row;
 using DF = hn::CappedTag<float, 16>;
 constexpr int kMR = POSENC_AVX3_MR, kNV = POSENC_AVX3_NV;
 #else
+#ifndef POSENC_AVX2_MR
+#define POSENC_AVX2_MR 6
+#endif
+#ifndef POSENC_AVX2_NV
+#define POSENC_AVX2_NV 2
+#endif
 using DF = hn::CappedTag<float, 8>;
-constexpr int kMR = 6, kNV = 2;
+constexpr int kMR = POSENC_AVX2_MR, kNV = POSENC_AVX2_NV;
 #endif
 using DH = hn::CappedTag<float, 8>;
 

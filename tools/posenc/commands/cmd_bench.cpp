@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "bench.hpp"
@@ -80,9 +81,8 @@ void run_bench(const bench_opts& o) {
   // one clean run is likely on a shared host.
   const double fma_seconds = o.quick ? 0.02 : 0.1;
   const int fma_reps = o.quick ? 3 : 7;
-  const fma_peak_result fma1 = measure_fma_peak(1, fma_seconds, fma_reps);
-  const fma_peak_result fman = measure_fma_peak(o.threads, fma_seconds, fma_reps);
-  const double peak1 = fma1.gflops, peakn = fman.gflops;
+  fma_peak_result fma1 = measure_fma_peak(1, fma_seconds, fma_reps);
+  fma_peak_result fman = measure_fma_peak(o.threads, fma_seconds, fma_reps);
   std::map<double, double> footprint_bw;  // footprint -> copy GB/s at o.threads
 
   std::vector<case_result> results;
@@ -123,26 +123,59 @@ void run_bench(const bench_opts& o) {
     r.seconds_median = times[times.size() / 2];
     r.gbps = r.bytes / r.seconds_min / 1e9;
     r.gflops = r.flops / r.seconds_min / 1e9;
-    if (r.bytes > 0) {
-      double ref = bwn.copy_gbps;
-      if (c.footprint_bytes > 0) {
-        auto it = footprint_bw.find(c.footprint_bytes);
-        if (it == footprint_bw.end()) {
-          // Two arrays whose sum is the footprint: the copy probe touches the same bytes.
-          size_t per = static_cast<size_t>(c.footprint_bytes / 2);
-          it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads).copy_gbps)
-                   .first;
-        }
-        ref = it->second;
+    if (r.bytes > 0 && c.footprint_bytes > 0) {  // a footprint's own copy rate, probed once
+      auto it = footprint_bw.find(c.footprint_bytes);
+      if (it == footprint_bw.end()) {
+        // Two arrays whose sum is the footprint: the copy probe touches the same bytes.
+        size_t per = static_cast<size_t>(c.footprint_bytes / 2);
+        it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads).copy_gbps)
+                 .first;
       }
-      r.bandwidth_ref = ref;
-      r.fraction_of_bandwidth = r.gbps / ref;
+      r.bandwidth_ref = it->second;
+    }
+    results.push_back(r);
+  }
+
+  // The limits again, after the cases: a probe that another tenant of the host slowed reads low,
+  // and a low limit inflates every fraction. Both readings are kept; the fractions divide by the
+  // higher, since interference can only lower a reading (docs/design.md, "Probes before and
+  // after the cases").
+  const fma_peak_result fma1_before = fma1, fman_before = fman;
+  const bandwidth_result bwn_before = bwn;
+  const bool timed = std::any_of(results.begin(), results.end(),
+                                 [](const case_result& r) { return r.error.empty(); });
+  double after_peakn = NAN, after_peak1 = NAN, after_bw = NAN;
+  if (timed) {
+    std::fprintf(stderr, "bench: probing the FMA peak and memory bandwidth again...\n");
+    const fma_peak_result a1 = measure_fma_peak(1, fma_seconds, fma_reps);
+    const fma_peak_result an = measure_fma_peak(o.threads, fma_seconds, fma_reps);
+    const bandwidth_result bwa = measure_bandwidth(dram_bytes, o.threads, o.quick ? 2 : 5);
+    if (a1.gflops > fma1.gflops) fma1 = a1;
+    if (an.gflops > fman.gflops) fman = an;
+    if (bwa.copy_gbps > bwn.copy_gbps) bwn = bwa;
+    after_peakn = an.gflops;
+    after_peak1 = a1.gflops;
+    after_bw = bwa.copy_gbps;
+  }
+  const double peak1 = fma1.gflops, peakn = fman.gflops;
+  std::vector<std::string> warnings;
+  for (auto& r : results) {
+    if (!r.error.empty()) continue;
+    if (r.bytes > 0) {
+      if (r.bandwidth_ref <= 0) r.bandwidth_ref = bwn.copy_gbps;
+      r.fraction_of_bandwidth = r.gbps / r.bandwidth_ref;
     }
     if (r.flops > 0) r.fraction_of_peak = r.gflops / peakn;
     if (r.limit == "roofline")  // the binding limit: the one the case is closer to
       r.limit = r.fraction_of_peak > r.fraction_of_bandwidth ? "peak" : "bandwidth";
-    results.push_back(r);
+    // No kernel outruns the FMA peak: a fraction above 1 means both probes read low.
+    if (r.fraction_of_peak > 1.0)
+      warnings.push_back(fmt::format(
+          "{} ran at {:.2f} of the FMA peak ({:.1f} of {:.1f} GFLOP/s): both probes read low (the "
+          "host was busy), so this run's fractions of the peak overstate; run it again",
+          r.name, r.fraction_of_peak, r.gflops, peakn));
   }
+  for (const auto& w : warnings) std::fprintf(stderr, "bench: warning: %s\n", w.c_str());
 
   auto jnum = [](double v) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
@@ -157,6 +190,15 @@ void run_bench(const bench_opts& o) {
                   {"probe_bytes_per_array", bwn.bytes_per_array},
                   {"peak_gflops", peakn},
                   {"peak_gflops_1thread", peak1},
+                  {"probes_before_cases",
+                   {{"peak_gflops", fman_before.gflops},
+                    {"peak_gflops_1thread", fma1_before.gflops},
+                    {"bandwidth_gbps", bwn_before.copy_gbps}}},
+                  {"probes_after_cases",
+                   timed ? nlohmann::ordered_json{{"peak_gflops", after_peakn},
+                                                  {"peak_gflops_1thread", after_peak1},
+                                                  {"bandwidth_gbps", after_bw}}
+                         : nlohmann::ordered_json(nullptr)},
                   {"fma_probe",
                    {{"target", fman.target},
                     {"lanes", fman.lanes},
@@ -166,6 +208,7 @@ void run_bench(const bench_opts& o) {
                     {"seconds_per_rep", fma_seconds},
                     {"gflops_median", fman.gflops_median},
                     {"gflops_median_1thread", fma1.gflops_median}}}};
+  j["warnings"] = warnings;
   j["cases"] = nlohmann::json::array();
   for (const auto& r : results) {
     nlohmann::ordered_json c = {
