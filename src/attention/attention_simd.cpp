@@ -283,10 +283,10 @@ using detail::vb_row;
 // vector of the block products, kMR x kNV their accumulator block. AVX-512 (32 registers):
 // full 512-bit vectors, kMR x kNV = POSENC_AVX3_MR x POSENC_AVX3_NV = 6 x 2 accumulators (of 6 x 2,
 // 8 x 2, 12 x 2 and 6 x 4 the fastest, measured; the macros are the knob those builds turned);
-// other targets (16 registers): at most 8 lanes, POSENC_AVX2_MR x POSENC_AVX2_NV = 6 x 2 = 12 accumulators (FMA latency x 2
-// ports; 2 loads + 6 broadcasts per 12 FMAs). DH, the 8-float granule, handles a last half vector
-// of a product whose width is a multiple of 8 but not of DF's lanes (D = 80 with 16 lanes), and the
-// decode path's dot products.
+// other targets (16 registers): at most 8 lanes, POSENC_AVX2_MR x POSENC_AVX2_NV = 6 x 2 = 12
+// accumulators (FMA latency x 2 ports; 2 loads + 6 broadcasts per 12 FMAs). DH, the 8-float
+// granule, handles a last half vector of a product whose width is a multiple of 8 but not of DF's
+// lanes (D = 80 with 16 lanes), and the decode path's dot products.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #ifndef POSENC_AVX3_MR
 #define POSENC_AVX3_MR 6

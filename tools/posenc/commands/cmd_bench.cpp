@@ -2,11 +2,11 @@
 // far beyond the last-level cache, an FMA-peak loop), then each registered kernel case,
 // validated against its reference before timing, with warm-up, several repetitions, minimum and
 // median. Fractions are of limits probed in the same process.
+#include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "bench.hpp"
@@ -181,33 +181,33 @@ void run_bench(const bench_opts& o) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   };
   nlohmann::ordered_json j;
-  j["machine"] = {{"simd", simd_target_name()},
-                  {"threads", o.threads},
-                  {"bandwidth_gbps", bwn.copy_gbps},
-                  {"triad_gbps", bwn.triad_gbps},
-                  {"bandwidth_gbps_1thread", bw1.copy_gbps},
-                  {"triad_gbps_1thread", bw1.triad_gbps},
-                  {"probe_bytes_per_array", bwn.bytes_per_array},
-                  {"peak_gflops", peakn},
-                  {"peak_gflops_1thread", peak1},
-                  {"probes_before_cases",
-                   {{"peak_gflops", fman_before.gflops},
-                    {"peak_gflops_1thread", fma1_before.gflops},
-                    {"bandwidth_gbps", bwn_before.copy_gbps}}},
-                  {"probes_after_cases",
-                   timed ? nlohmann::ordered_json{{"peak_gflops", after_peakn},
-                                                  {"peak_gflops_1thread", after_peak1},
-                                                  {"bandwidth_gbps", after_bw}}
-                         : nlohmann::ordered_json(nullptr)},
-                  {"fma_probe",
-                   {{"target", fman.target},
-                    {"lanes", fman.lanes},
-                    {"chains", fman.chains},
-                    {"threads", fman.threads},
-                    {"reps", fman.reps},
-                    {"seconds_per_rep", fma_seconds},
-                    {"gflops_median", fman.gflops_median},
-                    {"gflops_median_1thread", fma1.gflops_median}}}};
+  j["machine"] = {
+      {"simd", simd_target_name()},
+      {"threads", o.threads},
+      {"bandwidth_gbps", bwn.copy_gbps},
+      {"triad_gbps", bwn.triad_gbps},
+      {"bandwidth_gbps_1thread", bw1.copy_gbps},
+      {"triad_gbps_1thread", bw1.triad_gbps},
+      {"probe_bytes_per_array", bwn.bytes_per_array},
+      {"peak_gflops", peakn},
+      {"peak_gflops_1thread", peak1},
+      {"probes_before_cases",
+       {{"peak_gflops", fman_before.gflops},
+        {"peak_gflops_1thread", fma1_before.gflops},
+        {"bandwidth_gbps", bwn_before.copy_gbps}}},
+      {"probes_after_cases", timed ? nlohmann::ordered_json{{"peak_gflops", after_peakn},
+                                                            {"peak_gflops_1thread", after_peak1},
+                                                            {"bandwidth_gbps", after_bw}}
+                                   : nlohmann::ordered_json(nullptr)},
+      {"fma_probe",
+       {{"target", fman.target},
+        {"lanes", fman.lanes},
+        {"chains", fman.chains},
+        {"threads", fman.threads},
+        {"reps", fman.reps},
+        {"seconds_per_rep", fma_seconds},
+        {"gflops_median", fman.gflops_median},
+        {"gflops_median_1thread", fma1.gflops_median}}}};
   j["warnings"] = warnings;
   j["cases"] = nlohmann::json::array();
   for (const auto& r : results) {
