@@ -1,0 +1,74 @@
+// `posenc bench` probes the machine's limits before the cases and again after them, and every
+// fraction divides by the higher of the two readings (docs/design.md, "Probes before and after
+// the cases"): a host that got busy during the first probe must not make a kernel look faster
+// than the machine. These tests read the JSON a small run writes and check that the reported
+// limits are the maxima of the two readings and that each fraction is its rate over them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_support.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using posenc::test::run_cli;
+
+TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCases) {
+  // One memory-bound case (RoPE decode) and one compute-bound one (ALiBi attention).
+  const auto r = run_cli({"bench", "--quick", "--filter", "rope/T=1/", "--filter", "scheme=alibi",
+                          "--reps", "1", "--min-seconds", "0", "--threads", "1", "--format",
+                          "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json& m = j.at("machine");
+  const json& before = m.at("probes_before_cases");
+  const json& after = m.at("probes_after_cases");
+  ASSERT_TRUE(before.is_object()) << m.dump(2);
+  ASSERT_TRUE(after.is_object()) << m.dump(2);
+  for (const char* key : {"peak_gflops", "peak_gflops_1thread", "bandwidth_gbps"}) {
+    const double b = before.at(key).get<double>(), a = after.at(key).get<double>();
+    EXPECT_GT(b, 0) << key;
+    EXPECT_GT(a, 0) << key;
+    EXPECT_DOUBLE_EQ(m.at(key).get<double>(), std::max(a, b)) << key << "\n" << m.dump(2);
+  }
+  ASSERT_TRUE(j.at("warnings").is_array());
+
+  const double peak = m.at("peak_gflops").get<double>();
+  int with_flops = 0, with_bytes = 0;
+  for (const auto& c : j.at("cases")) {
+    ASSERT_FALSE(c.contains("error")) << c.dump(2);
+    if (c.at("flops").get<double>() > 0) {
+      ++with_flops;
+      EXPECT_NEAR(c.at("fraction_of_peak").get<double>(), c.at("gflops").get<double>() / peak,
+                  1e-12 * c.at("fraction_of_peak").get<double>())
+          << c.dump(2);
+    }
+    if (c.at("bytes").get<double>() > 0) {
+      ++with_bytes;
+      // A case's bandwidth reference is its own footprint's copy rate or the machine's.
+      const double ref = c.at("bandwidth_reference_gbps").get<double>();
+      EXPECT_GT(ref, 0) << c.dump(2);
+      EXPECT_NEAR(c.at("fraction_of_bandwidth").get<double>(), c.at("gbps").get<double>() / ref,
+                  1e-12 * c.at("fraction_of_bandwidth").get<double>())
+          << c.dump(2);
+    }
+  }
+  EXPECT_GT(with_flops, 0) << r.out.substr(0, 2000);
+  EXPECT_GT(with_bytes, 0) << r.out.substr(0, 2000);
+}
+
+TEST(CliBenchProbes, NoCaseTimedMeansNoSecondReading) {
+  const auto r = run_cli({"bench", "--machine-only", "--quick", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json& m = j.at("machine");
+  EXPECT_TRUE(m.at("probes_after_cases").is_null()) << m.dump(2);
+  EXPECT_DOUBLE_EQ(m.at("peak_gflops").get<double>(),
+                   m.at("probes_before_cases").at("peak_gflops").get<double>());
+  EXPECT_TRUE(j.at("cases").empty());
+}
+
+}  // namespace
