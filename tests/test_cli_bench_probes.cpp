@@ -18,9 +18,9 @@ using posenc::test::run_cli;
 
 TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCases) {
   // One memory-bound case (RoPE decode) and one compute-bound one (ALiBi attention).
-  const auto r = run_cli({"bench", "--quick", "--filter", "rope/T=1/", "--filter", "scheme=alibi",
-                          "--reps", "1", "--min-seconds", "0", "--threads", "1", "--format",
-                          "json"});
+  const auto r =
+      run_cli({"bench", "--quick", "--filter", "rope/T=1/", "--filter", "scheme=alibi", "--reps",
+               "1", "--min-seconds", "0", "--threads", "1", "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
   const json& m = j.at("machine");

@@ -452,6 +452,45 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
   if (c0 < ncols) GemmStrip<DH, 1, AL, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
 }
 
+// The decode path's P V (rows < kPackRows): acc(rows, ncols) = beta_r acc + s(rows, K) . B, s one
+// K-chunk (K <= kSimdBk). Gemm's strips of kNV vectors leave a single row (MHA) 2 accumulator
+// chains, a quarter of the FMA rate; here a row strip of MR rows takes column strips of
+// DecNV(MR) vectors, so that every strip has at least 8 independent accumulators within the
+// target's registers. Each output still accumulates kk = 0 .. K-1 by FMA after its beta scaling
+// (MicroKernel), so the bits are Gemm's.
+template <int MR>
+constexpr int DecNV() {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return MR >= 4 ? 4 : 8;
+#else
+  return MR >= 4 ? 2 : MR >= 2 ? 4 : 8;
+#endif
+}
+template <typename TB>
+HWY_INLINE void DecodePV(int64_t rows, int64_t ncols, const float* s, const TB* B, int64_t ldb,
+                         float* C, int64_t ldc, int64_t K, const float* beta) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  constexpr auto AL = a_layout::kChunked;
+  int64_t r = 0;
+  auto strips = [&](auto mr) {
+    constexpr int MR = decltype(mr)::value, NV = DecNV<MR>();
+    for (; r + MR <= rows; r += MR) {
+      const float* A = s + r * kAChunk;
+      float* Cr = C + r * ldc;
+      const float* br = beta ? beta + r : nullptr;
+      int64_t c0 = 0;
+      for (; c0 + NV * N <= ncols; c0 += NV * N)
+        MicroKernel<DF, MR, NV, AL, TB>(A, kSimdBk, B + c0, ldb, Cr + c0, ldc, K, br);
+      for (; c0 + N <= ncols; c0 += N)
+        MicroKernel<DF, MR, 1, AL, TB>(A, kSimdBk, B + c0, ldb, Cr + c0, ldc, K, br);
+      if (c0 < ncols) MicroKernel<DH, MR, 1, AL, TB>(A, kSimdBk, B + c0, ldb, Cr + c0, ldc, K, br);
+    }
+  };
+  strips(std::integral_constant<int, 4>());
+  strips(std::integral_constant<int, 2>());
+  strips(std::integral_constant<int, 1>());
+}
+
 // dst row c (c < 8, at dst + c * ldd) = column c of the 8 x 8 block of rows src[i] + off, for
 // 8-lane vectors (d: DH with 8 lanes; not on the 1-lane targets): three rounds of interleaves
 // (32-bit, 64-bit, 128-bit halves).
@@ -582,13 +621,72 @@ HWY_INLINE void SumOfLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn
 #endif
 }
 
+// The four sums of a key group's accumulators, one reduction (SumOfLanes4) or one by one.
+template <class D>
+HWY_INLINE void Reduce4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3,
+                        float* HWY_RESTRICT out) {
+#if POSENC_SUM4
+  SumOfLanes4(d, a0, a1, a2, a3, out);
+#else
+  out[0] = hn::GetLane(hn::SumOfLanes(d, a0)), out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(d, a2)), out[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+#endif
+}
+
+// The decode path's register blocks (docs/design.md, "Decode: dot products in register
+// blocks"): kDecRows8 rows against a group of 8 keys, kDecRows4 rows against a last group of 4;
+// RB x 4 KG accumulators plus the group's key vectors and a q vector fit the target's registers
+// (32 with AVX-512, else 16), and at least 8 independent chains cover FMA latency x 2 ports.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kDecRows8 = 2, kDecRows4 = 4;
+#else
+constexpr int kDecRows8 = 1, kDecRows4 = 2;
+#endif
+
+// s[r * Bk + t] for rows [r0, r0 + RB) of qs (rows, D) and keys t = 0 .. 4 KG - 1 at k0 (rows
+// kstride elements apart). Each (row, key) accumulates in DH lanes over e = 0, N, 2N, ..., ends
+// in Reduce4 over its group of four keys and a scalar tail over [De, D): the same operations in
+// the same order whatever RB and KG, so the blocking never changes a bit.
+template <int RB, int KG, typename TK>
+HWY_INLINE void DecodeDots(const float* HWY_RESTRICT qs, int64_t r0, int64_t D, const TK* k0,
+                           int64_t kstride, float* HWY_RESTRICT s) {
+  const DH d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t De = D / N * N;
+  constexpr int NK = 4 * KG;
+  const TK* kp[NK];
+  for (int t = 0; t < NK; ++t) kp[t] = k0 + t * kstride;
+  hn::Vec<DH> a[RB][NK];
+  for (int r = 0; r < RB; ++r)
+    for (int t = 0; t < NK; ++t) a[r][t] = hn::Zero(d);
+  for (int64_t e = 0; e < De; e += N) {
+    hn::Vec<DH> kv[NK];
+    for (int t = 0; t < NK; ++t) kv[t] = LoadAsFloat(d, kp[t] + e);
+    for (int r = 0; r < RB; ++r) {
+      const auto qv = hn::LoadU(d, qs + (r0 + r) * D + e);
+      for (int t = 0; t < NK; ++t) a[r][t] = hn::MulAdd(qv, kv[t], a[r][t]);
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    const float* qr = qs + (r0 + r) * D;
+    float* srow = s + (r0 + r) * kSimdBk;
+    for (int g = 0; g < KG; ++g) {
+      float dd[4];
+      Reduce4(d, a[r][4 * g], a[r][4 * g + 1], a[r][4 * g + 2], a[r][4 * g + 3], dd);
+      for (int64_t e = De; e < D; ++e)
+        for (int t = 0; t < 4; ++t) dd[t] += qr[e] * AsFloat(kp[4 * g + t][e]);
+      for (int t = 0; t < 4; ++t) srow[4 * g + t] = dd[t];
+    }
+  }
+}
+
 // Scores of one block on the decode path: s(rows, Bk) for keys [0, nb) of the block at k0 (key
-// rows kstride floats apart), qs (rows, D). Four keys at a time per row, one accumulator per
-// key: each q vector is loaded once per four keys. Prefetches the key and value rows
-// kPrefetchKeys ahead (keys j0 + jj + kPrefetchKeys below pf_end), spread over the block so that
-// the memory requests overlap the arithmetic.
-// Keys stored as TK (float, float16, bfloat16); v0, vbytes: the block's first value row and the
-// value row stride in bytes (for the prefetch only).
+// rows kstride floats apart), qs (rows, D). Keys in groups of 8 (then one of 4), rows in register
+// blocks (DecodeDots): each key vector is loaded once per row block and each q vector once per
+// key group. Prefetches the key and value rows kPrefetchKeys ahead (keys j0 + jj +
+// kPrefetchKeys below pf_end), spread over the block so that the memory requests overlap the
+// arithmetic. Keys stored as TK (float, float16, bfloat16); v0, vbytes: the block's first value
+// row and the value row stride in bytes (for the prefetch only).
 template <typename TK>
 HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const TK* k0,
                              const char* v0, int64_t vbytes, int64_t kstride, int64_t nb,
@@ -607,39 +705,23 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
     for (int64_t b = 0; b < vrow_bytes; b += 64) StreamPrefetch(vj + b);
   };
   int64_t jj = 0;
-  for (; jj + 4 <= nb; jj += 4) {
+  for (; jj + 8 <= nb; jj += 8) {
+    for (int64_t t = 0; t < 8; ++t) prefetch(jj + t);
+    int64_t r = 0;
+    if constexpr (kDecRows8 > 1)
+      for (; r + kDecRows8 <= rows; r += kDecRows8)
+        DecodeDots<kDecRows8, 2>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+    for (; r < rows; ++r) DecodeDots<1, 2>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+  }
+  if (jj + 4 <= nb) {
     for (int64_t t = 0; t < 4; ++t) prefetch(jj + t);
-    const TK* ka = k0 + jj * kstride;
-    const TK* kb = ka + kstride;
-    const TK* kc = kb + kstride;
-    const TK* kd = kc + kstride;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = qs + r * D;
-      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-      for (int64_t e = 0; e < De; e += N) {
-        const auto qv = hn::LoadU(d, qr + e);
-        a0 = hn::MulAdd(qv, LoadAsFloat(d, ka + e), a0);
-        a1 = hn::MulAdd(qv, LoadAsFloat(d, kb + e), a1);
-        a2 = hn::MulAdd(qv, LoadAsFloat(d, kc + e), a2);
-        a3 = hn::MulAdd(qv, LoadAsFloat(d, kd + e), a3);
-      }
-#if POSENC_SUM4
-      float dd[4];
-      SumOfLanes4(d, a0, a1, a2, a3, dd);
-      float d0 = dd[0], d1 = dd[1], d2 = dd[2], d3 = dd[3];
-#else
-      float d0 = hn::GetLane(hn::SumOfLanes(d, a0)), d1 = hn::GetLane(hn::SumOfLanes(d, a1)),
-            d2 = hn::GetLane(hn::SumOfLanes(d, a2)), d3 = hn::GetLane(hn::SumOfLanes(d, a3));
-#endif
-      for (int64_t e = De; e < D; ++e) {
-        d0 += qr[e] * AsFloat(ka[e]);
-        d1 += qr[e] * AsFloat(kb[e]);
-        d2 += qr[e] * AsFloat(kc[e]);
-        d3 += qr[e] * AsFloat(kd[e]);
-      }
-      float* srow = s + r * kSimdBk + jj;
-      srow[0] = d0, srow[1] = d1, srow[2] = d2, srow[3] = d3;
-    }
+    int64_t r = 0;
+    for (; r + kDecRows4 <= rows; r += kDecRows4)
+      DecodeDots<kDecRows4, 1>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+    if constexpr (kDecRows4 > 2)
+      for (; r + 2 <= rows; r += 2) DecodeDots<2, 1>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+    for (; r < rows; ++r) DecodeDots<1, 1>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+    jj += 4;
   }
   for (; jj < nb; ++jj) {
     prefetch(jj);
@@ -862,27 +944,31 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
                                beta);
     } else if (!pr.kT && D == Dp) {
       const int64_t ldv = pr.v_ld;
+      auto pv = [&](const auto* vb) {
+        if (pr.pack_local)
+          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+        else
+          DecodePV(rows, Dp, s, vb, ldv, acc, Dp, nb, beta);
+      };
       switch (pr.vt) {
         case kv_storage::f32:
-          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, static_cast<const float*>(pr.vrow(j0, hk)),
-                                   ldv, acc, Dp, nb, beta);
+          pv(static_cast<const float*>(pr.vrow(j0, hk)));
           break;
         case kv_storage::f16:
-          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk,
-                                   static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)), ldv, acc,
-                                   Dp, nb, beta);
+          pv(static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)));
           break;
         case kv_storage::bf16:
-          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk,
-                                   static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)), ldv, acc,
-                                   Dp, nb, beta);
+          pv(static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)));
           break;
       }
     } else {
       float* vb = sc.vb.data();
       const int64_t ldv = vb_row(Dp);
       for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
-      Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+      if (pr.kT || pr.pack_local)
+        Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+      else
+        DecodePV(rows, Dp, s, vb, ldv, acc, Dp, nb, beta);
     }
   }
 
