@@ -280,13 +280,15 @@ using detail::StreamPrefetch;
 using detail::vb_row;
 
 // Register blocking per target (docs/design.md, "Register blocking per target"): DF is the
-// vector of the block products, kMR x kNV their accumulator block. AVX-512 (32 registers):
-// full 512-bit vectors, kMR x kNV = POSENC_AVX3_MR x POSENC_AVX3_NV = 6 x 2 accumulators (of 6 x 2,
-// 8 x 2, 12 x 2 and 6 x 4 the fastest, measured; the macros are the knob those builds turned);
-// other targets (16 registers): at most 8 lanes, POSENC_AVX2_MR x POSENC_AVX2_NV = 6 x 2 = 12
-// accumulators (FMA latency x 2 ports; 2 loads + 6 broadcasts per 12 FMAs). DH, the 8-float
-// granule, handles a last half vector of a product whose width is a multiple of 8 but not of DF's
-// lanes (D = 80 with 16 lanes), and the decode path's dot products.
+// vector of the block products, kMR x kNV their accumulator block, each chosen by measurement (the
+// macros are the knob those builds turned). AVX-512 (32 registers): full 512-bit vectors,
+// POSENC_AVX3_MR x POSENC_AVX3_NV = 6 x 2 (of 6 x 2, 8 x 2, 12 x 2, 6 x 4 and 4 x 4 the fastest or
+// level on Zen 4 and Zen 5). AVX2 (16 registers, 8 lanes): POSENC_AVX2_MR x POSENC_AVX2_NV = 3 x 4
+// = 12 accumulators (FMA latency x 2 ports; 4 loads + 3 broadcasts per 12 FMAs; 4-9% faster than
+// 6 x 2 on Zen 5, level on Zen 4). Other targets (SSE4 and below: no FMA, so a multiply and an
+// add each need a temporary): 6 x 2. DH, the 8-float granule, handles a last half vector of a
+// product whose width is a multiple of 8 but not of DF's lanes (D = 80 with 16 lanes), and the
+// decode path's dot products.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #ifndef POSENC_AVX3_MR
 #define POSENC_AVX3_MR 6
@@ -296,15 +298,18 @@ using detail::vb_row;
 #endif
 using DF = hn::CappedTag<float, 16>;
 constexpr int kMR = POSENC_AVX3_MR, kNV = POSENC_AVX3_NV;
-#else
+#elif HWY_TARGET == HWY_AVX2
 #ifndef POSENC_AVX2_MR
-#define POSENC_AVX2_MR 6
+#define POSENC_AVX2_MR 3
 #endif
 #ifndef POSENC_AVX2_NV
-#define POSENC_AVX2_NV 2
+#define POSENC_AVX2_NV 4
 #endif
 using DF = hn::CappedTag<float, 8>;
 constexpr int kMR = POSENC_AVX2_MR, kNV = POSENC_AVX2_NV;
+#else
+using DF = hn::CappedTag<float, 8>;
+constexpr int kMR = 6, kNV = 2;
 #endif
 using DH = hn::CappedTag<float, 8>;
 
