@@ -415,9 +415,9 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT A, int64_t lda, const TB* 
     for (int v = 0; v < NV; ++v) hn::StoreU(c[r][v], d, C + r * ldc + v * N);
 }
 
-// C(rows x NV*N) over the whole tile: rows in strips of kMR, the rest in strips of 8 (when
-// kMR > 8), 4, 2 and 1.
-template <class D, int NV, a_layout AL, typename TB = float>
+// C(rows x NV*N) over the whole tile: rows in strips of MR0 (kMR unless said), the rest in strips
+// of 8 (when MR0 > 8), 4, 2 and 1.
+template <class D, int NV, a_layout AL, typename TB = float, int MR0 = kMR>
 HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const TB* B, int64_t ldb,
                           float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak = 1) {
   const int64_t row_step = AL == a_layout::kChunked ? kAChunk : lda;
@@ -428,20 +428,20 @@ HWY_INLINE void GemmStrip(int64_t rows, const float* A, int64_t lda, const TB* B
       MicroKernel<D, MR, NV, AL, TB>(A + r * row_step, lda, B, ldb, C + r * ldc, ldc, K,
                                      beta ? beta + r : nullptr, ak);
   };
-  strips(std::integral_constant<int, kMR>());
-  if constexpr (kMR > 8) strips(std::integral_constant<int, 8>());
-  if constexpr (kMR > 4) strips(std::integral_constant<int, 4>());
+  strips(std::integral_constant<int, MR0>());
+  if constexpr (MR0 > 8) strips(std::integral_constant<int, 8>());
+  if constexpr (MR0 > 4) strips(std::integral_constant<int, 4>());
   strips(std::integral_constant<int, 2>());
   strips(std::integral_constant<int, 1>());
 }
 
 // C(rows x ncols) over the whole tile, ncols a multiple of 8: column strips of kNV vectors (a
-// strip of B stays in L1 while every row strip passes over it), then single vectors, then a half
-// vector. panel == 0: B is row-major (row kk at B + kk * ldb). panel > 0: B is packed in panels
-// of `panel` columns (PanelWidth()), each K x panel contiguous, so that the strip a micro-kernel
-// streams is one contiguous run of memory instead of K rows a whole B row apart (with a 64-key
-// block those lie 256 B apart and fill only a quarter of the L1 sets).
-// B may also be stored as float16 or bfloat16 (TB), widened as it is loaded.
+// strip of B stays in L1 while every row strip passes over it), then narrower strips of taller
+// row blocks (below), then a half vector. panel == 0: B is row-major (row kk at B + kk * ldb).
+// panel > 0: B is packed in panels of `panel` columns (PanelWidth()), each K x panel contiguous, so
+// that the strip a micro-kernel streams is one contiguous run of memory instead of K rows a whole B
+// row apart (with a 64-key block those lie 256 B apart and fill only a quarter of the L1 sets). B
+// may also be stored as float16 or bfloat16 (TB), widened as it is loaded.
 template <a_layout AL = a_layout::kStrided, typename TB = float>
 HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, const TB* B,
                      int64_t ldb, float* C, int64_t ldc, int64_t K, const float* beta,
@@ -452,9 +452,23 @@ HWY_INLINE void Gemm(int64_t rows, int64_t ncols, const float* A, int64_t lda, c
   int64_t c0 = 0;
   for (; c0 + kNV * N <= ncols; c0 += kNV * N)
     GemmStrip<DF, kNV, AL, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+  // The columns past the last full strip (D = 80: 16 of them) in narrower strips of taller row
+  // blocks, kMR kNV accumulators still (a single vector of kMR rows would leave 3-6 chains, fewer
+  // than FMA latency x 2 ports). Chunked A only: strided A needs a pointer register per row.
+  constexpr bool kTall = AL == a_layout::kChunked;
+  if constexpr (kNV >= 4) {
+    if (c0 + 2 * N <= ncols) {
+      GemmStrip<DF, 2, AL, TB, kTall ? kMR * kNV / 2 : kMR>(rows, A, lda, bcol(c0), ldp, C + c0,
+                                                            ldc, K, beta, ak);
+      c0 += 2 * N;
+    }
+  }
   for (; c0 + N <= ncols; c0 += N)
-    GemmStrip<DF, 1, AL, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
-  if (c0 < ncols) GemmStrip<DH, 1, AL, TB>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K, beta, ak);
+    GemmStrip<DF, 1, AL, TB, kTall ? kMR * kNV : kMR>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K,
+                                                      beta, ak);
+  if (c0 < ncols)
+    GemmStrip<DH, 1, AL, TB, kTall ? kMR * kNV : kMR>(rows, A, lda, bcol(c0), ldp, C + c0, ldc, K,
+                                                      beta, ak);
 }
 
 // The decode path's P V (rows < kPackRows): acc(rows, ncols) = beta_r acc + s(rows, K) . B, s one
