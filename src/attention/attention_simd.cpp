@@ -284,7 +284,7 @@ using detail::vb_row;
 // macros are the knob those builds turned). AVX-512 (32 registers): full 512-bit vectors,
 // POSENC_AVX3_MR x POSENC_AVX3_NV = 6 x 2 (of 6 x 2, 8 x 2, 12 x 2, 6 x 4 and 4 x 4 the fastest or
 // level on Zen 4 and Zen 5). AVX2 (16 registers, 8 lanes): POSENC_AVX2_MR x POSENC_AVX2_NV = 3 x 4
-// = 12 accumulators (FMA latency x 2 ports; 4 loads + 3 broadcasts per 12 FMAs; 4-9% faster than
+// = 12 accumulators (FMA latency x 2 ports; 4 loads + 3 broadcasts per 12 FMAs; 2-9% faster than
 // 6 x 2 on Zen 5, level on Zen 4). Other targets (SSE4 and below: no FMA, so a multiply and an
 // add each need a temporary): 6 x 2. DH, the 8-float granule, handles a last half vector of a
 // product whose width is a multiple of 8 but not of DF's lanes (D = 80 with 16 lanes), and the
@@ -956,38 +956,34 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     }
     // 4. P V with the rescale fused: acc = beta_r acc + p v_blk. The decode path (few rows: each
     // value row is used by one or two row strips) reads the rows in place, widened as they are
-    // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first.
+    // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first. Items
+    // of kPackRows rows or more run Gemm, fewer run DecodePV (the same bits either way).
+    auto pv = [&](const auto* vb, int64_t ldv) {
+      if (pr.kT || pr.pack_local)
+        Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+      else
+        DecodePV(rows, Dp, s, vb, ldv, acc, Dp, nb, beta);
+    };
     if (pr.vP) {
       const int64_t ldv = vb_row(Dp);
-      Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, pr.vP + (hk * S + j0) * ldv, ldv, acc, Dp, nb,
-                               beta);
+      pv(pr.vP + (hk * S + j0) * ldv, ldv);
     } else if (!pr.kT && D == Dp) {
-      const int64_t ldv = pr.v_ld;
-      auto pv = [&](const auto* vb) {
-        if (pr.pack_local)
-          Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
-        else
-          DecodePV(rows, Dp, s, vb, ldv, acc, Dp, nb, beta);
-      };
       switch (pr.vt) {
         case kv_storage::f32:
-          pv(static_cast<const float*>(pr.vrow(j0, hk)));
+          pv(static_cast<const float*>(pr.vrow(j0, hk)), pr.v_ld);
           break;
         case kv_storage::f16:
-          pv(static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)));
+          pv(static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)), pr.v_ld);
           break;
         case kv_storage::bf16:
-          pv(static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)));
+          pv(static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)), pr.v_ld);
           break;
       }
     } else {
       float* vb = sc.vb.data();
       const int64_t ldv = vb_row(Dp);
       for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
-      if (pr.kT || pr.pack_local)
-        Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
-      else
-        DecodePV(rows, Dp, s, vb, ldv, acc, Dp, nb, beta);
+      pv(vb, ldv);
     }
   }
 
