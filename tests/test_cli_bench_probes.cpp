@@ -17,10 +17,12 @@ using json = nlohmann::json;
 using posenc::test::run_cli;
 
 TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCases) {
-  // One memory-bound case (RoPE decode) and one compute-bound one (ALiBi attention).
-  const auto r =
-      run_cli({"bench", "--quick", "--filter", "rope/T=1/", "--filter", "scheme=alibi", "--reps",
-               "1", "--min-seconds", "0", "--threads", "1", "--format", "json"});
+  // Memory-bound cases that read and write (RoPE decode) and that only read (a decode step of
+  // attention, whose limit is the roofline's), and a compute-bound one (ALiBi attention).
+  const auto r = run_cli({"bench", "--quick", "--filter", "rope/T=1/", "--filter",
+                          "attention/T=1/S=8192/Hq=32/Hkv=8/D=128/scheme=none/kv=f16", "--filter",
+                          "scheme=alibi", "--reps", "1", "--min-seconds", "0", "--threads", "1",
+                          "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
   const json& m = j.at("machine");
@@ -28,7 +30,7 @@ TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCas
   const json& after = m.at("probes_after_cases");
   ASSERT_TRUE(before.is_object()) << m.dump(2);
   ASSERT_TRUE(after.is_object()) << m.dump(2);
-  for (const char* key : {"peak_gflops", "peak_gflops_1thread", "bandwidth_gbps"}) {
+  for (const char* key : {"peak_gflops", "peak_gflops_1thread", "bandwidth_gbps", "read_gbps"}) {
     const double b = before.at(key).get<double>(), a = after.at(key).get<double>();
     EXPECT_GT(b, 0) << key;
     EXPECT_GT(a, 0) << key;
@@ -37,7 +39,7 @@ TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCas
   ASSERT_TRUE(j.at("warnings").is_array());
 
   const double peak = m.at("peak_gflops").get<double>();
-  int with_flops = 0, with_bytes = 0;
+  int with_flops = 0, with_bytes = 0, decodes = 0;
   for (const auto& c : j.at("cases")) {
     ASSERT_FALSE(c.contains("error")) << c.dump(2);
     if (c.at("flops").get<double>() > 0) {
@@ -48,9 +50,17 @@ TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCas
     }
     if (c.at("bytes").get<double>() > 0) {
       ++with_bytes;
-      // A case's bandwidth reference is its own footprint's copy rate or the machine's.
+      // A case's bandwidth reference is its own footprint's copy rate or the machine's; a
+      // case that only reads (a decode step) divides by the machine's read rate instead.
       const double ref = c.at("bandwidth_reference_gbps").get<double>();
       EXPECT_GT(ref, 0) << c.dump(2);
+      const std::string probe = c.at("bandwidth_probe").get<std::string>();
+      const bool decode = c.at("name").get<std::string>().rfind("attention/T=1/", 0) == 0;
+      EXPECT_EQ(probe, decode ? "read" : "copy") << c.dump(2);
+      if (decode) {
+        ++decodes;
+        EXPECT_DOUBLE_EQ(ref, m.at("read_gbps").get<double>()) << c.dump(2);
+      }
       EXPECT_NEAR(c.at("fraction_of_bandwidth").get<double>(), c.at("gbps").get<double>() / ref,
                   1e-12 * c.at("fraction_of_bandwidth").get<double>())
           << c.dump(2);
@@ -58,6 +68,7 @@ TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCas
   }
   EXPECT_GT(with_flops, 0) << r.out.substr(0, 2000);
   EXPECT_GT(with_bytes, 0) << r.out.substr(0, 2000);
+  EXPECT_GT(decodes, 0) << r.out.substr(0, 2000);
 }
 
 TEST(CliBenchProbes, NoCaseTimedMeansNoSecondReading) {

@@ -3,8 +3,12 @@
 //
 // Bandwidth (STREAM, McCalpin 1995): copy a[i] = b[i] moves 2 x 8 bytes per element, triad
 // a[i] = b[i] + s * c[i] moves 3 x 8; both counted as bytes read plus bytes written (no
-// write-allocate traffic counted, as STREAM does). Arrays of `bytes_per_array` each, far larger
-// than the last-level cache for a DRAM figure, or of a given footprint for a cache-level figure.
+// write-allocate traffic counted, as STREAM does); read sums a fourth array, in 2 MiB pages
+// (page_buffer.hpp), 8 bytes read per element: the limit of a kernel that only reads (a decode step
+// reads K and V and writes a few rows; STREAM's copy, which also writes and, with write-allocate,
+// reads its destination, reads low for it: docs/design.md, "A read probe for the kernels that only
+// read"). Arrays of `bytes_per_array` each, far larger than the last-level cache for a DRAM figure,
+// or of a given footprint for a cache-level figure.
 //
 // FMA peak: independent fused multiply-add chains in the widest vector unit Highway finds at
 // run time (dynamic dispatch), enough chains to cover FMA latency x FMA ports, float32. Checked
@@ -20,11 +24,12 @@ namespace posenc {
 struct bandwidth_result {
   double copy_gbps = 0;  // best of the repetitions, GB/s = 1e9 bytes per second
   double triad_gbps = 0;
+  double read_gbps = 0;  // bytes read per second, summing one array
   size_t bytes_per_array = 0;
   int threads = 0;
 };
 
-// Runs `reps` repetitions of copy and triad over three arrays of `bytes_per_array` bytes each
+// Runs `reps` repetitions of copy, triad and read over three arrays of `bytes_per_array` bytes each
 // using `threads` threads (first-touch initialised by the same threads), returns the best rate.
 bandwidth_result measure_bandwidth(size_t bytes_per_array, int threads, int reps = 5);
 

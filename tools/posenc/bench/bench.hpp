@@ -33,6 +33,9 @@ struct bench_case {
   // binds (the larger fraction; a case with both bytes and flops, e.g. a decode step, whose
   // arithmetic intensity depends on the shape). The result records the binding one.
   std::string limit = "bandwidth";
+  // The bytes are all reads (a decode step reads K and V; its writes are a few rows): the
+  // bandwidth limit is the read probe's, not STREAM copy's, which also writes.
+  bool reads_only = false;
   std::function<std::string()> validate;
   std::function<void()> run;
   std::string note;  // shape, layout, what is counted

@@ -111,6 +111,7 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
   const double kv_bytes = c.kv == kv_storage::f32 ? 4.0 : 2.0;
   if (decode) bc.bytes = kv_bytes * double(2 * S * Hkv * D) + 4.0 * double(2 * T * Hq * D);
   bc.limit = decode ? "roofline" : "peak";
+  bc.reads_only = decode;  // K and V read once; the writes are T Hq D floats
   bc.validate = [c] { return validate(c); };
   bc.run = [d] { attention_forward(d->params()); };
   bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +

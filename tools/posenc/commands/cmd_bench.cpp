@@ -47,6 +47,7 @@ struct case_result {
   double seconds_min = 0, seconds_median = 0, bytes = 0, flops = 0, footprint = 0;
   double gbps = 0, gflops = 0, fraction_of_bandwidth = NAN, fraction_of_peak = NAN;
   double bandwidth_ref = 0;
+  bool reads_only = false;  // bandwidth_ref is a read probe's (else a copy probe's)
 };
 
 void run_bench(const bench_opts& o) {
@@ -83,7 +84,7 @@ void run_bench(const bench_opts& o) {
   const int fma_reps = o.quick ? 3 : 7;
   fma_peak_result fma1 = measure_fma_peak(1, fma_seconds, fma_reps);
   fma_peak_result fman = measure_fma_peak(o.threads, fma_seconds, fma_reps);
-  std::map<double, double> footprint_bw;  // footprint -> copy GB/s at o.threads
+  std::map<double, bandwidth_result> footprint_bw;  // footprint -> its probe at o.threads
 
   std::vector<case_result> results;
   for (auto* s : selected) {
@@ -97,6 +98,7 @@ void run_bench(const bench_opts& o) {
     r.bytes = c.bytes;
     r.flops = c.flops;
     r.footprint = c.footprint_bytes;
+    r.reads_only = c.reads_only;
     if (c.validate) r.error = c.validate();
     if (!r.error.empty()) {
       results.push_back(r);
@@ -123,15 +125,14 @@ void run_bench(const bench_opts& o) {
     r.seconds_median = times[times.size() / 2];
     r.gbps = r.bytes / r.seconds_min / 1e9;
     r.gflops = r.flops / r.seconds_min / 1e9;
-    if (r.bytes > 0 && c.footprint_bytes > 0) {  // a footprint's own copy rate, probed once
+    if (r.bytes > 0 && c.footprint_bytes > 0) {  // a footprint's own rate, probed once
       auto it = footprint_bw.find(c.footprint_bytes);
       if (it == footprint_bw.end()) {
         // Two arrays whose sum is the footprint: the copy probe touches the same bytes.
         size_t per = static_cast<size_t>(c.footprint_bytes / 2);
-        it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads).copy_gbps)
-                 .first;
+        it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads)).first;
       }
-      r.bandwidth_ref = it->second;
+      r.bandwidth_ref = c.reads_only ? it->second.read_gbps : it->second.copy_gbps;
     }
     results.push_back(r);
   }
@@ -144,7 +145,8 @@ void run_bench(const bench_opts& o) {
   const bandwidth_result bwn_before = bwn;
   const bool timed = std::any_of(results.begin(), results.end(),
                                  [](const case_result& r) { return r.error.empty(); });
-  double after_peakn = NAN, after_peak1 = NAN, after_bw = NAN;
+  double after_peakn = NAN, after_peak1 = NAN, after_bw = NAN, after_read = NAN;
+  double readn = bwn.read_gbps;  // the higher read reading (the copy's is in bwn)
   if (timed) {
     std::fprintf(stderr, "bench: probing the FMA peak and memory bandwidth again...\n");
     const fma_peak_result a1 = measure_fma_peak(1, fma_seconds, fma_reps);
@@ -152,17 +154,19 @@ void run_bench(const bench_opts& o) {
     const bandwidth_result bwa = measure_bandwidth(dram_bytes, o.threads, o.quick ? 2 : 5);
     if (a1.gflops > fma1.gflops) fma1 = a1;
     if (an.gflops > fman.gflops) fman = an;
+    readn = std::max(readn, bwa.read_gbps);
     if (bwa.copy_gbps > bwn.copy_gbps) bwn = bwa;
     after_peakn = an.gflops;
     after_peak1 = a1.gflops;
     after_bw = bwa.copy_gbps;
+    after_read = bwa.read_gbps;
   }
   const double peak1 = fma1.gflops, peakn = fman.gflops;
   std::vector<std::string> warnings;
   for (auto& r : results) {
     if (!r.error.empty()) continue;
     if (r.bytes > 0) {
-      if (r.bandwidth_ref <= 0) r.bandwidth_ref = bwn.copy_gbps;
+      if (r.bandwidth_ref <= 0) r.bandwidth_ref = r.reads_only ? readn : bwn.copy_gbps;
       r.fraction_of_bandwidth = r.gbps / r.bandwidth_ref;
     }
     if (r.flops > 0) r.fraction_of_peak = r.gflops / peakn;
@@ -186,18 +190,22 @@ void run_bench(const bench_opts& o) {
       {"threads", o.threads},
       {"bandwidth_gbps", bwn.copy_gbps},
       {"triad_gbps", bwn.triad_gbps},
+      {"read_gbps", readn},
       {"bandwidth_gbps_1thread", bw1.copy_gbps},
       {"triad_gbps_1thread", bw1.triad_gbps},
+      {"read_gbps_1thread", bw1.read_gbps},
       {"probe_bytes_per_array", bwn.bytes_per_array},
       {"peak_gflops", peakn},
       {"peak_gflops_1thread", peak1},
       {"probes_before_cases",
        {{"peak_gflops", fman_before.gflops},
         {"peak_gflops_1thread", fma1_before.gflops},
-        {"bandwidth_gbps", bwn_before.copy_gbps}}},
+        {"bandwidth_gbps", bwn_before.copy_gbps},
+        {"read_gbps", bwn_before.read_gbps}}},
       {"probes_after_cases", timed ? nlohmann::ordered_json{{"peak_gflops", after_peakn},
                                                             {"peak_gflops_1thread", after_peak1},
-                                                            {"bandwidth_gbps", after_bw}}
+                                                            {"bandwidth_gbps", after_bw},
+                                                            {"read_gbps", after_read}}
                                    : nlohmann::ordered_json(nullptr)},
       {"fma_probe",
        {{"target", fman.target},
@@ -223,6 +231,8 @@ void run_bench(const bench_opts& o) {
         {"fraction_of_bandwidth", jnum(r.fraction_of_bandwidth)},
         {"fraction_of_peak", jnum(r.fraction_of_peak)},
         {"bandwidth_reference_gbps", jnum(r.bytes > 0 ? r.bandwidth_ref : NAN)},
+        {"bandwidth_probe",
+         r.bytes > 0 ? nlohmann::json(r.reads_only ? "read" : "copy") : nlohmann::json(nullptr)},
         {"limit", r.limit},
         {"note", r.note}};
     if (!r.error.empty()) c["error"] = r.error;
@@ -244,10 +254,12 @@ void run_bench(const bench_opts& o) {
                   num(r.fraction_of_peak).c_str());
   } else {
     std::printf(
-        "machine: %s, %d threads; copy %.1f GB/s (1 thread %.1f), triad %.1f GB/s; FMA peak %.1f "
-        "GFLOP/s (1 thread %.1f; %s, %d float lanes x %d chains, median %.1f)\n",
-        simd_target_name().c_str(), o.threads, bwn.copy_gbps, bw1.copy_gbps, bwn.triad_gbps, peakn,
-        peak1, fman.target.c_str(), fman.lanes, fman.chains, fman.gflops_median);
+        "machine: %s, %d threads; copy %.1f GB/s (1 thread %.1f), read %.1f GB/s (1 thread %.1f), "
+        "triad %.1f GB/s; FMA peak %.1f GFLOP/s (1 thread %.1f; %s, %d float lanes x %d chains, "
+        "median %.1f)\n",
+        simd_target_name().c_str(), o.threads, bwn.copy_gbps, bw1.copy_gbps, readn, bw1.read_gbps,
+        bwn.triad_gbps, peakn, peak1, fman.target.c_str(), fman.lanes, fman.chains,
+        fman.gflops_median);
     if (!o.machine_only)
       std::printf("%-40s %10s %10s %9s %9s %8s %s\n", "case", "min ms", "median ms", "GB/s",
                   "GFLOP/s", "fraction", "of");
@@ -259,7 +271,7 @@ void run_bench(const bench_opts& o) {
       double frac = r.limit == "peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
       std::printf("%-40s %10.3f %10.3f %9.2f %9.2f %8.3f %s\n", r.name.c_str(), r.seconds_min * 1e3,
                   r.seconds_median * 1e3, r.gbps, r.gflops, frac,
-                  r.limit == "peak" ? "peak" : "bw");
+                  r.limit == "peak" ? "peak" : (r.reads_only ? "read bw" : "bw"));
     }
   }
   std::fflush(stdout);
