@@ -449,6 +449,13 @@ TEST(AttentionSimd, HeadMajorKeysAndValuesAgainstReference) {
   run_group("simd_head_major", kSchemes * 3);
 }
 
+// Keys in 8-key blocks (k_blocked) against the reference read through the same layout: every
+// scheme, prefill, decode with few and many rows, partial last blocks, half storage, float32 and
+// float64. The unused slots of each head's blocks are NaN.
+TEST(AttentionSimd, BlockedKeysAgainstReference) {
+  run_group("simd_k_blocked", kSchemes * 4);
+}
+
 // The storage rounding's effect against the unrounded float32 keys and values, bounded from
 // the format's unit roundoff u (2^-11 float16, 2^-8 bfloat16): each stored value is x (1 + d),
 // |d| <= u (the inputs here are normal numbers in both formats), so a score moves by at most

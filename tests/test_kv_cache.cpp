@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "posenc/attention/kv_cache.hpp"
@@ -213,34 +214,99 @@ TEST(KvCache, CapacityAndPositions) {
   EXPECT_NO_THROW(attention_forward_cached(p, cache));
 }
 
-// The storage is head-major with the capacity as the head stride: token j of kv head hk at
-// (hk * capacity + j) * D, over appends of several tokens, as row_offset says.
-TEST(KvCache, StorageIsHeadMajorWithTheCapacityAsHeadStride) {
-  const int64_t cap = 10, Hkv = 3, D = 4;
-  kv_cache<double> cache(cap, Hkv, D);
-  auto val = [&](int64_t j, int64_t hk, int64_t e, bool is_v) {
-    return 1000.0 * j + 100.0 * hk + e + (is_v ? 0.5 : 0.0);
-  };
-  int64_t j0 = 0;
-  for (int64_t n : {2, 3, 1}) {
-    std::vector<double> k(n * Hkv * D), v(n * Hkv * D);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t hk = 0; hk < Hkv; ++hk)
-        for (int64_t e = 0; e < D; ++e) {
-          k[(t * Hkv + hk) * D + e] = val(j0 + t, hk, e, false);
-          v[(t * Hkv + hk) * D + e] = val(j0 + t, hk, e, true);
-        }
-    cache.append(k.data(), v.data(), n);
-    j0 += n;
-  }
-  for (int64_t j = 0; j < j0; ++j)
-    for (int64_t hk = 0; hk < Hkv; ++hk) {
-      EXPECT_EQ(cache.row_offset(j, hk), (hk * cap + j) * D);
-      for (int64_t e = 0; e < D; ++e) {
-        EXPECT_EQ(cache.keys()[(hk * cap + j) * D + e], val(j, hk, e, false));
-        EXPECT_EQ(cache.values()[(hk * cap + j) * D + e], val(j, hk, e, true));
-      }
+// The storage is head-major, over appends of several tokens: token j of kv head hk at
+// (hk * slots + j) * D with slots = capacity for D = 4 (rows); for D = 16 (a multiple of 8) the
+// slots are rounded up to whole 8-key blocks and element e of key j sits at
+// hk * slots * D + (j / 8) * 8 D + (e / 8) * 64 + (j % 8) * 8 + e % 8, the values still rows.
+TEST(KvCache, StorageIsHeadMajorRowsOrEightKeyBlocks) {
+  for (int64_t D : {4, 16}) {
+    SCOPED_TRACE(D);
+    const int64_t cap = 10, Hkv = 3, slots = D == 4 ? 10 : 16;
+    kv_cache<double> cache(cap, Hkv, D);
+    EXPECT_EQ(cache.keys_blocked(), D == 16);
+    EXPECT_EQ(cache.head_capacity(), slots);
+    EXPECT_EQ(cache.head_stride(), slots * D);
+    auto val = [&](int64_t j, int64_t hk, int64_t e, bool is_v) {
+      return 1000.0 * j + 100.0 * hk + e + (is_v ? 0.5 : 0.0);
+    };
+    int64_t j0 = 0;
+    for (int64_t n : {2, 3, 1, 4}) {
+      std::vector<double> k(n * Hkv * D), v(n * Hkv * D);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t hk = 0; hk < Hkv; ++hk)
+          for (int64_t e = 0; e < D; ++e) {
+            k[(t * Hkv + hk) * D + e] = val(j0 + t, hk, e, false);
+            v[(t * Hkv + hk) * D + e] = val(j0 + t, hk, e, true);
+          }
+      cache.append(k.data(), v.data(), n);
+      j0 += n;
     }
+    for (int64_t j = 0; j < j0; ++j)
+      for (int64_t hk = 0; hk < Hkv; ++hk) {
+        EXPECT_EQ(cache.row_offset(j, hk), (hk * slots + j) * D);
+        for (int64_t e = 0; e < D; ++e) {
+          const int64_t at = D == 4
+                                 ? (hk * slots + j) * D + e
+                                 : hk * slots * D + j / 8 * 8 * D + e / 8 * 64 + j % 8 * 8 + e % 8;
+          EXPECT_EQ(cache.key_offset(j, hk, e), at);
+          EXPECT_EQ(cache.keys()[at], val(j, hk, e, false));
+          EXPECT_EQ(cache.values()[(hk * slots + j) * D + e], val(j, hk, e, true));
+        }
+      }
+  }
+}
+
+// Keys in 8-key blocks give the same bits as the same keys in rows: decode and a few-row step
+// through a blocked cache (float32, float16, bfloat16; D = 48, 70 tokens: a partial last block)
+// against attention_forward on the cache's keys copied out to head-major rows, same stride.
+TEST(KvCache, BlockedKeysDecodeToTheSameBitsAsRows) {
+  for (kv_storage kv : {kv_storage::f32, kv_storage::f16, kv_storage::bf16}) {
+    SCOPED_TRACE(name(kv));
+    decode_case<float> c(scheme::all, 77);
+    const int64_t N = c.N, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    kv_cache<float> cache(N, Hkv, D, c.pos, 0, kv);
+    ASSERT_TRUE(cache.keys_blocked());
+    cache.append(c.k.data(), c.v.data(), N);
+    for (int64_t T : {1, 4}) {
+      std::vector<float> got(T * Hq * D), want(T * Hq * D);
+      attention_params<float> p;
+      p.q = &c.q[(N - T) * Hq * D], p.out = got.data();
+      p.T = T, p.Hq = Hq, p.D = D, p.causal = true, p.pos = c.pos;
+      attention_forward_cached(p, cache);
+      // The same keys as rows (row_offset), values as stored.
+      const int64_t n = Hkv * cache.head_stride();
+      std::vector<float> k(n), v(n);
+      std::vector<uint16_t> k16(n), v16(n);
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t hk = 0; hk < Hkv; ++hk)
+          for (int64_t e = 0; e < D; ++e) {
+            const int64_t r = cache.row_offset(j, hk) + e, b = cache.key_offset(j, hk, e);
+            if (kv == kv_storage::f32) {
+              k[r] = cache.keys()[b];
+              v[r] = cache.values()[r];
+            } else {
+              k16[r] = cache.keys16()[b];
+              v16[r] = cache.values16()[r];
+            }
+          }
+      attention_params<float> r;
+      r.q = p.q, r.out = want.data();
+      r.kv = kv;
+      if (kv == kv_storage::f32)
+        r.k = k.data(), r.v = v.data();
+      else
+        r.k16 = k16.data(), r.v16 = v16.data();
+      r.kv_head_stride = cache.head_stride();
+      r.T = T, r.S = N, r.Hq = Hq, r.Hkv = Hkv, r.D = D, r.causal = true, r.pos = c.pos;
+      r.pos.rope.keys_rotated = true;
+      std::vector<int64_t> kp(cache.positions().begin(), cache.positions().end());
+      r.k_positions = kp;
+      std::vector<int64_t> qp(kp.end() - T, kp.end());
+      r.q_positions = qp;
+      attention_forward(r);
+      EXPECT_TRUE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) << T;
+    }
+  }
 }
 
 // Half-precision storage: the cache transforms each key in float32, then rounds keys and values
@@ -285,11 +351,14 @@ TEST(KvCache, HalfPrecisionStorageDecodesLikeTheFullForwardOnTheStoredValues) {
         pc.T = 1, pc.Hq = Hq, pc.D = D, pc.causal = true, pc.pos = c.pos;
         attention_forward_cached(pc, cache);
       }
-      // Stored head-major: token j of head hk at row_offset(j, hk).
+      // Stored head-major: value j of head hk at row_offset(j, hk), its key's elements at
+      // key_offset(j, hk, e) (8-key blocks: D = 48).
+      ASSERT_TRUE(cache.keys_blocked());
       for (int64_t j = 0; j < N; ++j)
         for (int64_t hk = 0; hk < Hkv; ++hk) {
           const int64_t x = (j * Hkv + hk) * D, y = cache.row_offset(j, hk);
-          EXPECT_TRUE(std::equal(&k16[x], &k16[x] + D, cache.keys16() + y)) << j << " " << hk;
+          for (int64_t e = 0; e < D; ++e)
+            EXPECT_EQ(k16[x + e], cache.keys16()[cache.key_offset(j, hk, e)]) << j << " " << hk;
           EXPECT_TRUE(std::equal(&v16[x], &v16[x] + D, cache.values16() + y)) << j << " " << hk;
         }
       const double u = std::numeric_limits<float>::epsilon() / 2;

@@ -227,13 +227,14 @@ void attention_tiled(const attention_params<Real>& p) {
     for (int64_t j = 0; j < S; ++j)
       for (int64_t hk = 0; hk < Hkv; ++hk) {
         const int64_t x = (j * Hkv + hk) * D, y = kv_offset(p, j, hk);
-        std::copy(p.k + y, p.k + y + D, k_tm.begin() + x);
+        for (int64_t e = 0; e < D; ++e) k_tm[x + e] = p.k[k_index(p, j, hk, e)];
         std::copy(p.v + y, p.v + y + D, v_tm.begin() + x);
       }
     attention_params<Real> pt = p;
     pt.k = k_tm.data();
     pt.v = v_tm.data();
     pt.kv_head_stride = 0;
+    pt.k_blocked = false;
     return attention_tiled(pt);
   }
 

@@ -50,6 +50,21 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
     checked_bytes("attention k/v (head-major)", static_cast<unsigned long long>(p.Hkv),
                   static_cast<unsigned long long>(p.kv_head_stride), 1, sizeof(Real));
   }
+  if (p.k_blocked) {
+    if (p.kv_head_stride <= 0)
+      fail(
+          "attention: k_blocked (keys in 8-key blocks) needs head-major keys and values: "
+          "kv_head_stride > 0, got {}",
+          p.kv_head_stride);
+    if (p.D % kKeyBlock != 0)
+      fail("attention: k_blocked needs D a multiple of {}, got D = {}", kKeyBlock, p.D);
+    const int64_t need = (p.S + kKeyBlock - 1) / kKeyBlock * kKeyBlock * p.D;
+    if (p.kv_head_stride < need)
+      fail(
+          "attention: with k_blocked, kv_head_stride must be >= ceil(S / 8) * 8 * D = {} (whole "
+          "blocks), got {}",
+          need, p.kv_head_stride);
+  }
 
   attention_plan pl;
   pl.group = p.Hq / p.Hkv;
@@ -146,13 +161,14 @@ void attention_reference(const attention_params<Real>& p) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
 
   // q', k' in double: (T, Hq, D) and (S, Hkv, D).
-  // Read through p's layout (kv_offset); half-precision storage widens exactly.
+  // Read through p's layout (k_index, kv_offset); half-precision storage widens exactly.
   std::vector<double> q(p.q, p.q + T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
   for (int64_t j = 0; j < S; ++j)
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t e = 0; e < D; ++e) {
-        const int64_t x = (j * Hkv + hk) * D + e, y = kv_offset(p, j, hk) + e;
-        k[x] = p.kv == kv_storage::f32 ? double(p.k[y]) : double(half_to_float(p.kv, p.k16[y]));
+        const int64_t x = (j * Hkv + hk) * D + e, y = kv_offset(p, j, hk) + e,
+                      yk = k_index(p, j, hk, e);
+        k[x] = p.kv == kv_storage::f32 ? double(p.k[yk]) : double(half_to_float(p.kv, p.k16[yk]));
         v[x] = p.kv == kv_storage::f32 ? double(p.v[y]) : double(half_to_float(p.kv, p.v16[y]));
       }
   if (const auto* tr = terms.transform.get()) {

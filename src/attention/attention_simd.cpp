@@ -201,6 +201,11 @@ struct simd_problem {
   // (hs). Token-major (S, Hkv, D): ld = Hkv * D, hs = D; head-major (p.kv_head_stride):
   // ld = D, hs = kv_head_stride. K's may differ from V's (hook 1's token-major copy of K).
   int64_t k_ld = 0, k_hs = 0, v_ld = 0, v_hs = 0;
+  // Keys in 8-key blocks (attention_params::k_blocked; then k_ld = D): krow(j, hk) is the j-th
+  // D-element slice of the head's run, which for j a multiple of 8 is the start of j's block.
+  // The decode path reads the blocks as they are (DecodeScores<true>), the packing gathers rows
+  // from them (KeyRow).
+  bool k_blocked = false;
   // Byte address of row j of head hk of K or V (any storage).
   const void* krow(int64_t j, int64_t hk) const {
     const int64_t x = j * k_ld + hk * k_hs;
@@ -362,6 +367,17 @@ HWY_INLINE void WidenRow(kv_storage st, const void* src, float* dst, int64_t n) 
     case kv_storage::bf16:
       return WidenRowT(static_cast<const hwy::bfloat16_t*>(src), dst, n);
   }
+}
+
+// Key j of head hk as a float32 row (D elements), from rows or from 8-key blocks (k_blocked:
+// its elements [c, c + 8) at c * 8 + slot * 8 of its block, slot = j % 8).
+HWY_INLINE void KeyRow(const simd_problem& pr, int64_t j, int64_t hk, float* HWY_RESTRICT row) {
+  const int64_t D = pr.p->D;
+  if (!pr.k_blocked) return WidenRow(pr.kt, pr.krow(j, hk), row, D);
+  const int64_t slot = j % kKeyBlock, eb = kv_bytes(pr.kt);
+  const char* blk = static_cast<const char*>(pr.krow(j - slot, hk));
+  for (int64_t c = 0; c < D; c += kKeyBlock)
+    WidenRow(pr.kt, blk + (c + slot) * kKeyBlock * eb, row + c, kKeyBlock);
 }
 
 // A's layout in a block product. kStrided: row r at A + r * lda, element kk at [kk * ak] (ak = 1:
@@ -554,11 +570,18 @@ void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RES
   const int64_t kbytes = D * kv_bytes(pr.kt), vbytes = D * kv_bytes(pr.vt);
   // float32 keys without a transform are transposed from where they lie; others are widened
   // and transformed into `rows` first.
-  const bool in_place = pr.kt == kv_storage::f32 && !ktab;
+  const bool in_place = pr.kt == kv_storage::f32 && !ktab && !pr.k_blocked;
   // 8 keys at a time: each source row is read contiguously, each destination row gets 8
   // consecutive floats, so both sides stay within a few cache lines.
   // (W >= 8 except on 1- and 2-lane targets, where a group spans several panels.)
   for (int64_t jj0 = 0; jj0 < kSimdBk; jj0 += 8) {
+    // float32 keys in 8-key blocks (k_blocked), a whole block of keys below S: its 8 x 8 pieces
+    // are transposed where they lie (slot t's elements [d, d + 8) at t * 8 + d * 8).
+    bool blk_in_place = false;
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+    blk_in_place = pr.k_blocked && pr.kt == kv_storage::f32 && !ktab && jj0 + 8 <= nb &&
+                   W % 8 == 0 && hn::Lanes(DH()) == 8;
+#endif
     const float* src[8];
     for (int64_t t = 0; t < 8; ++t) {
       const int64_t jj = jj0 + t;
@@ -578,13 +601,19 @@ void PackKeyBlock(const simd_problem& pr, int64_t hk, int64_t kb, float* HWY_RES
         src[t] = static_cast<const float*>(pr.krow(j0 + jj, hk));
         continue;
       }
-      WidenRow(pr.kt, pr.krow(j0 + jj, hk), row, D);
+      if (blk_in_place) {
+        src[t] = static_cast<const float*>(pr.krow(j0 + jj0, hk)) + t * kKeyBlock;
+        continue;
+      }
+      KeyRow(pr, j0 + jj, hk, row);
       if (ktab) tr->apply_rows(ktab + (j0 + jj) * Rt, true, row, 1, D);
     }
     if (W % 8 == 0) {  // the 8 keys are 8 consecutive columns of one panel
       float* HWY_RESTRICT out = dst + jj0 / W * D * W + jj0 % W;
       int64_t d = 0;
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+      if (blk_in_place)
+        for (; d < D; d += 8) Transpose8x8(DH(), src, d * kKeyBlock, out + d * W, W);
       if (hn::Lanes(DH()) == 8)
         for (; d + 8 <= D; d += 8) Transpose8x8(DH(), src, d, out + d * W, W);
 #endif
@@ -663,10 +692,16 @@ constexpr int kDecRows8 = 1, kDecRows4 = 2;
 #endif
 
 // s[r * Bk + t] for rows [r0, r0 + RB) of qs (rows, D) and keys t = 0 .. 4 KG - 1 at k0 (rows
-// kstride elements apart). Each (row, key) accumulates in DH lanes over e = 0, N, 2N, ..., ends
-// in Reduce4 over its group of four keys and a scalar tail over [De, D): the same operations in
-// the same order whatever RB and KG, so the blocking never changes a bit.
-template <int RB, int KG, typename TK>
+// kstride elements apart; kBlk: slots of one 8-key block, kstride = 8, element e of a slot at
+// BlockOffset(e)). Each (row, key) accumulates in DH lanes over e = 0, N, 2N, ..., ends in
+// Reduce4 over its group of four keys and a scalar tail over [De, D): the same operations in the
+// same order whatever RB, KG and the layout, so neither the blocking nor the layout changes a
+// bit.
+template <bool kBlk>
+HWY_INLINE int64_t BlockOffset(int64_t e) {
+  return kBlk ? e / kKeyBlock * kKeyBlock * kKeyBlock + e % kKeyBlock : e;
+}
+template <int RB, int KG, bool kBlk, typename TK>
 HWY_INLINE void DecodeDots(const float* HWY_RESTRICT qs, int64_t r0, int64_t D, const TK* k0,
                            int64_t kstride, float* HWY_RESTRICT s) {
   const DH d;
@@ -678,13 +713,20 @@ HWY_INLINE void DecodeDots(const float* HWY_RESTRICT qs, int64_t r0, int64_t D, 
   hn::Vec<DH> a[RB][NK];
   for (int r = 0; r < RB; ++r)
     for (int t = 0; t < NK; ++t) a[r][t] = hn::Zero(d);
-  for (int64_t e = 0; e < De; e += N) {
+  // One step: q elements [e, e + N) against the keys' elements at offset ko of each key.
+  auto step = [&](int64_t e, int64_t ko) HWY_ATTR {
     hn::Vec<DH> kv[NK];
-    for (int t = 0; t < NK; ++t) kv[t] = LoadAsFloat(d, kp[t] + e);
+    for (int t = 0; t < NK; ++t) kv[t] = LoadAsFloat(d, kp[t] + ko);
     for (int r = 0; r < RB; ++r) {
       const auto qv = hn::LoadU(d, qs + (r0 + r) * D + e);
       for (int t = 0; t < NK; ++t) a[r][t] = hn::MulAdd(qv, kv[t], a[r][t]);
     }
+  };
+  if constexpr (kBlk) {  // piece by piece (N divides 8, so De = D): offsets stay constants
+    for (int64_t c = 0; c < De; c += kKeyBlock)
+      for (int64_t u = 0; u < kKeyBlock; u += N) step(c + u, c * kKeyBlock + u);
+  } else {
+    for (int64_t e = 0; e < De; e += N) step(e, e);
   }
   for (int r = 0; r < RB; ++r) {
     const float* qr = qs + (r0 + r) * D;
@@ -693,7 +735,7 @@ HWY_INLINE void DecodeDots(const float* HWY_RESTRICT qs, int64_t r0, int64_t D, 
       float dd[4];
       Reduce4(d, a[r][4 * g], a[r][4 * g + 1], a[r][4 * g + 2], a[r][4 * g + 3], dd);
       for (int64_t e = De; e < D; ++e)
-        for (int t = 0; t < 4; ++t) dd[t] += qr[e] * AsFloat(kp[4 * g + t][e]);
+        for (int t = 0; t < 4; ++t) dd[t] += qr[e] * AsFloat(kp[4 * g + t][BlockOffset<kBlk>(e)]);
       for (int t = 0; t < 4; ++t) srow[4 * g + t] = dd[t];
     }
   }
@@ -706,14 +748,17 @@ HWY_INLINE void DecodeDots(const float* HWY_RESTRICT qs, int64_t r0, int64_t D, 
 // kPrefetchKeys below pf_end), spread over the block so that the memory requests overlap the
 // arithmetic. Keys stored as TK (float, float16, bfloat16); v0, vbytes: the block's first value
 // row and the value row stride in bytes (for the prefetch only).
-template <typename TK>
+// kBlk: K in 8-key blocks (k_blocked; kstride = D, k0 the block of j0), each group's keys read
+// slot by slot (DecodeDots<..., true>): the same products, in address order.
+template <bool kBlk, typename TK>
 HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t D, const TK* k0,
                              const char* v0, int64_t vbytes, int64_t kstride, int64_t nb,
                              int64_t j0, int64_t pf_end, float* HWY_RESTRICT s) {
   const DH d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t De = D / N * N;
-  // Bytes of one key row and of one value row (vbytes / kstride: bytes per value element).
+  // Bytes of one key row and of one value row (vbytes / kstride: bytes per value element; with
+  // kBlk the keys' rows are the D-element slices of their blocks, kstride = D).
   const int64_t krow_bytes = D * static_cast<int64_t>(sizeof(TK)),
                 vrow_bytes = D * vbytes / kstride;
   auto prefetch = [&](int64_t jj) {
@@ -723,35 +768,41 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
     for (int64_t b = 0; b < krow_bytes; b += 64) StreamPrefetch(kj + b);
     for (int64_t b = 0; b < vrow_bytes; b += 64) StreamPrefetch(vj + b);
   };
+  // The keys of a group at jj (a multiple of 4) and their spacing: rows, or slots of a block.
+  const int64_t kst = kBlk ? kKeyBlock : kstride;
+  auto group = [&](int64_t jj) {
+    return kBlk ? k0 + jj / kKeyBlock * kKeyBlock * D + jj % kKeyBlock * kKeyBlock
+                : k0 + jj * kstride;
+  };
   int64_t jj = 0;
   for (; jj + 8 <= nb; jj += 8) {
     for (int64_t t = 0; t < 8; ++t) prefetch(jj + t);
     int64_t r = 0;
     if constexpr (kDecRows8 > 1)
       for (; r + kDecRows8 <= rows; r += kDecRows8)
-        DecodeDots<kDecRows8, 2>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
-    for (; r < rows; ++r) DecodeDots<1, 2>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+        DecodeDots<kDecRows8, 2, kBlk>(qs, r, D, group(jj), kst, s + jj);
+    for (; r < rows; ++r) DecodeDots<1, 2, kBlk>(qs, r, D, group(jj), kst, s + jj);
   }
   if (jj + 4 <= nb) {
     for (int64_t t = 0; t < 4; ++t) prefetch(jj + t);
     int64_t r = 0;
     for (; r + kDecRows4 <= rows; r += kDecRows4)
-      DecodeDots<kDecRows4, 1>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+      DecodeDots<kDecRows4, 1, kBlk>(qs, r, D, group(jj), kst, s + jj);
     if constexpr (kDecRows4 > 2)
-      for (; r + 2 <= rows; r += 2) DecodeDots<2, 1>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
-    for (; r < rows; ++r) DecodeDots<1, 1>(qs, r, D, k0 + jj * kstride, kstride, s + jj);
+      for (; r + 2 <= rows; r += 2) DecodeDots<2, 1, kBlk>(qs, r, D, group(jj), kst, s + jj);
+    for (; r < rows; ++r) DecodeDots<1, 1, kBlk>(qs, r, D, group(jj), kst, s + jj);
     jj += 4;
   }
   for (; jj < nb; ++jj) {
     prefetch(jj);
-    const TK* kj = k0 + jj * kstride;
+    const TK* kj = group(jj);
     for (int64_t r = 0; r < rows; ++r) {
       const float* qr = qs + r * D;
       auto a0 = hn::Zero(d);
       for (int64_t e = 0; e < De; e += N)
-        a0 = hn::MulAdd(hn::LoadU(d, qr + e), LoadAsFloat(d, kj + e), a0);
+        a0 = hn::MulAdd(hn::LoadU(d, qr + e), LoadAsFloat(d, kj + BlockOffset<kBlk>(e)), a0);
       float dot = hn::GetLane(hn::SumOfLanes(d, a0));
-      for (int64_t e = De; e < D; ++e) dot += qr[e] * AsFloat(kj[e]);
+      for (int64_t e = De; e < D; ++e) dot += qr[e] * AsFloat(kj[BlockOffset<kBlk>(e)]);
       s[r * kSimdBk + jj] = dot;
     }
   }
@@ -865,18 +916,24 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
       // by every row while it is in L1.
       const char* v0 = static_cast<const char*>(pr.vrow(j0, hk));
       const int64_t vbytes = pr.v_ld * kv_bytes(pr.vt);
+      auto scores = [&](auto blk, const auto* k0) {
+        DecodeScores<decltype(blk)::value>(qs, rows, D, k0, v0, vbytes, pr.k_ld, nb, j0, pf_end, s);
+      };
+      auto by_layout = [&](const auto* k0) {
+        if (pr.k_blocked)
+          scores(std::true_type{}, k0);
+        else
+          scores(std::false_type{}, k0);
+      };
       switch (pr.kt) {
         case kv_storage::f32:
-          DecodeScores(qs, rows, D, static_cast<const float*>(pr.krow(j0, hk)), v0, vbytes, pr.k_ld,
-                       nb, j0, pf_end, s);
+          by_layout(static_cast<const float*>(pr.krow(j0, hk)));
           break;
         case kv_storage::f16:
-          DecodeScores(qs, rows, D, static_cast<const hwy::float16_t*>(pr.krow(j0, hk)), v0, vbytes,
-                       pr.k_ld, nb, j0, pf_end, s);
+          by_layout(static_cast<const hwy::float16_t*>(pr.krow(j0, hk)));
           break;
         case kv_storage::bf16:
-          DecodeScores(qs, rows, D, static_cast<const hwy::bfloat16_t*>(pr.krow(j0, hk)), v0,
-                       vbytes, pr.k_ld, nb, j0, pf_end, s);
+          by_layout(static_cast<const hwy::bfloat16_t*>(pr.krow(j0, hk)));
           break;
       }
     }
@@ -1196,6 +1253,7 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     pr.k_ld = pr.v_ld = D;
     pr.k_hs = pr.v_hs = p.kv_head_stride;
     pr.prefetch = POSENC_PF_CONTIG;
+    pr.k_blocked = p.k_blocked;
   } else {
     pr.k_ld = pr.v_ld = Hkv * D;
     pr.k_hs = pr.v_hs = D;
@@ -1291,13 +1349,22 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     k_t.resize(static_cast<size_t>(S * Hkv * D));
     if (p.kv_head_stride == 0) {
       HWY_DYNAMIC_DISPATCH(WidenRows)(pr.kt, pr.krow(0, 0), k_t.data(), S * Hkv * D);
-    } else {  // gathered into token-major order, the layout tr->apply takes
+    } else if (!pr.k_blocked) {  // gathered into token-major order, the layout tr->apply takes
       for (int64_t j = 0; j < S; ++j)
         for (int64_t hk = 0; hk < Hkv; ++hk) HWY_DYNAMIC_DISPATCH(WidenRows)
       (pr.kt, pr.krow(j, hk), k_t.data() + (j * Hkv + hk) * D, D);
+    } else {  // the same from 8-key blocks (k_index), widened exactly
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t hk = 0; hk < Hkv; ++hk)
+          for (int64_t e = 0; e < D; ++e) {
+            const int64_t y = k_index(p, j, hk, e);
+            k_t[(j * Hkv + hk) * D + e] =
+                pr.kt == kv_storage::f32 ? p.k[y] : half_to_float(pr.kt, p.k16[y]);
+          }
     }
     pr.k_ld = Hkv * D;
     pr.k_hs = D;
+    pr.k_blocked = false;
     tr->apply(pl.kpos_safe, k_t.data(), S, Hkv, D, true, false);
     pr.k = k_t.data();
     pr.kt = kv_storage::f32;

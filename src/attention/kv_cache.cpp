@@ -17,6 +17,9 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
       d_(D),
       start_(start_position),
       next_(start_position),
+      blocked_(D >= 1 && D % kKeyBlock == 0),
+      head_cap_(blocked_ && capacity >= 1 ? (capacity + kKeyBlock - 1) / kKeyBlock * kKeyBlock
+                                          : capacity),
       pos_(pos),
       storage_(storage) {
   if (storage != kv_storage::f32 && !std::is_same_v<Real, float>)
@@ -27,13 +30,13 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
   if (D < 1) fail("kv_cache: D must be >= 1, got {}", D);
   if (start_position < 0 || start_position > (int64_t{1} << 62) - capacity)
     fail("kv_cache: start_position must be in [0, 2^62 - capacity], got {}", start_position);
-  checked_bytes("kv_cache", static_cast<unsigned long long>(capacity),
+  checked_bytes("kv_cache", static_cast<unsigned long long>(head_cap_),
                 static_cast<unsigned long long>(Hkv), static_cast<unsigned long long>(D),
                 storage == kv_storage::f32 ? 2 * sizeof(Real) : 2 * sizeof(uint16_t));
   transform_ = detail::make_key_transform(pos_, D, "kv_cache: ");
   rows_ = transform_ ? transform_->ids_per_token() : 1;
   if (rows_ > 1) ids_.resize(static_cast<size_t>((rows_ - 1) * capacity));
-  const auto n = static_cast<size_t>(capacity * Hkv * D);
+  const auto n = static_cast<size_t>(head_cap_ * Hkv * D);
   if (storage == kv_storage::f32) {
     k_ = page_buffer<Real>(n);
     v_ = page_buffer<Real>(n);
@@ -84,22 +87,27 @@ std::vector<int64_t> kv_cache<Real>::append(const Real* k, const Real* v, int64_
   const auto D = static_cast<size_t>(d_);
   // Hook 1 on keys, once, at their absolute positions (ids), on the token-major (n, Hkv, D)
   // input (in Real; half storage rounds the transformed key once). Then every row to its
-  // head's run: token t of head hk at row size_ + t of the head-major (Hkv, capacity, D) storage.
+  // head's run: value t of head hk at row size_ + t of the head's slots, key t there too or
+  // scattered into its 8-key block (key_offset), 8 elements at a time.
   const Real* kin = k;
   if (n > 0 && tr) {
     scratch_.assign(k, k + n * row);
     tr->apply(pos0, scratch_.data(), n, hkv_, d_, true, false);
     kin = scratch_.data();
   }
+  const int64_t piece = blocked_ ? kKeyBlock : d_;
   for (int64_t t = 0; t < n; ++t)
     for (int64_t hk = 0; hk < hkv_; ++hk) {
-      const int64_t src = (t * hkv_ + hk) * d_, dst = (hk * capacity_ + size_ + t) * d_;
+      const int64_t src = (t * hkv_ + hk) * d_, j = size_ + t, dst = row_offset(j, hk);
       if (storage_ == kv_storage::f32) {
-        std::copy(kin + src, kin + src + d_, k_.data() + dst);
+        for (int64_t e = 0; e < d_; e += piece)
+          std::copy_n(kin + src + e, piece, k_.data() + key_offset(j, hk, e));
         std::copy(v + src, v + src + d_, v_.data() + dst);
       } else if constexpr (std::is_same_v<Real, float>) {
-        to_half(storage_, std::span<const float>(kin + src, D),
-                std::span<uint16_t>(k16_.data() + dst, D));
+        for (int64_t e = 0; e < d_; e += piece)
+          to_half(
+              storage_, std::span<const float>(kin + src + e, static_cast<size_t>(piece)),
+              std::span<uint16_t>(k16_.data() + key_offset(j, hk, e), static_cast<size_t>(piece)));
         to_half(storage_, std::span<const float>(v + src, D),
                 std::span<uint16_t>(v16_.data() + dst, D));
       }
@@ -140,16 +148,17 @@ void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& ca
   if (p.T > cache.size())
     fail("attention_forward_cached: T = {} queries but the cache holds only {} tokens", p.T,
          cache.size());
-  if (p.kv != kv_storage::f32 || p.k16 || p.v16 || p.kv_head_stride != 0)
+  if (p.kv != kv_storage::f32 || p.k16 || p.v16 || p.kv_head_stride != 0 || p.k_blocked)
     fail(
-        "attention_forward_cached: kv, k16, v16 and kv_head_stride come from the cache; leave "
-        "them unset");
+        "attention_forward_cached: kv, k16, v16, kv_head_stride and k_blocked come from the "
+        "cache; leave them unset");
   p.kv = cache.storage();
   p.k = cache.keys();
   p.v = cache.values();
   p.k16 = cache.keys16();
   p.v16 = cache.values16();
-  p.kv_head_stride = cache.capacity() * cache.head_dim();
+  p.kv_head_stride = cache.head_stride();
+  p.k_blocked = cache.keys_blocked();
   p.S = cache.size();
   p.Hkv = cache.kv_heads();
   p.k_positions = cache.positions();

@@ -36,7 +36,8 @@ std::string describe(const spec& c) {
   return fmt::format(
       "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}", c.T, c.S,
       c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
-      c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv), c.head_major ? " head_major" : "");
+      c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv),
+      c.head_major ? (c.k_blocked ? " head_major k_blocked" : " head_major") : "");
 }
 
 template <typename Real>
@@ -73,28 +74,35 @@ void build(fixture<Real>& f, const spec& c) {
       p.k = p.v = nullptr;
     }
   }
+  p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;  // k_index and kv_offset read them
   if (c.head_major) {
     // (Hkv, S + pad, D), pad rows NaN: the same values, reached through kv_head_stride.
-    const int64_t Sp = S + kHeadMajorPad, n = Hkv * Sp * D;
-    auto lay = [&](const auto& src, auto& dst, auto nan) {
+    // k_blocked: whole 8-key blocks per head (k_index), the same stride for the value rows.
+    const int64_t Sp = c.k_blocked ? (S + kHeadMajorPad + kKeyBlock - 1) / kKeyBlock * kKeyBlock
+                                   : S + kHeadMajorPad,
+                  n = Hkv * Sp * D;
+    p.kv_head_stride = Sp * D;
+    p.k_blocked = c.k_blocked;
+    auto lay = [&](const auto& src, auto& dst, auto nan, bool keys) {
       dst.assign(static_cast<size_t>(n), nan);
       for (int64_t j = 0; j < S; ++j)
         for (int64_t hk = 0; hk < Hkv; ++hk)
-          std::copy_n(&src[(j * Hkv + hk) * D], D, &dst[(hk * Sp + j) * D]);
+          for (int64_t e = 0; e < D; ++e)
+            dst[static_cast<size_t>(keys ? k_index(p, j, hk, e) : kv_offset(p, j, hk) + e)] =
+                src[(j * Hkv + hk) * D + e];
     };
     if (p.kv == kv_storage::f32) {
-      lay(f.k, f.k_hm, std::numeric_limits<Real>::quiet_NaN());
-      lay(f.v, f.v_hm, std::numeric_limits<Real>::quiet_NaN());
+      lay(f.k, f.k_hm, std::numeric_limits<Real>::quiet_NaN(), true);
+      lay(f.v, f.v_hm, std::numeric_limits<Real>::quiet_NaN(), false);
       p.k = f.k_hm.data();
       p.v = f.v_hm.data();
     } else {
       const uint16_t nan16 = c.kv == kv_storage::f16 ? 0x7e00 : 0x7fc0;  // quiet NaNs
-      lay(f.k16, f.k16_hm, nan16);
-      lay(f.v16, f.v16_hm, nan16);
+      lay(f.k16, f.k16_hm, nan16, true);
+      lay(f.v16, f.v16_hm, nan16, false);
       p.k16 = f.k16_hm.data();
       p.v16 = f.v16_hm.data();
     }
-    p.kv_head_stride = Sp * D;
   }
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
 
@@ -720,7 +728,7 @@ std::string short_name(const spec& c) {
   if (c.q_scale != 1) s += fmt::format("_qscale{}", c.q_scale);
   if (c.k_shift != 0) s += fmt::format("_kshift{}", c.k_shift);
   if (c.kv != kv_storage::f32) s += "_kv" + name(c.kv);
-  if (c.head_major) s += "_hm";
+  if (c.head_major) s += c.k_blocked ? "_kb" : "_hm";
   return s;
 }
 
@@ -917,6 +925,33 @@ std::vector<spec> make_full() {
         ++idx;
       }
   }
+  // Keys in 8-key blocks (k_blocked, head-major; NaN in each head's unused slots and blocks):
+  // the same schemes, paths and storage formats, head dims that are multiples of 8 (128, 80,
+  // 40), and shapes whose last block is partial (S = 130, 1000, 300 and 45).
+  {
+    const auto& heads = kLongHeads;
+    constexpr int64_t dims[] = {128, 80, 40};
+    constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}, {1, 45}};
+    constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
+    int idx = 0;
+    for (int s = 0; s < kSchemes; ++s)
+      for (auto [T, S] : shapes) {
+        const auto msk = static_cast<mask>((idx * 5 + s) % kMasks);
+        spec c{T,
+               S,
+               dims[idx % 3],
+               heads[(idx / 3) % 3].first,
+               heads[(idx / 3) % 3].second,
+               static_cast<scheme>(s),
+               msk,
+               7500u + static_cast<uint64_t>(idx)};
+        c.head_major = true;
+        c.k_blocked = true;
+        c.kv = static_cast<scheme>(s) == scheme::cope ? kv_storage::f32 : kvs[(idx / 2) % 3];
+        v.push_back(make("simd_k_blocked", c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
+        ++idx;
+      }
+  }
 
   // ---- backward (tests/test_attention_backward.cpp) ----
   // Finite differences: every scheme x every mask on a small GQA shape, then every scheme on MHA
@@ -1074,6 +1109,18 @@ std::vector<spec> make_perf() {
   add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
   v.back().head_major = true;
   v.back().name += "/layout=head";
+  // The same head-major steps with the keys in 8-key blocks (k_blocked, the KV cache's key layout
+  // for D a multiple of 8): the decode dot products read each group of 8 keys in address order.
+  for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
+    for (int64_t Hkv : {8, 32, 1}) {
+      add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
+      v.back().kv = kv;
+      v.back().head_major = v.back().k_blocked = true;
+      v.back().name += kv == kv_storage::f32 ? "/layout=blocked" : "/layout=blocked/kv=f16";
+    }
+  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+  v.back().head_major = v.back().k_blocked = true;
+  v.back().name += "/layout=blocked";
   add("attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
@@ -1081,6 +1128,11 @@ std::vector<spec> make_perf() {
     add("attention", 1, 65536, Hkv, 128, scheme::none, "none", forward, true);
     v.back().head_major = true;
     v.back().name += "/layout=head";
+  }
+  for (int64_t Hkv : {8, 32}) {
+    add("attention", 1, 65536, Hkv, 128, scheme::none, "none", forward, true);
+    v.back().head_major = v.back().k_blocked = true;
+    v.back().name += "/layout=blocked";
   }
   // The research schemes' rows at T = S = 2048. Kerple's row is a slice of a per-call table
   // (as ALiBi's, about its cost): a default case. FIRE's runs its MLP per pair in double (about

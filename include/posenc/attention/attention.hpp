@@ -239,6 +239,15 @@ struct attention_params {
   // keys and values as two contiguous runs instead of S rows Hkv * D apart. A multiple of D,
   // >= S * D. Forward only (the backward refuses it).
   int64_t kv_head_stride = 0;
+  // Keys in blocks of kKeyBlock = 8 (head-major only: kv_head_stride > 0; D a multiple of 8):
+  // each head's keys 8 at a time, element e of key j of head hk at
+  //   hk * kv_head_stride + (j / 8) * 8 D + (e / 8) * 64 + (j % 8) * 8 + e % 8
+  // (k_index), so the 8 keys' elements [8c, 8c + 8) are 64 consecutive elements; values stay
+  // rows. A decode step's dot products read 8 keys at a time, and in this layout those reads run
+  // in address order (docs/design.md, "Keys in 8-key blocks"). kv_head_stride must then be
+  // >= ceil(S / 8) * 8 D (a last, partial block is a whole block; its unused slots are never
+  // read). The same results, bit for bit, as the same keys in rows. Forward only.
+  bool k_blocked = false;
   Real* out = nullptr;  // out: (T, Hq, D); may not alias q, k, v
   Real* lse = nullptr;  // lse: (T, Hq) natural log of sum_j exp(s_ij) (scaled, biased,
                         //      before Shaw-V); -inf for a row that sees no key. Optional.
@@ -262,10 +271,28 @@ struct attention_params {
   attention_position<Real> pos;          // the position schemes
 };
 
-// Element offset of key / value row j of kv head hk in p's layout (kv_head_stride).
+// Element offset of key / value row j of kv head hk in p's layout (kv_head_stride). With
+// k_blocked it is still the values' row; keys are read through k_index.
 template <typename Real>
 inline int64_t kv_offset(const attention_params<Real>& p, int64_t j, int64_t hk) {
   return p.kv_head_stride > 0 ? hk * p.kv_head_stride + j * p.D : (j * p.Hkv + hk) * p.D;
+}
+
+// Keys per block of the k_blocked layout, and the elements of a key in each of its pieces.
+inline constexpr int64_t kKeyBlock = 8;
+
+// Element offset of element e of key j of kv head hk in the k_blocked layout with head stride
+// head_stride (elements) and head dim D (a multiple of kKeyBlock).
+inline int64_t blocked_key_index(int64_t head_stride, int64_t D, int64_t j, int64_t hk, int64_t e) {
+  constexpr int64_t B = kKeyBlock;
+  return hk * head_stride + j / B * B * D + e / B * B * B + j % B * B + e % B;
+}
+
+// Element offset of element e of key j of kv head hk in p's layout (k_blocked or rows).
+template <typename Real>
+inline int64_t k_index(const attention_params<Real>& p, int64_t j, int64_t hk, int64_t e) {
+  if (!p.k_blocked) return kv_offset(p, j, hk) + e;
+  return blocked_key_index(p.kv_head_stride, p.D, j, hk, e);
 }
 
 // Validates p (throws invalid_argument naming the field and the expected shape, e.g.

@@ -134,6 +134,10 @@ struct spec {
   // fixture lays them out (Hkv, S + kHeadMajorPad, D), the pad rows of every head NaN, so a read
   // past a head's S rows poisons the output and fails the case.
   bool head_major = false;
+  // With head_major: keys in 8-key blocks (attention_params::k_blocked; D a multiple of 8). The
+  // fixture lays each head's keys out as ceil((S + kHeadMajorPad) / 8) blocks, the unused slots
+  // NaN; values stay head-major rows with the same head stride.
+  bool k_blocked = false;
 };
 inline constexpr int64_t kHeadMajorPad = 3;
 

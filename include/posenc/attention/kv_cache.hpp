@@ -49,7 +49,7 @@ class kv_cache {
   // when set must equal D) is applied to keys on append, the other schemes act at attention
   // time. What pos points to (the RoPE
   // frequencies, tables) must outlive the cache. Memory is allocated up front
-  // (2 * capacity * Hkv * D elements, capped by max_alloc_bytes).
+  // (2 * head_capacity() * Hkv * D elements, capped by max_alloc_bytes).
   //
   // storage: f32 keeps keys and values in Real; f16 / bf16 (float caches only) keep them in
   // half precision (posenc/core/half.hpp), half the memory and half the bytes a decode step
@@ -76,12 +76,23 @@ class kv_cache {
   const attention_position<Real>& position() const { return pos_; }
 
   kv_storage storage() const { return storage_; }
-  // Head-major (Hkv, capacity, D): the keys (rotated) and values of kv head hk are rows
-  // [0, size()) of its capacity rows, key j of head hk at [(hk * capacity + j) * D] (row_offset),
-  // so that a decode step reads each head's keys and values as two contiguous runs
-  // (attention_params::kv_head_stride = capacity * D). With half-precision storage keys() and
-  // values() are null and keys16() and values16() hold the stored bits (and the other way round).
-  int64_t row_offset(int64_t j, int64_t hk) const { return (hk * capacity_ + j) * d_; }
+  // Head-major: kv head hk owns head_capacity() slots (capacity() rounded up to a multiple of
+  // kKeyBlock = 8 when the keys are blocked, else capacity()), head_stride() = head_capacity() * D
+  // elements apart, so that a decode step reads each head's keys and values as two contiguous
+  // runs (attention_params::kv_head_stride). Values are rows: value j of head hk at
+  // row_offset(j, hk) = (hk * head_capacity() + j) * D. Keys are rows as well when
+  // keys_blocked() is false; when D is a multiple of 8 they are stored in 8-key blocks
+  // (attention_params::k_blocked, docs/design.md "Keys in 8-key blocks"): element e of key j of
+  // head hk at key_offset(j, hk, e). Rows or blocks, the keys hold the same values and attention
+  // returns the same bits. With half-precision storage keys() and values() are null and keys16()
+  // and values16() hold the stored bits (and the other way round).
+  bool keys_blocked() const { return blocked_; }
+  int64_t head_capacity() const { return head_cap_; }
+  int64_t head_stride() const { return head_cap_ * d_; }
+  int64_t row_offset(int64_t j, int64_t hk) const { return (hk * head_cap_ + j) * d_; }
+  int64_t key_offset(int64_t j, int64_t hk, int64_t e) const {
+    return blocked_ ? blocked_key_index(head_stride(), d_, j, hk, e) : row_offset(j, hk) + e;
+  }
   const Real* keys() const { return k_.empty() ? nullptr : k_.data(); }
   const Real* values() const { return v_.empty() ? nullptr : v_.data(); }
   const uint16_t* keys16() const { return k16_.empty() ? nullptr : k16_.data(); }
@@ -97,10 +108,12 @@ class kv_cache {
 
  private:
   int64_t capacity_, hkv_, d_, start_, size_ = 0, next_;
+  bool blocked_;      // keys in 8-key blocks (D % 8 == 0)
+  int64_t head_cap_;  // slots per head: capacity_, rounded up to whole blocks when blocked_
   attention_position<Real> pos_;
   std::shared_ptr<const detail::qk_transform> transform_;  // pos_'s hook 1; null = off
   kv_storage storage_ = kv_storage::f32;
-  // Head-major, in 2 MiB pages (page_buffer.hpp): a decode step streams each head's rows.
+  // Head-major, in 2 MiB pages (page_buffer.hpp): a decode step streams each head's run.
   page_buffer<Real> k_, v_;
   page_buffer<uint16_t> k16_, v16_;
   std::vector<Real> scratch_;  // half storage: one append's keys, transformed before rounding

@@ -118,7 +118,10 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
             " D=" + std::to_string(D) + ", scheme " + ac::name(c.sch) +
             (c.kv == kv_storage::f32 ? "" : ", keys and values stored as " + name(c.kv)) +
-            (c.head_major ? ", keys and values head-major (the KV cache's layout)" : "") +
+            (c.head_major ? (c.k_blocked ? ", keys head-major in 8-key blocks (k_blocked), values "
+                                           "head-major rows"
+                                         : ", keys and values head-major")
+                          : "") +
             "; flops = 4 D Hq x visible pairs (causal lower triangle only, " +
             std::to_string(static_cast<int64_t>(pairs)) + " pairs per head)";
   return bc;
