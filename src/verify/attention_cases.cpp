@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/positions/positions.hpp"
@@ -534,9 +535,7 @@ void compare(tracker& tr, const std::string& what, std::span<const Real> fast,
 }
 
 template <typename Real>
-void check_forward(tracker& tr, const spec& c) {
-  fixture<Real> f;
-  build(f, c);
+void check_forward_on(tracker& tr, const spec& c, fixture<Real>& f) {
   auto pr = f.p, pf = f.p;
   pr.out = f.out_ref.data();
   pr.lse = f.lse_ref.data();
@@ -575,6 +574,13 @@ void check_forward(tracker& tr, const spec& c) {
     });
   }
   tr.quantity(ty + " lse", wl);
+}
+
+template <typename Real>
+void check_forward(tracker& tr, const spec& c) {
+  fixture<Real> f;
+  build(f, c);
+  check_forward_on(tr, c, f);
 }
 
 // Tiled backward (on the tiled forward's out and lse) against the reference backward.
@@ -617,6 +623,35 @@ std::string summary(const tracker& tr) {
 
 }  // namespace
 
+namespace {
+
+check_result case_result(const spec& c, const tracker& tr, const std::string& passes) {
+  const std::string types = (c.dtypes & f32) && (c.dtypes & f64) ? "float32 and float64"
+                            : (c.dtypes & f32)                   ? "float32"
+                                                                 : "float64";
+  return measured_check(
+      "attention", "tiled_vs_reference/" + c.name,
+      fmt::format("The tiled {} ({}) agrees with the reference within the derived bounds on {}",
+                  passes, types, describe(c)),
+      tr.worst, 1.0,
+      fmt::format("max_error is the worst |tiled - reference| / tolerance; per quantity: {}; "
+                  "worst at {}; tolerances derived in include/posenc/attention/attention_cases.hpp",
+                  summary(tr), tr.at));
+}
+
+}  // namespace
+
+check_result check_case(const spec& c, fixture<float>& f) {
+  if (c.passes != forward || c.dtypes != f32)
+    fail(
+        "check_case on a built fixture: c must be a float32 forward case (passes = forward, "
+        "dtypes = f32); {} has passes {} and dtypes {}",
+        c.name, c.passes, c.dtypes);
+  tracker tr;
+  check_forward_on<float>(tr, c, f);
+  return case_result(c, tr, "forward");
+}
+
 check_result check_case(const spec& c) {
   tracker tr;
   std::string passes;
@@ -630,17 +665,7 @@ check_result check_case(const spec& c) {
     if (c.dtypes & f64) check_backward<double>(tr, c);
     passes += passes.empty() ? "backward" : " and backward";
   }
-  const std::string types = (c.dtypes & f32) && (c.dtypes & f64) ? "float32 and float64"
-                            : (c.dtypes & f32)                   ? "float32"
-                                                                 : "float64";
-  return measured_check(
-      "attention", "tiled_vs_reference/" + c.name,
-      fmt::format("The tiled {} ({}) agrees with the reference within the derived bounds on {}",
-                  passes, types, describe(c)),
-      tr.worst, 1.0,
-      fmt::format("max_error is the worst |tiled - reference| / tolerance; per quantity: {}; "
-                  "worst at {}; tolerances derived in include/posenc/attention/attention_cases.hpp",
-                  summary(tr), tr.at));
+  return case_result(c, tr, passes);
 }
 
 check_result grad_case(const spec& c) {
@@ -1097,19 +1122,20 @@ std::vector<spec> make_perf() {
     v.back().kv = kv_storage::f16;
     v.back().name += "/kv=f16";
   }
-  // The same decode steps reading K and V head-major, as the KV cache stores them
-  // (kv_head_stride: each head's keys one contiguous run), float32 and float16.
+  // The same decode steps reading K and V head-major in rows (kv_head_stride: each head's keys
+  // one contiguous run; the KV cache's layout when D is not a multiple of 8), float32 and
+  // float16: extended, to compare with the blocked layout below.
   for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
     for (int64_t Hkv : {8, 32, 1}) {
-      add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
+      add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward, true);
       v.back().kv = kv;
       v.back().head_major = true;
       v.back().name += kv == kv_storage::f32 ? "/layout=head" : "/layout=head/kv=f16";
     }
-  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward, true);
   v.back().head_major = true;
   v.back().name += "/layout=head";
-  // The same head-major steps with the keys in 8-key blocks (k_blocked, the KV cache's key layout
+  // The same head-major steps with the keys in 8-key blocks (k_blocked, the KV cache's layout
   // for D a multiple of 8): the decode dot products read each group of 8 keys in address order.
   for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
     for (int64_t Hkv : {8, 32, 1}) {

@@ -247,6 +247,11 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
 
 // check mode: the passes forward and backward of c.passes, in every element type of c.dtypes.
 check_result check_case(const spec& c);
+// The same for a float32 forward case (passes = forward, dtypes = f32; invalid_argument
+// otherwise) on a fixture already built from it (build(f, c)), whose params may point at copies
+// of its arrays (the bench's 2 MiB pages): what is checked is then what is timed, and the
+// inputs are drawn once.
+check_result check_case(const spec& c, fixture<float>& f);
 // grad mode: the reference backward vs central finite differences, in double (any c.passes).
 check_result grad_case(const spec& c);
 
