@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <utility>
 
@@ -922,60 +923,44 @@ std::vector<spec> make_full() {
         }
   }
 
-  // Head-major keys and values (kv_head_stride, as the KV cache stores them; NaN rows past each
-  // head's S): every scheme, the prefill (packed keys), decode with few rows (dot products in
-  // place), decode and speculative decode with many rows (keys packed per item), MHA / GQA /
-  // MQA; float32 and float16 / bfloat16 storage on the float32 path, and float64 (the generic
-  // path's token-major copies).
-  {
-    const auto& heads = kLongHeads;
-    const auto& dims = kLongDims;
-    const auto& shapes = kPathShapes;
+  // Head-major layouts: every scheme over the given shapes, head dims cycling over dims and
+  // head counts over kLongHeads; float32 and float16 / bfloat16 storage on the float32 path
+  // (CoPE float32 only), and float64 where the storage is float32.
+  auto add_layout_group = [&](const char* group, std::span<const int64_t> dims,
+                              std::span<const std::pair<int64_t, int64_t>> shapes, int mask_step,
+                              uint64_t seed0, bool k_blocked) {
     constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
     int idx = 0;
     for (int s = 0; s < kSchemes; ++s)
       for (auto [T, S] : shapes) {
-        const auto msk = static_cast<mask>((idx * 7 + s) % kMasks);
+        const auto msk = static_cast<mask>((idx * mask_step + s) % kMasks);
         spec c{T,
                S,
-               dims[idx % 3],
-               heads[(idx / 3) % 3].first,
-               heads[(idx / 3) % 3].second,
+               dims[idx % dims.size()],
+               kLongHeads[(idx / 3) % 3].first,
+               kLongHeads[(idx / 3) % 3].second,
                static_cast<scheme>(s),
                msk,
-               7000u + static_cast<uint64_t>(idx)};
+               seed0 + static_cast<uint64_t>(idx)};
         c.head_major = true;
+        c.k_blocked = k_blocked;
         c.kv = static_cast<scheme>(s) == scheme::cope ? kv_storage::f32 : kvs[(idx / 2) % 3];
-        v.push_back(make("simd_head_major", c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
+        v.push_back(make(group, c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
         ++idx;
       }
-  }
+  };
+  // Head-major keys and values (kv_head_stride, as the KV cache stores them; NaN rows past each
+  // head's S): the prefill (packed keys), decode with few rows (dot products in place), decode
+  // and speculative decode with many rows (keys packed per item), MHA / GQA / MQA; float64 runs
+  // the generic path's token-major copies.
+  add_layout_group("simd_head_major", kLongDims, kPathShapes, 7, 7000u, false);
   // Keys in 8-key blocks (k_blocked, head-major; NaN in each head's unused slots and blocks):
-  // the same schemes, paths and storage formats, head dims that are multiples of 8 (128, 80,
-  // 40), and shapes whose last block is partial (S = 130, 1000, 300 and 45).
+  // head dims that are multiples of 8 (128, 80, 40), and shapes whose last block is partial
+  // (S = 130, 1000, 300 and 45).
   {
-    const auto& heads = kLongHeads;
     constexpr int64_t dims[] = {128, 80, 40};
     constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}, {1, 45}};
-    constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
-    int idx = 0;
-    for (int s = 0; s < kSchemes; ++s)
-      for (auto [T, S] : shapes) {
-        const auto msk = static_cast<mask>((idx * 5 + s) % kMasks);
-        spec c{T,
-               S,
-               dims[idx % 3],
-               heads[(idx / 3) % 3].first,
-               heads[(idx / 3) % 3].second,
-               static_cast<scheme>(s),
-               msk,
-               7500u + static_cast<uint64_t>(idx)};
-        c.head_major = true;
-        c.k_blocked = true;
-        c.kv = static_cast<scheme>(s) == scheme::cope ? kv_storage::f32 : kvs[(idx / 2) % 3];
-        v.push_back(make("simd_k_blocked", c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
-        ++idx;
-      }
+    add_layout_group("simd_k_blocked", dims, shapes, 5, 7500u, true);
   }
 
   // ---- backward (tests/test_attention_backward.cpp) ----
