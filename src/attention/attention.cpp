@@ -227,7 +227,7 @@ void attention_tiled(const attention_params<Real>& p) {
     for (int64_t j = 0; j < S; ++j)
       for (int64_t hk = 0; hk < Hkv; ++hk) {
         const int64_t x = (j * Hkv + hk) * D, y = kv_offset(p, j, hk);
-        for (int64_t e = 0; e < D; ++e) k_tm[x + e] = p.k[k_index(p, j, hk, e)];
+        copy_key(p, j, hk, k_tm.data() + x);
         std::copy(p.v + y, p.v + y + D, v_tm.begin() + x);
       }
     attention_params<Real> pt = p;

@@ -52,7 +52,7 @@ cope_inputs cope_load(const attention_params<Real>& p) {
   for (int64_t j = 0; j < p.S; ++j)  // token-major copies, whatever p's layout
     for (int64_t hk = 0; hk < p.Hkv; ++hk) {
       const int64_t x = (j * p.Hkv + hk) * p.D, y = kv_offset(p, j, hk);
-      for (int64_t e = 0; e < p.D; ++e) in.k[x + e] = p.k[k_index(p, j, hk, e)];
+      copy_key(p, j, hk, in.k.data() + x);
       std::copy(p.v + y, p.v + y + p.D, in.v.begin() + x);
     }
   in.e.assign(p.pos.cope.emb.begin(), p.pos.cope.emb.end());

@@ -41,6 +41,7 @@
 //                        POSENC_REFERENCE=1 is set (one binary can compare both).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -293,6 +294,14 @@ template <typename Real>
 inline int64_t k_index(const attention_params<Real>& p, int64_t j, int64_t hk, int64_t e) {
   if (!p.k_blocked) return kv_offset(p, j, hk) + e;
   return blocked_key_index(p.kv_head_stride, p.D, j, hk, e);
+}
+
+// Copies key j of kv head hk (D elements of p.k, float32 / float64 storage) from p's layout
+// into dst (Real or wider): one run in rows, 8-element pieces in blocks.
+template <typename Real, typename Out>
+inline void copy_key(const attention_params<Real>& p, int64_t j, int64_t hk, Out* dst) {
+  const int64_t piece = p.k_blocked ? kKeyBlock : p.D;
+  for (int64_t e = 0; e < p.D; e += piece) std::copy_n(p.k + k_index(p, j, hk, e), piece, dst + e);
 }
 
 // Validates p (throws invalid_argument naming the field and the expected shape, e.g.
