@@ -37,7 +37,11 @@ class _PlaceholderMeta(type):
 
 
 def _placeholder(name):
-    return _PlaceholderMeta(name, (Exception,), {"__qualname__": name, "__module__": "_stubs"})
+    # Error classes stay exceptions (transformers names them in except clauses); the others
+    # are plain classes, so that a model class may list one beside nn.Module as a base.
+    leaf = name.rsplit(".", 1)[-1]
+    base = Exception if leaf.endswith(("Error", "Exception", "Warning")) else object
+    return _PlaceholderMeta(name, (base,), {"__qualname__": name, "__module__": "_stubs"})
 
 
 class _StubModule(types.ModuleType):
@@ -54,7 +58,9 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.roots = set(roots)
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in self.roots and fullname not in sys.modules:
+        if fullname in sys.modules:
+            return None
+        if any(fullname == r or fullname.startswith(r + ".") for r in self.roots):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -65,6 +71,21 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
+
+
+_SUBMODULES = _StubFinder([])
+sys.meta_path.append(_SUBMODULES)
+
+
+def placeholder_module(name, **names):
+    """A placeholder module registered as sys.modules[name], with `names` set for real."""
+    mod = _StubModule(name)
+    mod.__path__ = []
+    for k, v in names.items():
+        setattr(mod, k, v)
+    sys.modules[name] = mod
+    _SUBMODULES.roots.add(name)  # its submodules are placeholders too
+    return mod
 
 
 def install(roots):
