@@ -1,18 +1,23 @@
 // GGUF metadata reader and its RoPE mapping: the hand-checked fixture (tests/data/gguf, byte map
 // in make_tiny_llama3.py), round trips through the tests' own writer (test_gguf_writer.hpp,
-// written from the specification), every error the reader names, and the mapping of each
-// converter convention onto the config.json it came from, against the --hf-config path.
+// written from the specification), every error the reader names, the mapping of each
+// converter convention onto the config.json it came from, against the --hf-config path, and
+// llama.cpp's own reading per architecture (defaults, keys it ignores, sliding layers), through
+// the library and the CLI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
 #include "test_gguf_writer.hpp"
+#include "test_support.hpp"
 
 using namespace posenc;
 using posenc::test::gguf_writer;
@@ -351,18 +356,82 @@ TEST(GgufErrors, EachNamesOffsetAndField) {
     a.add_u32("general.alignment", 24);
     expect(a.bytes(), {"offset 24", "general.alignment", "power of two"});
   }
-  {  // tensor data past the end of the file
+  {  // tensor data past the end of the file: the extent check at parse time
     const auto g = gguf_parse(good, "good.gguf");
     const std::vector<uint8_t> b(good.begin(), good.begin() + (g.data_offset + 4));
-    const auto f = gguf_parse(b, "short.gguf");
+    expect(b, {fmt::format("offset {}", ti), "tensor[0] (rope_freqs.weight)",
+               fmt::format("data [{}, {})", g.data_offset, g.data_offset + 8),
+               fmt::format("runs past the end of the file ({} bytes)", g.data_offset + 4)});
+  }
+}
+
+// llama.cpp's loader refuses a file whose tensor data ends before the extents its tensor infos
+// declare (offset + ggml_nbytes by type and dims, from the aligned data section); so does posenc,
+// for a file on disk and an image, naming the tensor, its extent and the file size.
+TEST(GgufErrors, FileCutInsideTheTensorDataIsRefused) {
+  gguf_writer w = base_writer("llama", 4096, 32, 64, 500000.0f, 8192);
+  std::vector<float> d(32, 1.0f);
+  w.add_tensor_f32("rope_freqs.weight", {32}, d);
+  // Q4_0 (ggml type 2): blocks of 32 values in 18 bytes; (64, 3) = 6 blocks = 108 bytes.
+  w.add_tensor_raw("blk.0.attn_q.weight", {64, 3}, 2, std::vector<uint8_t>(108, 0x11));
+  const auto full = w.bytes();
+  const auto f = gguf_parse(full, "full.gguf");
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(f.tensors[1].offset, 128u);  // 32 floats, a multiple of the alignment
+  EXPECT_EQ(gguf_tensor_bytes(2, {64, 3}, "q"), 108u);
+  const uint64_t end = f.data_offset + 128 + 108;
+  ASSERT_EQ(full.size(), (end + 31) / 32 * 32);
+  // Every cut before the end of the last tensor's bytes is an error; the padding after it is not
+  // data.
+  for (uint64_t n = f.data_offset; n < full.size(); ++n) {
+    const std::vector<uint8_t> b(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n));
+    const auto m = parse_error(b);
+    if (n >= end) {
+      EXPECT_EQ(m, "") << n;
+      continue;
+    }
+    const bool first = n < f.data_offset + 128;
+    EXPECT_NE(m.find(first ? "tensor[0] (rope_freqs.weight)" : "tensor[1] (blk.0.attn_q.weight)"),
+              std::string::npos)
+        << n << ": " << m;
+    EXPECT_NE(m.find(fmt::format("runs past the end of the file ({} bytes)", n)), std::string::npos)
+        << m;
+  }
+  // On disk: the Q4_0 tensor's extent, type and dims in the message.
+  const std::string path = ::testing::TempDir() + "/gguf_cut.gguf";
+  {
+    std::ofstream o(path, std::ios::binary);
+    o.write(reinterpret_cast<const char*>(full.data()), static_cast<std::streamsize>(end - 8));
+  }
+  try {
+    gguf_read(path);
+    ADD_FAILURE() << "expected io_error";
+  } catch (const io_error& e) {
+    const std::string m = e.what();
+    for (const auto& part :
+         {fmt::format("{}: offset {}: tensor[1] (blk.0.attn_q.weight)", path,
+                      f.tensors[1].info_offset),
+          fmt::format("data [{}, {}) (108 bytes of ggml type 2, ne [64, 3], at offset 128 of the "
+                      "data section starting at {})",
+                      f.data_offset + 128, end, f.data_offset),
+          fmt::format("runs past the end of the file ({} bytes)", end - 8)})
+      EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+  }
+  std::remove(path.c_str());
+  // Sizes: a retired type, and an ne0 that is not a whole number of blocks.
+  for (const auto& [type, ne, msg] :
+       std::vector<std::tuple<uint32_t, std::vector<uint64_t>, std::string>>{
+           {4, {32}, "ggml type 4 has no size"},
+           {12, {100}, "ne[0] = 100 is not a multiple of ggml type 12's block size 256"}}) {
     try {
-      gguf_read_f32(f, f.tensors[0], b);
-      ADD_FAILURE() << "expected io_error";
+      gguf_tensor_bytes(type, ne, "t");
+      ADD_FAILURE() << msg;
     } catch (const io_error& e) {
-      EXPECT_NE(std::string(e.what()).find("rope_freqs.weight data: truncated"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
     }
   }
+  EXPECT_EQ(gguf_tensor_bytes(30, {7, 3}, "bf16"), 42u);
+  EXPECT_EQ(gguf_tensor_bytes(39, {64}, "mxfp4"), 34u);
 }
 
 TEST(GgufErrors, RopeKeysOfTheWrongShape) {
@@ -467,8 +536,12 @@ TEST(GgufFuzz, EveryTruncationIsAnError) {
   for (const auto& seed : fuzz_seeds()) {
     ASSERT_EQ(parse_error(seed), "");
     const auto f = gguf_parse(seed, "s");
-    // Up to the last tensor info (or the last key when there is none) the metadata is cut.
-    const uint64_t meta = f.tensors.empty() ? f.kvs.back().offset : f.tensors.back().info_offset;
+    // Up to the last tensor info (or the last key when there is none) the metadata is cut;
+    // after it, up to the end of the last tensor's data, the tensor data.
+    uint64_t meta = f.tensors.empty() ? f.kvs.back().offset : f.tensors.back().info_offset;
+    for (const auto& t : f.tensors)
+      meta = std::max(meta,
+                      f.data_offset + t.offset + gguf_tensor_bytes(t.ggml_type, t.ne, t.name) - 1);
     for (size_t n = 0; n < seed.size(); ++n) {
       std::vector<uint8_t> b(seed.begin(), seed.begin() + static_cast<std::ptrdiff_t>(n));
       parse_and_map(b);
@@ -658,4 +731,344 @@ TEST(GgufRope, SlidingWindowBaseAndMropeSections) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ---- llama.cpp's reading per architecture (llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39:
+// src/llama-model.cpp load_hparams, src/models/<arch>.cpp, src/llama-context.cpp) --------------
+
+namespace {
+
+gguf_rope map_gguf(const gguf_writer& w, std::vector<std::string>* warnings = nullptr) {
+  const auto b = w.bytes();
+  return gguf_rope_config(gguf_parse(b, "m.gguf"), b, warnings);
+}
+
+bool any_has(const std::vector<std::string>& v, const std::string& part) {
+  for (const auto& s : v)
+    if (s.find(part) != std::string::npos) return true;
+  return false;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + "\n";
+  return out;
+}
+
+// gpt-oss-20b as llama.cpp's converter writes it (TextModel.set_gguf_parameters: yarn type,
+// factor, original length and both betas; no truncate key).
+gguf_writer gpt_oss_writer() {
+  auto w = base_writer("gpt-oss", 2880, 64, 64, 150000.0f, 131072);
+  w.add_u32("gpt-oss.block_count", 24);
+  w.add_u32("gpt-oss.attention.key_length", 64);
+  w.add_u32("gpt-oss.attention.sliding_window", 128);
+  w.add_string("gpt-oss.rope.scaling.type", "yarn");
+  w.add_f32("gpt-oss.rope.scaling.factor", 32.0f);
+  w.add_u32("gpt-oss.rope.scaling.original_context_length", 4096);
+  w.add_f32("gpt-oss.rope.scaling.yarn_beta_fast", 32.0f);
+  w.add_f32("gpt-oss.rope.scaling.yarn_beta_slow", 1.0f);
+  return w;
+}
+
+// HF's YaRN ramp weight of pair i (1 = interpolated), correction range [lo, hi] in pairs.
+double yarn_ramp(double i, double lo, double hi) {
+  return std::clamp((i - lo) / (hi - lo), 0.0, 1.0);
+}
+
+}  // namespace
+
+// gpt-oss's config.json says truncate: false; the GGUF carries no truncate key and llama.cpp
+// always floors / ceils the correction range, so the GGUF's RoPE is the truncated one.
+TEST(GgufLlamaCpp, GptOssTruncateFalseIsLostInConversion) {
+  std::vector<std::string> warnings;
+  const auto r = map_gguf(gpt_oss_writer(), &warnings);
+  EXPECT_TRUE(r.config.truncate);
+  EXPECT_TRUE(any_has(r.notes,
+                      "gpt-oss.rope.scaling.type = yarn: truncate true taken: GGUF has "
+                      "no truncate key and llama.cpp always rounds"))
+      << joined(r.notes);
+  const auto hf = rope_config_from_file(source("gguf/gpt_oss_20b_config.json"), nullptr);
+  EXPECT_FALSE(hf.truncate);
+  const auto a = rope_frequencies(hf), b = rope_frequencies(r.config);
+  ASSERT_EQ(a.inv_freq.size(), 32u);
+  // Correction range of gpt-oss (R 64, theta 150000, original 4096): d(b) = 64 ln(4096 /
+  // (2 pi b)) / (2 ln 150000) = 8.0928 (b = 32) and 17.398 (b = 1); rounded [8, 18].
+  const double lo = 64 * std::log(4096 / (2 * M_PI * 32)) / (2 * std::log(150000.0));
+  const double hi = 64 * std::log(4096 / (2 * M_PI * 1)) / (2 * std::log(150000.0));
+  EXPECT_NEAR(lo, 8.0928, 1e-4);
+  EXPECT_NEAR(hi, 17.398, 1e-3);
+  for (int i = 0; i < 32; ++i) {
+    const double omega = std::pow(150000.0, -2.0 * i / 64);
+    const auto want = [&](double l, double h) {
+      const double ramp = yarn_ramp(i, l, h);
+      return omega / 32 * ramp + omega * (1 - ramp);
+    };
+    EXPECT_NEAR(a.inv_freq[i], want(lo, hi), std::ldexp(want(lo, hi), -40)) << i;
+    EXPECT_NEAR(b.inv_freq[i], want(8, 18), std::ldexp(want(8, 18), -40)) << i;
+    // Pairs 9..17 differ (pair 8 has ramp 0 on both sides, 18 ramp 1).
+    EXPECT_EQ(std::fabs(a.inv_freq[i] / b.inv_freq[i] - 1) > 0x1p-23, i >= 9 && i <= 17) << i;
+  }
+}
+
+TEST(GgufLlamaCpp, RopeDiffNamesTruncateFalseAsTheCause) {
+  test::temp_dir d;
+  const std::string g = d.file("gpt-oss.gguf");
+  gpt_oss_writer().write(g);
+  const auto r =
+      test::run_cli({"rope", "diff", "hf:" + source("gguf/gpt_oss_20b_config.json"), "gguf:" + g});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("verdict: differ"), std::string::npos) << r.out;
+  for (const char* part :
+       {"likely cause: YaRN truncate: A has truncate false in config.json, B rounds them (GGUF has "
+        "no truncate key: llama.cpp always floors / ceils the correction range)",
+        "rounded to [8, 18] in B; pairs 9-17 differ"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  EXPECT_NE(r.err.find("posenc: note: B: gpt-oss.rope.scaling.type = yarn: truncate true taken"),
+            std::string::npos)
+      << r.err;
+}
+
+// The converter writes the config's attention_factor as yarn_attn_factor; llama.cpp reads it only
+// for grok, and there replaces it whenever the YaRN ramp is on.
+TEST(GgufLlamaCpp, YarnAttnFactorSaysWhatLlamaCppDoesWithIt) {
+  const double m4 = 0.1 * std::log(4.0) + 1;
+  for (const std::string arch : {"qwen2", "grok"}) {
+    for (int ext : {-1, 0, 1}) {
+      if (arch == "qwen2" && ext != -1) continue;
+      auto w = base_writer(arch, 3584, 28, 128, 1000000.0f, 32768);
+      w.add_string(arch + ".rope.scaling.type", "yarn");
+      w.add_f32(arch + ".rope.scaling.factor", 4.0f);
+      w.add_u32(arch + ".rope.scaling.original_context_length", 32768);
+      w.add_f32(arch + ".rope.scaling.yarn_attn_factor", 0.75f);
+      if (ext >= 0) w.add_f32(arch + ".rope.scaling.yarn_ext_factor", static_cast<float>(ext));
+      std::vector<std::string> warnings;
+      const auto r = map_gguf(w, &warnings);
+      ASSERT_TRUE(r.yarn_attn_factor.has_value());
+      EXPECT_EQ(*r.yarn_attn_factor, 0.75);
+      const auto f = rope_frequencies(r.config);
+      if (arch == "grok" && ext == 0) {
+        EXPECT_TRUE(r.yarn_attn_factor_used);
+        EXPECT_EQ(f.attention_factor, 0.75);
+        EXPECT_TRUE(any_has(warnings,
+                            "grok.rope.scaling.yarn_attn_factor = 0.75 is used by "
+                            "llama.cpp for grok"))
+            << joined(warnings);
+      } else {
+        EXPECT_FALSE(r.yarn_attn_factor_used);
+        EXPECT_NEAR(f.attention_factor, m4, 1e-15);
+        EXPECT_TRUE(any_has(warnings, arch == "grok"
+                                          ? "is read by llama.cpp for grok but replaced whenever "
+                                            "the YaRN ramp is on"
+                                          : "is ignored by llama.cpp for qwen2 (it reads the key "
+                                            "only for grok); llama.cpp uses the YaRN magnitude "
+                                            "0.1 ln(4) + 1 = 1.1386"))
+            << joined(warnings);
+      }
+    }
+  }
+  // rope diff against the config it came from names the key instead of blaming the config.
+  test::temp_dir d;
+  auto j = nlohmann::json::parse(read_bytes(source("rope/qwen2_5_7b_yarn.json")));
+  j["rope_scaling"]["attention_factor"] = 0.75;
+  {
+    std::ofstream o(d.file("config.json"));
+    o << j.dump();
+  }
+  auto w = base_writer("qwen2", 3584, 28, 128, 1000000.0f, 32768);
+  w.add_string("qwen2.rope.scaling.type", "yarn");
+  w.add_f32("qwen2.rope.scaling.factor", 4.0f);
+  w.add_u32("qwen2.rope.scaling.original_context_length", 32768);
+  w.add_f32("qwen2.rope.scaling.yarn_attn_factor", 0.75f);
+  w.write(d.file("q.gguf"));
+  const auto r =
+      test::run_cli({"rope", "diff", "hf:" + d.file("config.json"), "gguf:" + d.file("q.gguf")});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("likely cause: attention factor 0.75 in A, 1.13862943611198"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("; B (arch qwen2): qwen2.rope.scaling.yarn_attn_factor = 0.75 (the "
+                       "config's attention_factor, written by llama.cpp's converter) is ignored "
+                       "by llama.cpp for qwen2"),
+            std::string::npos)
+      << r.out;
+}
+
+// yarn_log_multiplier: deepseek2's is 0.1 mscale_all_dim (llama.cpp divides by 0.1 and takes
+// mscale = mscale_all_dim), mistral3's is mscale_all_dim itself with mscale = 1; other
+// architectures do not read it. mistral3's pairs are ggml NORM on rows LlamaModel permuted.
+TEST(GgufLlamaCpp, YarnLogMultiplierPerArchitectureAndMistral3Layout) {
+  const auto mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1; };
+  for (float lm : {1.0f, 0.5f}) {
+    auto w = base_writer("mistral3", 4096, 32, 128, 1000000.0f, 262144);
+    w.add_u32("mistral3.attention.key_length", 128);
+    w.add_string("mistral3.rope.scaling.type", "yarn");
+    w.add_f32("mistral3.rope.scaling.factor", 16.0f);
+    w.add_u32("mistral3.rope.scaling.original_context_length", 16384);
+    w.add_f32("mistral3.rope.scaling.yarn_beta_fast", 32.0f);
+    w.add_f32("mistral3.rope.scaling.yarn_beta_slow", 1.0f);
+    w.add_f32("mistral3.rope.scaling.yarn_log_multiplier", lm);
+    const auto r = map_gguf(w);
+    // get_mscale(16, 1) / get_mscale(16, lm): 1 for the published lm = 1, 1.0718 for 0.5.
+    EXPECT_NEAR(rope_frequencies(r.config).attention_factor, mscale(16, 1) / mscale(16, lm), 1e-15)
+        << lm;
+    EXPECT_TRUE(any_has(r.notes, "read as mscale_all_dim")) << joined(r.notes);
+    ASSERT_TRUE(r.layout.has_value());
+    EXPECT_EQ(*r.layout, rope_layout::interleaved);
+    EXPECT_TRUE(r.permuted_from_hf);
+  }
+  auto q = base_writer("qwen2", 3584, 28, 128, 1000000.0f, 32768);
+  q.add_string("qwen2.rope.scaling.type", "yarn");
+  q.add_f32("qwen2.rope.scaling.factor", 4.0f);
+  q.add_u32("qwen2.rope.scaling.original_context_length", 32768);
+  q.add_f32("qwen2.rope.scaling.yarn_log_multiplier", 0.5f);
+  q.add_f32("qwen2.rope.scaling.yarn_beta_fast", 16.0f);
+  std::vector<std::string> warnings;
+  const auto r = map_gguf(q, &warnings);
+  EXPECT_NEAR(rope_frequencies(r.config).attention_factor, mscale(4, 1), 1e-15);
+  EXPECT_EQ(r.config.beta_fast, 32);
+  EXPECT_TRUE(any_has(warnings,
+                      "qwen2.rope.scaling.yarn_log_multiplier = 0.5 is not read by "
+                      "llama.cpp for qwen2"))
+      << joined(warnings);
+  EXPECT_TRUE(any_has(warnings,
+                      "qwen2.rope.scaling.yarn_beta_fast = 16 is written but llama.cpp "
+                      "reads the YaRN betas only for grok and mistral3; for qwen2 it "
+                      "uses beta_fast = 32"))
+      << joined(warnings);
+}
+
+// Per-layer RoPE from llama.cpp's sliding-window layers: Gemma 3 (period 6, sliding base 10000
+// unscaled by default), gpt-oss (period 2, sliding layers scaled like the full ones); another
+// architecture is refused by name.
+TEST(GgufLlamaCpp, SlidingLayersPerArchitecture) {
+  auto g = base_writer("gemma3", 2560, 8, 256, 1000000.0f, 131072);
+  g.add_u32("gemma3.block_count", 34);
+  g.add_u32("gemma3.attention.key_length", 256);
+  g.add_u32("gemma3.attention.sliding_window", 1024);
+  g.add_string("gemma3.rope.scaling.type", "linear");
+  g.add_f32("gemma3.rope.scaling.factor", 8.0f);
+  const auto r = map_gguf(g);
+  ASSERT_TRUE(r.sliding.has_value());
+  EXPECT_EQ(r.sliding->theta, 10000.0);
+  EXPECT_EQ(r.sliding->type, rope_type::default_);
+  EXPECT_EQ(r.config.theta, 1e6);
+  EXPECT_EQ(r.config.type, rope_type::linear);
+  ASSERT_EQ(r.layer_types.size(), 34u);
+  for (size_t i = 0; i < 34; ++i)
+    EXPECT_EQ(r.layer_types[i], i % 6 == 5 ? "full_attention" : "sliding_attention") << i;
+  EXPECT_TRUE(any_has(r.notes,
+                      "gemma3.rope.freq_base_swa is absent: llama.cpp's gemma3 default "
+                      "sliding-layer base 10000 taken"))
+      << joined(r.notes);
+  EXPECT_TRUE(any_has(r.notes,
+                      "gemma3.attention.sliding_window_pattern is absent: llama.cpp's "
+                      "gemma3 default period 6 taken"))
+      << joined(r.notes);
+  EXPECT_EQ(gguf_rope_layer(r, "sliding_attention").theta, 1e4);
+  EXPECT_EQ(gguf_rope_layer(r, "full_attention").factor, 8.0);
+
+  // An explicit base and period.
+  g.add_f32("gemma3.rope.freq_base_swa", 20000.0f);
+  g.add_u32("gemma3.attention.sliding_window_pattern", 4);
+  const auto r2 = map_gguf(g);
+  EXPECT_EQ(r2.sliding->theta, 20000.0);
+  EXPECT_EQ(r2.layer_types[3], "full_attention");
+  EXPECT_EQ(r2.layer_types[4], "sliding_attention");
+
+  // gpt-oss: the sliding layers carry the same YaRN.
+  const auto o = map_gguf(gpt_oss_writer());
+  ASSERT_TRUE(o.sliding.has_value());
+  EXPECT_EQ(rope_frequencies(*o.sliding).inv_freq, rope_frequencies(o.config).inv_freq);
+  EXPECT_EQ(o.layer_types[0], "sliding_attention");
+  EXPECT_EQ(o.layer_types[1], "full_attention");
+
+  // Gemma 3 without a sliding window, and Llama: one RoPE; the layer type is refused by name.
+  for (const auto& [w, msg] : std::vector<std::pair<gguf_writer, std::string>>{
+           {base_writer("gemma3", 1152, 4, 256, 1000000.0f, 32768),
+            "architecture gemma3 has one RoPE for every layer in llama.cpp"},
+           {base_writer("llama", 4096, 32, 128, 500000.0f, 131072),
+            "architecture llama has one RoPE for every layer in llama.cpp"}}) {
+    const auto x = map_gguf(w);
+    EXPECT_FALSE(x.sliding.has_value());
+    try {
+      gguf_rope_layer(x, "sliding_attention");
+      ADD_FAILURE() << msg;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
+    }
+  }
+  try {
+    gguf_rope_layer(r, "chunked_attention");
+    ADD_FAILURE();
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer type must be one of sliding_attention, "
+                                         "full_attention (architecture gemma3), got "
+                                         "'chunked_attention'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GgufLlamaCpp, LayerTypeWithGgufOnTheCommandLine) {
+  test::temp_dir d;
+  auto g = base_writer("gemma3", 2560, 8, 256, 1000000.0f, 131072);
+  g.add_u32("gemma3.attention.key_length", 256);
+  g.add_u32("gemma3.attention.sliding_window", 1024);
+  g.add_string("gemma3.rope.scaling.type", "linear");
+  g.add_f32("gemma3.rope.scaling.factor", 8.0f);
+  g.write(d.file("g.gguf"));
+  base_writer("llama", 4096, 32, 128, 500000.0f, 131072).write(d.file("l.gguf"));
+  for (const auto& [lt, theta, factor] : std::vector<std::tuple<std::string, double, double>>{
+           {"sliding_attention", 1e4, 1}, {"full_attention", 1e6, 8}}) {
+    const auto r = test::run_cli(
+        {"rope", "freqs", "--gguf", d.file("g.gguf"), "--layer-type", lt, "--format", "json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["theta"].get<double>(), theta) << lt;
+    EXPECT_EQ(j["factor"].get<double>(), factor) << lt;
+    EXPECT_EQ(j["layer_type"], lt);
+    EXPECT_NE(r.err.find("posenc: note: gemma3.rope.freq_base_swa is absent"), std::string::npos)
+        << r.err;
+  }
+  const auto r = test::run_cli(
+      {"rope", "freqs", "--gguf", d.file("l.gguf"), "--layer-type", "sliding_attention"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--layer-type: " + d.file("l.gguf") +
+                       ": layer type 'sliding_attention': architecture llama has one RoPE for "
+                       "every layer in llama.cpp"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+// Keys a conversion omits take llama.cpp's defaults, each with a note: GPT-NeoX and Phi-2
+// conversions write no freq_base (10000); the rotary width defaults to the head dim.
+TEST(GgufLlamaCpp, DefaultsTakenForOmittedKeysAreNoted) {
+  gguf_writer w;
+  w.add_string("general.architecture", "gptneox");
+  w.add_u32("gptneox.context_length", 2048);
+  w.add_u32("gptneox.embedding_length", 512);
+  w.add_u32("gptneox.attention.head_count", 8);
+  const auto r = map_gguf(w);
+  EXPECT_EQ(r.config.theta, 10000.0);
+  EXPECT_EQ(r.config.rotary_dim, 64);
+  EXPECT_TRUE(any_has(r.notes,
+                      "gptneox.rope.freq_base is absent: llama.cpp's default base 10000 "
+                      "taken"))
+      << joined(r.notes);
+  EXPECT_TRUE(any_has(r.notes,
+                      "gptneox.rope.dimension_count is absent: llama.cpp's default, the "
+                      "head dim 64 (gptneox.embedding_length / "
+                      "gptneox.attention.head_count), taken as the rotary width"))
+      << joined(r.notes);
+  // A file that states both keys takes no default.
+  EXPECT_TRUE(map_gguf(base_writer("gptneox", 512, 8, 16, 10000.0f, 2048)).notes.empty());
+  test::temp_dir d;
+  w.write(d.file("n.gguf"));
+  const auto c = test::run_cli({"rope", "freqs", "--gguf", d.file("n.gguf")});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("posenc: note: gptneox.rope.freq_base is absent: llama.cpp's default base "
+                       "10000 taken"),
+            std::string::npos)
+      << c.err;
 }

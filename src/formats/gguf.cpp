@@ -309,6 +309,21 @@ void read_kv(cursor& c, gguf_kv& kv, uint64_t index) {
 
 constexpr uint32_t ggml_type_count = 40;  // ggml types 0..39 are assigned (some retired)
 
+// ggml's block size and bytes per block (ggml.c type_traits, ggml-common.h block structs;
+// ggml d99724f / llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39); {0, 0} for a retired
+// type (4, 5: Q4_2, Q4_3; 31-33, 36-38: the repacked Q4_0 / IQ4_NL layouts), which ggml's
+// reader refuses.
+struct ggml_block {
+  uint32_t size, bytes;
+};
+constexpr ggml_block ggml_blocks[ggml_type_count] = {
+    {1, 4},    {1, 2},    {32, 18},  {32, 20},   {0, 0},     {0, 0},     {32, 22},   {32, 24},
+    {32, 34},  {32, 36},  {256, 84}, {256, 110}, {256, 144}, {256, 176}, {256, 210}, {256, 292},
+    {256, 66}, {256, 74}, {256, 98}, {256, 50},  {32, 18},   {256, 110}, {256, 82},  {256, 136},
+    {1, 1},    {1, 2},    {1, 4},    {1, 8},     {1, 8},     {256, 56},  {1, 2},     {0, 0},
+    {0, 0},    {0, 0},    {256, 54}, {256, 66},  {0, 0},     {0, 0},     {0, 0},     {32, 17},
+};
+
 gguf_file parse(byte_source& src, const std::string& name) {
   gguf_file f;
   f.path = name;
@@ -401,6 +416,29 @@ gguf_file parse(byte_source& src, const std::string& name) {
     }
   }
   f.data_offset = (c.pos() + f.alignment - 1) / f.alignment * f.alignment;
+  // llama.cpp's loader refuses a tensor whose data does not lie inside the file
+  // (llama_tensor_weight: offs + ggml_nbytes(tensor) > file->size): check every extent here,
+  // so a file cut short inside the tensor data is an error, not a model.
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    const auto& t = f.tensors[i];
+    const std::string what =
+        fmt::format("{}: offset {}: tensor[{}] ({})", name, t.info_offset, i, t.name);
+    const uint64_t n = gguf_tensor_bytes(t.ggml_type, t.ne, what);
+    const unsigned __int128 start = static_cast<unsigned __int128>(f.data_offset) + t.offset;
+    const unsigned __int128 end = start + n;
+    if (end > f.file_size) {
+      std::string dims;
+      for (auto d : t.ne) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      fail_io(
+          "{}: data [{}, {}) ({} bytes of ggml type {}, ne [{}], at offset {} of the data section "
+          "starting at {}) runs past the end of the file ({} bytes): the file is truncated "
+          "(llama.cpp's loader refuses it)",
+          what, static_cast<uint64_t>(start),
+          end > (static_cast<unsigned __int128>(1) << 64) - 1 ? UINT64_MAX
+                                                              : static_cast<uint64_t>(end),
+          n, t.ggml_type, dims, t.offset, f.data_offset, f.file_size);
+    }
+  }
   return f;
 }
 
@@ -435,6 +473,23 @@ std::vector<float> read_f32(const gguf_file& f, const gguf_tensor_info& t, byte_
 }
 
 }  // namespace
+
+uint64_t gguf_tensor_bytes(uint32_t type, const std::vector<uint64_t>& ne,
+                           const std::string& what) {
+  const ggml_block b = type < ggml_type_count ? ggml_blocks[type] : ggml_block{0, 0};
+  if (b.size == 0)
+    fail_io("{}: ggml type {} has no size (retired or unknown; llama.cpp refuses it)", what, type);
+  if (ne.empty() || ne[0] % b.size != 0)
+    fail_io("{}: ne[0] = {} is not a multiple of ggml type {}'s block size {}", what,
+            ne.empty() ? 0 : ne[0], type, b.size);
+  // The parser bounds the element count by 2^62, so this fits in 128 bits; saturate at 2^64-1.
+  unsigned __int128 n = ne[0] / b.size * static_cast<unsigned __int128>(b.bytes);
+  for (size_t d = 1; d < ne.size(); ++d) {
+    n *= ne[d];
+    if (n > UINT64_MAX) return UINT64_MAX;
+  }
+  return n > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(n);
+}
 
 const char* gguf_type_name(gguf_type t) {
   static const char* names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope_config.hpp"
@@ -33,6 +34,7 @@ constexpr arch_rope arch_table[] = {
     {"granite", rope_layout::interleaved, true},
     {"granitemoe", rope_layout::interleaved, true},
     {"arcee", rope_layout::interleaved, true},
+    {"mistral3", rope_layout::interleaved, true},  // LLM_ARCH_MISTRAL3: NORM; LlamaModel permutes
     {"command-r", rope_layout::interleaved, false},
     {"cohere2", rope_layout::interleaved, false},
     {"deepseek2", rope_layout::interleaved, false},
@@ -57,6 +59,27 @@ constexpr arch_rope arch_table[] = {
     {"exaone", rope_layout::half, false},
     {"minicpm3", rope_layout::half, false},
     {"gpt-oss", rope_layout::half, false},
+    {"grok", rope_layout::half, false},
+    {"qwen2vl", rope_layout::half, false},  // ggml MROPE: NEOX pairs, sections per component
+};
+
+// llama.cpp's sliding-window layers per architecture (src/models/<arch>.cpp
+// load_arch_hparams, llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39): the default period of
+// set_swa_pattern (layer i is sliding when i % P < P - 1), whether the sliding layers' base
+// defaults to freq_base (else llama_hparams' 10000) and share the full layers' scaling (else
+// freq_scale_swa = 1), and whether the pattern exists only with a sliding_window key > 0.
+struct arch_swa {
+  const char* arch;
+  uint32_t period;
+  bool base_from_full;
+  bool scaled;
+  bool needs_window;
+};
+constexpr arch_swa swa_table[] = {
+    {"gemma2", 2, true, true, false},
+    {"gemma3", 6, false, false, true},
+    {"gpt-oss", 2, true, true, false},
+    {"cohere2", 4, true, true, false},
 };
 
 struct fit_result {
@@ -177,13 +200,27 @@ gguf_rope convert(const gguf_file& f,
             key("attention.key_length"), key("embedding_length"), key("attention.head_count"),
             key("rope.dimension_count"));
   }
+  // llama.cpp's defaults for omitted keys, llama_model_base::load_hparams (llama.cpp
+  // 6dafc14e50e1c248621618f3786f5005767a1d39): n_rot = the head dim, freq_base = 10000.
+  if (!rot && (key_length || (heads && embd)))
+    r.notes.push_back(fmt::format(
+        "{} is absent: llama.cpp's default, the head dim {} ({}), taken as the rotary width",
+        key("rope.dimension_count"), head_dim,
+        key_length ? key("attention.key_length")
+                   : key("embedding_length") + " / " + key("attention.head_count")));
   const int64_t R = rot ? static_cast<int64_t>(*rot) : head_dim;
   if (R < head_dim && (r.arch == "deepseek2" || r.arch == "minicpm3")) head_dim = R;  // MLA
 
   json j;
   j["head_dim"] = head_dim;
   j["rotary_dim"] = R;
-  const double theta = f.get_number(key("rope.freq_base")).value_or(10000.0);
+  const auto theta_key = f.get_number(key("rope.freq_base"));
+  if (!theta_key)
+    r.notes.push_back(fmt::format(
+        "{} is absent: llama.cpp's default base 10000 taken (GPT-NeoX and Phi-2 conversions "
+        "write none)",
+        key("rope.freq_base")));
+  const double theta = theta_key.value_or(10000.0);
   j["rope_theta"] = theta;
   if (auto ctx = size_key("context_length", 0, uint64_t{1} << 53))
     j["max_position_embeddings"] = *ctx;
@@ -273,19 +310,92 @@ gguf_rope convert(const gguf_file& f,
               key("rope.scaling.factor"));
     sc = {{"rope_type", "yarn"}, {"factor", *factor}};
     if (orig && *orig > 0) sc["original_max_position_embeddings"] = *orig;
-    if (auto b = f.get_number(key("rope.scaling.yarn_beta_fast"))) sc["beta_fast"] = *b;
-    if (auto b = f.get_number(key("rope.scaling.yarn_beta_slow"))) sc["beta_slow"] = *b;
-    if (auto lm = f.get_number(key("rope.scaling.yarn_log_multiplier")); lm && *lm != 0) {
-      // DeepSeek: 0.1 * mscale_all_dim; HF's magnitude is get_mscale(s, mscale) /
-      // get_mscale(s, mscale_all_dim), with mscale = mscale_all_dim in the published configs.
-      sc["mscale"] = *lm / 0.1;
-      sc["mscale_all_dim"] = *lm / 0.1;
-      warnings->push_back(fmt::format(
-          "{} = {} read as mscale = mscale_all_dim = {} (DeepSeek); the attention-level softmax "
-          "factor get_mscale(factor, mscale_all_dim)^2 is not part of RoPE",
-          key("rope.scaling.yarn_log_multiplier"), *lm, *lm / 0.1));
+    // llama.cpp always rounds the correction range (ggml_rope_yarn_corr_dims floors and
+    // ceils); the converter writes no truncate key.
+    sc["truncate"] = true;
+    r.notes.push_back(fmt::format(
+        "{} = yarn: truncate true taken: GGUF has no truncate key and llama.cpp always rounds the "
+        "correction-range boundaries (floor / ceil)",
+        key("rope.scaling.type")));
+    // Betas: read only by grok (default beta_fast 8 for old files) and mistral3; every other
+    // architecture keeps llama_hparams' 32 / 1 whatever the file says.
+    const bool reads_betas = r.arch == "grok" || r.arch == "mistral3";
+    for (const auto& [suffix, hf_key, dflt] :
+         {std::tuple{"rope.scaling.yarn_beta_fast", "beta_fast", r.arch == "grok" ? 8.0 : 32.0},
+          std::tuple{"rope.scaling.yarn_beta_slow", "beta_slow", 1.0}}) {
+      const auto b = f.get_number(key(suffix));
+      if (reads_betas && b) {
+        sc[hf_key] = *b;
+      } else {
+        sc[hf_key] = dflt;
+        if (b && *b != dflt)
+          warnings->push_back(fmt::format(
+              "{} = {} is written but llama.cpp reads the YaRN betas only for grok and mistral3; "
+              "for {} it uses {} = {} (posenc follows llama.cpp)",
+              key(suffix), *b, r.arch, hf_key, dflt));
+        else if (!b && reads_betas && dflt != 32 && dflt != 1)
+          r.notes.push_back(fmt::format("{} is absent: llama.cpp's {} default {} = {} taken",
+                                        key(suffix), r.arch, hf_key, dflt));
+      }
     }
-    if (attn) sc["attention_factor"] = *attn;
+    if (auto lm = f.get_number(key("rope.scaling.yarn_log_multiplier")); lm && *lm != 0) {
+      // llama_context: mscale_all_dims = rope_yarn_log_mul, mscale = 1 except for deepseek2,
+      // whose loader divides the key by 0.1 and whose mscale is mscale_all_dims; the magnitude
+      // is get_mscale(s, mscale) / get_mscale(s, mscale_all_dims). Only deepseek2 and mistral3
+      // read the key.
+      if (r.arch == "deepseek2") {
+        sc["mscale"] = *lm / 0.1;
+        sc["mscale_all_dim"] = *lm / 0.1;
+        warnings->push_back(fmt::format(
+            "{} = {} read as mscale = mscale_all_dim = {} (deepseek2: llama.cpp divides it by "
+            "0.1); the attention-level softmax factor get_mscale(factor, mscale_all_dim)^2 is "
+            "not part of RoPE",
+            key("rope.scaling.yarn_log_multiplier"), *lm, *lm / 0.1));
+      } else if (r.arch == "mistral3") {
+        sc["mscale"] = 1.0;
+        sc["mscale_all_dim"] = *lm;
+        r.notes.push_back(fmt::format(
+            "{} = {} read as mscale_all_dim = {} with mscale = 1 (mistral3: llama.cpp takes the "
+            "key unscaled; only deepseek2's is 0.1 mscale_all_dim)",
+            key("rope.scaling.yarn_log_multiplier"), *lm, *lm));
+      } else {
+        warnings->push_back(fmt::format(
+            "{} = {} is not read by llama.cpp for {} (only deepseek2 and mistral3 read it); "
+            "ignored, as llama.cpp does",
+            key("rope.scaling.yarn_log_multiplier"), *lm, r.arch));
+      }
+    }
+    if (auto ya = f.get_number(key("rope.scaling.yarn_attn_factor"))) {
+      // The converter writes the config's attention_factor here; llama.cpp reads the key only
+      // for grok (llama_model_grok::load_arch_hparams), and llama_context replaces it by the
+      // YaRN magnitude whenever the ramp is on (yarn_ext_factor != 0).
+      r.yarn_attn_factor = *ya;
+      const auto ext = f.get_number(key("rope.scaling.yarn_ext_factor"));
+      const double s = *factor;
+      const double m = s > 1 ? 0.1 * std::log(s) + 1 : 1.0;
+      if (r.arch == "grok" && ext && *ext == 0) {
+        r.yarn_attn_factor_used = true;
+        r.yarn_attn_factor_note = fmt::format(
+            "{} = {} is used by llama.cpp for grok: with {} = 0 (ramp off) the magnitude is {} "
+            "times {}",
+            key("rope.scaling.yarn_attn_factor"), *ya, key("rope.scaling.yarn_ext_factor"), *ya,
+            key("rope.scaling.attn_factor"));
+        sc["attention_factor"] = *ya * attn.value_or(1.0);
+      } else {
+        r.yarn_attn_factor_note = fmt::format(
+            "{} = {} (the config's attention_factor, written by llama.cpp's converter) is {}; "
+            "llama.cpp uses the YaRN magnitude 0.1 ln({}) + 1 = {} (posenc follows llama.cpp)",
+            key("rope.scaling.yarn_attn_factor"), *ya,
+            r.arch == "grok"
+                ? "read by llama.cpp for grok but replaced whenever the YaRN ramp is on "
+                  "(yarn_ext_factor != 0)"
+                : fmt::format("ignored by llama.cpp for {} (it reads the key only for grok)",
+                              r.arch),
+            s, m);
+      }
+      warnings->push_back(r.yarn_attn_factor_note);
+    }
+    if (attn && !r.yarn_attn_factor_used) sc["attention_factor"] = *attn;
   } else if (type == "longrope") {
     if (!t_long || !t_short)
       fail_io(
@@ -359,10 +469,74 @@ gguf_rope convert(const gguf_file& f,
   } catch (const invalid_argument& e) {
     throw invalid_argument(fmt::format("{}: {}", f.path, e.what()));
   }
+
+  // Sliding-window layers, as llama.cpp's loader sets them for this architecture.
+  const arch_swa* swa = nullptr;
+  for (const auto& row : swa_table)
+    if (r.arch == row.arch) swa = &row;
+  if (swa && swa->needs_window) {
+    const auto window = size_key("attention.sliding_window", 0, uint64_t{1} << 53);
+    if (!window || *window == 0) swa = nullptr;  // gemma3 without a window: one RoPE
+  }
+  if (swa) {
+    uint32_t period = swa->period;
+    std::string source = fmt::format("llama.cpp's {} default period {}", r.arch, swa->period);
+    if (const auto* kv = f.find(key("attention.sliding_window_pattern"));
+        kv && kv->type != gguf_type::array) {
+      const auto p = size_key("attention.sliding_window_pattern", 0, uint64_t{1} << 20);
+      period = static_cast<uint32_t>(*p);
+      source = fmt::format("{} = {}", key("attention.sliding_window_pattern"), period);
+    } else {
+      r.notes.push_back(fmt::format(
+          "{} is {}: llama.cpp's {} default period {} taken (layer i is sliding when i % {} < {})",
+          key("attention.sliding_window_pattern"),
+          kv ? "a per-layer array, which llama.cpp's loader skips for this architecture" : "absent",
+          r.arch, period, period, period - 1));
+    }
+    double base = swa->base_from_full ? theta : 10000.0;
+    if (r.freq_base_swa) {
+      base = *r.freq_base_swa;
+    } else {
+      r.notes.push_back(
+          fmt::format("{} is absent: llama.cpp's {} default sliding-layer base {} taken ({})",
+                      key("rope.freq_base_swa"), r.arch, base,
+                      swa->base_from_full ? "the full layers' freq_base" : "llama_hparams' 10000"));
+    }
+    json sj = j;
+    sj["rope_theta"] = base;
+    sj.erase("rope_local_base_freq");
+    if (!swa->scaled) sj.erase("rope_scaling");  // freq_scale_swa = 1: unscaled
+    try {
+      r.sliding = rope_config_from_json(sj, warnings);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(fmt::format("{}: sliding layers: {}", f.path, e.what()));
+    }
+    r.layer_source = source;
+    if (auto n = size_key("block_count", 0, uint64_t{1} << 20))
+      for (uint64_t i = 0; i < *n; ++i)
+        r.layer_types.push_back(period == 0 || i % period < period - 1 ? "sliding_attention"
+                                                                       : "full_attention");
+  }
   return r;
 }
 
 }  // namespace
+
+rope_config gguf_rope_layer(const gguf_rope& r, const std::string& layer_type) {
+  if (layer_type.empty()) return r.config;
+  if (!r.sliding)
+    fail(
+        "layer type '{}': architecture {} has one RoPE for every layer in llama.cpp (no "
+        "sliding-window layer pattern{}); omit the layer type",
+        layer_type, r.arch,
+        r.freq_base_swa ? fmt::format(": {}.rope.freq_base_swa = {} is not read for it", r.arch,
+                                      *r.freq_base_swa)
+                        : std::string());
+  if (layer_type == "full_attention") return r.config;
+  if (layer_type == "sliding_attention") return *r.sliding;
+  fail("layer type must be one of sliding_attention, full_attention (architecture {}), got '{}'",
+       r.arch, layer_type);
+}
 
 gguf_rope gguf_rope_config(const gguf_file& f, std::vector<std::string>* warnings) {
   return convert(

@@ -17,7 +17,9 @@
 // A file that is not GGUF, is big-endian, truncated, has an unknown value or tensor type, an
 // absurd count or a string past the end throws io_error naming the path, the byte offset and
 // the field ("m.gguf: offset 4123: kv[7] (llama.rope.freq_base) value: truncated, need 4 bytes,
-// 2 left").
+// 2 left"). Like llama.cpp's loader, every tensor's extent (offset + ggml_nbytes by type and
+// dims, from the aligned data section) must lie inside the file: a file cut short inside the
+// tensor data throws io_error naming the tensor, its extent and the file size.
 #pragma once
 
 #include <cstdint>
@@ -96,9 +98,14 @@ struct gguf_file {
 
 // Parses the metadata of the GGUF file at `path` (tensor data is not read).
 gguf_file gguf_read(const std::string& path);
-// Parses an in-memory image (what gguf_read does after reading the file); `name` stands for the
-// path in messages. The image must hold at least the metadata; tensor data may be absent.
+// Parses an in-memory image of the whole file (what gguf_read does after reading it); `name`
+// stands for the path in messages. The image must hold the tensor data its infos declare.
 gguf_file gguf_parse(std::span<const uint8_t> bytes, const std::string& name);
+
+// Bytes of a tensor of ggml type `type` with dims `ne` (ggml_nbytes: ne0 / block size * block
+// bytes * ne1 * ...); io_error naming `what` for a type without a size (retired or private) or
+// an ne0 that is not a multiple of the block size.
+uint64_t gguf_tensor_bytes(uint32_t type, const std::vector<uint64_t>& ne, const std::string& what);
 
 // Reads tensor `t` of an F32 tensor (ggml type 0) of at most 2^24 elements from the file at
 // f.path by seeking to its offset (io_error for another type, a larger tensor or data past the
@@ -110,16 +117,24 @@ std::vector<float> gguf_read_f32(const gguf_file& f, const gguf_tensor_info& t,
 
 // The RoPE configuration of a GGUF model, expressed as the Hugging Face config it came from
 // (rope_config_from_json reads it, so validation, precedence and warnings are the --hf-config
-// path's).
+// path's), with llama.cpp's reading of each key per architecture where it differs from the
+// key's name (llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39, src/llama-model.cpp
+// load_hparams, src/models/<arch>.cpp load_arch_hparams, src/llama-context.cpp):
 //   arch = general.architecture; head_dim = {arch}.attention.key_length, else
 //   {arch}.embedding_length / {arch}.attention.head_count; rotary_dim = {arch}.rope.dimension_count
-//   (MLA architectures deepseek2 and minicpm3: head_dim = rotary_dim, as HF's qk_rope_head_dim);
-//   theta = {arch}.rope.freq_base (default 10000, as llama.cpp); max_position_embeddings =
+//   (absent: llama.cpp's default, the head dim, with a note) (MLA architectures deepseek2 and
+//   minicpm3: head_dim = rotary_dim, as HF's qk_rope_head_dim); theta = {arch}.rope.freq_base
+//   (absent: llama.cpp's default 10000, with a note); max_position_embeddings =
 //   {arch}.context_length; original = {arch}.rope.scaling.original_context_length.
 //   {arch}.rope.scaling.type linear / yarn / longrope with .factor, .attn_factor (yarn and
-//   longrope: HF attention_factor), .yarn_beta_fast / .yarn_beta_slow, .yarn_log_multiplier
-//   (DeepSeek: 0.1 mscale_all_dim; mapped to mscale = mscale_all_dim = it / 0.1); legacy
-//   {arch}.rope.scale_linear = linear factor.
+//   longrope: HF attention_factor); legacy {arch}.rope.scale_linear = linear factor.
+//   YaRN as llama.cpp reads it: the correction range is always rounded (truncate true; the
+//   converter writes no truncate key); .yarn_beta_fast / .yarn_beta_slow are read only for grok
+//   (default beta_fast 8) and mistral3, every other architecture uses 32 / 1;
+//   .yarn_log_multiplier is read only for deepseek2 (0.1 mscale_all_dim: mscale = mscale_all_dim
+//   = it / 0.1) and mistral3 (mscale_all_dim = it, mscale = 1); .yarn_attn_factor is read only
+//   for grok, and replaced by the YaRN magnitude whenever the ramp is on: posenc keeps it in
+//   yarn_attn_factor with a warning saying what llama.cpp does with it.
 //   rope_factors_long.weight / rope_factors_short.weight (F32, R/2): longrope lists.
 //   rope_freqs.weight (F32, R/2, divisors of each pair's frequency): Llama 3.x's
 //   1 / ((1 - smooth) / factor + smooth). The llama3 parameters are recovered from the
@@ -128,10 +143,16 @@ std::vector<float> gguf_read_f32(const gguf_file& f, const gguf_tensor_info& t,
 //   low_freq_factor 1) and accepted only if they reproduce every entry within 2^-18; otherwise
 //   (and when a magnitude other than 1 comes with it) the tensor becomes per-pair factors in
 //   posenc's longrope form (short_factor = long_factor = the tensor), with a warning.
+// Sliding-window layers, for the architectures whose llama.cpp loader sets a layer pattern
+// (gemma2: period 2, sliding base = freq_base, scaled like the full layers; gemma3 when
+// {arch}.attention.sliding_window > 0: period 6, sliding base 10000, unscaled; gpt-oss: period
+// 2 and cohere2: period 4, both like gemma2): {arch}.attention.sliding_window_pattern (a u32
+// period P; layer i is sliding when i % P < P - 1) and {arch}.rope.freq_base_swa override the
+// defaults, each default taken with a note.
 struct gguf_rope {
   std::string arch;
   nlohmann::json hf_config;  // the equivalent config.json keys
-  rope_config config;        // rope_config_from_json(hf_config)
+  rope_config config;        // rope_config_from_json(hf_config): the full-attention layers
   // Pair layout relative to the tensors in the file, from llama.cpp's rope type per
   // architecture: NORM (adjacent pairs, "interleaved") or NEOX ("half"); nullopt when the
   // architecture is not in posenc's table. For NORM architectures of the Llama family the
@@ -144,10 +165,29 @@ struct gguf_rope {
   // {arch}.rope.dimension_sections: M-RoPE pairs per position component (temporal, height,
   // width, 4th), checked to sum to rotary_dim / 2; empty when absent.
   std::vector<int64_t> dimension_sections;
+  // Per-layer RoPE (see above): the sliding layers' configuration, and each layer's type
+  // ("sliding_attention" / "full_attention", {arch}.block_count entries; empty when the block
+  // count is absent); nullopt when llama.cpp gives every layer one RoPE for this architecture.
+  std::optional<rope_config> sliding;
+  std::vector<std::string> layer_types;
+  std::string layer_source;  // where the pattern came from ("gemma3 default period 6", ...)
+  // {arch}.rope.scaling.yarn_attn_factor as written (the config's attention_factor), and what
+  // llama.cpp does with it for this architecture.
+  std::optional<double> yarn_attn_factor;
+  bool yarn_attn_factor_used = false;
+  std::string yarn_attn_factor_note;
+  // llama.cpp's defaults taken for keys the file omits, and facts of llama.cpp's reading that
+  // change nothing here (no YaRN truncate key), one sentence each.
+  std::vector<std::string> notes;
 };
 gguf_rope gguf_rope_config(const gguf_file& f, std::vector<std::string>* warnings);
 // The same, reading the factor tensors from an in-memory image.
 gguf_rope gguf_rope_config(const gguf_file& f, std::span<const uint8_t> bytes,
                            std::vector<std::string>* warnings);
+
+// The RoPE of one layer type of a GGUF model: "full_attention" (or "") is r.config,
+// "sliding_attention" r.sliding. invalid_argument naming the allowed types for another name,
+// and naming the architecture when llama.cpp has no per-layer RoPE for it.
+rope_config gguf_rope_layer(const gguf_rope& r, const std::string& layer_type);
 
 }  // namespace posenc

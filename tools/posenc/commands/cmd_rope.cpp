@@ -89,12 +89,12 @@ void add_rope_params(CLI::App* sub, rope_params& p) {
       sub->add_option("--high-freq-factor", p.high_freq_factor, "llama3 high_freq_factor"));
   auto* lt = sub->add_option("--layer-type", p.layer_type,
                              "Layer type of a per-layer config (e.g. sliding_attention or "
-                             "full_attention; posenc rope layers lists them); needs --hf-config");
+                             "full_attention; posenc rope layers lists them); needs --hf-config "
+                             "or --gguf");
   auto* gg = sub->add_option("--gguf", p.gguf,
                              "GGUF model file (llama.cpp): RoPE keys and factor tensors, read "
                              "without loading the weights");
   gg->excludes(cfg);
-  gg->excludes(lt);
   for (auto* o : params) cfg->excludes(o), gg->excludes(o), lt->excludes(o);
   sub->add_option("--seq-len", p.seq_len, "Current sequence length (drives dynamic and longrope)");
 }
@@ -108,16 +108,28 @@ void print_warnings(const std::vector<std::string>& warnings, const std::string&
     std::fprintf(stderr, "posenc: warning: %s%s\n", prefix.c_str(), w.c_str());
 }
 
+// llama.cpp's defaults taken for the keys a GGUF file omits (gguf_rope::notes).
+void print_notes(const std::vector<std::string>& notes, const std::string& prefix = "") {
+  for (const auto& n : notes)
+    std::fprintf(stderr, "posenc: note: %s%s\n", prefix.c_str(), n.c_str());
+}
+
 // Builds the config and prints any precedence warnings on stderr.
 rope_config make_config(const rope_params& p, const std::string& prefix = "") {
   std::vector<std::string> warnings;
   rope_config c;
-  if (!p.layer_type.empty() && p.hf_config.empty())
-    fail("--layer-type needs --hf-config (a per-layer config.json)");
+  if (!p.layer_type.empty() && p.hf_config.empty() && p.gguf.empty())
+    fail("--layer-type needs --hf-config (a per-layer config.json) or --gguf");
   if (!p.hf_config.empty()) {
     c = rope_config_from_file(p.hf_config, p.layer_type, &warnings);
   } else if (!p.gguf.empty()) {
-    c = gguf_rope_config(gguf_read(p.gguf), &warnings).config;
+    const auto g = gguf_rope_config(gguf_read(p.gguf), &warnings);
+    print_notes(g.notes, prefix);
+    try {
+      c = gguf_rope_layer(g, p.layer_type);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(fmt::format("--layer-type: {}: {}", p.gguf, e.what()));
+    }
   } else {
     if (!given(p, "--head-dim")) fail("--head-dim (or --hf-config or --gguf) is required");
     if (p.head_dim < 2 || p.head_dim > (int64_t{1} << 20))
@@ -255,6 +267,10 @@ struct diff_side {
   rope_freqs f;
   std::optional<rope_layout> layout;
   std::string layout_note;
+  // gguf: the architecture, and a yarn_attn_factor llama.cpp does not apply (with its note).
+  std::string arch;
+  std::optional<double> unused_yarn_attn_factor;
+  std::string yarn_attn_factor_note;
 };
 
 // "k=v,k=v" with the flag names of rope freqs (without "--"); list values separated by ';'.
@@ -368,8 +384,14 @@ diff_side make_side(const std::string& name, const std::string& spec, int64_t se
     s.layout_note = s.layout ? "transformers, by model_type" : "config names no model class";
   } else if (kind == "gguf") {
     const auto g = gguf_rope_config(gguf_read(rest), &warnings);
+    print_notes(g.notes, prefix);
     s.c = g.config;
     s.layout = g.layout;
+    s.arch = g.arch;
+    if (g.yarn_attn_factor && !g.yarn_attn_factor_used) {
+      s.unused_yarn_attn_factor = g.yarn_attn_factor;
+      s.yarn_attn_factor_note = g.yarn_attn_factor_note;
+    }
     if (!g.layout) {
       s.layout_note = fmt::format("architecture {} not in posenc's table", g.arch);
     } else if (g.permuted_from_hf) {
@@ -452,7 +474,48 @@ std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, i
         *A.layout == rope_layout::half ? "x[i], x[i+R/2]" : "x[2i], x[2i+1]",
         rope_layout_name(*B.layout),
         *B.layout == rope_layout::half ? "x[i], x[i+R/2]" : "x[2i], x[2i+1]"));
-  if (!freqs_same && A.c.rotary_dim == B.c.rotary_dim) {
+  if (!freqs_same && A.c.rotary_dim == B.c.rotary_dim && A.c.type == rope_type::yarn &&
+      B.c.type == rope_type::yarn && A.c.truncate != B.c.truncate) {
+    // YaRN truncate: HF's truncate = false keeps the correction range's boundaries fractional;
+    // llama.cpp (GGUF, no truncate key) always floors / ceils them.
+    const auto* rounded = A.c.truncate ? &A : &B;
+    const auto* exact = rounded == &A ? &B : &A;
+    const auto& c = exact->c;
+    const auto dim = [&](double beta) {
+      return static_cast<double>(c.rotary_dim) *
+             std::log(static_cast<double>(c.original_max_position_embeddings > 0
+                                              ? c.original_max_position_embeddings
+                                              : c.max_position_embeddings) /
+                      (beta * 2 * 3.14159265358979323846)) /
+             (2 * std::log(c.theta));
+    };
+    const double lo = dim(c.beta_fast), hi = dim(c.beta_slow);
+    size_t first = ratio.size(), last = 0, worst = 0;
+    double worst_rel = 0;
+    for (size_t i = 0; i < ratio.size(); ++i) {
+      if (close(ratio[i], 1)) continue;
+      first = std::min(first, i), last = i;
+      if (std::fabs(ratio[i] - 1) > worst_rel) worst_rel = std::fabs(ratio[i] - 1), worst = i;
+    }
+    const auto side_says = [](const diff_side& x) {
+      if (x.kind == "gguf")
+        return fmt::format(
+            "{} rounds them (GGUF has no truncate key: llama.cpp always floors / "
+            "ceils the correction range)",
+            x.name);
+      if (x.kind == "hf")
+        return fmt::format("{} has truncate {} in config.json", x.name,
+                           x.c.truncate ? "true" : "false");
+      return fmt::format("{} has truncate {}", x.name, x.c.truncate ? "true" : "false");
+    };
+    out.push_back(fmt::format(
+        "YaRN truncate: {}, {}: the correction range [{}, {}] (pairs) is kept fractional in {} "
+        "and rounded to [{}, {}] in {}; pairs {}-{} differ, max |B/A - 1| = {} at pair {}",
+        side_says(*exact), side_says(*rounded), num(lo), num(hi), exact->name,
+        num(std::max(std::floor(lo), 0.0)),
+        num(std::min(std::ceil(hi), static_cast<double>(c.rotary_dim - 1))), rounded->name, first,
+        last, num(worst_rel), worst));
+  } else if (!freqs_same && A.c.rotary_dim == B.c.rotary_dim) {
     // LongRoPE: the other list of one side gives the other side's frequencies.
     for (const auto* x : {&A, &B}) {
       const auto* y = x == &A ? &B : &A;
@@ -538,6 +601,15 @@ std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, i
     std::string what = fmt::format("attention factor {} in A, {} in B", num(a.attention_factor),
                                    num(b.attention_factor));
     bool named = false;
+    // A GGUF's yarn_attn_factor (the config's attention_factor) that llama.cpp does not apply.
+    for (const auto* x : {&A, &B}) {
+      const auto* y = x == &A ? &B : &A;
+      if (named || !x->unused_yarn_attn_factor) continue;
+      if (close(y->f.attention_factor, *x->unused_yarn_attn_factor, 0x1p-20)) {
+        what += fmt::format("; {} (arch {}): {}", x->name, x->arch, x->yarn_attn_factor_note);
+        named = true;
+      }
+    }
     // DeepSeek: HF's magnitude is get_mscale(s, mscale) / get_mscale(s, mscale_all_dim); a
     // conversion that drops the pair (GGUF yarn_log_multiplier) falls back to 0.1 ln s + 1.
     for (const auto* x : {&A, &B}) {
