@@ -1,30 +1,57 @@
-"""posenc.compare: another engine's tensor against posenc's, with a derived tolerance and a hint.
+"""posenc.compare: another engine's RoPE output against posenc's, with a tolerance derived for
+each angle pipeline, a verdict that names the pipeline the engine follows, and hints.
 
-    ref = posenc.apply_rope(x, positions, cfg=cfg)
-    r = posenc.compare(my_rope_out, ref, x=x, positions=positions, cfg=cfg)
+    r = posenc.compare(hf_out, x=x, positions=positions, cfg=cfg)  # or compare(hf_out, ref, ...)
     assert r.ok, r
+    r.pipeline    # "exact", "f32", "hf_f32" or "ggml_f32": the angle arithmetic it matches
+    r.max_ratio   # its distance to exact angles, in units of the exact tolerance
 
-Tolerance. Rounding errors of RoPE and attention outputs scale with the magnitude of the
-vector they belong to, not with the single entry (a rotated pair (u', v') has error ~
-u (|u| + |v|)). So each entry's error is compared with
+The comparison is the library's (rope_compare, include/posenc/encodings/rope_compare.hpp, the
+same code as `posenc rope compare`); this module converts arrays and tensors and builds the
+result.
 
-    tol = atol + (rtol + 2 u64 p omega_max) * max |expected| over the last axis (the head's
-          vector),
-    rtol = 8 u of the compared dtype (u = 2^-53 float64, 2^-24 float32, 2^-11 float16,
-           2^-8 bfloat16): a few roundings of a float computation (posenc's own float32 RoPE
-           bound is (3 u_f + 5.5 u) a (|x_u| + |x_v|), include/posenc/encodings/rope_cases.hpp),
+Verdict. `actual` is first compared with `expected` (posenc's output, by default computed with
+exact angles; recomputed from x when not given). Within tolerance: "ok". Otherwise, when x and
+cfg are given, posenc recomputes the output under each float32 pipeline: f32 (a plain float32
+angle), hf_f32 (transformers: float32 inv_freq, angle = inv_freq * float(position), float32
+cos/sin times the attention factor) and ggml_f32 (ggml's CPU backend: theta multiplied by
+theta_scale pair after pair). An engine within tolerance of one of them is "ok as transformers'
+float32 (hf_f32)" (when several fit, as at short positions, the one with the smallest summed
+error: the pipeline the engine follows leaves only its rotation's roundings), shown with its
+error under that pipeline and, separately, its distance to exact (max_error, max_ratio). Else
+MISMATCH, and every hint is tried under each of exact, f32, hf_f32 and ggml_f32: the other pair
+layout, the output without the attention factor, positions shifted by a constant per sequence
+(left padding counted as positions). Without x only a uniform scale of every vector (from the
+norms) is looked for.
 
-where the compared dtype is the less precise of the two. The angle term applies when positions
-and cfg are given (p is the entry's position): an engine that forms p * omega in float64, as
-it should, is off by up to u64 p omega radians there, and omega itself by an ulp. An engine computing angles in float32
-(HF's inv_freq * position in float32) is off by about position * omega * 2^-24 radians and
-fails this tolerance once positions reach a few hundred; the hint says so.
+Tolerance. Rounding errors of RoPE scale with the head's vector, not the single entry, so the
+error of an entry (position p, channel of pair i) is compared with
 
-Hints, tried when the error exceeds the tolerance and x, positions and cfg are given (each
-alternative recomputed by posenc and accepted when it is within tolerance of `actual`): the
-other pair layout, float32 angles (angle="f32"), a missing attention factor, positions
-shifted by a constant per sequence (left padding counted as positions). Without x only the
-attention-factor hint is tried (from the ratio of vector norms).
+    tol = atol + (rtol + eps * omega_i * p) * max |candidate| over the head's vector.
+
+exact: rtol = 8 u of the less precise of actual and expected (u = 2^-53 float64, 2^-24 float32,
+    2^-11 float16, 2^-8 bfloat16): a few roundings of the engine's rotation; eps = 10 * 2^-53:
+    an engine forming p * omega in float64 from an omega within 2 ulp (4 * 2^-53 relative) is
+    off by 5 * 2^-53 omega p, and an angle error delta moves a pair by <= 2 |delta| max.
+named pipelines (derivation): the engine and posenc form the same float32 angle theta_i and take
+    cos/sin of it in float32. Per output of a pair (u, v) with magnitude a, what remains is
+    - cos/sin: each library's float32 cos/sin is within 1 ulp of cos(theta_i) (torch's SLEEF,
+      libm's cosf; posenc's is correctly rounded): <= 2 ulp <= 2u apart below 1, <= 4u a after
+      each rounds the product with float(a), i.e. <= 4u a (|u| + |v|) in the output;
+    - the engine's rotation in its data type (two products and a sum, 2 u_d) and, for data
+      narrower than float32, its cast of cos/sin and of x to it (2 u_d): <= 4 u_d a (|u| + |v|);
+    - posenc's rotation (a fused multiply-add and a product; float32 for float32 and narrower
+      data, float64 for float64: u_w): <= 2 u_w a (|u| + |v|);
+    so rho = 4u + 4 u_d + 2 u_w per pair, with u = 2^-24; since a (|u| + |v|) <=
+    sqrt(2) |(u', v')| <= 2 max(|u'|, |v'|), rtol = 2 rho on the vector's scale (float32 data:
+    20u = 1.2e-6). The angle: ggml_f32 calls the same libm powf/cosf/sinf as ggml's CPU backend,
+    so theta_i is the same float: eps = 0. hf_f32 and f32: torch's float32 pow (SLEEF, 1 ulp)
+    against posenc's correctly rounded one leaves inv_freq a few ulp apart (measured: none for
+    Llama 2, 1 ulp on one pair for CodeLlama, up to 2 ulp for dynamic NTK past its length); 4 ulp
+    (8u relative) plus the two products' roundings (2u) bound the angle difference by
+    10u omega_i p, and an angle error delta moves a pair by <= 2 |delta| max: eps = 20u.
+    An engine that is bit-identical to posenc's pipeline has error 0 (r.pipeline_identical).
+rtol, when given, replaces every mode's rtol.
 """
 
 from __future__ import annotations
@@ -41,7 +68,8 @@ _UNIT_ROUNDOFF = {
 
 
 def _to_numpy(a, name):
-    """A NumPy view of an array or a CPU torch tensor (bfloat16 converted to float32)."""
+    """A NumPy view of an array or a CPU torch tensor (bfloat16 converted to float32), and the
+    unit roundoff of a bfloat16 tensor (else None)."""
     if type(a).__module__.startswith("torch"):
         t = a.detach()
         if t.device.type != "cpu":
@@ -55,23 +83,23 @@ def _to_numpy(a, name):
         raise TypeError(f"{name} must be an array or a tensor, got {type(a).__name__}") from e
 
 
-def _roundoff(arr, override):
+def _roundoff(arr, override, name):
     if override is not None:
         return override
     if arr.dtype not in _UNIT_ROUNDOFF:
         raise TypeError(
-            f"compare needs float16, bfloat16, float32 or float64 arrays, got {arr.dtype}"
+            f"{name} must be float16, bfloat16, float32 or float64, got {arr.dtype}"
         )
     return _UNIT_ROUNDOFF[arr.dtype]
 
 
 @dataclass
 class CompareResult:
-    """Outcome of posenc.compare. Truthy when ok."""
+    """Outcome of posenc.compare. Truthy when ok; str() is the verdict."""
 
     ok: bool
-    max_error: float  # largest |actual - expected|
-    max_ratio: float  # largest error / tolerance (<= 1 when ok)
+    max_error: float  # largest |actual - expected|: against exact angles unless angle= says else
+    max_ratio: float  # largest error / tolerance against expected (the distance to exact)
     tolerance: float  # tolerance at the worst entry
     rtol: float
     atol: float
@@ -80,51 +108,27 @@ class CompareResult:
     worst_pair: int | None = None  # its RoPE channel pair (layout of `layout`)
     ratio_by_position: np.ndarray | None = field(default=None, repr=False)  # over axis -3
     ratio_by_pair: np.ndarray | None = field(default=None, repr=False)  # over channel pairs
-    hint: str | None = None
-    angle_rtol: float = 0.0  # 2 u64 p omega_max at the worst entry (positions and cfg given)
+    hint: str | None = None  # the hints joined by "; "
+    angle_rtol: float = 0.0  # eps * omega_i * p at the worst entry
+    verdict: str = ""  # "ok", "ok as transformers' float32 (hf_f32)", ..., "MISMATCH"
+    pipeline: str | None = None  # the mode it is ok under (exact, f32, hf_f32, ggml_f32)
+    pipeline_max_error: float | None = None  # its error under that pipeline
+    pipeline_max_ratio: float | None = None  # ... in units of that pipeline's tolerance
+    pipeline_identical: float | None = None  # fraction of entries bit-identical there
+    pipelines: dict = field(default_factory=dict, repr=False)  # mode -> max_ratio, as given
+    hints: list = field(default_factory=list, repr=False)  # each hint in words
+    text: str = field(default="", repr=False)
 
     def __bool__(self):
         return self.ok
 
     def __str__(self):
-        s = (
-            f"{'ok' if self.ok else 'MISMATCH'}: max error {self.max_error:.3g} at "
-            f"{self.worst_index}, {self.max_ratio:.3g} x the tolerance "
-            f"({self.tolerance:.3g} = {self.atol:.3g} + ({self.rtol:.3g} + {self.angle_rtol:.3g}) x "
-            "|vector|)"
-        )
-        if self.worst_position is not None:
-            s += f"; position {self.worst_position}"
-        if self.worst_pair is not None:
-            s += f", channel pair {self.worst_pair}"
-        if self.hint:
-            s += f"\nhint: {self.hint}"
-        return s
-
-
-def _ratios(actual, expected, rtol, atol, angle_rtol=0.0):
-    """Per-entry error, tolerance and their ratio; angle_rtol broadcasts against the leading
-    axes (..., T, H, 1) like rtol."""
-    err = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
-    scale = np.max(np.abs(expected.astype(np.float64)), axis=-1, keepdims=True)
-    tol = atol + (rtol + angle_rtol) * scale
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(err == 0, 0.0, err / tol)
-    ratio = np.where(np.isnan(actual.astype(np.float64)) != np.isnan(expected), np.inf, ratio)
-    return err, tol, ratio
-
-
-def _pair_of(channel, D, R, layout):
-    if channel >= R:
-        return None
-    if layout == "interleaved":
-        return channel // 2
-    return channel % (R // 2)
+        return self.text
 
 
 def compare(
     actual,
-    expected,
+    expected=None,
     *,
     rtol=None,
     atol=0.0,
@@ -133,139 +137,85 @@ def compare(
     cfg=None,
     layout="half",
     angle="exact",
+    seq_len=None,
 ):
-    """Error of `actual` against posenc's `expected` (same shape), per entry against a
-    tolerance scaled by its vector's magnitude; see the module documentation."""
+    """Error of `actual` against posenc's output, its verdict and hints (module documentation).
+
+    actual: the engine's output, shape (..., T, H, D) (any shape without x and positions), a
+    float array or CPU tensor. expected: posenc's output in mode `angle` (default exact), same
+    shape; None = recomputed from x (then x and cfg are required). x: the engine's input (same
+    shape). positions: broadcasting to the token axes (..., T); None = 0 .. T-1 per sequence.
+    cfg: posenc.RopeConfig. layout: "half" or "interleaved". seq_len: for the frequencies
+    (dynamic, longrope); None = max position + 1.
+    """
+    from . import _posenc  # the package's extension, imported lazily (this module is its import)
+
     a, a_u = _to_numpy(actual, "actual")
-    e, e_u = _to_numpy(expected, "expected")
-    if a.shape != e.shape:
-        raise ValueError(f"actual must have the shape of expected {e.shape}, got {a.shape}")
+    u_a = _roundoff(a, a_u, "actual")
     if a.ndim == 0 or a.size == 0:
         raise ValueError(f"actual must be a non-empty array with a last axis, got shape {a.shape}")
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be one of half, interleaved, got '{layout}'")
-    u = max(_roundoff(a, a_u), _roundoff(e, e_u))
-    rtol = 8 * u if rtol is None else float(rtol)
-    atol = float(atol)
-    if not (rtol >= 0 and atol >= 0):
-        raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
-    pos = None if positions is None else np.asarray(positions)
-    angle_rtol = 0.0
-    if pos is not None and cfg is not None and a.ndim >= 3:
+    e = None
+    u_e = 2.0**-53
+    if expected is not None:
+        e, e_u = _to_numpy(expected, "expected")
+        u_e = _roundoff(e, e_u, "expected")
+        if e.shape != a.shape:
+            raise ValueError(f"actual must have the shape of expected {e.shape}, got {a.shape}")
+    xn = None
+    if x is not None:
+        xn, _ = _to_numpy(x, "x")
+        if xn.shape != a.shape:
+            raise ValueError(f"x must have the shape of actual {a.shape}, got {xn.shape}")
+    if a.ndim >= 3:
+        B, (T, H, D) = int(np.prod(a.shape[:-3], dtype=np.int64)), a.shape[-3:]
+    else:
+        if xn is not None:
+            raise ValueError(f"actual must have shape (..., T, H, D) when x is given, got {a.shape}")
+        B, T, H, D = 1, int(np.prod(a.shape[:-1], dtype=np.int64)), 1, a.shape[-1]
+        positions = None
+    pos = None
+    if positions is not None:
+        p = np.asarray(positions)
         try:
-            pb = np.broadcast_to(pos, a.shape[:-2]).astype(np.float64)
+            pos = np.broadcast_to(p, a.shape[:-2]).reshape(-1)
         except ValueError:
             raise ValueError(
                 f"positions must broadcast to the token axes {a.shape[:-2]} of actual, got "
-                f"shape {pos.shape}"
+                f"shape {p.shape}"
             ) from None
-        omega_max = float(np.max(cfg.inv_freq(int(pb.max()) + 1 if pb.size else None)))
-        angle_rtol = (2 * 2.0**-53 * omega_max * pb)[..., None, None]
-    err, tol, ratio = _ratios(a, e, rtol, atol, angle_rtol)
-    worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
-    max_ratio = float(ratio[worst])
-    res = CompareResult(
-        ok=bool(max_ratio <= 1.0),
-        max_error=float(np.max(err)),
-        max_ratio=max_ratio,
-        tolerance=float(np.broadcast_to(tol, ratio.shape)[worst]),
-        angle_rtol=float(np.broadcast_to(angle_rtol, ratio.shape[:-1] + (1,))[worst[:-1] + (0,)]),
-        rtol=rtol,
-        atol=atol,
-        worst_index=tuple(int(i) for i in worst),
+    d = _posenc._rope_compare(
+        a.reshape(-1), u_a, None if e is None else e.reshape(-1), u_e,
+        None if xn is None else xn.reshape(-1), pos, cfg, B, T, H, D,
+        layout=layout, angle=angle, rtol=None if rtol is None else float(rtol),
+        atol=float(atol), seq_len=seq_len,
     )
-    D = a.shape[-1]
-    R = cfg.rotary_dim if cfg is not None else D
-    if a.ndim >= 3:
-        res.ratio_by_position = ratio.reshape(-1, *a.shape[-3:]).max(axis=(0, 2, 3))
-    if cfg is not None:
-        pr = ratio[..., :R].reshape(-1, R)
-        if layout == "interleaved":
-            res.ratio_by_pair = pr.reshape(-1, R // 2, 2).max(axis=(0, 2))
-        else:
-            res.ratio_by_pair = np.maximum(pr[:, : R // 2], pr[:, R // 2 :]).max(axis=0)
-        res.worst_pair = _pair_of(int(worst[-1]), D, R, layout)
-    if pos is not None:
-        if a.ndim >= 3:
-            lead = a.shape[:-2]
-            try:
-                pb = np.broadcast_to(pos, lead)
-                res.worst_position = int(pb[tuple(worst[:-2])])
-            except ValueError:
-                pass
-    if not res.ok:
-        res.hint = _hint(a, e, rtol, atol, angle_rtol, x, pos, cfg, layout, angle)
+    res = CompareResult(
+        ok=d["ok"],
+        max_error=d["max_error"],
+        max_ratio=d["max_ratio"],
+        tolerance=d["tolerance"],
+        rtol=d["rtol"],
+        atol=d["atol"],
+        worst_index=tuple(int(i) for i in np.unravel_index(d["worst"], a.shape)),
+        worst_position=d["worst_position"],
+        worst_pair=d["worst_pair"],
+        ratio_by_position=d["ratio_by_t"] if a.ndim >= 3 else None,
+        ratio_by_pair=d["ratio_by_pair"],
+        hint="; ".join(d["hints"]) or None,
+        angle_rtol=d["angle_rtol"],
+        verdict=d["verdict"],
+        pipelines={p["angle"]: p["max_ratio"] for p in d["pipelines"]},
+        hints=list(d["hints"]),
+        text=d["text"],
+    )
+    m = d["match"]
+    if m is not None:
+        res.pipeline = m["angle"]
+        res.pipeline_max_error = m["max_error"]
+        res.pipeline_max_ratio = m["max_ratio"]
+        res.pipeline_identical = m["identical"] / max(m["compared"], 1)
+    elif res.ok:
+        res.pipeline = d["reference"]
+        res.pipeline_max_error = res.max_error
+        res.pipeline_max_ratio = res.max_ratio
     return res
-
-
-def _within(candidate, a, rtol, atol, angle_rtol=0.0):
-    return float(np.max(_ratios(a, candidate, rtol, atol, angle_rtol)[2])) <= 1.0
-
-
-def _hint(a, e, rtol, atol, angle_rtol, x, pos, cfg, layout, angle):
-    from . import apply_rope  # the package, imported lazily (this module is imported by it)
-
-    hints = []
-    if x is not None and cfg is not None:
-        xn, _ = _to_numpy(x, "x")
-        xd = np.asarray(xn, dtype=np.float64)
-        other = "interleaved" if layout == "half" else "half"
-
-        def rope(**kw):
-            args = dict(cfg=cfg, layout=layout, angle=angle)
-            args.update(kw)
-            return apply_rope(xd, pos, **args)
-
-        if _within(rope(layout=other), a, rtol, atol, angle_rtol):
-            hints.append(
-                f"matches the other pair layout ({other}); posenc used {layout} "
-                "(half = NeoX / HF rotate_half, interleaved = GPT-J / Meta llama)"
-            )
-        # float32 angles come with float32 cos and sin: accepted within float32 roundings
-        if angle == "exact" and _within(rope(angle="f32"), a, max(rtol, 8 * 2.0**-24), atol):
-            hints.append(
-                "matches float32 angles (float32 inv_freq x float32 position, as HF transformers "
-                "computes them); the error grows with the position"
-            )
-        af = cfg.attention_factor
-        if af != 1 and _within(rope() / af, a, rtol, atol, angle_rtol):
-            hints.append(f"matches without the attention factor a = {af:.6g} (cos and sin unscaled)")
-        if pos is not None and xd.ndim == 4 and pos.ndim == 2 and pos.shape[0] == xd.shape[0]:
-            shifts = []
-            for b in range(xd.shape[0]):
-                found = None
-                for d in range(-64, 65):
-                    if d == 0 or pos[b].min() + d < 0:
-                        continue
-                    cand = apply_rope(
-                        xd[b : b + 1], pos[b : b + 1] + d, cfg=cfg, layout=layout, angle=angle
-                    )
-                    ar = angle_rtol[b : b + 1] + 2 * 2.0**-53 * abs(d) if np.ndim(angle_rtol) else 0
-                    if _within(cand, a[b : b + 1], rtol, atol, ar):
-                        found = d
-                        break
-                shifts.append(found)
-            if any(s is not None for s in shifts) and all(
-                s is not None
-                or _within(e[b : b + 1], a[b : b + 1], rtol, atol,
-                           angle_rtol[b : b + 1] if np.ndim(angle_rtol) else 0)
-                for b, s in enumerate(shifts)
-            ):
-                desc = ", ".join(f"row {b}: {s:+d}" for b, s in enumerate(shifts) if s is not None)
-                hints.append(
-                    f"matches positions shifted per sequence ({desc}): padding counted as "
-                    "positions? (left-padded rows must start at 0 at their first real token)"
-                )
-    if not hints:
-        na = np.linalg.norm(a.astype(np.float64), axis=-1)
-        ne = np.linalg.norm(e.astype(np.float64), axis=-1)
-        mask = ne > 0
-        if mask.any():
-            r = na[mask] / ne[mask]
-            c = float(np.median(r))
-            if abs(c - 1) > 1e-3 and np.max(np.abs(r - c)) <= 1e-3 * c:
-                hints.append(
-                    f"every vector is scaled by {c:.6g} against posenc's: a missing or extra "
-                    "attention factor (YaRN, LongRoPE) or softmax scale?"
-                )
-    return "; ".join(hints) if hints else None

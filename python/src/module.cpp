@@ -16,6 +16,7 @@ namespace posenc::py_bind {
 void bind_rope(py::module_& m);
 void bind_tables(py::module_& m);
 void bind_attention(py::module_& m);
+void bind_compare(py::module_& m);
 }  // namespace posenc::py_bind
 
 PYBIND11_MODULE(_posenc, m) {
@@ -40,4 +41,5 @@ PYBIND11_MODULE(_posenc, m) {
   bind_rope(m);
   bind_tables(m);
   bind_attention(m);
+  bind_compare(m);
 }
