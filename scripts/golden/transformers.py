@@ -10,6 +10,7 @@ scripts/golden/shims/ (see the manifest's "environment" entry for the list). Not
 """
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -283,7 +284,7 @@ def rope_goldens(rot_cls, text_cfg, arrays, prefix):
 
     rot = rot_cls(text_cfg)
     per_type = isinstance(getattr(rot, "rope_type", None), dict)
-    types_ = list(rot.rope_type) if per_type else [None]
+    types_ = sorted(rot.rope_type) if per_type else [None]  # the module keeps a set
     out = {}
     for lt in types_:
         key = lt or "all"
@@ -507,7 +508,10 @@ def attention_goldens(transformers, arrays):
         B, T = case["batch"], case["seq"]
         entry = {"model_type": case["model_type"], "attention_class": attn_cls.__name__,
                  "rotary_class": rot_cls.__name__, "config": case["config"],
-                 "batch": B, "seq": T, "window": case["window"], "causal": True}
+                 "batch": B, "seq": T, "window": case["window"], "causal": True,
+                 "rope_precision": {"f64": "float64 inv_freq, angles and cos / sin (the rotary "
+                                           "module under float64_rope_init)",
+                                    "f32": "float32, as the model runs"}}
         for dtype in (torch.float64, torch.float32):
             tag = "f64" if dtype == torch.float64 else "f32"
             torch.manual_seed(0)
@@ -516,17 +520,23 @@ def attention_goldens(transformers, arrays):
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, dtype=torch.float64) * 0.3)
             attn = attn.to(dtype)
-            rot = rot_cls(cfg)
             gen = torch.Generator().manual_seed(1)
             hidden = torch.randn(B, T, cfg.hidden_size, generator=gen, dtype=torch.float64).to(dtype)
-            if "mrope_segments" in case:
-                pos = torch.tensor(case["position_ids"])[:, None, :].expand(3, B, T)
-                cos, sin = rot(hidden, pos)
-            else:
-                pos = torch.stack([torch.arange(T) + s for s in case["start"]])
-                lt = getattr(attn, "layer_type", None)
-                cos, sin = rot(hidden, pos, lt) if isinstance(getattr(rot, "rope_type", None), dict) \
-                    else rot(hidden, pos)
+            # float64: the rotary module built and run under float64_rope_init, so inv_freq,
+            # angles and cos / sin are float64 (the model's own float64 run would cast its
+            # float32 cos / sin); float32: as the model runs.
+            with (float64_rope_init() if dtype == torch.float64 else contextlib.nullcontext()):
+                rot = rot_cls(cfg)
+                if "mrope_segments" in case:
+                    pos = torch.tensor(case["position_ids"])[:, None, :].expand(3, B, T)
+                    cos, sin = rot(hidden, pos)
+                else:
+                    pos = torch.stack([torch.arange(T) + s for s in case["start"]])
+                    lt = getattr(attn, "layer_type", None)
+                    cos, sin = rot(hidden, pos, lt) if isinstance(getattr(rot, "rope_type", None), dict) \
+                        else rot(hidden, pos)
+            if cos.dtype != dtype:
+                raise RuntimeError(f"{name}: cos is {cos.dtype}, wanted {dtype}")
             captured = {}
 
             def keep(key):
