@@ -297,8 +297,13 @@ def rope_goldens(rot_cls, text_cfg, arrays, prefix):
 
             init = ROPE_INIT_FUNCTIONS[rope_type]
         kwargs = {"layer_type": lt} if per_type else {}
+        # a heterogeneous config (Gemma 4: global_head_dim on full layers) is resolved per
+        # layer type first, as the rotary module does (config.per_layer_config[layer_type])
+        init_cfg = text_cfg
+        if per_type and getattr(text_cfg, "is_heterogeneous", False):
+            init_cfg = text_cfg.per_layer_config[lt]
         with float64_rope_init():
-            inv64, scaling64 = init(text_cfg, None, **kwargs)
+            inv64, scaling64 = init(init_cfg, None, **kwargs)
         if inv64.dtype != torch.float64:
             raise RuntimeError(f"{prefix}{key}: the float64 run gave {inv64.dtype}")
         # cos / sin from the module's forward for the positions, in float32 (x is float32).
