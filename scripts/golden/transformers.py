@@ -626,6 +626,9 @@ def manifest(commit, transformers):
         "transformers_commit": commit,
         "transformers_version": transformers.__version__,
         "torch": torch.__version__,
+        # the float32 goldens (pow, cos, sin) depend on the kernels of this build
+        "torch_build": [l.strip() for l in torch.__config__.show().splitlines()
+                        if "CPU capability" in l or "GCC" in l],
         "generator": "scripts/golden/transformers.py (scripts/golden/regen)",
         "environment": ENVIRONMENT,
         "files": {
