@@ -53,76 +53,16 @@ U64 = 2.0**-53
 U32 = 2.0**-24
 
 
-# Cases added by the next commit (they fail against the current library).
-LANDS_LATER = {
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-2-2b-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-2-9b-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-2b-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-3-12b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-3-1b-it-full_attention]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-3-1b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-3-4b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-4-31b-it-full_attention]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gemma-4-31b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[gpt-oss-20b-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[mistral-7b-v0.3-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[mixtral-8x7b-v0.1-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[phi-3-mini-4k-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[phi-3.5-mini-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[phi-4-mini-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen2-7b-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen2-vl-7b-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen2.5-3b-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen2.5-7b-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen2.5-vl-7b-instruct-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen3-0.6b-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen3-1.7b-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[qwen3-30b-a3b-all]",
-    "test_cos_sin_hf_f32_against_the_rotary_module[smollm3-3b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-2-2b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-2-9b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-2b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-3-12b-it-full_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-3-12b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-3-1b-it-full_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-3-1b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-3-27b-it-full_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-3-4b-it-full_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-3-4b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-4-31b-it-full_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gemma-4-31b-it-sliding_attention]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[gpt-oss-20b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[mistral-7b-v0.3-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[mixtral-8x7b-v0.1-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[phi-3-mini-4k-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[phi-3.5-mini-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[phi-4-mini-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen2-7b-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen2-vl-7b-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen2.5-3b-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen2.5-7b-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen2.5-vl-7b-instruct-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen3-0.6b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen3-1.7b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[qwen3-30b-a3b-all]",
-    "test_cos_sin_hf_f32_bit_exact_on_transformers_angles[smollm3-3b-all]",
-    "test_layer_plan[llama-4-maverick]",
-    "test_layer_plan[llama-4-scout]",
-    "test_layer_plan[smollm3-3b]",
-}
-
-
 def config_path(cid):
     return CONFIGS / INDEX[cid]["file"]
 
 
-def layer_cases(test):
+def layer_cases():
     """(config id, layer type or None) for every RoPE configuration the goldens hold."""
     out = []
     for cid, g in ROPE["configs"].items():
         for lt in g["rope"]:
-            if f"{test}[{cid}-{lt}]" not in LANDS_LATER:
-                out.append(pytest.param(cid, None if lt == "all" else lt, id=f"{cid}-{lt}"))
+            out.append(pytest.param(cid, None if lt == "all" else lt, id=f"{cid}-{lt}"))
     return out
 
 
@@ -163,7 +103,7 @@ def test_goldens_cover_the_configs():
 # Layer plan: which layer has which RoPE, and which layers have none.
 
 
-@pytest.mark.parametrize("cid", [c for c in sorted(ROPE["configs"]) if f"test_layer_plan[{c}]" not in LANDS_LATER])
+@pytest.mark.parametrize("cid", sorted(ROPE["configs"]))
 def test_layer_plan(cid):
     g = ROPE["configs"][cid]
     want = g["layer_plan"]
@@ -192,7 +132,7 @@ def test_layer_plan(cid):
 # Each layer type's RoPE: parameters, float64 frequencies, attention factor.
 
 
-@pytest.mark.parametrize("cid,lt", layer_cases("test_rope_parameters"))
+@pytest.mark.parametrize("cid,lt", layer_cases())
 def test_rope_parameters(cid, lt):
     g = gold_rope(cid, lt)
     cfg = rope_cfg(cid, lt)
@@ -205,7 +145,7 @@ def test_rope_parameters(cid, lt):
         f"{cid}/{lt}: attention factor {a!r} != transformers' {g['attention_factor']!r}")
 
 
-@pytest.mark.parametrize("cid,lt", layer_cases("test_inv_freq_float64"))
+@pytest.mark.parametrize("cid,lt", layer_cases())
 def test_inv_freq_float64(cid, lt):
     g = gold_rope(cid, lt)
     cfg = rope_cfg(cid, lt)
@@ -242,7 +182,7 @@ def hf_f32_cos_sin(cid, lt):
     return g, pos, cos, sin
 
 
-@pytest.mark.parametrize("cid,lt", layer_cases("test_cos_sin_hf_f32_bit_exact_on_transformers_angles"))
+@pytest.mark.parametrize("cid,lt", layer_cases())
 def test_cos_sin_hf_f32_bit_exact_on_transformers_angles(cid, lt):
     # What hf_f32 models, bit for bit: transformers' float32 inv_freq buffer (the one its
     # forward used), the float32 angle inv_freq * float(p) (one rounding, as the (R/2, 1) x
@@ -263,7 +203,7 @@ def test_cos_sin_hf_f32_bit_exact_on_transformers_angles(cid, lt):
             f"{bad[0][1]}: {got[tuple(bad[0])]!r} vs {want[tuple(bad[0])]!r}")
 
 
-@pytest.mark.parametrize("cid,lt", layer_cases("test_cos_sin_hf_f32_against_the_rotary_module"))
+@pytest.mark.parametrize("cid,lt", layer_cases())
 def test_cos_sin_hf_f32_against_the_rotary_module(cid, lt):
     # The rotary module's own float32 output. torch's float32 cos / sin on CPU (SLEEF's
     # 1.0-ulp routines in the build that made the goldens) are not modeled: posenc rounds
