@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <tuple>
 
 #include "posenc/core/error.hpp"
@@ -1071,4 +1072,220 @@ TEST(GgufLlamaCpp, DefaultsTakenForOmittedKeysAreNoted) {
                        "10000 taken"),
             std::string::npos)
       << c.err;
+}
+
+// ---- golden files written by llama.cpp's converter (tests/golden/gguf, manifest.json;
+// scripts/golden/gguf.py, llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39) -----------------
+
+namespace {
+
+std::string golden(const std::string& rel) {
+  return std::string(POSENC_SOURCE_DIR) + "/tests/golden/gguf/" + rel;
+}
+
+// What llama.cpp computes from the file, written here from its loader and context
+// (src/llama-model.cpp load_hparams, src/models/<arch>.cpp, src/llama-context.cpp) and ggml
+// (ggml.c ggml_rope_yarn_corr_dims, ggml-cpu ops.cpp ggml_rope_cache_init / rope_yarn), every
+// operation in float as there.
+struct llama_cpp_rope {
+  int64_t n_rot = 0;
+  float freq_base = 10000.0f, freq_scale = 1.0f, ext_factor = 0.0f;
+  float attn_factor = 1.0f;  // cparams.yarn_attn_factor, passed to ggml_rope_ext
+  float corr_dims[2] = {0, 0};
+  std::vector<float> freq_factors;  // rope_freqs, or rope_factors_long / _short by n_ctx_seq
+};
+
+llama_cpp_rope llama_cpp_reading(const gguf_file& f, int64_t n_ctx_seq) {
+  const std::string arch = *f.get_string("general.architecture");
+  const auto num = [&](const char* k) { return f.get_number(arch + "." + k); };
+  llama_cpp_rope p;
+  const auto key_length = f.get_size(arch + ".attention.key_length");
+  const auto head = key_length ? *key_length
+                               : *f.get_size(arch + ".embedding_length") /
+                                     *f.get_size(arch + ".attention.head_count");
+  p.n_rot = static_cast<int64_t>(f.get_size(arch + ".rope.dimension_count").value_or(head));
+  p.freq_base = static_cast<float>(num("rope.freq_base").value_or(10000.0));
+  const std::string type = f.get_string(arch + ".rope.scaling.type").value_or("linear");
+  float ropescale = static_cast<float>(
+      num("rope.scaling.factor").value_or(num("rope.scale_linear").value_or(0.0)));
+  p.freq_scale = ropescale == 0.0f ? 1.0f : 1.0f / ropescale;
+  if (type == "none") p.freq_scale = 1.0f;
+  p.ext_factor = type == "yarn" ? 1.0f : 0.0f;
+  const int64_t n_ctx_orig =
+      static_cast<int64_t>(f.get_size(arch + ".rope.scaling.original_context_length")
+                               .value_or(*f.get_size(arch + ".context_length")));
+  float beta_fast = arch == "grok" ? 8.0f : 32.0f, beta_slow = 1.0f;
+  if (arch == "grok" || arch == "mistral3") {
+    beta_fast = static_cast<float>(num("rope.scaling.yarn_beta_fast").value_or(beta_fast));
+    beta_slow = static_cast<float>(num("rope.scaling.yarn_beta_slow").value_or(beta_slow));
+  }
+  const auto corr_dim = [&](float beta) {
+    return static_cast<float>(p.n_rot) *
+           std::log(static_cast<float>(n_ctx_orig) / (beta * 2 * static_cast<float>(M_PI))) /
+           (2 * std::log(p.freq_base));
+  };
+  if (p.ext_factor != 0.0f) {
+    p.corr_dims[0] = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+    p.corr_dims[1] = std::min(static_cast<float>(p.n_rot - 1), std::ceil(corr_dim(beta_slow)));
+    const auto get_mscale = [](float s, float m) {
+      return s <= 1.0f ? 1.0f : 0.1f * m * std::log(s) + 1.0f;
+    };
+    const float factor = 1.0f / p.freq_scale;
+    float log_mul = 0.0f;
+    if (arch == "deepseek2")
+      log_mul = static_cast<float>(num("rope.scaling.yarn_log_multiplier").value_or(0.0)) / 0.1f;
+    if (arch == "mistral3")
+      log_mul = static_cast<float>(num("rope.scaling.yarn_log_multiplier").value_or(0.0));
+    if (log_mul != 0.0f) {
+      const float mscale = arch == "deepseek2" && log_mul != 1.0f ? log_mul : 1.0f;
+      p.attn_factor = get_mscale(factor, mscale) / get_mscale(factor, log_mul);
+    } else {
+      p.attn_factor = get_mscale(factor, 1.0f);
+    }
+    p.attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+  }
+  p.attn_factor *= static_cast<float>(num("rope.scaling.attn_factor").value_or(1.0));
+  const auto* t = f.find_tensor("rope_freqs.weight");
+  if (!t && f.find_tensor("rope_factors_long.weight"))
+    t = f.find_tensor(n_ctx_seq > n_ctx_orig ? "rope_factors_long.weight"
+                                             : "rope_factors_short.weight");
+  if (t) p.freq_factors = gguf_read_f32(f, *t);
+  return p;
+}
+
+// ggml_rope_cache_init + rope_yarn: the angle of each pair at position pos. x86-64 builds
+// (GCC, -mfma) contract the YaRN mix into one fma.
+std::vector<float> llama_cpp_angles(const llama_cpp_rope& p, int32_t pos) {
+  const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  std::vector<float> out(static_cast<size_t>(p.n_rot / 2));
+  float theta = static_cast<float>(pos);
+  for (int64_t i0 = 0; i0 < p.n_rot; i0 += 2) {
+    const float ff = p.freq_factors.empty() ? 1.0f : p.freq_factors[i0 / 2];
+    const float extrap = theta / ff, interp = p.freq_scale * extrap;
+    float t = interp;
+    if (p.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i0 / 2) - p.corr_dims[0]) /
+                      std::max(0.001f, p.corr_dims[1] - p.corr_dims[0]);
+      const float ramp = (1 - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+      t = std::fma(interp, 1 - ramp, extrap * ramp);
+    }
+    out[static_cast<size_t>(i0 / 2)] = t;
+    theta *= theta_scale;
+  }
+  return out;
+}
+
+// The config.json each file came from, as posenc reads it, against the file (inv_freq and
+// magnitude within the float32 storage of the factors, 2^-22 relative).
+bool same_rope(const rope_freqs& a, const rope_freqs& b, std::string* why) {
+  if (a.inv_freq.size() != b.inv_freq.size()) {
+    *why = fmt::format("{} vs {} pairs", a.inv_freq.size(), b.inv_freq.size());
+    return false;
+  }
+  for (size_t i = 0; i < a.inv_freq.size(); ++i)
+    if (std::fabs(a.inv_freq[i] - b.inv_freq[i]) > std::ldexp(a.inv_freq[i], -22)) {
+      *why = fmt::format("pair {}: {} vs {}", i, a.inv_freq[i], b.inv_freq[i]);
+      return false;
+    }
+  if (std::fabs(a.attention_factor - b.attention_factor) > std::ldexp(a.attention_factor, -22)) {
+    *why = fmt::format("attention factor {} vs {}", a.attention_factor, b.attention_factor);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(GgufGolden, ManifestNamesTenFamiliesAndTheLlamaCppCommit) {
+  const auto m = nlohmann::json::parse(read_bytes(golden("manifest.json")));
+  EXPECT_EQ(m["llama_cpp"]["commit"], "6dafc14e50e1c248621618f3786f5005767a1d39");
+  std::set<std::string> archs;
+  for (const auto& [name, e] : m["files"].items()) {
+    archs.insert(e["architecture"].get<std::string>());
+    const auto b = read_bytes(golden(e["gguf"].get<std::string>()));
+    EXPECT_EQ(b.size(), e["bytes"].get<size_t>()) << name;
+    EXPECT_LE(b.size(), 32u * 1024) << name;  // metadata and one small tensor
+    EXPECT_EQ(*gguf_parse(b, name).get_string("general.architecture"), e["architecture"]);
+  }
+  EXPECT_EQ(archs, (std::set<std::string>{"llama", "phi3", "deepseek2", "gpt-oss", "mistral3",
+                                          "gemma3", "gptneox", "phi2", "qwen2vl", "falcon"}));
+}
+
+// Each golden file read by posenc against what llama.cpp's loader computes from it: ggml's
+// float32 parameters bit for bit (base, theta scale, frequency scale, YaRN switch and correction
+// dims, per-pair factors as stored), the angles of ggml's CPU pipeline bit for bit at positions
+// up to the context length, and the magnitude within 2^-22 (llama.cpp forms it in float, posenc
+// in double, rounded once).
+TEST(GgufGolden, PosencReadsWhatLlamaCppComputes) {
+  const auto m = nlohmann::json::parse(read_bytes(golden("manifest.json")));
+  for (const auto& [name, e] : m["files"].items()) {
+    const auto f = gguf_read(golden(e["gguf"].get<std::string>()));
+    std::vector<std::string> warnings;
+    const auto r = gguf_rope_config(f, &warnings);
+    // llama.cpp's loader requires the context length (n_ctx_train).
+    const auto ctx_key = f.get_size(r.arch + ".context_length");
+    ASSERT_TRUE(ctx_key.has_value()) << name;
+    const int64_t ctx = static_cast<int64_t>(*ctx_key);
+    for (int64_t seq : {int64_t{0}, ctx}) {
+      SCOPED_TRACE(name + " seq_len " + std::to_string(seq));
+      const auto want = llama_cpp_reading(f, seq);
+      const auto fr = rope_frequencies(r.config, seq);
+      ASSERT_TRUE(fr.ggml.has_value());
+      const auto& g = *fr.ggml;
+      EXPECT_EQ(fr.rotary_dim, want.n_rot);
+      EXPECT_EQ(g.freq_base, want.freq_base);
+      EXPECT_EQ(g.theta_scale, std::pow(want.freq_base, -2.0f / static_cast<float>(want.n_rot)));
+      EXPECT_EQ(g.freq_scale, want.freq_scale);
+      EXPECT_EQ(g.ext_factor, want.ext_factor);
+      EXPECT_EQ(g.corr_dims[0], want.corr_dims[0]);
+      EXPECT_EQ(g.corr_dims[1], want.corr_dims[1]);
+      EXPECT_EQ(g.freq_factors, want.freq_factors);
+      const float ggml_magnitude =
+          want.attn_factor *
+          (want.ext_factor != 0.0f ? 1.0f + 0.1f * std::log(1.0f / want.freq_scale) : 1.0f);
+      EXPECT_NEAR(fr.attention_factor, ggml_magnitude, std::ldexp(ggml_magnitude, -22));
+      std::vector<float> th(static_cast<size_t>(fr.rotary_dim / 2));
+      for (int64_t pos : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{17}, int64_t{1000},
+                          int64_t{4095}, int64_t{4096}, ctx / 2 + 1, ctx - 1}) {
+        rope_angles_f32(fr, rope_angle::ggml_f32, pos, th.data());
+        EXPECT_EQ(th, llama_cpp_angles(want, static_cast<int32_t>(pos))) << "position " << pos;
+      }
+    }
+  }
+}
+
+// ... and against the config.json it came from: equivalent, layouts included, except gpt-oss,
+// whose truncate: false the conversion loses (pairs 9-17 of the correction range); the sliding
+// layers of Gemma 3 and gpt-oss against the config's sliding_attention.
+TEST(GgufGolden, EquivalentToTheConfigItCameFromOrANamedDifference) {
+  const auto m = nlohmann::json::parse(read_bytes(golden("manifest.json")));
+  for (const auto& [name, e] : m["files"].items()) {
+    SCOPED_TRACE(name);
+    const auto f = gguf_read(golden(e["gguf"].get<std::string>()));
+    const auto r = gguf_rope_config(f, nullptr);
+    const auto cfg = nlohmann::json::parse(read_bytes(golden(e["config"].get<std::string>())));
+    auto hf = rope_config_from_json(cfg, nullptr);
+    const bool gpt_oss = r.arch == "gpt-oss";
+    std::string why;
+    if (gpt_oss) {
+      // The named difference: truncate false in config.json, rounded boundaries in llama.cpp.
+      EXPECT_FALSE(hf.truncate);
+      EXPECT_TRUE(r.config.truncate);
+      const auto a = rope_frequencies(hf), b = rope_frequencies(r.config);
+      for (size_t i = 0; i < a.inv_freq.size(); ++i)
+        EXPECT_EQ(std::fabs(a.inv_freq[i] / b.inv_freq[i] - 1) > 0x1p-22, i >= 9 && i <= 17) << i;
+      hf.truncate = true;
+    }
+    EXPECT_TRUE(same_rope(rope_frequencies(hf), rope_frequencies(r.config), &why)) << why;
+    EXPECT_EQ(hf.rotary_dim, r.config.rotary_dim);
+    const auto hl = hf_rope_layout(cfg);
+    ASSERT_TRUE(hl.has_value());
+    ASSERT_TRUE(r.layout.has_value()) << r.arch;
+    EXPECT_EQ(*hl, r.permuted_from_hf ? rope_layout::half : *r.layout);
+    if (r.sliding) {
+      auto hs = rope_config_from_json(cfg, "sliding_attention", nullptr);
+      if (gpt_oss) hs.truncate = true;
+      EXPECT_TRUE(same_rope(rope_frequencies(hs), rope_frequencies(*r.sliding), &why)) << why;
+    }
+  }
 }
