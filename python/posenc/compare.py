@@ -16,8 +16,9 @@ cfg are given, posenc recomputes the output under each float32 pipeline: f32 (a 
 angle), hf_f32 (transformers: float32 inv_freq, angle = inv_freq * float(position), float32
 cos/sin times the attention factor) and ggml_f32 (ggml's CPU backend: theta multiplied by
 theta_scale pair after pair). An engine within tolerance of one of them is "ok as transformers'
-float32 (hf_f32)" (when several fit, as at short positions, the one with the smallest summed
-error: the pipeline the engine follows leaves only its rotation's roundings), shown with its
+float32 (hf_f32)" (when several fit, the one with the most entries bit-identical, then the
+smallest summed error: the pipeline the engine follows reproduces every entry where its angle and
+rotation order agree), shown with its
 error under that pipeline and, separately, its distance to exact (max_error, max_ratio). Else
 MISMATCH, and every hint is tried under each of exact, f32, hf_f32 and ggml_f32: the other pair
 layout, the output without the attention factor, positions shifted by a constant per sequence

@@ -198,6 +198,14 @@ rope_compare_fit fit_of(const candidate& c, const stats& s, std::string hint = "
   return f;
 }
 
+// Ranks two fits that are both within tolerance: more entries bit-identical first (the
+// pipeline the engine follows reproduces every entry whose angle and rotation order agree),
+// then the smaller summed error.
+bool closer(const rope_compare_fit& a, const rope_compare_fit& b) {
+  if (a.identical != b.identical) return a.identical > b.identical;
+  return a.sum_error < b.sum_error;
+}
+
 void check_u(double u, const char* name) {
   if (!(u > 0 && u < 1)) fail("{} must be a unit roundoff in (0, 1), got {}", name, u);
 }
@@ -322,7 +330,7 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
       r.pipelines.push_back(fit_of(c, cmp.run(c, 0, N, false)));
     }
     for (const auto& p : r.pipelines)
-      if (p.ok && (!r.match || p.sum_error < r.match->sum_error)) r.match = p;
+      if (p.ok && (!r.match || closer(p, *r.match))) r.match = p;
     if (r.match) {
       r.ok = true;
       r.verdict = "ok as " + rope_angle_description(r.match->angle);
@@ -352,6 +360,7 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
       std::vector<std::optional<int64_t>> shifts(static_cast<size_t>(in.B));
       bool any = false, all = true;
       double worst = 0, sum = 0;
+      int64_t same = 0;
       for (int64_t b = 0; b < in.B && all; ++b) {
         const int64_t n0 = b * in.T, n1 = n0 + in.T;
         const int64_t lo = *std::min_element(pos.begin() + n0, pos.begin() + n1);
@@ -365,6 +374,8 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
             any = true;
             worst = std::max(worst, ss.max_ratio);
             sum += ss.sum_error;
+            same += ss.identical;
+            same += ss.identical;
             break;
           }
         }
@@ -373,6 +384,7 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
           if (ss.max_ratio > 1) all = false;
           worst = std::max(worst, ss.max_ratio);
           sum += ss.sum_error;
+          same += ss.identical;
         }
       }
       if (any && all) {
@@ -383,6 +395,7 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
         stats ss;
         ss.max_ratio = worst;
         ss.sum_error = sum;
+        ss.identical = same;
         r.hints.push_back(fit_of(base, ss, "shift", desc));
       }
     }
@@ -448,7 +461,7 @@ std::vector<std::string> rope_compare_hints(const rope_compare_result& r) {
       if (f.hint == kind) fits.push_back(&f);
     if (fits.empty()) continue;
     std::stable_sort(fits.begin(), fits.end(),
-                     [](const auto* a, const auto* b) { return a->sum_error < b->sum_error; });
+                     [](const auto* a, const auto* b) { return closer(*a, *b); });
     std::string s = hint_text(*fits[0], r.layout);
     for (size_t i = 1; i < fits.size(); ++i)
       s += fmt::format("{}{}", i == 1 ? " (also within tolerance under " : ", ",

@@ -251,3 +251,45 @@ def test_bad_input_names_the_argument(setup):
         posenc.compare(expected, x=x, positions=pos - 100, cfg=cfg)
     with pytest.raises(TypeError, match="actual must be float16, bfloat16, float32 or float64"):
         posenc.compare(expected.astype(np.int32), expected)
+
+
+def test_real_transformers_float32_is_ok_as_hf_f32(rng):
+    # transformers' own float32 cos / sin (tests/golden/transformers, commit c49429ed, positions
+    # 0 to 100000) applied by its rotation, q * cos + rotate_half(q) * sin in float32 (or the
+    # interleaved form its model class uses): every config ok as hf_f32, none within exact.
+    import json
+    import pathlib
+    import warnings
+
+    gold = pathlib.Path(__file__).resolve().parents[1] / "golden" / "transformers"
+    configs = json.loads((gold / "rope.json").read_text())
+    cs = np.load(gold / "rope_cos_sin.npz")
+    pos = np.asarray(configs["positions"])[None]
+    checked = 0
+    for name, c in configs["configs"].items():
+        for lt, r in (c.get("rope") or {}).items():
+            if f"{name}/{lt}/cos" not in cs:
+                continue
+            with warnings.catch_warnings():  # precedence notes of the partial configs
+                warnings.simplefilter("ignore")
+                cfg = posenc.RopeConfig.from_hf(c["processed"], None if lt == "all" else lt)
+            R, lay = r["rotary_dim"], r["cos_sin_layout"]
+            if cfg.rotary_dim != R:  # proportional: transformers lists the rotated pairs only
+                continue
+            cos, sin = cs[f"{name}/{lt}/cos"], cs[f"{name}/{lt}/sin"]
+            x = rng.standard_normal((1, pos.shape[1], 2, cfg.head_dim)).astype(np.float32)
+            xr = x[..., :R]
+            if lay == "half":
+                C, S = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1)
+                rot = np.concatenate([-xr[..., R // 2:], xr[..., : R // 2]], -1)
+            else:
+                C, S = np.repeat(cos, 2, -1), np.repeat(sin, 2, -1)
+                rot = np.stack([-xr[..., 1::2], xr[..., ::2]], -1).reshape(xr.shape)
+            out = x.copy()
+            out[..., :R] = xr * C[None, :, None] + rot * S[None, :, None]
+            res = posenc.compare(out, x=x, positions=pos, cfg=cfg, layout=lay,
+                                 seq_len=r["forward_seq_len"])
+            assert res.ok and res.pipeline == "hf_f32", f"{name} {lt}: {res}"
+            assert res.max_ratio > 1, f"{name} {lt}: {res}"
+            checked += 1
+    assert checked >= 50

@@ -42,10 +42,11 @@
 //
 // Verdict: ok when actual is within tolerance of `expected` (or of posenc's exact output when
 // expected is not given); else each named pipeline is recomputed from x and, of those within
-// tolerance, the one with the smallest summed error |actual - candidate| is the match ("ok as
-// transformers' float32 (hf_f32)"; at short positions several pipelines fit, and the one the
-// engine follows leaves only its rotation's roundings), reported with its own error and,
-// separately, the distance to exact (max_ratio against the reference). Else MISMATCH, with every
+// tolerance, the one with the most entries bit-identical (then the smallest summed error
+// |actual - candidate|) is the match ("ok as transformers' float32 (hf_f32)"; several pipelines
+// can fit, and the one the engine follows reproduces every entry where its angle and rotation
+// order agree), reported with its own error and, separately, the distance to exact (max_ratio
+// against the reference). Else MISMATCH, with every
 // hint that fits: the other pair layout, the output without the attention factor, positions shifted
 // by a constant per sequence (d in [-64, 64]), each under exact, f32, hf_f32 and ggml_f32. Without
 // x only the ratio of vector norms is examined (a uniform scale: a missing attention factor or
@@ -136,7 +137,7 @@ rope_compare_result rope_compare(const rope_compare_input& in);
 std::string rope_compare_text(const rope_compare_result& r);
 
 // The hints in words, one per kind (layout, attention factor, shift) that fits under some mode:
-// the mode with the smallest summed error first ("matches the other pair layout (interleaved) under
+// the closest mode first (ranked as the match) ("matches the other pair layout (interleaved) under
 // transformers' float32 (hf_f32); ..."), the other modes it also fits under after it; then
 // norm_hint when set.
 std::vector<std::string> rope_compare_hints(const rope_compare_result& r);
