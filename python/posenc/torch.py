@@ -43,41 +43,68 @@ def _ints(v):
     return v
 
 
+def _overlaps(t):
+    # torch's check for in-place writes: 1 = some elements share memory (an expanded tensor).
+    return _torch._debug_has_internal_overlap(t) == 1
+
+
+def _rotate_tables(t, cos, sin, interleaved, seqlen_offsets, cu_seqlens, inverse, inplace, name):
+    """FlashAttention's apply_rotary (flash_attn/ops/triton/rotary.py) over posenc's kernel.
+
+    inplace: t's storage is rotated and t itself is returned; the write is a kernel store, as
+    FlashAttention's Triton kernel's is: autograd is not told (t's version counter stays), so
+    it works inside a Function's forward and backward on any t, a leaf that requires grad
+    included. Otherwise a new tensor laid out like torch.empty_like(t) (t's strides when t is
+    dense); channels [rotary_dim, D) are copied, or untouched in place.
+    """
+    cd = _compute_dtype(t, name)
+    _compute_dtype(cos, "cos")
+    _compute_dtype(sin, "sin")
+    cn, sn = _np(cos, cd), _np(sin, cd)
+    kw = dict(interleaved=interleaved, seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens,
+              inverse=inverse)
+    if inplace and t.dtype == cd and t.is_contiguous():
+        _posenc._rotary_tables(t.detach().numpy(), cn, sn, inplace=True, **kw)
+        return t
+    res = _torch.from_numpy(_posenc._rotary_tables(_np(t, cd), cn, sn, **kw)).to(t.dtype)
+    if inplace:
+        t.data.copy_(res)  # .data: the storage, without bumping t's version counter
+        return t
+    if t.is_contiguous():
+        return res
+    out = _torch.empty_like(t)
+    out.copy_(res)
+    return out
+
+
 class _RotaryTables(_torch.autograd.Function):
+    # FlashAttention's ApplyRotaryEmb (flash_attn/layers/rotary.py), semantics for semantics:
+    # inplace returns x unmarked (no ctx.mark_dirty), so autograd hands the caller a view of x
+    # (same storage, its own grad_fn) and x, even a leaf that requires grad, is left as it is
+    # in the graph; the backward with inplace=True rotates the incoming gradient in place and
+    # returns it (the caller's tensor passed to out.backward(g) is changed, as in FlashAttention).
     @staticmethod
     def forward(ctx, x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens):
-        cd = _compute_dtype(x, "x")
-        _compute_dtype(cos, "cos")
-        _compute_dtype(sin, "sin")
-        cn, sn = _np(cos, cd), _np(sin, cd)
-        direct = inplace and x.dtype == cd and x.is_contiguous()
-        xn = x.detach().numpy() if direct else _np(x, cd)
-        out = _posenc._rotary_tables(
-            xn, cn, sn, interleaved=interleaved, inplace=True if direct else False,
-            seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens,
-        )
+        if inplace and _overlaps(x):
+            raise ValueError(
+                "x must not have elements sharing memory (an expanded tensor) for inplace=True; "
+                "pass x.clone() or inplace=False"
+            )
+        out = _rotate_tables(x, cos, sin, interleaved, seqlen_offsets, cu_seqlens,
+                             inverse=False, inplace=inplace, name="x")
         ctx.save_for_backward(cos, sin)
-        ctx.args = (interleaved, seqlen_offsets, cu_seqlens)
-        if direct:
-            ctx.mark_dirty(x)
-            return x
-        res = _torch.from_numpy(out).to(x.dtype)
-        if inplace:
-            x.copy_(res)
-            ctx.mark_dirty(x)
-            return x
-        return res
+        ctx.args = (interleaved, inplace, seqlen_offsets, cu_seqlens)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
+        # backward of "out = R(theta) x": dx = R(-theta) grad, the forward kernel inverted.
         cos, sin = ctx.saved_tensors
-        interleaved, seqlen_offsets, cu_seqlens = ctx.args
-        cd = _compute_dtype(grad, "grad")
-        g = _posenc._rotary_tables(
-            _np(grad, cd), _np(cos, cd), _np(sin, cd), interleaved=interleaved,
-            seqlen_offsets=seqlen_offsets, cu_seqlens=cu_seqlens, inverse=True,
-        )
-        return _torch.from_numpy(g).to(grad.dtype), None, None, None, None, None, None
+        interleaved, inplace, seqlen_offsets, cu_seqlens = ctx.args
+        # An expanded gradient (out.sum().backward()) cannot be rotated in place: a new tensor.
+        g = _rotate_tables(grad, cos, sin, interleaved, seqlen_offsets, cu_seqlens,
+                           inverse=True, inplace=inplace and not _overlaps(grad), name="grad")
+        return g, None, None, None, None, None, None
 
 
 def apply_rotary_emb(
@@ -91,10 +118,23 @@ def apply_rotary_emb(
     may be float32 while x is bfloat16/float16. interleaved: rotate pairs (0, 1), (2, 3), ...
     (GPT-J) instead of (i, i + rotary_dim / 2) (NeoX). seqlen_offsets: int or (batch,) tensor:
     token t of sequence b uses row seqlen_offsets[b] + t of cos and sin (KV cache).
-    max_seqlen: accepted for the signature; the rows needed are checked against cos instead.
-    Returns (batch, seqlen, nheads, headdim) (or x itself when inplace); channels
-    [rotary_dim, headdim) are passed through. Differentiable in x (cos, sin get no gradient,
-    as in FlashAttention).
+    max_seqlen: accepted for the signature; the rows needed are checked against cos instead
+    (a row past the table is an error here; FlashAttention's kernel reads it as cos 1, sin 0).
+    Returns (batch, seqlen, nheads, headdim) laid out like x; channels [rotary_dim, headdim)
+    are passed through. Differentiable in x (cos, sin get no gradient, as in FlashAttention).
+
+    inplace=True, as FlashAttention: x's storage is rotated (x's values change) and what is
+    returned is autograd's view of x (out.data_ptr() == x.data_ptr(), out is not x). Autograd
+    is not told of the write (no mark_dirty, x._version unchanged), so x may be a leaf that
+    requires grad, and x.grad after out.backward(g) is R(-theta) g; but a tensor that an
+    earlier op saved from x for its own backward is not checked either. The backward rotates
+    g in place (the caller's g is changed) unless g is an expanded tensor. x must not be
+    expanded (elements sharing memory).
+
+    Arithmetic: float32 for float32, bfloat16 and float16 x (rounded to x's dtype once, like
+    FlashAttention's kernel, which computes in float32 and stores), float64 for float64 x
+    (FlashAttention computes float64 x in float32). Each output is one fused multiply-add,
+    u' = fma(u, c, -(v s)), v' = fma(u, s, v c), where the target has FMA.
     """
     del max_seqlen
     return _RotaryTables.apply(
