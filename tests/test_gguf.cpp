@@ -418,6 +418,11 @@ TEST(GgufErrors, FileCutInsideTheTensorDataIsRefused) {
           fmt::format("runs past the end of the file ({} bytes)", end - 8)})
       EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
   }
+  // The CLI refuses it (exit 2, the tensor named) where it printed frequencies before.
+  const auto cli = test::run_cli({"rope", "freqs", "--gguf", path});
+  EXPECT_EQ(cli.exit_code, 2) << cli.out;
+  EXPECT_NE(cli.err.find("tensor[1] (blk.0.attn_q.weight): data ["), std::string::npos) << cli.err;
+  EXPECT_TRUE(cli.out.empty()) << cli.out;
   std::remove(path.c_str());
   // Sizes: a retired type, and an ne0 that is not a whole number of blocks.
   for (const auto& [type, ne, msg] :
