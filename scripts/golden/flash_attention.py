@@ -61,7 +61,8 @@ def load_reference(checkout):
     def apply_rotary(*args, **kwargs):
         raise RuntimeError("the golden run uses apply_rotary_emb_torch only (no Triton kernel)")
 
-    for name, path in (("flash_attn", pkg), ("flash_attn.ops", None), ("flash_attn.ops.triton", None)):
+    packages = (("flash_attn", pkg), ("flash_attn.ops", None), ("flash_attn.ops.triton", None))
+    for name, path in packages:
         module = types.ModuleType(name)
         module.__path__ = [str(path)] if path else []
         sys.modules[name] = module

@@ -55,7 +55,8 @@ def pair_index(D, R, interleaved):
 
 def rotate_exact(x, cos, sin, interleaved, seqlen_offsets=0, cu_seqlens=None, inverse=False):
     """The rotation in float64 numpy (exact products of float32 inputs, one rounding per sum;
-    float64 inputs: (2 u + u^2)(|a| + |b|) off): independent of posenc's kernel. Returns (y, magnitude), magnitude = |a| + |b| per element."""
+    float64 inputs: (2 u + u^2)(|a| + |b|) off): independent of posenc's kernel.
+    Returns (y, magnitude), magnitude = |a| + |b| per element."""
     x = np.asarray(x, dtype=np.float64)
     cos, sin = np.asarray(cos, np.float64), np.asarray(sin, np.float64)
     R = 2 * cos.shape[1]
@@ -90,7 +91,8 @@ def assert_near_exact(got, x, cos, sin, interleaved, seqlen_offsets=0, cu_seqlen
     if got.dtype in (torch.bfloat16, torch.float16):
         tol = tol + STORE_UNIT[got.dtype] * (np.abs(y) + tol) + STORE_TINY[got.dtype]
     err = np.abs(got.detach().double().numpy() - y)
-    assert np.all(err <= tol * (1 + 2.0**-40)), f"max err/tol {np.max(err / np.maximum(tol, 1e-300))}"
+    ratio = np.max(err / np.maximum(tol, 1e-300))
+    assert np.all(err <= tol * (1 + 2.0**-40)), f"max err/tol {ratio}"
 
 
 # ---- FlashAttention's in-place semantics ---------------------------------------------------
@@ -195,7 +197,8 @@ def test_inplace_inside_a_graph_and_with_an_expanded_gradient():
     ones = torch.ones(1, 5, 2, 8, dtype=torch.float64)
     want, mag = rotate_exact(ones, cos, sin, False, inverse=True)
     u = UNIT[torch.float64]  # posenc's and rotate_exact's errors, each (2 u + u^2) mag, times 2
-    assert np.all(np.abs(y.grad.numpy() - 2 * want) <= 2 * (4 * u + 2 * u * u) * mag * (1 + 2.0**-40))
+    tol = 2 * (4 * u + 2 * u * u) * mag * (1 + 2.0**-40)
+    assert np.all(np.abs(y.grad.numpy() - 2 * want) <= tol)
     assert torch.autograd.gradcheck(
         lambda t: pt.apply_rotary_emb(t * 1.0, cos, sin, interleaved=True, inplace=True),
         (y,),
@@ -238,7 +241,8 @@ def check_against_golden(got, want, x, cos, sin, case, off, cu, inverse):
     _, mag = rotate_exact(x, cos, sin, case["interleaved"], off, cu, inverse)
     err = np.abs(got.detach().double().numpy() - want.double().numpy())
     tol = (3 * u + 2 * u * u) * mag * (1 + 2.0**-40)
-    assert np.all(err <= tol), f"{case['name']}: max err/tol {np.max(err / np.maximum(tol, 1e-300))}"
+    ratio = np.max(err / np.maximum(tol, 1e-300))
+    assert np.all(err <= tol), f"{case['name']}: max err/tol {ratio}"
     R = case["rotary_dim"]
     assert torch.equal(got[..., R:], want[..., R:])
     pos = positions_of(x.shape, off if not torch.is_tensor(off) else off.numpy(), cu)
