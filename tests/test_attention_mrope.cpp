@@ -240,3 +240,24 @@ TEST(AttentionMrope, BadIdsAndSectionsAreRefusedByName) {
   expect_error([&](auto& p) { p.pos.mrope.section = {1, 1, 1}; }, "pos.mrope.section");
   expect_error([&](auto& p) { p.pos.rope.freqs = &c.fr; }, "at most one is allowed");
 }
+
+TEST(AttentionMrope, CopeWithMropeIsRefusedNamingBoth) {
+  // CoPE's path applies no q/k transform: M-RoPE next to it was once dropped without a word
+  // (the output was CoPE's alone). Every entry point must refuse the pair by name.
+  mrope_case<float> c(5, 9, rope_layout::half, rope_angle::exact, false, false, 4);
+  std::vector<float> out(c.T * c.Hq * c.D);
+  const std::vector<float> emb(6 * c.D, 0.25f);
+  auto p = c.params();
+  p.out = out.data();
+  p.pos.mrope = c.m;
+  p.pos.cope = {6, emb};
+  try {
+    attention_forward(p);
+    ADD_FAILURE() << "cope + mrope ran";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cope cannot be combined with mrope"), std::string::npos)
+        << e.what();
+  }
+  p.pos.mrope = {};
+  EXPECT_NO_THROW(attention_forward(p));  // CoPE alone still runs
+}

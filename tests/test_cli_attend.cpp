@@ -714,9 +714,28 @@ TEST(CliAttend, CopeMatchesNaiveFormula) {
   std::filesystem::remove(in.dir.file("o.npy"));
   std::vector<double> bad(P * (D + 1), 0.0);
   in.write("bad.npy", bad, {P, D + 1}, dtype::f64);
+  // M-RoPE beside CoPE was once run as CoPE alone (`schemes: mrope+cope`, CoPE's output).
+  {
+    std::ofstream f(in.dir.file("mrope.json"));
+    f << R"({"head_dim": 8, "rope_theta": 10000,
+             "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]}})";
+  }
+  auto qp3 = make_npy<int64_t>({3, T});
+  auto kp3 = make_npy<int64_t>({3, S});
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < T; ++i) qp3.as<int64_t>()[r * T + i] = S - T + i + (r == 1 ? i % 2 : 0);
+    for (int j = 0; j < S; ++j) kp3.as<int64_t>()[r * S + j] = j + (r == 2 ? j % 2 : 0);
+  }
+  write_npy(in.dir.file("qp3.npy"), qp3);
+  write_npy(in.dir.file("kp3.npy"), kp3);
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--cope", in.dir.file("e.npy")}, "cope needs causal attention"},
-      {{"--causal", "--cope", in.dir.file("e.npy"), "--alibi"}, "cope is used alone"},
+      {{"--causal", "--cope", in.dir.file("e.npy"), "--alibi"},
+       "cope cannot be combined with alibi"},
+      {{"--causal", "--cope", in.dir.file("e.npy"), "--rope", "--layout", "half", "--hf-config",
+        in.dir.file("mrope.json"), "--q-positions", in.dir.file("qp3.npy"), "--k-positions",
+        in.dir.file("kp3.npy")},
+       "cope cannot be combined with mrope"},
       {{"--causal", "--cope", in.dir.file("bad.npy")}, "--cope must have shape (npos, D)"},
   };
   for (const auto& [extra, msg] : cases) {

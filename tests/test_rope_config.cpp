@@ -626,9 +626,15 @@ TEST(RopeConfig, YarnWithoutFactorTakesTheLengthRatio) {
   j["rope_scaling"]["factor"] = 4.0;
   rope_config_from_json(j, &w);
   EXPECT_TRUE(w.empty());
-  // Neither factor nor a ratio: an error naming the key.
+  // Neither factor nor a ratio: an error naming the key. (A named class would supply
+  // max_position_embeddings: LlamaConfig's 2048 gives the ratio 0.5, refused below.)
   j.erase("max_position_embeddings");
   j["rope_scaling"].erase("factor");
+  EXPECT_NE(expect_invalid(j).find("max_position_embeddings / original_max_position_embeddings = "
+                                   "2048 / 4096 must be >= 1"),
+            std::string::npos);
+  j.erase("model_type");
+  j.erase("architectures");
   EXPECT_NE(expect_invalid(j).find("rope_scaling.factor is missing"), std::string::npos);
 }
 
@@ -685,8 +691,17 @@ TEST(RopeConfig, ErrorsNameTheKey) {
   EXPECT_NE(expect_invalid(phi).find("rope_scaling.long_factor must have rotary_dim/2 = 48 "
                                      "entries, got 47"),
             std::string::npos);
+  // Without hidden_size a named class supplies its own (LlamaConfig: 4096, with a note); a
+  // config that names no class cannot derive head_dim.
   bad = j;
   bad.erase("hidden_size");
+  std::vector<std::string> notes;
+  EXPECT_EQ(rope_config_from_json(bad, &notes).head_dim, 4096 / 32);
+  EXPECT_NE(notes.at(0).find("hidden_size is missing; took transformers' LlamaConfig default 4096"),
+            std::string::npos)
+      << notes.at(0);
+  bad.erase("model_type");
+  bad.erase("architectures");
   EXPECT_NE(expect_invalid(bad).find("head_dim is missing"), std::string::npos);
   bad = j;
   bad["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 0.25}};

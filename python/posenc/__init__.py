@@ -101,7 +101,9 @@ def hf_layer_plan(path_or_dict):
     indices]}), rope_layers (one bool per layer, False = NoPE; [] = every layer has RoPE),
     nope_layers (indices), nope_source, attn_temperature_tuning, floor_scale and attn_scale
     (Llama 4's query temperature on the NoPE layers: posenc.attention's options of the same
-    names). Each layer type's RoPE: RopeConfig.from_hf(path_or_dict, layer_type=t).
+    names), defaults (one note per key the config leaves out and its transformers class
+    supplies, e.g. Gemma 3's rope_theta 1000000; each is also raised as a UserWarning). Each
+    layer type's RoPE: RopeConfig.from_hf(path_or_dict, layer_type=t).
     """
     path, text = _config_json(path_or_dict)
     if path is not None:
@@ -188,6 +190,7 @@ def apply_rope(
     inplace=False,
     inverse=False,
     seq_len=None,
+    hf_inv_freq=None,
 ):
     """Rotate x by RoPE at its positions.
 
@@ -198,7 +201,11 @@ def apply_rope(
     (a plain float32 angle; "compat_f32" is its former name), "hf_f32" (transformers' float32
     pipeline) or "ggml_f32" (ggml's). inverse=True applies the transpose a R(p)^T (the
     backward; undoes the forward when the attention factor is 1). seq_len (dynamic, longrope)
-    defaults to max position + 1 as in HF's forward. Returns a new array, or x when inplace.
+    defaults to max position + 1 as in HF's forward. hf_inv_freq (angle "hf_f32" only): the
+    engine's own float32 inv_freq buffer (transformers' rotary_emb.inv_freq, (R/2,) float32)
+    in place of posenc's model of it (cfg.hf_inv_freq(): torch's float32 pow rounded
+    correctly; torch's CPU pow can differ in the last bit for a pair or two). Returns a new
+    array, or x when inplace.
     """
     return _posenc.apply_rope(
         x,
@@ -211,6 +218,7 @@ def apply_rope(
         inplace=inplace,
         inverse=inverse,
         seq_len=seq_len,
+        hf_inv_freq=hf_inv_freq,
     )
 
 
@@ -541,7 +549,7 @@ class KVCache:
                 raise TypeError(f"{name} must be {self._k.dtype} (the cache's dtype), got {a.dtype}")
         T = k.shape[0]
         if positions is None:
-            if self._mrope:  # text tokens after the largest id so far (positions_mrope's rule)
+            if self._mrope:  # one past the largest id so far (transformers' rope_deltas at decode)
                 start = int(self._pos3[:, : self._n].max()) + 1 if self._n else 0
             else:
                 start = int(self._pos[self._n - 1]) + 1 if self._n else 0

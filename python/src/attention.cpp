@@ -336,7 +336,7 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
           "cope needs causal=True: its positions count the keys up to the query (Golovneva et "
           "al. 2024)");
     std::vector<std::string> on;
-    if (s.freqs) on.push_back("rope");
+    if (s.freqs) on.push_back(s.mrope ? "mrope" : "rope");
     if (s.xpos.theta != 0) on.push_back("xpos");
     if (!s.slopes.empty()) on.push_back("alibi");
     if (s.t5_table) on.push_back("t5_table");

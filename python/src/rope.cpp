@@ -161,9 +161,23 @@ rope_config config_from_json_text(const std::string& text, const std::string& la
   return c;
 }
 
+// The engine's own float32 inv_freq buffer (None = posenc's model of it) into f's hf_f32
+// pipeline.
+void apply_hf_inv_freq(rope_freqs& f, py::handle obj) {
+  if (obj.is_none()) return;
+  const py::array a = as_array(obj, "hf_inv_freq");
+  if (!is_f32(a))
+    throw py::type_error("hf_inv_freq must be float32 (the engine's buffer as it is), got " +
+                         dtype_str(a));
+  if (a.ndim() != 1) fail("hf_inv_freq must have shape (R/2,), got {}", shape_str(a));
+  const auto v = contiguous_as<float>(a);
+  rope_set_hf_inv_freq(f, std::span<const float>(v.data(), static_cast<size_t>(v.size())));
+}
+
 // hf_layer_plan as a dict (posenc.hf_layer_plan documents the keys).
 py::dict layer_plan_dict(const nlohmann::json& config) {
   const rope_layer_plan p = hf_layer_plan(config);
+  emit_warnings(p.defaults);
   py::dict d;
   d["layer_types"] = p.layer_types;
   d["types"] = p.types;
@@ -185,6 +199,7 @@ py::dict layer_plan_dict(const nlohmann::json& config) {
   d["attn_temperature_tuning"] = p.temperature_tuning;
   d["floor_scale"] = p.floor_scale;
   d["attn_scale"] = p.attn_scale;
+  d["defaults"] = p.defaults;
   return d;
 }
 
@@ -310,6 +325,21 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
           "(inv_freq (R/2,) float64, attention_factor): transformers' "
           "ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len). seq_len None = 0 (HF at "
           "initialisation: dynamic unscaled, longrope short_factor).")
+      .def(
+          "hf_inv_freq",
+          [](const rope_config& c, std::optional<int64_t> seq_len) {
+            if (seq_len && *seq_len < 0) fail("seq_len must be >= 0, got {}", *seq_len);
+            const auto f = rope_frequencies(c, seq_len.value_or(0));
+            const auto& v = f.hf->inv_freq;
+            py::array_t<float> inv(static_cast<py::ssize_t>(v.size()));
+            std::memcpy(inv.mutable_data(), v.data(), v.size() * sizeof(float));
+            return inv;
+          },
+          py::arg("seq_len") = py::none(),
+          "The float32 inv_freq (R/2,) angle 'hf_f32' uses: transformers' float32 formula with "
+          "torch's pow rounded correctly (its CPU SLEEF pow may differ in the last bit; pass the "
+          "engine's buffer as rope_cos_sin(..., hf_inv_freq=) / apply_rope(..., hf_inv_freq=) "
+          "to use it instead).")
       .def("__repr__", [](const rope_config& c) {
         return fmt::format(
             "RopeConfig(head_dim={}, rotary_dim={}, theta={}, scaling='{}', factor={}, "
@@ -321,13 +351,16 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
   m.def(
       "rope_cos_sin",
       [](const rope_config& c, py::handle positions, const std::string& angle_name,
-         py::object dtype, std::optional<int64_t> seq_len) {
+         py::object dtype, std::optional<int64_t> seq_len, py::handle hf_inv_freq) {
         const auto angle = rope_angle_from_name(angle_name, "angle");
         const py::array pa = as_array(positions, "positions");
         if (pa.ndim() != 1) fail("positions must have shape (N,), got {}", shape_str(pa));
         const auto pos = int_values(pa, "positions");
         require_min(pos, "positions", 0);
-        const auto f = rope_frequencies(c, seq_len_for(seq_len, pos));
+        auto f = rope_frequencies(c, seq_len_for(seq_len, pos));
+        if (!hf_inv_freq.is_none() && angle != rope_angle::hf_f32)
+          fail("hf_inv_freq is the buffer of angle 'hf_f32'; got angle '{}'", angle_name);
+        apply_hf_inv_freq(f, hf_inv_freq);
         const py::dtype dt = py::dtype::from_args(dtype);
         const int64_t N = static_cast<int64_t>(pos.size()), half = f.rotary_dim / 2;
         auto run = [&](auto tag) {
@@ -352,22 +385,31 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
         throw py::type_error("dtype must be float32 or float64, got " + dtype_name(dt));
       },
       py::arg("cfg"), py::arg("positions"), py::arg("angle") = "exact",
-      py::arg("dtype") = py::dtype::of<double>(), py::arg("seq_len") = py::none());
+      py::arg("dtype") = py::dtype::of<double>(), py::arg("seq_len") = py::none(),
+      py::arg("hf_inv_freq") = py::none(),
+      R"doc(cos, sin (N, R/2) of cfg at positions (N,) in angle mode `angle`, times the attention
+factor. hf_inv_freq (angle "hf_f32" only): the engine's own float32 inv_freq buffer
+(transformers' rotary_emb.inv_freq) in place of posenc's model of it (RopeConfig.hf_inv_freq;
+the model rounds torch's float32 pow correctly, torch's SLEEF pow can differ in the last bit).)doc");
 
   m.def(
       "apply_rope",
       [](py::handle x_obj, py::handle positions, const rope_config& c,
          const std::string& layout_name, const std::string& angle_name, py::handle seqlen_offsets,
-         py::handle cu_seqlens, bool inplace, bool inverse, std::optional<int64_t> seq_len) {
+         py::handle cu_seqlens, bool inplace, bool inverse, std::optional<int64_t> seq_len,
+         py::handle hf_inv_freq) {
         const py::array x = as_array(x_obj, "x");
         require_float(x, "x");
         const auto layout = rope_layout_from_name(layout_name, "layout");
         const auto angle = rope_angle_from_name(angle_name, "angle");
+        if (!hf_inv_freq.is_none() && angle != rope_angle::hf_f32)
+          fail("hf_inv_freq is the buffer of angle 'hf_f32'; got angle '{}'", angle_name);
         const auto L = layout_of(x, positions, seqlen_offsets, cu_seqlens, "x");
         if (L.D != c.head_dim)
           fail("x must have head dim D = cfg.head_dim = {}, got shape {}", c.head_dim,
                shape_str(x));
-        const auto f = rope_frequencies(c, seq_len_for(seq_len, L.positions));
+        auto f = rope_frequencies(c, seq_len_for(seq_len, L.positions));
+        apply_hf_inv_freq(f, hf_inv_freq);
         const rope_io io = io_for(x, inplace, "x");
         if (is_f32(x))
           rotate_tokens<float>(f, layout, angle, L.positions, io, L.N, L.H, L.D, inverse);
@@ -378,7 +420,7 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
       py::arg("x"), py::arg("positions") = py::none(), py::kw_only(), py::arg("cfg"),
       py::arg("layout") = "half", py::arg("angle") = "exact", py::arg("seqlen_offsets") = 0,
       py::arg("cu_seqlens") = py::none(), py::arg("inplace") = false, py::arg("inverse") = false,
-      py::arg("seq_len") = py::none());
+      py::arg("seq_len") = py::none(), py::arg("hf_inv_freq") = py::none());
 
   m.def(
       "_rotary_tables",
@@ -474,7 +516,9 @@ when inplace.)doc");
 
   m.def(
       "positions_mrope",
-      [](const std::vector<std::vector<int64_t>>& segments, int64_t start) {
+      [](const std::vector<std::vector<int64_t>>& segments, int64_t start,
+         const std::string& rule) {
+        const mrope_rule r = mrope_rule_from_name(rule, "rule");
         std::vector<mrope_segment> segs;
         for (size_t i = 0; i < segments.size(); ++i) {
           const auto& s = segments[i];
@@ -486,20 +530,22 @@ when inplace.)doc");
           segs.push_back(s.size() == 1 ? mrope_segment{s[0], 0, 0, 0}
                                        : mrope_segment{s[0], s[1], s[2], s[3]});
         }
-        const auto ids = positions_mrope(segs, start);
+        const auto ids = positions_mrope(segs, start, r);
         const auto n = static_cast<py::ssize_t>(ids.size() / 3);
         py::array_t<int64_t> out({py::ssize_t{3}, n});
         std::memcpy(out.mutable_data(), ids.data(), ids.size() * sizeof(int64_t));
         return out;
       },
-      py::arg("segments"), py::arg("start") = 0,
+      py::arg("segments"), py::arg("start") = 0, py::arg("rule") = "transformers_v5",
       R"doc(M-RoPE position ids (3, n) int64 for a sequence of text runs and images.
 
 segments: a list of (text, t, h, w): `text` text tokens followed by an image of grid (t, h, w)
 tokens (after the vision merger; (text,) or t = h = w = 0 for text only). As transformers'
 Qwen2-VL get_rope_index: a text token gets (n, n, n); image token (a, b, c) gets
-(n + a, n + b, n + c), n one past the largest id before it; the next token then starts at
-n + max(t, h, w). start: the first id.)doc");
+(n + a, n + b, n + c); the next token then starts at n + max(h, w) (rule "transformers_v5",
+the default: transformers 5, PR #43972) or n + max(t, h, w) (rule "transformers_v4": transformers
+4.x, one past the largest id). The two differ only for a video with t > max(h, w). start: the
+first id.)doc");
 }
 
 }  // namespace posenc::py_bind

@@ -260,6 +260,18 @@ double yarn_correction_dim(double rotations, int64_t R, double base, double orig
 
 }  // namespace
 
+void rope_set_hf_inv_freq(rope_freqs& f, std::span<const float> inv_freq, const char* arg) {
+  if (!f.hf)
+    fail("{}: the frequencies have no hf_f32 pipeline (build them with rope_frequencies)", arg);
+  const int64_t half = f.rotary_dim / 2;
+  if (static_cast<int64_t>(inv_freq.size()) != half)
+    fail("{} must have shape (R/2,) = ({},), got ({},)", arg, half, inv_freq.size());
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    if (!std::isfinite(inv_freq[i]) || inv_freq[i] < 0)
+      fail("{}[{}] must be finite and >= 0, got {}", arg, i, inv_freq[i]);
+  f.hf->inv_freq.assign(inv_freq.begin(), inv_freq.end());
+}
+
 rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len) {
   rope_validate(c);
   if (seq_len < 0) fail("seq_len must be >= 0, got {}", seq_len);

@@ -123,12 +123,30 @@ bool is_gemma3(const std::string& mt) {
   return mt == "gemma3" || mt == "gemma3_text";
 }
 
+// The text part of a config with every key its transformers class supplies filled in (a
+// text_config that names no model_type is given its composite's text class, as transformers
+// does).
+json filled(const json& config, bool layers, std::vector<std::string>* notes) {
+  const json& t = text_part(config);
+  std::string outer;
+  if (&t != &config && present(config, "model_type") && config.at("model_type").is_string())
+    outer = config.at("model_type").get<std::string>();
+  json j = hf_apply_class_defaults(t, outer, layers, notes);
+  if (!present(j, "model_type") && !outer.empty())
+    if (const hf_class_defaults* d = hf_class_defaults_for(outer + "_text"))
+      j["model_type"] = d->model_type;
+  return j;
+}
+
+rope_config config_from_view(const json& j, std::vector<std::string>* warnings);
+
 }  // namespace
 
 rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
   if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
-  const json& j = text_part(config);
   rope_layer_plan p;
+  const bool stated_types = present(text_part(config), "layer_types");
+  const json j = filled(config, true, &p.defaults);
   const std::string mt = model_class(j);
   const auto n_layers = get_int(j, "num_hidden_layers", "");
   if (n_layers && (*n_layers < 0 || *n_layers > (int64_t{1} << 20)))
@@ -148,10 +166,16 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
     if (n_layers && static_cast<int64_t>(p.layer_types.size()) != L)
       fail("layer_types must have num_hidden_layers = {} entries, got {}", L, p.layer_types.size());
     p.source = "layer_types";
+    if (!stated_types)
+      if (const hf_class_defaults* d = hf_class_defaults_for(mt))
+        p.source = fmt::format("{}'s default pattern ({}, period {}; transformers c49429ed)",
+                               d->class_name, hf_layer_pattern_name(d->pattern), d->pattern_period);
   } else if (present(j, "sliding_window_pattern") || (is_gemma3(mt) && n_layers)) {
     const int64_t pattern = get_int(j, "sliding_window_pattern", "").value_or(6);
     if (pattern < 1) fail("sliding_window_pattern must be >= 1, got {}", pattern);
-    if (!n_layers) fail("sliding_window_pattern needs num_hidden_layers");
+    // Without num_hidden_layers the two types are still known (a layer-type query needs no
+    // more); which layer has which is not.
+    if (!n_layers) p.types = {"sliding_attention", "full_attention"};
     for (int64_t i = 0; i < L; ++i)
       p.layer_types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
     p.source = fmt::format("sliding_window_pattern = {}{}", pattern,
@@ -198,7 +222,11 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
   } else if (interval || (nope_class && n_layers)) {
     const int64_t iv = interval.value_or(4);
     if (iv < 1) fail("no_rope_layer_interval must be >= 1, got {}", iv);
-    if (!n_layers) fail("no_rope_layer_interval needs num_hidden_layers");
+    if (!n_layers)
+      fail(
+          "no_rope_layer_interval = {} says which layers are NoPE only with num_hidden_layers, "
+          "which this config (model_type '{}', no class default known) does not give",
+          iv, mt);
     for (int64_t i = 0; i < L; ++i) p.rope_layers.push_back((i + 1) % iv != 0);
     p.nope_source =
         fmt::format("no_rope_layer_interval = {}{}", iv, interval ? "" : " (transformers default)");
@@ -225,8 +253,10 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
 rope_config rope_config_from_json(const nlohmann::json& config, const std::string& layer_type,
                                   std::vector<std::string>* warnings) {
   if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
-  const json& j = text_part(config);
-  if (layer_type.empty()) return rope_config_from_json(j, warnings);
+  std::vector<std::string> local;
+  if (!warnings) warnings = &local;
+  const json j = filled(config, !layer_type.empty(), warnings);
+  if (layer_type.empty()) return config_from_view(j, warnings);
   const auto plan = hf_layer_plan(j);
   if (std::find(plan.types.begin(), plan.types.end(), layer_type) == plan.types.end()) {
     if (plan.types.empty())
@@ -270,7 +300,7 @@ rope_config rope_config_from_json(const nlohmann::json& config, const std::strin
   if (layer_type == "full_attention" && present(j, "global_head_dim"))
     view["head_dim"] = j.at("global_head_dim");
   try {
-    return rope_config_from_json(view, warnings);
+    return config_from_view(view, warnings);
   } catch (const invalid_argument& e) {
     std::string m = e.what();
     if (!where.empty())
@@ -290,9 +320,19 @@ std::optional<rope_layout> hf_rope_layout(const nlohmann::json& config) {
   return interleaved.count(mt) ? rope_layout::interleaved : rope_layout::half;
 }
 
-rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::string>* warnings) {
-  if (!j.is_object()) fail("config must be a JSON object, got {}", j.type_name());
-  if (const json& t = text_part(j); &t != &j) return rope_config_from_json(t, warnings);
+rope_config rope_config_from_json(const nlohmann::json& config,
+                                  std::vector<std::string>* warnings) {
+  if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
+  std::vector<std::string> local;
+  if (!warnings) warnings = &local;
+  return config_from_view(filled(config, false, warnings), warnings);
+}
+
+namespace {
+
+// One plain RoPE configuration (a text part with its class defaults filled in, or a per-layer-
+// type view of one).
+rope_config config_from_view(const json& j, std::vector<std::string>* warnings) {
   std::vector<std::string> local;
   if (!warnings) warnings = &local;
   rope_config c;
@@ -600,6 +640,8 @@ rope_config rope_config_from_json(const nlohmann::json& j, std::vector<std::stri
   }
   return c;
 }
+
+}  // namespace
 
 nlohmann::json hf_config_read(const std::string& path) {
   const auto bytes = read_file(path);

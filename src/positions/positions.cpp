@@ -121,7 +121,21 @@ void validate_positions(std::span<const int64_t> positions, int64_t n, const cha
   }
 }
 
-std::vector<int64_t> positions_mrope(std::span<const mrope_segment> segments, int64_t start) {
+const char* mrope_rule_name(mrope_rule r) {
+  return r == mrope_rule::transformers_v4 ? "transformers_v4" : "transformers_v5";
+}
+
+mrope_rule mrope_rule_from_name(const std::string& name, const char* arg) {
+  if (name == "transformers_v5" || name == "v5") return mrope_rule::transformers_v5;
+  if (name == "transformers_v4" || name == "v4") return mrope_rule::transformers_v4;
+  fail(
+      "{} must be transformers_v5 (text after a vision segment at next + max(h, w)) or "
+      "transformers_v4 (next + max(t, h, w)), got '{}'",
+      arg, name);
+}
+
+std::vector<int64_t> positions_mrope(std::span<const mrope_segment> segments, int64_t start,
+                                     mrope_rule rule) {
   if (start < 0) fail("start must be >= 0, got {}", start);
   constexpr int64_t max_tokens = int64_t{1} << 31;
   int64_t n = 0;
@@ -158,7 +172,7 @@ std::vector<int64_t> positions_mrope(std::span<const mrope_segment> segments, in
           row[1][k] = next + b;
           row[2][k] = next + c;
         }
-    next += std::max({g.t, g.h, g.w});
+    next += rule == mrope_rule::transformers_v4 ? std::max({g.t, g.h, g.w}) : std::max(g.h, g.w);
   }
   return out;
 }

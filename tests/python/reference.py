@@ -344,10 +344,12 @@ def mrope_rotate(x, pos3, inv_freq, section, interleaved=False, layout="half", i
     return y
 
 
-def mrope_position_ids(segments, start=0):
+def mrope_position_ids(segments, start=0, rule="transformers_v5"):
     """transformers' Qwen2-VL get_rope_index for one sequence: segments of (text, t, h, w);
-    text tokens count on from the largest id so far, an image's tokens get (t, h, w) grid
-    indices offset by the next id; the next id is then the largest + 1. Returns (3, n)."""
+    text tokens count on from the next id, a vision segment's tokens get (t, h, w) grid
+    indices offset by the next id; the next id then advances by max(h, w) (transformers 5,
+    PR #43972) or becomes the largest id + 1, i.e. advances by max(t, h, w) (transformers 4).
+    Returns (3, n)."""
     parts = []
     nxt = start
     for text, t, h, w in segments:
@@ -360,7 +362,7 @@ def mrope_position_ids(segments, start=0):
             wi = np.tile(np.arange(w), t * h)
             ids = np.stack([ti, hi, wi]) + nxt
             parts.append(ids)
-            nxt = int(ids.max()) + 1
+            nxt = int(ids.max()) + 1 if rule == "transformers_v4" else nxt + max(h, w)
     return np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), np.int64)
 
 

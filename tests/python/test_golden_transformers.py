@@ -172,14 +172,63 @@ def ulp_diff(got, want):
     return got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64)
 
 
-def hf_f32_cos_sin(cid, lt):
+def hf_f32_cos_sin(cid, lt, buffer=True):
+    """posenc's hf_f32 cos / sin at the golden positions; buffer=True passes transformers' own
+    float32 inv_freq buffer (hf_inv_freq), False uses posenc's model of it."""
     g = gold_rope(cid, lt)
     cfg = rope_cfg(cid, lt)
     pos = np.array(g["positions"], dtype=np.int64)
+    inv = np.array(g["inv_freq_f32_forward"], dtype=np.float32) if buffer else None
     # seq_len defaults to max position + 1, the length transformers' dynamic_rope_update uses
-    cos, sin = posenc.rope_cos_sin(cfg, pos, angle="hf_f32", dtype=np.float32)
+    cos, sin = posenc.rope_cos_sin(cfg, pos, angle="hf_f32", dtype=np.float32, hf_inv_freq=inv)
     assert cos.dtype == np.float32
     return g, pos, cos, sin
+
+
+@pytest.mark.parametrize("cid,lt", layer_cases())
+def test_hf_f32_inv_freq_model_against_torch(cid, lt):
+    # posenc models torch's float32 pow as correctly rounded; this torch's CPU pow (SLEEF,
+    # 1.0 ulp) differs from that in the last bit at a pair or two per configuration (pair 37
+    # of R = 128 at theta 1e6, 111 of R = 256 at theta 1e4, ...). So: every pair within 1 ulp,
+    # at most 2 pairs apart (a modelling error, e.g. a wrong operation order or a Python float
+    # left in double, moves far more pairs), and at every pair that differs the default
+    # formula's pow (before the reciprocal) is nearer the exact power in posenc than the
+    # neighbouring float whose reciprocal torch's buffer holds.
+    g = gold_rope(cid, lt)
+    cfg = rope_cfg(cid, lt)
+    torch_inv = np.array(g["inv_freq_f32_forward"], dtype=np.float32)
+    mine = cfg.hf_inv_freq(seq_len=g["forward_seq_len"])
+    assert mine.dtype == np.float32 and mine.shape == torch_inv.shape
+    d = ulp_diff(mine, torch_inv)
+    apart = np.nonzero(d)[0]
+    assert np.abs(d).max(initial=0) <= 1, f"{cid}/{lt}: pairs {apart.tolist()} differ by {d[apart]}"
+    assert apart.size <= 2, f"{cid}/{lt}: {apart.size} pairs differ from torch's buffer"
+    if g["rope_type"] == "default":
+        R = g["rotary_dim"]
+        base = np.float32(g["rope_parameters"]["rope_theta"])
+        for i in apart:
+            e = np.float32(2 * i) / np.float32(R)
+            exact = np.power(np.longdouble(base), np.longdouble(e))
+            p_mine = [p for p in candidates(exact) if np.float32(1) / p == mine[i]]
+            p_torch = [p for p in candidates(exact) if np.float32(1) / p == torch_inv[i]]
+            assert p_mine and p_torch, f"{cid}/{lt}: pair {i}: no float power explains the buffers"
+            err = lambda p: abs(np.longdouble(p) - exact)  # noqa: E731
+            assert min(map(err, p_mine)) <= 0.5 * np.spacing(np.float32(exact)), (
+                f"{cid}/{lt}: pair {i}: posenc's power is not the correctly rounded one")
+            assert min(map(err, p_mine)) < min(map(err, p_torch)), f"{cid}/{lt}: pair {i}"
+
+
+def candidates(x):
+    """The float32 values within 2 ulp of x (a long double)."""
+    c = np.float32(x)
+    lo = c
+    hi = c
+    res = [c]
+    for _ in range(2):
+        lo = np.nextafter(lo, np.float32(-np.inf))
+        hi = np.nextafter(hi, np.float32(np.inf))
+        res += [lo, hi]
+    return res
 
 
 @pytest.mark.parametrize("cid,lt", layer_cases())
@@ -189,6 +238,7 @@ def test_cos_sin_hf_f32_bit_exact_on_transformers_angles(cid, lt):
     # (1, T) matmul forms it), its cos / sin rounded to float32, times float(attention_scaling)
     # in float32. The expected cos / sin use a correctly rounded cos of the golden angle (NumPy
     # in float64, then float32), not torch's float32 cos (see the next test).
+    # Given that buffer (hf_inv_freq), posenc's hf_f32 is bit for bit these.
     g, pos, cos, sin = hf_f32_cos_sin(cid, lt)
     inv = np.array(g["inv_freq_f32_forward"], dtype=np.float32)
     angle = inv[None, :] * pos.astype(np.float32)[:, None]  # float32 products
@@ -211,7 +261,7 @@ def test_cos_sin_hf_f32_against_the_rotary_module(cid, lt):
     # (1 ulp of cos times a <= 1.35 ulp of the product, plus its rounding). A wrong float32
     # angle would miss by far more at the large positions (1 ulp of the angle at p = 1e5 moves
     # cos by ~1e-3).
-    g, pos, cos, sin = hf_f32_cos_sin(cid, lt)
+    g, pos, cos, sin = hf_f32_cos_sin(cid, lt)  # with transformers' inv_freq buffer
     key = f"{cid}/{lt or 'all'}"
     limit = 1 if g["attention_factor"] == 1.0 else 2
     for name, got in (("cos", cos), ("sin", sin)):
@@ -222,6 +272,33 @@ def test_cos_sin_hf_f32_against_the_rotary_module(cid, lt):
         assert d[worst] <= limit, (
             f"{key}: float32 {name} at position {pos[worst[0]]}, pair {worst[1]}: "
             f"{got[worst]!r} vs the module's {want[worst]!r} ({d[worst]} ulp > {limit})")
+
+
+@pytest.mark.parametrize("cid,lt", layer_cases())
+def test_cos_sin_hf_f32_model_against_the_rotary_module(cid, lt):
+    # posenc's own model of the buffer: the same as above at every pair whose float32 inv_freq
+    # equals torch's; at the (at most 2) pairs 1 ulp apart, the exact angle p * omega moves by
+    # p |d omega|, and the two float32 angles round it half an ulp each, so
+    # |d cos| <= (p |d omega| + ulp(angle) + 3 ulp(1)) a (the last: cos, the module's cos and
+    # the product with a), the same for sin.
+    g, pos, cos, sin = hf_f32_cos_sin(cid, lt, buffer=False)
+    cfg = rope_cfg(cid, lt)
+    torch_inv = np.array(g["inv_freq_f32_forward"], dtype=np.float32)
+    mine = cfg.hf_inv_freq(seq_len=g["forward_seq_len"])
+    same = mine == torch_inv
+    key = f"{cid}/{lt or 'all'}"
+    limit = 1 if g["attention_factor"] == 1.0 else 2
+    a = abs(g["attention_factor"])
+    dw = np.abs(mine.astype(np.float64) - torch_inv.astype(np.float64))
+    for name, got in (("cos", cos), ("sin", sin)):
+        want = COS_SIN[f"{key}/{name}"]
+        d = np.abs(ulp_diff(got, want))
+        assert d[:, same].max(initial=0) <= limit, f"{key}: {name} off where inv_freq agrees"
+        angle = pos.astype(np.float32)[:, None] * torch_inv[None, :]
+        spacing = np.spacing(np.abs(angle)).astype(np.float64)
+        bound = (pos.astype(np.float64)[:, None] * dw[None, :] + spacing + 3 * U32) * a * 1.01
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        assert np.all(err[:, ~same] <= bound[:, ~same]), f"{key}: {name} beyond p |d omega|"
 
 
 # ---------------------------------------------------------------------------------------------

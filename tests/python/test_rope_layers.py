@@ -127,6 +127,44 @@ def test_positions_mrope():
         posenc.positions_mrope([(1, 2, 0, 3)])  # a grid with a zero side
 
 
+def test_positions_mrope_video_rules():
+    # A video with t > max(h, w): transformers 5 starts the text after it at n + max(h, w),
+    # transformers 4 at n + max(t, h, w) (one past its largest id).
+    segs = [(2, 5, 2, 3), (1, 0, 0, 0), (0, 1, 2, 2), (2, 0, 0, 0)]
+    v5 = posenc.positions_mrope(segs)
+    v4 = posenc.positions_mrope(segs, rule="transformers_v4")
+    assert np.array_equal(v5, ref.mrope_position_ids(segs))
+    assert np.array_equal(v4, ref.mrope_position_ids(segs, rule="transformers_v4"))
+    assert v5[:, 2 + 30].tolist() == [5, 5, 5]  # 2 + max(2, 3)
+    assert v4[:, 2 + 30].tolist() == [7, 7, 7]  # 2 + max(5, 2, 3)
+    assert np.array_equal(posenc.positions_mrope(segs, rule="v5"), v5)
+    with pytest.raises(ValueError, match="rule must be transformers_v5"):
+        posenc.positions_mrope(segs, rule="transformers_v3")
+
+
+def test_class_defaults_of_gemma3_text_config():
+    # google/gemma-3-12b-it's text_config gives no rope_theta, rope_local_base_freq or head_dim:
+    # transformers' Gemma3TextConfig makes them 1e6, 1e4 and 256 (not 3840 / 16 = 240).
+    cfg = {"model_type": "gemma3", "text_config": {
+        "hidden_size": 3840, "model_type": "gemma3_text", "num_attention_heads": 16,
+        "num_hidden_layers": 48, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024}}
+    with pytest.warns(UserWarning, match="rope_theta is missing; took transformers' "
+                                         "Gemma3TextConfig default 1000000"):
+        full = posenc.RopeConfig.from_hf(cfg, layer_type="full_attention")
+    with pytest.warns(UserWarning, match="rope_local_base_freq is missing"):
+        sliding = posenc.RopeConfig.from_hf(cfg, layer_type="sliding_attention")
+    assert full.scaling == "linear" and full.factor == 8.0 and full.theta == 1e6
+    assert full.head_dim == 256 and sliding.head_dim == 256
+    assert sliding.scaling == "default" and sliding.theta == 1e4
+    close(sliding.inv_freq(), ref.inv_freq_default(1e4, 256))
+    close(full.inv_freq(), ref.inv_freq_linear(1e6, 256, 8.0))
+    with pytest.warns(UserWarning, match="layer_types is missing"):
+        plan = posenc.hf_layer_plan(cfg)
+    assert plan["layers"]["full_attention"] == [i for i in range(48) if (i + 1) % 6 == 0]
+    assert any("head_dim is missing" in d for d in plan["defaults"])
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -163,6 +163,17 @@ rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len = 0);
 // Checks f is usable (R even, 2 <= R <= D, inv_freq has R/2 finite entries, a finite).
 void rope_validate(const rope_freqs& f);
 
+// Angle mode hf_f32 with the engine's own float32 inv_freq buffer (transformers'
+// `rotary_emb.inv_freq`, (R/2,)) in place of posenc's model of it. The model rounds torch's
+// float32 pow correctly; torch's CPU pow (SLEEF, 1 ulp) differs from that in the last bit for
+// about one pair in 64-128 (tests/golden/transformers: pair 37 of R = 128 at theta 1e6, pair 111
+// of R = 256 at theta 1e4, ...), and a 1-ulp inv_freq moves cos / sin at position p by up to
+// p * ulp(omega). Given the buffer, hf_f32's angles and cos / sin are the engine's own, bit for
+// bit up to the cos / sin rounding. f must come from rope_frequencies (f.hf set); every entry
+// finite and >= 0. Throws invalid_argument naming `arg` otherwise.
+void rope_set_hf_inv_freq(rope_freqs& f, std::span<const float> inv_freq,
+                          const char* arg = "hf_inv_freq");
+
 // The float32 angles a pipeline forms before cos / sin: theta_out[i], i < R/2, for
 // angle f32, hf_f32 or ggml_f32 (exact forms no float angle: invalid_argument). pos >= 0, and
 // <= 2^31 - 1 for ggml_f32 (int32 positions).

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,7 @@ struct rope_layer_plan {
   std::string nope_source;               // the key the NoPE layers came from
   bool temperature_tuning = false;       // attn_temperature_tuning (Llama 4 default true)
   double floor_scale = 8192, attn_scale = 0.1;
+  std::vector<std::string> defaults;  // one note per key the model class supplied (see below)
 };
 rope_layer_plan hf_layer_plan(const nlohmann::json& config);
 
@@ -77,6 +79,60 @@ rope_config rope_config_from_json(const nlohmann::json& config, const std::strin
                                   std::vector<std::string>* warnings);
 rope_config rope_config_from_file(const std::string& path, const std::string& layer_type,
                                   std::vector<std::string>* warnings);
+
+// ---- transformers' class defaults ----------------------------------------------------------
+// A published config.json leaves out what transformers' config class supplies (Gemma 3's
+// 4B/12B/27B text_config blocks give no rope_theta, rope_local_base_freq or head_dim; the class
+// makes them 1,000,000, 10,000 and 256). Every reader above first fills each missing RoPE key
+// from the class of the config's model_type (a text_config without one takes its composite's
+// text class: gemma3 -> gemma3_text, qwen2_vl -> qwen2_vl_text, ...), and says so: one note per
+// key taken, pushed with the warnings (CLI stderr, Python UserWarning) and kept in
+// rope_layer_plan::defaults (`posenc rope layers`). Keys: rope_theta (default_theta),
+// rope_local_base_freq (Gemma 3), head_dim (a fixed class default, else hidden_size /
+// num_attention_heads, each of those from the class when missing), qk_rope_head_dim (MLA),
+// partial_rotary_factor, max_position_embeddings, num_hidden_layers, layer_types (the class's
+// pattern), and the whole rope_parameters block where the class builds one (gpt-oss's YaRN,
+// Gemma 4's per-layer-type block). Values read from transformers c49429ed (2026-08-16),
+// src/encodings/hf_class_defaults.cpp; a model_type not in the table gets nothing filled in.
+enum class hf_layer_pattern {
+  none,                      // the class builds no layer_types (or none that changes RoPE)
+  every_nth_full,            // layer i full when (i + 1) % period == 0, else sliding
+  every_nth_full_last_full,  // the same, and the last layer forced full (Gemma 4)
+  qwen_window,               // sliding from max_window_layers (period) on, if use_sliding_window
+  all_sliding,               // every layer sliding when sliding_window is set (Ministral)
+  nope_chunked,              // RoPE layers chunked_attention, NoPE layers full (Llama 4)
+  nope_sliding,              // NoPE layers sliding if use_sliding_window, else full (SmolLM3)
+};
+const char* hf_layer_pattern_name(hf_layer_pattern p);
+
+struct hf_class_defaults {
+  const char* model_type;  // "gemma3_text"
+  const char* class_name;  // "Gemma3TextConfig"
+  double theta;            // default_theta: rope_theta when missing
+  double local_theta;      // sliding layers' base (Gemma 3/4), 0 = none
+  int64_t head_dim;        // 0 = hidden_size / num_attention_heads
+  int64_t hidden_size, num_attention_heads, num_hidden_layers, max_position_embeddings;
+  double partial_rotary_factor;  // 0 = the class supplies none
+  hf_layer_pattern pattern;
+  int64_t pattern_period;    // every_nth_full*: the period; qwen_window: max_window_layers;
+                             // nope_*: the default no_rope_layer_interval
+  int64_t qk_rope_head_dim;  // MLA's rotary head dim, 0 = not an MLA class
+};
+std::span<const hf_class_defaults> hf_class_defaults_table();
+const hf_class_defaults* hf_class_defaults_for(const std::string& model_type);  // null: unknown
+// The class's layer_types for num_layers layers (empty for pattern none); j supplies the keys
+// the pattern reads (sliding_window_pattern, use_sliding_window, max_window_layers,
+// sliding_window).
+std::vector<std::string> hf_default_layer_types(const hf_class_defaults& d, const nlohmann::json& j,
+                                                int64_t num_layers);
+// config (the text part) with every missing key its class supplies filled in; outer_model_type is
+// the enclosing multimodal config's model_type ("" when none). The layer keys (num_hidden_layers,
+// layer_types) are filled only when `layers` (a layer plan or a layer-type query);
+// max_position_embeddings only when a scaling that reads it is on (yarn, longrope, dynamic,
+// llama3). notes (may be null) receives one line per default taken.
+nlohmann::json hf_apply_class_defaults(const nlohmann::json& config,
+                                       const std::string& outer_model_type, bool layers,
+                                       std::vector<std::string>* notes);
 
 // Reads and parses a config.json; io_error if unreadable or not JSON.
 nlohmann::json hf_config_read(const std::string& path);

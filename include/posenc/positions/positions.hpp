@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace posenc {
@@ -73,7 +74,12 @@ std::vector<int64_t> positions_packed_from_doc_ids(std::span<const int64_t> doc_
 // the largest id so far:
 //   a text token gets (next, next, next) and next += 1;
 //   image token (a, b, c) (a-major, then b, then c) gets (next + a, next + b, next + c), and
-//   then next += max(t, h, w).
+//   then next += max(h, w) (rule transformers_v5, the default) or max(t, h, w) (rule
+//   transformers_v4).
+// The two rules differ only for a video whose temporal extent t exceeds max(h, w): transformers
+// 4.x started the text after it one past its largest id, next + max(t, h, w); transformers 5
+// (PR #43972; main c49429ed, 2026-08) advances by max(h, w) only, so the temporal ids of such a
+// video overlap the text after it. Images (t = 1) get the same ids under both.
 // Returns (3, n) row-major: row 0 temporal, 1 height, 2 width, n = sum of text + t h w.
 //   segments {text 2, image (1, 2, 3)}, {text 1}  ->
 //     t: 0 1 2 2 2 2 2 2 5
@@ -85,7 +91,13 @@ struct mrope_segment {
   int64_t text = 0;             // text tokens before the image
   int64_t t = 0, h = 0, w = 0;  // image grid (0, 0, 0: none)
 };
-std::vector<int64_t> positions_mrope(std::span<const mrope_segment> segments, int64_t start = 0);
+enum class mrope_rule { transformers_v5, transformers_v4 };
+const char* mrope_rule_name(mrope_rule r);  // "transformers_v5", "transformers_v4"
+// Parses a rule name ("transformers_v5" or "v5", "transformers_v4" or "v4"); arg names it in
+// the error.
+mrope_rule mrope_rule_from_name(const std::string& name, const char* arg);
+std::vector<int64_t> positions_mrope(std::span<const mrope_segment> segments, int64_t start = 0,
+                                     mrope_rule rule = mrope_rule::transformers_v5);
 
 // Validates caller-given position ids: (n,) with every id >= 0 or (if allow_pad) == pad_position,
 // and |id| <= 2^62. `arg` names the argument in errors.

@@ -788,7 +788,11 @@ void run_layers(const layers_opts& o) {
   } catch (const invalid_argument& e) {
     throw invalid_argument(fmt::format("{}: {}", o.hf_config, e.what()));
   }
-  print_warnings(warnings);
+  // Each layer type's reading repeats the class defaults' notes: print each line once.
+  std::vector<std::string> once;
+  for (const auto& w : warnings)
+    if (std::find(once.begin(), once.end(), w) == once.end()) once.push_back(w);
+  print_warnings(once);
   const auto layers_of = [&](const std::string& t) {
     std::vector<int64_t> v;
     for (size_t i = 0; i < plan.layer_types.size(); ++i)
@@ -808,6 +812,7 @@ void run_layers(const layers_opts& o) {
     nlohmann::ordered_json out;
     out["source"] = plan.source;
     out["num_layers"] = plan.layer_types.size();
+    out["defaults"] = plan.defaults;
     nlohmann::ordered_json types = nlohmann::ordered_json::array();
     for (size_t k = 0; k < configs.size(); ++k) {
       const auto& c = configs[k];
@@ -848,6 +853,7 @@ void run_layers(const layers_opts& o) {
           "%s + 1\n",
           num(plan.floor_scale).c_str(), num(plan.attn_scale).c_str());
   }
+  for (const auto& d : plan.defaults) std::printf("default: %s\n", d.c_str());
 }
 
 const bool registered = register_command(30, [](CLI::App& app) {

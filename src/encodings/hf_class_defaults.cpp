@@ -1,0 +1,371 @@
+// The defaults transformers' config classes supply for the RoPE keys a published config.json may
+// leave out (see rope_config.hpp, hf_class_defaults). Read from the class definitions
+// (models/<family>/configuration_<family>.py: the dataclass field defaults, default_theta and
+// __post_init__) of transformers upstream main c49429ed1f8b89749de77c0ec930ef19685c9ae5
+// (2026-08-16). tests/golden/transformers/class_defaults.json holds the same quantities as the
+// classes themselves produce them, run at that commit; test_rope_config compares the two.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "posenc/core/error.hpp"
+#include "posenc/encodings/rope_config.hpp"
+
+namespace posenc {
+namespace {
+
+using nlohmann::json;
+using lp = hf_layer_pattern;
+
+constexpr int64_t derived = 0;  // head_dim = hidden_size / num_attention_heads
+
+// model_type, class, theta, local theta, head_dim, hidden_size, heads, layers, max positions,
+// partial_rotary_factor, layer pattern, pattern period, MLA rotary head (qk_rope_head_dim).
+// A 0 means the class supplies nothing for that key (partial_rotary_factor: 1, no default).
+const hf_class_defaults kTable[] = {
+    {"llama", "LlamaConfig", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0},
+    {"mistral", "MistralConfig", 10000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0},
+    {"mixtral", "MixtralConfig", 1000000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0},
+    {"ministral", "MinistralConfig", 10000, 0, derived, 4096, 32, 32, 131072, 0, lp::all_sliding, 0,
+     0},
+    {"qwen2", "Qwen2Config", 10000, 0, derived, 4096, 32, 32, 32768, 0, lp::qwen_window, 28, 0},
+    {"qwen2_moe", "Qwen2MoeConfig", 10000, 0, derived, 2048, 16, 24, 32768, 0, lp::qwen_window, 28,
+     0},
+    {"qwen3", "Qwen3Config", 10000, 0, 128, 4096, 32, 32, 32768, 0, lp::qwen_window, 28, 0},
+    {"qwen3_moe", "Qwen3MoeConfig", 10000, 0, derived, 2048, 32, 24, 32768, 0, lp::none, 0, 0},
+    {"qwen2_vl_text", "Qwen2VLTextConfig", 1000000, 0, derived, 8192, 64, 80, 32768, 0,
+     lp::qwen_window, 80, 0},
+    {"qwen2_5_vl_text", "Qwen2_5_VLTextConfig", 1000000, 0, derived, 8192, 64, 80, 32768, 0,
+     lp::qwen_window, 80, 0},
+    {"qwen3_vl_text", "Qwen3VLTextConfig", 500000, 0, 128, 4096, 32, 32, 128000, 0, lp::none, 0, 0},
+    {"gemma", "GemmaConfig", 10000, 0, 256, 3072, 16, 28, 8192, 0, lp::none, 0, 0},
+    {"gemma2", "Gemma2Config", 10000, 0, 256, 2304, 8, 26, 8192, 0, lp::every_nth_full, 2, 0},
+    {"gemma3_text", "Gemma3TextConfig", 1000000, 10000, 256, 2304, 8, 26, 131072, 0,
+     lp::every_nth_full, 6, 0},
+    {"gemma4_text", "Gemma4TextConfig", 1000000, 10000, 256, 2304, 8, 30, 131072, 0,
+     lp::every_nth_full_last_full, 6, 0},
+    {"phi", "PhiConfig", 10000, 0, derived, 2048, 32, 24, 2048, 0.5, lp::none, 0, 0},
+    {"phi3", "Phi3Config", 10000, 0, derived, 3072, 32, 32, 4096, 0, lp::none, 0, 0},
+    {"phimoe", "PhimoeConfig", 1000000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0},
+    {"deepseek_v2", "DeepseekV2Config", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 64},
+    {"deepseek_v3", "DeepseekV3Config", 10000, 0, derived, 7168, 128, 61, 4096, 0, lp::none, 0, 64},
+    {"gpt_oss", "GptOssConfig", 150000, 0, 64, 2880, 64, 36, 131072, 0, lp::every_nth_full, 2, 0},
+    {"gpt_neox", "GPTNeoXConfig", 10000, 0, derived, 6144, 64, 44, 2048, 0.25, lp::none, 0, 0},
+    {"gpt_neox_japanese", "GPTNeoXJapaneseConfig", 10000, 0, derived, 2560, 32, 32, 2048, 0,
+     lp::none, 0, 0},
+    {"falcon", "FalconConfig", 10000, 0, derived, 4544, 71, 32, 2048, 0, lp::none, 0, 0},
+    {"olmo", "OlmoConfig", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0},
+    {"olmo2", "Olmo2Config", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0},
+    {"smollm3", "SmolLM3Config", 2000000, 0, derived, 2048, 16, 36, 32768, 0, lp::nope_sliding, 4,
+     0},
+    {"cohere", "CohereConfig", 500000, 0, derived, 8192, 64, 40, 8192, 0, lp::none, 0, 0},
+    {"cohere2", "Cohere2Config", 10000, 0, derived, 8192, 64, 40, 8192, 0, lp::every_nth_full, 4,
+     0},
+    {"stablelm", "StableLmConfig", 10000, 0, derived, 2560, 32, 32, 4096, 0.25, lp::none, 0, 0},
+    {"glm", "GlmConfig", 10000, 0, 128, 4096, 32, 40, 131072, 0.5, lp::none, 0, 0},
+    {"glm4", "Glm4Config", 10000, 0, 128, 4096, 32, 40, 131072, 0.5, lp::none, 0, 0},
+    {"persimmon", "PersimmonConfig", 10000, 0, derived, 4096, 64, 36, 16384, 0.5, lp::none, 0, 0},
+    {"llama4_text", "Llama4TextConfig", 500000, 0, 128, 5120, 40, 48, 131072, 0, lp::nope_chunked,
+     4, 0},
+};
+
+// Composite (multimodal) classes keep the language model in text_config; a text_config that
+// names no model_type of its own is read with its composite's text class.
+const char* text_class_of(const std::string& composite) {
+  if (composite == "gemma3") return "gemma3_text";
+  if (composite == "gemma4") return "gemma4_text";
+  if (composite == "llama4") return "llama4_text";
+  if (composite == "qwen2_vl") return "qwen2_vl_text";
+  if (composite == "qwen2_5_vl") return "qwen2_5_vl_text";
+  if (composite == "qwen3_vl") return "qwen3_vl_text";
+  return nullptr;
+}
+
+bool has(const json& o, const char* key) {
+  return o.is_object() && o.contains(key) && !o.at(key).is_null();
+}
+
+std::string number(double v) {
+  return v == std::floor(v) && std::fabs(v) < 1e15 ? fmt::format("{}", static_cast<int64_t>(v))
+                                                   : fmt::format("{}", v);
+}
+
+// The rope_parameters / rope_scaling block of a config (null when none).
+const json* scaling_block(const json& j) {
+  if (has(j, "rope_parameters")) return &j.at("rope_parameters");
+  if (has(j, "rope_scaling")) return &j.at("rope_scaling");
+  return nullptr;
+}
+
+bool is_nested(const json& block) {
+  if (!block.is_object() || block.contains("rope_type") || block.contains("type")) return false;
+  return std::any_of(block.begin(), block.end(), [](const json& v) { return v.is_object(); });
+}
+
+}  // namespace
+
+const char* hf_layer_pattern_name(hf_layer_pattern p) {
+  switch (p) {
+    case hf_layer_pattern::none:
+      return "none";
+    case hf_layer_pattern::every_nth_full:
+      return "every_nth_full";
+    case hf_layer_pattern::every_nth_full_last_full:
+      return "every_nth_full_last_full";
+    case hf_layer_pattern::qwen_window:
+      return "qwen_window";
+    case hf_layer_pattern::all_sliding:
+      return "all_sliding";
+    case hf_layer_pattern::nope_chunked:
+      return "nope_chunked";
+    case hf_layer_pattern::nope_sliding:
+      return "nope_sliding";
+  }
+  return "?";
+}
+
+std::span<const hf_class_defaults> hf_class_defaults_table() {
+  return kTable;
+}
+
+const hf_class_defaults* hf_class_defaults_for(const std::string& model_type) {
+  for (const auto& d : kTable)
+    if (model_type == d.model_type) return &d;
+  return nullptr;
+}
+
+std::vector<std::string> hf_default_layer_types(const hf_class_defaults& d, const json& j,
+                                                int64_t num_layers) {
+  std::vector<std::string> out;
+  switch (d.pattern) {
+    case hf_layer_pattern::none:
+      break;
+    case hf_layer_pattern::every_nth_full:
+    case hf_layer_pattern::every_nth_full_last_full: {
+      // Gemma 3 and Cohere 2 read the period from sliding_window_pattern (kept on the Hub for
+      // backward compatibility); Gemma 2, gpt-oss and Gemma 4 fix it.
+      int64_t period = d.pattern_period;
+      const std::string mt = d.model_type;
+      if ((mt == "gemma3_text" || mt == "cohere2") && has(j, "sliding_window_pattern")) {
+        const json& v = j.at("sliding_window_pattern");
+        if (!v.is_number_integer() || v.get<int64_t>() < 1)
+          fail("sliding_window_pattern must be an integer >= 1, got {}", v.dump());
+        period = v.get<int64_t>();
+      }
+      for (int64_t i = 0; i < num_layers; ++i)
+        out.push_back((i + 1) % period != 0 ? "sliding_attention" : "full_attention");
+      if (d.pattern == hf_layer_pattern::every_nth_full_last_full && !out.empty())
+        out.back() = "full_attention";
+      break;
+    }
+    case hf_layer_pattern::qwen_window: {
+      // Sliding from layer max_window_layers on, when use_sliding_window is set and the window
+      // is not null (use_sliding_window defaults to false, so every layer is full by default).
+      const bool use = has(j, "use_sliding_window") && j.at("use_sliding_window").is_boolean() &&
+                       j.at("use_sliding_window").get<bool>();
+      const bool window = !j.contains("sliding_window") || !j.at("sliding_window").is_null();
+      int64_t first = d.pattern_period;
+      if (has(j, "max_window_layers") && j.at("max_window_layers").is_number_integer())
+        first = j.at("max_window_layers").get<int64_t>();
+      for (int64_t i = 0; i < num_layers; ++i)
+        out.push_back(use && window && i >= first ? "sliding_attention" : "full_attention");
+      break;
+    }
+    case hf_layer_pattern::all_sliding: {
+      const bool window = !j.contains("sliding_window") || !j.at("sliding_window").is_null();
+      out.assign(static_cast<size_t>(num_layers), window ? "sliding_attention" : "full_attention");
+      break;
+    }
+    case hf_layer_pattern::nope_chunked:
+    case hf_layer_pattern::nope_sliding: {
+      // From the RoPE layers: no_rope_layers (1 = RoPE) when given and not empty, else every
+      // period-th layer NoPE (no_rope_layer_interval, default 4).
+      std::vector<bool> rope;
+      if (has(j, "no_rope_layers") && j.at("no_rope_layers").is_array() &&
+          !j.at("no_rope_layers").empty()) {
+        for (const auto& v : j.at("no_rope_layers"))
+          rope.push_back(v.is_boolean() ? v.get<bool>() : v.is_number() && v.get<double>() != 0);
+      } else {
+        int64_t period = d.pattern_period;
+        if (has(j, "no_rope_layer_interval") && j.at("no_rope_layer_interval").is_number_integer())
+          period = std::max<int64_t>(1, j.at("no_rope_layer_interval").get<int64_t>());
+        for (int64_t i = 0; i < num_layers; ++i) rope.push_back((i + 1) % period != 0);
+      }
+      if (static_cast<int64_t>(rope.size()) != num_layers) break;  // refused by the plan
+      const bool sliding = has(j, "use_sliding_window") &&
+                           j.at("use_sliding_window").is_boolean() &&
+                           j.at("use_sliding_window").get<bool>() && has(j, "sliding_window");
+      for (const bool r : rope)
+        out.push_back(d.pattern == hf_layer_pattern::nope_chunked
+                          ? (r ? "chunked_attention" : "full_attention")
+                          : (sliding && !r ? "sliding_attention" : "full_attention"));
+      break;
+    }
+  }
+  return out;
+}
+
+nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::string& outer_type,
+                                       bool layers, std::vector<std::string>* notes) {
+  json j = config;
+  std::string mt;
+  if (has(j, "model_type") && j.at("model_type").is_string()) {
+    mt = j.at("model_type").get<std::string>();
+    // A multimodal config whose text keys sit at its top level (older Qwen2-VL files).
+    if (const char* t = text_class_of(mt)) mt = t;
+  } else if (const char* t = text_class_of(outer_type)) {
+    mt = t;
+  }
+  const hf_class_defaults* d = hf_class_defaults_for(mt);
+  if (!d) return j;
+  const auto take = [&](const std::string& key, const std::string& value) {
+    if (notes)
+      notes->push_back(fmt::format(
+          "{} is missing; took transformers' {} default {} (model_type {}, transformers "
+          "c49429ed)",
+          key, d->class_name, value, d->model_type));
+  };
+
+  const std::string mts = d->model_type;
+  if (mts == "gemma4_text" && !scaling_block(j)) {
+    // Gemma 4 with no RoPE block: the class's per-layer-type default.
+    j["rope_parameters"] = {
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", d->local_theta}}},
+        {"full_attention",
+         {{"rope_type", "proportional"},
+          {"partial_rotary_factor", 0.25},
+          {"rope_theta", d->theta}}}};
+    take("rope_parameters",
+         "{sliding_attention: default, theta 10000; full_attention: proportional, "
+         "partial_rotary_factor 0.25, theta 1000000}");
+  } else if (mts == "gpt_oss" && !scaling_block(j)) {
+    j["rope_parameters"] = {{"rope_type", "yarn"},   {"factor", 32.0},
+                            {"beta_fast", 32.0},     {"beta_slow", 1.0},
+                            {"truncate", false},     {"original_max_position_embeddings", 4096},
+                            {"rope_theta", d->theta}};
+    take("rope_parameters",
+         "{rope_type: yarn, factor 32, beta_fast 32, beta_slow 1, truncate false, "
+         "original_max_position_embeddings 4096}");
+  }
+  // theta: absent from the top level, its aliases and the scaling block (or from a per-layer-
+  // type block that no other key fills).
+  const json* block = scaling_block(j);
+  const bool nested = block && is_nested(*block);
+  const bool theta_given = has(j, "rope_theta") || has(j, "rotary_emb_base") ||
+                           (block && !nested && has(*block, "rope_theta"));
+  if (!theta_given && d->theta > 0) {
+    bool all_blocks_have_theta = false;
+    if (nested) {
+      all_blocks_have_theta = true;
+      for (const auto& [k, v] : block->items())
+        if (v.is_object() && !has(v, "rope_theta") &&
+            !(k == "sliding_attention" && has(j, "rope_local_base_freq")))
+          all_blocks_have_theta = false;
+    }
+    if (!all_blocks_have_theta) {
+      j["rope_theta"] = d->theta;
+      take("rope_theta", number(d->theta));
+    }
+  }
+  if (d->local_theta > 0 && mts == "gemma3_text" && !has(j, "rope_local_base_freq") &&
+      !(nested && has(*block, "sliding_attention") &&
+        has(block->at("sliding_attention"), "rope_theta"))) {
+    j["rope_local_base_freq"] = d->local_theta;
+    take("rope_local_base_freq", number(d->local_theta));
+  }
+
+  // head_dim: MLA's rotary head, else a fixed class default, else derived from hidden_size /
+  // num_attention_heads (each of those from the class when missing).
+  if (d->qk_rope_head_dim > 0 && !has(j, "qk_rope_head_dim")) {
+    j["qk_rope_head_dim"] = d->qk_rope_head_dim;
+    take("qk_rope_head_dim", number(static_cast<double>(d->qk_rope_head_dim)));
+  } else if (d->qk_rope_head_dim == 0 && !has(j, "head_dim")) {
+    if (d->head_dim > 0) {
+      j["head_dim"] = d->head_dim;
+      take("head_dim", number(static_cast<double>(d->head_dim)));
+    } else {
+      if (!has(j, "hidden_size")) {
+        j["hidden_size"] = d->hidden_size;
+        take("hidden_size", number(static_cast<double>(d->hidden_size)));
+      }
+      if (!has(j, "num_attention_heads")) {
+        j["num_attention_heads"] = d->num_attention_heads;
+        take("num_attention_heads", number(static_cast<double>(d->num_attention_heads)));
+      }
+    }
+  }
+
+  // partial rotary factor (GPT-NeoX reads rotary_pct; Phi, StableLM, Persimmon and GLM
+  // default it).
+  if (d->partial_rotary_factor > 0 && !has(j, "partial_rotary_factor") && !has(j, "rotary_pct") &&
+      !(block && !nested && has(*block, "partial_rotary_factor"))) {
+    j["partial_rotary_factor"] = d->partial_rotary_factor;
+    take("partial_rotary_factor", number(d->partial_rotary_factor));
+  }
+
+  // max_position_embeddings: read by the scalings that depend on the context length (YaRN and
+  // Llama 3's original length default to it, dynamic NTK and LongRoPE switch at it).
+  const json* b = scaling_block(j);
+  bool length_scaled = false;
+  const auto scaled = [](const json& blk) {
+    for (const char* k : {"rope_type", "type"})
+      if (has(blk, k) && blk.at(k).is_string()) {
+        const std::string t = blk.at(k).get<std::string>();
+        return t == "yarn" || t == "longrope" || t == "su" || t == "dynamic" || t == "llama3";
+      }
+    return false;
+  };
+  if (b && b->is_object()) {
+    length_scaled = scaled(*b);
+    for (const auto& v : *b)
+      if (v.is_object() && scaled(v)) length_scaled = true;
+  }
+  if (length_scaled && !has(j, "max_position_embeddings")) {
+    j["max_position_embeddings"] = d->max_position_embeddings;
+    take("max_position_embeddings", number(static_cast<double>(d->max_position_embeddings)));
+  }
+  // The layer keys only where a layer plan or a layer type is asked for.
+  if (!layers) return j;
+  if (!has(j, "num_hidden_layers")) {
+    j["num_hidden_layers"] = d->num_hidden_layers;
+    take("num_hidden_layers", number(static_cast<double>(d->num_hidden_layers)));
+  }
+  if (!has(j, "layer_types") && d->pattern != hf_layer_pattern::none) {
+    const json& n = j.at("num_hidden_layers");
+    if (n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() <= (int64_t{1} << 20)) {
+      j["layer_types"] = hf_default_layer_types(*d, j, n.get<int64_t>());
+      std::string rule;
+      switch (d->pattern) {
+        case hf_layer_pattern::every_nth_full:
+          rule = fmt::format("every {}th layer full, the others sliding",
+                             j.contains("sliding_window_pattern")
+                                 ? j.at("sliding_window_pattern").dump()
+                                 : std::to_string(d->pattern_period));
+          break;
+        case hf_layer_pattern::every_nth_full_last_full:
+          rule = fmt::format("every {}th layer full, the others sliding, the last layer full",
+                             d->pattern_period);
+          break;
+        case hf_layer_pattern::qwen_window:
+          rule = "sliding from max_window_layers on when use_sliding_window, else full";
+          break;
+        case hf_layer_pattern::all_sliding:
+          rule = "every layer sliding when sliding_window is set";
+          break;
+        case hf_layer_pattern::nope_chunked:
+          rule = "RoPE layers chunked_attention, NoPE layers full_attention";
+          break;
+        case hf_layer_pattern::nope_sliding:
+          rule = "NoPE layers sliding when use_sliding_window, else full";
+          break;
+        case hf_layer_pattern::none:
+          break;
+      }
+      take("layer_types", "pattern (" + rule + ")");
+    }
+  }
+  return j;
+}
+
+}  // namespace posenc
