@@ -651,7 +651,8 @@ TEST(CliAttend, ResearchSchemesMatchNaiveFormulas) {
       {{"--fire", in.dir.file("fire.npy")}, "--fire needs --fire-hidden"},
       {{"--kerple", in.dir.file("ke.npy"), "--kerple-kernel", "cubic"}, "--kerple-kernel"},
       {{"--xpos", "--xpos-scale-base", "0"}, "xpos scale_base must be finite and > 0"},
-      {{"--xpos", "--rope", "--layout", "half"}, "--xpos and --rope exclude each other"},
+      {{"--xpos", "--rope", "--layout", "half"},
+       "rope cannot be combined with xpos: both map q and k at hook 1"},
   };
   for (const auto& [extra, msg] : cases) {
     auto args = in.base();

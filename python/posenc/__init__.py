@@ -41,6 +41,7 @@ __all__ = [
     "rope_cos_sin",
     "apply_rope",
     "hf_layer_plan",
+    "schemes",
     "mrope_apply",
     "positions_mrope",
     "sinusoidal_table",
@@ -91,6 +92,14 @@ def _from_hf(path_or_dict, layer_type=None):
     if path is not None:
         return RopeConfig._from_file(path, layer_type or "")
     return RopeConfig._from_json(text, layer_type or "")
+
+
+def schemes():
+    """Every position scheme as the library declares it (`posenc schemes`): a list of dicts with
+    name, title, citation, enters_at, learned, causal_only, float_kv_only, attention_level,
+    params ([{name, shape, dtype, default, doc}], the keywords of posenc.attention) and
+    conflicts_with (the schemes it may not be combined with in one attention call)."""
+    return json.loads(_posenc._schemes_json())
 
 
 def hf_layer_plan(path_or_dict):

@@ -13,6 +13,7 @@
 
 #include "common.hpp"
 #include "posenc/attention/attention.hpp"
+#include "posenc/attention/schemes.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/rope_config.hpp"
 
@@ -300,7 +301,6 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
   }
   // xPos (Sun et al. 2022): RoPE with a per-pair exponential scale.
   if (!opt(opts, "xpos").is_none() && opt(opts, "xpos").cast<bool>()) {
-    if (s.freqs) fail("xpos and rope exclude each other (xPos is RoPE with a scale)");
     s.xpos.theta = float_opt(opts, "xpos_theta", 10000.0);
     s.xpos.gamma = float_opt(opts, "xpos_gamma", 0.4);
     s.xpos.scale_base = float_opt(opts, "xpos_scale_base", 512.0);
@@ -313,10 +313,6 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
   // Llama 4's attention temperature tuning on the queries (NoPE layers).
   if (!opt(opts, "attn_temperature_tuning").is_none() &&
       opt(opts, "attn_temperature_tuning").cast<bool>()) {
-    if (s.freqs || s.xpos.theta != 0)
-      fail(
-          "attn_temperature_tuning excludes rope and xpos: it is Llama 4's query scale for the "
-          "layers without RoPE (at most one q/k transform per call)");
     s.temperature.floor_scale = float_opt(opts, "floor_scale", 8192.0);
     s.temperature.attn_scale = float_opt(opts, "attn_scale", 0.1);
     if (!(s.temperature.floor_scale > 0))
@@ -335,25 +331,21 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
       fail(
           "cope needs causal=True: its positions count the keys up to the query (Golovneva et "
           "al. 2024)");
-    std::vector<std::string> on;
-    if (s.freqs) on.push_back(s.mrope ? "mrope" : "rope");
-    if (s.xpos.theta != 0) on.push_back("xpos");
-    if (!s.slopes.empty()) on.push_back("alibi");
-    if (s.t5_table) on.push_back("t5_table");
-    if (s.shaw_keys) on.push_back("shaw");
-    if (s.kerple) on.push_back("kerple");
-    if (s.fire) on.push_back("fire");
-    if (s.temperature.on()) on.push_back("attn_temperature_tuning");
-    if (!on.empty()) {
-      std::string names;
-      for (const auto& n : on) names += (names.empty() ? "" : ", ") + n;
-      fail(
-          "cope is used alone: rope, xpos, alibi, t5_table, shaw, kerple, fire and "
-          "attn_temperature_tuning must be off, got {}",
-          names);
-    }
     s.cope = a;
   }
+  // Which schemes may be on together: the declarations' one rule (schemes.hpp), here because
+  // M-RoPE is applied before the engine sees the call.
+  std::vector<std::string> on;
+  if (s.freqs) on.push_back(s.mrope ? "mrope" : "rope");
+  if (s.xpos.theta != 0) on.push_back("xpos");
+  if (s.temperature.on()) on.push_back("temperature");
+  if (!s.slopes.empty()) on.push_back("alibi");
+  if (s.t5_table) on.push_back("t5");
+  if (s.shaw_keys) on.push_back("shaw");
+  if (s.kerple) on.push_back("kerple");
+  if (s.fire) on.push_back("fire");
+  if (s.cope) on.push_back("cope");
+  check_scheme_combination(on);
   return s;
 }
 
@@ -616,6 +608,9 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
 }  // namespace
 
 void bind_attention(py::module_& m) {
+  m.def(
+      "_schemes_json", [] { return schemes_json(); },
+      "The declaration of every position scheme (posenc schemes --format json).");
   m.def(
       "_attention_forward",
       [](py::handle q, py::handle k, py::handle v, const py::dict& opts, bool return_lse) {

@@ -2,10 +2,7 @@
 // attention_cope.cpp: positions depend on q and k, so it is no q/k transform and no score bias)
 // and the model's hook: one (npos, D) embedding table per layer, shared by the heads as in the
 // paper.
-#include <fmt/ranges.h>
-
 #include <cmath>
-#include <vector>
 
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
@@ -70,25 +67,8 @@ void add_cope_terms(const attention_params<Real>& p, const attention_plan&,
     fail(
         "cope needs causal attention (causal = true): its positions count the keys up to the "
         "query (Golovneva et al. 2024)");
-  // CoPE's path reads no position ids and applies no other scheme: every other scheme that is
-  // on is named, never dropped (M-RoPE was once let through and silently lost).
-  const auto& q = p.pos;
-  std::vector<const char*> on;
-  if (q.rope.freqs) on.push_back("rope");
-  if (q.mrope.freqs) on.push_back("mrope");
-  if (q.xpos.theta != 0) on.push_back("xpos");
-  if (!q.alibi.empty()) on.push_back("alibi");
-  if (q.has_t5()) on.push_back("t5");
-  if (q.has_shaw()) on.push_back("shaw");
-  if (q.has_kerple()) on.push_back("kerple");
-  if (q.has_fire()) on.push_back("fire");
-  if (q.temperature.on()) on.push_back("temperature");
-  if (!on.empty())
-    fail(
-        "cope cannot be combined with {}: CoPE's positions come from the gates, and its path "
-        "applies no other position scheme (pos.rope, mrope, xpos, alibi, t5, shaw, kerple, fire "
-        "and temperature must be off)",
-        fmt::join(on, " + "));
+  // No other scheme is on: make_engine_terms checked the declarations' rule (schemes.hpp)
+  // before this hook runs.
 }
 POSENC_INSTANTIATE_TERMS(cope)
 

@@ -2,6 +2,8 @@
 // scheme adds its hook file (hook_<scheme>.cpp) and its lines here.
 #include "posenc/attention/position_hook.hpp"
 
+#include "posenc/attention/schemes.hpp"
+
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
 
@@ -76,6 +78,9 @@ namespace detail {
 template <typename Real>
 engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const attention_plan& pl,
                                      const attention_grads<Real>* g) {
+  // Which schemes may be on together follows from their declarations (schemes.hpp), checked
+  // once here for every entry point, before any hook reads its member.
+  check_scheme_combination(schemes_on(p.pos));
   engine_terms<Real> t;
   add_rope_terms(p, pl, g, t);
   add_xpos_terms(p, pl, g, t);
@@ -93,6 +98,7 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
 template <typename Real>
 std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>& pos, int64_t D,
                                                  const char* who) {
+  check_scheme_combination(schemes_on(pos));
   std::unique_ptr<qk_transform> t;
   for (auto* make : {&make_rope_key_transform<Real>, &make_xpos_key_transform<Real>,
                      &make_mrope_key_transform<Real>}) {

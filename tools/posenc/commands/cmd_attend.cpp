@@ -45,6 +45,7 @@
 
 #include "cli.hpp"
 #include "posenc/attention/attention.hpp"
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/alibi.hpp"
@@ -433,10 +434,6 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
           "--attn-temperature-tuning with --layer or --layer-type: the temperature comes from "
           "--hf-config (attn_temperature_tuning, floor_scale, attn_scale on its NoPE layers); "
           "leave the flags out");
-    if (o.rope || o.xpos)
-      fail(
-          "--attn-temperature-tuning excludes --rope and --xpos: it is a q/k transform like them, "
-          "and Llama 4 tunes the temperature only on layers without RoPE");
     if (!std::isfinite(o.floor_scale) || o.floor_scale <= 0)
       fail("--floor-scale must be finite and > 0, got {}", o.floor_scale);
     if (!std::isfinite(o.attn_scale) || o.attn_scale < 0)
@@ -449,13 +446,14 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   }
   if (p.pos.temperature.on()) schemes.push_back("temperature");
   if (o.xpos) {
-    if (o.rope) fail("--xpos and --rope exclude each other (xPos is RoPE with a scale)");
     p.pos.xpos = {o.theta, o.xpos_gamma, o.xpos_scale_base, o.xpos_center};
     schemes.push_back("xpos");
   } else if (given(o, "--xpos-gamma") || given(o, "--xpos-scale-base") ||
              given(o, "--xpos-center")) {
     fail("--xpos-gamma, --xpos-scale-base and --xpos-center need --xpos");
   }
+  // Which schemes may be on together: the declarations' one rule (schemes.hpp).
+  check_scheme_combination(schemes);
 
   // Backward: every flag checked before anything runs.
   const bool backward = !o.dout.empty();

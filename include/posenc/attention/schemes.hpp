@@ -1,0 +1,81 @@
+// posenc/attention/schemes.hpp: every position scheme declared once.
+//
+// A declaration says what a scheme is, not how it runs: its name, where it enters (DESIGN.md's
+// four places, plus CoPE's own path), its properties (learned, causal only, float K/V only),
+// and its parameters (name, shape, dtype, default, one line of doc). Whether two schemes may be
+// on in one attention call follows from those properties by one rule (scheme_conflict), with
+// one message that names both; no scheme lists the names of the others. `posenc schemes`
+// prints the declarations, and docs/schemes.md's table is generated from them (a test keeps it
+// current).
+//
+// The rule, for two schemes a and b on in the same call:
+//   1. a scheme whose positions depend on the content (CoPE: counted gates) runs on a path of
+//      its own that applies no other scheme: it combines with nothing;
+//   2. at most one scheme maps q and k at hook 1 (RoPE, M-RoPE, xPos, the query temperature):
+//      the engine composes no two q/k transforms;
+//   3. at most one scheme owns the relative tables of hooks 2a / 3 (Shaw);
+//   4. everything else combines: score biases (hook 2b) add, in the engine's order, and
+//      input-side schemes act before attention.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "posenc/attention/attention.hpp"
+
+namespace posenc {
+
+// Where a scheme enters (bit flags; a scheme may use several).
+enum scheme_point : uint32_t {
+  scheme_input = 1u << 0,          // x_0 += P(pos) before the first layer
+  scheme_qk_transform = 1u << 1,   // hook 1: q' = A_q(qpos) q, k' = A_k(kpos) k
+  scheme_score_bias = 1u << 2,     // hook 2b: s_ij += bias_h(qpos_i, kpos_j)
+  scheme_relative_keys = 1u << 3,  // hook 2a: s_ij += q_i . a^K_(j-i)
+  scheme_value_term = 1u << 4,     // hook 3: o_i += sum_j p_ij a^V_(j-i)
+  scheme_own_path = 1u << 5,       // positions from the content, on a path of their own (CoPE)
+  scheme_layer_plan = 1u << 6,     // chooses per layer between other schemes (iRoPE)
+};
+
+struct scheme_param {
+  const char* name;   // as Python spells it; the CLI flag is --name with dashes
+  const char* shape;  // "(Hq,)", "(num_buckets, Hq)", "scalar", ...
+  const char* dtype;  // "float", "int", "bool", "str", "RopeConfig", ...
+  const char* def;    // default, as text ("" = required when the scheme is on)
+  const char* doc;    // one line
+};
+
+struct scheme_decl {
+  const char* name;      // "alibi": the name of `posenc attend`'s scheme list and the lab
+  const char* title;     // "ALiBi"
+  const char* citation;  // "Press et al. 2022"
+  uint32_t points;       // scheme_point flags
+  bool learned;          // has parameters a model trains (and the engine differentiates)
+  bool causal_only;      // defined for causal attention only
+  bool float_kv_only;    // needs float32 / float64 K and V (no half-precision storage)
+  bool attention_level;  // a member of attention_position (else the model's or the lab's)
+  std::span<const scheme_param> params;
+};
+
+// Every declared scheme, in the engine's order (hook 1, hook 2b in summation order, hooks 2a/3,
+// CoPE, then the model-level ones).
+std::span<const scheme_decl> scheme_decls();
+// The declaration of `name`; throws invalid_argument naming the declared ones.
+const scheme_decl& scheme_decl_of(const std::string& name);
+
+// "" when a and b may be on together in one attention call, else the reason (rule above).
+std::string scheme_conflict(const scheme_decl& a, const scheme_decl& b);
+// Throws invalid_argument "<a> cannot be combined with <b>: <reason>" for the first pair of
+// `on` (names of declared schemes) that conflicts.
+void check_scheme_combination(std::span<const std::string> on);
+
+// The attention-level schemes that are on in pos, in declaration order.
+template <typename Real>
+std::vector<std::string> schemes_on(const attention_position<Real>& pos);
+
+// The declarations as a Markdown table (docs/schemes.md) or JSON.
+std::string schemes_markdown();
+std::string schemes_json();
+
+}  // namespace posenc

@@ -1,0 +1,237 @@
+// The declarations of every position scheme and the one rule that says which combine
+// (posenc/attention/schemes.hpp).
+#include "posenc/attention/schemes.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include "posenc/core/error.hpp"
+
+namespace posenc {
+namespace {
+
+// Parameters, as posenc.attention's keywords spell them.
+constexpr scheme_param kRope[] = {
+    {"rope", "scalar", "RopeConfig", "None", "RoPE frequencies and scaling (RopeConfig)"},
+    {"rope_layout", "scalar", "str", "half", "pair layout: half (NeoX) or interleaved (GPT-J)"},
+    {"rope_angle", "scalar", "str", "exact", "angles: exact, f32, hf_f32 or ggml_f32"},
+    {"rope_seq_len", "scalar", "int", "S", "sequence length for dynamic NTK and LongRoPE"},
+    {"keys_rotated", "scalar", "bool", "False", "k is already rotated (a KV cache)"},
+};
+constexpr scheme_param kMrope[] = {
+    {"rope", "scalar", "RopeConfig", "None", "an M-RoPE config (mrope_section)"},
+    {"q_positions", "(3, T)", "int", "", "temporal, height, width ids of the queries"},
+    {"k_positions", "(3, S)", "int", "", "temporal, height, width ids of the keys"},
+};
+constexpr scheme_param kXpos[] = {
+    {"xpos", "scalar", "bool", "False", "switch xPos on (half layout, rotary width D)"},
+    {"xpos_theta", "scalar", "float", "10000", "RoPE base of the rotation"},
+    {"xpos_gamma", "scalar", "float", "0.4", "zeta offset of the decay"},
+    {"xpos_scale_base", "scalar", "float", "512", "positions per e-fold of the scale"},
+    {"xpos_center", "scalar", "float", "0", "position of scale 1"},
+};
+constexpr scheme_param kTemperature[] = {
+    {"attn_temperature_tuning", "scalar", "bool", "False", "Llama 4's query temperature"},
+    {"floor_scale", "scalar", "float", "8192", "positions per temperature step"},
+    {"attn_scale", "scalar", "float", "0.1", "temperature slope"},
+};
+constexpr scheme_param kAlibi[] = {
+    {"alibi", "(Hq,)", "bool | float", "False", "True (Press slopes for Hq heads) or slopes"},
+};
+constexpr scheme_param kT5[] = {
+    {"t5_table", "(num_buckets, Hq)", "float", "None", "learned bias per bucket and head"},
+    {"t5_max_distance", "scalar", "int", "128", "distance of the last logarithmic bucket"},
+    {"t5_bidirectional", "scalar", "bool", "not causal", "buckets for both directions"},
+};
+constexpr scheme_param kShaw[] = {
+    {"shaw", "((2K+1, D), (2K+1, D), K)", "float", "None",
+     "key and value tables for clipped offsets, and K"},
+};
+constexpr scheme_param kKerple[] = {
+    {"kerple", "(2, Hq)", "float", "None", "rows a1, a2 of the kernel's parameters"},
+    {"kerple_kernel", "scalar", "str", "log", "log: -r1 log(1 + r2 d); power: -r1 d^r2"},
+};
+constexpr scheme_param kFire[] = {
+    {"fire", "(Hq, 3m + 3)", "float", "None", "per-head MLP [w1 | b1 | w2 | b2, a_c, a_L]"},
+};
+constexpr scheme_param kCope[] = {
+    {"cope", "(npos, D)", "float", "None", "position embeddings, shared by the heads"},
+};
+constexpr scheme_param kSinusoidal[] = {
+    {"input_amplitude", "scalar", "float", "1", "x_0 = E[token] + a PE(pos)"},
+};
+constexpr scheme_param kLearned[] = {
+    {"max_positions", "scalar", "int", "64", "rows of the table (positions 0 .. rows - 1)"},
+};
+constexpr scheme_param kIrope[] = {
+    {"irope_interval", "scalar", "int", "4", "layer l is NoPE when (l + 1) % interval == 0"},
+    {"irope_floor_scale", "scalar", "float", "64", "NoPE layers' temperature floor_scale"},
+    {"irope_attn_scale", "scalar", "float", "0.1", "NoPE layers' temperature attn_scale"},
+};
+
+constexpr uint32_t kHook1 = scheme_qk_transform;
+
+// name, title, citation, points, learned, causal only, float K/V only, attention level, params.
+const scheme_decl kDecls[] = {
+    {"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
+    {"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false, true, kMrope},
+    {"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
+    {"temperature", "query temperature", "Llama 4 (Meta 2025)", kHook1, false, false, false, true,
+     kTemperature},
+    {"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true, kAlibi},
+    {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5},
+    {"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true, false,
+     false, true, kShaw},
+    {"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true, kKerple},
+    {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire},
+    {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
+    {"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
+    {"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false, false,
+     kSinusoidal},
+    {"learned", "learned absolute", "Gehring et al. 2017", scheme_input, true, false, false, false,
+     kLearned},
+    {"irope", "iRoPE", "Llama 4 (Meta 2025)", scheme_layer_plan, false, false, false, false,
+     kIrope},
+};
+
+std::string points_text(uint32_t p) {
+  std::vector<std::string> out;
+  if (p & scheme_input) out.push_back("input");
+  if (p & scheme_qk_transform) out.push_back("q/k transform (hook 1)");
+  if (p & scheme_score_bias) out.push_back("score bias (hook 2b)");
+  if (p & scheme_relative_keys) out.push_back("relative keys (hook 2a)");
+  if (p & scheme_value_term) out.push_back("value term (hook 3)");
+  if (p & scheme_own_path) out.push_back("content-dependent positions (own path)");
+  if (p & scheme_layer_plan) out.push_back("per-layer plan");
+  if (out.empty()) out.push_back("none (order from the causal mask alone)");
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
+}  // namespace
+
+std::span<const scheme_decl> scheme_decls() {
+  return kDecls;
+}
+
+const scheme_decl& scheme_decl_of(const std::string& name) {
+  for (const auto& d : kDecls)
+    if (name == d.name) return d;
+  std::vector<std::string> names;
+  for (const auto& d : kDecls) names.push_back(d.name);
+  fail("scheme must be one of {}, got '{}'", fmt::join(names, ", "), name);
+}
+
+std::string scheme_conflict(const scheme_decl& a, const scheme_decl& b) {
+  if (&a == &b) return "";
+  for (const scheme_decl* s : {&a, &b})
+    if (s->points & scheme_own_path)
+      return fmt::format(
+          "{}'s positions come from the content (counted gates) on a path of its own that "
+          "applies no other position scheme",
+          s->name);
+  if ((a.points & scheme_qk_transform) && (b.points & scheme_qk_transform))
+    return "both map q and k at hook 1 and the engine composes no two q/k transforms; at most "
+           "one is allowed";
+  const uint32_t rel = scheme_relative_keys | scheme_value_term;
+  if ((a.points & rel) && (b.points & rel))
+    return "both own the relative tables of hooks 2a / 3; at most one is allowed";
+  return "";
+}
+
+void check_scheme_combination(std::span<const std::string> on) {
+  for (size_t i = 0; i < on.size(); ++i)
+    for (size_t j = i + 1; j < on.size(); ++j) {
+      const scheme_decl& a = scheme_decl_of(on[i]);
+      const scheme_decl& b = scheme_decl_of(on[j]);
+      // The content-dependent scheme is named first: it is the one that excludes the other.
+      const bool swap = (b.points & scheme_own_path) && !(a.points & scheme_own_path);
+      const std::string why = scheme_conflict(a, b);
+      if (!why.empty())
+        fail("{} cannot be combined with {}: {}", swap ? b.name : a.name, swap ? a.name : b.name,
+             why);
+    }
+}
+
+template <typename Real>
+std::vector<std::string> schemes_on(const attention_position<Real>& p) {
+  // One line per member of attention_position: the only place that maps members to names.
+  std::vector<std::string> on;
+  if (p.rope.freqs) on.push_back("rope");
+  if (p.mrope.freqs) on.push_back("mrope");
+  if (p.xpos.theta != 0) on.push_back("xpos");
+  if (p.temperature.on()) on.push_back("temperature");
+  if (!p.alibi.empty()) on.push_back("alibi");
+  if (p.has_t5()) on.push_back("t5");
+  if (p.has_shaw()) on.push_back("shaw");
+  if (p.has_kerple()) on.push_back("kerple");
+  if (p.has_fire()) on.push_back("fire");
+  if (p.has_cope()) on.push_back("cope");
+  return on;
+}
+template std::vector<std::string> schemes_on(const attention_position<float>&);
+template std::vector<std::string> schemes_on(const attention_position<double>&);
+
+namespace {
+
+// A table cell: '|' escaped so that it stays one cell.
+std::string cell(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string schemes_markdown() {
+  std::string out =
+      "| scheme | paper | enters at | learned | causal only | float K/V only | parameters |\n"
+      "|---|---|---|---|---|---|---|\n";
+  for (const auto& d : kDecls) {
+    std::vector<std::string> ps;
+    for (const auto& p : d.params)
+      ps.push_back(cell(fmt::format("`{}` {} {}{}: {}", p.name, p.shape, p.dtype,
+                                    *p.def ? fmt::format(" = {}", p.def) : std::string(), p.doc)));
+    out += fmt::format("| `{}` ({}) | {} | {} | {} | {} | {} | {} |\n", d.name, d.title, d.citation,
+                       points_text(d.points), d.learned ? "yes" : "no",
+                       d.causal_only ? "yes" : "no", d.float_kv_only ? "yes" : "no",
+                       ps.empty() ? std::string("none") : fmt::format("{}", fmt::join(ps, "; ")));
+  }
+  return out;
+}
+
+std::string schemes_json() {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& d : kDecls) {
+    nlohmann::ordered_json s;
+    s["name"] = d.name;
+    s["title"] = d.title;
+    s["citation"] = d.citation;
+    s["enters_at"] = points_text(d.points);
+    s["learned"] = d.learned;
+    s["causal_only"] = d.causal_only;
+    s["float_kv_only"] = d.float_kv_only;
+    s["attention_level"] = d.attention_level;
+    nlohmann::ordered_json ps = nlohmann::ordered_json::array();
+    for (const auto& p : d.params)
+      ps.push_back({{"name", p.name},
+                    {"shape", p.shape},
+                    {"dtype", p.dtype},
+                    {"default", p.def},
+                    {"doc", p.doc}});
+    s["params"] = ps;
+    std::vector<std::string> conflicts;
+    for (const auto& o : kDecls)
+      if (o.attention_level && d.attention_level && !scheme_conflict(d, o).empty())
+        conflicts.push_back(o.name);
+    s["conflicts_with"] = conflicts;
+    out.push_back(s);
+  }
+  return out.dump(2);
+}
+
+}  // namespace posenc

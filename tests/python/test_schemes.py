@@ -1,0 +1,46 @@
+"""The scheme declarations against the Python surface: every parameter an attention-level
+scheme declares is a keyword of posenc.attention, attention_backward and posenc.torch.attention,
+with the declared default; the combination rule speaks through the binding."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import posenc
+import posenc.torch as pt
+
+DECLS = posenc.schemes()
+ATTENTION_PARAMS = [(d["name"], p) for d in DECLS if d["attention_level"] for p in d["params"]
+                    if p["name"] not in ("q_positions", "k_positions")]
+
+
+@pytest.mark.parametrize("fn", [posenc.attention, posenc.attention_backward, pt.attention],
+                         ids=["attention", "attention_backward", "torch.attention"])
+def test_every_declared_parameter_is_a_keyword(fn):
+    sig = inspect.signature(fn)
+    missing = [f"{s}.{p['name']}" for s, p in ATTENTION_PARAMS if p["name"] not in sig.parameters]
+    assert not missing, f"{fn.__qualname__} lacks the declared keywords {missing}"
+    for s, p in ATTENTION_PARAMS:
+        default = sig.parameters[p["name"]].default
+        # the declared default as the keyword's text ("None", "False", "half", "0.4", ...);
+        # "S" and "not causal" are computed from the call (the keyword's default is None)
+        if p["default"] in ("S", "not causal"):
+            assert default is None, f"{s}.{p['name']}"
+        elif isinstance(default, str):
+            assert default == p["default"], f"{s}.{p['name']}: {default!r}"
+        else:
+            assert repr(default) in (p["default"], p["default"] + ".0") or \
+                float(default) == float(p["default"]), f"{s}.{p['name']}: {default!r}"
+
+
+def test_the_rule_in_the_binding():
+    q = np.zeros((4, 2, 8))
+    cfg = posenc.RopeConfig(head_dim=8)
+    with pytest.raises(ValueError, match="rope cannot be combined with xpos"):
+        posenc.attention(q, q, q, rope=cfg, xpos=True)
+    with pytest.raises(ValueError, match="cope cannot be combined with alibi"):
+        posenc.attention(q, q, q, causal=True, cope=np.zeros((3, 8)), alibi=True)
+    conflicts = {d["name"]: set(d["conflicts_with"]) for d in DECLS}
+    assert "mrope" in conflicts["cope"] and "cope" in conflicts["mrope"]
+    assert "alibi" not in conflicts["rope"]
