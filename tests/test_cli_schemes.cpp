@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
+#include "posenc/core/npy.hpp"
+#include "posenc/core/rng.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;
@@ -96,4 +100,86 @@ TEST(CliSchemes, DocsTableIsCurrent) {
   ASSERT_EQ(j.exit_code, 0) << j.err;
   for (const auto& d : scheme_decls())
     EXPECT_NE(j.out.find(std::string("\"name\": \"") + d.name + "\""), std::string::npos);
+}
+
+TEST(CliSchemes, AttendHelpListsEveryDeclaredParameter) {
+  // The flag of a declared parameter is --name with dashes (older spellings stay as aliases).
+  const auto r = test::run_cli({"attend", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> missing;
+  for (const auto& d : scheme_decls()) {
+    if (!d.attention_level) continue;
+    for (const auto& p : d.params) {
+      std::string flag = std::string("--") + p.name;
+      for (auto& c : flag)
+        if (c == '_') c = '-';
+      if (r.out.find(flag + " ") == std::string::npos &&
+          r.out.find(flag + ",") == std::string::npos)
+        missing.push_back(std::string(d.name) + ": " + flag);
+    }
+  }
+  EXPECT_TRUE(missing.empty()) << fmt::format("{}", fmt::join(missing, "; "));
+}
+
+TEST(CliSchemes, NewFlagsActAsTheirKeywords) {
+  test::temp_dir dir;
+  const int64_t T = 3, S = 5, H = 2, D = 8;
+  rng r(11);
+  auto q = make_npy<double>({T, H, D});
+  auto k = make_npy<double>({S, H, D});
+  auto v = make_npy<double>({S, H, D});
+  for (auto* a : {&q, &k, &v})
+    for (int64_t i = 0; i < a->numel(); ++i) a->as<double>()[i] = r.normal();
+  write_npy(dir.file("q.npy"), q);
+  write_npy(dir.file("k.npy"), k);
+  write_npy(dir.file("v.npy"), v);
+  const auto attend = [&](std::vector<std::string> extra, const std::string& out) {
+    std::vector<std::string> a = {"attend",          "--q",        dir.file("q.npy"), "--k",
+                                  dir.file("k.npy"), "--v",        dir.file("v.npy"), "--causal",
+                                  "--out",           dir.file(out)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return test::run_cli(a);
+  };
+  // --xpos-theta is xPos's base; the same value through --theta gives the same bits.
+  ASSERT_EQ(attend({"--xpos", "--xpos-theta", "500"}, "a.npy").exit_code, 0);
+  ASSERT_EQ(attend({"--xpos", "--theta", "500"}, "b.npy").exit_code, 0);
+  ASSERT_EQ(attend({"--xpos"}, "c.npy").exit_code, 0);
+  EXPECT_EQ(read_npy(dir.file("a.npy")).to_f64(), read_npy(dir.file("b.npy")).to_f64());
+  EXPECT_NE(read_npy(dir.file("a.npy")).to_f64(), read_npy(dir.file("c.npy")).to_f64());
+  // --keys-rotated: k given rotated at its positions (posenc rope apply) gives --rope's bits.
+  ASSERT_EQ(
+      test::run_cli({"rope", "apply", "--x", dir.file("k.npy"), "--positions", dir.file("kp.npy"),
+                     "--out", dir.file("kr.npy"), "--layout", "half", "--head-dim", "8"})
+          .exit_code,
+      2);  // kp.npy does not exist yet: the command refuses, writes nothing
+  auto kp = make_npy<int64_t>({S});
+  for (int64_t j = 0; j < S; ++j) kp.as<int64_t>()[j] = j;
+  write_npy(dir.file("kp.npy"), kp);
+  const auto ra =
+      test::run_cli({"rope", "apply", "--x", dir.file("k.npy"), "--positions", dir.file("kp.npy"),
+                     "--out", dir.file("kr.npy"), "--layout", "half", "--head-dim", "8"});
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  ASSERT_EQ(attend({"--rope", "--rope-layout", "half"}, "d.npy").exit_code, 0);
+  std::vector<std::string> a = {"attend",
+                                "--q",
+                                dir.file("q.npy"),
+                                "--k",
+                                dir.file("kr.npy"),
+                                "--v",
+                                dir.file("v.npy"),
+                                "--causal",
+                                "--out",
+                                dir.file("e.npy"),
+                                "--rope",
+                                "--layout",
+                                "half",
+                                "--keys-rotated"};
+  const auto re = test::run_cli(a);
+  ASSERT_EQ(re.exit_code, 0) << re.err;
+  const auto d1 = read_npy(dir.file("d.npy")).to_f64(), e1 = read_npy(dir.file("e.npy")).to_f64();
+  ASSERT_EQ(d1.size(), e1.size());
+  for (size_t i = 0; i < d1.size(); ++i) EXPECT_NEAR(d1[i], e1[i], 1e-14) << i;
+  const auto bad = attend({"--keys-rotated"}, "f.npy");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--keys-rotated needs --rope or --xpos"), std::string::npos) << bad.err;
 }

@@ -338,15 +338,53 @@ def _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma, xp
     }
 
 
+def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_num_buckets,
+                       shaw, shaw_keys, shaw_values, shaw_clip, fire, fire_hidden):
+    """The declared keywords (posenc.schemes()) that the CLI spells as flags, folded into the
+    forms the binding takes: alibi slopes from (alibi_max_bias, alibi_convention) by the
+    library's alibi_slopes, the Shaw tables and clip as the (keys, values, clip) tuple, and
+    t5_num_buckets / fire_hidden checked against their tables' shapes. Returns (alibi, shaw)."""
+    default_alibi = alibi_max_bias == 8.0 and alibi_convention == "press"
+    if not default_alibi:
+        if alibi is not True:
+            raise ValueError("alibi_max_bias and alibi_convention need alibi=True (slopes given "
+                             "as an array are used as they are)")
+        alibi = alibi_slopes(int(np.shape(q)[-2]), max_bias=float(alibi_max_bias),
+                             convention=alibi_convention)
+    if t5_num_buckets is not None:
+        if t5_table is None:
+            raise ValueError("t5_num_buckets needs t5_table")
+        if int(np.shape(t5_table)[0]) != int(t5_num_buckets):
+            raise ValueError(f"t5_table must have t5_num_buckets = {t5_num_buckets} rows, got "
+                             f"shape {tuple(np.shape(t5_table))}")
+    if shaw_keys is not None or shaw_values is not None or shaw_clip is not None:
+        if shaw is not None:
+            raise ValueError("give shaw = (keys, values, clip) or shaw_keys, shaw_values and "
+                             "shaw_clip, not both")
+        if shaw_keys is None or shaw_values is None or shaw_clip is None:
+            raise ValueError("Shaw needs all of shaw_keys, shaw_values and shaw_clip")
+        shaw = (shaw_keys, shaw_values, int(shaw_clip))
+    if fire_hidden is not None:
+        if fire is None:
+            raise ValueError("fire_hidden needs fire")
+        width = int(np.shape(fire)[-1])
+        if width != 3 * int(fire_hidden) + 3:
+            raise ValueError(f"fire must have shape (Hq, 3 fire_hidden + 3) = (Hq, "
+                             f"{3 * int(fire_hidden) + 3}), got {tuple(np.shape(fire))}")
+    return alibi, shaw
+
+
 _ATTENTION_DOC = """
     q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); one float dtype
     (float64 stays float64). Hq % Hkv == 0 (GQA/MQA read kv head h // (Hq // Hkv)).
     causal: bottom-right aligned (query i is token S - T + i). scale: default 1/sqrt(D).
     rope: a RopeConfig (rope_layout "half"/"interleaved", rope_angle "exact"/"f32"/"hf_f32"/"ggml_f32",
       rope_seq_len default S; keys_rotated: k is already rotated, as a KV cache stores it).
-    alibi: False, True (press slopes for Hq heads) or slopes (Hq,).
-    t5_table: (num_buckets, Hq); t5_max_distance 128; t5_bidirectional default not causal.
-    shaw: (keys (2K+1, D), values (2K+1, D), K).
+    alibi: False, True (slopes for Hq heads: alibi_max_bias 8, alibi_convention "press",
+      "mpt" or "geometric") or slopes (Hq,).
+    t5_table: (num_buckets, Hq); t5_num_buckets (checked against the table when given);
+      t5_max_distance 128; t5_bidirectional default not causal.
+    shaw_keys, shaw_values (2K+1, D) and shaw_clip K, or shaw = (keys, values, K).
     q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot. With an
       M-RoPE rope config, (3, T) / (3, S) ids (or (B, 3, ...)) rotate q and k pair by pair
       (mrope_apply) and the masks and biases see the temporal row; 1-D ids are text tokens.
@@ -358,7 +396,8 @@ _ATTENTION_DOC = """
     Research schemes (docs/research_schemes.md), d = |qpos - kpos|:
     kerple: (2, Hq) rows a1, a2 (Chi et al. 2022); kerple_kernel "log": -r1 log(1 + r2 d),
       "power": -r1 d^r2, with r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2).
-    fire: (Hq, 3m + 3), per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L] (Li et al. 2023):
+    fire: (Hq, 3m + 3), per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L] (Li et al. 2023;
+      fire_hidden m is checked against the width when given):
       bias = w2 . relu(w1 x + b1) + b2, x = log(c d + 1) / log(c max(L, qpos) + 1),
       c = softplus(a_c), L = softplus(a_L).
     xpos: True for xPos (Sun et al. 2022; half layout, rotary width D) with xpos_theta 10000,
@@ -383,10 +422,16 @@ def attention(
     rope_seq_len=None,
     keys_rotated=False,
     alibi=False,
+    alibi_max_bias=8.0,
+    alibi_convention="press",
     t5_table=None,
+    t5_num_buckets=None,
     t5_max_distance=128,
     t5_bidirectional=None,
     shaw=None,
+    shaw_keys=None,
+    shaw_values=None,
+    shaw_clip=None,
     q_positions=None,
     k_positions=None,
     key_padding=None,
@@ -397,6 +442,7 @@ def attention(
     kerple=None,
     kerple_kernel="log",
     fire=None,
+    fire_hidden=None,
     xpos=False,
     xpos_theta=10000.0,
     xpos_gamma=0.4,
@@ -407,6 +453,9 @@ def attention(
     floor_scale=8192.0,
     attn_scale=0.1,
 ):
+    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
+                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
+                                     fire, fire_hidden)
     research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale)
@@ -441,10 +490,16 @@ def attention_backward(
     rope_seq_len=None,
     keys_rotated=False,
     alibi=False,
+    alibi_max_bias=8.0,
+    alibi_convention="press",
     t5_table=None,
+    t5_num_buckets=None,
     t5_max_distance=128,
     t5_bidirectional=None,
     shaw=None,
+    shaw_keys=None,
+    shaw_values=None,
+    shaw_clip=None,
     q_positions=None,
     k_positions=None,
     key_padding=None,
@@ -454,6 +509,7 @@ def attention_backward(
     kerple=None,
     kerple_kernel="log",
     fire=None,
+    fire_hidden=None,
     xpos=False,
     xpos_theta=10000.0,
     xpos_gamma=0.4,
@@ -464,6 +520,9 @@ def attention_backward(
     floor_scale=8192.0,
     attn_scale=0.1,
 ):
+    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
+                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
+                                     fire, fire_hidden)
     research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch as _torch
 
-from . import _attention_opts, _posenc, _research_opts
+from . import _attention_opts, _declared_keywords, _posenc, _research_opts
 
 __all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
 
@@ -266,17 +266,22 @@ class _Attention(_torch.autograd.Function):
 
 def attention(
     q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
-    rope_seq_len=None, keys_rotated=False, alibi=False, t5_table=None, t5_max_distance=128,
-    t5_bidirectional=None, shaw=None, q_positions=None, k_positions=None, key_padding=None,
-    cu_seqlens=None, window=None, return_lse=False, kerple=None, kerple_kernel="log", fire=None,
-    xpos=False, xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0,
-    cope=None, attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1,
+    rope_seq_len=None, keys_rotated=False, alibi=False, alibi_max_bias=8.0,
+    alibi_convention="press", t5_table=None, t5_num_buckets=None, t5_max_distance=128,
+    t5_bidirectional=None, shaw=None, shaw_keys=None, shaw_values=None, shaw_clip=None,
+    q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
+    return_lse=False, kerple=None, kerple_kernel="log", fire=None, fire_hidden=None, xpos=False,
+    xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0, cope=None,
+    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1,
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
     alibi slopes given as a tensor (learned slopes), t5_table, shaw = (keys, values, K), the
     Kerple parameters kerple (2, Hq), FIRE's fire (Hq, 3m + 3) and CoPE's embeddings cope
     (npos, D). xPos and the query temperature have no parameters (their options pass through).
     Arguments as posenc.attention; lse is returned float32/float64 and not differentiable."""
+    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
+                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
+                                     fire, fire_hidden)
     slopes = None
     if isinstance(alibi, _torch.Tensor):
         slopes, alibi = alibi, None

@@ -38,16 +38,21 @@ constexpr scheme_param kTemperature[] = {
     {"attn_scale", "scalar", "float", "0.1", "temperature slope"},
 };
 constexpr scheme_param kAlibi[] = {
-    {"alibi", "(Hq,)", "bool | float", "False", "True (Press slopes for Hq heads) or slopes"},
+    {"alibi", "(Hq,)", "bool | float", "False", "True (slopes for Hq heads) or slopes"},
+    {"alibi_max_bias", "scalar", "float", "8", "slopes 2^(-b k / n) (Press et al. 2022)"},
+    {"alibi_convention", "scalar", "str", "press",
+     "slopes for non-power-of-two heads: press, mpt or geometric"},
 };
 constexpr scheme_param kT5[] = {
     {"t5_table", "(num_buckets, Hq)", "float", "None", "learned bias per bucket and head"},
+    {"t5_num_buckets", "scalar", "int", "None", "rows of t5_table (checked against it)"},
     {"t5_max_distance", "scalar", "int", "128", "distance of the last logarithmic bucket"},
     {"t5_bidirectional", "scalar", "bool", "not causal", "buckets for both directions"},
 };
 constexpr scheme_param kShaw[] = {
-    {"shaw", "((2K+1, D), (2K+1, D), K)", "float", "None",
-     "key and value tables for clipped offsets, and K"},
+    {"shaw_keys", "(2K+1, D)", "float", "None", "a^K: a key vector per clipped offset"},
+    {"shaw_values", "(2K+1, D)", "float", "None", "a^V: a value vector per clipped offset"},
+    {"shaw_clip", "scalar", "int", "None", "K: offsets clipped to [-K, K]"},
 };
 constexpr scheme_param kKerple[] = {
     {"kerple", "(2, Hq)", "float", "None", "rows a1, a2 of the kernel's parameters"},
@@ -55,6 +60,7 @@ constexpr scheme_param kKerple[] = {
 };
 constexpr scheme_param kFire[] = {
     {"fire", "(Hq, 3m + 3)", "float", "None", "per-head MLP [w1 | b1 | w2 | b2, a_c, a_L]"},
+    {"fire_hidden", "scalar", "int", "None", "m, the MLP's hidden units (checked against fire)"},
 };
 constexpr scheme_param kCope[] = {
     {"cope", "(npos, D)", "float", "None", "position embeddings, shared by the heads"},

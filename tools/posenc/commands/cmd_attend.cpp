@@ -88,8 +88,8 @@ struct attend_opts {
   // Kerple, FIRE, xPos
   std::string kerple, kerple_kernel = "log", fire, cope;
   int64_t fire_hidden = 0;
-  bool xpos = false;
-  double xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
+  bool xpos = false, keys_rotated = false;
+  double xpos_theta = 10000, xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
   // Llama 4's query temperature; the layer of a per-layer config
   bool temperature = false;
   double floor_scale = 8192, attn_scale = 0.1;
@@ -446,11 +446,18 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   }
   if (p.pos.temperature.on()) schemes.push_back("temperature");
   if (o.xpos) {
-    p.pos.xpos = {o.theta, o.xpos_gamma, o.xpos_scale_base, o.xpos_center};
+    p.pos.xpos = {given(o, "--xpos-theta") ? o.xpos_theta : o.theta, o.xpos_gamma,
+                  o.xpos_scale_base, o.xpos_center};
     schemes.push_back("xpos");
-  } else if (given(o, "--xpos-gamma") || given(o, "--xpos-scale-base") ||
-             given(o, "--xpos-center")) {
-    fail("--xpos-gamma, --xpos-scale-base and --xpos-center need --xpos");
+  } else if (given(o, "--xpos-theta") || given(o, "--xpos-gamma") ||
+             given(o, "--xpos-scale-base") || given(o, "--xpos-center")) {
+    fail("--xpos-theta, --xpos-gamma, --xpos-scale-base and --xpos-center need --xpos");
+  }
+  if (o.keys_rotated) {
+    // k arrives rotated (as a KV cache stores it): only q is mapped at hook 1.
+    if (!p.pos.rope.freqs && !p.pos.mrope.freqs && p.pos.xpos.theta == 0)
+      fail("--keys-rotated needs --rope or --xpos (a q/k transform whose keys are stored rotated)");
+    p.pos.rope.keys_rotated = p.pos.mrope.keys_rotated = p.pos.xpos.keys_rotated = true;
   }
   // Which schemes may be on together: the declarations' one rule (schemes.hpp).
   check_scheme_combination(schemes);
@@ -711,8 +718,8 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_flag("--rope", o->rope, "Rotate q and k at their positions (RoPE)");
   sub->add_option("--hf-config", o->hf_config, "RoPE from a Hugging Face config.json");
   sub->add_option("--gguf", o->gguf, "RoPE from a GGUF file's metadata (llama.cpp)");
-  sub->add_option("--layout", o->layout, "RoPE pair layout: half or interleaved");
-  sub->add_option("--angle", o->angle,
+  sub->add_option("--rope-layout,--layout", o->layout, "RoPE pair layout: half or interleaved");
+  sub->add_option("--rope-angle,--angle", o->angle,
                   "RoPE angle mode: exact (default), f32, hf_f32 or ggml_f32 (compat_f32 = f32)");
   sub->add_option("--head-dim", o->head_dim,
                   "RoPE head dim (optional: D of --q; an error when it disagrees)");
@@ -733,16 +740,18 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--long-factor", o->long_factor, "longrope long_factor: a,b,c (R/2)");
   sub->add_option("--low-freq-factor", o->low_freq_factor, "llama3 low_freq_factor");
   sub->add_option("--high-freq-factor", o->high_freq_factor, "llama3 high_freq_factor");
-  sub->add_option("--seq-len", o->seq_len,
+  sub->add_option("--rope-seq-len,--seq-len", o->seq_len,
                   "Sequence length for dynamic/longrope frequencies (default S)");
   sub->add_flag("--alibi", o->alibi, "ALiBi biases (Press et al. 2022)");
-  sub->add_option("--max-bias", o->max_bias, "ALiBi max_bias (default 8)");
+  sub->add_option("--alibi-max-bias,--max-bias", o->max_bias, "ALiBi max_bias (default 8)");
   sub->add_option("--alibi-convention", o->alibi_convention,
                   "ALiBi slopes for non-power-of-two heads: press (default), mpt, geometric");
   sub->add_option("--t5-table", o->t5_table, "T5 bias table TABLE.npy (num_buckets, Hq)");
-  sub->add_option("--num-buckets", o->num_buckets, "T5 num_buckets (default 32)");
-  sub->add_option("--max-distance", o->max_distance, "T5 max_distance (default 128)");
-  sub->add_flag("--bidirectional", o->bidirectional, "T5 bidirectional buckets (encoder)");
+  sub->add_option("--t5-num-buckets,--num-buckets", o->num_buckets, "T5 num_buckets (default 32)");
+  sub->add_option("--t5-max-distance,--max-distance", o->max_distance,
+                  "T5 max_distance (default 128)");
+  sub->add_flag("--t5-bidirectional,--bidirectional", o->bidirectional,
+                "T5 bidirectional buckets (encoder)");
   sub->add_option("--q-positions", o->q_positions,
                   "Query position ids P.npy (T,) int64; (3, T) for M-RoPE (with --rope)");
   sub->add_option("--k-positions", o->k_positions,
@@ -768,7 +777,10 @@ const bool registered = register_command(50, [](CLI::App& app) {
                   "FIRE bias (Li et al. 2023): per-head MLP parameters F.npy (Hq, 3 M + 3)");
   sub->add_option("--fire-hidden", o->fire_hidden, "FIRE hidden units M");
   sub->add_flag("--xpos", o->xpos, "xPos (Sun et al. 2022): RoPE with a decaying scale, --theta");
+  sub->add_option("--xpos-theta", o->xpos_theta, "xPos RoPE base (default --theta)");
   sub->add_option("--xpos-gamma", o->xpos_gamma, "xPos gamma (default 0.4)");
+  sub->add_flag("--keys-rotated", o->keys_rotated,
+                "--k is already rotated (as a KV cache stores it): only q is rotated");
   sub->add_option("--xpos-scale-base", o->xpos_scale_base, "xPos scale base (default 512)");
   sub->add_option("--xpos-center", o->xpos_center, "xPos scale centre (default 0)");
   sub->add_option(
