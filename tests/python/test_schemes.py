@@ -44,3 +44,24 @@ def test_the_rule_in_the_binding():
     conflicts = {d["name"]: set(d["conflicts_with"]) for d in DECLS}
     assert "mrope" in conflicts["cope"] and "cope" in conflicts["mrope"]
     assert "alibi" not in conflicts["rope"]
+
+
+def test_declared_keywords_act_as_their_older_forms():
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((5, 3, 8)) for _ in range(3))
+    slopes = posenc.alibi_slopes(3, max_bias=4.0, convention="mpt")
+    a = posenc.attention(q, k, v, causal=True, alibi=True, alibi_max_bias=4.0,
+                         alibi_convention="mpt")
+    assert np.array_equal(a, posenc.attention(q, k, v, causal=True, alibi=slopes))
+    ak, av = rng.standard_normal((5, 8)), rng.standard_normal((5, 8))
+    b = posenc.attention(q, k, v, causal=True, shaw_keys=ak, shaw_values=av, shaw_clip=2)
+    assert np.array_equal(b, posenc.attention(q, k, v, causal=True, shaw=(ak, av, 2)))
+    t5 = rng.standard_normal((16, 3))
+    with pytest.raises(ValueError, match="t5_table must have t5_num_buckets = 8 rows"):
+        posenc.attention(q, k, v, t5_table=t5, t5_num_buckets=8)
+    with pytest.raises(ValueError, match="Shaw needs all of shaw_keys, shaw_values and shaw_clip"):
+        posenc.attention(q, k, v, shaw_keys=ak)
+    with pytest.raises(ValueError, match="alibi_max_bias and alibi_convention need alibi=True"):
+        posenc.attention(q, k, v, alibi_convention="geometric")
+    with pytest.raises(ValueError, match=r"fire must have shape \(Hq, 3 fire_hidden \+ 3\)"):
+        posenc.attention(q, k, v, fire=np.zeros((3, 9)), fire_hidden=3)
