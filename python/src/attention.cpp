@@ -6,6 +6,8 @@
 // with exactly the forward's parameters.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -90,12 +92,14 @@ struct attn_setup {
   rope_layout layout = rope_layout::half;
   rope_angle angle = rope_angle::exact;
   bool keys_rotated = false;
-  // M-RoPE (rope with mrope_section): q and k are rotated here, pair by pair at their (3, n)
-  // ids (mrope_apply), before the engine runs without RoPE; the backward un-rotates dq and dk.
-  // The engine's masks and biases see the temporal row (qpos, kpos above).
+  // M-RoPE (rope with mrope_section and (3, n) ids): the engine's hook 1 (attention_mrope)
+  // rotates q and k pair by pair at their ids, forward and backward. Its masks and biases see
+  // the temporal row (qpos, kpos above, -1 = pad); the hook's ids read a pad's -1 as 0 (a
+  // masked slot: its rotation does not matter).
   bool mrope = false;
-  std::vector<int> mrope_comp;        // (R/2,) component of each pair
-  std::vector<int64_t> qpos3, kpos3;  // (3, T) / (3, S) per batch element unless *_shared
+  std::array<int64_t, 3> mrope_section{};
+  bool mrope_interleaved = false;
+  std::vector<int64_t> qids, kids;  // (3, T) / (3, S) per batch element unless *_shared
   std::vector<double> slopes;
   t5_params t5p;
   py::object t5_table, shaw_keys, shaw_values;
@@ -185,18 +189,23 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
       fail("M-RoPE needs both q_positions (3, T) and k_positions (3, S), got {} and {}",
            q3 ? "(3, T)" : "(T,) or None", k3 ? "(3, S)" : "(S,) or None");
     if (q3) {
+      if (c.mrope_section.size() != 3)
+        fail("rope.mrope_section must have 3 entries (temporal, height, width), got {}",
+             c.mrope_section.size());
       s.mrope = true;
-      s.mrope_comp =
-          mrope_components(c.mrope_section, c.mrope_interleaved, s.freqs->rotary_dim / 2);
+      std::copy(c.mrope_section.begin(), c.mrope_section.end(), s.mrope_section.begin());
+      s.mrope_interleaved = c.mrope_interleaved;
     }
   }
   if (s.mrope) {
-    s.qpos3 = mrope_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
-                         &s.qpos_shared);
-    s.kpos3 = mrope_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
-                         &s.kpos_shared);
-    s.qpos = temporal_rows(s.qpos3, s.T);
-    s.kpos = temporal_rows(s.kpos3, s.S);
+    s.qids = mrope_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
+                        &s.qpos_shared);
+    s.kids = mrope_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
+                        &s.kpos_shared);
+    s.qpos = temporal_rows(s.qids, s.T);
+    s.kpos = temporal_rows(s.kids, s.S);
+    for (auto* ids : {&s.qids, &s.kids})
+      for (auto& id : *ids) id = std::max<int64_t>(id, 0);
   } else {
     s.qpos = per_batch_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
                             &s.qpos_shared);
@@ -333,19 +342,8 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
           "al. 2024)");
     s.cope = a;
   }
-  // Which schemes may be on together: the declarations' one rule (schemes.hpp), here because
-  // M-RoPE is applied before the engine sees the call.
-  std::vector<std::string> on;
-  if (s.freqs) on.push_back(s.mrope ? "mrope" : "rope");
-  if (s.xpos.theta != 0) on.push_back("xpos");
-  if (s.temperature.on()) on.push_back("temperature");
-  if (!s.slopes.empty()) on.push_back("alibi");
-  if (s.t5_table) on.push_back("t5");
-  if (s.shaw_keys) on.push_back("shaw");
-  if (s.kerple) on.push_back("kerple");
-  if (s.fire) on.push_back("fire");
-  if (s.cope) on.push_back("cope");
-  check_scheme_combination(on);
+  // Which schemes may be on together (schemes.hpp's one rule) is checked by the engine, which
+  // sees every scheme of the call (M-RoPE included).
   return s;
 }
 
@@ -366,6 +364,13 @@ struct attn_call {
       p.pos.rope.layout = s.layout;
       p.pos.rope.angle = s.angle;
       p.pos.rope.keys_rotated = s.keys_rotated;
+    } else if (s.mrope) {  // the ids per batch element: select()
+      p.pos.mrope.freqs = &*s.freqs;
+      p.pos.mrope.section = s.mrope_section;
+      p.pos.mrope.interleaved = s.mrope_interleaved;
+      p.pos.mrope.layout = s.layout;
+      p.pos.mrope.angle = s.angle;
+      p.pos.mrope.keys_rotated = s.keys_rotated;
     }
     p.pos.alibi = s.slopes;
     if (s.t5_table) {
@@ -395,32 +400,7 @@ struct attn_call {
     p.pos.temperature = s.temperature;
   }
 
-  // M-RoPE: q (and k unless keys_rotated) of batch element b rotated into qr, kr; p reads them.
-  std::vector<Real> qr, kr;
-  void mrope_rotate(const attn_setup& s, int64_t b, const Real* q, const Real* k) {
-    if (!s.mrope) return;
-    qr.assign(q, q + s.T * s.Hq * s.D);
-    mrope_rows(s, b, qr.data(), false, false);
-    p.q = qr.data();
-    if (!s.keys_rotated) {
-      kr.assign(k, k + s.S * s.Hkv * s.D);
-      mrope_rows(s, b, kr.data(), true, false);
-      p.k = kr.data();
-    }
-  }
-  // x (n, H, D) of batch element b rotated in place at its ids (pad ids -1 read as 0);
-  // inverse: the transpose, the backward of the rotation.
-  static void mrope_rows(const attn_setup& s, int64_t b, Real* x, bool key, bool inverse) {
-    const int64_t n = key ? s.S : s.T, H = key ? s.Hkv : s.Hq;
-    const auto& ids = key ? s.kpos3 : s.qpos3;
-    const bool shared = key ? s.kpos_shared : s.qpos_shared;
-    std::vector<int64_t> pos(ids.begin() + (shared ? 0 : b * 3 * n),
-                             ids.begin() + (shared ? 0 : b * 3 * n) + 3 * n);
-    for (auto& v : pos) v = v < 0 ? 0 : v;
-    mrope_apply(*s.freqs, s.mrope_comp, s.layout, s.angle, pos, x, n, H, s.D, inverse);
-  }
-
-  // Positions and padding of batch element b.
+  // Positions (and M-RoPE's ids) and padding of batch element b.
   void select(const attn_setup& s, int64_t b) {
     auto part = [](const std::vector<int64_t>& v, bool shared, int64_t b, int64_t n) {
       return v.empty() ? std::span<const int64_t>()
@@ -428,6 +408,10 @@ struct attn_call {
     };
     p.q_positions = part(s.qpos, s.qpos_shared, b, s.T);
     p.k_positions = part(s.kpos, s.kpos_shared, b, s.S);
+    if (s.mrope) {
+      p.pos.mrope.q_positions = part(s.qids, s.qpos_shared, b, 3 * s.T);
+      p.pos.mrope.k_positions = part(s.kids, s.kpos_shared, b, 3 * s.S);
+    }
     p.key_padding =
         s.pad.empty() ? std::span<const uint8_t>()
                       : std::span<const uint8_t>(s.pad.data() + (s.pad_shared ? 0 : b * s.S), s.S);
@@ -452,7 +436,6 @@ py::object forward(const py::array& q0, const py::array& k0, const py::array& v0
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
-      c.mrope_rotate(s, b, c.p.q, c.p.k);
       c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
       attention_forward(c.p);
     }
@@ -471,10 +454,6 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
               "got " +
               dtype_str(q0));
   const attn_setup s = setup(q0, k0, v0, opts, true);
-  if (s.mrope && !s.keys_rotated)
-    fail(
-        "M-RoPE with half-precision k and v needs keys_rotated=True: rotate k with "
-        "posenc.mrope_apply in float32 before storing it (only q is rotated here)");
   const auto q = contiguous_as<float>(q0);
   // The 16-bit words as stored (a forcecast to uint16 would convert float16 values).
   const py::array k = py::array::ensure(k0, py::array::c_style),
@@ -494,7 +473,6 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k16 = kw + b * kn, c.p.v16 = vw + b * kn;
-      c.mrope_rotate(s, b, c.p.q, nullptr);
       c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
       attention_forward(c.p);
     }
@@ -555,7 +533,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
       c.p.q = q.data() + b * qn, c.p.k = k.data() + b * kn, c.p.v = v.data() + b * kn;
-      c.mrope_rotate(s, b, c.p.q, c.p.k);
       attention_grads<Real> g;
       g.out = out.data() + b * qn, g.lse = lse.data() + b * s.T * s.Hq;
       // The engine validates p.out and reads it as the forward's output; it does not write it.
@@ -569,10 +546,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_fire) g.dfire = dfi_b.data();
       if (want_cope) g.dcope = dco_b.data();
       attention_backward(c.p, g);
-      if (s.mrope) {  // dq = R(pos)^T dq' for the rotation applied before the call
-        c.mrope_rows(s, b, g.dq, false, true);
-        if (!s.keys_rotated) c.mrope_rows(s, b, g.dk, true, true);
-      }
       for (size_t i = 0; i < dke.size(); ++i) dke[i] += dke_b[i];
       for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
