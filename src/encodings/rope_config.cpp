@@ -330,21 +330,54 @@ rope_config rope_config_from_json(const nlohmann::json& config,
 
 namespace {
 
-// One plain RoPE configuration (a text part with its class defaults filled in, or a per-layer-
-// type view of one).
-rope_config config_from_view(const json& j, std::vector<std::string>* warnings) {
-  std::vector<std::string> local;
-  if (!warnings) warnings = &local;
-  rope_config c;
+// Reads one plain RoPE configuration (a text part with its class defaults filled in, or a
+// per-layer-type view of one), one group of keys per method, in this order.
+class view_reader {
+ public:
+  view_reader(const json& j, std::vector<std::string>* warnings) : j(j), warnings(warnings) {}
+  rope_config read() {
+    select_block();
+    read_theta();
+    read_head_dim();
+    read_rotary_width();
+    read_lengths();
+    if (!has_block) {
+      rope_validate(c);
+      return c;
+    }
+    read_type_and_factor();
+    read_type_params();
+    validate_block();
+    return c;
+  }
 
+ private:
+  void select_block();          // rope_parameters or rope_scaling (rs, px), nested blocks refused
+  void read_theta();            // rope_theta, rotary_emb_base
+  void read_head_dim();         // qk_rope_head_dim, head_dim, hidden_size / heads
+  void read_rotary_width();     // partial_rotary_factor, rotary_pct, rotary_dim, proportional
+  void read_lengths();          // max_position_embeddings, original_max_position_embeddings
+  void read_type_and_factor();  // rope_type, mrope_section, factor
+  void read_type_params();      // yarn, longrope and llama3 parameters
+  void validate_block();        // unused keys, then rope_validate with the block's key names
+
+  const json& j;
+  std::vector<std::string>* warnings;
+  rope_config c;
+  const json empty = json::object();
+  const json* rs = &empty;  // the scaling block (empty when the config has none)
+  std::string px;           // its key with a dot ("rope_parameters."), "" when none
+  bool has_block = false;
+  std::set<std::string> known;  // the block's keys the rope type reads
+  std::string tn;               // the rope type's name
+};
+
+void view_reader::select_block() {
   if (present(j, "rope_local_base_freq"))
     warnings->push_back(
         "rope_local_base_freq is the sliding layers' base; this is the full_attention "
         "configuration (choose one with a layer type)");
   // The scaling block: rope_parameters (newer) wins over rope_scaling.
-  const json empty = json::object();
-  const json* rs = &empty;
-  std::string px;
   if (present(j, "rope_parameters")) {
     rs = &j.at("rope_parameters");
     px = "rope_parameters.";
@@ -358,7 +391,7 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
   }
   if (!rs->is_object())
     fail("{} must be an object, got {}", px.substr(0, px.size() - 1), rs->dump());
-  const bool has_block = !px.empty();
+  has_block = !px.empty();
   if (has_block && !present(*rs, "type") && !present(*rs, "rope_type")) {
     for (auto it = rs->begin(); it != rs->end(); ++it)
       if (it.value().is_object())
@@ -367,14 +400,17 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
             "{}; posenc rope freqs --layer-type)",
             px, it.key(), px, it.key(), fmt::join(nested_types(*rs), ", "));
   }
+}
 
-  // theta
+void view_reader::read_theta() {
   auto theta = first_of(get_number(*rs, "rope_theta", px), px + "rope_theta",
                         get_number(j, "rope_theta", ""), "rope_theta", warnings);
   theta = first_of(theta, "rope_theta", get_number(j, "rotary_emb_base", ""), "rotary_emb_base",
                    warnings);
   c.theta = theta.value_or(10000.0);
+}
 
+void view_reader::read_head_dim() {
   // head_dim: MLA's rotary head (qk_rope_head_dim) > head_dim > hidden_size / heads. Every
   // size read from a config is bounded before it sizes anything (a head_dim of 10^9 would
   // otherwise allocate and compute 5 * 10^8 frequencies).
@@ -400,8 +436,9 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
   }
   if (c.head_dim < 2 || c.head_dim > max_config_head_dim)
     fail("head_dim must be in [2, {}], got {}", max_config_head_dim, c.head_dim);
+}
 
-  // rotary width
+void view_reader::read_rotary_width() {
   auto prf =
       first_of(get_number(*rs, "partial_rotary_factor", px), px + "partial_rotary_factor",
                get_number(j, "partial_rotary_factor", ""), "partial_rotary_factor", warnings);
@@ -452,8 +489,9 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
   }
   if (c.rotary_dim < 2 || c.rotary_dim % 2 || c.rotary_dim > c.head_dim)
     fail("rotary_dim must be even and in [2, head_dim = {}], got {}", c.head_dim, c.rotary_dim);
+}
 
-  // lengths
+void view_reader::read_lengths() {
   c.max_position_embeddings = get_int(j, "max_position_embeddings", "").value_or(0);
   if (c.max_position_embeddings < 0 || c.max_position_embeddings > max_config_length)
     fail("max_position_embeddings must be in [0, 2^53], got {}", c.max_position_embeddings);
@@ -466,13 +504,9 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
       c.original_max_position_embeddings > max_config_length)
     fail("original_max_position_embeddings must be in [0, 2^53], got {}",
          c.original_max_position_embeddings);
+}
 
-  if (!has_block) {
-    rope_validate(c);
-    return c;
-  }
-
-  // type
+void view_reader::read_type_and_factor() {
   std::optional<std::string> tname;
   for (const char* key : {"rope_type", "type"}) {
     if (!present(*rs, key)) continue;
@@ -488,12 +522,12 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
   }
   if (!tname) fail("{}rope_type (or {}type) is missing", px, px);
   c.type = rope_type_from_name(*tname, px + "rope_type");
-  const std::string tn = rope_type_name(c.type);
+  tn = rope_type_name(c.type);
 
-  std::set<std::string> known = {"rope_type",     "type",
-                                 "rope_theta",    "partial_rotary_factor",
-                                 "factor",        "original_max_position_embeddings",
-                                 "mrope_section", "mrope_interleaved"};
+  known = {"rope_type",     "type",
+           "rope_theta",    "partial_rotary_factor",
+           "factor",        "original_max_position_embeddings",
+           "mrope_section", "mrope_interleaved"};
   // M-RoPE (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with mrope_interleaved): pairs per position
   // component, checked to sum to rotary_dim / 2.
   if (present(*rs, "mrope_section")) {
@@ -566,7 +600,9 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
       }
       break;
   }
+}
 
+void view_reader::read_type_params() {
   if (c.type == rope_type::yarn) {
     known.insert(
         {"beta_fast", "beta_slow", "truncate", "attention_factor", "mscale", "mscale_all_dim"});
@@ -621,6 +657,9 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
     if (c.original_max_position_embeddings == 0)
       fail("{}original_max_position_embeddings is required for rope_type llama3", px);
   }
+}
+
+void view_reader::validate_block() {
   for (auto it = rs->begin(); it != rs->end(); ++it)
     if (!known.count(it.key()))
       warnings->push_back(
@@ -638,7 +677,11 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
     }
     throw invalid_argument(m);
   }
-  return c;
+}
+
+rope_config config_from_view(const json& j, std::vector<std::string>* warnings) {
+  std::vector<std::string> local;
+  return view_reader(j, warnings ? warnings : &local).read();
 }
 
 }  // namespace
