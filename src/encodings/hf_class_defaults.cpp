@@ -206,27 +206,31 @@ std::vector<std::string> hf_default_layer_types(const hf_class_defaults& d, cons
   return out;
 }
 
-nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::string& outer_type,
-                                       bool layers, std::vector<std::string>* notes) {
-  json j = config;
-  std::string mt;
-  if (has(j, "model_type") && j.at("model_type").is_string()) {
-    mt = j.at("model_type").get<std::string>();
-    // A multimodal config whose text keys sit at its top level (older Qwen2-VL files).
-    if (const char* t = text_class_of(mt)) mt = t;
-  } else if (const char* t = text_class_of(outer_type)) {
-    mt = t;
-  }
-  const hf_class_defaults* d = hf_class_defaults_for(mt);
-  if (!d) return j;
-  const auto take = [&](const std::string& key, const std::string& value) {
+namespace {
+
+// The filling of one config by one class, a step per group of keys; each default taken is a
+// note.
+struct filler {
+  json& j;
+  const hf_class_defaults* d;
+  std::vector<std::string>* notes;
+
+  void take(const std::string& key, const std::string& value) const {
     if (notes)
       notes->push_back(fmt::format(
           "{} is missing; took transformers' {} default {} (model_type {}, transformers "
           "c49429ed)",
           key, d->class_name, value, d->model_type));
-  };
+  }
+  void rope_block();  // the whole block where the class builds one (Gemma 4, gpt-oss)
+  void theta();       // rope_theta, Gemma 3's rope_local_base_freq
+  void head_dim();    // qk_rope_head_dim, head_dim, hidden_size and num_attention_heads
+  void partial();     // partial_rotary_factor
+  void lengths();     // max_position_embeddings, for the scalings that read it
+  void layer_keys();  // num_hidden_layers, layer_types
+};
 
+void filler::rope_block() {
   const std::string mts = d->model_type;
   if (mts == "gemma4_text" && !scaling_block(j)) {
     // Gemma 4 with no RoPE block: the class's per-layer-type default.
@@ -248,6 +252,10 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
          "{rope_type: yarn, factor 32, beta_fast 32, beta_slow 1, truncate false, "
          "original_max_position_embeddings 4096}");
   }
+}
+
+void filler::theta() {
+  const std::string mts = d->model_type;
   // theta: absent from the top level, its aliases and the scaling block (or from a per-layer-
   // type block that no other key fills).
   const json* block = scaling_block(j);
@@ -274,7 +282,9 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
     j["rope_local_base_freq"] = d->local_theta;
     take("rope_local_base_freq", number(d->local_theta));
   }
+}
 
+void filler::head_dim() {
   // head_dim: MLA's rotary head, else a fixed class default, else derived from hidden_size /
   // num_attention_heads (each of those from the class when missing).
   if (d->qk_rope_head_dim > 0 && !has(j, "qk_rope_head_dim")) {
@@ -295,7 +305,11 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
       }
     }
   }
+}
 
+void filler::partial() {
+  const json* block = scaling_block(j);
+  const bool nested = block && is_nested(*block);
   // partial rotary factor (GPT-NeoX reads rotary_pct; Phi, StableLM, Persimmon and GLM
   // default it).
   if (d->partial_rotary_factor > 0 && !has(j, "partial_rotary_factor") && !has(j, "rotary_pct") &&
@@ -303,7 +317,9 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
     j["partial_rotary_factor"] = d->partial_rotary_factor;
     take("partial_rotary_factor", number(d->partial_rotary_factor));
   }
+}
 
+void filler::lengths() {
   // max_position_embeddings: read by the scalings that depend on the context length (YaRN and
   // Llama 3's original length default to it, dynamic NTK and LongRoPE switch at it).
   const json* b = scaling_block(j);
@@ -325,8 +341,9 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
     j["max_position_embeddings"] = d->max_position_embeddings;
     take("max_position_embeddings", number(static_cast<double>(d->max_position_embeddings)));
   }
-  // The layer keys only where a layer plan or a layer type is asked for.
-  if (!layers) return j;
+}
+
+void filler::layer_keys() {
   if (!has(j, "num_hidden_layers")) {
     j["num_hidden_layers"] = d->num_hidden_layers;
     take("num_hidden_layers", number(static_cast<double>(d->num_hidden_layers)));
@@ -365,6 +382,31 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
       take("layer_types", "pattern (" + rule + ")");
     }
   }
+}
+
+}  // namespace
+
+nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::string& outer_type,
+                                       bool layers, std::vector<std::string>* notes) {
+  json j = config;
+  std::string mt;
+  if (has(j, "model_type") && j.at("model_type").is_string()) {
+    mt = j.at("model_type").get<std::string>();
+    // A multimodal config whose text keys sit at its top level (older Qwen2-VL files).
+    if (const char* t = text_class_of(mt)) mt = t;
+  } else if (const char* t = text_class_of(outer_type)) {
+    mt = t;
+  }
+  const hf_class_defaults* d = hf_class_defaults_for(mt);
+  if (!d) return j;
+  filler f{j, d, notes};
+  f.rope_block();
+  f.theta();
+  f.head_dim();
+  f.partial();
+  f.lengths();
+  // The layer keys only where a layer plan or a layer type is asked for.
+  if (layers) f.layer_keys();
   return j;
 }
 
