@@ -263,9 +263,8 @@ void rotate_with_tables(const token_layout& L, const py::array& cos_a, const py:
       16);
 }
 
-}  // namespace
-
-void bind_rope(py::module_& m) {
+// RopeConfig: construction from a config.json or parameters, its properties and frequencies.
+void bind_rope_config(py::module_& m) {
   py::class_<rope_config>(m, "RopeConfig", R"doc(
 A RoPE configuration: head_dim, rotary_dim, theta and the scaling (HF rope_type) with its
 parameters. Build it with RopeConfig.from_hf(path_or_dict) from a Hugging Face config.json, or
@@ -347,7 +346,10 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
             c.head_dim, c.rotary_dim, c.theta, rope_type_name(c.type), c.factor,
             c.max_position_embeddings, c.original_max_position_embeddings);
       });
+}
 
+// rope_cos_sin, apply_rope and the FlashAttention-style tables.
+void bind_rope_apply(py::module_& m) {
   m.def(
       "rope_cos_sin",
       [](const rope_config& c, py::handle positions, const std::string& angle_name,
@@ -451,7 +453,10 @@ the model rounds torch's float32 pow correctly, torch's SLEEF pow can differ in 
       py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("interleaved") = false,
       py::arg("inplace") = false, py::arg("seqlen_offsets") = 0, py::arg("cu_seqlens") = py::none(),
       py::arg("inverse") = false);
+}
 
+// hf_layer_plan.
+void bind_layer_plan(py::module_& m) {
   m.def(
       "_hf_layer_plan", [](const std::string& text) { return layer_plan_dict(parse_config(text)); },
       py::arg("text"));
@@ -459,7 +464,10 @@ the model rounds torch's float32 pow correctly, torch's SLEEF pow can differ in 
       "_hf_layer_plan_file",
       [](const std::string& path) { return layer_plan_dict(hf_config_read(path)); },
       py::arg("path"));
+}
 
+// M-RoPE: mrope_apply and positions_mrope.
+void bind_mrope(py::module_& m) {
   m.def(
       "mrope_apply",
       [](py::handle x_obj, py::handle positions, const rope_config& c,
@@ -546,6 +554,15 @@ Qwen2-VL get_rope_index: a text token gets (n, n, n); image token (a, b, c) gets
 the default: transformers 5, PR #43972) or n + max(t, h, w) (rule "transformers_v4": transformers
 4.x, one past the largest id). The two differ only for a video with t > max(h, w). start: the
 first id.)doc");
+}
+
+}  // namespace
+
+void bind_rope(py::module_& m) {
+  bind_rope_config(m);
+  bind_rope_apply(m);
+  bind_layer_plan(m);
+  bind_mrope(m);
 }
 
 }  // namespace posenc::py_bind
