@@ -544,139 +544,146 @@ attention_backward.__doc__ = (
 
 
 class KVCache:
-    """A growing cache of keys and values for decoding, keys stored rotated (as engines do).
+    """The library's KV cache (posenc/attention/kv_cache.hpp) for decoding: keys stored
+    transformed (RoPE, xPos or M-RoPE at their positions, once, as engines store them), values
+    as given.
 
-    cache = posenc.KVCache(n_kv_heads, head_dim, rope=cfg)
-    cache.append(k, v)            # k, v: (T, Hkv, D); positions continue from the cache
+    cache = posenc.KVCache(n_kv_heads, head_dim, capacity=4096, rope=cfg)
+    cache.append(k, v)            # k, v: (T, Hkv, D); positions continue after the cache's
     out = cache.attend(q)         # q: (T, Hq, D), the queries of the tokens appended last
 
-    Keys are rotated once when appended (at their positions, with rope_seq_len if given,
-    else max position + 1); attend rotates only q (attention's keys_rotated=True), with the
-    same rope_seq_len (else the cache length). For "dynamic" and "longrope", whose frequencies
-    depend on the length, give rope_seq_len so that keys and queries use the same ones.
-    With an M-RoPE config, append takes (3, T) ids (or (T,) for text tokens; default: text
-    after the largest id so far) and keys are rotated by mrope_apply. Schemes without a cached
-    rotation (xpos, kerple, fire, cope, attn_temperature_tuning) are options of attend, with
-    rope=None: the cache then stores the keys as given.
+    capacity: the tokens the cache holds (default 4096), allocated up front (the library's
+      cache does not grow: an append past capacity raises ValueError and changes nothing;
+      clear() empties it).
+    dtype: float32 or float64, the dtype of k, v and q and of the computation.
+    kv_dtype: None (keys and values stored in dtype), "f16" or "bf16" (float32 caches only):
+      each key is transformed in float32 and then rounded, each value rounded; half the bytes,
+      attention computes in float32 on the widened values. keys / values return the stored
+      words: float16 arrays, or bfloat16 bits as uint16 (posenc.attention's kv_dtype="bf16").
+    Storage is head-major (each kv head's keys and values two contiguous runs); when head_dim
+      is a multiple of 8 the keys are kept in 8-key blocks (keys_blocked; stored_keys() and
+      key_index() show the layout). Rows or blocks, attend returns the same bits.
+    rope: a RopeConfig (rope_layout, rope_angle as posenc.attention). Its frequencies are fixed
+      for the cache's life at rope_seq_len (default: capacity, as posenc.attention's default S
+      for a call over `capacity` keys); keys are not re-rotated later (dynamic NTK, LongRoPE).
+      With an M-RoPE config (mrope_section) every token has (temporal, height, width) ids:
+      append takes (3, T) ids or (T,) text ids ((p, p, p)); the next position is one past the
+      largest id of any row (Qwen2-VL's rule); the engine's M-RoPE hook rotates the keys.
+    xpos=True (xpos_theta, xpos_gamma, xpos_scale_base, xpos_center as posenc.attention):
+      xPos keys stored transformed; excludes rope.
+    start_position: the position of the first token (default 0).
+    attend takes posenc.attention's keywords for the other schemes (alibi, t5_table, shaw,
+    kerple, fire, cope, window, scale, attn_temperature_tuning, ...); the q/k transform is the
+    cache's (an xPos given to attend must equal the cache's).
+
+    Differences from the NumPy cache of earlier versions, following the library: the capacity
+    is fixed; the next position after explicit ids is one past the largest id so far (not the
+    last one); xPos is a property of the cache, not an option of attend.
     """
 
-    def __init__(self, n_kv_heads, head_dim, *, capacity=256, dtype=np.float32, rope=None,
-                 rope_layout="half", rope_angle="exact", rope_seq_len=None):
+    def __init__(self, n_kv_heads, head_dim, *, capacity=4096, dtype=np.float32, kv_dtype=None,
+                 rope=None, rope_layout="half", rope_angle="exact", rope_seq_len=None,
+                 start_position=0, xpos=False, xpos_theta=10000.0, xpos_gamma=0.4,
+                 xpos_scale_base=512.0, xpos_center=0.0):
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
         for name, val in (("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
-                          ("capacity", capacity)):
-            if not isinstance(val, (int, np.integer)) or val < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {val!r}")
+                          ("capacity", capacity), ("start_position", start_position)):
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool):
+                raise TypeError(f"{name} must be an int, got {type(val).__name__}")
         if rope is not None and not isinstance(rope, RopeConfig):
             raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
-        self.rope, self.rope_layout, self.rope_angle = rope, rope_layout, rope_angle
-        self.rope_seq_len = rope_seq_len
-        # M-RoPE: every token has (temporal, height, width) ids; keys are rotated by mrope_apply
-        self._mrope = rope is not None and rope.mrope_section is not None
-        self._pos3 = np.empty((3, capacity), np.int64) if self._mrope else None
-        self._k = np.empty((capacity, n_kv_heads, head_dim), dtype)
-        self._v = np.empty((capacity, n_kv_heads, head_dim), dtype)
-        self._pos = np.empty(capacity, np.int64)
-        self._n = 0
-        self._last = 0  # tokens appended by the last append
+        if not isinstance(xpos, (bool, np.bool_)):
+            raise TypeError(f"xpos must be a bool, got {type(xpos).__name__}")
+        xp = ((float(xpos_theta), float(xpos_gamma), float(xpos_scale_base), float(xpos_center))
+              if xpos else None)
+        self._c = _posenc._KVCache(int(n_kv_heads), int(head_dim), int(capacity), dtype.name,
+                                   kv_dtype, rope, rope_layout, rope_angle, rope_seq_len,
+                                   int(start_position), xp)
+        self.rope = rope
 
     def __len__(self):
-        return self._n
+        return self._c.size
+
+    capacity = property(lambda self: self._c.capacity, doc="Tokens the cache holds at most.")
+    n_kv_heads = property(lambda self: self._c.kv_heads)
+    head_dim = property(lambda self: self._c.head_dim)
+    dtype = property(lambda self: self._c.dtype, doc="dtype of k, v, q and the computation.")
+    kv_dtype = property(lambda self: self._c.kv_dtype,
+                        doc='Storage of keys and values: "f32" (in dtype), "f16" or "bf16".')
+    keys_blocked = property(lambda self: self._c.keys_blocked,
+                            doc="Keys in 8-key blocks (head_dim a multiple of 8).")
+    head_capacity = property(lambda self: self._c.head_capacity,
+                             doc="Slots per kv head: capacity, rounded up to whole 8-key "
+                                 "blocks when keys_blocked.")
+    nbytes = property(lambda self: self._c.nbytes,
+                      doc="Bytes of key and value storage (allocated up front).")
+    next_position = property(lambda self: self._c.next_position,
+                             doc="Position of the next appended token: one past the largest "
+                                 "position so far (start_position when empty).")
 
     @property
     def keys(self):
-        """(n, Hkv, D) keys as stored (rotated)."""
-        return self._k[: self._n]
+        """(n, Hkv, D) keys as stored (transformed), a copy in token-major order; float16 or
+        uint16 (bfloat16 bits) with kv_dtype "f16" / "bf16"."""
+        return self._c.keys()
 
     @property
     def values(self):
-        return self._v[: self._n]
+        """(n, Hkv, D) values as stored, a copy (dtypes as keys)."""
+        return self._c.values()
 
     @property
     def positions(self):
         """(n,) position ids; with an M-RoPE config the temporal row of positions3."""
-        return self._pos[: self._n]
+        return self._c.ids()[0]
 
     @property
     def positions3(self):
         """(3, n) M-RoPE ids (temporal, height, width); None without an M-RoPE config."""
-        return None if self._pos3 is None else self._pos3[:, : self._n]
+        return self._c.ids() if self._c.ids_per_token == 3 else None
+
+    def stored_keys(self):
+        """The key storage itself, (Hkv, head_capacity * D), read-only, shared with the cache
+        (it changes as tokens are appended): element e of key j of kv head hk at
+        [hk, key_index(j, hk, e)]."""
+        return self._c.stored(True)
+
+    def stored_values(self):
+        """The value storage, (Hkv, head_capacity * D) read-only: value j of head hk at
+        [hk, j * D : (j + 1) * D]."""
+        return self._c.stored(False)
+
+    def key_index(self, j, hk, e):
+        """Index within stored_keys()[hk] of element e of key j: j * D + e in rows; in 8-key
+        blocks (j // 8) * 8 D + (e // 8) * 64 + (j % 8) * 8 + e % 8."""
+        return self._c.key_index(int(j), int(hk), int(e))
 
     def append(self, k, v, positions=None):
-        k, v = np.asarray(k), np.asarray(v)
-        shape = self._k.shape[1:]
-        if k.ndim != 3 or k.shape[1:] != shape:
-            raise ValueError(f"k must have shape (T, Hkv, D) = (T, {shape[0]}, {shape[1]}), "
-                             f"got {k.shape}")
-        if v.shape != k.shape:
-            raise ValueError(f"v must have the shape of k {k.shape}, got {v.shape}")
-        for a, name in ((k, "k"), (v, "v")):
-            if a.dtype != self._k.dtype:
-                raise TypeError(f"{name} must be {self._k.dtype} (the cache's dtype), got {a.dtype}")
-        T = k.shape[0]
-        if positions is None:
-            if self._mrope:  # one past the largest id so far (transformers' rope_deltas at decode)
-                start = int(self._pos3[:, : self._n].max()) + 1 if self._n else 0
-            else:
-                start = int(self._pos[self._n - 1]) + 1 if self._n else 0
-            positions = np.arange(start, start + T, dtype=np.int64)
-        else:
-            positions = np.asarray(positions)
-            if positions.dtype.kind not in "iu":
-                raise TypeError(f"positions must hold integers, got {positions.dtype}")
-            shapes = [(T,), (3, T)] if self._mrope else [(T,)]
-            if positions.shape not in shapes:
-                want = " or ".join(f"({', '.join(str(d) for d in sh)}{',' if len(sh) == 1 else ''})"
-                                   for sh in shapes)
-                raise ValueError(f"positions must have shape {want}, got {positions.shape}")
-        pos3 = None
-        if self._mrope:
-            pos3 = positions if positions.ndim == 2 else np.tile(positions, (3, 1))
-            positions = pos3[0]
-        if self._n + T > self._k.shape[0]:
-            cap = max(2 * self._k.shape[0], self._n + T)
-            for name in ("_k", "_v", "_pos"):
-                old = getattr(self, name)
-                new = np.empty((cap,) + old.shape[1:], old.dtype)
-                new[: self._n] = old[: self._n]
-                setattr(self, name, new)
-            if self._mrope:
-                new = np.empty((3, cap), np.int64)
-                new[:, : self._n] = self._pos3[:, : self._n]
-                self._pos3 = new
-        if self._mrope:
-            k = mrope_apply(k, pos3, cfg=self.rope, layout=self.rope_layout,
-                            angle=self.rope_angle, seq_len=self.rope_seq_len)
-            self._pos3[:, self._n : self._n + T] = pos3
-        elif self.rope is not None:
-            k = apply_rope(k, positions, cfg=self.rope, layout=self.rope_layout,
-                           angle=self.rope_angle, seq_len=self.rope_seq_len)
-        self._k[self._n : self._n + T] = k
-        self._v[self._n : self._n + T] = v
-        self._pos[self._n : self._n + T] = positions
-        self._n += T
-        self._last = T
+        """Appends k, v (T, Hkv, D) in the cache's dtype (float32 for "f16" / "bf16" storage)
+        at positions (T,) ((3, T) with M-RoPE; None = after the largest position so far).
+        Returns the positions used ((3, T) with M-RoPE). Past capacity: ValueError, nothing
+        changed."""
+        return self._c.append(k, v, positions)
 
-    def attend(self, q, *, q_positions=None, causal=True, **kwargs):
-        """Attention of q (T, Hq, D) over the cache; q_positions default to the positions of
-        the last T tokens (the queries of the tokens appended last). Other arguments as
-        posenc.attention (alibi, t5_table, window, ...)."""
-        q = np.asarray(q)
-        if q.ndim != 3:
-            raise ValueError(f"q must have shape (T, Hq, D), got {q.shape}")
-        T = q.shape[0]
-        kpos = self.positions3 if self._mrope else self.positions
-        if q_positions is None:
-            if T > self._n:
-                raise ValueError(f"q has {T} tokens but the cache holds {self._n}: give q_positions")
-            q_positions = kpos[..., self._n - T : self._n]
-        return attention(
-            q, self.keys, self.values, causal=causal, rope=self.rope, rope_layout=self.rope_layout,
-            rope_angle=self.rope_angle, rope_seq_len=self.rope_seq_len, keys_rotated=True,
-            q_positions=q_positions, k_positions=kpos, **kwargs,
-        )
+    def clear(self):
+        """Forgets every token; positions restart at start_position."""
+        self._c.clear()
+
+    def attend(self, q, *, q_positions=None, causal=True, return_lse=False, **kwargs):
+        """Attention of q (T, Hq, D) over the cache (the library's attention_forward_cached).
+        q_positions default to the positions (M-RoPE: the (3, T) ids) of the last T tokens
+        appended; (T,) or, with M-RoPE, (3, T) ids otherwise. Other keywords as
+        posenc.attention (alibi, t5_table, window, kerple, ...), except those that belong to
+        the cache: rope and its options, keys_rotated, k_positions, kv_dtype."""
+        for name in ("rope", "rope_layout", "rope_angle", "rope_seq_len", "keys_rotated",
+                     "k_positions", "kv_dtype"):
+            if name in kwargs:
+                raise TypeError(f"{name} is the cache's (set by KVCache(...) and append()), "
+                                "not an argument of attend()")
+        return attention(q, self._c, None, causal=causal, q_positions=q_positions,
+                         return_lse=return_lse, **kwargs)
 
 
 def __getattr__(name):

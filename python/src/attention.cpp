@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -129,6 +130,8 @@ py::array float_table(py::handle obj, const char* name) {
   return a;
 }
 
+void parse_options(attn_setup& s, const py::dict& opts);
+
 // q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); same float dtype.
 // half_kv: k and v are float16 or bfloat16 bits (uint16), checked by the caller; q float32.
 attn_setup setup(const py::array& q, const py::array& k, const py::array& v, const py::dict& opts,
@@ -155,7 +158,12 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
   for (py::ssize_t i = 0; i < k.ndim(); ++i)
     if (v.shape(i) != k.shape(i))
       fail("v must have the shape of k {}, got {}", shape_str(k), shape_str(v));
+  parse_options(s, opts);
+  return s;
+}
 
+// Every option but q, k and v, for a call of s's shapes (B, T, S, Hq, Hkv, D set).
+void parse_options(attn_setup& s, const py::dict& opts) {
   s.causal = opt(opts, "causal").is_none() ? false : opt(opts, "causal").cast<bool>();
   if (!opt(opts, "scale").is_none()) s.scale = opt(opts, "scale").cast<double>();
   if (!opt(opts, "window").is_none()) {
@@ -344,7 +352,6 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
   }
   // Which schemes may be on together (schemes.hpp's one rule) is checked by the engine, which
   // sees every scheme of the call (M-RoPE included).
-  return s;
 }
 
 // Real copies of the tables (small) and the params of batch element b.
@@ -580,6 +587,69 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
 
 }  // namespace
 
+// posenc.KVCache.attend (kv_cache.cpp): q (T, Hq, D) over the S keys of a library cache, with
+// posenc.attention's options in opts; rope, keys_rotated, k_positions, key_padding and
+// cu_seqlens are the cache's (refused here or by attention_forward_cached). q_positions: None =
+// the last T cache positions (attention_forward_cached's default), (T,) ids, or with M-RoPE
+// (rows = 3 ids per token) (3, T) ids (a 1-D id p is a text token, (p, p, p)). `run` calls
+// attention_forward_cached on the params, without the GIL.
+template <typename Real>
+py::object attend_cached(const py::array& q0, const py::dict& opts, int64_t S, int64_t Hkv,
+                         int64_t rows, const std::function<void(attention_params<Real>&)>& run,
+                         bool return_lse) {
+  if (!q0.dtype().is(py::dtype::of<Real>()))
+    type_fail("q must be " + dtype_name(py::dtype::of<Real>()) +
+              " (the dtype the cache computes in), got " + dtype_str(q0));
+  if (q0.ndim() != 3) fail("q must have shape (T, Hq, D), got {}", shape_str(q0));
+  for (const char* own : {"rope", "k_positions"})
+    if (!opt(opts, own).is_none())
+      fail("attend: {} is the cache's (give rope to KVCache(...); keys bring their positions)",
+           own);
+  attn_setup s;
+  s.T = q0.shape(0), s.Hq = q0.shape(1), s.D = q0.shape(2), s.S = S, s.Hkv = Hkv;
+  py::dict rest(opts);
+  rest["q_positions"] = py::none();
+  parse_options(s, rest);
+  // q ids: (T,), or (rows, T) row-major for a transform with several ids per token.
+  std::vector<int64_t> qpos, qids;
+  const py::handle qp = opt(opts, "q_positions");
+  if (!qp.is_none()) {
+    const py::array a = as_array(qp, "q_positions");
+    const bool one = a.ndim() == 1 && a.shape(0) == s.T;
+    const bool per = rows > 1 && a.ndim() == 2 && a.shape(0) == rows && a.shape(1) == s.T;
+    if (!one && !per)
+      fail("q_positions must have shape (T,) = ({},){}, got {}", s.T,
+           rows > 1 ? fmt::format(" or ({}, T) = ({}, {})", rows, rows, s.T) : "", shape_str(a));
+    const auto v = int_values(a, "q_positions");
+    qpos.assign(v.begin(), v.begin() + s.T);
+    for (int64_t r = 0; rows > 1 && r < rows; ++r)
+      qids.insert(qids.end(), v.begin() + (one ? 0 : r * s.T), v.begin() + (one ? 1 : r + 1) * s.T);
+  }
+  const auto q = contiguous_as<Real>(q0);
+  py::array_t<Real> out(std::vector<py::ssize_t>{s.T, s.Hq, s.D}),
+      lse(std::vector<py::ssize_t>{s.T, s.Hq});
+  attn_call<Real> c(s);
+  c.p.S = 0, c.p.Hkv = 0;  // the cache's
+  c.p.q = q.data(), c.p.out = out.mutable_data(), c.p.lse = lse.mutable_data();
+  c.p.q_positions = qpos;
+  c.p.pos.mrope.q_positions = qids;
+  {
+    py::gil_scoped_release nogil;
+    run(c.p);
+  }
+  if (return_lse) return py::make_tuple(out, lse);
+  return py::object(out);
+}
+template py::object attend_cached(const py::array&, const py::dict&, int64_t, int64_t, int64_t,
+                                  const std::function<void(attention_params<float>&)>&, bool);
+template py::object attend_cached(const py::array&, const py::dict&, int64_t, int64_t, int64_t,
+                                  const std::function<void(attention_params<double>&)>&, bool);
+
+// kv_cache.cpp: when obj is a posenc KV cache, attention of q over it (attend_cached); else a
+// null object.
+py::object kv_cache_attend(py::handle obj, const py::array& q, const py::dict& opts,
+                           bool return_lse);
+
 void bind_attention(py::module_& m) {
   m.def(
       "_schemes_json", [] { return schemes_json(); },
@@ -587,7 +657,10 @@ void bind_attention(py::module_& m) {
   m.def(
       "_attention_forward",
       [](py::handle q, py::handle k, py::handle v, const py::dict& opts, bool return_lse) {
-        const py::array qa = as_array(q, "q"), ka = as_array(k, "k"), va = as_array(v, "v");
+        const py::array qa = as_array(q, "q");
+        // k: posenc.KVCache's library cache (its attend): keys and values are the cache's.
+        if (py::object r = kv_cache_attend(k, qa, opts, return_lse)) return r;
+        const py::array ka = as_array(k, "k"), va = as_array(v, "v");
         require_float(qa, "q");
         // k, v in half precision: float16, or uint16 holding bfloat16 bits with kv_dtype="bf16".
         const std::string kvd =

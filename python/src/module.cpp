@@ -17,6 +17,7 @@ void bind_rope(py::module_& m);
 void bind_tables(py::module_& m);
 void bind_attention(py::module_& m);
 void bind_compare(py::module_& m);
+void bind_kv_cache(py::module_& m);
 }  // namespace posenc::py_bind
 
 PYBIND11_MODULE(_posenc, m) {
@@ -42,4 +43,5 @@ PYBIND11_MODULE(_posenc, m) {
   bind_tables(m);
   bind_attention(m);
   bind_compare(m);
+  bind_kv_cache(m);
 }

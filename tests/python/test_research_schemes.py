@@ -159,15 +159,17 @@ def test_batched_parameter_gradients_sum_over_the_batch(rng):
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_kv_cache_decode_equals_full_attention(rng, scheme):
-    # keys are stored as given (no RoPE in the cache); xPos and the temperature transform q
-    # and k inside each call, CoPE counts over the cached keys
+    # keys are stored as given, or transformed by xPos (the cache's q/k transform, given to
+    # attend as well); the temperature scales q inside each call, CoPE counts over the cached
+    # keys
     n = 10
     q, k, v = draw(rng, n, n, HQ, HKV, D, np.float64)
     kw = params(rng, scheme)
     if scheme == "cope":
         kw["cope"] = rng.standard_normal((n + 2, D))
     full = posenc.attention(q, k, v, causal=True, **kw)
-    cache = posenc.KVCache(HKV, D, capacity=3, dtype=np.float64)
+    xpos = {key: val for key, val in kw.items() if key.startswith("xpos")}
+    cache = posenc.KVCache(HKV, D, capacity=n, dtype=np.float64, **xpos)
     outs = []
     for s, e in ((0, 4), (4, 5), (5, 10)):
         cache.append(k[s:e], v[s:e])

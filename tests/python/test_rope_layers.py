@@ -267,7 +267,7 @@ def test_attention_with_mrope_positions(rng):
 def test_kv_cache_with_mrope(rng):
     cfg, pos, q, k, v = mrope_case(rng)
     full = posenc.attention(q, k, v, causal=True, rope=cfg, q_positions=pos, k_positions=pos)
-    cache = posenc.KVCache(2, 16, capacity=2, dtype=np.float64, rope=cfg)
+    cache = posenc.KVCache(2, 16, capacity=11, dtype=np.float64, rope=cfg)
     outs = []
     for s, e in ((0, 2), (2, 8), (8, 11)):
         ids = None if s == 8 else pos[:, s:e]  # the last run is text: default ids
