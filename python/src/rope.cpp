@@ -110,9 +110,11 @@ token_layout layout_of(const py::array& x, py::handle positions, py::handle seql
   }
   const auto off = offsets_for(seqlen_offsets, L.B);
   L.positions.resize(L.N);
+  // Each sequence continues from its offset: the library's fresh positions per sequence.
   for (int64_t b = 0; b < L.B; ++b) {
     const int64_t begin = varlen ? cu[b] : b * T, end = varlen ? cu[b + 1] : (b + 1) * T;
-    for (int64_t i = begin; i < end; ++i) L.positions[i] = off[b] + (i - begin);
+    const auto p = positions_fresh(end - begin, off[b]);
+    std::copy(p.begin(), p.end(), L.positions.begin() + begin);
   }
   return L;
 }
