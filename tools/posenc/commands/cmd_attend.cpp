@@ -230,45 +230,75 @@ std::vector<Real> as_real(const npy_array& a) {
   return std::vector<Real>(d.begin(), d.end());
 }
 
+// Everything one attend call reads, and the attention parameters that point into it: built in
+// place by the read_* steps below, in the order their checks run, and never copied or moved
+// (p holds pointers into these vectors and to freqs).
 template <typename Real>
-void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, const npy_array& va,
-               kv_storage kv) {
-  const int64_t T = qa.shape[0], Hq = qa.shape[1], D = qa.shape[2];
-  const int64_t S = ka.shape[0], Hkv = ka.shape[1];
-  const bool half = kv != kv_storage::f32;
-  const auto q = as_real<Real>(qa);
-  const auto k = half ? std::vector<Real>{} : as_real<Real>(ka);
-  const auto v = half ? std::vector<Real>{} : as_real<Real>(va);
-  std::vector<Real> out(T * Hq * D), lse(T * Hq);
+struct attend_state {
+  int64_t T = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
+  std::vector<Real> q, k, v;   // (T, Hq, D), (S, Hkv, D), (S, Hkv, D); empty for 16-bit K, V
+  std::vector<Real> out, lse;  // (T, Hq, D), (T, Hq)
+  std::vector<int64_t> qpos, kpos, cu;  // (T,) or (3, T); (S,) or (3, S); cu_seqlens
+  std::vector<uint8_t> pad;             // (S,) 1 = real token
+  bool mrope = false;                   // (3, n) positions
+  layer_choice lc;
+  rope_freqs freqs;
+  std::vector<double> slopes;                                       // (Hq,)
+  std::vector<Real> t5w, shaw_k, shaw_v, kerple_w, fire_w, cope_e;  // as read, in Q's dtype
+  std::vector<std::string> schemes;  // the names of the schemes on, in order
   attention_params<Real> p;
-  p.q = q.data(), p.out = out.data(), p.lse = lse.data();
+
+  attend_state() = default;
+  attend_state(const attend_state&) = delete;
+  attend_state& operator=(const attend_state&) = delete;
+};
+
+// Shapes, the q, k, v buffers (16-bit K and V read in place) and the plain options.
+template <typename Real>
+void read_qkv(const attend_opts& o, const npy_array& qa, const npy_array& ka, const npy_array& va,
+              kv_storage kv, attend_state<Real>& s) {
+  s.T = qa.shape[0], s.Hq = qa.shape[1], s.D = qa.shape[2];
+  s.S = ka.shape[0], s.Hkv = ka.shape[1];
+  const bool half = kv != kv_storage::f32;
+  s.q = as_real<Real>(qa);
+  if (!half) s.k = as_real<Real>(ka);
+  if (!half) s.v = as_real<Real>(va);
+  s.out.resize(s.T * s.Hq * s.D);
+  s.lse.resize(s.T * s.Hq);
+  auto& p = s.p;
+  p.q = s.q.data(), p.out = s.out.data(), p.lse = s.lse.data();
   if (half) {  // read in place: attention widens the stored values itself
     p.kv = kv;
     p.k16 = ka.bits16();
     p.v16 = va.bits16();
   } else {
-    p.k = k.data(), p.v = v.data();
+    p.k = s.k.data(), p.v = s.v.data();
   }
-  p.T = T, p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D;
+  p.T = s.T, p.S = s.S, p.Hq = s.Hq, p.Hkv = s.Hkv, p.D = s.D;
   p.causal = o.causal;
   if (given(o, "--scale")) p.scale = o.scale;
   if (o.window < 0) fail("--window must be >= 0 (0 = none), got {}", o.window);
   p.window = o.window;
-  std::vector<std::string> schemes;
+}
 
-  std::vector<int64_t> qpos, kpos, cu;
+// Position ids ((3, n) ones for M-RoPE), the key padding mask and packed documents.
+template <typename Real>
+void read_positions_and_masks(const attend_opts& o, attend_state<Real>& s) {
+  const int64_t T = s.T, S = s.S;
+  auto& p = s.p;
   bool q3 = false, k3 = false;
-  if (!o.q_positions.empty()) qpos = read_positions(o.q_positions, "--q-positions", T, "T", &q3);
-  if (!o.k_positions.empty()) kpos = read_positions(o.k_positions, "--k-positions", S, "S", &k3);
-  // M-RoPE: (3, T) and (3, S) ids go to the engine's M-RoPE hook below; its masks and biases
-  // see the temporal row.
-  const bool mrope = q3 || k3;
-  if (mrope && !(q3 && k3))
+  if (!o.q_positions.empty()) s.qpos = read_positions(o.q_positions, "--q-positions", T, "T", &q3);
+  if (!o.k_positions.empty()) s.kpos = read_positions(o.k_positions, "--k-positions", S, "S", &k3);
+  // M-RoPE: (3, T) and (3, S) ids go to the engine's M-RoPE hook (read_rope); its masks and
+  // biases see the temporal row.
+  s.mrope = q3 || k3;
+  if (s.mrope && !(q3 && k3))
     fail("M-RoPE needs both --q-positions (3, T) and --k-positions (3, S), got {} and {}",
          q3 ? "(3, T)" : "(T,) or none", k3 ? "(3, S)" : "(S,) or none");
-  p.q_positions = mrope ? std::span<const int64_t>(qpos).first(T) : std::span<const int64_t>(qpos);
-  p.k_positions = mrope ? std::span<const int64_t>(kpos).first(S) : std::span<const int64_t>(kpos);
-  std::vector<uint8_t> pad;
+  p.q_positions =
+      s.mrope ? std::span<const int64_t>(s.qpos).first(T) : std::span<const int64_t>(s.qpos);
+  p.k_positions =
+      s.mrope ? std::span<const int64_t>(s.kpos).first(S) : std::span<const int64_t>(s.kpos);
   if (!o.key_padding.empty()) {
     const auto m = read_npy(o.key_padding);
     if (m.type != dtype::b1 && m.type != dtype::u8)
@@ -278,34 +308,40 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     for (size_t j = 0; j < vals.size(); ++j) {
       if (vals[j] != 0 && vals[j] != 1)
         fail("--key-padding must hold 0 (pad) or 1 (real token), got {} at index {}", vals[j], j);
-      pad.push_back(static_cast<uint8_t>(vals[j]));
+      s.pad.push_back(static_cast<uint8_t>(vals[j]));
     }
-    p.key_padding = pad;
+    p.key_padding = s.pad;
   }
   if (!o.cu_seqlens.empty()) {
-    cu = parse_ints(o.cu_seqlens, "--cu-seqlens");
-    validate_cu_seqlens(cu, S, "--cu-seqlens");
-    p.cu_seqlens = cu;
+    s.cu = parse_ints(o.cu_seqlens, "--cu-seqlens");
+    validate_cu_seqlens(s.cu, S, "--cu-seqlens");
+    p.cu_seqlens = s.cu;
   }
+}
 
-  rope_freqs freqs;
-  const layer_choice lc = choose_layer(o);
+// The layer of a per-layer config, and RoPE or M-RoPE (none on a NoPE layer).
+template <typename Real>
+void read_rope(const attend_opts& o, attend_state<Real>& s) {
+  auto& p = s.p;
+  s.lc = choose_layer(o);
+  const layer_choice& lc = s.lc;
   if (lc.given && !o.rope) fail("--layer and --layer-type need --rope (with --hf-config)");
-  if (o.rope && lc.given && !lc.rope && mrope)
+  if (o.rope && lc.given && !lc.rope && s.mrope)
     fail("--layer {} is a NoPE layer: positions of shape (3, n) (M-RoPE) do not apply", o.layer);
   if (o.rope && !lc.rope) {
-    // A NoPE layer: no rotation; Llama 4's temperature when the config tunes it (below).
+    // A NoPE layer: no rotation; Llama 4's temperature when the config tunes it
+    // (read_temperature).
     if (o.layout.empty()) fail("--rope needs --layout half|interleaved");
     rope_layout_from_name(o.layout, "--layout");
     rope_angle_from_name(o.angle, "--angle");
   } else if (o.rope) {
     if (o.layout.empty()) fail("--rope needs --layout half|interleaved");
-    const auto c = make_rope_config(o, D, lc.type);
+    const auto c = make_rope_config(o, s.D, lc.type);
     if (given(o, "--seq-len") && o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
-    freqs = rope_frequencies(c, given(o, "--seq-len") ? o.seq_len : S);
+    s.freqs = rope_frequencies(c, given(o, "--seq-len") ? o.seq_len : s.S);
     const auto layout = rope_layout_from_name(o.layout, "--layout");
     const auto angle = rope_angle_from_name(o.angle, "--angle");
-    if (mrope) {
+    if (s.mrope) {
       // The engine's M-RoPE hook: each pair rotated at its component's ids (mrope_apply's
       // arithmetic), forward and backward.
       if (c.mrope_section.empty())
@@ -315,89 +351,105 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
       if (c.mrope_section.size() != 3)
         fail("mrope_section must have 3 entries (temporal, height, width), got {}",
              c.mrope_section.size());
-      p.pos.mrope.freqs = &freqs;
+      p.pos.mrope.freqs = &s.freqs;
       std::copy(c.mrope_section.begin(), c.mrope_section.end(), p.pos.mrope.section.begin());
       p.pos.mrope.interleaved = c.mrope_interleaved;
       p.pos.mrope.layout = layout;
       p.pos.mrope.angle = angle;
-      p.pos.mrope.q_positions = qpos;
-      p.pos.mrope.k_positions = kpos;
-      schemes.push_back("mrope");
+      p.pos.mrope.q_positions = s.qpos;
+      p.pos.mrope.k_positions = s.kpos;
+      s.schemes.push_back("mrope");
     } else {
-      p.pos.rope.freqs = &freqs;
+      p.pos.rope.freqs = &s.freqs;
       p.pos.rope.layout = layout;
       p.pos.rope.angle = angle;
-      schemes.push_back("rope");
+      s.schemes.push_back("rope");
     }
   } else if (!o.hf_config.empty() || !o.gguf.empty() || !o.layout.empty() ||
              given(o, "--head-dim")) {
     fail("--hf-config, --gguf, --head-dim and --layout need --rope");
-  } else if (mrope) {
+  } else if (s.mrope) {
     fail("positions of shape (3, n) (M-RoPE) need --rope with an M-RoPE config");
   }
-  std::vector<double> slopes;
+}
+
+template <typename Real>
+void read_alibi(const attend_opts& o, attend_state<Real>& s) {
   if (o.alibi) {
-    slopes = alibi_slopes(Hq, o.max_bias,
-                          alibi_convention_from_name(o.alibi_convention, "--alibi-convention"));
-    p.pos.alibi = slopes;
-    schemes.push_back("alibi");
+    s.slopes = alibi_slopes(s.Hq, o.max_bias,
+                            alibi_convention_from_name(o.alibi_convention, "--alibi-convention"));
+    s.p.pos.alibi = s.slopes;
+    s.schemes.push_back("alibi");
   } else if (given(o, "--max-bias") || given(o, "--alibi-convention")) {
     fail("--max-bias and --alibi-convention need --alibi");
   }
-  std::vector<Real> t5w;
+}
+
+template <typename Real>
+void read_t5(const attend_opts& o, attend_state<Real>& s) {
+  auto& t5 = s.p.pos.t5;
   if (!o.t5_table.empty()) {
-    p.pos.t5.params.num_buckets = o.num_buckets;
-    p.pos.t5.params.max_distance = o.max_distance;
-    p.pos.t5.params.bidirectional = o.bidirectional;
-    t5_validate(p.pos.t5.params);
+    t5.params.num_buckets = o.num_buckets;
+    t5.params.max_distance = o.max_distance;
+    t5.params.bidirectional = o.bidirectional;
+    t5_validate(t5.params);
     const auto a = read_npy(o.t5_table);
     require_float(a, "--t5-table");
-    require_shape(a, "--t5-table", {o.num_buckets, Hq},
-                  fmt::format("(num_buckets, Hq) = ({}, {})", o.num_buckets, Hq));
+    require_shape(a, "--t5-table", {o.num_buckets, s.Hq},
+                  fmt::format("(num_buckets, Hq) = ({}, {})", o.num_buckets, s.Hq));
     note_rounding<Real>(a, "--t5-table");
-    t5w = as_real<Real>(a);
-    p.pos.t5.weights = t5w;
-    schemes.push_back("t5");
+    s.t5w = as_real<Real>(a);
+    t5.weights = s.t5w;
+    s.schemes.push_back("t5");
   } else if (given(o, "--num-buckets") || given(o, "--max-distance") || o.bidirectional) {
     fail("--num-buckets, --max-distance and --bidirectional need --t5-table");
   }
-  std::vector<Real> shaw_k, shaw_v;
+}
+
+template <typename Real>
+void read_shaw(const attend_opts& o, attend_state<Real>& s) {
   const bool any_shaw = !o.shaw_keys.empty() || !o.shaw_values.empty() || given(o, "--shaw-clip");
-  if (any_shaw) {
-    if (o.shaw_keys.empty() || o.shaw_values.empty() || !given(o, "--shaw-clip"))
-      fail("Shaw needs all of --shaw-keys, --shaw-values and --shaw-clip");
-    if (o.shaw_clip < 0 || o.shaw_clip > (int64_t{1} << 20))
-      fail("--shaw-clip must be in [0, 2^20], got {}", o.shaw_clip);
-    const int64_t rows = 2 * o.shaw_clip + 1;
-    const auto expect = fmt::format("(2K+1, D) = ({}, {})", rows, D);
-    const auto ak = read_npy(o.shaw_keys);
-    require_float(ak, "--shaw-keys");
-    require_shape(ak, "--shaw-keys", {rows, D}, expect);
-    const auto av = read_npy(o.shaw_values);
-    require_float(av, "--shaw-values");
-    require_shape(av, "--shaw-values", {rows, D}, expect);
-    note_rounding<Real>(ak, "--shaw-keys");
-    note_rounding<Real>(av, "--shaw-values");
-    shaw_k = as_real<Real>(ak);
-    shaw_v = as_real<Real>(av);
-    p.pos.shaw = {o.shaw_clip, shaw_k, shaw_v};
-    schemes.push_back("shaw");
-  }
-  std::vector<Real> kerple_w, fire_w;
+  if (!any_shaw) return;
+  if (o.shaw_keys.empty() || o.shaw_values.empty() || !given(o, "--shaw-clip"))
+    fail("Shaw needs all of --shaw-keys, --shaw-values and --shaw-clip");
+  if (o.shaw_clip < 0 || o.shaw_clip > (int64_t{1} << 20))
+    fail("--shaw-clip must be in [0, 2^20], got {}", o.shaw_clip);
+  const int64_t rows = 2 * o.shaw_clip + 1;
+  const auto expect = fmt::format("(2K+1, D) = ({}, {})", rows, s.D);
+  const auto ak = read_npy(o.shaw_keys);
+  require_float(ak, "--shaw-keys");
+  require_shape(ak, "--shaw-keys", {rows, s.D}, expect);
+  const auto av = read_npy(o.shaw_values);
+  require_float(av, "--shaw-values");
+  require_shape(av, "--shaw-values", {rows, s.D}, expect);
+  note_rounding<Real>(ak, "--shaw-keys");
+  note_rounding<Real>(av, "--shaw-values");
+  s.shaw_k = as_real<Real>(ak);
+  s.shaw_v = as_real<Real>(av);
+  s.p.pos.shaw = {o.shaw_clip, s.shaw_k, s.shaw_v};
+  s.schemes.push_back("shaw");
+}
+
+template <typename Real>
+void read_kerple(const attend_opts& o, attend_state<Real>& s) {
   if (!o.kerple.empty()) {
     if (o.kerple_kernel != "log" && o.kerple_kernel != "power")
       fail("--kerple-kernel must be log or power, got '{}'", o.kerple_kernel);
     const auto a = read_npy(o.kerple);
     require_float(a, "--kerple");
-    require_shape(a, "--kerple", {2, Hq}, fmt::format("(2, Hq) = (2, {}): rows a1, a2", Hq));
+    require_shape(a, "--kerple", {2, s.Hq}, fmt::format("(2, Hq) = (2, {}): rows a1, a2", s.Hq));
     note_rounding<Real>(a, "--kerple");
-    kerple_w = as_real<Real>(a);
-    p.pos.kerple = {o.kerple_kernel == "power" ? kerple_kernel::power : kerple_kernel::log,
-                    kerple_w};
-    schemes.push_back("kerple");
+    s.kerple_w = as_real<Real>(a);
+    s.p.pos.kerple = {o.kerple_kernel == "power" ? kerple_kernel::power : kerple_kernel::log,
+                      s.kerple_w};
+    s.schemes.push_back("kerple");
   } else if (given(o, "--kerple-kernel")) {
     fail("--kerple-kernel needs --kerple");
   }
+}
+
+template <typename Real>
+void read_fire(const attend_opts& o, attend_state<Real>& s) {
   if (!o.fire.empty()) {
     if (!given(o, "--fire-hidden")) fail("--fire needs --fire-hidden M (the MLP's hidden units)");
     if (o.fire_hidden < 1 || o.fire_hidden > 4096)
@@ -406,30 +458,37 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     const auto a = read_npy(o.fire);
     require_float(a, "--fire");
     require_shape(
-        a, "--fire", {Hq, W},
-        fmt::format("(Hq, 3 M + 3) = ({}, {}) for --fire-hidden {}", Hq, W, o.fire_hidden));
+        a, "--fire", {s.Hq, W},
+        fmt::format("(Hq, 3 M + 3) = ({}, {}) for --fire-hidden {}", s.Hq, W, o.fire_hidden));
     note_rounding<Real>(a, "--fire");
-    fire_w = as_real<Real>(a);
-    p.pos.fire = {o.fire_hidden, fire_w};
-    schemes.push_back("fire");
+    s.fire_w = as_real<Real>(a);
+    s.p.pos.fire = {o.fire_hidden, s.fire_w};
+    s.schemes.push_back("fire");
   } else if (given(o, "--fire-hidden")) {
     fail("--fire-hidden needs --fire");
   }
-  std::vector<Real> cope_e;
-  if (!o.cope.empty()) {
-    const auto a = read_npy(o.cope);
-    require_float(a, "--cope");
-    if (a.shape.size() != 2 || a.shape[1] != D || a.shape[0] < 1)
-      fail("--cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", D,
-           a.shape_str());
-    note_rounding<Real>(a, "--cope");
-    cope_e = as_real<Real>(a);
-    p.pos.cope = {a.shape[0], cope_e};
-    schemes.push_back("cope");
-  }
-  // Llama 4's query temperature: from the config's NoPE layer (--layer), or from the flags.
+}
+
+template <typename Real>
+void read_cope(const attend_opts& o, attend_state<Real>& s) {
+  if (o.cope.empty()) return;
+  const auto a = read_npy(o.cope);
+  require_float(a, "--cope");
+  if (a.shape.size() != 2 || a.shape[1] != s.D || a.shape[0] < 1)
+    fail("--cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", s.D,
+         a.shape_str());
+  note_rounding<Real>(a, "--cope");
+  s.cope_e = as_real<Real>(a);
+  s.p.pos.cope = {a.shape[0], s.cope_e};
+  s.schemes.push_back("cope");
+}
+
+// Llama 4's query temperature: from the config's NoPE layer (--layer), or from the flags.
+template <typename Real>
+void read_temperature(const attend_opts& o, attend_state<Real>& s) {
+  auto& p = s.p;
   if (o.temperature) {
-    if (lc.given)
+    if (s.lc.given)
       fail(
           "--attn-temperature-tuning with --layer or --layer-type: the temperature comes from "
           "--hf-config (attn_temperature_tuning, floor_scale, attn_scale on its NoPE layers); "
@@ -441,14 +500,20 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     p.pos.temperature = {o.floor_scale, o.attn_scale};
   } else if (given(o, "--floor-scale") || given(o, "--attn-scale")) {
     fail("--floor-scale and --attn-scale need --attn-temperature-tuning");
-  } else if (lc.temperature.on()) {
-    p.pos.temperature = lc.temperature;
+  } else if (s.lc.temperature.on()) {
+    p.pos.temperature = s.lc.temperature;
   }
-  if (p.pos.temperature.on()) schemes.push_back("temperature");
+  if (p.pos.temperature.on()) s.schemes.push_back("temperature");
+}
+
+// xPos, and keys stored rotated (for RoPE, M-RoPE or xPos).
+template <typename Real>
+void read_xpos(const attend_opts& o, attend_state<Real>& s) {
+  auto& p = s.p;
   if (o.xpos) {
     p.pos.xpos = {given(o, "--xpos-theta") ? o.xpos_theta : o.theta, o.xpos_gamma,
                   o.xpos_scale_base, o.xpos_center};
-    schemes.push_back("xpos");
+    s.schemes.push_back("xpos");
   } else if (given(o, "--xpos-theta") || given(o, "--xpos-gamma") ||
              given(o, "--xpos-scale-base") || given(o, "--xpos-center")) {
     fail("--xpos-theta, --xpos-gamma, --xpos-scale-base and --xpos-center need --xpos");
@@ -459,186 +524,236 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
       fail("--keys-rotated needs --rope or --xpos (a q/k transform whose keys are stored rotated)");
     p.pos.rope.keys_rotated = p.pos.mrope.keys_rotated = p.pos.xpos.keys_rotated = true;
   }
-  // Which schemes may be on together: the declarations' one rule (schemes.hpp).
-  check_scheme_combination(schemes);
+}
 
-  // Backward: every flag checked before anything runs.
-  const bool backward = !o.dout.empty();
-  if (!backward) {
+// Backward: every flag checked before anything runs.
+template <typename Real>
+void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
+  if (o.dout.empty()) {
     for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
                           "--dalibi", "--dkerple", "--dfire", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
-  } else {
-    if (o.dq.empty() || o.dk.empty() || o.dv.empty())
-      fail("--dout needs all of --dq, --dk and --dv (output paths)");
-    if (!o.dt5.empty() && !p.pos.has_t5()) fail("--dt5-table needs --t5-table");
-    if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
-      fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
-    if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
-    if (!o.dkerple.empty() && !p.pos.has_kerple()) fail("--dkerple needs --kerple");
-    if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
-    if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
-    std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
-    for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple,
-                          &o.dfire, &o.dcope})
-      if (!x->empty()) outs.push_back(*x);
-    for (size_t a = 0; a < outs.size(); ++a)
-      for (size_t b = a + 1; b < outs.size(); ++b)
-        if (outs[a] == outs[b]) fail("output paths must differ, '{}' is given twice", outs[a]);
+    return;
   }
+  if (o.dq.empty() || o.dk.empty() || o.dv.empty())
+    fail("--dout needs all of --dq, --dk and --dv (output paths)");
+  if (!o.dt5.empty() && !p.pos.has_t5()) fail("--dt5-table needs --t5-table");
+  if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
+    fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
+  if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
+  if (!o.dkerple.empty() && !p.pos.has_kerple()) fail("--dkerple needs --kerple");
+  if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
+  if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
+  std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
+  for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple,
+                        &o.dfire, &o.dcope})
+    if (!x->empty()) outs.push_back(*x);
+  for (size_t a = 0; a < outs.size(); ++a)
+    for (size_t b = a + 1; b < outs.size(); ++b)
+      if (outs[a] == outs[b]) fail("output paths must differ, '{}' is given twice", outs[a]);
+}
+
+// The gradients of one backward: dout (T, Hq, D) as read, the rest as computed; a parameter
+// gradient only when its output path is given.
+template <typename Real>
+struct attend_gradients {
   std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
-  std::vector<double> dal;
-  if (backward) {
-    const auto da = read_npy(o.dout);
-    require_float(da, "--dout");
-    require_shape(da, "--dout", {T, Hq, D}, fmt::format("(T, Hq, D) = ({}, {}, {})", T, Hq, D));
-    dout = as_real<Real>(da);
-  }
+  std::vector<double> dal;  // (Hq,), float64 whatever Q's dtype
+};
 
-  attention_forward(p);
-
+// attention_backward into buffers sized for the outputs asked for.
+template <typename Real>
+void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_gradients<Real>& d) {
+  const int64_t T = s.T, S = s.S, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
   attention_grads<Real> g;
-  if (backward) {
-    dq.resize(T * Hq * D);
-    dk.resize(S * Hkv * D);
-    dv.resize(S * Hkv * D);
-    g.out = out.data(), g.lse = lse.data(), g.dout = dout.data();
-    g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
-    if (!o.dt5.empty()) {
-      dt5.resize(p.pos.t5.weights.size());
-      g.dt5 = dt5.data();
-    }
-    if (!o.dshaw_keys.empty()) {
-      dak.resize(shaw_k.size());
-      g.dshaw_keys = dak.data();
-    }
-    if (!o.dshaw_values.empty()) {
-      dav.resize(shaw_v.size());
-      g.dshaw_values = dav.data();
-    }
-    if (!o.dalibi.empty()) {
-      dal.resize(Hq);
-      g.dalibi = dal.data();
-    }
-    if (!o.dkerple.empty()) {
-      dke.resize(kerple_w.size());
-      g.dkerple = dke.data();
-    }
-    if (!o.dfire.empty()) {
-      dfi.resize(fire_w.size());
-      g.dfire = dfi.data();
-    }
-    if (!o.dcope.empty()) {
-      dco.resize(cope_e.size());
-      g.dcope = dco.data();
-    }
-    attention_backward(p, g);
+  d.dq.resize(T * Hq * D);
+  d.dk.resize(S * Hkv * D);
+  d.dv.resize(S * Hkv * D);
+  g.out = s.out.data(), g.lse = s.lse.data(), g.dout = d.dout.data();
+  g.dq = d.dq.data(), g.dk = d.dk.data(), g.dv = d.dv.data();
+  if (!o.dt5.empty()) {
+    d.dt5.resize(s.p.pos.t5.weights.size());
+    g.dt5 = d.dt5.data();
   }
+  if (!o.dshaw_keys.empty()) {
+    d.dak.resize(s.shaw_k.size());
+    g.dshaw_keys = d.dak.data();
+  }
+  if (!o.dshaw_values.empty()) {
+    d.dav.resize(s.shaw_v.size());
+    g.dshaw_values = d.dav.data();
+  }
+  if (!o.dalibi.empty()) {
+    d.dal.resize(Hq);
+    g.dalibi = d.dal.data();
+  }
+  if (!o.dkerple.empty()) {
+    d.dke.resize(s.kerple_w.size());
+    g.dkerple = d.dke.data();
+  }
+  if (!o.dfire.empty()) {
+    d.dfi.resize(s.fire_w.size());
+    g.dfire = d.dfi.data();
+  }
+  if (!o.dcope.empty()) {
+    d.dco.resize(s.cope_e.size());
+    g.dcope = d.dco.data();
+  }
+  attention_backward(s.p, g);
+}
 
-  int64_t masked_rows = 0;
-  for (Real x : lse) masked_rows += std::isinf(x) ? 1 : 0;
-  npy_array oa = make_npy<Real>({T, Hq, D});
-  std::copy(out.begin(), out.end(), oa.template as<Real>());
-  npy_array la = make_npy<Real>({T, Hq});
-  std::copy(lse.begin(), lse.end(), la.template as<Real>());
-  const char* out_dtype = dtype_name(oa.type);
+// The output files, in the order they are written: O, the LSE, then the gradients.
+template <typename Real>
+std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o,
+                                                            const attend_state<Real>& s,
+                                                            const attend_gradients<Real>& d) {
+  const int64_t T = s.T, S = s.S, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
+  const auto& pos = s.p.pos;
   auto as_npy = [](const std::vector<Real>& x, std::vector<int64_t> shape) {
     npy_array a = make_npy<Real>(std::move(shape));
     std::copy(x.begin(), x.end(), a.template as<Real>());
     return a;
   };
-  std::vector<std::pair<std::string, npy_array>> files = {{o.out, std::move(oa)}};
-  if (!o.lse_out.empty()) files.emplace_back(o.lse_out, std::move(la));
-  if (backward) {
-    files.emplace_back(o.dq, as_npy(dq, {T, Hq, D}));
-    files.emplace_back(o.dk, as_npy(dk, {S, Hkv, D}));
-    files.emplace_back(o.dv, as_npy(dv, {S, Hkv, D}));
-    if (!o.dt5.empty()) files.emplace_back(o.dt5, as_npy(dt5, {p.pos.t5.params.num_buckets, Hq}));
-    const int64_t rows = 2 * p.pos.shaw.clip + 1;
-    if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(dak, {rows, D}));
-    if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(dav, {rows, D}));
-    if (!o.dkerple.empty()) files.emplace_back(o.dkerple, as_npy(dke, {2, Hq}));
-    if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(dco, {p.pos.cope.npos, D}));
-    if (!o.dfire.empty()) files.emplace_back(o.dfire, as_npy(dfi, {Hq, 3 * p.pos.fire.hidden + 3}));
-    if (!o.dalibi.empty()) {
-      npy_array a = make_npy<double>({Hq});
-      std::copy(dal.begin(), dal.end(), a.template as<double>());
-      files.emplace_back(o.dalibi, std::move(a));
-    }
+  std::vector<std::pair<std::string, npy_array>> files = {{o.out, as_npy(s.out, {T, Hq, D})}};
+  if (!o.lse_out.empty()) files.emplace_back(o.lse_out, as_npy(s.lse, {T, Hq}));
+  if (o.dout.empty()) return files;
+  files.emplace_back(o.dq, as_npy(d.dq, {T, Hq, D}));
+  files.emplace_back(o.dk, as_npy(d.dk, {S, Hkv, D}));
+  files.emplace_back(o.dv, as_npy(d.dv, {S, Hkv, D}));
+  if (!o.dt5.empty()) files.emplace_back(o.dt5, as_npy(d.dt5, {pos.t5.params.num_buckets, Hq}));
+  const int64_t rows = 2 * pos.shaw.clip + 1;
+  if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(d.dak, {rows, D}));
+  if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(d.dav, {rows, D}));
+  if (!o.dkerple.empty()) files.emplace_back(o.dkerple, as_npy(d.dke, {2, Hq}));
+  if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(d.dco, {pos.cope.npos, D}));
+  if (!o.dfire.empty()) files.emplace_back(o.dfire, as_npy(d.dfi, {Hq, 3 * pos.fire.hidden + 3}));
+  if (!o.dalibi.empty()) {
+    npy_array a = make_npy<double>({Hq});
+    std::copy(d.dal.begin(), d.dal.end(), a.template as<double>());
+    files.emplace_back(o.dalibi, std::move(a));
   }
-  for (const auto& [path, a] : files) write_npy(path, a);
+  return files;
+}
 
-  const char* impl = attention_reference_selected() ? "reference" : "tiled";
-  const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(D));
-  if (o.format == out_format::json) {
-    nlohmann::ordered_json j;
-    j["out"] = o.out;
-    j["shape"] = {T, Hq, D};
-    j["dtype"] = out_dtype;
-    j["S"] = S;
-    j["Hkv"] = Hkv;
-    j["scale"] = scale;
-    j["causal"] = o.causal;
-    j["schemes"] = schemes;
-    j["implementation"] = impl;
-    j["kv"] = name(kv);
-    if (lc.given) {
-      if (given(o, "--layer")) j["layer"] = o.layer;
-      j["layer_type"] =
-          lc.type.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(lc.type);
-      j["layer_rope"] = lc.rope;
-    }
-    if (p.pos.temperature.on()) {
-      j["floor_scale"] = p.pos.temperature.floor_scale;
-      j["attn_scale"] = p.pos.temperature.attn_scale;
-    }
-    j["fully_masked_rows"] = masked_rows;
-    if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
-    if (backward) {
-      nlohmann::ordered_json b;
-      b["dout"] = o.dout;
-      for (const auto& [path, a] : files)
-        if (path != o.out && path != o.lse_out) b["written"].push_back(path);
-      j["backward"] = b;
-    }
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::string sch;
-    for (const auto& s : schemes) sch += (sch.empty() ? "" : "+") + s;
-    if (sch.empty()) sch = "none";
-    if (o.format == out_format::csv) {
-      std::printf("out,T,Hq,D,S,Hkv,dtype,scale,causal,schemes,implementation,fully_masked_rows\n");
-      std::printf("%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,%lld\n", o.out.c_str(), (long long)T,
-                  (long long)Hq, (long long)D, (long long)S, (long long)Hkv, out_dtype,
-                  num(scale).c_str(), o.causal ? "true" : "false", sch.c_str(), impl,
-                  (long long)masked_rows);
-    } else {
-      std::printf(
-          "wrote %s: (%lld, %lld, %lld) %s, S = %lld keys, Hkv = %lld, scale %s, %s, "
-          "schemes: %s, %s path, %lld fully masked rows%s\n",
-          o.out.c_str(), (long long)T, (long long)Hq, (long long)D, out_dtype, (long long)S,
-          (long long)Hkv, num(scale).c_str(), o.causal ? "causal" : "bidirectional", sch.c_str(),
-          impl, (long long)masked_rows,
-          kv == kv_storage::f32
-              ? ""
-              : (", keys and values stored as " + name(kv) + " (computed in float32)").c_str());
-      if (lc.given)
-        std::printf("layer %s%s: %s\n",
-                    given(o, "--layer") ? std::to_string(o.layer).c_str() : "type",
-                    lc.type.empty() ? "" : (" (" + lc.type + ")").c_str(),
-                    lc.rope ? "RoPE" : "NoPE (no rotation)");
-      if (p.pos.temperature.on())
-        std::printf("query temperature: q *= log(floor((pos + 1) / %s) + 1) * %s + 1\n",
-                    num(p.pos.temperature.floor_scale).c_str(),
-                    num(p.pos.temperature.attn_scale).c_str());
-      if (backward) {
-        std::string w;
-        for (const auto& [path, a] : files)
-          if (path != o.out && path != o.lse_out) w += (w.empty() ? "" : ", ") + path;
-        std::printf("backward from %s: wrote %s\n", o.dout.c_str(), w.c_str());
-      }
-    }
+// What was computed and written, for --format json.
+template <typename Real>
+void print_json(const attend_opts& o, const attend_state<Real>& s, kv_storage kv,
+                const std::vector<std::pair<std::string, npy_array>>& files, int64_t masked_rows) {
+  const auto& p = s.p;
+  nlohmann::ordered_json j;
+  j["out"] = o.out;
+  j["shape"] = {s.T, s.Hq, s.D};
+  j["dtype"] = dtype_name(files.front().second.type);
+  j["S"] = s.S;
+  j["Hkv"] = s.Hkv;
+  j["scale"] = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(s.D));
+  j["causal"] = o.causal;
+  j["schemes"] = s.schemes;
+  j["implementation"] = attention_reference_selected() ? "reference" : "tiled";
+  j["kv"] = name(kv);
+  if (s.lc.given) {
+    if (given(o, "--layer")) j["layer"] = o.layer;
+    j["layer_type"] =
+        s.lc.type.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s.lc.type);
+    j["layer_rope"] = s.lc.rope;
   }
+  if (p.pos.temperature.on()) {
+    j["floor_scale"] = p.pos.temperature.floor_scale;
+    j["attn_scale"] = p.pos.temperature.attn_scale;
+  }
+  j["fully_masked_rows"] = masked_rows;
+  if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
+  if (!o.dout.empty()) {
+    nlohmann::ordered_json b;
+    b["dout"] = o.dout;
+    for (const auto& [path, a] : files)
+      if (path != o.out && path != o.lse_out) b["written"].push_back(path);
+    j["backward"] = b;
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+// What was computed and written, for --format text or csv.
+template <typename Real>
+void print_text(const attend_opts& o, const attend_state<Real>& s, kv_storage kv,
+                const std::vector<std::pair<std::string, npy_array>>& files, int64_t masked_rows) {
+  const auto& p = s.p;
+  const long long T = s.T, Hq = s.Hq, D = s.D, S = s.S, Hkv = s.Hkv;
+  const char* out_dtype = dtype_name(files.front().second.type);
+  const char* impl = attention_reference_selected() ? "reference" : "tiled";
+  const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(s.D));
+  std::string sch;
+  for (const auto& x : s.schemes) sch += (sch.empty() ? "" : "+") + x;
+  if (sch.empty()) sch = "none";
+  if (o.format == out_format::csv) {
+    std::printf("out,T,Hq,D,S,Hkv,dtype,scale,causal,schemes,implementation,fully_masked_rows\n");
+    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,%lld\n", o.out.c_str(), T, Hq, D, S,
+                Hkv, out_dtype, num(scale).c_str(), o.causal ? "true" : "false", sch.c_str(), impl,
+                (long long)masked_rows);
+    return;
+  }
+  std::printf(
+      "wrote %s: (%lld, %lld, %lld) %s, S = %lld keys, Hkv = %lld, scale %s, %s, "
+      "schemes: %s, %s path, %lld fully masked rows%s\n",
+      o.out.c_str(), T, Hq, D, out_dtype, S, Hkv, num(scale).c_str(),
+      o.causal ? "causal" : "bidirectional", sch.c_str(), impl, (long long)masked_rows,
+      kv == kv_storage::f32
+          ? ""
+          : (", keys and values stored as " + name(kv) + " (computed in float32)").c_str());
+  if (s.lc.given)
+    std::printf("layer %s%s: %s\n", given(o, "--layer") ? std::to_string(o.layer).c_str() : "type",
+                s.lc.type.empty() ? "" : (" (" + s.lc.type + ")").c_str(),
+                s.lc.rope ? "RoPE" : "NoPE (no rotation)");
+  if (p.pos.temperature.on())
+    std::printf("query temperature: q *= log(floor((pos + 1) / %s) + 1) * %s + 1\n",
+                num(p.pos.temperature.floor_scale).c_str(),
+                num(p.pos.temperature.attn_scale).c_str());
+  if (!o.dout.empty()) {
+    std::string w;
+    for (const auto& [path, a] : files)
+      if (path != o.out && path != o.lse_out) w += (w.empty() ? "" : ", ") + path;
+    std::printf("backward from %s: wrote %s\n", o.dout.c_str(), w.c_str());
+  }
+}
+
+template <typename Real>
+void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, const npy_array& va,
+               kv_storage kv) {
+  attend_state<Real> s;
+  read_qkv(o, qa, ka, va, kv, s);
+  read_positions_and_masks(o, s);
+  read_rope(o, s);
+  read_alibi(o, s);
+  read_t5(o, s);
+  read_shaw(o, s);
+  read_kerple(o, s);
+  read_fire(o, s);
+  read_cope(o, s);
+  read_temperature(o, s);
+  read_xpos(o, s);
+  // Which schemes may be on together: the declarations' one rule (schemes.hpp).
+  check_scheme_combination(s.schemes);
+  check_backward_flags(o, s.p);
+  attend_gradients<Real> d;
+  if (!o.dout.empty()) {
+    const auto da = read_npy(o.dout);
+    require_float(da, "--dout");
+    require_shape(da, "--dout", {s.T, s.Hq, s.D},
+                  fmt::format("(T, Hq, D) = ({}, {}, {})", s.T, s.Hq, s.D));
+    d.dout = as_real<Real>(da);
+  }
+
+  attention_forward(s.p);
+  if (!o.dout.empty()) run_backward(o, s, d);
+
+  int64_t masked_rows = 0;
+  for (Real x : s.lse) masked_rows += std::isinf(x) ? 1 : 0;
+  const auto files = output_files(o, s, d);
+  for (const auto& [path, a] : files) write_npy(path, a);
+  if (o.format == out_format::json)
+    print_json(o, s, kv, files, masked_rows);
+  else
+    print_text(o, s, kv, files, masked_rows);
 }
 
 void run_attend(const attend_opts& o) {
