@@ -50,123 +50,142 @@ struct case_result {
   bool reads_only = false;  // bandwidth_ref is a read probe's (else a copy probe's)
 };
 
-void run_bench(const bench_opts& o) {
-  if (o.threads < 1 || o.threads > 1024) fail("--threads must be in [1, 1024], got {}", o.threads);
-  if (o.reps < 1 || o.reps > 1000) fail("--reps must be in [1, 1000], got {}", o.reps);
-  if (!(o.min_seconds >= 0) || o.min_seconds > 60)
-    fail("--min-seconds must be in [0, 60], got {}", o.min_seconds);
+// The cases a run selects: every non-extended case (all with --extended), or those --filter
+// names.
+std::vector<const bench_spec*> select_cases(const bench_opts& o) {
   std::vector<const bench_spec*> selected;
   for (const auto& s : bench_specs()) {
     bool keep = o.filters.empty() && (o.extended || !s.extended);
     for (const auto& f : o.filters) keep |= s.name.find(f) != std::string::npos;
     if (keep) selected.push_back(&s);
   }
-  if (o.list) {  // every case; the extended ones marked, since the default run leaves them out
-    for (const auto& s : bench_specs())
-      if (o.filters.empty() || std::find(selected.begin(), selected.end(), &s) != selected.end())
-        std::printf("%s%s\n", s.name.c_str(), s.extended ? "  [extended]" : "");
-    return;
-  }
-  if (o.machine_only) selected.clear();
-  if (!o.filters.empty() && selected.empty() && !o.machine_only)
-    fail("--filter matched no case; run `posenc bench --list` for the names");
-  set_num_threads(o.threads);
-  bench_options bo{o.threads, o.quick};
+  return selected;
+}
 
-  // Machine limits, measured now. DRAM probe: three arrays of 512 MiB (quick: 64 MiB).
-  const size_t dram_bytes = (o.quick ? size_t{64} : size_t{512}) << 20;
+// --list: every case; the extended ones marked, since the default run leaves them out.
+void list_cases(const bench_opts& o, const std::vector<const bench_spec*>& selected) {
+  for (const auto& s : bench_specs())
+    if (o.filters.empty() || std::find(selected.begin(), selected.end(), &s) != selected.end())
+      std::printf("%s%s\n", s.name.c_str(), s.extended ? "  [extended]" : "");
+}
+
+// The machine's limits: the probes before the cases, each raised to the reading after the cases
+// where that is higher (probe_again), and both readings as taken.
+struct machine_limits {
+  size_t dram_bytes = 0;   // per array of the DRAM probe
+  double fma_seconds = 0;  // per run of the FMA probe
+  int fma_reps = 0;        // runs of the FMA probe
+  bandwidth_result bw1;    // 1 thread, before the cases
+  bandwidth_result bwn;    // o.threads: the higher copy reading of before and after
+  fma_peak_result fma1;    // 1 thread: the higher of before and after
+  fma_peak_result fman;    // o.threads: the higher of before and after
+  double readn = 0;        // o.threads: the higher read reading
+  fma_peak_result fma1_before, fman_before;
+  bandwidth_result bwn_before;
+  bool timed = false;  // some case was timed, so the limits were probed again
+  double after_peakn = NAN, after_peak1 = NAN, after_bw = NAN, after_read = NAN;
+};
+
+// Machine limits, measured now. DRAM probe: three arrays of 512 MiB (quick: 64 MiB).
+machine_limits probe_machine(const bench_opts& o) {
+  machine_limits m;
+  m.dram_bytes = (o.quick ? size_t{64} : size_t{512}) << 20;
   std::fprintf(stderr, "bench: probing memory bandwidth and FMA peak...\n");
-  bandwidth_result bw1 = measure_bandwidth(dram_bytes, 1, o.quick ? 2 : 5);
-  bandwidth_result bwn = measure_bandwidth(dram_bytes, o.threads, o.quick ? 2 : 5);
+  m.bw1 = measure_bandwidth(m.dram_bytes, 1, o.quick ? 2 : 5);
+  m.bwn = measure_bandwidth(m.dram_bytes, o.threads, o.quick ? 2 : 5);
   // FMA probe: best of 7 runs of 0.1 s (quick: 3 of 0.02 s); short runs, many of them, so that
   // one clean run is likely on a shared host.
-  const double fma_seconds = o.quick ? 0.02 : 0.1;
-  const int fma_reps = o.quick ? 3 : 7;
-  fma_peak_result fma1 = measure_fma_peak(1, fma_seconds, fma_reps);
-  fma_peak_result fman = measure_fma_peak(o.threads, fma_seconds, fma_reps);
-  std::map<double, bandwidth_result> footprint_bw;  // footprint -> its probe at o.threads
+  m.fma_seconds = o.quick ? 0.02 : 0.1;
+  m.fma_reps = o.quick ? 3 : 7;
+  m.fma1 = measure_fma_peak(1, m.fma_seconds, m.fma_reps);
+  m.fman = measure_fma_peak(o.threads, m.fma_seconds, m.fma_reps);
+  m.readn = m.bwn.read_gbps;
+  return m;
+}
 
-  std::vector<case_result> results;
-  for (auto* s : selected) {
-    case_result r;
-    r.name = s->name;
-    r.threads = o.threads;
-    std::fprintf(stderr, "bench: %s\n", s->name.c_str());
-    bench_case c = s->make(bo);
-    r.note = c.note;
-    r.limit = c.limit;
-    r.bytes = c.bytes;
-    r.flops = c.flops;
-    r.footprint = c.footprint_bytes;
-    r.reads_only = c.reads_only;
-    if (c.validate) r.error = c.validate();
-    if (!r.error.empty()) {
-      results.push_back(r);
-      continue;
-    }
-    std::vector<double> times;
-    if (c.once) {
+// One case: built, validated, warmed up and timed; its footprint's own bandwidth probed once
+// per footprint (footprint_bw: footprint -> its probe at o.threads).
+case_result run_case(const bench_spec& s, const bench_options& bo, const bench_opts& o,
+                     std::map<double, bandwidth_result>& footprint_bw) {
+  case_result r;
+  r.name = s.name;
+  r.threads = o.threads;
+  std::fprintf(stderr, "bench: %s\n", s.name.c_str());
+  bench_case c = s.make(bo);
+  r.note = c.note;
+  r.limit = c.limit;
+  r.bytes = c.bytes;
+  r.flops = c.flops;
+  r.footprint = c.footprint_bytes;
+  r.reads_only = c.reads_only;
+  if (c.validate) r.error = c.validate();
+  if (!r.error.empty()) return r;
+  std::vector<double> times;
+  if (c.once) {
+    const double t0 = now();
+    c.run();
+    times.push_back(now() - t0);
+  } else {
+    c.run();  // warm-up
+    const double start = now();
+    while (static_cast<int>(times.size()) < o.reps ||
+           (now() - start < o.min_seconds && times.size() < 1000)) {
       const double t0 = now();
       c.run();
       times.push_back(now() - t0);
-    } else {
-      c.run();  // warm-up
-      const double start = now();
-      while (static_cast<int>(times.size()) < o.reps ||
-             (now() - start < o.min_seconds && times.size() < 1000)) {
-        const double t0 = now();
-        c.run();
-        times.push_back(now() - t0);
-      }
     }
-    if (c.after) r.note += c.after();
-    std::sort(times.begin(), times.end());
-    r.seconds_min = times.front();
-    r.seconds_median = times[times.size() / 2];
-    r.gbps = r.bytes / r.seconds_min / 1e9;
-    r.gflops = r.flops / r.seconds_min / 1e9;
-    if (r.bytes > 0 && c.footprint_bytes > 0) {  // a footprint's own rate, probed once
-      auto it = footprint_bw.find(c.footprint_bytes);
-      if (it == footprint_bw.end()) {
-        // Two arrays whose sum is the footprint: the copy probe touches the same bytes.
-        size_t per = static_cast<size_t>(c.footprint_bytes / 2);
-        it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads)).first;
-      }
-      r.bandwidth_ref = c.reads_only ? it->second.read_gbps : it->second.copy_gbps;
-    }
-    results.push_back(r);
   }
+  if (c.after) r.note += c.after();
+  std::sort(times.begin(), times.end());
+  r.seconds_min = times.front();
+  r.seconds_median = times[times.size() / 2];
+  r.gbps = r.bytes / r.seconds_min / 1e9;
+  r.gflops = r.flops / r.seconds_min / 1e9;
+  if (r.bytes > 0 && c.footprint_bytes > 0) {  // a footprint's own rate, probed once
+    auto it = footprint_bw.find(c.footprint_bytes);
+    if (it == footprint_bw.end()) {
+      // Two arrays whose sum is the footprint: the copy probe touches the same bytes.
+      size_t per = static_cast<size_t>(c.footprint_bytes / 2);
+      it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads)).first;
+    }
+    r.bandwidth_ref = c.reads_only ? it->second.read_gbps : it->second.copy_gbps;
+  }
+  return r;
+}
 
-  // The limits again, after the cases: a probe that another tenant of the host slowed reads low,
-  // and a low limit inflates every fraction. Both readings are kept; the fractions divide by the
-  // higher, since interference can only lower a reading (docs/design.md, "Probes before and
-  // after the cases").
-  const fma_peak_result fma1_before = fma1, fman_before = fman;
-  const bandwidth_result bwn_before = bwn;
-  const bool timed = std::any_of(results.begin(), results.end(),
-                                 [](const case_result& r) { return r.error.empty(); });
-  double after_peakn = NAN, after_peak1 = NAN, after_bw = NAN, after_read = NAN;
-  double readn = bwn.read_gbps;  // the higher read reading (the copy's is in bwn)
-  if (timed) {
-    std::fprintf(stderr, "bench: probing the FMA peak and memory bandwidth again...\n");
-    const fma_peak_result a1 = measure_fma_peak(1, fma_seconds, fma_reps);
-    const fma_peak_result an = measure_fma_peak(o.threads, fma_seconds, fma_reps);
-    const bandwidth_result bwa = measure_bandwidth(dram_bytes, o.threads, o.quick ? 2 : 5);
-    if (a1.gflops > fma1.gflops) fma1 = a1;
-    if (an.gflops > fman.gflops) fman = an;
-    readn = std::max(readn, bwa.read_gbps);
-    if (bwa.copy_gbps > bwn.copy_gbps) bwn = bwa;
-    after_peakn = an.gflops;
-    after_peak1 = a1.gflops;
-    after_bw = bwa.copy_gbps;
-    after_read = bwa.read_gbps;
-  }
-  const double peak1 = fma1.gflops, peakn = fman.gflops;
+// The limits again, after the cases: a probe that another tenant of the host slowed reads low,
+// and a low limit inflates every fraction. Both readings are kept; the fractions divide by the
+// higher, since interference can only lower a reading (docs/design.md, "Probes before and
+// after the cases").
+void probe_again(const bench_opts& o, const std::vector<case_result>& results, machine_limits& m) {
+  m.fma1_before = m.fma1, m.fman_before = m.fman;
+  m.bwn_before = m.bwn;
+  m.timed = std::any_of(results.begin(), results.end(),
+                        [](const case_result& r) { return r.error.empty(); });
+  if (!m.timed) return;
+  std::fprintf(stderr, "bench: probing the FMA peak and memory bandwidth again...\n");
+  const fma_peak_result a1 = measure_fma_peak(1, m.fma_seconds, m.fma_reps);
+  const fma_peak_result an = measure_fma_peak(o.threads, m.fma_seconds, m.fma_reps);
+  const bandwidth_result bwa = measure_bandwidth(m.dram_bytes, o.threads, o.quick ? 2 : 5);
+  if (a1.gflops > m.fma1.gflops) m.fma1 = a1;
+  if (an.gflops > m.fman.gflops) m.fman = an;
+  m.readn = std::max(m.readn, bwa.read_gbps);
+  if (bwa.copy_gbps > m.bwn.copy_gbps) m.bwn = bwa;
+  m.after_peakn = an.gflops;
+  m.after_peak1 = a1.gflops;
+  m.after_bw = bwa.copy_gbps;
+  m.after_read = bwa.read_gbps;
+}
+
+// Each timed case's fractions of the limits and its binding limit; returns the warnings (a case
+// above the FMA peak).
+std::vector<std::string> apply_limits(std::vector<case_result>& results, const machine_limits& m) {
+  const double peakn = m.fman.gflops;
   std::vector<std::string> warnings;
   for (auto& r : results) {
     if (!r.error.empty()) continue;
     if (r.bytes > 0) {
-      if (r.bandwidth_ref <= 0) r.bandwidth_ref = r.reads_only ? readn : bwn.copy_gbps;
+      if (r.bandwidth_ref <= 0) r.bandwidth_ref = r.reads_only ? m.readn : m.bwn.copy_gbps;
       r.fraction_of_bandwidth = r.gbps / r.bandwidth_ref;
     }
     if (r.flops > 0) r.fraction_of_peak = r.gflops / peakn;
@@ -179,43 +198,52 @@ void run_bench(const bench_opts& o) {
           "host was busy), so this run's fractions of the peak overstate; run it again",
           r.name, r.fraction_of_peak, r.gflops, peakn));
   }
-  for (const auto& w : warnings) std::fprintf(stderr, "bench: warning: %s\n", w.c_str());
+  return warnings;
+}
 
+nlohmann::ordered_json machine_json(const bench_opts& o, const machine_limits& m) {
+  return {{"simd", simd_target_name()},
+          {"threads", o.threads},
+          {"bandwidth_gbps", m.bwn.copy_gbps},
+          {"triad_gbps", m.bwn.triad_gbps},
+          {"read_gbps", m.readn},
+          {"bandwidth_gbps_1thread", m.bw1.copy_gbps},
+          {"triad_gbps_1thread", m.bw1.triad_gbps},
+          {"read_gbps_1thread", m.bw1.read_gbps},
+          {"probe_bytes_per_array", m.bwn.bytes_per_array},
+          {"peak_gflops", m.fman.gflops},
+          {"peak_gflops_1thread", m.fma1.gflops},
+          {"probes_before_cases",
+           {{"peak_gflops", m.fman_before.gflops},
+            {"peak_gflops_1thread", m.fma1_before.gflops},
+            {"bandwidth_gbps", m.bwn_before.copy_gbps},
+            {"read_gbps", m.bwn_before.read_gbps}}},
+          {"probes_after_cases",
+           m.timed ? nlohmann::ordered_json{{"peak_gflops", m.after_peakn},
+                                            {"peak_gflops_1thread", m.after_peak1},
+                                            {"bandwidth_gbps", m.after_bw},
+                                            {"read_gbps", m.after_read}}
+                   : nlohmann::ordered_json(nullptr)},
+          {"fma_probe",
+           {{"target", m.fman.target},
+            {"lanes", m.fman.lanes},
+            {"chains", m.fman.chains},
+            {"threads", m.fman.threads},
+            {"reps", m.fman.reps},
+            {"seconds_per_rep", m.fma_seconds},
+            {"gflops_median", m.fman.gflops_median},
+            {"gflops_median_1thread", m.fma1.gflops_median}}}};
+}
+
+// The results as --out and --format json write them (non-finite numbers as null).
+nlohmann::ordered_json bench_json(const bench_opts& o, const machine_limits& m,
+                                  const std::vector<std::string>& warnings,
+                                  const std::vector<case_result>& results) {
   auto jnum = [](double v) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   };
   nlohmann::ordered_json j;
-  j["machine"] = {
-      {"simd", simd_target_name()},
-      {"threads", o.threads},
-      {"bandwidth_gbps", bwn.copy_gbps},
-      {"triad_gbps", bwn.triad_gbps},
-      {"read_gbps", readn},
-      {"bandwidth_gbps_1thread", bw1.copy_gbps},
-      {"triad_gbps_1thread", bw1.triad_gbps},
-      {"read_gbps_1thread", bw1.read_gbps},
-      {"probe_bytes_per_array", bwn.bytes_per_array},
-      {"peak_gflops", peakn},
-      {"peak_gflops_1thread", peak1},
-      {"probes_before_cases",
-       {{"peak_gflops", fman_before.gflops},
-        {"peak_gflops_1thread", fma1_before.gflops},
-        {"bandwidth_gbps", bwn_before.copy_gbps},
-        {"read_gbps", bwn_before.read_gbps}}},
-      {"probes_after_cases", timed ? nlohmann::ordered_json{{"peak_gflops", after_peakn},
-                                                            {"peak_gflops_1thread", after_peak1},
-                                                            {"bandwidth_gbps", after_bw},
-                                                            {"read_gbps", after_read}}
-                                   : nlohmann::ordered_json(nullptr)},
-      {"fma_probe",
-       {{"target", fman.target},
-        {"lanes", fman.lanes},
-        {"chains", fman.chains},
-        {"threads", fman.threads},
-        {"reps", fman.reps},
-        {"seconds_per_rep", fma_seconds},
-        {"gflops_median", fman.gflops_median},
-        {"gflops_median_1thread", fma1.gflops_median}}}};
+  j["machine"] = machine_json(o, m);
   j["warnings"] = warnings;
   j["cases"] = nlohmann::json::array();
   for (const auto& r : results) {
@@ -238,42 +266,79 @@ void run_bench(const bench_opts& o) {
     if (!r.error.empty()) c["error"] = r.error;
     j["cases"].push_back(c);
   }
+  return j;
+}
+
+// --format csv: one row per case.
+void print_csv(const std::vector<case_result>& results) {
+  std::printf(
+      "name,threads,seconds_min,seconds_median,gbps,gflops,fraction_of_bandwidth,fraction_of_"
+      "peak\n");
+  for (const auto& r : results)
+    std::printf("%s,%d,%s,%s,%s,%s,%s,%s\n", r.name.c_str(), r.threads, num(r.seconds_min).c_str(),
+                num(r.seconds_median).c_str(), num(r.gbps).c_str(), num(r.gflops).c_str(),
+                num(r.fraction_of_bandwidth).c_str(), num(r.fraction_of_peak).c_str());
+}
+
+// --format text: the machine's limits, then one line per case with its fraction of its limit.
+void print_text(const bench_opts& o, const machine_limits& m,
+                const std::vector<case_result>& results) {
+  std::printf(
+      "machine: %s, %d threads; copy %.1f GB/s (1 thread %.1f), read %.1f GB/s (1 thread %.1f), "
+      "triad %.1f GB/s; FMA peak %.1f GFLOP/s (1 thread %.1f; %s, %d float lanes x %d chains, "
+      "median %.1f)\n",
+      simd_target_name().c_str(), o.threads, m.bwn.copy_gbps, m.bw1.copy_gbps, m.readn,
+      m.bw1.read_gbps, m.bwn.triad_gbps, m.fman.gflops, m.fma1.gflops, m.fman.target.c_str(),
+      m.fman.lanes, m.fman.chains, m.fman.gflops_median);
+  if (!o.machine_only)
+    std::printf("%-40s %10s %10s %9s %9s %8s %s\n", "case", "min ms", "median ms", "GB/s",
+                "GFLOP/s", "fraction", "of");
+  for (const auto& r : results) {
+    if (!r.error.empty()) {
+      std::printf("%-40s INVALID: %s\n", r.name.c_str(), r.error.c_str());
+      continue;
+    }
+    double frac = r.limit == "peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
+    std::printf("%-40s %10.3f %10.3f %9.2f %9.2f %8.3f %s\n", r.name.c_str(), r.seconds_min * 1e3,
+                r.seconds_median * 1e3, r.gbps, r.gflops, frac,
+                r.limit == "peak" ? "peak" : (r.reads_only ? "read bw" : "bw"));
+  }
+}
+
+void run_bench(const bench_opts& o) {
+  if (o.threads < 1 || o.threads > 1024) fail("--threads must be in [1, 1024], got {}", o.threads);
+  if (o.reps < 1 || o.reps > 1000) fail("--reps must be in [1, 1000], got {}", o.reps);
+  if (!(o.min_seconds >= 0) || o.min_seconds > 60)
+    fail("--min-seconds must be in [0, 60], got {}", o.min_seconds);
+  std::vector<const bench_spec*> selected = select_cases(o);
+  if (o.list) {
+    list_cases(o, selected);
+    return;
+  }
+  if (o.machine_only) selected.clear();
+  if (!o.filters.empty() && selected.empty() && !o.machine_only)
+    fail("--filter matched no case; run `posenc bench --list` for the names");
+  set_num_threads(o.threads);
+  bench_options bo{o.threads, o.quick};
+
+  machine_limits m = probe_machine(o);
+  std::map<double, bandwidth_result> footprint_bw;  // footprint -> its probe at o.threads
+  std::vector<case_result> results;
+  for (auto* s : selected) results.push_back(run_case(*s, bo, o, footprint_bw));
+  probe_again(o, results, m);
+  const std::vector<std::string> warnings = apply_limits(results, m);
+  for (const auto& w : warnings) std::fprintf(stderr, "bench: warning: %s\n", w.c_str());
+
+  const nlohmann::ordered_json j = bench_json(o, m, warnings, results);
   if (!o.out.empty()) write_file_atomic(o.out, j.dump(2) + "\n");
   int invalid = 0;
   for (const auto& r : results) invalid += !r.error.empty();
-  if (o.format == out_format::json) {
+  if (o.format == out_format::json)
     std::printf("%s\n", j.dump(2).c_str());
-  } else if (o.format == out_format::csv) {
-    std::printf(
-        "name,threads,seconds_min,seconds_median,gbps,gflops,fraction_of_bandwidth,fraction_of_"
-        "peak\n");
-    for (const auto& r : results)
-      std::printf("%s,%d,%s,%s,%s,%s,%s,%s\n", r.name.c_str(), r.threads,
-                  num(r.seconds_min).c_str(), num(r.seconds_median).c_str(), num(r.gbps).c_str(),
-                  num(r.gflops).c_str(), num(r.fraction_of_bandwidth).c_str(),
-                  num(r.fraction_of_peak).c_str());
-  } else {
-    std::printf(
-        "machine: %s, %d threads; copy %.1f GB/s (1 thread %.1f), read %.1f GB/s (1 thread %.1f), "
-        "triad %.1f GB/s; FMA peak %.1f GFLOP/s (1 thread %.1f; %s, %d float lanes x %d chains, "
-        "median %.1f)\n",
-        simd_target_name().c_str(), o.threads, bwn.copy_gbps, bw1.copy_gbps, readn, bw1.read_gbps,
-        bwn.triad_gbps, peakn, peak1, fman.target.c_str(), fman.lanes, fman.chains,
-        fman.gflops_median);
-    if (!o.machine_only)
-      std::printf("%-40s %10s %10s %9s %9s %8s %s\n", "case", "min ms", "median ms", "GB/s",
-                  "GFLOP/s", "fraction", "of");
-    for (const auto& r : results) {
-      if (!r.error.empty()) {
-        std::printf("%-40s INVALID: %s\n", r.name.c_str(), r.error.c_str());
-        continue;
-      }
-      double frac = r.limit == "peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
-      std::printf("%-40s %10.3f %10.3f %9.2f %9.2f %8.3f %s\n", r.name.c_str(), r.seconds_min * 1e3,
-                  r.seconds_median * 1e3, r.gbps, r.gflops, frac,
-                  r.limit == "peak" ? "peak" : (r.reads_only ? "read bw" : "bw"));
-    }
-  }
+  else if (o.format == out_format::csv)
+    print_csv(results);
+  else
+    print_text(o, m, results);
   std::fflush(stdout);
   if (invalid) throw exit_with{1};
 }
