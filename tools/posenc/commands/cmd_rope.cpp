@@ -454,13 +454,209 @@ std::optional<std::vector<double>> longrope_other(const diff_side& s, int64_t se
   return rope_frequencies(s.c, uses_long ? 0 : orig + 1).inv_freq;
 }
 
+// YaRN truncate: HF's truncate = false keeps the correction range's boundaries fractional;
+// llama.cpp (GGUF, no truncate key) always floors / ceils them. A and B are yarn sides of one
+// rotary width with other truncate values; ratio is B/A per pair.
+std::string yarn_truncate_cause(const diff_side& A, const diff_side& B,
+                                const std::vector<double>& ratio) {
+  const auto* rounded = A.c.truncate ? &A : &B;
+  const auto* exact = rounded == &A ? &B : &A;
+  const auto& c = exact->c;
+  const auto dim = [&](double beta) {
+    return static_cast<double>(c.rotary_dim) *
+           std::log(static_cast<double>(c.original_max_position_embeddings > 0
+                                            ? c.original_max_position_embeddings
+                                            : c.max_position_embeddings) /
+                    (beta * 2 * 3.14159265358979323846)) /
+           (2 * std::log(c.theta));
+  };
+  const double lo = dim(c.beta_fast), hi = dim(c.beta_slow);
+  size_t first = ratio.size(), last = 0, worst = 0;
+  double worst_rel = 0;
+  for (size_t i = 0; i < ratio.size(); ++i) {
+    if (close(ratio[i], 1)) continue;
+    first = std::min(first, i), last = i;
+    if (std::fabs(ratio[i] - 1) > worst_rel) worst_rel = std::fabs(ratio[i] - 1), worst = i;
+  }
+  const auto side_says = [](const diff_side& x) {
+    if (x.kind == "gguf")
+      return fmt::format(
+          "{} rounds them (GGUF has no truncate key: llama.cpp always floors / "
+          "ceils the correction range)",
+          x.name);
+    if (x.kind == "hf")
+      return fmt::format("{} has truncate {} in config.json", x.name,
+                         x.c.truncate ? "true" : "false");
+    return fmt::format("{} has truncate {}", x.name, x.c.truncate ? "true" : "false");
+  };
+  return fmt::format(
+      "YaRN truncate: {}, {}: the correction range [{}, {}] (pairs) is kept fractional in {} "
+      "and rounded to [{}, {}] in {}; pairs {}-{} differ, max |B/A - 1| = {} at pair {}",
+      side_says(*exact), side_says(*rounded), num(lo), num(hi), exact->name,
+      num(std::max(std::floor(lo), 0.0)),
+      num(std::min(std::ceil(hi), static_cast<double>(c.rotary_dim - 1))), rounded->name, first,
+      last, num(worst_rel), worst);
+}
+
+// LongRoPE: the other list of one side gives the other side's frequencies.
+void longrope_swap_causes(const diff_side& A, const diff_side& B, int64_t seq_len,
+                          std::vector<std::string>& out) {
+  for (const auto* x : {&A, &B}) {
+    const auto* y = x == &A ? &B : &A;
+    if (auto other = longrope_other(*x, seq_len); other && all_close(*other, y->f.inv_freq))
+      out.push_back(
+          fmt::format("LongRoPE long/short swapped: {}'s {} gives {}'s frequencies at seq_len {} "
+                      "(factor lists exchanged, or the switch at another length)",
+                      x->name,
+                      seq_len > (x->c.original_max_position_embeddings > 0
+                                     ? x->c.original_max_position_embeddings
+                                     : x->c.max_position_embeddings)
+                          ? "short_factor"
+                          : "long_factor",
+                      y->name, seq_len));
+  }
+}
+
+// Every pair's frequency off by one ratio r = B/A (of two linear-type sides, r = s_A / s_B).
+std::string uniform_ratio_cause(const diff_side& A, const diff_side& B, double r) {
+  const double sa = A.c.factor, sb = B.c.factor;
+  std::string what =
+      fmt::format("every pair's frequency differs by the same ratio B/A = {}", num(r));
+  // One factor the other's square is a factor applied twice; r equal to one side's factor (or
+  // its inverse) is a factor not applied.
+  const auto twice = [&](double s, double s2) {
+    return s > 1 && close(s2, s * s, 0x1p-20) && close(r, sa / sb, 0x1p-20);
+  };
+  if (twice(sa, sb) || twice(sb, sa)) {
+    const bool b_twice = sb > sa;
+    what += fmt::format("; factor {} applied twice in {} ({} = {}^2)", num(b_twice ? sa : sb),
+                        b_twice ? "B" : "A", num(b_twice ? sb : sa), num(b_twice ? sa : sb));
+  } else {
+    for (double s : {sa, sb}) {
+      if (s == 1) continue;
+      if (close(r, 1 / s, 0x1p-20) || close(r, s, 0x1p-20)) {
+        what += fmt::format("; factor {} applied on one side only (linear scaling not applied)",
+                            num(s));
+        break;
+      }
+    }
+  }
+  return what;
+}
+
+// High frequencies agree, low ones do not: a factor applied to the low frequencies only.
+std::string low_frequency_cause(const diff_side& A, const diff_side& B,
+                                const std::vector<double>& ratio) {
+  const size_t n = ratio.size();
+  const auto* scaled = ratio[n - 1] < 1 ? &B : &A;
+  const auto* plain = scaled == &A ? &B : &A;
+  if (A.c.theta != B.c.theta)
+    return fmt::format("rope_theta differs: {} in A, {} in B", num(A.c.theta), num(B.c.theta));
+  if (scaled->c.type == rope_type::llama3)
+    return fmt::format(
+        "Llama 3.1 smoothing missing in {}: {} is llama3 (factor {}, low_freq_factor {}, "
+        "high_freq_factor {}), {} is {}{}",
+        plain->name, scaled->name, num(scaled->c.factor), num(scaled->c.low_freq_factor),
+        num(scaled->c.high_freq_factor), plain->name, rope_type_name(plain->c.type),
+        plain->c.type == rope_type::llama3 ? " with other llama3 parameters" : "");
+  if (scaled->c.type == rope_type::yarn)
+    return fmt::format("YaRN ramp missing in {}: {} is yarn (factor {}), {} is {}", plain->name,
+                       scaled->name, num(scaled->c.factor), plain->name,
+                       rope_type_name(plain->c.type));
+  size_t i = 0;
+  while (i < n && close(ratio[i], 1)) ++i;
+  return fmt::format(
+      "only the low frequencies differ (pair {} onwards): a factor applied to the "
+      "low-frequency pairs on one side only (Llama 3.1 smoothing or a YaRN ramp)",
+      i);
+}
+
+// Frequencies that differ between sides of one rotary width (YaRN's truncate aside).
+void frequency_causes(const diff_side& A, const diff_side& B, int64_t seq_len,
+                      const std::vector<double>& ratio, std::vector<std::string>& out) {
+  longrope_swap_causes(A, B, seq_len, out);
+  const size_t n = ratio.size();
+  bool uniform = true;
+  for (double r : ratio) uniform = uniform && close(r, ratio[0], 0x1p-20);
+  if (uniform)
+    out.push_back(uniform_ratio_cause(A, B, ratio[0]));
+  else if (n >= 2 && close(ratio[0], 1, 0x1p-20) && !close(ratio[n - 1], 1, 0x1p-20))
+    out.push_back(low_frequency_cause(A, B, ratio));
+  else if (A.c.theta != B.c.theta)
+    out.push_back(
+        fmt::format("rope_theta differs: {} in A, {} in B", num(A.c.theta), num(B.c.theta)));
+}
+
+// Attention factors that differ: the magnitude each known convention gives, named where one
+// side's factor matches it.
+std::string attention_factor_cause(const diff_side& A, const diff_side& B) {
+  const auto& a = A.f;
+  const auto& b = B.f;
+  const double lo = std::min(a.attention_factor, b.attention_factor);
+  const double hi = std::max(a.attention_factor, b.attention_factor);
+  const auto* big = a.attention_factor > b.attention_factor ? &A : &B;
+  const auto* small = big == &A ? &B : &A;
+  std::string what = fmt::format("attention factor {} in A, {} in B", num(a.attention_factor),
+                                 num(b.attention_factor));
+  bool named = false;
+  // A GGUF's yarn_attn_factor (the config's attention_factor) that llama.cpp does not apply.
+  for (const auto* x : {&A, &B}) {
+    const auto* y = x == &A ? &B : &A;
+    if (named || !x->unused_yarn_attn_factor) continue;
+    if (close(y->f.attention_factor, *x->unused_yarn_attn_factor, 0x1p-20)) {
+      what += fmt::format("; {} (arch {}): {}", x->name, x->arch, x->yarn_attn_factor_note);
+      named = true;
+    }
+  }
+  // DeepSeek: HF's magnitude is get_mscale(s, mscale) / get_mscale(s, mscale_all_dim); a
+  // conversion that drops the pair (GGUF yarn_log_multiplier) falls back to 0.1 ln s + 1.
+  for (const auto* x : {&A, &B}) {
+    const auto* y = x == &A ? &B : &A;
+    if (named || x->c.type != rope_type::yarn || !x->c.mscale || !x->c.mscale_all_dim ||
+        x->c.attention_factor || x->c.factor <= 1)
+      continue;
+    const double m = 0.1 * std::log(x->c.factor) + 1;
+    if (close(y->f.attention_factor, m, 0x1p-20)) {
+      what += fmt::format(
+          "; DeepSeek mscale: {} uses get_mscale({}, mscale = {}) / get_mscale({}, "
+          "mscale_all_dim = {}) = {}, {} the default 0.1 ln({}) + 1 (mscale / mscale_all_dim, "
+          "GGUF yarn_log_multiplier, dropped in conversion)",
+          x->name, num(x->c.factor), num(*x->c.mscale), num(x->c.factor), num(*x->c.mscale_all_dim),
+          num(x->f.attention_factor), y->name, num(x->c.factor));
+      named = true;
+    }
+  }
+  for (const auto* x : {&A, &B}) {
+    if (named || x->c.factor <= 1) continue;
+    const double m = 0.1 * std::log(x->c.factor) + 1;  // YaRN's default magnitude
+    if (close(hi, m, 0x1p-20) && close(lo, 1, 0x1p-20))
+      what += fmt::format("; YaRN magnitude 0.1 ln({}) + 1 = {} missing in {}", num(x->c.factor),
+                          num(m), small->name),
+          named = true;
+    else if (close(hi, m * m, 0x1p-20) && close(lo, m, 0x1p-20))
+      what += fmt::format("; YaRN magnitude {} applied twice in {}", num(m), big->name),
+          named = true;
+    else if (close(hi, m * m, 0x1p-20) && close(lo, 1, 0x1p-20))
+      what += fmt::format("; YaRN magnitude {} applied twice in {} and missing in {}", num(m),
+                          big->name, small->name),
+          named = true;
+    const int64_t orig = x->c.original_max_position_embeddings;
+    if (!named && orig > 1) {
+      const double l = std::sqrt(1 + std::log(x->c.factor) / std::log(static_cast<double>(orig)));
+      if (close(hi, l, 0x1p-20) && close(lo, 1, 0x1p-20))
+        what += fmt::format("; LongRoPE magnitude sqrt(1 + ln {} / ln {}) = {} missing in {}",
+                            num(x->c.factor), orig, num(l), small->name),
+            named = true;
+    }
+  }
+  return what;
+}
+
 // The known patterns behind a difference, most specific first.
 std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, int64_t seq_len,
                                        const std::vector<double>& ratio, bool freqs_same,
                                        bool attn_same) {
   std::vector<std::string> out;
-  const auto& a = A.f;
-  const auto& b = B.f;
   if (A.c.rotary_dim != B.c.rotary_dim)
     out.push_back(
         fmt::format("partial rotary width lost: rotary_dim {} in A, {} in B (head_dim {} / {}); "
@@ -475,184 +671,11 @@ std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, i
         rope_layout_name(*B.layout),
         *B.layout == rope_layout::half ? "x[i], x[i+R/2]" : "x[2i], x[2i+1]"));
   if (!freqs_same && A.c.rotary_dim == B.c.rotary_dim && A.c.type == rope_type::yarn &&
-      B.c.type == rope_type::yarn && A.c.truncate != B.c.truncate) {
-    // YaRN truncate: HF's truncate = false keeps the correction range's boundaries fractional;
-    // llama.cpp (GGUF, no truncate key) always floors / ceils them.
-    const auto* rounded = A.c.truncate ? &A : &B;
-    const auto* exact = rounded == &A ? &B : &A;
-    const auto& c = exact->c;
-    const auto dim = [&](double beta) {
-      return static_cast<double>(c.rotary_dim) *
-             std::log(static_cast<double>(c.original_max_position_embeddings > 0
-                                              ? c.original_max_position_embeddings
-                                              : c.max_position_embeddings) /
-                      (beta * 2 * 3.14159265358979323846)) /
-             (2 * std::log(c.theta));
-    };
-    const double lo = dim(c.beta_fast), hi = dim(c.beta_slow);
-    size_t first = ratio.size(), last = 0, worst = 0;
-    double worst_rel = 0;
-    for (size_t i = 0; i < ratio.size(); ++i) {
-      if (close(ratio[i], 1)) continue;
-      first = std::min(first, i), last = i;
-      if (std::fabs(ratio[i] - 1) > worst_rel) worst_rel = std::fabs(ratio[i] - 1), worst = i;
-    }
-    const auto side_says = [](const diff_side& x) {
-      if (x.kind == "gguf")
-        return fmt::format(
-            "{} rounds them (GGUF has no truncate key: llama.cpp always floors / "
-            "ceils the correction range)",
-            x.name);
-      if (x.kind == "hf")
-        return fmt::format("{} has truncate {} in config.json", x.name,
-                           x.c.truncate ? "true" : "false");
-      return fmt::format("{} has truncate {}", x.name, x.c.truncate ? "true" : "false");
-    };
-    out.push_back(fmt::format(
-        "YaRN truncate: {}, {}: the correction range [{}, {}] (pairs) is kept fractional in {} "
-        "and rounded to [{}, {}] in {}; pairs {}-{} differ, max |B/A - 1| = {} at pair {}",
-        side_says(*exact), side_says(*rounded), num(lo), num(hi), exact->name,
-        num(std::max(std::floor(lo), 0.0)),
-        num(std::min(std::ceil(hi), static_cast<double>(c.rotary_dim - 1))), rounded->name, first,
-        last, num(worst_rel), worst));
-  } else if (!freqs_same && A.c.rotary_dim == B.c.rotary_dim) {
-    // LongRoPE: the other list of one side gives the other side's frequencies.
-    for (const auto* x : {&A, &B}) {
-      const auto* y = x == &A ? &B : &A;
-      if (auto other = longrope_other(*x, seq_len); other && all_close(*other, y->f.inv_freq))
-        out.push_back(
-            fmt::format("LongRoPE long/short swapped: {}'s {} gives {}'s frequencies at seq_len {} "
-                        "(factor lists exchanged, or the switch at another length)",
-                        x->name,
-                        seq_len > (x->c.original_max_position_embeddings > 0
-                                       ? x->c.original_max_position_embeddings
-                                       : x->c.max_position_embeddings)
-                            ? "short_factor"
-                            : "long_factor",
-                        y->name, seq_len));
-    }
-    const size_t n = ratio.size();
-    bool uniform = true;
-    for (double r : ratio) uniform = uniform && close(r, ratio[0], 0x1p-20);
-    const double sa = A.c.factor, sb = B.c.factor;
-    if (uniform) {
-      const double r = ratio[0];
-      std::string what =
-          fmt::format("every pair's frequency differs by the same ratio B/A = {}", num(r));
-      // r = s_A / s_B for two linear-type sides: one factor the other's square is a factor
-      // applied twice; r equal to one side's factor (or its inverse) is a factor not applied.
-      const auto twice = [&](double s, double s2) {
-        return s > 1 && close(s2, s * s, 0x1p-20) && close(r, sa / sb, 0x1p-20);
-      };
-      if (twice(sa, sb) || twice(sb, sa)) {
-        const bool b_twice = sb > sa;
-        what += fmt::format("; factor {} applied twice in {} ({} = {}^2)", num(b_twice ? sa : sb),
-                            b_twice ? "B" : "A", num(b_twice ? sb : sa), num(b_twice ? sa : sb));
-      } else {
-        for (double s : {sa, sb}) {
-          if (s == 1) continue;
-          if (close(r, 1 / s, 0x1p-20) || close(r, s, 0x1p-20)) {
-            what += fmt::format("; factor {} applied on one side only (linear scaling not applied)",
-                                num(s));
-            break;
-          }
-        }
-      }
-      out.push_back(what);
-    } else if (n >= 2 && close(ratio[0], 1, 0x1p-20) && !close(ratio[n - 1], 1, 0x1p-20)) {
-      // High frequencies agree, low ones do not: a factor applied to the low frequencies only.
-      const auto* scaled = ratio[n - 1] < 1 ? &B : &A;
-      const auto* plain = scaled == &A ? &B : &A;
-      bool theta_pattern = A.c.theta != B.c.theta;
-      if (theta_pattern) {
-        out.push_back(
-            fmt::format("rope_theta differs: {} in A, {} in B", num(A.c.theta), num(B.c.theta)));
-      } else if (scaled->c.type == rope_type::llama3) {
-        out.push_back(fmt::format(
-            "Llama 3.1 smoothing missing in {}: {} is llama3 (factor {}, low_freq_factor {}, "
-            "high_freq_factor {}), {} is {}{}",
-            plain->name, scaled->name, num(scaled->c.factor), num(scaled->c.low_freq_factor),
-            num(scaled->c.high_freq_factor), plain->name, rope_type_name(plain->c.type),
-            plain->c.type == rope_type::llama3 ? " with other llama3 parameters" : ""));
-      } else if (scaled->c.type == rope_type::yarn) {
-        out.push_back(fmt::format("YaRN ramp missing in {}: {} is yarn (factor {}), {} is {}",
-                                  plain->name, scaled->name, num(scaled->c.factor), plain->name,
-                                  rope_type_name(plain->c.type)));
-      } else {
-        out.push_back(fmt::format(
-            "only the low frequencies differ (pair {} onwards): a factor applied to the "
-            "low-frequency pairs on one side only (Llama 3.1 smoothing or a YaRN ramp)",
-            [&] {
-              size_t i = 0;
-              while (i < n && close(ratio[i], 1)) ++i;
-              return i;
-            }()));
-      }
-    } else if (A.c.theta != B.c.theta) {
-      out.push_back(
-          fmt::format("rope_theta differs: {} in A, {} in B", num(A.c.theta), num(B.c.theta)));
-    }
-  }
-  if (!attn_same) {
-    const double lo = std::min(a.attention_factor, b.attention_factor);
-    const double hi = std::max(a.attention_factor, b.attention_factor);
-    const auto* big = a.attention_factor > b.attention_factor ? &A : &B;
-    const auto* small = big == &A ? &B : &A;
-    std::string what = fmt::format("attention factor {} in A, {} in B", num(a.attention_factor),
-                                   num(b.attention_factor));
-    bool named = false;
-    // A GGUF's yarn_attn_factor (the config's attention_factor) that llama.cpp does not apply.
-    for (const auto* x : {&A, &B}) {
-      const auto* y = x == &A ? &B : &A;
-      if (named || !x->unused_yarn_attn_factor) continue;
-      if (close(y->f.attention_factor, *x->unused_yarn_attn_factor, 0x1p-20)) {
-        what += fmt::format("; {} (arch {}): {}", x->name, x->arch, x->yarn_attn_factor_note);
-        named = true;
-      }
-    }
-    // DeepSeek: HF's magnitude is get_mscale(s, mscale) / get_mscale(s, mscale_all_dim); a
-    // conversion that drops the pair (GGUF yarn_log_multiplier) falls back to 0.1 ln s + 1.
-    for (const auto* x : {&A, &B}) {
-      const auto* y = x == &A ? &B : &A;
-      if (named || x->c.type != rope_type::yarn || !x->c.mscale || !x->c.mscale_all_dim ||
-          x->c.attention_factor || x->c.factor <= 1)
-        continue;
-      const double m = 0.1 * std::log(x->c.factor) + 1;
-      if (close(y->f.attention_factor, m, 0x1p-20)) {
-        what += fmt::format(
-            "; DeepSeek mscale: {} uses get_mscale({}, mscale = {}) / get_mscale({}, "
-            "mscale_all_dim = {}) = {}, {} the default 0.1 ln({}) + 1 (mscale / mscale_all_dim, "
-            "GGUF yarn_log_multiplier, dropped in conversion)",
-            x->name, num(x->c.factor), num(*x->c.mscale), num(x->c.factor),
-            num(*x->c.mscale_all_dim), num(x->f.attention_factor), y->name, num(x->c.factor));
-        named = true;
-      }
-    }
-    for (const auto* x : {&A, &B}) {
-      if (named || x->c.factor <= 1) continue;
-      const double m = 0.1 * std::log(x->c.factor) + 1;  // YaRN's default magnitude
-      if (close(hi, m, 0x1p-20) && close(lo, 1, 0x1p-20))
-        what += fmt::format("; YaRN magnitude 0.1 ln({}) + 1 = {} missing in {}", num(x->c.factor),
-                            num(m), small->name),
-            named = true;
-      else if (close(hi, m * m, 0x1p-20) && close(lo, m, 0x1p-20))
-        what += fmt::format("; YaRN magnitude {} applied twice in {}", num(m), big->name),
-            named = true;
-      else if (close(hi, m * m, 0x1p-20) && close(lo, 1, 0x1p-20))
-        what += fmt::format("; YaRN magnitude {} applied twice in {} and missing in {}", num(m),
-                            big->name, small->name),
-            named = true;
-      const int64_t orig = x->c.original_max_position_embeddings;
-      if (!named && orig > 1) {
-        const double l = std::sqrt(1 + std::log(x->c.factor) / std::log(static_cast<double>(orig)));
-        if (close(hi, l, 0x1p-20) && close(lo, 1, 0x1p-20))
-          what += fmt::format("; LongRoPE magnitude sqrt(1 + ln {} / ln {}) = {} missing in {}",
-                              num(x->c.factor), orig, num(l), small->name),
-              named = true;
-      }
-    }
-    out.push_back(what);
-  }
+      B.c.type == rope_type::yarn && A.c.truncate != B.c.truncate)
+    out.push_back(yarn_truncate_cause(A, B, ratio));
+  else if (!freqs_same && A.c.rotary_dim == B.c.rotary_dim)
+    frequency_causes(A, B, seq_len, ratio, out);
+  if (!attn_same) out.push_back(attention_factor_cause(A, B));
   return out;
 }
 
