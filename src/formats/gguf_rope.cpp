@@ -160,104 +160,144 @@ fit_result fit_llama3(const std::vector<float>& d, double theta, int64_t R, int6
   return out;
 }
 
-gguf_rope convert(const gguf_file& f,
-                  const std::function<std::vector<float>(const gguf_tensor_info&)>& read,
-                  std::vector<std::string>* warnings) {
-  std::vector<std::string> local;
-  if (!warnings) warnings = &local;
-  gguf_rope r;
-  const auto arch = f.get_string("general.architecture");
-  if (!arch) fail_io("{}: general.architecture is missing (every GGUF model names it)", f.path);
-  r.arch = *arch;
-  const std::string k = r.arch + ".";
-  const auto key = [&](const char* suffix) { return k + suffix; };
-  constexpr uint64_t max_dim = uint64_t{1} << 20;
-  const auto size_key = [&](const char* suffix, uint64_t lo, uint64_t hi) {
-    auto v = f.get_size(key(suffix));
+// The conversion of one GGUF file, one group of keys per method, called by convert() in this
+// order (the order of the notes and warnings): head_dim and rotary width, base and context
+// lengths, scaling type and factor, the sliding layers' base, the M-RoPE sections, the scaling
+// block per type (YaRN's keys in their own methods), the LongRoPE / Llama 3.1 tensors, the
+// config, the sliding layers.
+class converter {
+ public:
+  converter(const gguf_file& f,
+            const std::function<std::vector<float>(const gguf_tensor_info&)>& read,
+            std::vector<std::string>* warnings)
+      : f_(f), read_(read), warnings_(warnings) {
+    const auto arch = f.get_string("general.architecture");
+    if (!arch) fail_io("{}: general.architecture is missing (every GGUF model names it)", f.path);
+    r_.arch = *arch;
+    k_ = r_.arch + ".";
+  }
+
+  gguf_rope run() {
+    read_dims();
+    read_base();
+    read_type();
+    read_swa_base();
+    read_sections();
+    if (auto ext = f_.get_number(key("rope.scaling.yarn_ext_factor")); ext && *ext == 0)
+      warnings_->push_back(
+          fmt::format("{} = 0 turns llama.cpp's YaRN ramp off; posenc follows HF, "
+                      "where yarn always ramps",
+                      key("rope.scaling.yarn_ext_factor")));
+    read_scaling();
+    if (const auto* t_freqs = f_.find_tensor("rope_freqs.weight")) read_freqs(*t_freqs);
+    if (!sc_.is_null()) j_["rope_scaling"] = sc_;
+    make_config();
+    read_sliding();
+    return std::move(r_);
+  }
+
+ private:
+  static constexpr uint64_t max_dim = uint64_t{1} << 20;
+
+  std::string key(const char* suffix) const { return k_ + suffix; }
+  std::optional<uint64_t> size_key(const char* suffix, uint64_t lo, uint64_t hi) const {
+    auto v = f_.get_size(key(suffix));
     if (v && (*v < lo || *v > hi))
-      fail_io("{}: offset {}: {} must be in [{}, {}], got {}", f.path, f.find(key(suffix))->offset,
-              key(suffix), lo, hi, *v);
+      fail_io("{}: offset {}: {} must be in [{}, {}], got {}", f_.path,
+              f_.find(key(suffix))->offset, key(suffix), lo, hi, *v);
     return v;
-  };
+  }
 
   // head_dim and rotary width
-  const auto key_length = size_key("attention.key_length", 2, max_dim);
-  const auto heads = size_key("attention.head_count", 1, max_dim);
-  const auto embd = size_key("embedding_length", 1, uint64_t{1} << 40);
-  auto rot = size_key("rope.dimension_count", 2, max_dim);
-  int64_t head_dim = 0;
-  if (key_length) {
-    head_dim = static_cast<int64_t>(*key_length);
-  } else if (heads && embd) {
-    if (*embd % *heads != 0)
-      fail_io("{}: {} = {} is not a multiple of {} = {}; head_dim cannot be derived", f.path,
-              key("embedding_length"), *embd, key("attention.head_count"), *heads);
-    head_dim = static_cast<int64_t>(*embd / *heads);
-  } else if (rot) {
-    head_dim = static_cast<int64_t>(*rot);
-  } else {
-    fail_io("{}: none of {}, {} / {}, {} is present; the head dim is unknown", f.path,
-            key("attention.key_length"), key("embedding_length"), key("attention.head_count"),
-            key("rope.dimension_count"));
+  void read_dims() {
+    const auto key_length = size_key("attention.key_length", 2, max_dim);
+    const auto heads = size_key("attention.head_count", 1, max_dim);
+    const auto embd = size_key("embedding_length", 1, uint64_t{1} << 40);
+    auto rot = size_key("rope.dimension_count", 2, max_dim);
+    if (key_length) {
+      head_dim_ = static_cast<int64_t>(*key_length);
+    } else if (heads && embd) {
+      if (*embd % *heads != 0)
+        fail_io("{}: {} = {} is not a multiple of {} = {}; head_dim cannot be derived", f_.path,
+                key("embedding_length"), *embd, key("attention.head_count"), *heads);
+      head_dim_ = static_cast<int64_t>(*embd / *heads);
+    } else if (rot) {
+      head_dim_ = static_cast<int64_t>(*rot);
+    } else {
+      fail_io("{}: none of {}, {} / {}, {} is present; the head dim is unknown", f_.path,
+              key("attention.key_length"), key("embedding_length"), key("attention.head_count"),
+              key("rope.dimension_count"));
+    }
+    // llama.cpp's defaults for omitted keys, llama_model_base::load_hparams (llama.cpp
+    // 6dafc14e50e1c248621618f3786f5005767a1d39): n_rot = the head dim, freq_base = 10000.
+    if (!rot && (key_length || (heads && embd)))
+      r_.notes.push_back(fmt::format(
+          "{} is absent: llama.cpp's default, the head dim {} ({}), taken as the rotary width",
+          key("rope.dimension_count"), head_dim_,
+          key_length ? key("attention.key_length")
+                     : key("embedding_length") + " / " + key("attention.head_count")));
+    R_ = rot ? static_cast<int64_t>(*rot) : head_dim_;
+    if (R_ < head_dim_ && (r_.arch == "deepseek2" || r_.arch == "minicpm3")) head_dim_ = R_;  // MLA
   }
-  // llama.cpp's defaults for omitted keys, llama_model_base::load_hparams (llama.cpp
-  // 6dafc14e50e1c248621618f3786f5005767a1d39): n_rot = the head dim, freq_base = 10000.
-  if (!rot && (key_length || (heads && embd)))
-    r.notes.push_back(fmt::format(
-        "{} is absent: llama.cpp's default, the head dim {} ({}), taken as the rotary width",
-        key("rope.dimension_count"), head_dim,
-        key_length ? key("attention.key_length")
-                   : key("embedding_length") + " / " + key("attention.head_count")));
-  const int64_t R = rot ? static_cast<int64_t>(*rot) : head_dim;
-  if (R < head_dim && (r.arch == "deepseek2" || r.arch == "minicpm3")) head_dim = R;  // MLA
 
-  json j;
-  j["head_dim"] = head_dim;
-  j["rotary_dim"] = R;
-  const auto theta_key = f.get_number(key("rope.freq_base"));
-  if (!theta_key)
-    r.notes.push_back(fmt::format(
-        "{} is absent: llama.cpp's default base 10000 taken (GPT-NeoX and Phi-2 conversions "
-        "write none)",
-        key("rope.freq_base")));
-  const double theta = theta_key.value_or(10000.0);
-  j["rope_theta"] = theta;
-  if (auto ctx = size_key("context_length", 0, uint64_t{1} << 53))
-    j["max_position_embeddings"] = *ctx;
-  const auto orig = size_key("rope.scaling.original_context_length", 0, uint64_t{1} << 53);
-  if (orig && *orig > 0) j["original_max_position_embeddings"] = *orig;
+  // Base and context lengths.
+  void read_base() {
+    j_["head_dim"] = head_dim_;
+    j_["rotary_dim"] = R_;
+    const auto theta_key = f_.get_number(key("rope.freq_base"));
+    if (!theta_key)
+      r_.notes.push_back(fmt::format(
+          "{} is absent: llama.cpp's default base 10000 taken (GPT-NeoX and Phi-2 conversions "
+          "write none)",
+          key("rope.freq_base")));
+    theta_ = theta_key.value_or(10000.0);
+    j_["rope_theta"] = theta_;
+    if (auto ctx = size_key("context_length", 0, uint64_t{1} << 53))
+      j_["max_position_embeddings"] = *ctx;
+    orig_ = size_key("rope.scaling.original_context_length", 0, uint64_t{1} << 53);
+    if (orig_ && *orig_ > 0) j_["original_max_position_embeddings"] = *orig_;
+  }
 
-  std::string type = "none";
-  if (auto t = f.get_string(key("rope.scaling.type"))) type = *t;
-  auto factor = f.get_number(key("rope.scaling.factor"));
-  const auto attn = f.get_number(key("rope.scaling.attn_factor"));
-  if (auto lin = f.get_number(key("rope.scale_linear"))) {
-    // Legacy key: the linear factor.
-    if (type == "none" || type == "linear") {
-      type = "linear";
-      if (!factor) factor = lin;
-    } else if (*lin != 1) {
-      warnings->push_back(fmt::format("{} = {} is ignored: {} = {} wins", key("rope.scale_linear"),
-                                      *lin, key("rope.scaling.type"), type));
+  // Scaling type, factor and attention factor.
+  void read_type() {
+    if (auto t = f_.get_string(key("rope.scaling.type"))) type_ = *t;
+    factor_ = f_.get_number(key("rope.scaling.factor"));
+    attn_ = f_.get_number(key("rope.scaling.attn_factor"));
+    if (auto lin = f_.get_number(key("rope.scale_linear"))) {
+      // Legacy key: the linear factor.
+      if (type_ == "none" || type_ == "linear") {
+        type_ = "linear";
+        if (!factor_) factor_ = lin;
+      } else if (*lin != 1) {
+        warnings_->push_back(fmt::format("{} = {} is ignored: {} = {} wins",
+                                         key("rope.scale_linear"), *lin, key("rope.scaling.type"),
+                                         type_));
+      }
     }
   }
+
   // Sliding-window layers' base (llama.cpp: Gemma 3 and others): the config.json key it comes
   // from, so rope_config_from_json(hf_config, "sliding_attention") gives those layers' RoPE.
-  if (auto swa = f.get_number(key("rope.freq_base_swa"))) {
-    if (!std::isfinite(*swa) || *swa <= 1)
-      fail_io("{}: offset {}: {} must be finite and > 1, got {}", f.path,
-              f.find(key("rope.freq_base_swa"))->offset, key("rope.freq_base_swa"), *swa);
-    r.freq_base_swa = *swa;
-    j["rope_local_base_freq"] = *swa;
+  void read_swa_base() {
+    if (auto swa = f_.get_number(key("rope.freq_base_swa"))) {
+      if (!std::isfinite(*swa) || *swa <= 1)
+        fail_io("{}: offset {}: {} must be finite and > 1, got {}", f_.path,
+                f_.find(key("rope.freq_base_swa"))->offset, key("rope.freq_base_swa"), *swa);
+      r_.freq_base_swa = *swa;
+      j_["rope_local_base_freq"] = *swa;
+    }
   }
+
   // M-RoPE sections (Qwen2-VL): pairs per position component (temporal, height, width, and a
   // fourth that Qwen2-VL leaves 0); they split the R/2 pairs, so they must sum to R/2.
-  if (const auto* kv = f.find(key("rope.dimension_sections"))) {
+  void read_sections() {
+    const auto* kv = f_.find(key("rope.dimension_sections"));
+    if (!kv) return;
     const bool integers = kv->elem_type != gguf_type::f32 && kv->elem_type != gguf_type::f64 &&
                           kv->elem_type != gguf_type::string && kv->elem_type != gguf_type::array &&
                           kv->elem_type != gguf_type::boolean;
     if (kv->type != gguf_type::array || !integers || !kv->numbers_kept || kv->count > 8)
-      fail_io("{}: offset {}: {} must be an array of at most 8 integers, got {}{}", f.path,
+      fail_io("{}: offset {}: {} must be an array of at most 8 integers, got {}{}", f_.path,
               kv->offset, kv->key, gguf_type_name(kv->type),
               kv->type == gguf_type::array
                   ? fmt::format(" of {} {}", kv->count, gguf_type_name(kv->elem_type))
@@ -265,259 +305,304 @@ gguf_rope convert(const gguf_file& f,
     int64_t sum = 0;
     for (double v : kv->numbers) {
       if (v < 0 || v > static_cast<double>(max_dim))
-        fail_io("{}: offset {}: {} entries must be in [0, {}], got {}", f.path, kv->offset, kv->key,
-                max_dim, v);
-      r.dimension_sections.push_back(static_cast<int64_t>(v));
+        fail_io("{}: offset {}: {} entries must be in [0, {}], got {}", f_.path, kv->offset,
+                kv->key, max_dim, v);
+      r_.dimension_sections.push_back(static_cast<int64_t>(v));
       sum += static_cast<int64_t>(v);
     }
-    if (sum != R / 2)
-      fail_io("{}: offset {}: {} must sum to rotary_dim / 2 = {} ({} = {}), got {}", f.path,
-              kv->offset, kv->key, R / 2, key("rope.dimension_count"), R, sum);
-    warnings->push_back(fmt::format(
+    if (sum != R_ / 2)
+      fail_io("{}: offset {}: {} must sum to rotary_dim / 2 = {} ({} = {}), got {}", f_.path,
+              kv->offset, kv->key, R_ / 2, key("rope.dimension_count"), R_, sum);
+    warnings_->push_back(fmt::format(
         "{} = [{}] read (M-RoPE pairs per position component); the frequencies below are the "
         "1-D RoPE of one component",
-        kv->key, fmt::join(r.dimension_sections, ", ")));
+        kv->key, fmt::join(r_.dimension_sections, ", ")));
   }
-  if (auto ext = f.get_number(key("rope.scaling.yarn_ext_factor")); ext && *ext == 0)
-    warnings->push_back(
-        fmt::format("{} = 0 turns llama.cpp's YaRN ramp off; posenc follows HF, "
-                    "where yarn always ramps",
-                    key("rope.scaling.yarn_ext_factor")));
 
-  const auto* t_freqs = f.find_tensor("rope_freqs.weight");
-  const auto* t_long = f.find_tensor("rope_factors_long.weight");
-  const auto* t_short = f.find_tensor("rope_factors_short.weight");
-  const auto read_half = [&](const gguf_tensor_info* t) {
-    auto v = read(*t);
-    if (static_cast<int64_t>(v.size()) != R / 2)
-      fail_io("{}: offset {}: tensor {} must have rotary_dim/2 = {} entries ({} = {}), got {}",
-              f.path, t->info_offset, t->name, R / 2, key("rope.dimension_count"), R, v.size());
-    return std::vector<double>(v.begin(), v.end());
-  };
-
-  json sc;
-  if (type == "none") {
-    if (t_long || t_short) type = "longrope";  // converters for Phi-3 write only the tensors
+  // The rope_scaling block of the scaling type (the rope_freqs tensor aside).
+  void read_scaling() {
+    const auto* t_long = f_.find_tensor("rope_factors_long.weight");
+    const auto* t_short = f_.find_tensor("rope_factors_short.weight");
+    if (type_ == "none") {
+      if (t_long || t_short) type_ = "longrope";  // converters for Phi-3 write only the tensors
+    }
+    if (type_ == "linear") {
+      if (!factor_)
+        fail_io("{}: {} is linear but {} is missing", f_.path, key("rope.scaling.type"),
+                key("rope.scaling.factor"));
+      sc_ = {{"rope_type", "linear"}, {"factor", *factor_}};
+    } else if (type_ == "yarn") {
+      read_yarn();
+    } else if (type_ == "longrope") {
+      read_longrope(t_long, t_short);
+    } else if (type_ != "none") {
+      fail_io(
+          "{}: {} = '{}' is not a rope scaling type posenc knows (none, linear, yarn, longrope)",
+          f_.path, key("rope.scaling.type"), type_);
+    }
   }
-  if (type == "linear") {
-    if (!factor)
-      fail_io("{}: {} is linear but {} is missing", f.path, key("rope.scaling.type"),
+
+  // YaRN: factor, original length, truncate, then the keys llama.cpp reads per architecture.
+  void read_yarn() {
+    if (!factor_)
+      fail_io("{}: {} is yarn but {} is missing", f_.path, key("rope.scaling.type"),
               key("rope.scaling.factor"));
-    sc = {{"rope_type", "linear"}, {"factor", *factor}};
-  } else if (type == "yarn") {
-    if (!factor)
-      fail_io("{}: {} is yarn but {} is missing", f.path, key("rope.scaling.type"),
-              key("rope.scaling.factor"));
-    sc = {{"rope_type", "yarn"}, {"factor", *factor}};
-    if (orig && *orig > 0) sc["original_max_position_embeddings"] = *orig;
+    sc_ = {{"rope_type", "yarn"}, {"factor", *factor_}};
+    if (orig_ && *orig_ > 0) sc_["original_max_position_embeddings"] = *orig_;
     // llama.cpp always rounds the correction range (ggml_rope_yarn_corr_dims floors and
     // ceils); the converter writes no truncate key.
-    sc["truncate"] = true;
-    r.notes.push_back(fmt::format(
+    sc_["truncate"] = true;
+    r_.notes.push_back(fmt::format(
         "{} = yarn: truncate true taken: GGUF has no truncate key and llama.cpp always rounds the "
         "correction-range boundaries (floor / ceil)",
         key("rope.scaling.type")));
-    // Betas: read only by grok (default beta_fast 8 for old files) and mistral3; every other
-    // architecture keeps llama_hparams' 32 / 1 whatever the file says.
-    const bool reads_betas = r.arch == "grok" || r.arch == "mistral3";
+    read_yarn_betas();
+    read_yarn_log_multiplier();
+    read_yarn_attn_factor();
+    if (attn_ && !r_.yarn_attn_factor_used) sc_["attention_factor"] = *attn_;
+  }
+
+  // Betas: read only by grok (default beta_fast 8 for old files) and mistral3; every other
+  // architecture keeps llama_hparams' 32 / 1 whatever the file says.
+  void read_yarn_betas() {
+    const bool reads_betas = r_.arch == "grok" || r_.arch == "mistral3";
     for (const auto& [suffix, hf_key, dflt] :
-         {std::tuple{"rope.scaling.yarn_beta_fast", "beta_fast", r.arch == "grok" ? 8.0 : 32.0},
+         {std::tuple{"rope.scaling.yarn_beta_fast", "beta_fast", r_.arch == "grok" ? 8.0 : 32.0},
           std::tuple{"rope.scaling.yarn_beta_slow", "beta_slow", 1.0}}) {
-      const auto b = f.get_number(key(suffix));
+      const auto b = f_.get_number(key(suffix));
       if (reads_betas && b) {
-        sc[hf_key] = *b;
+        sc_[hf_key] = *b;
       } else {
-        sc[hf_key] = dflt;
+        sc_[hf_key] = dflt;
         if (b && *b != dflt)
-          warnings->push_back(fmt::format(
+          warnings_->push_back(fmt::format(
               "{} = {} is written but llama.cpp reads the YaRN betas only for grok and mistral3; "
               "for {} it uses {} = {} (posenc follows llama.cpp)",
-              key(suffix), *b, r.arch, hf_key, dflt));
+              key(suffix), *b, r_.arch, hf_key, dflt));
         else if (!b && reads_betas && dflt != 32 && dflt != 1)
-          r.notes.push_back(fmt::format("{} is absent: llama.cpp's {} default {} = {} taken",
-                                        key(suffix), r.arch, hf_key, dflt));
+          r_.notes.push_back(fmt::format("{} is absent: llama.cpp's {} default {} = {} taken",
+                                         key(suffix), r_.arch, hf_key, dflt));
       }
     }
-    if (auto lm = f.get_number(key("rope.scaling.yarn_log_multiplier")); lm && *lm != 0) {
-      // llama_context: mscale_all_dims = rope_yarn_log_mul, mscale = 1 except for deepseek2,
-      // whose loader divides the key by 0.1 and whose mscale is mscale_all_dims; the magnitude
-      // is get_mscale(s, mscale) / get_mscale(s, mscale_all_dims). Only deepseek2 and mistral3
-      // read the key.
-      if (r.arch == "deepseek2") {
-        sc["mscale"] = *lm / 0.1;
-        sc["mscale_all_dim"] = *lm / 0.1;
-        warnings->push_back(fmt::format(
-            "{} = {} read as mscale = mscale_all_dim = {} (deepseek2: llama.cpp divides it by "
-            "0.1); the attention-level softmax factor get_mscale(factor, mscale_all_dim)^2 is "
-            "not part of RoPE",
-            key("rope.scaling.yarn_log_multiplier"), *lm, *lm / 0.1));
-      } else if (r.arch == "mistral3") {
-        sc["mscale"] = 1.0;
-        sc["mscale_all_dim"] = *lm;
-        r.notes.push_back(fmt::format(
-            "{} = {} read as mscale_all_dim = {} with mscale = 1 (mistral3: llama.cpp takes the "
-            "key unscaled; only deepseek2's is 0.1 mscale_all_dim)",
-            key("rope.scaling.yarn_log_multiplier"), *lm, *lm));
-      } else {
-        warnings->push_back(fmt::format(
-            "{} = {} is not read by llama.cpp for {} (only deepseek2 and mistral3 read it); "
-            "ignored, as llama.cpp does",
-            key("rope.scaling.yarn_log_multiplier"), *lm, r.arch));
-      }
+  }
+
+  void read_yarn_log_multiplier() {
+    const auto lm = f_.get_number(key("rope.scaling.yarn_log_multiplier"));
+    if (!lm || *lm == 0) return;
+    // llama_context: mscale_all_dims = rope_yarn_log_mul, mscale = 1 except for deepseek2,
+    // whose loader divides the key by 0.1 and whose mscale is mscale_all_dims; the magnitude
+    // is get_mscale(s, mscale) / get_mscale(s, mscale_all_dims). Only deepseek2 and mistral3
+    // read the key.
+    if (r_.arch == "deepseek2") {
+      sc_["mscale"] = *lm / 0.1;
+      sc_["mscale_all_dim"] = *lm / 0.1;
+      warnings_->push_back(fmt::format(
+          "{} = {} read as mscale = mscale_all_dim = {} (deepseek2: llama.cpp divides it by "
+          "0.1); the attention-level softmax factor get_mscale(factor, mscale_all_dim)^2 is "
+          "not part of RoPE",
+          key("rope.scaling.yarn_log_multiplier"), *lm, *lm / 0.1));
+    } else if (r_.arch == "mistral3") {
+      sc_["mscale"] = 1.0;
+      sc_["mscale_all_dim"] = *lm;
+      r_.notes.push_back(fmt::format(
+          "{} = {} read as mscale_all_dim = {} with mscale = 1 (mistral3: llama.cpp takes the "
+          "key unscaled; only deepseek2's is 0.1 mscale_all_dim)",
+          key("rope.scaling.yarn_log_multiplier"), *lm, *lm));
+    } else {
+      warnings_->push_back(fmt::format(
+          "{} = {} is not read by llama.cpp for {} (only deepseek2 and mistral3 read it); "
+          "ignored, as llama.cpp does",
+          key("rope.scaling.yarn_log_multiplier"), *lm, r_.arch));
     }
-    if (auto ya = f.get_number(key("rope.scaling.yarn_attn_factor"))) {
-      // The converter writes the config's attention_factor here; llama.cpp reads the key only
-      // for grok (llama_model_grok::load_arch_hparams), and llama_context replaces it by the
-      // YaRN magnitude whenever the ramp is on (yarn_ext_factor != 0).
-      r.yarn_attn_factor = *ya;
-      const auto ext = f.get_number(key("rope.scaling.yarn_ext_factor"));
-      const double s = *factor;
-      const double m = s > 1 ? 0.1 * std::log(s) + 1 : 1.0;
-      if (r.arch == "grok" && ext && *ext == 0) {
-        r.yarn_attn_factor_used = true;
-        r.yarn_attn_factor_note = fmt::format(
-            "{} = {} is used by llama.cpp for grok: with {} = 0 (ramp off) the magnitude is {} "
-            "times {}",
-            key("rope.scaling.yarn_attn_factor"), *ya, key("rope.scaling.yarn_ext_factor"), *ya,
-            key("rope.scaling.attn_factor"));
-        sc["attention_factor"] = *ya * attn.value_or(1.0);
-      } else {
-        r.yarn_attn_factor_note = fmt::format(
-            "{} = {} (the config's attention_factor, written by llama.cpp's converter) is {}; "
-            "llama.cpp uses the YaRN magnitude 0.1 ln({}) + 1 = {} (posenc follows llama.cpp)",
-            key("rope.scaling.yarn_attn_factor"), *ya,
-            r.arch == "grok"
-                ? "read by llama.cpp for grok but replaced whenever the YaRN ramp is on "
-                  "(yarn_ext_factor != 0)"
-                : fmt::format("ignored by llama.cpp for {} (it reads the key only for grok)",
-                              r.arch),
-            s, m);
-      }
-      warnings->push_back(r.yarn_attn_factor_note);
+  }
+
+  void read_yarn_attn_factor() {
+    const auto ya = f_.get_number(key("rope.scaling.yarn_attn_factor"));
+    if (!ya) return;
+    // The converter writes the config's attention_factor here; llama.cpp reads the key only
+    // for grok (llama_model_grok::load_arch_hparams), and llama_context replaces it by the
+    // YaRN magnitude whenever the ramp is on (yarn_ext_factor != 0).
+    r_.yarn_attn_factor = *ya;
+    const auto ext = f_.get_number(key("rope.scaling.yarn_ext_factor"));
+    const double s = *factor_;
+    const double m = s > 1 ? 0.1 * std::log(s) + 1 : 1.0;
+    if (r_.arch == "grok" && ext && *ext == 0) {
+      r_.yarn_attn_factor_used = true;
+      r_.yarn_attn_factor_note = fmt::format(
+          "{} = {} is used by llama.cpp for grok: with {} = 0 (ramp off) the magnitude is {} "
+          "times {}",
+          key("rope.scaling.yarn_attn_factor"), *ya, key("rope.scaling.yarn_ext_factor"), *ya,
+          key("rope.scaling.attn_factor"));
+      sc_["attention_factor"] = *ya * attn_.value_or(1.0);
+    } else {
+      r_.yarn_attn_factor_note = fmt::format(
+          "{} = {} (the config's attention_factor, written by llama.cpp's converter) is {}; "
+          "llama.cpp uses the YaRN magnitude 0.1 ln({}) + 1 = {} (posenc follows llama.cpp)",
+          key("rope.scaling.yarn_attn_factor"), *ya,
+          r_.arch == "grok"
+              ? "read by llama.cpp for grok but replaced whenever the YaRN ramp is on "
+                "(yarn_ext_factor != 0)"
+              : fmt::format("ignored by llama.cpp for {} (it reads the key only for grok)",
+                            r_.arch),
+          s, m);
     }
-    if (attn && !r.yarn_attn_factor_used) sc["attention_factor"] = *attn;
-  } else if (type == "longrope") {
+    warnings_->push_back(r_.yarn_attn_factor_note);
+  }
+
+  // A tensor of R/2 per-pair factors, as doubles.
+  std::vector<double> read_half(const gguf_tensor_info* t) const {
+    auto v = read_(*t);
+    if (static_cast<int64_t>(v.size()) != R_ / 2)
+      fail_io("{}: offset {}: tensor {} must have rotary_dim/2 = {} entries ({} = {}), got {}",
+              f_.path, t->info_offset, t->name, R_ / 2, key("rope.dimension_count"), R_, v.size());
+    return std::vector<double>(v.begin(), v.end());
+  }
+
+  // LongRoPE: both factor tensors.
+  void read_longrope(const gguf_tensor_info* t_long, const gguf_tensor_info* t_short) {
     if (!t_long || !t_short)
       fail_io(
           "{}: rope type longrope needs both tensors rope_factors_long.weight and "
           "rope_factors_short.weight, found {}",
-          f.path,
+          f_.path,
           t_long    ? "only the long one"
           : t_short ? "only the short one"
                     : "neither");
-    sc = {{"rope_type", "longrope"},
-          {"short_factor", read_half(t_short)},
-          {"long_factor", read_half(t_long)}};
-    if (factor) sc["factor"] = *factor;
-    if (attn) sc["attention_factor"] = *attn;
-  } else if (type != "none") {
-    fail_io("{}: {} = '{}' is not a rope scaling type posenc knows (none, linear, yarn, longrope)",
-            f.path, key("rope.scaling.type"), type);
+    sc_ = {{"rope_type", "longrope"},
+           {"short_factor", read_half(t_short)},
+           {"long_factor", read_half(t_long)}};
+    if (factor_) sc_["factor"] = *factor_;
+    if (attn_) sc_["attention_factor"] = *attn_;
   }
 
-  if (t_freqs) {
-    if (type == "longrope")
-      fail_io("{}: both rope_freqs.weight and the LongRoPE factor tensors are present", f.path);
-    const auto d = read(*t_freqs);
-    if (static_cast<int64_t>(d.size()) != R / 2)
+  // rope_freqs.weight: Llama 3.1's parameters when they reproduce it, plain RoPE when every
+  // divisor is 1, else per-pair factors in posenc's longrope form.
+  void read_freqs(const gguf_tensor_info& t_freqs) {
+    if (type_ == "longrope")
+      fail_io("{}: both rope_freqs.weight and the LongRoPE factor tensors are present", f_.path);
+    const auto d = read_(t_freqs);
+    if (static_cast<int64_t>(d.size()) != R_ / 2)
       fail_io("{}: offset {}: tensor rope_freqs.weight must have rotary_dim/2 = {} entries, got {}",
-              f.path, t_freqs->info_offset, R / 2, d.size());
-    const double a = attn.value_or(1.0);
-    auto fit = type == "none" && a == 1
-                   ? fit_llama3(d, theta, R, head_dim, orig && *orig > 0 ? orig : std::nullopt)
-                   : fit_result{};
+              f_.path, t_freqs.info_offset, R_ / 2, d.size());
+    const double a = attn_.value_or(1.0);
+    auto fit = type_ == "none" && a == 1 ? fit_llama3(d, theta_, R_, head_dim_,
+                                                      orig_ && *orig_ > 0 ? orig_ : std::nullopt)
+                                         : fit_result{};
     bool all_one = true;
     for (float v : d) all_one = all_one && v == 1.0f;
     if (fit.ok) {
-      sc = fit.scaling;
-    } else if (all_one && type == "none" && a == 1) {
+      sc_ = fit.scaling;
+    } else if (all_one && type_ == "none" && a == 1) {
       // Every divisor 1: plain RoPE.
     } else {
       // Per-pair divisors in posenc's longrope form: the same list for short and long, the
       // magnitude explicit.
       std::vector<double> dd(d.begin(), d.end());
-      const double s = factor.value_or(1.0);
-      if (type != "none")
-        warnings->push_back(fmt::format(
+      const double s = factor_.value_or(1.0);
+      if (type_ != "none")
+        warnings_->push_back(fmt::format(
             "rope_freqs.weight comes with {} = {}; llama.cpp divides each pair's frequency by the "
             "tensor and then applies the {} scaling; posenc models the tensor alone",
-            key("rope.scaling.type"), type, type));
-      warnings->push_back(fmt::format(
+            key("rope.scaling.type"), type_, type_));
+      warnings_->push_back(fmt::format(
           "rope_freqs.weight does not follow Llama 3.1's formula (or comes with a magnitude {}); "
           "represented as per-pair factors: longrope with short_factor = long_factor = the tensor",
           a));
-      sc = {{"rope_type", "longrope"},
-            {"factor", std::max(1.0, s)},
-            {"short_factor", dd},
-            {"long_factor", dd},
-            {"attention_factor", a}};
-      if (!j.contains("original_max_position_embeddings"))
-        j["original_max_position_embeddings"] =
-            j.contains("max_position_embeddings") ? j["max_position_embeddings"] : json(1);
+      sc_ = {{"rope_type", "longrope"},
+             {"factor", std::max(1.0, s)},
+             {"short_factor", dd},
+             {"long_factor", dd},
+             {"attention_factor", a}};
+      if (!j_.contains("original_max_position_embeddings"))
+        j_["original_max_position_embeddings"] =
+            j_.contains("max_position_embeddings") ? j_["max_position_embeddings"] : json(1);
     }
   }
-  if (!sc.is_null()) j["rope_scaling"] = sc;
 
-  for (const auto& row : arch_table)
-    if (r.arch == row.arch) {
-      r.layout = row.layout;
-      r.permuted_from_hf = row.permuted;
+  // The layout of the architecture and the config of the recovered keys.
+  void make_config() {
+    for (const auto& row : arch_table)
+      if (r_.arch == row.arch) {
+        r_.layout = row.layout;
+        r_.permuted_from_hf = row.permuted;
+      }
+    r_.hf_config = j_;
+    try {
+      r_.config = rope_config_from_json(j_, warnings_);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(fmt::format("{}: {}", f_.path, e.what()));
     }
-  r.hf_config = j;
-  try {
-    r.config = rope_config_from_json(j, warnings);
-  } catch (const invalid_argument& e) {
-    throw invalid_argument(fmt::format("{}: {}", f.path, e.what()));
   }
 
   // Sliding-window layers, as llama.cpp's loader sets them for this architecture.
-  const arch_swa* swa = nullptr;
-  for (const auto& row : swa_table)
-    if (r.arch == row.arch) swa = &row;
-  if (swa && swa->needs_window) {
-    const auto window = size_key("attention.sliding_window", 0, uint64_t{1} << 53);
-    if (!window || *window == 0) swa = nullptr;  // gemma3 without a window: one RoPE
-  }
-  if (swa) {
+  void read_sliding() {
+    const arch_swa* swa = nullptr;
+    for (const auto& row : swa_table)
+      if (r_.arch == row.arch) swa = &row;
+    if (swa && swa->needs_window) {
+      const auto window = size_key("attention.sliding_window", 0, uint64_t{1} << 53);
+      if (!window || *window == 0) swa = nullptr;  // gemma3 without a window: one RoPE
+    }
+    if (!swa) return;
     uint32_t period = swa->period;
-    std::string source = fmt::format("llama.cpp's {} default period {}", r.arch, swa->period);
-    if (const auto* kv = f.find(key("attention.sliding_window_pattern"));
+    std::string source = fmt::format("llama.cpp's {} default period {}", r_.arch, swa->period);
+    if (const auto* kv = f_.find(key("attention.sliding_window_pattern"));
         kv && kv->type != gguf_type::array) {
       const auto p = size_key("attention.sliding_window_pattern", 0, uint64_t{1} << 20);
       period = static_cast<uint32_t>(*p);
       source = fmt::format("{} = {}", key("attention.sliding_window_pattern"), period);
     } else {
-      r.notes.push_back(fmt::format(
+      r_.notes.push_back(fmt::format(
           "{} is {}: llama.cpp's {} default period {} taken (layer i is sliding when i % {} < {})",
           key("attention.sliding_window_pattern"),
           kv ? "a per-layer array, which llama.cpp's loader skips for this architecture" : "absent",
-          r.arch, period, period, period - 1));
+          r_.arch, period, period, period - 1));
     }
-    double base = swa->base_from_full ? theta : 10000.0;
-    if (r.freq_base_swa) {
-      base = *r.freq_base_swa;
+    double base = swa->base_from_full ? theta_ : 10000.0;
+    if (r_.freq_base_swa) {
+      base = *r_.freq_base_swa;
     } else {
-      r.notes.push_back(
+      r_.notes.push_back(
           fmt::format("{} is absent: llama.cpp's {} default sliding-layer base {} taken ({})",
-                      key("rope.freq_base_swa"), r.arch, base,
+                      key("rope.freq_base_swa"), r_.arch, base,
                       swa->base_from_full ? "the full layers' freq_base" : "llama_hparams' 10000"));
     }
-    json sj = j;
+    json sj = j_;
     sj["rope_theta"] = base;
     sj.erase("rope_local_base_freq");
     if (!swa->scaled) sj.erase("rope_scaling");  // freq_scale_swa = 1: unscaled
     try {
-      r.sliding = rope_config_from_json(sj, warnings);
+      r_.sliding = rope_config_from_json(sj, warnings_);
     } catch (const invalid_argument& e) {
-      throw invalid_argument(fmt::format("{}: sliding layers: {}", f.path, e.what()));
+      throw invalid_argument(fmt::format("{}: sliding layers: {}", f_.path, e.what()));
     }
-    r.layer_source = source;
+    r_.layer_source = source;
     if (auto n = size_key("block_count", 0, uint64_t{1} << 20))
       for (uint64_t i = 0; i < *n; ++i)
-        r.layer_types.push_back(period == 0 || i % period < period - 1 ? "sliding_attention"
-                                                                       : "full_attention");
+        r_.layer_types.push_back(period == 0 || i % period < period - 1 ? "sliding_attention"
+                                                                        : "full_attention");
   }
-  return r;
+
+  const gguf_file& f_;
+  const std::function<std::vector<float>(const gguf_tensor_info&)>& read_;
+  std::vector<std::string>* warnings_;
+  gguf_rope r_;
+  std::string k_;  // "<arch>.", the prefix of the architecture's keys
+  json j_;         // the config.json keys recovered so far
+  json sc_;        // its rope_scaling block (null: none)
+  int64_t head_dim_ = 0, R_ = 0;
+  double theta_ = 10000.0;
+  std::optional<uint64_t> orig_;  // rope.scaling.original_context_length
+  std::string type_ = "none";     // rope.scaling.type (or what the legacy keys imply)
+  std::optional<double> factor_, attn_;
+};
+
+gguf_rope convert(const gguf_file& f,
+                  const std::function<std::vector<float>(const gguf_tensor_info&)>& read,
+                  std::vector<std::string>* warnings) {
+  std::vector<std::string> local;
+  if (!warnings) warnings = &local;
+  return converter(f, read, warnings).run();
 }
 
 }  // namespace
