@@ -235,7 +235,10 @@ std::string rope_angle_description(rope_angle a) {
   return "";
 }
 
-rope_compare_result rope_compare(const rope_compare_input& in) {
+namespace {
+
+// Every argument against its contract (rope_compare.hpp), in the order the messages are tested.
+void check_compare_input(const rope_compare_input& in) {
   if (in.B < 1 || in.T < 1 || in.H < 1 || in.D < 1)
     fail("actual must have shape (B, T, H, D) with every size >= 1, got ({}, {}, {}, {})", in.B,
          in.T, in.H, in.D);
@@ -263,7 +266,180 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
   if (in.angle == rope_angle::ggml_f32)
     for (int64_t p : in.positions)
       if (p > INT32_MAX) fail("positions must be <= 2^31 - 1 in angle mode ggml_f32, got {}", p);
+}
 
+// What the steps of rope_compare share: the input, the comparer, the positions (given or
+// 0 .. T-1 per sequence), the working precision and the largest position.
+struct compare_state {
+  const rope_compare_input& in;
+  const comparer& cmp;
+  const std::vector<int64_t>& pos;
+  double u_work = kU64;
+  int64_t max_pos = 0;
+
+  // The candidate of mode m as given (recomputed from x).
+  candidate mode_candidate(rope_angle m) const {
+    candidate c;
+    c.angle = m;
+    c.layout = in.layout;
+    c.wide = m == rope_angle::exact || u_work == kU64;
+    c.rtol = in.rtol.value_or(m == rope_angle::exact ? 8 * std::max(in.actual_u, kU64)
+                                                     : pipeline_rtol(in.actual_u, u_work));
+    c.eps = pipeline_eps(m);
+    return c;
+  }
+  bool ggml_ok() const { return max_pos + kMaxShift <= INT32_MAX; }
+};
+
+// The reference: expected as given, else posenc's output in mode `angle` recomputed. Fills
+// r's error figures; true when within tolerance.
+bool compare_reference(const compare_state& st, rope_compare_result& r) {
+  const auto& in = st.in;
+  const int64_t N = in.B * in.T;
+  candidate ref = st.mode_candidate(in.angle);
+  if (!in.expected.empty()) {
+    ref.given = in.expected.data();
+    const double u = std::max(in.actual_u, in.expected_u);
+    ref.rtol = in.rtol.value_or(
+        in.angle == rope_angle::exact ? 8 * u : pipeline_rtol(in.actual_u, in.expected_u));
+  }
+  r.ratio_by_t.assign(static_cast<size_t>(in.T), 0.0);
+  if (in.cfg) r.ratio_by_pair.assign(static_cast<size_t>(in.cfg->rotary_dim / 2), 0.0);
+  const stats rs = st.cmp.run(ref, 0, N, false, &r.ratio_by_t, in.cfg ? &r.ratio_by_pair : nullptr);
+  r.max_error = rs.max_error;
+  r.max_ratio = rs.max_ratio;
+  r.tolerance = rs.tol;
+  r.rtol = ref.rtol;
+  r.angle_rtol = rs.ang;
+  r.worst = rs.worst;
+  if (!st.pos.empty()) r.worst_position = st.pos[static_cast<size_t>(rs.worst / (in.H * in.D))];
+  if (in.cfg) {
+    const int64_t pr = st.cmp.pair_of(rs.worst % in.D, in.layout);
+    if (pr >= 0) r.worst_pair = pr;
+  }
+  return rs.max_ratio <= 1;
+}
+
+// The named pipelines as given; the closest within tolerance becomes r.match.
+void compare_pipelines(const compare_state& st, rope_compare_result& r) {
+  const int64_t N = st.in.B * st.in.T;
+  for (rope_angle m : kModes) {
+    if (m == st.in.angle || (m == rope_angle::ggml_f32 && !st.ggml_ok())) continue;
+    const candidate c = st.mode_candidate(m);
+    r.pipelines.push_back(fit_of(c, st.cmp.run(c, 0, N, false)));
+  }
+  for (const auto& p : r.pipelines)
+    if (p.ok && (!r.match || closer(p, *r.match))) r.match = p;
+}
+
+// Positions shifted by a constant per sequence (d != 0, the first d in [-64, 64]): a hint when
+// some sequence fits shifted and every other fits as it is.
+void shift_hint(const compare_state& st, const candidate& base, rope_compare_result& r) {
+  const auto& in = st.in;
+  std::vector<std::optional<int64_t>> shifts(static_cast<size_t>(in.B));
+  bool any = false, all = true;
+  double worst = 0, sum = 0;
+  int64_t same = 0;
+  for (int64_t b = 0; b < in.B && all; ++b) {
+    const int64_t n0 = b * in.T, n1 = n0 + in.T;
+    const int64_t lo = *std::min_element(st.pos.begin() + n0, st.pos.begin() + n1);
+    for (int64_t d = -kMaxShift; d <= kMaxShift; ++d) {
+      if (d == 0 || lo + d < 0) continue;
+      candidate sh = base;
+      sh.shift = d;
+      const stats ss = st.cmp.run(sh, n0, n1, true);
+      if (ss.max_ratio <= 1) {
+        shifts[b] = d;
+        any = true;
+        worst = std::max(worst, ss.max_ratio);
+        sum += ss.sum_error;
+        same += ss.identical;
+        same += ss.identical;
+        break;
+      }
+    }
+    if (!shifts[b]) {
+      const stats ss = st.cmp.run(base, n0, n1, true);
+      if (ss.max_ratio > 1) all = false;
+      worst = std::max(worst, ss.max_ratio);
+      sum += ss.sum_error;
+      same += ss.identical;
+    }
+  }
+  if (any && all) {
+    std::string desc;
+    for (int64_t b = 0; b < in.B; ++b)
+      if (shifts[b])
+        desc += fmt::format("{}row {}: {:+d}", desc.empty() ? "" : ", ", b, *shifts[b]);
+    stats ss;
+    ss.max_ratio = worst;
+    ss.sum_error = sum;
+    ss.identical = same;
+    r.hints.push_back(fit_of(base, ss, "shift", desc));
+  }
+}
+
+// Hints, each under every mode: the other layout, no attention factor, shifted positions.
+void compare_hints(const compare_state& st, rope_compare_result& r) {
+  const auto& in = st.in;
+  const int64_t N = in.B * in.T;
+  const double a = st.cmp.freqs().attention_factor;
+  for (rope_angle m : kModes) {
+    if (m == rope_angle::ggml_f32 && !st.ggml_ok()) continue;
+    const candidate base = st.mode_candidate(m);
+    candidate lay = base;
+    lay.layout = in.layout == rope_layout::half ? rope_layout::interleaved : rope_layout::half;
+    stats s = st.cmp.run(lay, 0, N, true);
+    if (s.max_ratio <= 1) r.hints.push_back(fit_of(lay, s, "layout", other_layout(in.layout)));
+    if (a != 1) {
+      candidate noa = base;
+      noa.scale = 1 / a;
+      s = st.cmp.run(noa, 0, N, true);
+      if (s.max_ratio <= 1)
+        r.hints.push_back(fit_of(noa, s, "attention_factor", fmt::format("{:.6g}", a)));
+    }
+    shift_hint(st, base, r);
+  }
+}
+
+// Without x: is every vector scaled by the same factor against the reference? The hint, or
+// empty.
+std::string norm_hint(const rope_compare_input& in) {
+  const int64_t N = in.B * in.T;
+  std::vector<double> ratios;
+  for (int64_t v = 0; v < N * in.H; ++v) {
+    double na = 0, ne = 0;
+    for (int64_t c = 0; c < in.D; ++c) {
+      const double x = in.actual[v * in.D + c], y = in.expected[v * in.D + c];
+      na += x * x;
+      ne += y * y;
+    }
+    if (ne > 0) ratios.push_back(std::sqrt(na) / std::sqrt(ne));
+  }
+  if (ratios.empty()) return "";
+  std::vector<double> sorted = ratios;
+  const size_t mid = sorted.size() / 2;
+  std::nth_element(sorted.begin(), sorted.begin() + mid, sorted.end());
+  double med = sorted[mid];
+  if (sorted.size() % 2 == 0) {
+    const double lower = *std::max_element(sorted.begin(), sorted.begin() + mid);
+    med = (med + lower) / 2;
+  }
+  double spread = 0;
+  for (double q : ratios) spread = std::max(spread, std::fabs(q - med));
+  if (std::fabs(med - 1) > 1e-3 && spread <= 1e-3 * med)
+    return fmt::format(
+        "every vector is scaled by {:.6g} against posenc's: a missing or extra attention "
+        "factor (YaRN, LongRoPE) or softmax scale?",
+        med);
+  return "";
+}
+
+}  // namespace
+
+rope_compare_result rope_compare(const rope_compare_input& in) {
+  check_compare_input(in);
+  const int64_t N = in.B * in.T;
   std::vector<int64_t> pos(in.positions.begin(), in.positions.end());
   if (pos.empty() && !in.x.empty() && in.cfg) {
     pos.resize(static_cast<size_t>(N));
@@ -277,60 +453,17 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
   r.B = in.B, r.T = in.T, r.H = in.H, r.D = in.D;
   r.layout = in.layout;
   const bool recompute = !in.x.empty() && in.cfg.has_value();
-  const double u_work = in.actual_u > kU64 ? kU32 : kU64;
-  int64_t max_pos = 0;
-  for (int64_t p : pos) max_pos = std::max(max_pos, p);
+  compare_state st{in, cmp, pos};
+  st.u_work = in.actual_u > kU64 ? kU32 : kU64;
+  for (int64_t p : pos) st.max_pos = std::max(st.max_pos, p);
 
-  // The candidate of mode m as given (recomputed from x).
-  auto mode_candidate = [&](rope_angle m) {
-    candidate c;
-    c.angle = m;
-    c.layout = in.layout;
-    c.wide = m == rope_angle::exact || u_work == kU64;
-    c.rtol = in.rtol.value_or(m == rope_angle::exact ? 8 * std::max(in.actual_u, kU64)
-                                                     : pipeline_rtol(in.actual_u, u_work));
-    c.eps = pipeline_eps(m);
-    return c;
-  };
-
-  // The reference: expected as given, else posenc's output in mode `angle` recomputed.
-  candidate ref = mode_candidate(in.angle);
-  if (!in.expected.empty()) {
-    ref.given = in.expected.data();
-    const double u = std::max(in.actual_u, in.expected_u);
-    ref.rtol = in.rtol.value_or(
-        in.angle == rope_angle::exact ? 8 * u : pipeline_rtol(in.actual_u, in.expected_u));
-  }
-  r.ratio_by_t.assign(static_cast<size_t>(in.T), 0.0);
-  if (in.cfg) r.ratio_by_pair.assign(static_cast<size_t>(in.cfg->rotary_dim / 2), 0.0);
-  const stats rs = cmp.run(ref, 0, N, false, &r.ratio_by_t, in.cfg ? &r.ratio_by_pair : nullptr);
-  r.max_error = rs.max_error;
-  r.max_ratio = rs.max_ratio;
-  r.tolerance = rs.tol;
-  r.rtol = ref.rtol;
-  r.angle_rtol = rs.ang;
-  r.worst = rs.worst;
-  if (!pos.empty()) r.worst_position = pos[static_cast<size_t>(rs.worst / (in.H * in.D))];
-  if (in.cfg) {
-    const int64_t pr = cmp.pair_of(rs.worst % in.D, in.layout);
-    if (pr >= 0) r.worst_pair = pr;
-  }
-  if (rs.max_ratio <= 1) {
+  if (compare_reference(st, r)) {
     r.ok = true;
     r.verdict = in.angle == rope_angle::exact ? "ok" : "ok as " + rope_angle_description(in.angle);
     return r;
   }
-
-  // The named pipelines as given.
-  const bool ggml_ok = max_pos + kMaxShift <= INT32_MAX;
   if (recompute) {
-    for (rope_angle m : kModes) {
-      if (m == in.angle || (m == rope_angle::ggml_f32 && !ggml_ok)) continue;
-      const candidate c = mode_candidate(m);
-      r.pipelines.push_back(fit_of(c, cmp.run(c, 0, N, false)));
-    }
-    for (const auto& p : r.pipelines)
-      if (p.ok && (!r.match || closer(p, *r.match))) r.match = p;
+    compare_pipelines(st, r);
     if (r.match) {
       r.ok = true;
       r.verdict = "ok as " + rope_angle_description(r.match->angle);
@@ -338,98 +471,8 @@ rope_compare_result rope_compare(const rope_compare_input& in) {
     }
   }
   r.verdict = "MISMATCH";
-
-  // Hints, each under every mode.
-  if (recompute) {
-    const double a = cmp.freqs().attention_factor;
-    for (rope_angle m : kModes) {
-      if (m == rope_angle::ggml_f32 && !ggml_ok) continue;
-      const candidate base = mode_candidate(m);
-      candidate lay = base;
-      lay.layout = in.layout == rope_layout::half ? rope_layout::interleaved : rope_layout::half;
-      stats s = cmp.run(lay, 0, N, true);
-      if (s.max_ratio <= 1) r.hints.push_back(fit_of(lay, s, "layout", other_layout(in.layout)));
-      if (a != 1) {
-        candidate noa = base;
-        noa.scale = 1 / a;
-        s = cmp.run(noa, 0, N, true);
-        if (s.max_ratio <= 1)
-          r.hints.push_back(fit_of(noa, s, "attention_factor", fmt::format("{:.6g}", a)));
-      }
-      // Positions shifted by a constant per sequence (d != 0, the first d in [-64, 64]).
-      std::vector<std::optional<int64_t>> shifts(static_cast<size_t>(in.B));
-      bool any = false, all = true;
-      double worst = 0, sum = 0;
-      int64_t same = 0;
-      for (int64_t b = 0; b < in.B && all; ++b) {
-        const int64_t n0 = b * in.T, n1 = n0 + in.T;
-        const int64_t lo = *std::min_element(pos.begin() + n0, pos.begin() + n1);
-        for (int64_t d = -kMaxShift; d <= kMaxShift; ++d) {
-          if (d == 0 || lo + d < 0) continue;
-          candidate sh = base;
-          sh.shift = d;
-          const stats ss = cmp.run(sh, n0, n1, true);
-          if (ss.max_ratio <= 1) {
-            shifts[b] = d;
-            any = true;
-            worst = std::max(worst, ss.max_ratio);
-            sum += ss.sum_error;
-            same += ss.identical;
-            same += ss.identical;
-            break;
-          }
-        }
-        if (!shifts[b]) {
-          const stats ss = cmp.run(base, n0, n1, true);
-          if (ss.max_ratio > 1) all = false;
-          worst = std::max(worst, ss.max_ratio);
-          sum += ss.sum_error;
-          same += ss.identical;
-        }
-      }
-      if (any && all) {
-        std::string desc;
-        for (int64_t b = 0; b < in.B; ++b)
-          if (shifts[b])
-            desc += fmt::format("{}row {}: {:+d}", desc.empty() ? "" : ", ", b, *shifts[b]);
-        stats ss;
-        ss.max_ratio = worst;
-        ss.sum_error = sum;
-        ss.identical = same;
-        r.hints.push_back(fit_of(base, ss, "shift", desc));
-      }
-    }
-  }
-  if (in.x.empty()) {
-    // Without x: is every vector scaled by the same factor against the reference?
-    std::vector<double> ratios;
-    for (int64_t v = 0; v < N * in.H; ++v) {
-      double na = 0, ne = 0;
-      for (int64_t c = 0; c < in.D; ++c) {
-        const double x = in.actual[v * in.D + c], y = in.expected[v * in.D + c];
-        na += x * x;
-        ne += y * y;
-      }
-      if (ne > 0) ratios.push_back(std::sqrt(na) / std::sqrt(ne));
-    }
-    if (!ratios.empty()) {
-      std::vector<double> sorted = ratios;
-      const size_t mid = sorted.size() / 2;
-      std::nth_element(sorted.begin(), sorted.begin() + mid, sorted.end());
-      double med = sorted[mid];
-      if (sorted.size() % 2 == 0) {
-        const double lower = *std::max_element(sorted.begin(), sorted.begin() + mid);
-        med = (med + lower) / 2;
-      }
-      double spread = 0;
-      for (double q : ratios) spread = std::max(spread, std::fabs(q - med));
-      if (std::fabs(med - 1) > 1e-3 && spread <= 1e-3 * med)
-        r.norm_hint = fmt::format(
-            "every vector is scaled by {:.6g} against posenc's: a missing or extra attention "
-            "factor (YaRN, LongRoPE) or softmax scale?",
-            med);
-    }
-  }
+  if (recompute) compare_hints(st, r);
+  if (in.x.empty()) r.norm_hint = norm_hint(in);
   return r;
 }
 
