@@ -121,11 +121,11 @@ report_section lab_section(report_context& ctx) {
   }
 }
 
-report_section lab_section_json(report_context& ctx) {
-  report_section sec{"lab", "The lab: trained models, in distribution and beyond", {}};
+// The lab results: DIR/lab/results.json when it exists, else a very small comparison trained
+// now (and written there). *provenance says which, for the section's text.
+J read_or_train_lab(report_context& ctx, std::string* provenance) {
   const std::string dir = ctx.out_dir + "/lab";
   const std::string path = dir + "/results.json";
-  std::string provenance;
   J j;
   if (std::filesystem::exists(path)) {
     const auto bytes = read_file(path);
@@ -134,56 +134,63 @@ report_section lab_section_json(report_context& ctx) {
     } catch (const std::exception& e) {
       fail_io("{} is not valid JSON: {}", path, e.what());
     }
-    provenance = fmt::format(
+    *provenance = fmt::format(
         "Numbers from `lab/results.json`, written by the lab run that preceded this report "
         "(`posenc lab --quick --out {}/lab` in `make run`).",
         ctx.out_dir);
-  } else {
-    lab::lab_options o;
-    o.task = lab::task_kind::passkey;
-    o.schemes =
-        ctx.quick
-            ? std::vector<model::pos_scheme>{model::pos_scheme::alibi, model::pos_scheme::learned}
-            : std::vector<model::pos_scheme>{model::pos_scheme::nope, model::pos_scheme::learned,
-                                             model::pos_scheme::rope, model::pos_scheme::alibi};
-    o.train_min = 16;
-    o.train_max = 32;
-    o.eval_lens = {32, 64, 128};
-    o.steps = ctx.quick ? 20 : 150;
-    o.batch_size = 16;
-    o.d_model = 32;
-    o.eval_samples = 16;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) fail_io("cannot create {}: {}", dir, ec.message());
-    const auto r = lab::run_lab(o);
-    const auto oj = lab::lab_results_json(r);
-    write_file_atomic(path, oj.dump(2) + "\n");
-    j = J::parse(oj.dump());
-    provenance = fmt::format(
-        "No lab results were found in {}, so this section trained a very small comparison "
-        "itself ({} steps, width 32, train lengths 16..32): a smoke test of the pipeline, too "
-        "short for the schemes to separate. Run `posenc lab --quick --out {}/lab` first for the "
-        "real comparison.",
-        doc::lit(path), o.steps, ctx.out_dir);
+    return j;
   }
+  lab::lab_options o;
+  o.task = lab::task_kind::passkey;
+  o.schemes =
+      ctx.quick
+          ? std::vector<model::pos_scheme>{model::pos_scheme::alibi, model::pos_scheme::learned}
+          : std::vector<model::pos_scheme>{model::pos_scheme::nope, model::pos_scheme::learned,
+                                           model::pos_scheme::rope, model::pos_scheme::alibi};
+  o.train_min = 16;
+  o.train_max = 32;
+  o.eval_lens = {32, 64, 128};
+  o.steps = ctx.quick ? 20 : 150;
+  o.batch_size = 16;
+  o.d_model = 32;
+  o.eval_samples = 16;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail_io("cannot create {}: {}", dir, ec.message());
+  const auto r = lab::run_lab(o);
+  const auto oj = lab::lab_results_json(r);
+  write_file_atomic(path, oj.dump(2) + "\n");
+  j = J::parse(oj.dump());
+  *provenance = fmt::format(
+      "No lab results were found in {}, so this section trained a very small comparison "
+      "itself ({} steps, width 32, train lengths 16..32): a smoke test of the pipeline, too "
+      "short for the schemes to separate. Run `posenc lab --quick --out {}/lab` first for the "
+      "real comparison.",
+      doc::lit(path), o.steps, ctx.out_dir);
+  return j;
+}
 
-  const std::string task = j.value("task", "?");
+// What the section measures: loss for the language-model tasks, exact match for the others.
+struct lab_metric {
+  std::string task;
+  bool lm = false;    // markov or text
+  std::string key;    // "loss" or "exact_match" (summary rows have key + "_mean", "_std")
+  std::string label;  // for axes and text
+  int64_t train_max = 0;
+};
+
+// Accuracy (loss) against evaluation length, one line per scheme; a gap where a scheme has no
+// defined position. Returns the schemes in the order of the summary.
+std::vector<std::string> length_figure(report_context& ctx, J& j, const lab_metric& m,
+                                       doc::document& figs) {
   const J& cfg = j["config"];
-  const bool lm = task == "markov" || task == "text";
-  const std::string metric = lm ? "loss" : "exact_match";
-  const std::string metric_label = lm ? "loss (nats / token)" : "exact match";
-  const int64_t train_max = cfg["train_len"][1].get<int64_t>();
-
-  // Accuracy (loss) against evaluation length, one line per scheme; a gap where a scheme has no
-  // defined position.
   svg::line_plot plot;
-  plot.title = fmt::format("{}: {} against evaluation length (trained on {}..{})", task,
-                           metric_label, cfg["train_len"][0].get<int64_t>(), train_max);
+  plot.title = fmt::format("{}: {} against evaluation length (trained on {}..{})", m.task, m.label,
+                           cfg["train_len"][0].get<int64_t>(), m.train_max);
   plot.x.label = "evaluation length (tokens)";
   plot.x.kind = svg::scale::log;
-  plot.y.label = metric_label;
-  if (!lm) {
+  plot.y.label = m.label;
+  if (!m.lm) {
     plot.y.min = 0;
     plot.y.max = 1;
   }
@@ -192,7 +199,7 @@ report_section lab_section_json(report_context& ctx) {
   for (const auto& row : j["summary"]) {
     const std::string s = row["scheme"];
     if (!by_scheme.count(s)) order.push_back(s);
-    by_scheme[s].push_back({row["eval_len"].get<int64_t>(), row[metric + "_mean"]});
+    by_scheme[s].push_back({row["eval_len"].get<int64_t>(), row[m.key + "_mean"]});
   }
   bool any_finite = false;
   for (const auto& s : order) {
@@ -211,16 +218,18 @@ report_section lab_section_json(report_context& ctx) {
     }
     plot.series.push_back(ls);
   }
-  doc::document figs;
   if (any_finite) {
     write_file_atomic(ctx.out_dir + "/lab_length.svg", svg::render(plot));
     figs.fig("lab_length.svg", "lab: metric against length",
-             metric_label +
+             m.label +
                  " (mean over seeds) against evaluation length; a missing point means the "
                  "scheme has no defined position there (a learned table past its rows).");
   }
+  return order;
+}
 
-  // Training curves (seed 0 of each scheme).
+// Training curves (seed 0 of each scheme).
+void curves_figure(report_context& ctx, J& j, const std::string& task, doc::document& figs) {
   svg::line_plot curves;
   curves.title = fmt::format("{}: training loss (seed 0)", task);
   curves.x.label = "step";
@@ -240,8 +249,10 @@ report_section lab_section_json(report_context& ctx) {
     figs.fig("lab_curves.svg", "lab: training curves",
              "Training loss per step (seed 0 of each scheme).");
   }
+}
 
-  // Table: scheme x length, mean +- std over seeds.
+// Table: scheme x length, mean +- std over seeds.
+doc::table results_table(J& j, const std::vector<std::string>& order, const lab_metric& m) {
   std::vector<int64_t> lens;
   for (const auto& row : j["summary"])
     if (row["measure"] == "eval") {
@@ -249,15 +260,15 @@ report_section lab_section_json(report_context& ctx) {
       if (std::find(lens.begin(), lens.end(), L) == lens.end()) lens.push_back(L);
     }
   doc::table table;
-  table.head = {"scheme", fmt::format("in distribution ({})", train_max)};
+  table.head = {"scheme", fmt::format("in distribution ({})", m.train_max)};
   for (int64_t L : lens) table.head.push_back(fmt::format("length {}", L));
   for (const auto& s : order) {
     std::string in = "n/a";
     std::vector<std::string> cells(lens.size(), "n/a");
     for (const auto& row : j["summary"]) {
       if (row["scheme"] != s) continue;
-      std::string v = fmt_metric(row[metric + "_mean"]);
-      if (!row[metric + "_std"].is_null()) v += " ± " + fmt_metric(row[metric + "_std"]);
+      std::string v = fmt_metric(row[m.key + "_mean"]);
+      if (!row[m.key + "_std"].is_null()) v += " ± " + fmt_metric(row[m.key + "_std"]);
       if (row["measure"] == "in_distribution") {
         in = v;
       } else {
@@ -269,6 +280,26 @@ report_section lab_section_json(report_context& ctx) {
     r.insert(r.end(), cells.begin(), cells.end());
     table.rows.push_back(std::move(r));
   }
+  return table;
+}
+
+report_section lab_section_json(report_context& ctx) {
+  report_section sec{"lab", "The lab: trained models, in distribution and beyond", {}};
+  std::string provenance;
+  // Not const: a key the file lacks reads as null (operator[] adds it), as in every helper.
+  J j = read_or_train_lab(ctx, &provenance);
+  const J& cfg = j["config"];
+  lab_metric m;
+  m.task = j.value("task", "?");
+  m.lm = m.task == "markov" || m.task == "text";
+  m.key = m.lm ? "loss" : "exact_match";
+  m.label = m.lm ? "loss (nats / token)" : "exact match";
+  m.train_max = cfg["train_len"][1].get<int64_t>();
+
+  doc::document figs;
+  const std::vector<std::string> order = length_figure(ctx, j, m, figs);
+  curves_figure(ctx, j, m.task, figs);
+  doc::table table = results_table(j, order, m);
 
   double tps = 0;
   int nruns = 0;
@@ -289,8 +320,9 @@ report_section lab_section_json(report_context& ctx) {
       "(mean ± sample std over seeds). {} Training speed: {:.0f} tokens/s per run (mean). "
       "Protocol and comparison with the published numbers: `docs/lab.md`.",
       cfg["n_layers"].get<int64_t>(), cfg["d_model"].get<int64_t>(), cfg["n_heads"].get<int64_t>(),
-      doc::lit(task), cfg["train_len"][0].get<int64_t>(), train_max, cfg["steps"].get<int64_t>(),
-      cfg["seeds"].get<int64_t>(), metric_label, provenance, nruns ? tps / nruns : 0.0));
+      doc::lit(m.task), cfg["train_len"][0].get<int64_t>(), m.train_max,
+      cfg["steps"].get<int64_t>(), cfg["seeds"].get<int64_t>(), m.label, provenance,
+      nruns ? tps / nruns : 0.0));
   sec.body.append(figs);
   sec.body.add(std::move(table));
   press_part(ctx, sec.body);
