@@ -231,8 +231,9 @@ report_section width_section(report_context& ctx) {
   return {"sinusoidal-width", "How the width d changes the encoding", std::move(b)};
 }
 
-report_section relative_section(report_context& ctx) {
-  doc::document b;
+// "A shift is a rotation": R(1) at omega = 1 applied to the rows of the width-4 table. Returns
+// that table, (3, 4) row-major, whose pair 0 (omega = 1) the last part's counterexample uses.
+std::vector<double> shift_rotation_part(doc::document& b) {
   b.heading("A shift is a rotation");
   b.para(
       "Moving from position i to i + k adds the angle kω to every pair. By the angle-addition "
@@ -269,7 +270,12 @@ report_section relative_section(report_context& ctx) {
       "rounding). This is why a fixed offset is easy to express with these encodings: one linear "
       "map per pair does it for every position. It does not force a trained model to use it.",
       err));
+  return t4;
+}
 
+// "The dot product PE(0) · PE(k) oscillates": the profile at widths 20 and 50, and where it
+// rises again.
+void dot_profile_part(report_context& ctx, doc::document& b) {
   b.heading("The dot product PE(0) · PE(k) oscillates");
   const int64_t K = ctx.quick ? 160 : 400;
   svg::line_plot dp;
@@ -308,7 +314,27 @@ report_section relative_section(report_context& ctx) {
       {{"sinusoidal_dot_profile.svg",
         "PE(0) · PE(k) for widths 20 and 50, computed by the library. The fast pairs make "
         "it oscillate; it never settles into a monotone decay."}}));
+}
 
+// Spread along each diagonal i - j = const of an (n, n) row-major matrix: zero up to rounding
+// when the product depends on the offset alone.
+double diag_spread(const std::vector<double>& m, int64_t n) {
+  double worst = 0;
+  for (int64_t off = -(n - 1); off <= n - 1; ++off) {
+    double lo = 1e300, hi = -1e300;
+    for (int64_t i = std::max<int64_t>(0, off); i < n && i - off < n; ++i) {
+      const double v = m[static_cast<size_t>(i * n + (i - off))];
+      lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    worst = std::max(worst, hi - lo);
+  }
+  return worst;
+}
+
+// "Only the offset matters, if sine and cosine stay together": PE(i) · PE(j) over all channels
+// and over the sine channels only, as heat maps with their diagonal spreads. t4: the width-4
+// table of shift_rotation_part.
+void offset_part(report_context& ctx, doc::document& b, const std::vector<double>& t4) {
   b.heading("Only the offset matters, if sine and cosine stay together");
   const int64_t d = 20, n = ctx.quick ? 40 : 64;
   const auto p = paper(d);
@@ -327,21 +353,7 @@ report_section relative_section(report_context& ctx) {
       sine[static_cast<size_t>(i * n + j)] = s;
     }
   }
-  // Spread along each diagonal i - j = const: zero up to rounding when the product depends on
-  // the offset alone.
-  auto diag_spread = [&](const std::vector<double>& m) {
-    double worst = 0;
-    for (int64_t off = -(n - 1); off <= n - 1; ++off) {
-      double lo = 1e300, hi = -1e300;
-      for (int64_t i = std::max<int64_t>(0, off); i < n && i - off < n; ++i) {
-        const double v = m[static_cast<size_t>(i * n + (i - off))];
-        lo = std::min(lo, v), hi = std::max(hi, v);
-      }
-      worst = std::max(worst, hi - lo);
-    }
-    return worst;
-  };
-  const double spread_full = diag_spread(full), spread_sine = diag_spread(sine);
+  const double spread_full = diag_spread(full, n), spread_sine = diag_spread(sine, n);
   using gram = std::tuple<std::string, std::string, const std::vector<double>*>;
   for (const auto& [file, title, m] : std::vector<gram>{
            {"sinusoidal_gram_full.svg", "PE(i) · PE(j), width 20", &full},
@@ -378,6 +390,13 @@ report_section relative_section(report_context& ctx) {
                       {"sinusoidal_gram_sine_only.svg",
                        "The same product using the sine channels only: the diagonals are no longer "
                        "constant, so absolute position leaks in."}}));
+}
+
+report_section relative_section(report_context& ctx) {
+  doc::document b;
+  const std::vector<double> t4 = shift_rotation_part(b);
+  dot_profile_part(ctx, b);
+  offset_part(ctx, b, t4);
   bool all_passed = true;
   const int nchecks = count_checks(ctx, &all_passed);
   if (nchecks > 0)
