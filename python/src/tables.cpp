@@ -10,6 +10,7 @@
 #include "posenc/encodings/learned.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/encodings/t5_bias.hpp"
+#include "posenc/positions/positions.hpp"
 
 namespace posenc::py_bind {
 
@@ -20,9 +21,7 @@ std::vector<int64_t> positions_arg(py::handle positions, const char* name) {
   if (py::isinstance<py::int_>(positions)) {
     const int64_t n = positions.cast<int64_t>();
     if (n < 0) fail("{} must be >= 0 (a count) or an array of positions, got {}", name, n);
-    std::vector<int64_t> p(n);
-    for (int64_t i = 0; i < n; ++i) p[i] = i;
-    return p;
+    return positions_fresh(n);
   }
   const py::array a = as_array(positions, name);
   if (a.ndim() != 1) fail("{} must have shape (N,), got {}", name, shape_str(a));
@@ -120,22 +119,10 @@ void bind_tables(py::module_& m) {
           alibi_bias_dense(s, q, k, causal, o);
           return py::array(out);
         }
-        // float64: the library's scalar formula (one rounding in double), the same positions
-        // checks as alibi_bias_dense.
-        for (size_t h = 0; h < s.size(); ++h)
-          if (!std::isfinite(s[h])) fail("slopes must be finite, got {} at index {}", s[h], h);
-        const int64_t lim = int64_t{1} << 62;
-        for (int64_t v : q)
-          if (v > lim || v < -lim) fail("q_positions must satisfy |pos| <= 2^62, got {}", v);
-        for (int64_t v : k)
-          if (v > lim || v < -lim) fail("k_positions must satisfy |pos| <= 2^62, got {}", v);
         py::array_t<double> out({H, T, S});
         double* o = out.mutable_data();
         py::gil_scoped_release nogil;
-        for (py::ssize_t h = 0; h < H; ++h)
-          for (py::ssize_t i = 0; i < T; ++i)
-            for (py::ssize_t j = 0; j < S; ++j)
-              o[(h * T + i) * S + j] = alibi_bias(s[h], q[i], k[j], causal);
+        alibi_bias_dense(s, q, k, causal, o);
         return py::array(out);
       },
       py::arg("slopes"), py::arg("q_positions"), py::arg("k_positions"), py::kw_only(),

@@ -106,8 +106,11 @@ std::vector<double> alibi_slopes(int64_t heads, double max_bias, alibi_conventio
   return m;
 }
 
-void alibi_bias_dense(std::span<const double> slopes, std::span<const int64_t> qpos,
-                      std::span<const int64_t> kpos, bool causal, float* bias) {
+namespace {
+
+template <typename Out>
+void alibi_dense(std::span<const double> slopes, std::span<const int64_t> qpos,
+                 std::span<const int64_t> kpos, bool causal, Out* bias) {
   check_slopes(slopes);
   check_positions(qpos, "qpos");
   check_positions(kpos, "kpos");
@@ -115,10 +118,22 @@ void alibi_bias_dense(std::span<const double> slopes, std::span<const int64_t> q
   // bias: (H, T, S), S contiguous
   for (size_t h = 0; h < slopes.size(); ++h)
     for (size_t i = 0; i < T; ++i) {
-      float* row = bias + (h * T + i) * S;
+      Out* row = bias + (h * T + i) * S;
       for (size_t j = 0; j < S; ++j)
-        row[j] = static_cast<float>(alibi_bias(slopes[h], qpos[i], kpos[j], causal));
+        row[j] = static_cast<Out>(alibi_bias(slopes[h], qpos[i], kpos[j], causal));
     }
+}
+
+}  // namespace
+
+void alibi_bias_dense(std::span<const double> slopes, std::span<const int64_t> qpos,
+                      std::span<const int64_t> kpos, bool causal, float* bias) {
+  alibi_dense(slopes, qpos, kpos, causal, bias);
+}
+
+void alibi_bias_dense(std::span<const double> slopes, std::span<const int64_t> qpos,
+                      std::span<const int64_t> kpos, bool causal, double* bias) {
+  alibi_dense(slopes, qpos, kpos, causal, bias);
 }
 
 // Forward (alibi_bias_dense): row[j] = alibi_bias(slopes[h], qpos[i], kpos[j], causal),

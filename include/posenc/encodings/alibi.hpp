@@ -64,6 +64,10 @@ inline double alibi_bias(double slope, int64_t qpos, int64_t kpos, bool causal) 
 // Throws invalid_argument for empty slopes, non-finite slopes, or |position| > 2^62.
 void alibi_bias_dense(std::span<const double> slopes, std::span<const int64_t> qpos,
                       std::span<const int64_t> kpos, bool causal, float* bias);
+// The same in float64 (alibi_bias itself, one rounding in double): a float64 computation stays
+// float64 end to end.
+void alibi_bias_dense(std::span<const double> slopes, std::span<const int64_t> qpos,
+                      std::span<const int64_t> kpos, bool causal, double* bias);
 
 // One row of biases for a tiled attention kernel (Highway, src/encodings/tables_simd.cpp):
 //   add = false: out[j]  = float(alibi_bias(slope, qpos, kpos[j], causal))
