@@ -296,59 +296,70 @@ std::string slug(const std::string& name) {
   return s;
 }
 
-void run_press(lab_cli c, CLI::App* sub) {
-  auto unset = [&](const char* name) { return sub->get_option(name)->count() == 0; };
-  if (!unset("--task") && c.task != "text")
+bool unset(CLI::App* sub, const char* name) {
+  return sub->get_option(name)->count() == 0;
+}
+
+// The preset's checks and defaults on the flags left unset (corpus, seeds, steps, held-out
+// bytes); returns the training lengths L.
+std::vector<int64_t> press_settings(lab_cli& c, CLI::App* sub) {
+  if (!unset(sub, "--task") && c.task != "text")
     fail("--preset press is a --task text preset, got --task {}", c.task);
-  if (!unset("--eval-lens"))
+  if (!unset(sub, "--eval-lens"))
     fail("--preset press sets --eval-lens to L, 2L, 4L, 8L, 16L; leave it out");
   if (c.threads < 0) fail("--threads must be >= 0 (0 = default), got {}", c.threads);
   if (c.threads > 0) set_num_threads(c.threads);
   c.task = "text";
-  if (unset("--file")) c.file = "data/janeausten/train.txt";
-  if (unset("--eval-file")) c.eval_file = "data/janeausten/eval.txt";
+  if (unset(sub, "--file")) c.file = "data/janeausten/train.txt";
+  if (unset(sub, "--eval-file")) c.eval_file = "data/janeausten/eval.txt";
   for (const std::string& f : {c.file, c.eval_file})
     if (!std::filesystem::exists(f))
       fail_io(
           "--preset press: {} does not exist (run scripts/get-corpus first, or give --file "
           "and --eval-file)",
           f);
-  if (unset("--seeds")) c.seeds = c.quick ? 1 : 3;
-  if (unset("--steps")) c.steps = c.quick ? press_quick_steps : press_steps;
-  if (unset("--eval-chars")) c.eval_chars = c.quick ? press_quick_eval_chars : press_eval_chars;
+  if (unset(sub, "--seeds")) c.seeds = c.quick ? 1 : 3;
+  if (unset(sub, "--steps")) c.steps = c.quick ? press_quick_steps : press_steps;
+  if (unset(sub, "--eval-chars"))
+    c.eval_chars = c.quick ? press_quick_eval_chars : press_eval_chars;
   std::vector<int64_t> lens = {64, 128};
-  if (!unset("--train-len")) {
+  if (!unset(sub, "--train-len")) {
     lens = parse_ints(c.train_len, "--train-len");
     if (lens.size() != 1 || lens[0] < 1)
       fail("--preset press: --train-len must be one length L (trained at exactly L), got '{}'",
            c.train_len);
   }
-  lab::lab_options base = to_options(c);
-  const auto dist = mpi_start();
-  const bool writer = dist->rank == 0;  // only rank 0 prints and writes
+  return lens;
+}
+
+// The rows: every press variant without --schemes; with it, the variants of the schemes it
+// names, then one plain row for each scheme it names that has none.
+std::vector<press_variant> press_selection(const lab::lab_options& base, bool all) {
   std::vector<press_variant> variants;
   for (const auto& v : press_variants)
-    if (unset("--schemes") ||
-        std::find(base.schemes.begin(), base.schemes.end(), v.scheme) != base.schemes.end())
+    if (all || std::find(base.schemes.begin(), base.schemes.end(), v.scheme) != base.schemes.end())
       variants.push_back(v);
-  if (!unset("--schemes"))
+  if (!all)
     for (model::pos_scheme s : base.schemes)
       if (std::none_of(std::begin(press_variants), std::end(press_variants),
                        [s](const press_variant& v) { return v.scheme == s; }))
         variants.push_back({model::pos_scheme_name(s), s, false, false});
-  if (!c.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(c.out, ec);
-    if (ec || !std::filesystem::is_directory(c.out))
-      fail_io("cannot create output directory {}: {}", c.out, ec.message());
-  }
-  const lab::task t = lab::make_task(lab::task_kind::text, c.file, c.eval_file);
-  struct group {
-    press_variant v;
-    lab::lab_options o;
-  };
-  std::vector<group> groups;
-  std::vector<lab::run_spec> specs;
+  return variants;
+}
+
+// One variant at one training length, and its options.
+struct press_group {
+  press_variant v;
+  lab::lab_options o;
+};
+
+// Every variant at every training length L, evaluated at L..16L, each validated against the
+// task; in this order the runs are listed (each group's seeds in turn).
+std::vector<press_group> press_groups(const lab_cli& c, const lab::lab_options& base,
+                                      const std::vector<int64_t>& lens,
+                                      const std::vector<press_variant>& variants,
+                                      const lab::task& t) {
+  std::vector<press_group> groups;
   for (int64_t L : lens)
     for (const press_variant& v : variants) {
       lab::lab_options o = base;
@@ -361,23 +372,25 @@ void run_press(lab_cli c, CLI::App* sub) {
         o.checkpoint_dir = fmt::format("{}/checkpoints/{}-L{}", c.out, slug(v.name), L);
       lab::validate(o, t);
       groups.push_back({v, o});
-      for (int64_t k = 0; k < o.seeds; ++k) specs.push_back({o, v.scheme, k});
     }
-  progress_bar bar;
-  lab::progress_fn cb;
-  if (!c.no_progress && writer) cb = [&bar](const lab::progress& p) { bar(p); };
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<lab::run_result> runs = run_specs_mpi(specs, t, dist, cb);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!writer) return;
+  return groups;
+}
 
+// results.json of the preset: each group's lab_results_json rows with the variant and training
+// length in front, and the preset's configuration.
+nlohmann::ordered_json press_json(const lab_cli& c, const lab::lab_options& base,
+                                  const std::vector<int64_t>& lens,
+                                  const std::vector<press_variant>& variants,
+                                  const std::vector<press_group>& groups, const lab::task& t,
+                                  const std::vector<lab::run_result>& runs, int ranks,
+                                  double wall) {
   using J = nlohmann::ordered_json;
   J doc;
   doc["preset"] = "press";
   doc["task"] = "text";
   J results = J::array(), summary = J::array(), runs_j = J::array();
   size_t next = 0;
-  for (const group& g : groups) {
+  for (const press_group& g : groups) {
     lab::lab_results lr;
     lr.options = g.o;
     lr.task_info = t;
@@ -413,19 +426,81 @@ void run_press(lab_cli c, CLI::App* sub) {
   cfg["d_ff"] = base.d_ff;
   cfg["lr"] = base.lr;
   cfg["threads"] = num_threads();
-  cfg["ranks"] = dist->size;
+  cfg["ranks"] = ranks;
   cfg["wall_seconds"] = wall;
   doc["config"] = cfg;
   doc["results"] = results;
   doc["summary"] = summary;
   doc["runs"] = runs_j;
+  return doc;
+}
+
+// --format text: one table per training length, bits per byte (non-overlapping / sliding).
+void print_press_text(const lab_cli& c, const lab::lab_options& base,
+                      const std::vector<int64_t>& lens, const std::vector<press_variant>& variants,
+                      const nlohmann::ordered_json& summary, double wall) {
+  std::printf(
+      "press preset: byte-level LM on %s, held out %s (first %lld bytes), %lld steps, %lld "
+      "seed(s); bits per byte, mean +- std over seeds, non-overlapping / sliding windows; "
+      "n/a = no defined position\n",
+      c.file.c_str(), c.eval_file.c_str(), static_cast<long long>(base.eval_chars),
+      static_cast<long long>(base.steps), static_cast<long long>(base.seeds));
+  for (int64_t L : lens) {
+    std::string head = fmt::format("L = {:<14}", L);
+    for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>21}", fmt::format("@{}", m * L));
+    std::printf("%s\n", head.c_str());
+    for (const press_variant& v : variants) {
+      std::string line = fmt::format("{:<18}", v.name);
+      for (const auto& row : summary) {
+        if (row["variant"] != v.name || row["train_len"] != L || row["measure"] != "eval") continue;
+        const auto& m = row["bpc_mean"];
+        const auto& sd = row["bpc_std"];
+        const std::string a = cell(m) + (sd.is_null() || m.is_null() ? "" : "+-" + cell(sd, 2));
+        line += fmt::format(" {:>21}", a + " / " + cell(row["sliding_bpc_mean"]));
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  std::printf("wall time %.0f s on %d threads\n", wall, num_threads());
+  if (!c.out.empty()) std::printf("wrote %s/results.json\n", c.out.c_str());
+}
+
+void run_press(lab_cli c, CLI::App* sub) {
+  const std::vector<int64_t> lens = press_settings(c, sub);
+  lab::lab_options base = to_options(c);
+  const auto dist = mpi_start();
+  const bool writer = dist->rank == 0;  // only rank 0 prints and writes
+  const std::vector<press_variant> variants = press_selection(base, unset(sub, "--schemes"));
+  if (!c.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(c.out, ec);
+    if (ec || !std::filesystem::is_directory(c.out))
+      fail_io("cannot create output directory {}: {}", c.out, ec.message());
+  }
+  const lab::task t = lab::make_task(lab::task_kind::text, c.file, c.eval_file);
+  const std::vector<press_group> groups = press_groups(c, base, lens, variants, t);
+  std::vector<lab::run_spec> specs;
+  for (const press_group& g : groups)
+    for (int64_t k = 0; k < g.o.seeds; ++k) specs.push_back({g.o, g.v.scheme, k});
+  progress_bar bar;
+  lab::progress_fn cb;
+  if (!c.no_progress && writer) cb = [&bar](const lab::progress& p) { bar(p); };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<lab::run_result> runs = run_specs_mpi(specs, t, dist, cb);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!writer) return;
+
+  const nlohmann::ordered_json doc =
+      press_json(c, base, lens, variants, groups, t, runs, dist->size, wall);
   if (!c.out.empty()) write_file_atomic(c.out + "/results.json", doc.dump(2) + "\n");
   if (c.format == out_format::json) {
     std::printf("%s\n", doc.dump(2).c_str());
   } else if (c.format == out_format::csv) {
     std::printf("variant,train_len,seed,eval_len,defined,bpc,sliding_bpc,ppl,sliding_ppl\n");
-    auto v = [](const J& x) { return x.is_null() ? std::string() : num(x.get<double>()); };
-    for (const auto& row : results)
+    auto v = [](const nlohmann::ordered_json& x) {
+      return x.is_null() ? std::string() : num(x.get<double>());
+    };
+    for (const auto& row : doc["results"])
       std::printf("%s,%lld,%lld,%lld,%s,%s,%s,%s,%s\n", row["variant"].get<std::string>().c_str(),
                   static_cast<long long>(row["train_len"].get<int64_t>()),
                   static_cast<long long>(row["seed"].get<int64_t>()),
@@ -434,31 +509,7 @@ void run_press(lab_cli c, CLI::App* sub) {
                   v(row["sliding_bpc"]).c_str(), v(row["ppl"]).c_str(),
                   v(row["sliding_ppl"]).c_str());
   } else {
-    std::printf(
-        "press preset: byte-level LM on %s, held out %s (first %lld bytes), %lld steps, %lld "
-        "seed(s); bits per byte, mean +- std over seeds, non-overlapping / sliding windows; "
-        "n/a = no defined position\n",
-        c.file.c_str(), c.eval_file.c_str(), static_cast<long long>(base.eval_chars),
-        static_cast<long long>(base.steps), static_cast<long long>(base.seeds));
-    for (int64_t L : lens) {
-      std::string head = fmt::format("L = {:<14}", L);
-      for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>21}", fmt::format("@{}", m * L));
-      std::printf("%s\n", head.c_str());
-      for (const press_variant& v : variants) {
-        std::string line = fmt::format("{:<18}", v.name);
-        for (const auto& row : summary) {
-          if (row["variant"] != v.name || row["train_len"] != L || row["measure"] != "eval")
-            continue;
-          const auto& m = row["bpc_mean"];
-          const auto& sd = row["bpc_std"];
-          const std::string a = cell(m) + (sd.is_null() || m.is_null() ? "" : "+-" + cell(sd, 2));
-          line += fmt::format(" {:>21}", a + " / " + cell(row["sliding_bpc_mean"]));
-        }
-        std::printf("%s\n", line.c_str());
-      }
-    }
-    std::printf("wall time %.0f s on %d threads\n", wall, num_threads());
-    if (!c.out.empty()) std::printf("wrote %s/results.json\n", c.out.c_str());
+    print_press_text(c, base, lens, variants, doc["summary"], wall);
   }
   std::fflush(stdout);
 }
