@@ -685,11 +685,13 @@ std::vector<run_result> run_specs(const std::vector<run_spec>& specs, const task
   return out;
 }
 
-nlohmann::ordered_json lab_results_json(const lab_results& r) {
-  using J = nlohmann::ordered_json;
+namespace {
+
+using J = nlohmann::ordered_json;
+
+// "config" of results.json: the options and the task's facts.
+J results_config_json(const lab_results& r, bool held_out) {
   const auto& o = r.options;
-  J j;
-  j["task"] = task_kind_name(o.task);
   J cfg;
   cfg["schemes"] = J::array();
   for (auto s : o.schemes) cfg["schemes"].push_back(model::pos_scheme_name(s));
@@ -711,7 +713,6 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
   cfg["eval_samples"] = o.eval_samples;
   cfg["vocab"] = r.task_info.vocab;
   if (o.task == task_kind::markov) cfg["entropy_rate"] = r.task_info.entropy_rate;
-  const bool held_out = !r.task_info.eval_text.empty();
   if (o.task == task_kind::text) cfg["file"] = o.file;
   if (held_out) {
     cfg["eval_file"] = o.eval_file;
@@ -719,12 +720,19 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
     cfg["sliding_stride"] = o.train_max;
   }
   cfg["embed_scale"] = o.embed_scale;
-  auto metrics = [](J& row, const eval_metrics& e, const std::string& prefix) {
-    row[prefix + "loss"] = num_or_null(e.loss);
-    row[prefix + "token_accuracy"] = num_or_null(e.token_accuracy);
-    row[prefix + "exact_match"] = num_or_null(e.exact_match);
-  };
-  j["results"] = J::array();
+  return cfg;
+}
+
+void put_metrics(J& row, const eval_metrics& e, const std::string& prefix) {
+  row[prefix + "loss"] = num_or_null(e.loss);
+  row[prefix + "token_accuracy"] = num_or_null(e.token_accuracy);
+  row[prefix + "exact_match"] = num_or_null(e.exact_match);
+}
+
+// "results": one row per completed run and evaluation length (bits per byte, perplexity and
+// the sliding windows' numbers too when a held-out text was scored).
+J results_rows_json(const lab_results& r, bool held_out) {
+  J rows = J::array();
   for (const auto& run : r.runs) {
     if (!run.completed) continue;
     for (const auto& e : run.evals) {
@@ -732,7 +740,7 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
       row["scheme"] = model::pos_scheme_name(run.scheme);
       row["seed"] = run.seed;
       row["eval_len"] = e.length;
-      metrics(row, e, "");
+      put_metrics(row, e, "");
       row["loss_last64"] = num_or_null(e.loss_last64);
       if (held_out) {
         row["bpc"] = num_or_null(e.loss / std::log(2.0));
@@ -752,81 +760,87 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
       }
       row["defined"] = e.defined;
       row["note"] = e.defined ? J(nullptr) : J(e.note);
-      row["in_distribution"] = e.length <= o.train_max;
+      row["in_distribution"] = e.length <= r.options.train_max;
       row["in_dist_len"] = run.in_distribution.length;
-      metrics(row, run.in_distribution, "in_dist_");
-      j["results"].push_back(row);
+      put_metrics(row, run.in_distribution, "in_dist_");
+      rows.push_back(row);
     }
   }
-  // Summary over seeds: mean and sample standard deviation; null if any seed is undefined.
-  j["summary"] = J::array();
-  std::vector<int64_t> lens = o.eval_lens;
-  for (auto s : o.schemes) {
-    for (size_t li = 0; li <= lens.size(); ++li) {
-      const bool in_dist = li == lens.size();
-      J row;
-      row["scheme"] = model::pos_scheme_name(s);
-      row["eval_len"] = in_dist ? o.train_max : lens[li];
-      row["in_distribution"] = in_dist || lens[li] <= o.train_max;
-      row["measure"] = in_dist ? "in_distribution" : "eval";
-      std::vector<const eval_metrics*> es;
-      for (const auto& run : r.runs)
-        if (run.scheme == s && run.completed)
-          es.push_back(in_dist ? &run.in_distribution : &run.evals[li]);
-      row["seeds"] = es.size();
-      bool defined = !es.empty();
-      for (auto* e : es) defined &= e->defined;
-      row["defined"] = defined;
-      std::vector<std::string> names = {"loss", "token_accuracy", "exact_match", "loss_last64"};
-      if (held_out)
-        for (const char* x : {"bpc", "ppl", "sliding_loss", "sliding_bpc", "sliding_ppl"})
-          names.push_back(x);
-      for (const std::string& n : names) {
-        std::vector<double> v;
-        for (auto* e : es) {
-          const double ln2 = std::log(2.0);
-          const double x = n == "loss"             ? e->loss
-                           : n == "token_accuracy" ? e->token_accuracy
-                           : n == "exact_match"    ? e->exact_match
-                           : n == "loss_last64"    ? e->loss_last64
-                           : n == "bpc"            ? e->loss / ln2
-                           : n == "ppl"            ? std::exp(e->loss)
-                           : n == "sliding_loss"   ? e->sliding_loss
-                           : n == "sliding_bpc"    ? e->sliding_loss / ln2
-                                                   : std::exp(e->sliding_loss);
-          v.push_back(x);
-        }
-        bool finite = defined;
-        for (double x : v) finite &= std::isfinite(x);
-        if (!finite) {
-          row[n + "_mean"] = nullptr;
-          row[n + "_std"] = nullptr;
-          continue;
-        }
-        double mean = 0;
-        for (double x : v) mean += x;
-        mean /= static_cast<double>(v.size());
-        double var = 0;
-        for (double x : v) var += (x - mean) * (x - mean);
-        row[n + "_mean"] = mean;
-        row[n + "_std"] =
-            v.size() > 1 ? J(std::sqrt(var / static_cast<double>(v.size() - 1))) : J(nullptr);
-      }
-      if (held_out && defined && !es[0]->position_loss.empty()) {
-        row["bpc_by_position_mean"] = J::array();
-        for (size_t b = 0; b < es[0]->position_loss.size(); ++b) {
-          double mean = 0;
-          for (auto* e : es) mean += e->position_loss[b].loss / std::log(2.0);
-          const auto& pb = es[0]->position_loss[b];
-          row["bpc_by_position_mean"].push_back(
-              {pb.from, pb.to, num_or_null(mean / static_cast<double>(es.size()))});
-        }
-      }
-      j["summary"].push_back(row);
+  return rows;
+}
+
+// One summary measure of one evaluation, by its name in the summary rows.
+double summary_value(const eval_metrics& e, const std::string& n) {
+  const double ln2 = std::log(2.0);
+  return n == "loss"             ? e.loss
+         : n == "token_accuracy" ? e.token_accuracy
+         : n == "exact_match"    ? e.exact_match
+         : n == "loss_last64"    ? e.loss_last64
+         : n == "bpc"            ? e.loss / ln2
+         : n == "ppl"            ? std::exp(e.loss)
+         : n == "sliding_loss"   ? e.sliding_loss
+         : n == "sliding_bpc"    ? e.sliding_loss / ln2
+                                 : std::exp(e.sliding_loss);
+}
+
+// One summary row: scheme s at evaluation length index li (li = eval_lens.size(): the
+// in-distribution evaluation), over the completed runs' seeds.
+J summary_row_json(const lab_results& r, model::pos_scheme s, size_t li, bool held_out) {
+  const auto& o = r.options;
+  const std::vector<int64_t>& lens = o.eval_lens;
+  const bool in_dist = li == lens.size();
+  J row;
+  row["scheme"] = model::pos_scheme_name(s);
+  row["eval_len"] = in_dist ? o.train_max : lens[li];
+  row["in_distribution"] = in_dist || lens[li] <= o.train_max;
+  row["measure"] = in_dist ? "in_distribution" : "eval";
+  std::vector<const eval_metrics*> es;
+  for (const auto& run : r.runs)
+    if (run.scheme == s && run.completed)
+      es.push_back(in_dist ? &run.in_distribution : &run.evals[li]);
+  row["seeds"] = es.size();
+  bool defined = !es.empty();
+  for (auto* e : es) defined &= e->defined;
+  row["defined"] = defined;
+  std::vector<std::string> names = {"loss", "token_accuracy", "exact_match", "loss_last64"};
+  if (held_out)
+    for (const char* x : {"bpc", "ppl", "sliding_loss", "sliding_bpc", "sliding_ppl"})
+      names.push_back(x);
+  for (const std::string& n : names) {
+    std::vector<double> v;
+    for (auto* e : es) v.push_back(summary_value(*e, n));
+    bool finite = defined;
+    for (double x : v) finite &= std::isfinite(x);
+    if (!finite) {
+      row[n + "_mean"] = nullptr;
+      row[n + "_std"] = nullptr;
+      continue;
+    }
+    double mean = 0;
+    for (double x : v) mean += x;
+    mean /= static_cast<double>(v.size());
+    double var = 0;
+    for (double x : v) var += (x - mean) * (x - mean);
+    row[n + "_mean"] = mean;
+    row[n + "_std"] =
+        v.size() > 1 ? J(std::sqrt(var / static_cast<double>(v.size() - 1))) : J(nullptr);
+  }
+  if (held_out && defined && !es[0]->position_loss.empty()) {
+    row["bpc_by_position_mean"] = J::array();
+    for (size_t b = 0; b < es[0]->position_loss.size(); ++b) {
+      double mean = 0;
+      for (auto* e : es) mean += e->position_loss[b].loss / std::log(2.0);
+      const auto& pb = es[0]->position_loss[b];
+      row["bpc_by_position_mean"].push_back(
+          {pb.from, pb.to, num_or_null(mean / static_cast<double>(es.size()))});
     }
   }
-  j["config"] = cfg;
-  j["runs"] = J::array();
+  return row;
+}
+
+// "runs": one row per run, with its training curve.
+J runs_json(const lab_results& r) {
+  J rows = J::array();
   for (const auto& run : r.runs) {
     J row;
     row["scheme"] = model::pos_scheme_name(run.scheme);
@@ -840,8 +854,26 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
     if (run.comm_bytes_per_step > 0) row["comm_bytes_per_step"] = run.comm_bytes_per_step;
     row["curve"] = J::array();
     for (const auto& p : run.curve) row["curve"].push_back({p.step, p.loss, p.lr});
-    j["runs"].push_back(row);
+    rows.push_back(row);
   }
+  return rows;
+}
+
+}  // namespace
+
+nlohmann::ordered_json lab_results_json(const lab_results& r) {
+  const auto& o = r.options;
+  const bool held_out = !r.task_info.eval_text.empty();
+  J j;
+  j["task"] = task_kind_name(o.task);
+  j["results"] = results_rows_json(r, held_out);
+  // Summary over seeds: mean and sample standard deviation; null if any seed is undefined.
+  j["summary"] = J::array();
+  for (auto s : o.schemes)
+    for (size_t li = 0; li <= o.eval_lens.size(); ++li)
+      j["summary"].push_back(summary_row_json(r, s, li, held_out));
+  j["config"] = results_config_json(r, held_out);
+  j["runs"] = runs_json(r);
   return j;
 }
 
