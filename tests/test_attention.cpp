@@ -602,6 +602,8 @@ TEST(AttentionCope, TemperatureWithCopeIsRefused) {
     attention_forward(p);
     ADD_FAILURE() << "CoPE with the temperature must be refused";
   } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("temperature must be off"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cope cannot be combined with temperature"),
+              std::string::npos)
+        << e.what();
   }
 }
