@@ -42,9 +42,22 @@ std::string describe(const spec& c) {
       c.head_major ? (c.k_blocked ? " head_major k_blocked" : " head_major") : "");
 }
 
+namespace {
+
+// What the scheme steps of build() hand to the magnitudes: the RoPE attention factor (or xPos's
+// sqrt F), the largest query temperature and the largest |Kerple, FIRE or CoPE bias|.
+struct scheme_bounds {
+  double amp = 1, qs = 1, kbias = 0;
+};
+
+double softplus(double a) {
+  return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
+}
+
+// q ~ q_scale N(0, 1), k, v ~ N(0, 1) (in that order from r), out and lse filled with -7, the
+// params' pointers and shape; half-precision keys and values rounded and stored (float32 only).
 template <typename Real>
-void build(fixture<Real>& f, const spec& c) {
-  rng r(c.seed);
+void draw_inputs(fixture<Real>& f, const spec& c, rng& r) {
   const int64_t T = c.T, S = c.S, D = c.D, Hq = c.Hq, Hkv = c.Hkv;
   auto fill = [&](std::vector<Real>& x, size_t n, double s) {
     x.resize(n);
@@ -77,37 +90,48 @@ void build(fixture<Real>& f, const spec& c) {
     }
   }
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;  // k_index and kv_offset read them
-  if (c.head_major) {
-    // (Hkv, S + pad, D), pad rows NaN: the same values, reached through kv_head_stride.
-    // k_blocked: whole 8-key blocks per head (k_index), the same stride for the value rows.
-    const int64_t Sp = c.k_blocked ? (S + kHeadMajorPad + kKeyBlock - 1) / kKeyBlock * kKeyBlock
-                                   : S + kHeadMajorPad,
-                  n = Hkv * Sp * D;
-    p.kv_head_stride = Sp * D;
-    p.k_blocked = c.k_blocked;
-    auto lay = [&](const auto& src, auto& dst, auto nan, bool keys) {
-      dst.assign(static_cast<size_t>(n), nan);
-      for (int64_t j = 0; j < S; ++j)
-        for (int64_t hk = 0; hk < Hkv; ++hk)
-          for (int64_t e = 0; e < D; ++e)
-            dst[static_cast<size_t>(keys ? k_index(p, j, hk, e) : kv_offset(p, j, hk) + e)] =
-                src[(j * Hkv + hk) * D + e];
-    };
-    if (p.kv == kv_storage::f32) {
-      lay(f.k, f.k_hm, std::numeric_limits<Real>::quiet_NaN(), true);
-      lay(f.v, f.v_hm, std::numeric_limits<Real>::quiet_NaN(), false);
-      p.k = f.k_hm.data();
-      p.v = f.v_hm.data();
-    } else {
-      const uint16_t nan16 = c.kv == kv_storage::f16 ? 0x7e00 : 0x7fc0;  // quiet NaNs
-      lay(f.k16, f.k16_hm, nan16, true);
-      lay(f.v16, f.v16_hm, nan16, false);
-      p.k16 = f.k16_hm.data();
-      p.v16 = f.v16_hm.data();
-    }
-  }
-  p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;
+}
 
+// spec::head_major: (Hkv, S + pad, D), pad rows NaN: the same values, reached through
+// kv_head_stride. k_blocked: whole 8-key blocks per head (k_index), the same stride for the
+// value rows.
+template <typename Real>
+void lay_out_head_major(fixture<Real>& f, const spec& c) {
+  const int64_t S = c.S, D = c.D, Hkv = c.Hkv;
+  auto& p = f.p;
+  const int64_t Sp = c.k_blocked ? (S + kHeadMajorPad + kKeyBlock - 1) / kKeyBlock * kKeyBlock
+                                 : S + kHeadMajorPad,
+                n = Hkv * Sp * D;
+  p.kv_head_stride = Sp * D;
+  p.k_blocked = c.k_blocked;
+  auto lay = [&](const auto& src, auto& dst, auto nan, bool keys) {
+    dst.assign(static_cast<size_t>(n), nan);
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t hk = 0; hk < Hkv; ++hk)
+        for (int64_t e = 0; e < D; ++e)
+          dst[static_cast<size_t>(keys ? k_index(p, j, hk, e) : kv_offset(p, j, hk) + e)] =
+              src[(j * Hkv + hk) * D + e];
+  };
+  if (p.kv == kv_storage::f32) {
+    lay(f.k, f.k_hm, std::numeric_limits<Real>::quiet_NaN(), true);
+    lay(f.v, f.v_hm, std::numeric_limits<Real>::quiet_NaN(), false);
+    p.k = f.k_hm.data();
+    p.v = f.v_hm.data();
+  } else {
+    const uint16_t nan16 = c.kv == kv_storage::f16 ? 0x7e00 : 0x7fc0;  // quiet NaNs
+    lay(f.k16, f.k16_hm, nan16, true);
+    lay(f.v16, f.v16_hm, nan16, false);
+    p.k16 = f.k16_hm.data();
+    p.v16 = f.v16_hm.data();
+  }
+}
+
+// The mask of c.msk (and causal for T5-causal and CoPE), then explicit positions for
+// mask::positions and whenever T > S, drawn from r in that order.
+template <typename Real>
+void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
+  const int64_t T = c.T, S = c.S;
+  auto& p = f.p;
   const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
                       c.msk == mask::everything || c.sch == scheme::t5_causal ||
                       c.sch == scheme::cope;
@@ -149,8 +173,14 @@ void build(fixture<Real>& f, const spec& c) {
     p.q_positions = f.qpos;
     p.k_positions = f.kpos;
   }
+}
 
-  double amp = 1;  // RoPE attention factor
+// The established schemes (RoPE, ALiBi, T5, Shaw, the query temperature): none draws from r
+// (T5 and Shaw seed their own tables from c.seed).
+template <typename Real>
+void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) {
+  const int64_t S = c.S, D = c.D, Hq = c.Hq;
+  auto& p = f.p;
   if (c.sch == scheme::rope_half || c.sch == scheme::rope_interleaved_partial ||
       c.sch == scheme::all) {
     rope_config rc;
@@ -164,7 +194,7 @@ void build(fixture<Real>& f, const spec& c) {
       rc.max_position_embeddings = 256;
     }
     f.freqs = rope_frequencies(rc);
-    amp = f.freqs.attention_factor;
+    b.amp = f.freqs.attention_factor;
     p.pos.rope.freqs = &f.freqs;
     p.pos.rope.layout = c.sch == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
   }
@@ -184,17 +214,137 @@ void build(fixture<Real>& f, const spec& c) {
     f.shaw = shaw_init(c.sch == scheme::all ? 3 : 8, D, c.seed + 2, 0.5);
     p.pos.shaw = f.tabs.shaw_view(f.shaw);
   }
-  double qs = 1;  // largest query temperature
   if (c.sch == scheme::temperature) {
     p.pos.temperature = {4.0, 0.5};
     const int64_t qmaxpos =
         f.qpos.empty() ? S - 1 : *std::max_element(f.qpos.begin(), f.qpos.end());
-    qs = attention_temperature_scale(p.pos.temperature, std::max<int64_t>(qmaxpos, 0));
+    b.qs = attention_temperature_scale(p.pos.temperature, std::max<int64_t>(qmaxpos, 0));
   }
+}
 
-  // The research schemes' parameters, drawn from the seed (Kerple a1, a2; FIRE per head w1, b1,
-  // w2 ~ N(0, 1), b2 ~ N(0, 1/4), a_c ~ N(0, 1), a_L ~ 8 + N(0, 16): L around 8, inside the
-  // default positions).
+// Kerple's a1, a2 per head from r (a2 - 1 for the power kernel), its bias bound (returned) and
+// the bound f.G on the bias's derivatives, over distances up to dmax.
+template <typename Real>
+double draw_kerple(fixture<Real>& f, const spec& c, rng& r, double dmax) {
+  const int64_t Hq = c.Hq;
+  const bool power = c.sch == scheme::kerple_power;
+  double kbias = 0;
+  f.kerple.resize(2 * Hq);
+  for (int64_t h = 0; h < Hq; ++h) {
+    f.kerple[h] = static_cast<Real>(r.normal());
+    f.kerple[Hq + h] = static_cast<Real>(power ? r.normal() - 1 : r.normal());
+  }
+  // Bounds (Chi et al. 2022's kernels, d <= dmax): log: |b| = r1 log(1 + r2 d),
+  // |db/da1| <= log(1 + r2 dmax), |db/da2| <= r1 min(dmax, 1/r2); power: |b| = r1 d^r2,
+  // |db/da1| <= dmax^r2, |db/da2| <= r1 dmax^r2 |log dmax| / 2.
+  for (int64_t h = 0; h < Hq; ++h) {
+    const double r1 = softplus(double(f.kerple[h]));
+    if (power) {
+      const double r2 = 2 / (1 + std::exp(-double(f.kerple[Hq + h])));
+      const double pw = dmax > 0 ? std::pow(dmax, r2) : 0.0;
+      kbias = std::max(kbias, r1 * pw);
+      f.G = std::max({f.G, pw, r1 * pw * std::abs(std::log(std::max(dmax, 1.0))) / 2});
+    } else {
+      const double r2 = softplus(double(f.kerple[Hq + h]));
+      kbias = std::max(kbias, r1 * std::log1p(r2 * dmax));
+      f.G = std::max({f.G, std::log1p(r2 * dmax), r1 * std::min(dmax, 1 / r2)});
+    }
+  }
+  f.p.pos.kerple = {power ? kerple_kernel::power : kerple_kernel::log, f.kerple};
+  return kbias;
+}
+
+// FIRE's MLP per head from r (hidden 4), its bias bound (returned) and f.G, over distances up
+// to dmax.
+template <typename Real>
+double draw_fire(fixture<Real>& f, const spec& c, rng& r, double dmax) {
+  const int64_t Hq = c.Hq;
+  const int64_t m = 4, W = 3 * m + 3;
+  double kbias = 0;
+  f.fire.resize(Hq * W);
+  for (int64_t h = 0; h < Hq; ++h) {
+    Real* w = f.fire.data() + h * W;
+    for (int64_t e = 0; e < 3 * m; ++e) w[e] = static_cast<Real>(r.normal());
+    w[3 * m] = static_cast<Real>(0.5 * r.normal());
+    w[3 * m + 1] = static_cast<Real>(r.normal());
+    w[3 * m + 2] = static_cast<Real>(8 + 4 * r.normal());
+    {
+      // relu has a kink at 0, where finite differences are meaningless: b1 keeps every
+      // pre-activation w1 x + b1 at least 0.1 away from 0 for all x in [0, X] (X below),
+      // even units always on, odd units always off, so both branches are covered.
+      const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
+      const double X = std::log1p(cc * dmax) / std::max(std::log1p(cc * L), 1e-300);
+      for (int64_t u = 0; u < m; ++u) {
+        const double off = std::abs(double(w[u])) * X + 0.1 + 0.5 * std::abs(r.normal());
+        w[m + u] = static_cast<Real>(u % 2 == 0 ? off : -off);
+      }
+    }
+    // Bounds (Li et al. 2023's f(psi(d) / psi(max(L, i)))): x <= X = psi(dmax) / psi(L);
+    // |b| <= |b2| + sum |w2| (|w1| X + |b1|); per parameter: relu <= |w1| X + |b1|,
+    // |w2| X, |w2|, 1, and through x: sum |w2 w1| times |dx/dc| <= (1 + X) / (c psi(L)),
+    // |dx/dL| <= X c / psi(L).
+    const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
+    const double pl = std::max(std::log1p(cc * L), 1e-300);
+    const double X = std::log1p(cc * dmax) / pl;
+    double b = std::abs(double(w[3 * m])), sw = 0;
+    for (int64_t u = 0; u < m; ++u) {
+      const double w1 = std::abs(double(w[u])), b1 = std::abs(double(w[m + u])),
+                   w2 = std::abs(double(w[2 * m + u]));
+      b += w2 * (w1 * X + b1);
+      sw += w2 * w1;
+      f.G = std::max({f.G, w1 * X + b1, w2 * X, w2, 1.0});
+    }
+    f.G = std::max({f.G, sw * (1 + X) / (cc * pl), sw * X * cc / pl});
+    kbias = std::max(kbias, b);
+  }
+  f.p.pos.fire = {m, f.fire};
+  return kbias;
+}
+
+// M-RoPE: Qwen2-VL's sections scaled to R/2 pairs (16, 24, 24 of 64: height and width 3/8
+// each), or Qwen3-VL's interleaved ones (24, 20, 20 of 64: height and width a third each). The
+// ids of a token: temporal = its 1-D position (or a draw for a pad), height and width that plus
+// 0..3, as in an image grid. A rotation: norms and the score bound A are unchanged (amp 1).
+template <typename Real>
+void set_mrope(fixture<Real>& f, const spec& c, rng& r) {
+  const int64_t T = c.T, S = c.S, D = c.D;
+  rope_config rc;
+  rc.head_dim = D;
+  rc.rotary_dim = D;
+  rc.theta = 10000;
+  f.freqs = rope_frequencies(rc);
+  const int64_t half = D / 2;
+  const bool inter = c.seed % 2 == 1;
+  const int64_t hw = inter ? half / 3 : 3 * half / 8;
+  auto& m = f.p.pos.mrope;
+  m.freqs = &f.freqs;
+  m.section = {half - 2 * hw, hw, hw};
+  m.interleaved = inter;
+  m.layout = (c.seed / 2) % 2 == 1 ? rope_layout::interleaved : rope_layout::half;
+  auto ids = [&](std::vector<int64_t>& out, const std::vector<int64_t>& given, int64_t n,
+                 int64_t first) {
+    out.resize(static_cast<size_t>(3 * n));
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t base = given.empty() ? first + t : given[t];
+      const int64_t a = base >= 0 ? base : static_cast<int64_t>(r.below(300));
+      out[t] = a;
+      out[n + t] = a + static_cast<int64_t>(r.below(4));
+      out[2 * n + t] = a + static_cast<int64_t>(r.below(4));
+    }
+  };
+  ids(f.mq, f.qpos, T, std::max<int64_t>(S - T, 0));
+  ids(f.mk, f.kpos, S, 0);
+  m.q_positions = f.mq;
+  m.k_positions = f.mk;
+}
+
+// The research schemes (Kerple, FIRE, xPos, M-RoPE, CoPE), their parameters drawn from r
+// (Kerple a1, a2; FIRE per head w1, b1, w2 ~ N(0, 1), b2 ~ N(0, 1/4), a_c ~ N(0, 1),
+// a_L ~ 8 + N(0, 16): L around 8, inside the default positions).
+template <typename Real>
+void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds& b) {
+  const int64_t T = c.T, S = c.S, D = c.D;
+  auto& p = f.p;
   // The spread of valid positions bounds every distance d (Kerple, FIRE, xPos).
   int64_t plo = 0, phi = std::max<int64_t>(std::max(S, T) - 1, 0);
   if (!f.qpos.empty() || !f.kpos.empty()) {
@@ -206,75 +356,9 @@ void build(fixture<Real>& f, const spec& c) {
     if (plo > phi) plo = phi = 0;
   }
   const double dmax = double(phi - plo);
-  auto softplus = [](double a) {
-    return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
-  };
-  double kbias = 0;  // max |Kerple or FIRE bias|
-  if (c.sch == scheme::kerple_log || c.sch == scheme::kerple_power) {
-    const bool power = c.sch == scheme::kerple_power;
-    f.kerple.resize(2 * Hq);
-    for (int64_t h = 0; h < Hq; ++h) {
-      f.kerple[h] = static_cast<Real>(r.normal());
-      f.kerple[Hq + h] = static_cast<Real>(power ? r.normal() - 1 : r.normal());
-    }
-    // Bounds (Chi et al. 2022's kernels, d <= dmax): log: |b| = r1 log(1 + r2 d),
-    // |db/da1| <= log(1 + r2 dmax), |db/da2| <= r1 min(dmax, 1/r2); power: |b| = r1 d^r2,
-    // |db/da1| <= dmax^r2, |db/da2| <= r1 dmax^r2 |log dmax| / 2.
-    for (int64_t h = 0; h < Hq; ++h) {
-      const double r1 = softplus(double(f.kerple[h]));
-      if (power) {
-        const double r2 = 2 / (1 + std::exp(-double(f.kerple[Hq + h])));
-        const double pw = dmax > 0 ? std::pow(dmax, r2) : 0.0;
-        kbias = std::max(kbias, r1 * pw);
-        f.G = std::max({f.G, pw, r1 * pw * std::abs(std::log(std::max(dmax, 1.0))) / 2});
-      } else {
-        const double r2 = softplus(double(f.kerple[Hq + h]));
-        kbias = std::max(kbias, r1 * std::log1p(r2 * dmax));
-        f.G = std::max({f.G, std::log1p(r2 * dmax), r1 * std::min(dmax, 1 / r2)});
-      }
-    }
-    p.pos.kerple = {power ? kerple_kernel::power : kerple_kernel::log, f.kerple};
-  }
-  if (c.sch == scheme::fire) {
-    const int64_t m = 4, W = 3 * m + 3;
-    f.fire.resize(Hq * W);
-    for (int64_t h = 0; h < Hq; ++h) {
-      Real* w = f.fire.data() + h * W;
-      for (int64_t e = 0; e < 3 * m; ++e) w[e] = static_cast<Real>(r.normal());
-      w[3 * m] = static_cast<Real>(0.5 * r.normal());
-      w[3 * m + 1] = static_cast<Real>(r.normal());
-      w[3 * m + 2] = static_cast<Real>(8 + 4 * r.normal());
-      {
-        // relu has a kink at 0, where finite differences are meaningless: b1 keeps every
-        // pre-activation w1 x + b1 at least 0.1 away from 0 for all x in [0, X] (X below),
-        // even units always on, odd units always off, so both branches are covered.
-        const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
-        const double X = std::log1p(cc * dmax) / std::max(std::log1p(cc * L), 1e-300);
-        for (int64_t u = 0; u < m; ++u) {
-          const double off = std::abs(double(w[u])) * X + 0.1 + 0.5 * std::abs(r.normal());
-          w[m + u] = static_cast<Real>(u % 2 == 0 ? off : -off);
-        }
-      }
-      // Bounds (Li et al. 2023's f(psi(d) / psi(max(L, i)))): x <= X = psi(dmax) / psi(L);
-      // |b| <= |b2| + sum |w2| (|w1| X + |b1|); per parameter: relu <= |w1| X + |b1|,
-      // |w2| X, |w2|, 1, and through x: sum |w2 w1| times |dx/dc| <= (1 + X) / (c psi(L)),
-      // |dx/dL| <= X c / psi(L).
-      const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
-      const double pl = std::max(std::log1p(cc * L), 1e-300);
-      const double X = std::log1p(cc * dmax) / pl;
-      double b = std::abs(double(w[3 * m])), sw = 0;
-      for (int64_t u = 0; u < m; ++u) {
-        const double w1 = std::abs(double(w[u])), b1 = std::abs(double(w[m + u])),
-                     w2 = std::abs(double(w[2 * m + u]));
-        b += w2 * (w1 * X + b1);
-        sw += w2 * w1;
-        f.G = std::max({f.G, w1 * X + b1, w2 * X, w2, 1.0});
-      }
-      f.G = std::max({f.G, sw * (1 + X) / (cc * pl), sw * X * cc / pl});
-      kbias = std::max(kbias, b);
-    }
-    p.pos.fire = {m, f.fire};
-  }
+  if (c.sch == scheme::kerple_log || c.sch == scheme::kerple_power)
+    b.kbias = draw_kerple(f, c, r, dmax);
+  if (c.sch == scheme::fire) b.kbias = draw_fire(f, c, r, dmax);
   if (c.sch == scheme::xpos) {
     // Centred on the middle of the positions (the scales stay near 1); scale_base
     // B = max(64, dmax / 4) makes the decay visible at the table's distances while F <= 150.
@@ -284,54 +368,25 @@ void build(fixture<Real>& f, const spec& c) {
     // for n < m, both zeta < 1: F = max(1, zeta_0^(-dmax / B)).
     const double zeta0 = 0.4 / 1.4;
     f.F = std::pow(zeta0, -dmax / B);
-    amp = std::sqrt(f.F);
+    b.amp = std::sqrt(f.F);
   }
-
-  if (c.sch == scheme::mrope) {
-    // Qwen2-VL's sections scaled to R/2 pairs (16, 24, 24 of 64: height and width 3/8 each), or
-    // Qwen3-VL's interleaved ones (24, 20, 20 of 64: height and width a third each). The ids of
-    // a token: temporal = its 1-D position (or a draw for a pad), height and width that plus
-    // 0..3, as in an image grid. A rotation: norms and the score bound A are unchanged (amp 1).
-    rope_config rc;
-    rc.head_dim = D;
-    rc.rotary_dim = D;
-    rc.theta = 10000;
-    f.freqs = rope_frequencies(rc);
-    const int64_t half = D / 2;
-    const bool inter = c.seed % 2 == 1;
-    const int64_t hw = inter ? half / 3 : 3 * half / 8;
-    auto& m = p.pos.mrope;
-    m.freqs = &f.freqs;
-    m.section = {half - 2 * hw, hw, hw};
-    m.interleaved = inter;
-    m.layout = (c.seed / 2) % 2 == 1 ? rope_layout::interleaved : rope_layout::half;
-    auto ids = [&](std::vector<int64_t>& out, const std::vector<int64_t>& given, int64_t n,
-                   int64_t first) {
-      out.resize(static_cast<size_t>(3 * n));
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t base = given.empty() ? first + t : given[t];
-        const int64_t a = base >= 0 ? base : static_cast<int64_t>(r.below(300));
-        out[t] = a;
-        out[n + t] = a + static_cast<int64_t>(r.below(4));
-        out[2 * n + t] = a + static_cast<int64_t>(r.below(4));
-      }
-    };
-    ids(f.mq, f.qpos, T, std::max<int64_t>(S - T, 0));
-    ids(f.mk, f.kpos, S, 0);
-    m.q_positions = f.mq;
-    m.k_positions = f.mk;
-  }
-
+  if (c.sch == scheme::mrope) set_mrope(f, c, r);
   if (c.sch == scheme::cope) {
     // Embeddings N(0, 1/4); the interpolated term q_i . e is bounded by |q| max|e_t|, added to
-    // B below (it enters the scores like a bias).
+    // B in set_magnitudes (it enters the scores like a bias).
     const int64_t P = 8;
     f.cope.resize(P * D);
     for (auto& e : f.cope) e = static_cast<Real>(0.5 * r.normal());
     p.pos.cope = {P, f.cope};
   }
+}
 
-  // Tolerance magnitudes A and V (see the derivation in the header).
+// Tolerance magnitudes A, B and V (see the derivation in the header), and f.qs.
+template <typename Real>
+void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
+  const int64_t T = c.T, S = c.S, D = c.D, Hq = c.Hq, Hkv = c.Hkv;
+  const auto& p = f.p;
+  double kbias = b.kbias;
   double qmax = 0, kmax = 0, vmax = 0, akmax = 0, avmax = 0, bmax = 0;
   for (int64_t t = 0; t < T * Hq; ++t) {
     double n = 0;
@@ -361,8 +416,8 @@ void build(fixture<Real>& f, const spec& c) {
     const double spread = f.kpos.empty() && f.qpos.empty() ? double(std::max(S, T)) : 300.0;
     bmax += f.slopes[0] * spread;
   }
-  f.A = (1.0 / std::sqrt(double(D))) * amp * amp * qs * qmax * (kmax + akmax);
-  f.qs = qs;
+  f.A = (1.0 / std::sqrt(double(D))) * b.amp * b.amp * b.qs * qmax * (kmax + akmax);
+  f.qs = b.qs;
   if (p.pos.has_cope()) {
     double emax = 0;
     for (int64_t t = 0; t < p.pos.cope.npos; ++t) {
@@ -374,6 +429,23 @@ void build(fixture<Real>& f, const spec& c) {
   }
   f.B = bmax + kbias;
   f.V = vmax + avmax;
+}
+
+}  // namespace
+
+// The steps in the order they draw from the seed: inputs, masks and positions, the scheme
+// parameters, then the magnitudes A, B, V.
+template <typename Real>
+void build(fixture<Real>& f, const spec& c) {
+  rng r(c.seed);
+  draw_inputs(f, c, r);
+  if (c.head_major) lay_out_head_major(f, c);
+  f.p.T = c.T, f.p.S = c.S, f.p.D = c.D, f.p.Hq = c.Hq, f.p.Hkv = c.Hkv;
+  draw_masks(f, c, r);
+  scheme_bounds b;
+  set_established_schemes(f, c, b);
+  set_research_schemes(f, c, r, b);
+  set_magnitudes(f, c, b);
 }
 
 template void build(fixture<float>&, const spec&);
@@ -785,9 +857,10 @@ spec simd_case(int64_t T, int64_t S, int64_t D, std::pair<int64_t, int64_t> head
   return spec{T, S, D, heads.first, heads.second, sch, msk, seed};
 }
 
-std::vector<spec> make_full() {
-  std::vector<spec> v;
-  // ---- forward (tests/test_attention.cpp) ----
+// ---- forward (tests/test_attention.cpp) ----
+// The double and float32 forward against the reference: every scheme x mask, a sample of the
+// cross product, every causal length pair, large scores, T5 past its bucket saturation.
+void add_forward_cases(std::vector<spec>& v) {
   // Every scheme x every mask on one awkward shape (T=17 queries after a prefix, S=64), both
   // element types.
   for (int sch = 0; sch < kSchemes; ++sch)
@@ -840,8 +913,11 @@ std::vector<spec> make_full() {
       v.push_back(make("forward_t5_beyond_saturation",
                        spec{17, 64, 32, 4, 2, s, mask::positions, 91, 1.0, shift}, forward,
                        f32 | f64));
-  // ---- the float32 SIMD kernels (partial key blocks of 64, D = 20 padded to the vector length,
-  // the decode path below 16 tile rows, MHA/GQA/MQA) ----
+}
+
+// ---- the float32 SIMD kernels (partial key blocks of 64, D = 20 padded to the vector length,
+// the decode path below 16 tile rows, MHA/GQA/MQA) ----
+void add_simd_cases(std::vector<spec>& v) {
   // Every scheme x every mask, the shapes cycling through the awkward lists.
   {
     int idx = 0;
@@ -893,12 +969,14 @@ std::vector<spec> make_full() {
           ++idx;
         }
   }
+}
 
-  // Half-precision keys and values (float16, bfloat16) on every path that reads them: the
-  // packed prefill (keys widened as they are packed, values as each block is), the decode path
-  // (keys widened as they are loaded), split and unsplit, RoPE fused and on a copy, every
-  // scheme but CoPE (its own double path, which refuses half storage), MHA / GQA / MQA, D = 128,
-  // 80 and 20.
+// Half-precision keys and values (float16, bfloat16) on every path that reads them: the
+// packed prefill (keys widened as they are packed, values as each block is), the decode path
+// (keys widened as they are loaded), split and unsplit, RoPE fused and on a copy, every
+// scheme but CoPE (its own double path, which refuses half storage), MHA / GQA / MQA, D = 128,
+// 80 and 20.
+void add_half_kv_cases(std::vector<spec>& v) {
   {
     const auto& heads = kLongHeads;
     const auto& dims = kLongDims;
@@ -922,48 +1000,54 @@ std::vector<spec> make_full() {
           ++idx;
         }
   }
+}
 
-  // Head-major layouts: every scheme over the given shapes, head dims cycling over dims and
-  // head counts over kLongHeads; float32 and float16 / bfloat16 storage on the float32 path
-  // (CoPE float32 only), and float64 where the storage is float32.
-  auto add_layout_group = [&](const char* group, std::span<const int64_t> dims,
-                              std::span<const std::pair<int64_t, int64_t>> shapes, int mask_step,
-                              uint64_t seed0, bool k_blocked) {
-    constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
-    int idx = 0;
-    for (int s = 0; s < kSchemes; ++s)
-      for (auto [T, S] : shapes) {
-        const auto msk = static_cast<mask>((idx * mask_step + s) % kMasks);
-        spec c{T,
-               S,
-               dims[idx % dims.size()],
-               kLongHeads[(idx / 3) % 3].first,
-               kLongHeads[(idx / 3) % 3].second,
-               static_cast<scheme>(s),
-               msk,
-               seed0 + static_cast<uint64_t>(idx)};
-        c.head_major = true;
-        c.k_blocked = k_blocked;
-        c.kv = static_cast<scheme>(s) == scheme::cope ? kv_storage::f32 : kvs[(idx / 2) % 3];
-        v.push_back(make(group, c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
-        ++idx;
-      }
-  };
+// Head-major layouts: every scheme over the given shapes, head dims cycling over dims and
+// head counts over kLongHeads; float32 and float16 / bfloat16 storage on the float32 path
+// (CoPE float32 only), and float64 where the storage is float32.
+void add_layout_group(std::vector<spec>& v, const char* group, std::span<const int64_t> dims,
+                      std::span<const std::pair<int64_t, int64_t>> shapes, int mask_step,
+                      uint64_t seed0, bool k_blocked) {
+  constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
+  int idx = 0;
+  for (int s = 0; s < kSchemes; ++s)
+    for (auto [T, S] : shapes) {
+      const auto msk = static_cast<mask>((idx * mask_step + s) % kMasks);
+      spec c{T,
+             S,
+             dims[idx % dims.size()],
+             kLongHeads[(idx / 3) % 3].first,
+             kLongHeads[(idx / 3) % 3].second,
+             static_cast<scheme>(s),
+             msk,
+             seed0 + static_cast<uint64_t>(idx)};
+      c.head_major = true;
+      c.k_blocked = k_blocked;
+      c.kv = static_cast<scheme>(s) == scheme::cope ? kv_storage::f32 : kvs[(idx / 2) % 3];
+      v.push_back(make(group, c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
+      ++idx;
+    }
+}
+
+// The head-major groups (add_layout_group): rows, then 8-key blocks.
+void add_head_major_cases(std::vector<spec>& v) {
   // Head-major keys and values (kv_head_stride, as the KV cache stores them; NaN rows past each
   // head's S): the prefill (packed keys), decode with few rows (dot products in place), decode
   // and speculative decode with many rows (keys packed per item), MHA / GQA / MQA; float64 runs
   // the generic path's token-major copies.
-  add_layout_group("simd_head_major", kLongDims, kPathShapes, 7, 7000u, false);
+  add_layout_group(v, "simd_head_major", kLongDims, kPathShapes, 7, 7000u, false);
   // Keys in 8-key blocks (k_blocked, head-major; NaN in each head's unused slots and blocks):
   // head dims that are multiples of 8 (128, 80, 40), and shapes whose last block is partial
   // (S = 130, 1000, 300 and 45).
   {
     constexpr int64_t dims[] = {128, 80, 40};
     constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}, {1, 45}};
-    add_layout_group("simd_k_blocked", dims, shapes, 5, 7500u, true);
+    add_layout_group(v, "simd_k_blocked", dims, shapes, 5, 7500u, true);
   }
+}
 
-  // ---- backward (tests/test_attention_backward.cpp) ----
+// ---- backward (tests/test_attention_backward.cpp) ----
+void add_backward_cases(std::vector<spec>& v) {
   // Finite differences: every scheme x every mask on a small GQA shape, then every scheme on MHA
   // and MQA with every mask at once, and T > S.
   for (int sch = 0; sch < kSchemes; ++sch)
@@ -1018,6 +1102,16 @@ std::vector<spec> make_full() {
       v.push_back(make("backward_sampled_shapes", c, backward, n % 2 ? f32 : f64));
     }
   }
+}
+
+// The sections in the order of their tests.
+std::vector<spec> make_full() {
+  std::vector<spec> v;
+  add_forward_cases(v);
+  add_simd_cases(v);
+  add_half_kv_cases(v);
+  add_head_major_cases(v);
+  add_backward_cases(v);
   return v;
 }
 
