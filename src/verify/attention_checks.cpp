@@ -348,33 +348,28 @@ double cache_deviation(const problem& pr) {
   return max_abs_diff(out.data(), full.data(), static_cast<int64_t>(out.size()));
 }
 
-}  // namespace
-
-std::vector<check_result> attention_checks() {
-  std::vector<check_result> r;
-  const uint64_t seed = 12345;
-
-  {  // The seeds' permutation argument.
-    problem pr(scheme::none, false, seed);
-    r.push_back(equal_check(
-        "permutation_equivariant_nope",
-        "Without position and without a mask, Attn(PX) = P Attn(X) (bidirectional)",
-        permutation_deviation(pr), pr.tolerance(pr.N),
-        "N=20 tokens, Hq=4, Hkv=2, D=16, one random permutation of the rows of q, k, v"));
-    problem pc(scheme::none, true, seed);
-    r.push_back(breaks_check("causal_breaks_permutation",
-                             "A causal mask alone already breaks permutation equivariance",
-                             permutation_deviation(pc), pc.tolerance(pc.N),
-                             "same problem with causal masking, no position scheme"));
-    for (scheme s : kSchemes) {
-      problem ps(s, false, seed);
-      r.push_back(breaks_check(
-          fmt::format("{}_breaks_permutation", scheme_name(s)),
-          fmt::format("With {} on, permuting the tokens no longer permutes the outputs",
-                      scheme_name(s)),
-          permutation_deviation(ps), ps.tolerance(ps.N),
-          "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
-    }
+// The seeds' permutation argument: equivariance without position or mask, broken by a
+// causal mask and by every scheme.
+void permutation_checks(std::vector<check_result>& r, uint64_t seed) {
+  problem pr(scheme::none, false, seed);
+  r.push_back(
+      equal_check("permutation_equivariant_nope",
+                  "Without position and without a mask, Attn(PX) = P Attn(X) (bidirectional)",
+                  permutation_deviation(pr), pr.tolerance(pr.N),
+                  "N=20 tokens, Hq=4, Hkv=2, D=16, one random permutation of the rows of q, k, v"));
+  problem pc(scheme::none, true, seed);
+  r.push_back(breaks_check("causal_breaks_permutation",
+                           "A causal mask alone already breaks permutation equivariance",
+                           permutation_deviation(pc), pc.tolerance(pc.N),
+                           "same problem with causal masking, no position scheme"));
+  for (scheme s : kSchemes) {
+    problem ps(s, false, seed);
+    r.push_back(
+        breaks_check(fmt::format("{}_breaks_permutation", scheme_name(s)),
+                     fmt::format("With {} on, permuting the tokens no longer permutes the outputs",
+                                 scheme_name(s)),
+                     permutation_deviation(ps), ps.tolerance(ps.N),
+                     "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
   }
 
   for (scheme s : kResearch) {
@@ -386,8 +381,11 @@ std::vector<check_result> attention_checks() {
                      permutation_deviation(ps), ps.tolerance(ps.N),
                      "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
   }
+}
 
-  // Translation invariance of the relative schemes.
+// Translation invariance of the relative research schemes (Kerple, xPos; FIRE below its
+// threshold) and where it ends.
+void relative_translation_checks(std::vector<check_result>& r, uint64_t seed) {
   {
     problem ps(scheme::kerple, true, seed);
     const int64_t c = 1000003;
@@ -440,72 +438,75 @@ std::vector<check_result> attention_checks() {
         shift_deviation(ps, 1000003), ps.tolerance(ps.N),
         "causal; the progressive interpolation divides by psi(qpos) once qpos > L"));
   }
-  {
-    // CoPE (Golovneva et al. 2024): positions are counted by gates over the content, so the
-    // position ids are not read at all, p_ij is monotone in j, it is the token distance
-    // i - j + 1 when every gate is open, and it changes when the content between j and i does
-    // (so CoPE is not a function of i - j: not translation invariant in the token index).
-    problem ps(scheme::cope, true, seed);
-    r.push_back(equal_check(
-        "cope_ignores_position_ids",
-        "cope: shifting every position id by 1000003 leaves the outputs unchanged (positions "
-        "come from the gates)",
-        shift_deviation(ps, 1000003), ps.tolerance(ps.N), "causal, N = 20, npos = 8"));
-    auto positions = [](const problem& pr) {
-      std::vector<double> out(pr.N * pr.Hq * pr.D);
-      auto p = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), pr.N, pr.N);
-      return cope_positions(p, 0);
-    };
-    const auto P0 = positions(ps);
-    double rise = 0;  // max over i, j < j' <= i of p_ij' - p_ij (must be <= 0)
-    for (int64_t i = 0; i < ps.N; ++i)
-      for (int64_t j = 0; j < i; ++j)
-        rise = std::max(rise, P0[i * ps.N + j + 1] - P0[i * ps.N + j]);
-    check_result m{"attention",
-                   "cope_positions_monotone",
-                   "cope: p_ij = sum_{t=j..i} g_it never increases with j (the gates are >= 0)",
-                   rise <= 0,
-                   rise,
-                   0.0,
-                   "head 0, causal, N = 20; exact: suffix sums of "
-                   "non-negative gates"};
-    r.push_back(m);
-    problem open = ps;  // every q and k = 3 (1, ..., 1): a_ij = 9 D / sqrt(D) = 36, g = 1 - 2e-16
-    std::fill(open.q.begin(), open.q.end(), 3.0);
-    std::fill(open.k.begin(), open.k.end(), 3.0);
-    const auto P1 = positions(open);
-    double cnt = 0;
-    for (int64_t i = 0; i < open.N; ++i)
-      for (int64_t j = 0; j <= i; ++j)
-        cnt = std::max(cnt, std::abs(P1[i * open.N + j] - double(i - j + 1)));
-    // Each gate is 1 - e^-36 (2.4e-16 short); N gates summed with rounding N u each.
-    const double tcnt = double(open.N) * (2.4e-16 + double(open.N) * kU);
-    check_result c{
-        "attention",
-        "cope_counts_tokens_when_gates_open",
-        "cope: with every gate open (q . k large) p_ij = i - j + 1, the relative "
-        "token distance",
-        cnt <= tcnt,
-        cnt,
-        tcnt,
-        "q = k = 3 (1, ..., 1), D = 16: every gate 1 - e^-36; tolerance N (e^-36 + N u)"};
-    r.push_back(c);
-    problem closed = ps;  // close the gates of keys 5..9 for every query: k_t = -20 q-ish
-    for (int64_t t = 5; t < 10; ++t)
-      for (int64_t d = 0; d < closed.Hkv * closed.D; ++d)
-        closed.k[t * closed.Hkv * closed.D + d] *= -8;
-    closed.recompute_magnitudes(1, 0, 0);
-    const auto P2 = positions(closed);
-    double dev = 0;
-    for (int64_t i = 10; i < ps.N; ++i)
-      for (int64_t j = 0; j < 5; ++j)
-        dev = std::max(dev, std::abs(P2[i * ps.N + j] - P0[i * ps.N + j]));
-    r.push_back(breaks_check(
-        "cope_positions_depend_on_content",
-        "cope: changing the keys between j and i changes p_ij at the same token distance i - j "
-        "(not translation invariant in the token index)",
-        dev, 1e-12, "keys 5..9 scaled by -8; p_ij for i >= 10, j < 5 compared"));
-  }
+}
+
+// CoPE (Golovneva et al. 2024): positions are counted by gates over the content, so the
+// position ids are not read at all, p_ij is monotone in j, it is the token distance
+// i - j + 1 when every gate is open, and it changes when the content between j and i does
+// (so CoPE is not a function of i - j: not translation invariant in the token index).
+void cope_checks(std::vector<check_result>& r, uint64_t seed) {
+  problem ps(scheme::cope, true, seed);
+  r.push_back(equal_check(
+      "cope_ignores_position_ids",
+      "cope: shifting every position id by 1000003 leaves the outputs unchanged (positions "
+      "come from the gates)",
+      shift_deviation(ps, 1000003), ps.tolerance(ps.N), "causal, N = 20, npos = 8"));
+  auto positions = [](const problem& pr) {
+    std::vector<double> out(pr.N * pr.Hq * pr.D);
+    auto p = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), pr.N, pr.N);
+    return cope_positions(p, 0);
+  };
+  const auto P0 = positions(ps);
+  double rise = 0;  // max over i, j < j' <= i of p_ij' - p_ij (must be <= 0)
+  for (int64_t i = 0; i < ps.N; ++i)
+    for (int64_t j = 0; j < i; ++j) rise = std::max(rise, P0[i * ps.N + j + 1] - P0[i * ps.N + j]);
+  check_result m{"attention",
+                 "cope_positions_monotone",
+                 "cope: p_ij = sum_{t=j..i} g_it never increases with j (the gates are >= 0)",
+                 rise <= 0,
+                 rise,
+                 0.0,
+                 "head 0, causal, N = 20; exact: suffix sums of "
+                 "non-negative gates"};
+  r.push_back(m);
+  problem open = ps;  // every q and k = 3 (1, ..., 1): a_ij = 9 D / sqrt(D) = 36, g = 1 - 2e-16
+  std::fill(open.q.begin(), open.q.end(), 3.0);
+  std::fill(open.k.begin(), open.k.end(), 3.0);
+  const auto P1 = positions(open);
+  double cnt = 0;
+  for (int64_t i = 0; i < open.N; ++i)
+    for (int64_t j = 0; j <= i; ++j)
+      cnt = std::max(cnt, std::abs(P1[i * open.N + j] - double(i - j + 1)));
+  // Each gate is 1 - e^-36 (2.4e-16 short); N gates summed with rounding N u each.
+  const double tcnt = double(open.N) * (2.4e-16 + double(open.N) * kU);
+  check_result c{"attention",
+                 "cope_counts_tokens_when_gates_open",
+                 "cope: with every gate open (q . k large) p_ij = i - j + 1, the relative "
+                 "token distance",
+                 cnt <= tcnt,
+                 cnt,
+                 tcnt,
+                 "q = k = 3 (1, ..., 1), D = 16: every gate 1 - e^-36; tolerance N (e^-36 + N u)"};
+  r.push_back(c);
+  problem closed = ps;  // close the gates of keys 5..9 for every query: k_t = -20 q-ish
+  for (int64_t t = 5; t < 10; ++t)
+    for (int64_t d = 0; d < closed.Hkv * closed.D; ++d)
+      closed.k[t * closed.Hkv * closed.D + d] *= -8;
+  closed.recompute_magnitudes(1, 0, 0);
+  const auto P2 = positions(closed);
+  double dev = 0;
+  for (int64_t i = 10; i < ps.N; ++i)
+    for (int64_t j = 0; j < 5; ++j)
+      dev = std::max(dev, std::abs(P2[i * ps.N + j] - P0[i * ps.N + j]));
+  r.push_back(breaks_check(
+      "cope_positions_depend_on_content",
+      "cope: changing the keys between j and i changes p_ij at the same token distance i - j "
+      "(not translation invariant in the token index)",
+      dev, 1e-12, "keys 5..9 scaled by -8; p_ij for i >= 10, j < 5 compared"));
+}
+
+// Translation invariance of RoPE, ALiBi, T5 and Shaw.
+void translation_checks(std::vector<check_result>& r, uint64_t seed) {
   for (scheme s : kSchemes) {
     problem ps(s, true, seed);
     const int64_t c = 1000003;
@@ -517,85 +518,90 @@ std::vector<check_result> attention_checks() {
         s == scheme::rope ? "causal; RoPE angles in exact mode (cos/sin error 4e-16 per entry)"
                           : "causal; biases depend on kpos - qpos only"));
   }
-  {
-    // M-RoPE (Wang et al. 2024, sec. 2.1): each pair turns at one component's ids for q and k
-    // alike, so R(a)^T R(b) = R(b - a) per pair and shifting every id of every row by the same
-    // c changes nothing; text tokens (equal ids in the three rows) are RoPE at that id. N = 20
-    // tokens: 6 text, an image grid (1, 3, 4), 2 text (positions_mrope); D = 16: 8 pairs,
-    // sections (2, 3, 3) contiguous, (4, 2, 2) interleaved.
-    problem pr(scheme::rope, true, seed);
-    const std::vector<mrope_segment> seg = {{6, 1, 3, 4}, {2, 0, 0, 0}};
-    const auto image = positions_mrope(seg);
-    auto with_ids = [&](const std::vector<int64_t>& ids, bool interleaved) {
-      return pr.run([&](attention_params<double>& p) {
-        p.pos.rope = {};
-        p.pos.mrope.freqs = &pr.freqs;
-        p.pos.mrope.section =
-            interleaved ? std::array<int64_t, 3>{4, 2, 2} : std::array<int64_t, 3>{2, 3, 3};
-        p.pos.mrope.interleaved = interleaved;
-        p.pos.mrope.q_positions = ids;
-        p.pos.mrope.k_positions = ids;
-      });
-    };
-    std::vector<int64_t> text(3 * pr.N);
-    for (int64_t e = 0; e < 3 * pr.N; ++e) text[e] = e % pr.N;
-    const auto rope = pr.run();
-    for (const bool interleaved : {false, true}) {
-      const auto a = with_ids(text, interleaved);
-      r.push_back(equal_check(
-          fmt::format("mrope_{}_text_is_rope", interleaved ? "interleaved" : "contiguous"),
-          "mrope: with the same id in all three rows (text tokens) attention equals RoPE's",
-          max_abs_diff(a.data(), rope.data(), static_cast<int64_t>(a.size())), pr.tolerance(pr.N),
-          "causal; ids 0..N-1 in every row"));
-    }
-    const int64_t c = 1000003;
-    std::vector<int64_t> shifted = image;
-    for (auto& x : shifted) x += c;
-    const auto a = with_ids(image, false), b = with_ids(shifted, false);
-    r.push_back(equal_check(
-        "mrope_translation_invariant",
-        fmt::format("mrope: shifting every id of the three rows by c = {} leaves the outputs "
-                    "unchanged",
-                    c),
-        max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), pr.tolerance(pr.N),
-        "causal; 6 text tokens, an image grid (1, 3, 4), 2 text tokens; exact angles"));
-    r.push_back(breaks_check(
-        "mrope_image_ids_change_attention",
-        "mrope: an image's height and width ids change attention against text ids 0..N-1",
-        max_abs_diff(a.data(), with_ids(text, false).data(), static_cast<int64_t>(a.size())),
-        pr.tolerance(pr.N), "causal; the same tokens with image ids vs text ids"));
-  }
-  {  // An absolute scheme: sinusoidal PE added to the input (q = k = v = x + PE(pos)).
-    problem pa(scheme::none, true, seed);
-    sinusoidal_params sp;
-    sp.width = pa.D;
-    auto absolute = [&](int64_t shift) {
-      std::vector<int64_t> pos(pa.N);
-      for (int64_t i = 0; i < pa.N; ++i) pos[i] = i + shift;
-      const auto pe = sinusoidal_table(sp, pos);  // (N, D)
-      problem x = pa;
-      for (int64_t t = 0; t < x.N; ++t) {
-        for (int64_t h = 0; h < x.Hq; ++h)
-          for (int64_t d = 0; d < x.D; ++d) x.q[(t * x.Hq + h) * x.D + d] += pe[t * x.D + d];
-        for (int64_t h = 0; h < x.Hkv; ++h)
-          for (int64_t d = 0; d < x.D; ++d) {
-            x.k[(t * x.Hkv + h) * x.D + d] += pe[t * x.D + d];
-            x.v[(t * x.Hkv + h) * x.D + d] += pe[t * x.D + d];
-          }
-      }
-      x.recompute_magnitudes(1, 0, 0);
-      return std::make_pair(x.run(), x.tolerance(x.N));
-    };
-    const auto [a, ta] = absolute(0);
-    const auto [b, tb] = absolute(1000003);
-    r.push_back(breaks_check(
-        "sinusoidal_not_translation_invariant",
-        "An absolute scheme (sinusoidal PE added to the input) changes when positions shift",
-        max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), std::max(ta, tb),
-        "causal; PE(pos) vs PE(pos + 1000003) added to q, k and v"));
-  }
+}
 
-  // Packed documents, padding, cache: for no scheme and every scheme, causal.
+// M-RoPE (Wang et al. 2024, sec. 2.1): each pair turns at one component's ids for q and k
+// alike, so R(a)^T R(b) = R(b - a) per pair and shifting every id of every row by the same
+// c changes nothing; text tokens (equal ids in the three rows) are RoPE at that id. N = 20
+// tokens: 6 text, an image grid (1, 3, 4), 2 text (positions_mrope); D = 16: 8 pairs,
+// sections (2, 3, 3) contiguous, (4, 2, 2) interleaved.
+void mrope_checks(std::vector<check_result>& r, uint64_t seed) {
+  problem pr(scheme::rope, true, seed);
+  const std::vector<mrope_segment> seg = {{6, 1, 3, 4}, {2, 0, 0, 0}};
+  const auto image = positions_mrope(seg);
+  auto with_ids = [&](const std::vector<int64_t>& ids, bool interleaved) {
+    return pr.run([&](attention_params<double>& p) {
+      p.pos.rope = {};
+      p.pos.mrope.freqs = &pr.freqs;
+      p.pos.mrope.section =
+          interleaved ? std::array<int64_t, 3>{4, 2, 2} : std::array<int64_t, 3>{2, 3, 3};
+      p.pos.mrope.interleaved = interleaved;
+      p.pos.mrope.q_positions = ids;
+      p.pos.mrope.k_positions = ids;
+    });
+  };
+  std::vector<int64_t> text(3 * pr.N);
+  for (int64_t e = 0; e < 3 * pr.N; ++e) text[e] = e % pr.N;
+  const auto rope = pr.run();
+  for (const bool interleaved : {false, true}) {
+    const auto a = with_ids(text, interleaved);
+    r.push_back(equal_check(
+        fmt::format("mrope_{}_text_is_rope", interleaved ? "interleaved" : "contiguous"),
+        "mrope: with the same id in all three rows (text tokens) attention equals RoPE's",
+        max_abs_diff(a.data(), rope.data(), static_cast<int64_t>(a.size())), pr.tolerance(pr.N),
+        "causal; ids 0..N-1 in every row"));
+  }
+  const int64_t c = 1000003;
+  std::vector<int64_t> shifted = image;
+  for (auto& x : shifted) x += c;
+  const auto a = with_ids(image, false), b = with_ids(shifted, false);
+  r.push_back(equal_check(
+      "mrope_translation_invariant",
+      fmt::format("mrope: shifting every id of the three rows by c = {} leaves the outputs "
+                  "unchanged",
+                  c),
+      max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), pr.tolerance(pr.N),
+      "causal; 6 text tokens, an image grid (1, 3, 4), 2 text tokens; exact angles"));
+  r.push_back(breaks_check(
+      "mrope_image_ids_change_attention",
+      "mrope: an image's height and width ids change attention against text ids 0..N-1",
+      max_abs_diff(a.data(), with_ids(text, false).data(), static_cast<int64_t>(a.size())),
+      pr.tolerance(pr.N), "causal; the same tokens with image ids vs text ids"));
+}
+
+// An absolute scheme: sinusoidal PE added to the input (q = k = v = x + PE(pos)).
+void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
+  problem pa(scheme::none, true, seed);
+  sinusoidal_params sp;
+  sp.width = pa.D;
+  auto absolute = [&](int64_t shift) {
+    std::vector<int64_t> pos(pa.N);
+    for (int64_t i = 0; i < pa.N; ++i) pos[i] = i + shift;
+    const auto pe = sinusoidal_table(sp, pos);  // (N, D)
+    problem x = pa;
+    for (int64_t t = 0; t < x.N; ++t) {
+      for (int64_t h = 0; h < x.Hq; ++h)
+        for (int64_t d = 0; d < x.D; ++d) x.q[(t * x.Hq + h) * x.D + d] += pe[t * x.D + d];
+      for (int64_t h = 0; h < x.Hkv; ++h)
+        for (int64_t d = 0; d < x.D; ++d) {
+          x.k[(t * x.Hkv + h) * x.D + d] += pe[t * x.D + d];
+          x.v[(t * x.Hkv + h) * x.D + d] += pe[t * x.D + d];
+        }
+    }
+    x.recompute_magnitudes(1, 0, 0);
+    return std::make_pair(x.run(), x.tolerance(x.N));
+  };
+  const auto [a, ta] = absolute(0);
+  const auto [b, tb] = absolute(1000003);
+  r.push_back(breaks_check(
+      "sinusoidal_not_translation_invariant",
+      "An absolute scheme (sinusoidal PE added to the input) changes when positions shift",
+      max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), std::max(ta, tb),
+      "causal; PE(pos) vs PE(pos + 1000003) added to q, k and v"));
+}
+
+// Packed documents, padding, cache: for no scheme and every scheme, causal.
+void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
                    scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
@@ -630,6 +636,20 @@ std::vector<check_result> attention_checks() {
         cache_deviation(ps), ps.tolerance(ps.N),
         "causal; keys rotated once on append, positions continue after the prefix"));
   }
+}
+
+}  // namespace
+
+std::vector<check_result> attention_checks() {
+  std::vector<check_result> r;
+  const uint64_t seed = 12345;
+  permutation_checks(r, seed);
+  relative_translation_checks(r, seed);
+  cope_checks(r, seed);
+  translation_checks(r, seed);
+  mrope_checks(r, seed);
+  absolute_scheme_check(r, seed);
+  document_checks(r, seed);
   // The case table's small list: check mode (tiled vs reference) and grad mode.
   for (const auto& c : attention_cases::check_cases()) {
     r.push_back(attention_cases::check_case(c));
