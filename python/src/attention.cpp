@@ -162,14 +162,8 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
   return s;
 }
 
-// Every option but q, k and v, for a call of s's shapes (B, T, S, Hq, Hkv, D set).
-void parse_options(attn_setup& s, const py::dict& opts) {
-  s.causal = opt(opts, "causal").is_none() ? false : opt(opts, "causal").cast<bool>();
-  if (!opt(opts, "scale").is_none()) s.scale = opt(opts, "scale").cast<double>();
-  if (!opt(opts, "window").is_none()) {
-    s.window = opt(opts, "window").cast<int64_t>();
-    if (s.window < 0) fail("window must be >= 0 (0 or None = no window), got {}", s.window);
-  }
+// RoPE and M-RoPE: the frequencies, layout, angle and whether the ids have three rows.
+void parse_rope(attn_setup& s, const py::dict& opts) {
   if (!opt(opts, "rope").is_none()) {
     const auto& c = opt(opts, "rope").cast<const rope_config&>();
     if (c.head_dim != s.D)
@@ -205,6 +199,10 @@ void parse_options(attn_setup& s, const py::dict& opts) {
       s.mrope_interleaved = c.mrope_interleaved;
     }
   }
+}
+
+// Position ids (three rows for M-RoPE; the temporal row drives masks and biases).
+void parse_positions(attn_setup& s, const py::dict& opts) {
   if (s.mrope) {
     s.qids = mrope_ints(opt(opts, "q_positions"), "q_positions", s.B, s.T, s.batched, "T",
                         &s.qpos_shared);
@@ -220,6 +218,10 @@ void parse_options(attn_setup& s, const py::dict& opts) {
     s.kpos = per_batch_ints(opt(opts, "k_positions"), "k_positions", s.B, s.S, s.batched, "S",
                             &s.kpos_shared);
   }
+}
+
+// key_padding and cu_seqlens.
+void parse_masks(attn_setup& s, const py::dict& opts) {
   if (!opt(opts, "key_padding").is_none()) {
     const py::array m = as_array(opt(opts, "key_padding"), "key_padding");
     if (m.dtype().kind() != 'b' && !m.dtype().is(py::dtype::of<uint8_t>()))
@@ -243,6 +245,10 @@ void parse_options(attn_setup& s, const py::dict& opts) {
     s.cu = int_values(opt(opts, "cu_seqlens"), "cu_seqlens");
     validate_cu_seqlens(s.cu, s.S, "cu_seqlens");
   }
+}
+
+// ALiBi, T5 and Shaw.
+void parse_biases(attn_setup& s, const py::dict& opts) {
   const py::handle alibi = opt(opts, "alibi");
   if (py::isinstance<py::bool_>(alibi)) {
     if (alibi.cast<bool>()) s.slopes = alibi_slopes(s.Hq);
@@ -286,7 +292,10 @@ void parse_options(attn_setup& s, const py::dict& opts) {
       (i == 0 ? s.shaw_keys : s.shaw_values) = a;
     }
   }
+}
 
+// The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
+void parse_research(attn_setup& s, const py::dict& opts) {
   // Kerple (Chi et al. 2022): per-head a1, a2 (rows of a (2, Hq) table).
   if (!opt(opts, "kerple").is_none()) {
     const py::array a = float_table(opt(opts, "kerple"), "kerple");
@@ -350,6 +359,21 @@ void parse_options(attn_setup& s, const py::dict& opts) {
           "al. 2024)");
     s.cope = a;
   }
+}
+
+// Every option but q, k and v, for a call of s's shapes (B, T, S, Hq, Hkv, D set).
+void parse_options(attn_setup& s, const py::dict& opts) {
+  s.causal = opt(opts, "causal").is_none() ? false : opt(opts, "causal").cast<bool>();
+  if (!opt(opts, "scale").is_none()) s.scale = opt(opts, "scale").cast<double>();
+  if (!opt(opts, "window").is_none()) {
+    s.window = opt(opts, "window").cast<int64_t>();
+    if (s.window < 0) fail("window must be >= 0 (0 or None = no window), got {}", s.window);
+  }
+  parse_rope(s, opts);
+  parse_positions(s, opts);
+  parse_masks(s, opts);
+  parse_biases(s, opts);
+  parse_research(s, opts);
   // Which schemes may be on together (schemes.hpp's one rule) is checked by the engine, which
   // sees every scheme of the call (M-RoPE included).
 }
