@@ -286,28 +286,32 @@ struct bwd_scratch {
   std::vector<int64_t> cidx;      // (R, Bk): the table row of each pair of the block
 };
 
+// One work item's state, shared by its steps (backward_item): the problem, the scratch, kv
+// head hk and the item's parameter-gradient buffers.
 template <typename Real>
-void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t hk) {
-  const auto& p = *pr.p;
-  const auto& g = *pr.g;
-  const auto& pl = *pr.pl;
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, Dp = pr.Dp, G = pl.group;
-  const int64_t C = pr.C;
-  const auto* rel = pr.rel;
-  const auto& biases = pr.terms->biases;
-  const Real scale = static_cast<Real>(pl.scale);
-  const Real* ones = pr.ones.data();
-  const bool simple = pr.simple;
-  // This item's parameter-gradient buffers (null = not wanted); the relative tables' row sums
-  // also feed dq, so they are always formed.
-  std::vector<double*> dbias(biases.size(), nullptr);
-  bool want_params = rel != nullptr;
-  for (size_t b = 0; b < biases.size(); ++b) {
-    const int64_t n = biases[b]->grad_size();
-    if (n > 0) dbias[b] = (*pr.dbias)[b].data() + hk * n, want_params = true;
-  }
+struct bwd_item {
+  const bwd_problem<Real>& pr;
+  bwd_scratch<Real>& sc;
+  int64_t hk = 0;
+  std::vector<double*> dbias;  // per bias: its gradient row of head hk, or null (not wanted)
+  bool want_params = false;    // any parameter gradient, or relative tables (they feed dq)
+  double* dak = nullptr;       // (C, D) of head hk, or null without relative tables
+  double* dav = nullptr;       // (C, D)
+};
 
-  // Pack this head's keys and values.
+// One block of queries [i0, i1) of an item: tile row r holds query head hk * G + r / nq and
+// query i0 + r % nq.
+struct bwd_rows {
+  int64_t hk, G, i0, i1, nq, R;
+  int64_t head_of(int64_t r) const { return hk * G + r / nq; }
+  int64_t query_of(int64_t r) const { return i0 + r % nq; }
+};
+
+// Pack: kT, vT (D, Bk) per key block and kr (Bk, D) of head hk, zero-padded; dK = dV = 0.
+template <typename Real>
+inline void pack_head(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t hk) {
+  const auto& p = *pr.p;
+  const int64_t S = p.S, Hkv = p.Hkv, D = p.D, Dp = pr.Dp;
   std::fill(sc.kT.begin(), sc.kT.end(), Real(0));
   std::fill(sc.vT.begin(), sc.vT.end(), Real(0));
   std::fill(sc.kr.begin(), sc.kr.end(), Real(0));
@@ -324,54 +328,241 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
   }
   std::fill(sc.dK.begin(), sc.dK.end(), Real(0));
   std::fill(sc.dV.begin(), sc.dV.end(), Real(0));
-  double* dak = rel ? pr.dak->data() + hk * C * D : nullptr;
-  double* dav = rel ? pr.dav->data() + hk * C * D : nullptr;
+}
 
-  const int64_t nqb = (T + pr.bq - 1) / pr.bq;
-  for (int64_t qb = 0; qb < nqb; ++qb) {
-    const int64_t i0 = qb * pr.bq, i1 = std::min(T, i0 + pr.bq), nq = i1 - i0, R = G * nq;
-    auto head_of = [&](int64_t r) { return hk * G + r / nq; };
-    auto query_of = [&](int64_t r) { return i0 + r % nq; };
-    Real* Qs = sc.Qs.data();
-    Real* dO = sc.dO.data();
-    Real* dQ = sc.dQ.data();
-    bool any_live = false;
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t i = query_of(r), h = head_of(r);
-      const Real* qi = pr.q + (i * Hq + h) * D;
-      const Real* doi = g.dout + (i * Hq + h) * D;
-      for (int64_t d = 0; d < D; ++d) {
-        Qs[r * Dp + d] = scale * qi[d];
-        dO[r * Dp + d] = doi[d];
-      }
-      std::fill(Qs + r * Dp + D, Qs + (r + 1) * Dp, Real(0));
-      std::fill(dO + r * Dp + D, dO + (r + 1) * Dp, Real(0));
-      sc.lse_r[r] = g.lse[i * Hq + h];
-      sc.D_r[r] = pr.Drow[i * Hq + h];
-      any_live |= !std::isinf(g.lse[i * Hq + h]);
+// Qs = scale q' rows, dO rows, the rows' lse and D_i, dQ = 0; hooks 2a, 3: qa = Qs a^K^T,
+// doa = dO a^V^T. False (and dq' = 0 for every row) when no row sees a key.
+template <typename Real>
+inline bool load_query_block(bwd_item<Real>& it, const bwd_rows& rw) {
+  const auto& pr = it.pr;
+  auto& sc = it.sc;
+  const auto& p = *pr.p;
+  const auto& g = *pr.g;
+  const int64_t Hq = p.Hq, D = p.D, Dp = pr.Dp, C = pr.C, R = rw.R;
+  const auto* rel = pr.rel;
+  const Real scale = static_cast<Real>(pr.pl->scale);
+  Real* Qs = sc.Qs.data();
+  Real* dO = sc.dO.data();
+  bool any_live = false;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t i = rw.query_of(r), h = rw.head_of(r);
+    const Real* qi = pr.q + (i * Hq + h) * D;
+    const Real* doi = g.dout + (i * Hq + h) * D;
+    for (int64_t d = 0; d < D; ++d) {
+      Qs[r * Dp + d] = scale * qi[d];
+      dO[r * Dp + d] = doi[d];
     }
-    std::fill(dQ, dQ + R * Dp, Real(0));
-    if (!any_live) {  // every row sees nothing: no gradient flows
-      for (int64_t r = 0; r < R; ++r)
-        std::fill_n(pr.dq + (query_of(r) * Hq + head_of(r)) * D, D, Real(0));
+    std::fill(Qs + r * Dp + D, Qs + (r + 1) * Dp, Real(0));
+    std::fill(dO + r * Dp + D, dO + (r + 1) * Dp, Real(0));
+    sc.lse_r[r] = g.lse[i * Hq + h];
+    sc.D_r[r] = pr.Drow[i * Hq + h];
+    any_live |= !std::isinf(g.lse[i * Hq + h]);
+  }
+  std::fill(sc.dQ.data(), sc.dQ.data() + R * Dp, Real(0));
+  if (!any_live) {  // every row sees nothing: no gradient flows
+    for (int64_t r = 0; r < R; ++r)
+      std::fill_n(pr.dq + (rw.query_of(r) * Hq + rw.head_of(r)) * D, D, Real(0));
+    return false;
+  }
+  if (rel) {
+    // qa = Qs . a^K_c (scale q'_i . a^K_c, hook 2a's score term), doa = dO_i . a^V_c.
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        Real a = 0, b = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          a += Qs[r * Dp + d] * rel->keys[c * D + d];
+          b += dO[r * Dp + d] * rel->values[c * D + d];
+        }
+        sc.qa[r * C + c] = a;
+        sc.doa[r * C + c] = b;
+      }
+    std::fill(sc.wds.begin(), sc.wds.begin() + R * C, 0.0);
+    std::fill(sc.wp.begin(), sc.wp.begin() + R * C, 0.0);
+  }
+  return true;
+}
+
+// Step 3 with simple masks (token-index masks are one key range per row; positions only shift
+// biases): the rows' visible ranges, the score terms beyond q.k over them and hook 3's term of
+// dP, then P and dS in place (s <- P, dp <- dS) and the parameter gradients.
+template <typename Real>
+inline void softmax_block_simple(bwd_item<Real>& it, const bwd_rows& rw, int64_t j0, int64_t nb) {
+  const auto& pr = it.pr;
+  auto& sc = it.sc;
+  const auto& p = *pr.p;
+  const auto& pl = *pr.pl;
+  const int64_t T = p.T, S = p.S, C = pr.C, R = rw.R;
+  const auto* rel = pr.rel;
+  const auto& biases = pr.terms->biases;
+  Real* s = sc.s.data();
+  Real* dp = sc.dp.data();
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t i = rw.query_of(r), qi = S - T + i;
+    const int64_t hi_tok = p.causal ? qi + 1 : S;
+    const int64_t lo_tok = p.window > 0 ? qi - p.window + 1 : 0;
+    const bool live = pl.qvalid[i] && !std::isinf(sc.lse_r[r]);
+    sc.jlo[r] = std::clamp<int64_t>(lo_tok - j0, 0, nb);
+    sc.jhi[r] = live ? std::clamp<int64_t>(hi_tok - j0, sc.jlo[r], nb) : sc.jlo[r];
+  }
+  // Score terms beyond q.k over each row's visible keys, and hook 3's term of dP.
+  if (rel || !biases.empty())
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = rw.query_of(r), h = rw.head_of(r), qp = pl.qpos[i];
+      const int64_t lo = sc.jlo[r], n = sc.jhi[r] - lo;
+      const int64_t* kp = pl.kpos.data() + j0 + lo;
+      Real* srow = s + r * kBk + lo;
+      if (rel) {
+        int64_t* cr = sc.cidx.data() + r * kBk + lo;
+        Real* dprow = dp + r * kBk + lo;
+        rel->index_row(qp, kp, n, cr);
+        for (int64_t jj = 0; jj < n; ++jj) {
+          srow[jj] += sc.qa[r * C + cr[jj]];
+          dprow[jj] += sc.doa[r * C + cr[jj]];
+        }
+      }
+      for (const auto& b : biases) b->add_row(h, qp, kp, n, pr.kpos_contiguous, srow);
+    }
+  if constexpr (std::is_same_v<Real, float>) {
+    detail::softmax_backward_block_f32(R, s, dp, sc.jlo.data(), sc.jhi.data(), sc.lse_r.data(),
+                                       sc.D_r.data());
+  } else {
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t jj = 0; jj < kBk; ++jj) {
+        const bool vis = jj >= sc.jlo[r] && jj < sc.jhi[r];
+        const Real pij = no_subnormal(vis ? std::exp(s[r * kBk + jj] - sc.lse_r[r]) : Real(0));
+        dp[r * kBk + jj] = no_subnormal(pij * (dp[r * kBk + jj] - sc.D_r[r]));
+        s[r * kBk + jj] = pij;
+      }
+  }
+  if (it.want_params)  // parameter gradients from dS (and P for hook 3)
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = rw.query_of(r), h = rw.head_of(r), qp = pl.qpos[i];
+      const int64_t lo = sc.jlo[r], n = sc.jhi[r] - lo;
+      const int64_t* kp = pl.kpos.data() + j0 + lo;
+      for (size_t b = 0; b < biases.size(); ++b)
+        if (it.dbias[b]) biases[b]->grad_row(h, qp, kp, n, dp + r * kBk + lo, it.dbias[b]);
+      if (rel) {
+        const int64_t* cr = sc.cidx.data() + r * kBk + lo;
+        for (int64_t jj = 0; jj < n; ++jj) {
+          sc.wds[r * C + cr[jj]] += double(dp[r * kBk + lo + jj]);
+          sc.wp[r * C + cr[jj]] += double(s[r * kBk + lo + jj]);
+        }
+      }
+    }
+}
+
+// Step 3 with general masks (padding, documents, pad queries): the predicate per pair, after
+// the terms are added over the whole block row.
+template <typename Real>
+inline void softmax_block_general(bwd_item<Real>& it, const bwd_rows& rw, int64_t j0, int64_t nb) {
+  const auto& pr = it.pr;
+  auto& sc = it.sc;
+  const auto& p = *pr.p;
+  const auto& pl = *pr.pl;
+  const int64_t T = p.T, S = p.S, C = pr.C, R = rw.R;
+  const auto* rel = pr.rel;
+  const auto& biases = pr.terms->biases;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t i = rw.query_of(r), h = rw.head_of(r);
+    const Real lse = sc.lse_r[r], Di = sc.D_r[r];
+    const int64_t qp = pl.qpos[i];
+    const int64_t* kp = pl.kpos.data() + j0;
+    Real* srow = sc.s.data() + r * kBk;
+    Real* dprow = sc.dp.data() + r * kBk;
+    int64_t* cr = sc.cidx.data() + r * kBk;
+    if (std::isinf(lse)) {  // the row sees nothing
+      std::fill(srow, srow + kBk, Real(0));
+      std::fill(dprow, dprow + kBk, Real(0));
       continue;
     }
     if (rel) {
-      // qa = Qs . a^K_c (scale q'_i . a^K_c, hook 2a's score term), doa = dO_i . a^V_c.
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t c = 0; c < C; ++c) {
-          Real a = 0, b = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            a += Qs[r * Dp + d] * rel->keys[c * D + d];
-            b += dO[r * Dp + d] * rel->values[c * D + d];
-          }
-          sc.qa[r * C + c] = a;
-          sc.doa[r * C + c] = b;
-        }
-      std::fill(sc.wds.begin(), sc.wds.begin() + R * C, 0.0);
-      std::fill(sc.wp.begin(), sc.wp.begin() + R * C, 0.0);
+      rel->index_row(qp, kp, nb, cr);
+      for (int64_t jj = 0; jj < nb; ++jj) {
+        srow[jj] += sc.qa[r * C + cr[jj]];
+        dprow[jj] += sc.doa[r * C + cr[jj]];
+      }
     }
+    for (const auto& b : biases) b->add_row(h, qp, kp, nb, pr.kpos_contiguous, srow);
+    for (int64_t jj = 0; jj < kBk; ++jj) {
+      if (jj >= nb || !detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj)) {
+        srow[jj] = 0;
+        dprow[jj] = 0;
+        continue;
+      }
+      const Real pij = no_subnormal(std::exp(srow[jj] - lse));
+      dprow[jj] = no_subnormal(pij * (dprow[jj] - Di));
+      srow[jj] = pij;
+    }
+    for (size_t b = 0; b < biases.size(); ++b)
+      if (it.dbias[b]) biases[b]->grad_row(h, qp, kp, nb, dprow, it.dbias[b]);
+    if (rel)
+      for (int64_t jj = 0; jj < nb; ++jj) {
+        sc.wds[r * C + cr[jj]] += double(dprow[jj]);
+        sc.wp[r * C + cr[jj]] += double(srow[jj]);
+      }
+  }
+}
 
+// dq' = scale (dQ + sum_c w_c a^K_c) of the block's rows; relative table gradients.
+template <typename Real>
+inline void store_query_block(bwd_item<Real>& it, const bwd_rows& rw) {
+  const auto& pr = it.pr;
+  auto& sc = it.sc;
+  const int64_t Hq = pr.p->Hq, D = pr.p->D, Dp = pr.Dp, C = pr.C;
+  const auto* rel = pr.rel;
+  const Real scale = static_cast<Real>(pr.pl->scale);
+  for (int64_t r = 0; r < rw.R; ++r) {
+    const int64_t i = rw.query_of(r), h = rw.head_of(r);
+    Real* dqr = sc.dQ.data() + r * Dp;
+    if (rel) {
+      for (int64_t c = 0; c < C; ++c) {
+        const double wds = sc.wds[r * C + c], wp = sc.wp[r * C + c];
+        if (wds == 0 && wp == 0) continue;
+        for (int64_t d = 0; d < D; ++d) {
+          dqr[d] += static_cast<Real>(wds) * rel->keys[c * D + d];
+          it.dak[c * D + d] += wds * double(sc.Qs[r * Dp + d]);
+          it.dav[c * D + d] += wp * double(sc.dO[r * Dp + d]);
+        }
+      }
+    }
+    Real* out = pr.dq + (i * Hq + h) * D;
+    for (int64_t d = 0; d < D; ++d) out[d] = scale * dqr[d];
+  }
+}
+
+template <typename Real>
+void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t hk) {
+  const auto& p = *pr.p;
+  const int64_t T = p.T, S = p.S, Hkv = p.Hkv, D = p.D, Dp = pr.Dp, G = pr.pl->group;
+  const int64_t C = pr.C;
+  const auto& biases = pr.terms->biases;
+  const Real* ones = pr.ones.data();
+  // This item's parameter-gradient buffers (null = not wanted); the relative tables' row sums
+  // also feed dq, so they are always formed.
+  std::vector<double*> dbias(biases.size(), nullptr);
+  bool want_params = pr.rel != nullptr;
+  for (size_t b = 0; b < biases.size(); ++b) {
+    const int64_t n = biases[b]->grad_size();
+    if (n > 0) dbias[b] = (*pr.dbias)[b].data() + hk * n, want_params = true;
+  }
+  pack_head(pr, sc, hk);
+  bwd_item<Real> it{pr,
+                    sc,
+                    hk,
+                    std::move(dbias),
+                    want_params,
+                    pr.rel ? pr.dak->data() + hk * C * D : nullptr,
+                    pr.rel ? pr.dav->data() + hk * C * D : nullptr};
+
+  const int64_t nqb = (T + pr.bq - 1) / pr.bq;
+  for (int64_t qb = 0; qb < nqb; ++qb) {
+    const int64_t i0 = qb * pr.bq, i1 = std::min(T, i0 + pr.bq), nq = i1 - i0;
+    const bwd_rows rw{hk, G, i0, i1, nq, G * nq};
+    const int64_t R = rw.R;
+    if (!load_query_block(it, rw)) continue;
+    Real* Qs = sc.Qs.data();
+    Real* dO = sc.dO.data();
+    Real* dQ = sc.dQ.data();
     // Key range any row of this block may see (causal and window rules), in whole blocks.
     int64_t j_begin = 0, j_end = S;
     if (p.causal) j_end = std::clamp<int64_t>(S - T + i1, 0, S);
@@ -384,134 +575,21 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
       block_gemm(R, kBk, Qs, Dp, sc.kT.data() + kb * Dp * kBk, kBk, s, kBk, D, false, ones, 1);
       block_gemm(R, kBk, dO, Dp, sc.vT.data() + kb * Dp * kBk, kBk, dp, kBk, D, false, ones, 1);
       // 3: P and dS per pair, in place (s <- P, dp <- dS).
-      if (simple) {
-        // Token-index masks are one key range per row; positions only shift biases.
-        for (int64_t r = 0; r < R; ++r) {
-          const int64_t i = query_of(r), qi = S - T + i;
-          const int64_t hi_tok = p.causal ? qi + 1 : S;
-          const int64_t lo_tok = p.window > 0 ? qi - p.window + 1 : 0;
-          const bool live = pl.qvalid[i] && !std::isinf(sc.lse_r[r]);
-          sc.jlo[r] = std::clamp<int64_t>(lo_tok - j0, 0, nb);
-          sc.jhi[r] = live ? std::clamp<int64_t>(hi_tok - j0, sc.jlo[r], nb) : sc.jlo[r];
-        }
-        // Score terms beyond q.k over each row's visible keys, and hook 3's term of dP.
-        if (rel || !biases.empty())
-          for (int64_t r = 0; r < R; ++r) {
-            const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
-            const int64_t lo = sc.jlo[r], n = sc.jhi[r] - lo;
-            const int64_t* kp = pl.kpos.data() + j0 + lo;
-            Real* srow = s + r * kBk + lo;
-            if (rel) {
-              int64_t* cr = sc.cidx.data() + r * kBk + lo;
-              Real* dprow = dp + r * kBk + lo;
-              rel->index_row(qp, kp, n, cr);
-              for (int64_t jj = 0; jj < n; ++jj) {
-                srow[jj] += sc.qa[r * C + cr[jj]];
-                dprow[jj] += sc.doa[r * C + cr[jj]];
-              }
-            }
-            for (const auto& b : biases) b->add_row(h, qp, kp, n, pr.kpos_contiguous, srow);
-          }
-        if constexpr (std::is_same_v<Real, float>) {
-          detail::softmax_backward_block_f32(R, s, dp, sc.jlo.data(), sc.jhi.data(),
-                                             sc.lse_r.data(), sc.D_r.data());
-        } else {
-          for (int64_t r = 0; r < R; ++r)
-            for (int64_t jj = 0; jj < kBk; ++jj) {
-              const bool vis = jj >= sc.jlo[r] && jj < sc.jhi[r];
-              const Real pij =
-                  no_subnormal(vis ? std::exp(s[r * kBk + jj] - sc.lse_r[r]) : Real(0));
-              dp[r * kBk + jj] = no_subnormal(pij * (dp[r * kBk + jj] - sc.D_r[r]));
-              s[r * kBk + jj] = pij;
-            }
-        }
-        if (want_params)  // parameter gradients from dS (and P for hook 3)
-          for (int64_t r = 0; r < R; ++r) {
-            const int64_t i = query_of(r), h = head_of(r), qp = pl.qpos[i];
-            const int64_t lo = sc.jlo[r], n = sc.jhi[r] - lo;
-            const int64_t* kp = pl.kpos.data() + j0 + lo;
-            for (size_t b = 0; b < biases.size(); ++b)
-              if (dbias[b]) biases[b]->grad_row(h, qp, kp, n, dp + r * kBk + lo, dbias[b]);
-            if (rel) {
-              const int64_t* cr = sc.cidx.data() + r * kBk + lo;
-              for (int64_t jj = 0; jj < n; ++jj) {
-                sc.wds[r * C + cr[jj]] += double(dp[r * kBk + lo + jj]);
-                sc.wp[r * C + cr[jj]] += double(s[r * kBk + lo + jj]);
-              }
-            }
-          }
-      } else {
-        // General masks (padding, documents, pad queries): the predicate per pair, after the
-        // terms are added over the whole block row.
-        for (int64_t r = 0; r < R; ++r) {
-          const int64_t i = query_of(r), h = head_of(r);
-          const Real lse = sc.lse_r[r], Di = sc.D_r[r];
-          const int64_t qp = pl.qpos[i];
-          const int64_t* kp = pl.kpos.data() + j0;
-          Real* srow = s + r * kBk;
-          Real* dprow = dp + r * kBk;
-          int64_t* cr = sc.cidx.data() + r * kBk;
-          if (std::isinf(lse)) {  // the row sees nothing
-            std::fill(srow, srow + kBk, Real(0));
-            std::fill(dprow, dprow + kBk, Real(0));
-            continue;
-          }
-          if (rel) {
-            rel->index_row(qp, kp, nb, cr);
-            for (int64_t jj = 0; jj < nb; ++jj) {
-              srow[jj] += sc.qa[r * C + cr[jj]];
-              dprow[jj] += sc.doa[r * C + cr[jj]];
-            }
-          }
-          for (const auto& b : biases) b->add_row(h, qp, kp, nb, pr.kpos_contiguous, srow);
-          for (int64_t jj = 0; jj < kBk; ++jj) {
-            if (jj >= nb || !detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj)) {
-              srow[jj] = 0;
-              dprow[jj] = 0;
-              continue;
-            }
-            const Real pij = no_subnormal(std::exp(srow[jj] - lse));
-            dprow[jj] = no_subnormal(pij * (dprow[jj] - Di));
-            srow[jj] = pij;
-          }
-          for (size_t b = 0; b < biases.size(); ++b)
-            if (dbias[b]) biases[b]->grad_row(h, qp, kp, nb, dprow, dbias[b]);
-          if (rel)
-            for (int64_t jj = 0; jj < nb; ++jj) {
-              sc.wds[r * C + cr[jj]] += double(dprow[jj]);
-              sc.wp[r * C + cr[jj]] += double(srow[jj]);
-            }
-        }
-      }
+      if (pr.simple)
+        softmax_block_simple(it, rw, j0, nb);
+      else
+        softmax_block_general(it, rw, j0, nb);
       // 4, 5: dV += P^T dO, dK += dS^T Qs over the block's keys (P and dS read transposed);
       // 6: dQ += dS kr.
       block_gemm(nb, Dp, s, 1, dO, Dp, sc.dV.data() + j0 * Dp, Dp, R, true, ones, kBk);
       block_gemm(nb, Dp, dp, 1, Qs, Dp, sc.dK.data() + j0 * Dp, Dp, R, true, ones, kBk);
       block_gemm(R, Dp, dp, kBk, sc.kr.data() + j0 * Dp, Dp, dQ, Dp, nb, true, ones, 1);
     }
-
-    // dq' = scale (dQ + sum_c w_c a^K_c); relative table gradients.
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t i = query_of(r), h = head_of(r);
-      Real* dqr = dQ + r * Dp;
-      if (rel) {
-        for (int64_t c = 0; c < C; ++c) {
-          const double wds = sc.wds[r * C + c], wp = sc.wp[r * C + c];
-          if (wds == 0 && wp == 0) continue;
-          for (int64_t d = 0; d < D; ++d) {
-            dqr[d] += static_cast<Real>(wds) * rel->keys[c * D + d];
-            dak[c * D + d] += wds * double(Qs[r * Dp + d]);
-            dav[c * D + d] += wp * double(dO[r * Dp + d]);
-          }
-        }
-      }
-      Real* out = pr.dq + (i * Hq + h) * D;
-      for (int64_t d = 0; d < D; ++d) out[d] = scale * dqr[d];
-    }
+    store_query_block(it, rw);
   }
   for (int64_t j = 0; j < S; ++j) {
     std::copy(sc.dK.data() + j * Dp, sc.dK.data() + j * Dp + D, pr.dk + (j * Hkv + hk) * D);
-    std::copy(sc.dV.data() + j * Dp, sc.dV.data() + j * Dp + D, g.dv + (j * Hkv + hk) * D);
+    std::copy(sc.dV.data() + j * Dp, sc.dV.data() + j * Dp + D, pr.g->dv + (j * Hkv + hk) * D);
   }
 }
 
