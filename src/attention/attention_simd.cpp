@@ -1237,12 +1237,12 @@ void merge_item(const simd_problem& pr, int64_t hk, int64_t qb, float* out_acc, 
   }
 }
 
-}  // namespace
-
-void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
-                        const engine_terms<float>& terms, int max_threads) {
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  simd_problem pr;
+// The call's problem without hook 1: K and V strides and storage, the scale, the padded row
+// width Dp, the key blocks, the query blocks of kSimdRows tile rows, the key-side flags and the
+// position terms.
+void init_problem(simd_problem& pr, const attention_params<float>& p, const attention_plan& pl,
+                  const engine_terms<float>& terms) {
+  const int64_t T = p.T, S = p.S, Hkv = p.Hkv, D = p.D;
   pr.p = &p;
   pr.pl = &pl;
   pr.q = p.q;
@@ -1267,7 +1267,6 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   const int64_t G = pl.group;
   pr.bq = std::max<int64_t>(1, kSimdRows / G);
   pr.nqb = (T + pr.bq - 1) / pr.bq;
-  int64_t rows = G * std::min(pr.bq, T);
 
   for (int64_t j = 0; j < S; ++j) {
     pr.kpos_contiguous &= pl.kpos[j] == j;
@@ -1278,14 +1277,29 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
     pr.rel = terms.relative.get();
     pr.C = pr.rel->C;
   }
+}
 
+// How the call runs, by shape only (the tiling changes no bit).
+struct simd_tiling {
+  bool pack = false;  // K transposed and V packed once for the whole call (prefill)
+  int64_t rows = 0;   // tile rows per item (at most)
+  int nth = 1;        // threads
+};
+
+// Split-K or packed, the query block size and the thread count; sets pr's bq, nqb, chunk, nch,
+// head_fastest, rows_max and pack_local.
+simd_tiling plan_tiling(simd_problem& pr, int max_threads) {
+  const auto& p = *pr.p;
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, G = pr.pl->group;
+  simd_tiling t;
+  t.rows = G * std::min(pr.bq, T);
   // Threads only pay off above ~1M multiply-adds (see attention.cpp).
   const double flops = double(Hq) * double(T) * double(std::max<int64_t>(S, 1)) * double(D);
   const int64_t by_work = std::max<int64_t>(1, static_cast<int64_t>(flops / double(1 << 20)));
   // Split-K (flash-decoding) for decode-like calls: chunks of SplitChunk keys, by shape only.
   // Few tile rows per item (decode with little or no grouping), or few items (decode and short
   // speculative steps with many query heads per kv head).
-  const bool split = (rows < 16 || Hkv * pr.nqb < kSplitItems) && S > kSplitKeysMin;
+  const bool split = (t.rows < 16 || Hkv * pr.nqb < kSplitItems) && S > kSplitKeysMin;
   if (split) {
     pr.chunk = SplitChunk(Hkv * pr.nqb, S);
     pr.nch = (S + pr.chunk - 1) / pr.chunk;
@@ -1293,35 +1307,65 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   pr.head_fastest = POSENC_HEAD_FAST && pr.nch > 1 && p.kv_head_stride == 0;
   // Packed: K transposed (and V packed) once for the whole call (prefill). Split calls read K in
   // place, each item packing its own blocks when it has kPackRows rows or more.
-  const bool pack = !split && rows >= 16 && S > 0;
+  t.pack = !split && t.rows >= 16 && S > 0;
   // Packed calls stream every key and value block of a head once per item: larger tiles
   // (more query rows per block read) cut that stream, which on a CPU with little L3 bandwidth
   // per core bounds the block products. By shape only: the tiling changes no bit (each row's
   // key blocks, order and arithmetic are the same in any tile).
-  if (pack) {
+  if (t.pack) {
     while (G * pr.bq * 2 <= kPackTileRows && pr.bq < T &&
            Hkv * ((T + 2 * pr.bq - 1) / (2 * pr.bq)) >= kMinPackItems)
       pr.bq *= 2;
     pr.nqb = (T + pr.bq - 1) / pr.bq;
-    rows = G * std::min(pr.bq, T);
+    t.rows = G * std::min(pr.bq, T);
   }
-  pr.rows_max = rows;
+  pr.rows_max = t.rows;
   const int64_t work = Hkv * pr.nqb * pr.nch;
-  const int nth = static_cast<int>(std::min<int64_t>({max_threads, work, by_work}));
-  std::vector<float> part;
-  if (pr.nch > 1) {
-    part.resize(static_cast<size_t>(Hkv * pr.nqb * pr.nch * rows * pr.part_row()));
-    pr.part = part.data();
-  }
+  t.nth = static_cast<int>(std::min<int64_t>({max_threads, work, by_work}));
+  pr.pack_local = !t.pack && t.rows >= kPackRows && S > 0;
+  return t;
+}
 
-  // Hook 1. With a row form (RoPE): per-position tables, applied to q rows as each item loads
-  // them and to key rows as they are packed; no transformed copy of q or K (the decode path,
-  // which reads K in place, still takes a copy of K). Without one: transformed copies.
-  pr.pack_local = !pack && rows >= kPackRows && S > 0;
+// Hook 1's buffers: transformed copies of q and K, or the per-position row tables.
+struct hook1_buffers {
+  std::vector<float> q_t, k_t, qtab, ktab;
+  bool fuse_k = false;  // K's tables applied as the keys are packed (ktab)
+};
+
+// A float32 copy of K in token-major order (S, Hkv, D), widened from half-precision storage and
+// gathered from head-major or blocked layouts, for hook 1's transformed copy.
+void widen_keys(const simd_problem& pr, std::vector<float>& k_t) {
+  const auto& p = *pr.p;
+  const int64_t S = p.S, Hkv = p.Hkv, D = p.D;
+  k_t.resize(static_cast<size_t>(S * Hkv * D));
+  if (p.kv_head_stride == 0) {
+    HWY_DYNAMIC_DISPATCH(WidenRows)(pr.kt, pr.krow(0, 0), k_t.data(), S * Hkv * D);
+  } else if (!pr.k_blocked) {  // gathered into token-major order, the layout tr->apply takes
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t hk = 0; hk < Hkv; ++hk) HWY_DYNAMIC_DISPATCH(WidenRows)
+    (pr.kt, pr.krow(j, hk), k_t.data() + (j * Hkv + hk) * D, D);
+  } else {  // the same from 8-key blocks (k_index), widened exactly
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t hk = 0; hk < Hkv; ++hk)
+        for (int64_t e = 0; e < D; ++e) {
+          const int64_t y = k_index(p, j, hk, e);
+          k_t[(j * Hkv + hk) * D + e] =
+              pr.kt == kv_storage::f32 ? p.k[y] : half_to_float(pr.kt, p.k16[y]);
+        }
+  }
+}
+
+// Hook 1. With a row form (RoPE): per-position tables, applied to q rows as each item loads
+// them and to key rows as they are packed; no transformed copy of q or K (the decode path,
+// which reads K in place, still takes a copy of K). Without one: transformed copies.
+void prepare_transform(simd_problem& pr, const engine_terms<float>& terms, bool pack,
+                       hook1_buffers& b) {
+  const auto& p = *pr.p;
+  const auto& pl = *pr.pl;
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   const qk_transform* tr = terms.transform.get();
   const int64_t Rt = tr ? tr->row_table_size() : 0;
   const bool map_k = tr && !tr->keys_transformed && S > 0;
-  std::vector<float> q_t, k_t, qtab, ktab;
   auto fill_tables = [&](std::vector<float>& tab, const std::vector<int64_t>& pos, bool key) {
     tab.resize(static_cast<size_t>(static_cast<int64_t>(pos.size()) * Rt));
     parallel_for(
@@ -1334,75 +1378,62 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   if (tr && Rt > 0) {
     pr.tr = tr;
     pr.Rt = Rt;
-    fill_tables(qtab, pl.qpos_safe, false);
-    pr.qtab = qtab.data();
+    fill_tables(b.qtab, pl.qpos_safe, false);
+    pr.qtab = b.qtab.data();
   } else if (tr) {
-    q_t.assign(p.q, p.q + T * Hq * D);
-    tr->apply(pl.qpos_safe, q_t.data(), T, Hq, D, false, false);
-    pr.q = q_t.data();
+    b.q_t.assign(p.q, p.q + T * Hq * D);
+    tr->apply(pl.qpos_safe, b.q_t.data(), T, Hq, D, false, false);
+    pr.q = b.q_t.data();
   }
-  const bool fuse_k = map_k && Rt > 0 && (pack || pr.pack_local);
-  if (fuse_k) {
-    fill_tables(ktab, pl.kpos_safe, true);
-    if (pr.pack_local) pr.ktab = ktab.data();
+  b.fuse_k = map_k && Rt > 0 && (pack || pr.pack_local);
+  if (b.fuse_k) {
+    fill_tables(b.ktab, pl.kpos_safe, true);
+    if (pr.pack_local) pr.ktab = b.ktab.data();
   } else if (map_k) {  // a float32 copy, widened from half-precision storage
-    k_t.resize(static_cast<size_t>(S * Hkv * D));
-    if (p.kv_head_stride == 0) {
-      HWY_DYNAMIC_DISPATCH(WidenRows)(pr.kt, pr.krow(0, 0), k_t.data(), S * Hkv * D);
-    } else if (!pr.k_blocked) {  // gathered into token-major order, the layout tr->apply takes
-      for (int64_t j = 0; j < S; ++j)
-        for (int64_t hk = 0; hk < Hkv; ++hk) HWY_DYNAMIC_DISPATCH(WidenRows)
-      (pr.kt, pr.krow(j, hk), k_t.data() + (j * Hkv + hk) * D, D);
-    } else {  // the same from 8-key blocks (k_index), widened exactly
-      for (int64_t j = 0; j < S; ++j)
-        for (int64_t hk = 0; hk < Hkv; ++hk)
-          for (int64_t e = 0; e < D; ++e) {
-            const int64_t y = k_index(p, j, hk, e);
-            k_t[(j * Hkv + hk) * D + e] =
-                pr.kt == kv_storage::f32 ? p.k[y] : half_to_float(pr.kt, p.k16[y]);
-          }
-    }
+    widen_keys(pr, b.k_t);
     pr.k_ld = Hkv * D;
     pr.k_hs = D;
     pr.k_blocked = false;
-    tr->apply(pl.kpos_safe, k_t.data(), S, Hkv, D, true, false);
-    pr.k = k_t.data();
+    tr->apply(pl.kpos_safe, b.k_t.data(), S, Hkv, D, true, false);
+    pr.k = b.k_t.data();
     pr.kt = kv_storage::f32;
   }
+}
 
-  // Transposed key blocks (Hkv, nkb, D, Bk): one pass over K, shared by every query block.
-  // Decode-like calls (few tile rows) read K in place instead.
-  // Both packed arrays in huge pages: the block products stream a new 4 KiB page every
-  // 1024 floats of them.
-  page_buffer<float> kT;
-  if (pack) {
-    kT = page_buffer<float>(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
-    parallel_for(Hkv * pr.nkb, [&](int64_t b, int64_t e) {
-      HWY_DYNAMIC_DISPATCH(PackKeys)
-      (pr, kT.data(), b, e, fuse_k ? tr : nullptr, fuse_k ? ktab.data() : nullptr, Rt);
-    });
-    pr.kT = kT.data();
-  }
-  // Packed value rows (Hkv, S, vb_row(Dp)), once per call with kT: every query block of a head
-  // reads the same value blocks, which per-item packing copied once per query block (in the
-  // (S, Hkv, D) layout from rows a page apart).
-  page_buffer<float> vP;
-  if (pack) {
-    const int64_t ldv = vb_row(pr.Dp);
-    vP = page_buffer<float>(static_cast<size_t>(Hkv * S * ldv));
-    parallel_for(
-        Hkv * S,
-        [&](int64_t b, int64_t e) {
-          for (int64_t x = b; x < e; ++x) {
-            const int64_t hk = x / S, j = x % S;
-            float* dst = vP.data() + x * ldv;
-            HWY_DYNAMIC_DISPATCH(WidenRows)(pr.vt, pr.vrow(j, hk), dst, D);  // padding: zero
-          }
-        },
-        64);
-    pr.vP = vP.data();
-  }
+// The packed arrays of a packed call, both in huge pages (the block products stream a new
+// 4 KiB page every 1024 floats of them): the transposed key blocks kT (Hkv, nkb, D, Bk), one
+// pass over K shared by every query block (decode-like calls read K in place instead), and the
+// value rows vP (Hkv, S, vb_row(Dp)), which every query block of a head reads (per-item packing
+// copied them once per query block, in the (S, Hkv, D) layout from rows a page apart).
+void pack_kv(simd_problem& pr, const engine_terms<float>& terms, const hook1_buffers& b,
+             page_buffer<float>& kT, page_buffer<float>& vP) {
+  const int64_t S = pr.p->S, Hkv = pr.p->Hkv, D = pr.p->D;
+  const qk_transform* tr = terms.transform.get();
+  const int64_t Rt = tr ? tr->row_table_size() : 0;
+  kT = page_buffer<float>(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
+  parallel_for(Hkv * pr.nkb, [&](int64_t b0, int64_t e) {
+    HWY_DYNAMIC_DISPATCH(PackKeys)
+    (pr, kT.data(), b0, e, b.fuse_k ? tr : nullptr, b.fuse_k ? b.ktab.data() : nullptr, Rt);
+  });
+  pr.kT = kT.data();
+  const int64_t ldv = vb_row(pr.Dp);
+  vP = page_buffer<float>(static_cast<size_t>(Hkv * S * ldv));
+  parallel_for(
+      Hkv * S,
+      [&](int64_t b0, int64_t e) {
+        for (int64_t x = b0; x < e; ++x) {
+          const int64_t hk = x / S, j = x % S;
+          float* dst = vP.data() + x * ldv;
+          HWY_DYNAMIC_DISPATCH(WidenRows)(pr.vt, pr.vrow(j, hk), dst, D);  // padding: zero
+        }
+      },
+      64);
+  pr.vP = vP.data();
+}
 
+// Per-thread scratch for items of up to `rows` tile rows.
+std::vector<simd_scratch> make_scratch(const simd_problem& pr, int64_t rows, int nth) {
+  const int64_t D = pr.p->D;
   std::vector<simd_scratch> scratch(static_cast<size_t>(nth));
   for (auto& sc : scratch) {
     sc.qs.resize(static_cast<size_t>(rows * D));
@@ -1424,18 +1455,41 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
       sc.krows.resize(static_cast<size_t>(8 * D));
     }
   }
+  return scratch;
+}
+
+}  // namespace
+
+void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
+                        const engine_terms<float>& terms, int max_threads) {
+  simd_problem pr;
+  init_problem(pr, p, pl, terms);
+  const simd_tiling t = plan_tiling(pr, max_threads);
+  const int64_t Hkv = p.Hkv;
+  std::vector<float> part;
+  if (pr.nch > 1) {
+    part.resize(static_cast<size_t>(Hkv * pr.nqb * pr.nch * t.rows * pr.part_row()));
+    pr.part = part.data();
+  }
+  hook1_buffers h1;
+  prepare_transform(pr, terms, t.pack, h1);
+  page_buffer<float> kT, vP;
+  if (t.pack) pack_kv(pr, terms, h1, kT, vP);
+
+  std::vector<simd_scratch> scratch = make_scratch(pr, t.rows, t.nth);
+  const int nth = t.nth;
   std::atomic<int64_t> next{0};
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) HWY_DYNAMIC_DISPATCH(AttendItems)(pr, scratch[t], &next);
+    for (int64_t th = t0; th < t1; ++th) HWY_DYNAMIC_DISPATCH(AttendItems)(pr, scratch[th], &next);
   });
   if (pr.nch > 1) {
     const int64_t groups = Hkv * pr.nqb;
     // A thread's acc (rows * Dp >= Dp) and w (rows * C >= C) scratch holds one merged row.
     parallel_for(nth, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const auto [b, e] = thread_range(groups, static_cast<int>(t), nth);
+      for (int64_t th = t0; th < t1; ++th) {
+        const auto [b, e] = thread_range(groups, static_cast<int>(th), nth);
         for (int64_t g = b; g < e; ++g)
-          merge_item(pr, g % Hkv, g / Hkv, scratch[t].acc.data(), scratch[t].w.data());
+          merge_item(pr, g % Hkv, g / Hkv, scratch[th].acc.data(), scratch[th].w.data());
       }
     });
   }
