@@ -180,6 +180,12 @@ TEST(CliRopeCompare, WrongThetaIsAMismatch) {
   EXPECT_EQ(r.out.rfind("MISMATCH: max error", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("\nclosest pipeline: "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("hint:"), std::string::npos) << r.out;
+  // The JSON form of a mismatch: no pipeline matched, so "pipeline" is null (it once ended in
+  // an internal error, exit 3).
+  const auto j = test::run_cli({"rope", "compare", "--actual", a, "--x", f.x, "--positions", f.pos,
+                                "--hf-config", data("llama2_7b.json"), "--format", "json"});
+  EXPECT_EQ(j.exit_code, 1) << j.out << j.err;
+  EXPECT_NE(j.out.find("\"pipeline\": null"), std::string::npos) << j.out;
 }
 
 TEST(CliRopeCompare, LayoutSwapUnderHfF32IsNamed) {

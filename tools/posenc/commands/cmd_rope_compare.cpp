@@ -168,8 +168,10 @@ void run_compare(const compare_opts& o) {
     nlohmann::ordered_json j;
     j["ok"] = r.ok;
     j["verdict"] = r.verdict;
-    j["pipeline"] =
+    // null when nothing matched (a const char* null would be read as a string).
+    const char* pipeline =
         r.match ? rope_angle_name(r.match->angle) : (r.ok ? rope_angle_name(r.reference) : nullptr);
+    j["pipeline"] = pipeline ? nlohmann::ordered_json(pipeline) : nlohmann::ordered_json(nullptr);
     j["reference"] = rope_angle_name(r.reference);
     j["max_error"] = r.max_error;
     j["max_ratio"] = r.max_ratio;
