@@ -62,31 +62,7 @@ void add_rope_params(CLI::App* sub, rope_params& p) {
                               "rope_parameters, partial_rotary_factor, head_dim, ...)");
   std::vector<CLI::Option*> params;
   params.push_back(sub->add_option("--head-dim", p.head_dim, "Head dim D"));
-  params.push_back(sub->add_option("--theta", p.theta, "rope_theta (default 10000)"));
-  params.push_back(
-      sub->add_option("--partial", p.partial, "partial_rotary_factor: R = D * F (default 1)"));
-  params.push_back(sub->add_option("--scaling", p.scaling,
-                                   "rope_type: default, linear, dynamic, yarn, longrope, llama3"));
-  params.push_back(sub->add_option("--factor", p.factor, "rope_scaling.factor"));
-  params.push_back(sub->add_option("--max-pos", p.max_pos, "max_position_embeddings"));
-  params.push_back(sub->add_option("--original-max-pos", p.original_max_pos,
-                                   "original_max_position_embeddings"));
-  params.push_back(sub->add_option("--beta-fast", p.beta_fast, "yarn beta_fast (default 32)"));
-  params.push_back(sub->add_option("--beta-slow", p.beta_slow, "yarn beta_slow (default 1)"));
-  params.push_back(
-      sub->add_option("--truncate", p.truncate, "yarn truncate: true or false (default true)"));
-  params.push_back(sub->add_option("--attention-factor", p.attention_factor,
-                                   "yarn / longrope attention_factor"));
-  params.push_back(sub->add_option("--mscale", p.mscale, "yarn mscale"));
-  params.push_back(sub->add_option("--mscale-all-dim", p.mscale_all_dim, "yarn mscale_all_dim"));
-  params.push_back(
-      sub->add_option("--short-factor", p.short_factor, "longrope short_factor: a,b,c (R/2)"));
-  params.push_back(
-      sub->add_option("--long-factor", p.long_factor, "longrope long_factor: a,b,c (R/2)"));
-  params.push_back(
-      sub->add_option("--low-freq-factor", p.low_freq_factor, "llama3 low_freq_factor"));
-  params.push_back(
-      sub->add_option("--high-freq-factor", p.high_freq_factor, "llama3 high_freq_factor"));
+  for (auto* f : add_rope_flags(sub, p)) params.push_back(f);
   auto* lt = sub->add_option("--layer-type", p.layer_type,
                              "Layer type of a per-layer config (e.g. sliding_attention or "
                              "full_attention; posenc rope layers lists them); needs --hf-config "

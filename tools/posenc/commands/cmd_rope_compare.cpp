@@ -241,31 +241,7 @@ const bool registered = register_command(32, [](CLI::App& app) {
   gg->excludes(cfg);
   std::vector<CLI::Option*> params;
   params.push_back(sub->add_option("--head-dim", o->head_dim, "Head dim D (default: of --actual)"));
-  params.push_back(sub->add_option("--theta", o->theta, "rope_theta (default 10000)"));
-  params.push_back(
-      sub->add_option("--partial", o->partial, "partial_rotary_factor: R = D * F (default 1)"));
-  params.push_back(sub->add_option("--scaling", o->scaling,
-                                   "rope_type: default, linear, dynamic, yarn, longrope, llama3"));
-  params.push_back(sub->add_option("--factor", o->factor, "rope_scaling.factor"));
-  params.push_back(sub->add_option("--max-pos", o->max_pos, "max_position_embeddings"));
-  params.push_back(sub->add_option("--original-max-pos", o->original_max_pos,
-                                   "original_max_position_embeddings"));
-  params.push_back(sub->add_option("--beta-fast", o->beta_fast, "yarn beta_fast (default 32)"));
-  params.push_back(sub->add_option("--beta-slow", o->beta_slow, "yarn beta_slow (default 1)"));
-  params.push_back(
-      sub->add_option("--truncate", o->truncate, "yarn truncate: true or false (default true)"));
-  params.push_back(sub->add_option("--attention-factor", o->attention_factor,
-                                   "yarn / longrope attention_factor"));
-  params.push_back(sub->add_option("--mscale", o->mscale, "yarn mscale"));
-  params.push_back(sub->add_option("--mscale-all-dim", o->mscale_all_dim, "yarn mscale_all_dim"));
-  params.push_back(
-      sub->add_option("--short-factor", o->short_factor, "longrope short_factor: a,b,c (R/2)"));
-  params.push_back(
-      sub->add_option("--long-factor", o->long_factor, "longrope long_factor: a,b,c (R/2)"));
-  params.push_back(
-      sub->add_option("--low-freq-factor", o->low_freq_factor, "llama3 low_freq_factor"));
-  params.push_back(
-      sub->add_option("--high-freq-factor", o->high_freq_factor, "llama3 high_freq_factor"));
+  for (auto* f : add_rope_flags(sub, *o)) params.push_back(f);
   for (auto* p : params) cfg->excludes(p), gg->excludes(p);
   sub->add_option("--seq-len", o->seq_len,
                   "Sequence length for the frequencies (dynamic, longrope; default max position "

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
@@ -44,6 +45,40 @@ nlohmann::json rope_flags_json(const O& o, int64_t head_dim, Given given) {
   if (given(o, "--high-freq-factor")) rs["high_freq_factor"] = o.high_freq_factor;
   if (type != rope_type::default_ || rs.size() > 1) j["rope_scaling"] = rs;
   return j;
+}
+
+// The explicit RoPE flags but --head-dim (whose help differs per command), in `rope_json`'s
+// order, bound to O's fields of the same names. Returned so that the caller can make
+// --hf-config and --gguf exclude them.
+template <typename O>
+std::vector<CLI::Option*> add_rope_flags(CLI::App* sub, O& o) {
+  std::vector<CLI::Option*> params;
+  params.push_back(sub->add_option("--theta", o.theta, "rope_theta (default 10000)"));
+  params.push_back(
+      sub->add_option("--partial", o.partial, "partial_rotary_factor: R = D * F (default 1)"));
+  params.push_back(sub->add_option("--scaling", o.scaling,
+                                   "rope_type: default, linear, dynamic, yarn, longrope, llama3"));
+  params.push_back(sub->add_option("--factor", o.factor, "rope_scaling.factor"));
+  params.push_back(sub->add_option("--max-pos", o.max_pos, "max_position_embeddings"));
+  params.push_back(sub->add_option("--original-max-pos", o.original_max_pos,
+                                   "original_max_position_embeddings"));
+  params.push_back(sub->add_option("--beta-fast", o.beta_fast, "yarn beta_fast (default 32)"));
+  params.push_back(sub->add_option("--beta-slow", o.beta_slow, "yarn beta_slow (default 1)"));
+  params.push_back(
+      sub->add_option("--truncate", o.truncate, "yarn truncate: true or false (default true)"));
+  params.push_back(sub->add_option("--attention-factor", o.attention_factor,
+                                   "yarn / longrope attention_factor"));
+  params.push_back(sub->add_option("--mscale", o.mscale, "yarn mscale"));
+  params.push_back(sub->add_option("--mscale-all-dim", o.mscale_all_dim, "yarn mscale_all_dim"));
+  params.push_back(
+      sub->add_option("--short-factor", o.short_factor, "longrope short_factor: a,b,c (R/2)"));
+  params.push_back(
+      sub->add_option("--long-factor", o.long_factor, "longrope long_factor: a,b,c (R/2)"));
+  params.push_back(
+      sub->add_option("--low-freq-factor", o.low_freq_factor, "llama3 low_freq_factor"));
+  params.push_back(
+      sub->add_option("--high-freq-factor", o.high_freq_factor, "llama3 high_freq_factor"));
+  return params;
 }
 
 }  // namespace posenc::cli
