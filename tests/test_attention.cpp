@@ -50,7 +50,7 @@ void run_group(const std::string& group, int n) {
 // Every scheme x every mask on one awkward shape (T=17 queries after a prefix, S=64), both
 // element types.
 TEST(Attention, EverySchemeAndMaskAgainstReference) {
-  run_group("forward_every_scheme_and_mask", kSchemes * kMasks);
+  run_group("forward_every_scheme_and_mask", scheme_count() * kMasks);
 }
 
 // A deterministic sample of the full cross product of shapes, heads, schemes and masks, float32
@@ -259,7 +259,7 @@ RC_GTEST_PROP(AttentionProp, PermutationEquivariantWithoutPosition, ()) {
 
 // Every scheme x every mask, the shapes cycling through the awkward lists.
 TEST(AttentionSimd, EverySchemeAndMaskAgainstReference) {
-  run_group("simd_every_scheme_and_mask", kSchemes * kMasks);
+  run_group("simd_every_scheme_and_mask", scheme_count() * kMasks);
 }
 
 // All T x S combinations for the benchmark's kind of call: causal GQA, none and T5/ALiBi.
@@ -271,7 +271,7 @@ TEST(AttentionSimd, CausalGqaAllLengths) {
 // are merged in chunk order: every scheme and mask, T = 1 and 4, S = 1000 and 8192, MHA, GQA
 // and MQA (in-place dot products below 8 rows per item, per-item packed key blocks above).
 TEST(AttentionSimd, SplitDecodeAgainstReference) {
-  run_group("simd_split_decode", kSchemes * 4);
+  run_group("simd_split_decode", scheme_count() * 4);
 }
 
 // The split decode merges chunks in chunk order and its chunking depends on the shape only:
@@ -357,7 +357,7 @@ RC_GTEST_PROP(AttentionSimd, RandomAwkwardShapes, ()) {
   int64_t S = *rc::gen::elementOf(std::vector<int64_t>(std::begin(kLens), std::end(kLens)));
   const int64_t D =
       *rc::gen::elementOf(std::vector<int64_t>(std::begin(kSimdDims), std::end(kSimdDims)));
-  const auto sch = static_cast<scheme>(*rc::gen::inRange(0, kSchemes));
+  const auto sch = static_cast<scheme>(*rc::gen::inRange(0, scheme_count()));
   const auto msk = static_cast<mask>(*rc::gen::inRange(0, kMasks));
   // cu_seqlens (and "everything", which includes it) aligns queries with the last keys: T <= S.
   if (T > S && (msk == mask::cu_seqlens || msk == mask::everything)) std::swap(T, S);
@@ -439,21 +439,21 @@ TEST(AttentionSimd, FusedRopeIsBitIdenticalToRopeApplyThenAttention) {
 // Half-precision keys and values (float16, bfloat16) against the reference on the same stored
 // values: every scheme, the prefill, decode and split-decode paths, MHA / GQA / MQA.
 TEST(AttentionSimd, HalfPrecisionKeysAndValuesAgainstReference) {
-  run_group("simd_half_kv", (kSchemes - 1) * 6);  // every scheme but CoPE
+  run_group("simd_half_kv", (scheme_count() - 1) * 6);  // every scheme but CoPE
 }
 
 // Head-major keys and values (kv_head_stride, the KV cache's layout) against the reference read
 // through the same layout: every scheme, prefill, decode with few and with many rows per item,
 // float32 and half storage, float32 and float64. The rows past each head's S are NaN.
 TEST(AttentionSimd, HeadMajorKeysAndValuesAgainstReference) {
-  run_group("simd_head_major", kSchemes * 3);
+  run_group("simd_head_major", scheme_count() * 3);
 }
 
 // Keys in 8-key blocks (k_blocked) against the reference read through the same layout: every
 // scheme, prefill, decode with few and many rows, partial last blocks, half storage, float32 and
 // float64. The unused slots of each head's blocks are NaN.
 TEST(AttentionSimd, BlockedKeysAgainstReference) {
-  run_group("simd_k_blocked", kSchemes * 4);
+  run_group("simd_k_blocked", scheme_count() * 4);
 }
 
 // The storage rounding's effect against the unrounded float32 keys and values, bounded from

@@ -374,6 +374,74 @@ def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_
     return alibi, shaw
 
 
+# The schemes reached by name (posenc.schemes(): "named"), whose keywords come from their
+# declarations alone: a switch named as the scheme (bool) and numeric parameters.
+_NAMED = [d for d in json.loads(_posenc._schemes_json()) if d["named"]]
+
+
+def _named_default(p):
+    return False if p["dtype"] == "bool" else (int(p["default"]) if p["dtype"] == "int"
+                                                else float(p["default"]))
+
+
+def _named_opts(kwargs, fn):
+    """The keywords of the schemes reached by name in kwargs, as the binding takes them:
+    [(scheme, {param: value})] for every scheme switched on. TypeError for any other keyword
+    (naming the allowed ones) or a value of the wrong type; ValueError for a parameter given
+    without its switch."""
+    allowed = [p["name"] for d in _NAMED for p in d["params"]]
+    for key in kwargs:
+        if key not in allowed:
+            raise TypeError(f"{fn}() got an unexpected keyword argument '{key}' (the keywords of "
+                            f"the schemes reached by name are {', '.join(allowed) or 'none'})")
+    out = []
+    for d in _NAMED:
+        switch, params = d["params"][0]["name"], d["params"][1:]
+        on = kwargs.get(switch, False)
+        if not isinstance(on, (bool, np.bool_)):
+            raise TypeError(f"{switch} must be a bool, got {type(on).__name__}")
+        given = {}
+        for p in params:
+            if p["name"] not in kwargs:
+                continue
+            x = kwargs[p["name"]]
+            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
+                                                                     np.floating)):
+                kind = "an int" if p["dtype"] == "int" else "a float"
+                raise TypeError(f"{p['name']} must be {kind}, got {type(x).__name__}")
+            given[p["name"]] = float(x)
+        if on:
+            out.append((d["name"], given))
+        elif given:
+            raise ValueError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} "
+                             f"{switch}=True")
+    return out
+
+
+def _named_doc():
+    lines = []
+    for d in _NAMED:
+        lines.append(f"    {d['name']}: True for {d['title']} ({d['citation']}), "
+                     f"{d['params'][0]['doc']}.")
+        for p in d["params"][1:]:
+            lines.append(f"      {p['name']} ({p['dtype']}, default {p['default']}): {p['doc']}.")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _with_named_keywords(fn, doc):
+    """fn(..., **named) with the named schemes' keywords in its signature (inspect, help(),
+    editors) and their lines in its docstring."""
+    import inspect
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
+    params += [inspect.Parameter(p["name"], inspect.Parameter.KEYWORD_ONLY,
+                                 default=_named_default(p))
+               for d in _NAMED for p in d["params"]]
+    fn.__signature__ = sig.replace(parameters=params)
+    fn.__doc__ = doc + _named_doc()
+    return fn
+
+
 _ATTENTION_DOC = """
     q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); one float dtype
     (float64 stays float64). Hq % Hkv == 0 (GQA/MQA read kv head h // (Hq // Hkv)).
@@ -452,6 +520,7 @@ def attention(
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
+    **named,
 ):
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
                                      t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
@@ -464,14 +533,15 @@ def attention(
         t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
         key_padding, cu_seqlens, window, kv_dtype, research=research,
     )
+    opts["named"] = _named_opts(named, "attention")
     return _posenc._attention_forward(q, k, v, opts, bool(return_lse))
 
 
-attention.__doc__ = (
+_with_named_keywords(attention, (
     "Multi-head attention with position; returns out (q's shape), or (out, lse) with\n"
     "    return_lse (lse: q's shape without D, natural log, -inf for a row that sees no key).\n"
     + _ATTENTION_DOC
-)
+))
 
 
 def attention_backward(
@@ -519,6 +589,7 @@ def attention_backward(
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
+    **named,
 ):
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
                                      t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
@@ -531,16 +602,17 @@ def attention_backward(
         t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
         key_padding, cu_seqlens, window, research=research,
     )
+    opts["named"] = _named_opts(named, "attention_backward")
     return _posenc._attention_backward(q, k, v, out, lse, dout, opts, bool(param_grads))
 
 
-attention_backward.__doc__ = (
+_with_named_keywords(attention_backward, (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
     "    dt5_table, dshaw_keys, dshaw_values, dkerple (2, Hq), dfire (Hq, 3m + 3), dcope\n"
     "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
-)
+))
 
 
 class KVCache:

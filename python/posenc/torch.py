@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch as _torch
 
-from . import _attention_opts, _declared_keywords, _posenc, _research_opts
+from . import (_attention_opts, _declared_keywords, _named_opts, _posenc, _research_opts,
+               _with_named_keywords)
 
 __all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
 
@@ -272,7 +273,7 @@ def attention(
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
     return_lse=False, kerple=None, kerple_kernel="log", fire=None, fire_hidden=None, xpos=False,
     xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0, cope=None,
-    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1,
+    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, **named,
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
     alibi slopes given as a tensor (learned slopes), t5_table, shaw = (keys, values, K), the
@@ -303,12 +304,16 @@ def attention(
         _ints(key_padding), _ints(cu_seqlens), window, research=research,
     )
     opts["shaw"] = clip
+    opts["named"] = _named_opts(named, "attention")
     opts_fn = dict(opts)
     if clip is None:
         opts_fn.pop("shaw")
     out, lse = _Attention.apply(q, k, v, slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope,
                                 _Opts(opts_fn))
     return (out, lse) if return_lse else out
+
+
+_with_named_keywords(attention, attention.__doc__)
 
 
 class _Opts(dict):

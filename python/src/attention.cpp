@@ -111,6 +111,9 @@ struct attn_setup {
   int64_t fire_hidden = 0;
   attention_xpos xpos;  // theta 0 = off
   attention_temperature temperature;
+  // The schemes reached by name (schemes.hpp): (name, {param: value}) pairs from opts["named"],
+  // validated by the engine against their declarations.
+  std::vector<named_scheme> named;
 };
 
 // A finite float option, or `fallback` when absent or None.
@@ -374,6 +377,16 @@ void parse_options(attn_setup& s, const py::dict& opts) {
   parse_masks(s, opts);
   parse_biases(s, opts);
   parse_research(s, opts);
+  // The schemes reached by name: [(name, {param: number})], as posenc/__init__.py builds them
+  // from the declarations' keywords.
+  if (!opt(opts, "named").is_none())
+    for (const py::handle item : opt(opts, "named").cast<py::list>()) {
+      const auto pair = item.cast<py::tuple>();
+      named_scheme n{pair[0].cast<std::string>(), {}};
+      for (const auto& [key, value] : pair[1].cast<py::dict>())
+        n.params.emplace_back(key.cast<std::string>(), value.cast<double>());
+      s.named.push_back(std::move(n));
+    }
   // Which schemes may be on together (schemes.hpp's one rule) is checked by the engine, which
   // sees every scheme of the call (M-RoPE included).
 }
@@ -429,6 +442,7 @@ struct attn_call {
     }
     p.pos.xpos = s.xpos;
     p.pos.temperature = s.temperature;
+    p.pos.named = s.named;
   }
 
   // Positions (and M-RoPE's ids) and padding of batch element b.

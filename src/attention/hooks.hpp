@@ -12,6 +12,7 @@
 #include "attention_plan.hpp"
 #include "engine_terms.hpp"
 #include "posenc/attention/position_hook.hpp"
+#include "posenc/attention/schemes.hpp"
 
 namespace posenc::detail {
 
@@ -32,6 +33,11 @@ POSENC_DECLARE_HOOK(fire)
 POSENC_DECLARE_HOOK(xpos)
 POSENC_DECLARE_HOOK(cope)
 #undef POSENC_DECLARE_HOOK
+// The hook of a scheme reached by name (named_schemes.cpp), for every such scheme.
+template <typename S>
+std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_decl& d,
+                                                  const position_options& o,
+                                                  const position_shape& shape);
 
 // Explicit instantiation of a factory for float and double.
 #define POSENC_INSTANTIATE_HOOK(name)                                         \
@@ -55,6 +61,7 @@ POSENC_DECLARE_TERMS(fire)
 POSENC_DECLARE_TERMS(xpos)
 POSENC_DECLARE_TERMS(cope)
 POSENC_DECLARE_TERMS(mrope)
+POSENC_DECLARE_TERMS(named)  // every scheme reached by name (named_schemes.cpp)
 #undef POSENC_DECLARE_TERMS
 
 #define POSENC_INSTANTIATE_TERMS(name)                                                             \

@@ -4,6 +4,9 @@
 
 #include "posenc/attention/schemes.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
 
@@ -16,17 +19,25 @@ static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 }  // namespace
 
+int pos_scheme_count() {
+  return static_cast<int>(pos_scheme::count) + static_cast<int>(named_scheme_decls().size());
+}
+
 const char* pos_scheme_name(pos_scheme s) {
-  return k_names[static_cast<int>(s)];
+  const int i = static_cast<int>(s), n = static_cast<int>(pos_scheme::count);
+  if (i >= 0 && i < n) return k_names[i];
+  if (i >= n && i < pos_scheme_count()) return named_scheme_decls()[i - n]->name;
+  fail("pos_scheme {} is not a scheme (0 .. {})", i, pos_scheme_count() - 1);
 }
 
 pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg) {
-  for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i)
-    if (name == k_names[i]) return static_cast<pos_scheme>(i);
-  fail(
-      "{} must be one of nope, sinusoidal, learned, rope, alibi, t5, shaw, irope, kerple, fire, "
-      "xpos, cope; got '{}'",
-      arg, name);
+  std::vector<std::string> names;
+  for (int i = 0; i < pos_scheme_count(); ++i) {
+    const auto s = static_cast<pos_scheme>(i);
+    if (name == pos_scheme_name(s)) return s;
+    names.push_back(pos_scheme_name(s));
+  }
+  fail("{} must be one of {}; got '{}'", arg, fmt::join(names, ", "), name);
 }
 
 template <typename S>
@@ -63,6 +74,9 @@ std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const positio
     case pos_scheme::count:
       break;
   }
+  const int i = static_cast<int>(s) - static_cast<int>(pos_scheme::count);
+  if (i >= 0 && i < static_cast<int>(named_scheme_decls().size()))
+    return detail::make_named_hook<S>(s, *named_scheme_decls()[i], o, shape);
   fail("position hook: unknown scheme {}", static_cast<int>(s));
 }
 
@@ -91,7 +105,8 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   add_temperature_terms(p, pl, g, t);
   add_kerple_terms(p, pl, g, t);
   add_fire_terms(p, pl, g, t);
-  add_cope_terms(p, pl, g, t);  // validation only: CoPE has its own path
+  add_cope_terms(p, pl, g, t);   // validation only: CoPE has its own path
+  add_named_terms(p, pl, g, t);  // the schemes reached by name, in the order of pos.named
   return t;
 }
 

@@ -115,10 +115,27 @@ std::string points_text(uint32_t p) {
   return fmt::format("{}", fmt::join(out, ", "));
 }
 
+// What posenc check tests of a scheme reached by name: "" for the others.
+std::string properties_text(const scheme_decl& d) {
+  if (!d.named) return "";
+  std::vector<std::string> out{"reached by name"};
+  if (d.bias_props & bias_offset_only) out.push_back("offset-only");
+  if (d.bias_props & bias_symmetric) out.push_back("symmetric");
+  if (d.bias_props & bias_bounded) out.push_back("bounded");
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
 }  // namespace
 
 std::span<const scheme_decl> scheme_decls() {
   return kDecls;
+}
+
+std::vector<const scheme_decl*> named_scheme_decls() {
+  std::vector<const scheme_decl*> out;
+  for (const auto& d : kDecls)
+    if (d.named) out.push_back(&d);
+  return out;
 }
 
 const scheme_decl& scheme_decl_of(const std::string& name) {
@@ -174,6 +191,7 @@ std::vector<std::string> schemes_on(const attention_position<Real>& p) {
   if (p.has_kerple()) on.push_back("kerple");
   if (p.has_fire()) on.push_back("fire");
   if (p.has_cope()) on.push_back("cope");
+  for (const auto& n : p.named) on.push_back(n.name);  // (scheme_decl_of checks each name)
   return on;
 }
 template std::vector<std::string> schemes_on(const attention_position<float>&);
@@ -202,9 +220,11 @@ std::string schemes_markdown() {
     for (const auto& p : d.params)
       ps.push_back(cell(fmt::format("`{}` {} {}{}: {}", p.name, p.shape, p.dtype,
                                     *p.def ? fmt::format(" = {}", p.def) : std::string(), p.doc)));
+    const std::string props = properties_text(d);
     out += fmt::format("| `{}` ({}) | {} | {} | {} | {} | {} | {} |\n", d.name, d.title, d.citation,
-                       points_text(d.points), d.learned ? "yes" : "no",
-                       d.causal_only ? "yes" : "no", d.float_kv_only ? "yes" : "no",
+                       points_text(d.points) + (props.empty() ? "" : "; " + props),
+                       d.learned ? "yes" : "no", d.causal_only ? "yes" : "no",
+                       d.float_kv_only ? "yes" : "no",
                        ps.empty() ? std::string("none") : fmt::format("{}", fmt::join(ps, "; ")));
   }
   return out;
@@ -222,6 +242,10 @@ std::string schemes_json() {
     s["causal_only"] = d.causal_only;
     s["float_kv_only"] = d.float_kv_only;
     s["attention_level"] = d.attention_level;
+    s["named"] = d.named != nullptr;
+    s["bias_properties"] = {{"offset_only", (d.bias_props & bias_offset_only) != 0},
+                            {"symmetric", (d.bias_props & bias_symmetric) != 0},
+                            {"bounded", (d.bias_props & bias_bounded) != 0}};
     nlohmann::ordered_json ps = nlohmann::ordered_json::array();
     for (const auto& p : d.params)
       ps.push_back({{"name", p.name},

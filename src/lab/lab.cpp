@@ -379,6 +379,7 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
   c.norm = o.norm;
   c.embed_scale = o.embed_scale;
   c.pos.max_positions = o.randomized_positions > 0 ? o.randomized_positions : o.train_max;
+  c.pos.named_params = o.named_params;
   return c;
 }
 

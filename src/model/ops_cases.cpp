@@ -184,7 +184,7 @@ void check_gelu(const spec& c, worst& w) {
 }
 
 void check_model_float(const spec& c, worst& w) {
-  for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i) {
+  for (int i = 0; i < pos_scheme_count(); ++i) {
     const auto s = static_cast<pos_scheme>(i);
     const auto cfg = gradcheck_model_config(s, norm_kind::layernorm);
     transformer<double> md(cfg);
@@ -456,7 +456,7 @@ std::vector<spec> make_check() {
   v.push_back(grad_spec(op::embedding, 4, 5, 4, 2028, "embedding"));
   v.push_back(grad_spec(op::cross_entropy, 4, 0, 6, 2029, "cross_entropy"));
   v.push_back(grad_spec(op::matmul_adjoint, 5, 7, 9, 2030, "matmul_adjoint"));
-  for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i)
+  for (int i = 0; i < pos_scheme_count(); ++i)
     for (auto n : {norm_kind::layernorm, norm_kind::rmsnorm}) {
       const auto s = static_cast<pos_scheme>(i);
       v.push_back(model_spec(s, n, 7, "model",
@@ -494,7 +494,7 @@ std::vector<spec> make_full() {
       for (bool acc : {false, true})
         v.push_back(matmul(o, M, K, N, acc ? 5 : 0, acc, seed++, "matmul"));
   for (int64_t n : {1, 3, 7, 8, 9, 15, 17, 100}) v.push_back(gelu_check(n, "gelu"));
-  for (int i = 0; i < static_cast<int>(pos_scheme::count); ++i) {
+  for (int i = 0; i < pos_scheme_count(); ++i) {
     const auto s = static_cast<pos_scheme>(i);
     v.push_back(model_spec(s, norm_kind::rmsnorm, 3, "model_seed3",
                            fmt::format("model_seed3/{}_rmsnorm", pos_scheme_name(s))));

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
@@ -19,7 +20,13 @@
 
 namespace posenc::attention_cases {
 
+int scheme_count() {
+  return kSchemes + static_cast<int>(named_scheme_decls().size());
+}
+
 const char* name(scheme s) {
+  if (static_cast<int>(s) >= kSchemes)
+    return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
   const char* n[] = {"none",       "rope_half",    "rope_interleaved_partial",
                      "alibi",      "t5_bidir",     "t5_causal",
                      "shaw",       "temperature",  "all",
@@ -371,6 +378,21 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     b.amp = std::sqrt(f.F);
   }
   if (c.sch == scheme::mrope) set_mrope(f, c, r);
+  if (static_cast<int>(c.sch) >= kSchemes) {
+    // A scheme reached by name, at its default parameters. Its largest |bias|: the declared
+    // bound (bounded), else the largest over the distances up to dmax.
+    const scheme_decl& d = *named_scheme_decls()[static_cast<int>(c.sch) - kSchemes];
+    p.pos.named = {{d.name, {}}};
+    const auto args = named_scheme_args(d, {}, c.Hq);
+    for (int64_t h = 0; h < c.Hq; ++h) {
+      if (d.bias_props & bias_bounded) {
+        b.kbias = std::max(b.kbias, named_bias_bound(d, args, h, c.Hq));
+        continue;
+      }
+      for (int64_t x = -int64_t(dmax); x <= int64_t(dmax); ++x)
+        b.kbias = std::max(b.kbias, std::abs(named_bias_value(d, args, h, c.Hq, plo, plo + x)));
+    }
+  }
   if (c.sch == scheme::cope) {
     // Embeddings N(0, 1/4); the interpolated term q_i . e is bounded by |q| max|e_t|, added to
     // B in set_magnitudes (it enters the scores like a bias).
@@ -863,7 +885,7 @@ spec simd_case(int64_t T, int64_t S, int64_t D, std::pair<int64_t, int64_t> head
 void add_forward_cases(std::vector<spec>& v) {
   // Every scheme x every mask on one awkward shape (T=17 queries after a prefix, S=64), both
   // element types.
-  for (int sch = 0; sch < kSchemes; ++sch)
+  for (int sch = 0; sch < scheme_count(); ++sch)
     for (int msk = 0; msk < kMasks; ++msk)
       v.push_back(make("forward_every_scheme_and_mask",
                        spec{17, 64, 80, 8, 4, static_cast<scheme>(sch), static_cast<mask>(msk),
@@ -921,7 +943,7 @@ void add_simd_cases(std::vector<spec>& v) {
   // Every scheme x every mask, the shapes cycling through the awkward lists.
   {
     int idx = 0;
-    for (int s = 0; s < kSchemes; ++s)
+    for (int s = 0; s < scheme_count(); ++s)
       for (int m = 0; m < kMasks; ++m, ++idx)
         v.push_back(make("simd_every_scheme_and_mask",
                          simd_case(kLens[idx % 5], kLens[(idx / 5 + idx) % 5], kSimdDims[idx % 4],
@@ -957,7 +979,7 @@ void add_simd_cases(std::vector<spec>& v) {
     const auto& heads = kLongHeads;
     const auto& dims = kLongDims;
     int idx = 0;
-    for (int s = 0; s < kSchemes; ++s)
+    for (int s = 0; s < scheme_count(); ++s)
       for (int64_t T : {1, 4})
         for (int64_t S : {1000, 8192}) {
           const auto msk = static_cast<mask>((idx * 5 + s) % kMasks);
@@ -982,7 +1004,7 @@ void add_half_kv_cases(std::vector<spec>& v) {
     const auto& dims = kLongDims;
     const auto& shapes = kPathShapes;
     int idx = 0;
-    for (int s = 0; s < kSchemes; ++s)
+    for (int s = 0; s < scheme_count(); ++s)
       for (auto [T, S] : shapes)
         for (kv_storage kv : {kv_storage::f16, kv_storage::bf16}) {
           if (static_cast<scheme>(s) == scheme::cope) continue;
@@ -1010,7 +1032,7 @@ void add_layout_group(std::vector<spec>& v, const char* group, std::span<const i
                       uint64_t seed0, bool k_blocked) {
   constexpr kv_storage kvs[] = {kv_storage::f32, kv_storage::f16, kv_storage::bf16};
   int idx = 0;
-  for (int s = 0; s < kSchemes; ++s)
+  for (int s = 0; s < scheme_count(); ++s)
     for (auto [T, S] : shapes) {
       const auto msk = static_cast<mask>((idx * mask_step + s) % kMasks);
       spec c{T,
@@ -1050,13 +1072,13 @@ void add_head_major_cases(std::vector<spec>& v) {
 void add_backward_cases(std::vector<spec>& v) {
   // Finite differences: every scheme x every mask on a small GQA shape, then every scheme on MHA
   // and MQA with every mask at once, and T > S.
-  for (int sch = 0; sch < kSchemes; ++sch)
+  for (int sch = 0; sch < scheme_count(); ++sch)
     for (int msk = 0; msk < kMasks; ++msk)
       v.push_back(make("grad_every_scheme_and_mask",
                        spec{6, 9, 8, 4, 2, static_cast<scheme>(sch), static_cast<mask>(msk),
                             uint64_t(300 + sch * 16 + msk)},
                        grad, f64));
-  for (int sch = 0; sch < kSchemes; ++sch)
+  for (int sch = 0; sch < scheme_count(); ++sch)
     for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{3, 3}, {4, 1}}) {
       v.push_back(make("grad_mha_mqa",
                        spec{5, 8, 8, hq, hkv, static_cast<scheme>(sch), mask::everything,
@@ -1068,7 +1090,7 @@ void add_backward_cases(std::vector<spec>& v) {
                        grad, f64));  // T > S
     }
   // The tiled backward against the reference, every scheme x every mask, both element types.
-  for (int sch = 0; sch < kSchemes; ++sch)
+  for (int sch = 0; sch < scheme_count(); ++sch)
     for (int msk = 0; msk < kMasks; ++msk)
       v.push_back(make("backward_every_scheme_and_mask",
                        spec{17, 70, 80, 8, 4, static_cast<scheme>(sch), static_cast<mask>(msk),
@@ -1164,6 +1186,13 @@ std::vector<spec> make_check() {
   // sections and pairs with default positions.
   add(spec{7, 13, 8, 4, 2, scheme::mrope, mask::positions, 4100}, forward | backward | grad);
   add(spec{7, 13, 10, 4, 2, scheme::mrope, mask::causal, 4103}, forward | backward | grad);
+  // Each scheme reached by name: causal, bidirectional with padding, explicit positions (large
+  // offsets, pads).
+  for (int s = kSchemes; s < scheme_count(); ++s)
+    for (mask m : {mask::causal, mask::padding, mask::positions})
+      add(spec{7, 13, 8, 4, 2, static_cast<scheme>(s), m,
+               4200 + 4 * static_cast<uint64_t>(s) + static_cast<uint64_t>(m)},
+          forward | backward | grad);
   return v;
 }
 
@@ -1246,6 +1275,10 @@ std::vector<spec> make_perf() {
   add("attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
   add("attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
   add("attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
+  // Each scheme reached by name, at T = S = 2048 (a default case: its row is a table slice).
+  for (int s = kSchemes; s < scheme_count(); ++s)
+    add("attention", 2048, 2048, 8, 128, static_cast<scheme>(s), name(static_cast<scheme>(s)),
+        forward);
   add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
   add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;

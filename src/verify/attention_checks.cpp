@@ -26,6 +26,7 @@
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/attention_cases.hpp"
 #include "posenc/attention/kv_cache.hpp"
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
@@ -38,7 +39,8 @@ constexpr double kU = 0x1p-53;
 constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
-enum class scheme { none, rope, alibi, t5, shaw, kerple, fire, xpos, cope };
+// named: a scheme reached by name (schemes.hpp), the problem's `nd`.
+enum class scheme { none, rope, alibi, t5, shaw, kerple, fire, xpos, cope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
     case scheme::cope:
@@ -85,8 +87,11 @@ struct problem {
   double A = 0, B = 0, V = 0;
   double trig = 0;  // per-entry error of the q/k transform's cos/sin (RoPE, xPos)
   int64_t K = 0;
+  const scheme_decl* nd = nullptr;  // scheme::named: its declaration, at its default parameters
+  std::vector<double> nargs;
 
-  problem(scheme s, bool causal_, uint64_t seed) : sch(s), causal(causal_) {
+  problem(scheme s, bool causal_, uint64_t seed, const scheme_decl* named = nullptr)
+      : sch(s), causal(causal_), nd(named) {
     rng r(seed);
     auto fill = [&](std::vector<double>& x, int64_t n) {
       x.resize(n);
@@ -162,6 +167,20 @@ struct problem {
       trig = kTrig + 2 * kU * (N + 1000) + 8 * kU;
     }
     if (s == scheme::rope) trig = kTrig;
+    if (s == scheme::named) {
+      // B: the declared bound when the bias is bounded, else the largest |bias| at distances
+      // below 2N (every check below).
+      nargs = named_scheme_args(*nd, {}, Hq);
+      pos.named = {{nd->name, {}}};
+      for (int64_t h = 0; h < Hq; ++h) {
+        if (nd->bias_props & bias_bounded) {
+          B = std::max(B, named_bias_bound(*nd, nargs, h, Hq));
+          continue;
+        }
+        for (int64_t d = -2 * N; d <= 2 * N; ++d)
+          B = std::max(B, std::abs(named_bias_value(*nd, nargs, h, Hq, 2 * N, 2 * N + d)));
+      }
+    }
     if (s == scheme::cope) {
       // |interpolated q . e| <= |q| max|e_t| enters the scores like a bias.
       fill(cope, 8 * D);
@@ -638,6 +657,123 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
   }
 }
 
+// A scheme reached by name: what its declaration says of its bias (offset-only, symmetric,
+// bounded), tested on the bias itself, then the engine: its outputs against attention written
+// out in plain loops from the declared bias, and the translation, packing, padding and cache
+// checks every scheme passes.
+void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
+  for (const scheme_decl* d : named_scheme_decls()) {
+    const std::string n = d->name;
+    problem ps(scheme::named, true, seed, d);
+    const auto& a = ps.nargs;
+    const int64_t H = ps.Hq;
+    auto bias = [&](int64_t h, int64_t qp, int64_t kp) {
+      return named_bias_value(*d, a, h, H, qp, kp);
+    };
+    // Pairs over a window of 64 positions, shifted far (1000003, 2^40): bits, not a tolerance.
+    const int64_t shifts[] = {1, 1000003, int64_t{1} << 40};
+    if (d->bias_props & bias_offset_only) {
+      double dev = 0;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < 64; ++i)
+          for (int64_t j = 0; j < 64; ++j)
+            for (int64_t c : shifts)
+              dev = std::max(dev, std::abs(bias(h, i, j) - bias(h, i + c, j + c)));
+      r.push_back(equal_check(n + "_bias_offset_only",
+                              n + ": bias_h(qpos + c, kpos + c) = bias_h(qpos, kpos), bit for bit",
+                              dev, 0, "4 heads, qpos, kpos in [0, 64), c = 1, 1000003, 2^40"));
+    }
+    if (d->bias_props & bias_symmetric) {
+      double dev = 0;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < 64; ++i)
+          for (int64_t j = 0; j < 64; ++j)
+            dev = std::max(dev, std::abs(bias(h, i, j) - bias(h, j, i)));
+      r.push_back(equal_check(n + "_bias_symmetric",
+                              n + ": bias_h(qpos, kpos) = bias_h(kpos, qpos), bit for bit", dev, 0,
+                              "4 heads, qpos, kpos in [0, 64)"));
+    }
+    if (d->bias_props & bias_bounded) {
+      // max |bias| / bound over offsets 0 .. 4096 and a sample out to 2^40 (must be <= 1).
+      double ratio = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        const double b = named_bias_bound(*d, a, h, H);
+        for (int64_t x = 0; x <= 4096; ++x) ratio = std::max(ratio, std::abs(bias(h, 0, x)) / b);
+        for (int64_t x = 4097; x < (int64_t{1} << 40); x = x * 3 + 1)
+          ratio = std::max(ratio, std::abs(bias(h, x, 0)) / b);
+      }
+      check_result c{"attention",
+                     n + "_bias_bounded",
+                     n + ": |bias_h| stays within the declared bound at every distance",
+                     ratio <= 1,
+                     ratio,
+                     1,
+                     ""};
+      c.detail = "max |bias_h(0, x)| / bound_h over 4 heads, x = 0..4096 and x up to 2^40";
+      r.push_back(c);
+    }
+    {
+      // The engine against attention written out here: s_ij = q_i.k_j / sqrt(D) + bias, causal,
+      // softmax, times v, in double.
+      const auto out = ps.run();
+      const int64_t N = ps.N, D = ps.D, G = ps.Hq / ps.Hkv;
+      double dev = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t h = 0; h < H; ++h) {
+          std::vector<double> sc(i + 1);
+          double m = -INFINITY, z = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t e = 0; e < D; ++e)
+              dot += ps.q[(i * H + h) * D + e] * ps.k[(j * ps.Hkv + h / G) * D + e];
+            sc[j] = dot / std::sqrt(double(D)) + bias(h, i, j);
+            m = std::max(m, sc[j]);
+          }
+          for (auto& x : sc) z += (x = std::exp(x - m));
+          for (int64_t e = 0; e < D; ++e) {
+            double o = 0;
+            for (int64_t j = 0; j <= i; ++j) o += sc[j] / z * ps.v[(j * ps.Hkv + h / G) * D + e];
+            dev = std::max(dev, std::abs(o - out[(i * H + h) * D + e]));
+          }
+        }
+      r.push_back(equal_check(n + "_engine_matches_bias",
+                              n + ": the engine's attention equals softmax(q.k / sqrt(D) + bias) v "
+                                  "written out with the declared bias",
+                              dev, ps.tolerance(N), "causal, N = 20, 4 query heads, 2 kv heads"));
+    }
+    {
+      problem pb(scheme::named, false, seed, d);
+      r.push_back(
+          breaks_check(n + "_breaks_permutation",
+                       "With " + n + " on, permuting the tokens no longer permutes the outputs",
+                       permutation_deviation(pb), pb.tolerance(pb.N),
+                       "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+    }
+    if (d->bias_props & bias_offset_only)
+      r.push_back(equal_check(n + "_translation_invariant",
+                              n + ": shifting every position by c = 1000003 leaves the outputs "
+                                  "unchanged",
+                              shift_deviation(ps, 1000003), ps.tolerance(ps.N),
+                              "causal; the bias depends on kpos - qpos only"));
+    r.push_back(equal_check(n + "_packed_equals_separate",
+                            n + ": attention over packed documents (cu_seqlens 0,7,12,20) equals "
+                                "each document alone",
+                            packed_deviation(ps, {0, 7, 12, 20}), ps.tolerance(ps.N),
+                            "causal; positions restart at 0 in each document"));
+    r.push_back(equal_check(
+        n + "_padded_equals_unpadded",
+        n + ": left- and right-padded rows give the unpadded outputs on real tokens and zeros on "
+            "pads",
+        std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false)),
+        ps.tolerance(ps.N),
+        "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
+    r.push_back(equal_check(
+        n + "_cache_equals_full",
+        n + ": decoding token by token with the KV cache equals the full forward",
+        cache_deviation(ps), ps.tolerance(ps.N), "causal; positions continue after the prefix"));
+  }
+}
+
 }  // namespace
 
 std::vector<check_result> attention_checks() {
@@ -650,6 +786,7 @@ std::vector<check_result> attention_checks() {
   mrope_checks(r, seed);
   absolute_scheme_check(r, seed);
   document_checks(r, seed);
+  named_scheme_checks(r, seed);
   // The case table's small list: check mode (tiled vs reference) and grad mode.
   for (const auto& c : attention_cases::check_cases()) {
     r.push_back(attention_cases::check_case(c));

@@ -46,6 +46,8 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/core/check.hpp"
@@ -176,6 +178,16 @@ struct attention_cope {
   std::span<const Real> emb;  // (P, D), D contiguous, shared by the heads; empty = off
 };
 
+// A scheme reached by its declared name rather than by a member of attention_position: any
+// declaration with an engine of its own (schemes.hpp, scheme_decl::named; e.g. Sandwich), with
+// its numeric parameters by their declared names (a parameter left out takes its declared
+// default; an unknown name is an error that lists the declared ones). Such a scheme is declared
+// once, in its declaration, and needs nothing here.
+struct named_scheme {
+  std::string name;                                    // "sandwich"
+  std::vector<std::pair<std::string, double>> params;  // {"sandwich_dim", 128}, ...
+};
+
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
 template <typename Real>
 struct attention_position {
@@ -190,6 +202,8 @@ struct attention_position {
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
   attention_mrope mrope;              // hook 1: M-RoPE, (3, T) and (3, S) ids (instead of rope)
+  std::vector<named_scheme> named;    // schemes by declared name (each at most once), after the
+                                      //   members above in the order given
 
   bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }

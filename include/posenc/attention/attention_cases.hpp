@@ -99,7 +99,11 @@ enum class mask {
   everything,  // causal + padding + cu_seqlens + window
   positions    // explicit positions: any order, large offsets, a few pads (also when T > S)
 };
+// The schemes above; the sampled lists draw from these. From kSchemes on, scheme values are
+// the schemes reached by name (schemes.hpp: named_scheme_decls(), at their default parameters),
+// which every "every scheme" list covers too: scheme_count() = kSchemes + their number.
 inline constexpr int kSchemes = static_cast<int>(scheme::mrope) + 1;
+int scheme_count();
 inline constexpr int kMasks = static_cast<int>(mask::positions) + 1;
 const char* name(scheme s);
 const char* name(mask m);

@@ -16,13 +16,16 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
 
 namespace posenc {
 
-// The schemes with a hook. `count` is the number of schemes (iterate 0 .. count - 1).
+// The schemes with a hook: the members below, then (from `count` on) every scheme reached by
+// name (schemes.hpp: named_scheme_decls(), in declaration order), whose hook is generic.
+// Iterate 0 .. pos_scheme_count() - 1.
 enum class pos_scheme {
   nope,
   sinusoidal,
@@ -38,6 +41,7 @@ enum class pos_scheme {
   cope,
   count
 };
+int pos_scheme_count();                     // the members before `count` + the named ones
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
 // Throws invalid_argument naming `arg` and the allowed names.
 pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg = "scheme");
@@ -63,6 +67,9 @@ struct position_options {
   double xpos_gamma = 0.4;       // xpos: zeta offset and scale base (Sun et al. 2022), theta
   double xpos_scale_base = 512;  //       from rope_theta
   int64_t cope_npos = 64;        // cope: position embeddings (npos, D) per layer
+  // The parameters of the schemes reached by name, by their declared names ({"sandwich_dim",
+  // 64}); each such scheme's hook takes those it declares, the others take their defaults.
+  std::vector<std::pair<std::string, double>> named_params;
 };
 
 // The model's shape as a hook needs it.

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
@@ -37,6 +38,17 @@ enum scheme_point : uint32_t {
   scheme_own_path = 1u << 5,       // positions from the content, on a path of their own (CoPE)
   scheme_layer_plan = 1u << 6,     // chooses per layer between other schemes (iRoPE)
 };
+
+// What a score bias is, as `posenc check` tests it for a scheme reached by name (bit flags).
+enum scheme_bias_property : uint32_t {
+  bias_offset_only = 1u << 0,  // bias_h(qp, kp) depends on kp - qp alone
+  bias_symmetric = 1u << 1,    // bias_h(qp, kp) = bias_h(kp, qp)
+  bias_bounded = 1u << 2,      // |bias_h(qp, kp)| <= named_bias_bound(...) for every pair
+};
+
+namespace detail {
+struct named_bias;  // src/attention/named_schemes.hpp: a scheme's score bias, defined in its hook
+}
 
 struct scheme_param {
   const char* name;   // as Python spells it; the CLI flag is --name with dashes
@@ -56,6 +68,14 @@ struct scheme_decl {
   bool float_kv_only;    // needs float32 / float64 K and V (no half-precision storage)
   bool attention_level;  // a member of attention_position (else the model's or the lab's)
   std::span<const scheme_param> params;
+  // A scheme reached by name (attention_position::named) rather than by a member: its score bias,
+  // defined in its hook file (src/attention/hook_<name>.cpp), and what posenc check tests of it.
+  // Its first parameter is its switch (named as the scheme, bool: `--sandwich`, `sandwich=True`),
+  // the others are numbers (int or float) with numeric defaults. From this alone come its engine
+  // terms, its flags in `posenc attend` and `posenc lab`, its keywords in Python, its model hook,
+  // its rows in the case tables and its `posenc check` group. null for the other schemes.
+  const detail::named_bias* named = nullptr;
+  uint32_t bias_props = 0;  // scheme_bias_property flags
 };
 
 // Every declared scheme, in the engine's order (hook 1, hook 2b in summation order, hooks 2a/3,
@@ -73,6 +93,21 @@ void check_scheme_combination(std::span<const std::string> on);
 // The attention-level schemes that are on in pos, in declaration order.
 template <typename Real>
 std::vector<std::string> schemes_on(const attention_position<Real>& pos);
+
+// The schemes reached by name, in declaration order.
+std::vector<const scheme_decl*> named_scheme_decls();
+// The numeric parameters of a scheme reached by name as its engine takes them: every declared
+// parameter after the switch, in declaration order, the given value or else the default. Throws
+// invalid_argument for an unknown or repeated name (listing the declared ones) or a non-integer
+// value of an int parameter; the scheme's own check then validates the values for Hq heads.
+std::vector<double> named_scheme_args(const scheme_decl& d,
+                                      std::span<const std::pair<std::string, double>> given,
+                                      int64_t Hq);
+// The score bias of a scheme reached by name, in double (the specification), and its bound
+// (bias_bounded): what posenc check and the case tables read. args from named_scheme_args.
+double named_bias_value(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq,
+                        int64_t qpos, int64_t kpos);
+double named_bias_bound(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq);
 
 // The declarations as a Markdown table (docs/schemes.md) or JSON.
 std::string schemes_markdown();

@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/lab/tasks.hpp"
@@ -65,12 +66,15 @@ struct lab_options {
   double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
   int64_t warmup = 0;                // 0 = steps / 10
   int64_t randomized_positions = 0;  // N, 0 = off
-  int64_t eval_samples = 64;         // sequences per evaluation length
-  int64_t curve_every = 10;          // record the training loss every this many steps
-  std::string checkpoint_dir;        // empty = no checkpoints
-  int64_t checkpoint_every = 0;      // 0 = only at the end of each run
-  bool resume = false;               // continue from checkpoints found in checkpoint_dir
-  int64_t stop_after = -1;           // testing: stop each run after this many steps (>= 0)
+  // The parameters of the schemes reached by name (`--sandwich-dim 64`), by declared name;
+  // unset ones take their declared defaults (position_options::named_params).
+  std::vector<std::pair<std::string, double>> named_params;
+  int64_t eval_samples = 64;     // sequences per evaluation length
+  int64_t curve_every = 10;      // record the training loss every this many steps
+  std::string checkpoint_dir;    // empty = no checkpoints
+  int64_t checkpoint_every = 0;  // 0 = only at the end of each run
+  bool resume = false;           // continue from checkpoints found in checkpoint_dir
+  int64_t stop_after = -1;       // testing: stop each run after this many steps (>= 0)
   // Set: this process is one rank of a distributed run (only rank 0 writes checkpoints).
   std::shared_ptr<const distribution> dist;
 };

@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
@@ -95,10 +96,20 @@ struct attend_opts {
   double floor_scale = 8192, attn_scale = 0.1;
   int64_t layer = -1;
   std::string layer_type;
+  // The schemes reached by name (schemes.hpp): their switches and parameters by declared name,
+  // registered from the declarations
+  std::map<std::string, bool> named_on;
+  std::map<std::string, double> named_values;
   // Backward
   std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire, dcope;
   CLI::App* sub = nullptr;
 };
+
+// A declared parameter's flag: its Python name with dashes.
+std::string flag_name(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
 
 bool given(const attend_opts& o, const char* name) {
   return o.sub->count(name) > 0;
@@ -526,6 +537,30 @@ void read_xpos(const attend_opts& o, attend_state<Real>& s) {
   }
 }
 
+// The schemes reached by name: each switch given puts its scheme in pos.named with the
+// parameters given (the others take their declared defaults, checked by the engine).
+template <typename Real>
+void read_named(const attend_opts& o, attend_state<Real>& s) {
+  for (const scheme_decl* d : named_scheme_decls()) {
+    named_scheme n{d->name, {}};
+    std::vector<std::string> flags;
+    for (size_t i = 1; i < d->params.size(); ++i) {
+      const std::string flag = "--" + flag_name(d->params[i].name);
+      if (!given(o, flag.c_str())) continue;
+      flags.push_back(flag);
+      n.params.emplace_back(d->params[i].name, o.named_values.at(d->params[i].name));
+    }
+    if (o.named_on.at(d->name)) {
+      (void)named_scheme_args(*d, n.params, s.Hq);  // errors name the flag's parameter
+      s.p.pos.named.push_back(std::move(n));
+      s.schemes.push_back(d->name);
+    } else if (!flags.empty()) {
+      fail("{} need{} --{}", fmt::join(flags, ", "), flags.size() == 1 ? "s" : "",
+           flag_name(d->params[0].name));
+    }
+  }
+}
+
 // Backward: every flag checked before anything runs.
 template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
@@ -731,6 +766,7 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_cope(o, s);
   read_temperature(o, s);
   read_xpos(o, s);
+  read_named(o, s);
   // Which schemes may be on together: the declarations' one rule (schemes.hpp).
   check_scheme_combination(s.schemes);
   check_backward_flags(o, s.p);
@@ -916,6 +952,18 @@ const bool registered = register_command(50, [](CLI::App& app) {
   sub->add_option("--dcope", o->dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
   sub->add_option("--dkerple", o->dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
   sub->add_option("--dfire", o->dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
+  // The schemes reached by name: a switch and an option per parameter, from the declarations.
+  for (const scheme_decl* d : named_scheme_decls()) {
+    sub->add_flag("--" + flag_name(d->params[0].name), o->named_on[d->name],
+                  fmt::format("{} ({}): {}", d->title, d->citation, d->params[0].doc));
+    for (size_t i = 1; i < d->params.size(); ++i) {
+      const scheme_param& p = d->params[i];
+      sub->add_option(
+             "--" + flag_name(p.name), o->named_values[p.name],
+             fmt::format("{} {}, {}: {} (default {})", d->title, p.name, p.dtype, p.doc, p.def))
+          ->type_name(std::string(p.dtype) == "int" ? "INT" : "FLOAT");
+    }
+  }
   sub->callback([o] { run_attend(*o); });
 });
 

@@ -21,6 +21,7 @@
 
 #include "cli.hpp"
 #include "lab_mpi.hpp"
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/core/threads.hpp"
@@ -40,6 +41,7 @@ struct lab_cli {
   int threads = 0;
   double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
   bool quick = false, resume = false, no_progress = false, embed_scale = false;
+  std::vector<std::pair<std::string, double>> named_params;  // --sandwich-dim, ... as given
 };
 
 std::string fmt_time(double s) {
@@ -69,6 +71,7 @@ lab::lab_options to_options(const lab_cli& c) {
   o.eval_file = c.eval_file;
   o.eval_chars = c.eval_chars;
   o.embed_scale = c.embed_scale;
+  o.named_params = c.named_params;
   size_t pos = 0;
   while (pos <= c.schemes.size()) {
     const size_t comma = c.schemes.find(',', pos);
@@ -570,6 +573,21 @@ const bool registered = register_command(70, [](CLI::App& app) {
       "--quick", o->quick,
       "Small preset (passkey: 2000 steps, 1 seed; with --preset press: 1 seed, 250 steps)");
   sub->add_flag("--no-progress", o->no_progress, "No progress bar on stderr");
+  // The parameters of the schemes reached by name, from their declarations (schemes.hpp).
+  for (const scheme_decl* d : named_scheme_decls())
+    for (size_t i = 1; i < d->params.size(); ++i) {
+      const scheme_param& p = d->params[i];
+      std::string flag = std::string("--") + p.name;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      sub->add_option_function<double>(
+             flag,
+             [o, name = std::string(p.name)](const double& v) {
+               o->named_params.emplace_back(name, v);
+             },
+             fmt::format("{} {}, {}: {} (default {}; with --schemes {})", d->title, p.name, p.dtype,
+                         p.doc, p.def, d->name))
+          ->type_name(std::string(p.dtype) == "int" ? "INT" : "FLOAT");
+    }
   sub->callback([o, sub] {
     // Under mpirun an error on one rank ends every rank at once (never a rank left waiting in
     // a collective), with the exit code posenc gives that error.

@@ -1,0 +1,178 @@
+// The schemes reached by name (named_schemes.hpp): their arguments, their engine term and their
+// model hook, written once for all of them.
+#include "named_schemes.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "hooks.hpp"
+#include "posenc/attention/schemes.hpp"
+#include "posenc/core/error.hpp"
+
+namespace posenc {
+
+std::vector<double> named_scheme_args(const scheme_decl& d,
+                                      std::span<const std::pair<std::string, double>> given,
+                                      int64_t Hq) {
+  if (!d.named) fail("{} is not a scheme reached by name (attention_position::named)", d.name);
+  std::vector<std::string> names;
+  for (size_t i = 1; i < d.params.size(); ++i) names.push_back(d.params[i].name);
+  std::vector<double> args(names.size());
+  std::vector<bool> set(names.size(), false);
+  for (const auto& [name, value] : given) {
+    size_t i = 0;
+    while (i < names.size() && names[i] != name) ++i;
+    if (i == names.size())
+      fail("{}: unknown parameter '{}'; its parameters are {}", d.name, name,
+           names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+    if (set[i]) fail("{}: parameter {} given twice", d.name, name);
+    set[i] = true;
+    args[i] = value;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const scheme_param& p = d.params[i + 1];
+    if (!set[i]) args[i] = std::stod(p.def);
+    if (std::string(p.dtype) == "int" &&
+        (!std::isfinite(args[i]) || args[i] != std::floor(args[i]) || std::abs(args[i]) > 0x1p53))
+      fail("{} must be an integer, got {}", p.name, args[i]);
+  }
+  d.named->check(args, Hq);
+  return args;
+}
+
+double named_bias_value(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq,
+                        int64_t qpos, int64_t kpos) {
+  return d.named->value(args, h, Hq, qpos, kpos);
+}
+
+double named_bias_bound(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq) {
+  return d.named->bound(args, h, Hq);
+}
+
+namespace detail {
+namespace {
+
+// Hook 2b for any scheme reached by name. value() is the scheme's own. A bias of the offset
+// alone (bias_offset_only) has a fast row like Kerple's: per call, where small enough
+// (Hq (hi - lo + 1) <= 2^22 entries), a table of every visible offset per head, value() rounded
+// once to Real; offsets outside it (a pad key inside a row) take value() itself.
+template <typename Real>
+class named_bias_term final : public score_bias<Real> {
+ public:
+  named_bias_term(const scheme_decl& d, std::vector<double> args, int64_t Hq,
+                  const attention_plan& pl)
+      : b_(*d.named), args_(std::move(args)), Hq_(Hq) {
+    if (!(d.bias_props & bias_offset_only)) return;
+    if (!visible_offset_range(pl, int64_t{1} << 62, &lo_, &hi_)) return;  // nothing visible
+    if (static_cast<uint64_t>(hi_) - static_cast<uint64_t>(lo_) >= uint64_t{1} << 22 ||
+        (hi_ - lo_ + 1) * Hq > (int64_t{1} << 22))
+      return;
+    span_ = hi_ - lo_ + 1;
+    std::vector<double> table(static_cast<size_t>(Hq * span_));
+    if (b_.offset_table) {
+      b_.offset_table(args_, Hq, lo_, hi_, table.data());
+    } else {
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t r = lo_; r <= hi_; ++r) table[h * span_ + (r - lo_)] = value(h, 0, r);
+    }
+    lut_.assign(table.begin(), table.end());
+  }
+  double value(int64_t h, int64_t qp, int64_t kp) const override {
+    return b_.value(args_, h, Hq_, qp, kp);
+  }
+  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
+               Real* row) const override {
+    if (lut_.empty()) {
+      for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(value(h, qp, kpos[j]));
+      return;
+    }
+    const Real* lut = lut_.data() + h * span_;
+    if (contiguous && n > 0 && kpos[0] - qp >= lo_ && kpos[0] - qp + n - 1 <= hi_) {
+      const Real* slice = lut + (kpos[0] - qp - lo_);
+      for (int64_t j = 0; j < n; ++j) row[j] += slice[j];
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t r = kpos[j] - qp;
+      row[j] += r >= lo_ && r <= hi_ ? lut[r - lo_] : static_cast<Real>(value(h, qp, kpos[j]));
+    }
+  }
+
+ private:
+  const named_bias& b_;
+  std::vector<double> args_;
+  int64_t Hq_;
+  int64_t lo_ = 0, hi_ = 0, span_ = 0;
+  std::vector<Real> lut_;  // (Hq, span): the bias at offsets lo..hi; empty = per pair
+};
+
+// The model's hook (the lab): no tensors; every layer's attention gets the scheme by name with
+// the parameters the options give for it (position_options::named_params).
+template <typename S>
+class named_hook final : public position_hook<S> {
+ public:
+  named_hook(pos_scheme id, std::string name, std::vector<std::pair<std::string, double>> params)
+      : id_(id), name_(std::move(name)), params_(std::move(params)) {}
+  pos_scheme scheme() const override { return id_; }
+  attention_position<S> attention(const S* const*) const override {
+    attention_position<S> p;
+    p.named.push_back({name_, params_});
+    return p;
+  }
+
+ private:
+  pos_scheme id_;
+  std::string name_;
+  std::vector<std::pair<std::string, double>> params_;
+};
+
+}  // namespace
+
+template <typename S>
+std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_decl& d,
+                                                  const position_options& o,
+                                                  const position_shape& shape) {
+  std::vector<std::pair<std::string, double>> mine;
+  for (const auto& [name, value] : o.named_params)
+    for (size_t i = 1; i < d.params.size(); ++i)
+      if (name == d.params[i].name) mine.emplace_back(name, value);
+  (void)named_scheme_args(d, mine, shape.n_heads);  // validated once, here
+  return std::make_unique<named_hook<S>>(id, d.name, std::move(mine));
+}
+template std::unique_ptr<position_hook<float>> make_named_hook<float>(pos_scheme,
+                                                                      const scheme_decl&,
+                                                                      const position_options&,
+                                                                      const position_shape&);
+template std::unique_ptr<position_hook<double>> make_named_hook<double>(pos_scheme,
+                                                                        const scheme_decl&,
+                                                                        const position_options&,
+                                                                        const position_shape&);
+
+template <typename Real>
+void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
+                     const attention_grads<Real>*, engine_terms<Real>& t) {
+  for (size_t i = 0; i < p.pos.named.size(); ++i) {
+    const named_scheme& n = p.pos.named[i];
+    const scheme_decl& d = scheme_decl_of(n.name);
+    if (!d.named) {
+      std::vector<std::string> names;
+      for (const auto* x : named_scheme_decls()) names.push_back(x->name);
+      fail(
+          "pos.named: {} has a member of attention_position of its own; the schemes reached by "
+          "name are {}",
+          n.name, names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (p.pos.named[j].name == n.name) fail("pos.named lists {} twice", n.name);
+    t.biases.push_back(
+        std::make_unique<named_bias_term<Real>>(d, named_scheme_args(d, n.params, p.Hq), p.Hq, pl));
+  }
+}
+POSENC_INSTANTIATE_TERMS(named)
+
+}  // namespace detail
+}  // namespace posenc

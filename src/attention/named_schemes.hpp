@@ -1,0 +1,32 @@
+// src/attention/named_schemes.hpp (private): a scheme reached by name (attention_position::named)
+// is a score bias its hook file defines as a named_bias, and its declaration (schemes.cpp) points
+// at. Everything else a scheme needs is generic and lives in named_schemes.cpp: the engine term
+// (a per-call table over the visible offsets when the bias depends on the offset alone), the
+// model's hook (the lab), the argument checks; the CLI, Python, the case tables and posenc check
+// read the declaration. A new parameter-free (or scalar-parametrised) score bias therefore
+// touches its family file, its hook, its declaration and its tests, nothing else.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace posenc::detail {
+
+// args: the scheme's numeric parameters, in declaration order after the switch, defaults filled
+// (named_scheme_args). Hq: the call's query heads; h in [0, Hq).
+struct named_bias {
+  // Validates args for Hq heads; throws invalid_argument naming the parameter (by its Python
+  // name) and the allowed values.
+  void (*check)(std::span<const double> args, int64_t Hq);
+  // The specification: bias_h(qpos, kpos) in double.
+  double (*value)(std::span<const double> args, int64_t h, int64_t Hq, int64_t qpos, int64_t kpos);
+  // A bound on |bias_h| over every pair (the bias_bounded property; +inf when unbounded).
+  double (*bound)(std::span<const double> args, int64_t h, int64_t Hq);
+  // Optional, for a bias of the offset alone: out[h * n + (r - lo)] = value(h, 0, r) for r in
+  // [lo, hi], n = hi - lo + 1, every head at once (it may share work between heads), with the
+  // bits of value(). null: the engine fills the table from value().
+  void (*offset_table)(std::span<const double> args, int64_t Hq, int64_t lo, int64_t hi,
+                       double* out) = nullptr;
+};
+
+}  // namespace posenc::detail
