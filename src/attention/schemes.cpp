@@ -62,6 +62,10 @@ constexpr scheme_param kFire[] = {
     {"fire", "(Hq, 3m + 3)", "float", "None", "per-head MLP [w1 | b1 | w2 | b2, a_c, a_L]"},
     {"fire_hidden", "scalar", "int", "None", "m, the MLP's hidden units (checked against fire)"},
 };
+constexpr scheme_param kSandwich[] = {
+    {"sandwich", "scalar", "bool", "False", "switch Sandwich on (nothing to learn)"},
+    {"sandwich_dim", "scalar", "int", "128", "d', the sinusoidal embedding's dimension (even)"},
+};
 constexpr scheme_param kCope[] = {
     {"cope", "(npos, D)", "float", "None", "position embeddings, shared by the heads"},
 };
@@ -79,6 +83,12 @@ constexpr scheme_param kIrope[] = {
 
 constexpr uint32_t kHook1 = scheme_qk_transform;
 
+}  // namespace
+namespace detail {
+extern const named_bias sandwich_bias_decl;  // hook_sandwich.cpp
+}  // namespace detail
+namespace {
+
 // name, title, citation, points, learned, causal only, float K/V only, attention level, params.
 const scheme_decl kDecls[] = {
     {"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
@@ -92,6 +102,8 @@ const scheme_decl kDecls[] = {
      false, true, kShaw},
     {"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true, kKerple},
     {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire},
+    {"sandwich", "Sandwich", "Chi et al. 2023", scheme_score_bias, false, false, false, true,
+     kSandwich, &detail::sandwich_bias_decl, bias_offset_only | bias_symmetric | bias_bounded},
     {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
     {"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
     {"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false, false,
