@@ -808,43 +808,30 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
   }
 }
 
-// One work item: kv head hk, queries [i0, i1) of the G heads that read it, keys [ja, jb) (a
-// split-K chunk, block aligned; [0, S) when unsplit). Tile row r holds query head hk * G + r / nq
-// and query i0 + r % nq. part == nullptr: writes out and lse; else the row's partial state
-// (m, l, acc (Dp), w (C)) at part + r * pr.part_row(), for merge_item.
-void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0, int64_t i1,
-                int64_t ja, int64_t jb, float* part) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto& p = *pr.p;
-  const auto& pl = *pr.pl;
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, D = p.D, Dp = pr.Dp, C = pr.C;
-  const int64_t G = pl.group, nq = i1 - i0, rows = G * nq;
-  auto head_of = [&](int64_t r) { return hk * G + r / nq; };
-  auto query_of = [&](int64_t r) { return i0 + r % nq; };
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  float* qs = sc.qs.data();
-  float* qc = sc.qc.data();
-  float* s = sc.s.data();
-  float* acc = sc.acc.data();
-  float* m = sc.m.data();
-  float* l = sc.l.data();
-  float* beta = sc.beta.data();
-  float* kadd = sc.kadd.data();
-  float* qa = sc.qa.data();
-  float* w = sc.w.data();
-  int64_t* cidx = sc.c.data();
-  const auto* rel = pr.rel;
-  const auto& biases = pr.terms->biases;
+// The rows of one work item: tile row r holds query head hk * G + r / nq and query i0 + r % nq.
+struct item_rows {
+  int64_t hk, i0, nq, G, rows;
+  int64_t head(int64_t r) const { return hk * G + r / nq; }
+  int64_t query(int64_t r) const { return i0 + r % nq; }
+};
 
+// An item's start: its query rows scaled (and transformed), m = -inf, l = 0, acc = 0, and hook
+// 2a's q . a^K for every table row.
+void ItemBegin(const simd_problem& pr, simd_scratch& sc, const item_rows& it) {
+  const auto& p = *pr.p;
+  const int64_t Hq = p.Hq, D = p.D, Dp = pr.Dp, C = pr.C, rows = it.rows;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float *qs = sc.qs.data(), *qc = sc.qc.data(), *acc = sc.acc.data(), *m = sc.m.data(),
+        *l = sc.l.data(), *qa = sc.qa.data(), *w = sc.w.data();
+  const auto* rel = pr.rel;
   // qs(rows, D) = scale * q rows: the score scale folded into q once per item (after hook 1's
   // row form, when the transform is fused).
   for (int64_t r = 0; r < rows; ++r) {
-    const float* qi = pr.q + (query_of(r) * Hq + head_of(r)) * D;
+    const float* qi = pr.q + (it.query(r) * Hq + it.head(r)) * D;
     float* qr = qs + r * D;
     if (pr.qtab) {
       std::copy(qi, qi + D, qr);
-      pr.tr->apply_rows(pr.qtab + query_of(r) * pr.Rt, false, qr, 1, D);
+      pr.tr->apply_rows(pr.qtab + it.query(r) * pr.Rt, false, qr, 1, D);
       for (int64_t e = 0; e < D; ++e) qr[e] *= pr.scale;
     } else {
       for (int64_t e = 0; e < D; ++e) qr[e] = pr.scale * qi[e];
@@ -868,20 +855,13 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         qa[r * C + c] = dot;
       }
   }
+}
 
-  // Key range any row may see by token index (causal and window rules).
-  int64_t j_begin = 0, j_end = S;
-  if (p.causal) j_end = std::clamp<int64_t>(S - T + i1, 0, S);
-  if (p.window > 0) j_begin = std::clamp<int64_t>(S - T + i0 - p.window + 1, 0, S);
-  // The chunk's share; the prefetch stays within it (a neighbouring chunk may be another
-  // thread's item).
-  j_begin = std::max(j_begin, ja);
-  j_end = std::min(j_end, jb);
-  const int64_t kb_begin = j_begin / kSimdBk;
-  // Decode path: the first kPrefetchKeys rows of the item at once (items that pack their blocks:
-  // kPackPrefetchKeys, those past the first kPrefetchKeys into L2 only, as their stream does);
-  // DecodeScores or PackKeyBlock keeps the stream going from there.
-  const int64_t pf_end = pr.prefetch ? j_end : 0;
+// Decode path: the first kPrefetchKeys rows of the item at once (items that pack their blocks:
+// kPackPrefetchKeys, those past the first kPrefetchKeys into L2 only, as their stream does);
+// DecodeScores or PackKeyBlock keeps the stream going from there.
+void ItemPrefetch(const simd_problem& pr, int64_t hk, int64_t kb_begin, int64_t j_end) {
+  const int64_t D = pr.p->D;
   if (!pr.kT && pr.prefetch) {
     const int64_t j_first = kb_begin * kSimdBk;
     const int64_t ahead = pr.pack_local ? kPackPrefetchKeys : kPrefetchKeys;
@@ -895,48 +875,183 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         near ? StreamPrefetch(vj + b) : PackStreamPrefetch(vj + b);
     }
   }
+}
+
+// Step 1 of a key block: s(rows, ncols) = qs K_blk^T.
+void BlockScores(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t rows, int64_t kb,
+                 int64_t nb, int64_t ncols, int64_t pf_end) {
+  const int64_t D = pr.p->D, j0 = kb * kSimdBk;
+  const float* qs = sc.qs.data();
+  const float* qc = sc.qc.data();
+  float* s = sc.s.data();
+  // 1. Q K^T: s(rows, ncols).
+  if (pr.kT) {
+    Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk,
+                             pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
+                             nullptr, 1, PanelWidth());
+  } else if (pr.pack_local) {
+    // Transposed into scratch as it is read (prefetching kPrefetchKeys rows ahead), then the
+    // same block product as the packed path.
+    PackKeyBlock(pr, hk, kb, sc.kb.data(), sc.krows.data(), pr.ktab ? pr.tr : nullptr, pr.ktab,
+                 pr.Rt, pf_end);
+    Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk, sc.kb.data(), kSimdBk, s, kSimdBk, D,
+                             nullptr, 1, PanelWidth());
+  } else {
+    // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
+    // by every row while it is in L1.
+    const char* v0 = static_cast<const char*>(pr.vrow(j0, hk));
+    const int64_t vbytes = pr.v_ld * kv_bytes(pr.vt);
+    auto scores = [&](auto blk, const auto* k0) {
+      DecodeScores<decltype(blk)::value>(qs, rows, D, k0, v0, vbytes, pr.k_ld, nb, j0, pf_end, s);
+    };
+    auto by_layout = [&](const auto* k0) {
+      if (pr.k_blocked)
+        scores(std::true_type{}, k0);
+      else
+        scores(std::false_type{}, k0);
+    };
+    switch (pr.kt) {
+      case kv_storage::f32:
+        by_layout(static_cast<const float*>(pr.krow(j0, hk)));
+        break;
+      case kv_storage::f16:
+        by_layout(static_cast<const hwy::float16_t*>(pr.krow(j0, hk)));
+        break;
+      case kv_storage::bf16:
+        by_layout(static_cast<const hwy::bfloat16_t*>(pr.krow(j0, hk)));
+        break;
+    }
+  }
+}
+
+// Step 4 of a key block: acc = beta_r acc + p v_blk.
+void BlockPV(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t rows, int64_t j0,
+             int64_t nb) {
+  const int64_t D = pr.p->D, S = pr.p->S, Dp = pr.Dp;
+  const float* s = sc.s.data();
+  float* acc = sc.acc.data();
+  const float* beta = sc.beta.data();
+  // 4. P V with the rescale fused: acc = beta_r acc + p v_blk. The decode path (few rows: each
+  // value row is used by one or two row strips) reads the rows in place, widened as they are
+  // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first. Items
+  // of kPackRows rows or more run Gemm, fewer run DecodePV (the same bits either way).
+  auto pv = [&](const auto* vb, int64_t ldv) {
+    if (pr.kT || pr.pack_local)
+      Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
+    else
+      DecodePV(rows, Dp, s, vb, ldv, acc, Dp, nb, beta);
+  };
+  if (pr.vP) {
+    const int64_t ldv = vb_row(Dp);
+    pv(pr.vP + (hk * S + j0) * ldv, ldv);
+  } else if (!pr.kT && D == Dp) {
+    switch (pr.vt) {
+      case kv_storage::f32:
+        pv(static_cast<const float*>(pr.vrow(j0, hk)), pr.v_ld);
+        break;
+      case kv_storage::f16:
+        pv(static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)), pr.v_ld);
+        break;
+      case kv_storage::bf16:
+        pv(static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)), pr.v_ld);
+        break;
+    }
+  } else {
+    float* vb = sc.vb.data();
+    const int64_t ldv = vb_row(Dp);
+    for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
+    pv(vb, ldv);
+  }
+}
+
+// An item's end: the chunk's state for merge_item (part), or out and lse.
+void ItemEnd(const simd_problem& pr, simd_scratch& sc, const item_rows& it, float* part) {
+  const auto& p = *pr.p;
+  const int64_t Hq = p.Hq, D = p.D, Dp = pr.Dp, C = pr.C, rows = it.rows;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const float *acc = sc.acc.data(), *m = sc.m.data(), *l = sc.l.data(), *w = sc.w.data();
+  const auto* rel = pr.rel;
+  if (part) {  // split-K: the chunk's unnormalised state, merged by merge_item
+    const int64_t pw = pr.part_row();
+    for (int64_t r = 0; r < rows; ++r) {
+      float* pr_row = part + r * pw;
+      pr_row[0] = m[r];
+      pr_row[1] = l[r];
+      std::copy(acc + r * Dp, acc + (r + 1) * Dp, pr_row + 2);
+      if (rel) std::copy(w + r * C, w + (r + 1) * C, pr_row + 2 + Dp);
+    }
+    return;
+  }
+
+  // Epilogue: normalise, add hook 3 (sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = it.query(r), h = it.head(r);
+    float* out = p.out + (i * Hq + h) * D;
+    if (l[r] == 0.0f) {
+      for (int64_t e = 0; e < D; ++e) out[e] = 0;
+      if (p.lse) p.lse[i * Hq + h] = neg_inf;
+      continue;
+    }
+    const float inv = 1.0f / l[r];
+    const float* arow = acc + r * Dp;
+    for (int64_t e = 0; e < D; ++e) out[e] = arow[e];
+    if (rel) {
+      const float* wrow = w + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const float wc = wrow[c];
+        if (wc == 0.0f) continue;
+        const float* av = rel->values + c * D;
+        for (int64_t e = 0; e < D; ++e) out[e] += wc * av[e];
+      }
+    }
+    for (int64_t e = 0; e < D; ++e) out[e] *= inv;
+    if (p.lse) p.lse[i * Hq + h] = m[r] + std::log(l[r]);
+  }
+}
+
+// One work item: kv head hk, queries [i0, i1) of the G heads that read it, keys [ja, jb) (a
+// split-K chunk, block aligned; [0, S) when unsplit). Tile row r holds query head hk * G + r / nq
+// and query i0 + r % nq. part == nullptr: writes out and lse; else the row's partial state
+// (m, l, acc (Dp), w (C)) at part + r * pr.part_row(), for merge_item.
+void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0, int64_t i1,
+                int64_t ja, int64_t jb, float* part) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto& p = *pr.p;
+  const auto& pl = *pr.pl;
+  const int64_t T = p.T, S = p.S, C = pr.C;
+  const item_rows it{hk, i0, i1 - i0, pl.group, pl.group * (i1 - i0)};
+  const int64_t rows = it.rows;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float* s = sc.s.data();
+  float* m = sc.m.data();
+  float* l = sc.l.data();
+  float* beta = sc.beta.data();
+  float* kadd = sc.kadd.data();
+  float* qa = sc.qa.data();
+  float* w = sc.w.data();
+  int64_t* cidx = sc.c.data();
+  const auto* rel = pr.rel;
+  const auto& biases = pr.terms->biases;
+
+  ItemBegin(pr, sc, it);
+
+  // Key range any row may see by token index (causal and window rules).
+  int64_t j_begin = 0, j_end = S;
+  if (p.causal) j_end = std::clamp<int64_t>(S - T + i1, 0, S);
+  if (p.window > 0) j_begin = std::clamp<int64_t>(S - T + i0 - p.window + 1, 0, S);
+  // The chunk's share; the prefetch stays within it (a neighbouring chunk may be another
+  // thread's item).
+  j_begin = std::max(j_begin, ja);
+  j_end = std::min(j_end, jb);
+  const int64_t kb_begin = j_begin / kSimdBk;
+  const int64_t pf_end = pr.prefetch ? j_end : 0;  // where the decode stream's prefetch stops
+  ItemPrefetch(pr, hk, kb_begin, j_end);
 
   for (int64_t kb = kb_begin; kb * kSimdBk < j_end; ++kb) {
     const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
     const int64_t ncols = (nb + N - 1) / N * N;
-    // 1. Q K^T: s(rows, ncols).
-    if (pr.kT) {
-      Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk,
-                               pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
-                               nullptr, 1, PanelWidth());
-    } else if (pr.pack_local) {
-      // Transposed into scratch as it is read (prefetching kPrefetchKeys rows ahead), then the
-      // same block product as the packed path.
-      PackKeyBlock(pr, hk, kb, sc.kb.data(), sc.krows.data(), pr.ktab ? pr.tr : nullptr, pr.ktab,
-                   pr.Rt, pf_end);
-      Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk, sc.kb.data(), kSimdBk, s, kSimdBk,
-                               D, nullptr, 1, PanelWidth());
-    } else {
-      // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
-      // by every row while it is in L1.
-      const char* v0 = static_cast<const char*>(pr.vrow(j0, hk));
-      const int64_t vbytes = pr.v_ld * kv_bytes(pr.vt);
-      auto scores = [&](auto blk, const auto* k0) {
-        DecodeScores<decltype(blk)::value>(qs, rows, D, k0, v0, vbytes, pr.k_ld, nb, j0, pf_end, s);
-      };
-      auto by_layout = [&](const auto* k0) {
-        if (pr.k_blocked)
-          scores(std::true_type{}, k0);
-        else
-          scores(std::false_type{}, k0);
-      };
-      switch (pr.kt) {
-        case kv_storage::f32:
-          by_layout(static_cast<const float*>(pr.krow(j0, hk)));
-          break;
-        case kv_storage::f16:
-          by_layout(static_cast<const hwy::float16_t*>(pr.krow(j0, hk)));
-          break;
-        case kv_storage::bf16:
-          by_layout(static_cast<const hwy::bfloat16_t*>(pr.krow(j0, hk)));
-          break;
-      }
-    }
+    BlockScores(pr, sc, hk, rows, kb, nb, ncols, pf_end);
     // Key-side masks of this block, shared by every row.
     bool block_pad = false;
     if (pr.any_key_pad) {
@@ -952,7 +1067,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
 
     // 2. Score mod and 3. online softmax, row by row.
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = query_of(r), h = head_of(r);
+      const int64_t i = it.query(r), h = it.head(r);
       const int64_t qi = S - T + i, qp = pl.qpos[i];
       float* srow = s + r * kSimdBk;
       // Visible key-index range [lo_j, hi_j) of this row within the block.
@@ -1011,75 +1126,10 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         for (int64_t jj = lo_j; jj < hi_j; ++jj) wrow[cidx[jj - lo_j]] += srow[jj];
       }
     }
-    // 4. P V with the rescale fused: acc = beta_r acc + p v_blk. The decode path (few rows: each
-    // value row is used by one or two row strips) reads the rows in place, widened as they are
-    // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first. Items
-    // of kPackRows rows or more run Gemm, fewer run DecodePV (the same bits either way).
-    auto pv = [&](const auto* vb, int64_t ldv) {
-      if (pr.kT || pr.pack_local)
-        Gemm<a_layout::kChunked>(rows, Dp, s, kSimdBk, vb, ldv, acc, Dp, nb, beta);
-      else
-        DecodePV(rows, Dp, s, vb, ldv, acc, Dp, nb, beta);
-    };
-    if (pr.vP) {
-      const int64_t ldv = vb_row(Dp);
-      pv(pr.vP + (hk * S + j0) * ldv, ldv);
-    } else if (!pr.kT && D == Dp) {
-      switch (pr.vt) {
-        case kv_storage::f32:
-          pv(static_cast<const float*>(pr.vrow(j0, hk)), pr.v_ld);
-          break;
-        case kv_storage::f16:
-          pv(static_cast<const hwy::float16_t*>(pr.vrow(j0, hk)), pr.v_ld);
-          break;
-        case kv_storage::bf16:
-          pv(static_cast<const hwy::bfloat16_t*>(pr.vrow(j0, hk)), pr.v_ld);
-          break;
-      }
-    } else {
-      float* vb = sc.vb.data();
-      const int64_t ldv = vb_row(Dp);
-      for (int64_t jj = 0; jj < nb; ++jj) WidenRow(pr.vt, pr.vrow(j0 + jj, hk), vb + jj * ldv, D);
-      pv(vb, ldv);
-    }
+    BlockPV(pr, sc, hk, rows, j0, nb);
   }
 
-  if (part) {  // split-K: the chunk's unnormalised state, merged by merge_item
-    const int64_t pw = pr.part_row();
-    for (int64_t r = 0; r < rows; ++r) {
-      float* pr_row = part + r * pw;
-      pr_row[0] = m[r];
-      pr_row[1] = l[r];
-      std::copy(acc + r * Dp, acc + (r + 1) * Dp, pr_row + 2);
-      if (rel) std::copy(w + r * C, w + (r + 1) * C, pr_row + 2 + Dp);
-    }
-    return;
-  }
-
-  // Epilogue: normalise, add hook 3 (sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = query_of(r), h = head_of(r);
-    float* out = p.out + (i * Hq + h) * D;
-    if (l[r] == 0.0f) {
-      for (int64_t e = 0; e < D; ++e) out[e] = 0;
-      if (p.lse) p.lse[i * Hq + h] = neg_inf;
-      continue;
-    }
-    const float inv = 1.0f / l[r];
-    const float* arow = acc + r * Dp;
-    for (int64_t e = 0; e < D; ++e) out[e] = arow[e];
-    if (rel) {
-      const float* wrow = w + r * C;
-      for (int64_t c = 0; c < C; ++c) {
-        const float wc = wrow[c];
-        if (wc == 0.0f) continue;
-        const float* av = rel->values + c * D;
-        for (int64_t e = 0; e < D; ++e) out[e] += wc * av[e];
-      }
-    }
-    for (int64_t e = 0; e < D; ++e) out[e] *= inv;
-    if (p.lse) p.lse[i * Hq + h] = m[r] + std::log(l[r]);
-  }
+  ItemEnd(pr, sc, it, part);
 }
 
 // The thread body: takes items from the shared counter until none is left. Item n maps to key
