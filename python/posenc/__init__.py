@@ -251,18 +251,13 @@ class LearnedTable:
         _posenc._learned_save(os.fspath(path), self.weights)
 
     def lookup(self, positions):
+        """The rows of the table at positions (any integer shape): (*positions.shape, width)
+        float32, by the library's learned_lookup. ValueError for a position outside the table
+        (no embedding exists there: reported, never clamped)."""
         p = np.asarray(positions)
         if p.dtype.kind not in "iu":
             raise TypeError(f"positions must hold integers, got {p.dtype}")
-        rows = self.weights.shape[0]
-        bad = (p < 0) | (p >= rows)
-        if bad.any():
-            v = int(p[bad].flat[0])
-            raise ValueError(
-                f"position {v} is outside the learned table: it has {rows} rows "
-                f"(positions 0..{rows - 1}); no embedding exists there"
-            )
-        return self.weights[p]
+        return _posenc._learned_lookup(self.weights, p)
 
 
 def _attention_opts(

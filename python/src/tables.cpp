@@ -176,6 +176,30 @@ void bind_tables(py::module_& m) {
         return out;
       },
       py::arg("path"));
+  // LearnedTable.lookup: the library's learned_lookup (its errors name the position and the
+  // table's rows); positions of any integer shape, rows gathered in that shape.
+  m.def(
+      "_learned_lookup",
+      [](py::handle weights, py::handle positions) {
+        const py::array w = as_array(weights, "weights");
+        if (!is_f32(w))
+          type_fail("weights must be float32 (the file format's dtype), got " + dtype_str(w));
+        if (w.ndim() != 2) fail("weights must have shape (rows, width), got {}", shape_str(w));
+        const py::array pa = as_array(positions, "positions");
+        const std::vector<int64_t> pos = int_values(positions, "positions");
+        learned_table t;
+        t.rows = w.shape(0);
+        t.width = w.shape(1);
+        const auto c = contiguous_as<float>(w);
+        t.weights.assign(c.data(), c.data() + c.size());
+        std::vector<py::ssize_t> shape(pa.shape(), pa.shape() + pa.ndim());
+        shape.push_back(t.width);
+        py::array_t<float> out(shape);
+        learned_lookup(t, pos,
+                       std::span<float>(out.mutable_data(), static_cast<size_t>(out.size())));
+        return out;
+      },
+      py::arg("weights"), py::arg("positions"));
   m.def(
       "_learned_save",
       [](const std::string& path, py::handle weights) {
