@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "case_tables.hpp"
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/attention_cases.hpp"
 #include "posenc/core/error.hpp"
@@ -30,19 +31,10 @@ using namespace posenc::attention_cases;
 
 namespace {
 
-// Runs the full list's cases of one group through check mode; n is the group's size (the
-// coverage of the test this replaced).
+// The full list's cases of one group through check mode; n is the group's size (the coverage
+// of the test this replaced).
 void run_group(const std::string& group, int n) {
-  int seen = 0;
-  for (const auto& c : full_cases()) {
-    if (c.group != group) continue;
-    ++seen;
-    const auto r = check_case(c);
-    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << ", tolerance "
-                          << r.tolerance << "\n"
-                          << r.detail;
-  }
-  EXPECT_EQ(seen, n) << group;
+  test::run_group(full_cases(), group, n, [](const spec& c) { return check_case(c); });
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "case_tables.hpp"
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/attention_cases.hpp"
 #include "posenc/core/error.hpp"
@@ -29,16 +30,8 @@ namespace {
 // Runs the full list's cases of one group through check mode (or grad mode); n is the group's
 // size (the coverage of the test this replaced).
 void run_group(const std::string& group, int n, bool fd) {
-  int seen = 0;
-  for (const auto& c : full_cases()) {
-    if (c.group != group) continue;
-    ++seen;
-    const auto r = fd ? grad_case(c) : check_case(c);
-    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << ", tolerance "
-                          << r.tolerance << "\n"
-                          << r.detail;
-  }
-  EXPECT_EQ(seen, n) << group;
+  test::run_group(full_cases(), group, n,
+                  [fd](const spec& c) { return fd ? grad_case(c) : check_case(c); });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "case_tables.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/model/gradcheck.hpp"
@@ -53,13 +54,9 @@ TEST(Gradients, CheckerRejectsAWrongGradient) {
 // model with RMSNorm for every scheme from a second seed.
 TEST(Gradients, FullCaseTable) {
   set_num_threads(1);  // tiny models: avoid an OpenMP barrier per op
-  std::map<std::string, int> ran;
-  for (const auto& c : ops_cases::full_cases())
-    for (const auto& r : ops_cases::run_case(c)) {
-      EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << " > " << r.tolerance
-                            << "\n  " << r.claim << "\n  " << r.detail;
-      ++ran[c.group];
-    }
+  auto ran = test::run_cases(
+      ops_cases::full_cases(), [](const ops_cases::spec&) { return true; },
+      [](const ops_cases::spec& c) { return ops_cases::run_case(c); });
   set_num_threads(0);
   EXPECT_EQ(ran["matmul"], 36);
   EXPECT_EQ(ran["gelu"], 8);

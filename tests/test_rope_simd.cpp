@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "case_tables.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
@@ -51,19 +52,8 @@ std::vector<T> rand_vec(rng& g, size_t n) {
 // Runs the full list's cases of one group through check mode; n is the group's size (the
 // coverage of the test this replaced, or of the new group).
 void run_group(const std::string& group, int n) {
-  int seen = 0;
-  double worst = 0;
-  for (const auto& c : rope_cases::full_cases()) {
-    if (c.group != group) continue;
-    ++seen;
-    const auto r = rope_cases::check_case(c);
-    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << ", tolerance "
-                          << r.tolerance << "\n"
-                          << r.detail;
-    worst = std::max(worst, r.max_error);
-  }
-  EXPECT_EQ(seen, n) << group;
-  ::testing::Test::RecordProperty("worst_over_bound", std::to_string(worst));
+  test::run_group(rope_cases::full_cases(), group, n,
+                  [](const rope_cases::spec& c) { return rope_cases::check_case(c); });
 }
 
 }  // namespace

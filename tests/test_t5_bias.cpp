@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 
+#include "case_tables.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/t5_bias.hpp"
 #include "posenc/encodings/t5_cases.hpp"
@@ -163,12 +164,11 @@ TEST(T5Table, DenseIsAGather) {
 // tolerance derived there; tiny tables (every bucket reached) and (16, 40) at T 17, S 29.
 TEST(T5Table, BackwardMatchesFiniteDifferences) {
   int n = 0;
-  for (const auto& c : t5_cases::full_cases()) {
-    if (!(c.passes & t5_cases::grad)) continue;
-    const auto r = t5_cases::grad_case(c);
-    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << "\n  " << r.detail;
-    ++n;
-  }
+  for (const auto& [group, k] : test::run_cases(
+           t5_cases::full_cases(),
+           [](const t5_cases::spec& c) { return (c.passes & t5_cases::grad) != 0; },
+           [](const t5_cases::spec& c) { return t5_cases::grad_case(c); }))
+    n += k;
   EXPECT_EQ(n, 4);
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "case_tables.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/alibi.hpp"
@@ -34,13 +35,10 @@ namespace tc = posenc::table_cases;
 // Runs every case of the full list whose name starts with section; returns how many ran.
 int run_section(const std::string& section) {
   int n = 0;
-  for (const auto& c : tc::full_cases()) {
-    if (c.name.rfind(section + "/", 0) != 0) continue;
-    const auto r = tc::check_case(c);
-    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << " > tolerance "
-                          << r.tolerance << "\n  " << r.claim << "\n  " << r.detail;
-    ++n;
-  }
+  for (const auto& [group, k] : test::run_cases(
+           tc::full_cases(), [&](const tc::spec& c) { return c.name.rfind(section + "/", 0) == 0; },
+           [](const tc::spec& c) { return tc::check_case(c); }))
+    n += k;
   return n;
 }
 
@@ -127,14 +125,10 @@ TEST(TablesSimd, T5GoldenThresholds) {
 // t5_bias_row written and accumulated against t5_bias_dense, across the 256-entry chunk and
 // on rows just past, at and before the last threshold (the one-bucket shortcut).
 TEST(TablesSimd, T5RowsEqualScalarBucketAndDenseReference) {
-  std::map<std::string, int> ran;
-  for (const auto& c : t5_cases::full_cases()) {
-    if (!(c.passes & t5_cases::check)) continue;
-    const auto r = t5_cases::check_case(c);
-    EXPECT_TRUE(r.passed) << r.name << ": max_error " << r.max_error << "\n  " << r.claim << "\n  "
-                          << r.detail;
-    ++ran[c.group];
-  }
+  auto ran = test::run_cases(
+      t5_cases::full_cases(),
+      [](const t5_cases::spec& c) { return (c.passes & t5_cases::check) != 0; },
+      [](const t5_cases::spec& c) { return t5_cases::check_case(c); });
   EXPECT_EQ(ran["bucket_row"], 57);
   EXPECT_EQ(ran["bias_row"], 2);
   EXPECT_EQ(ran["saturated"], 25);

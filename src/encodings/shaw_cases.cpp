@@ -333,13 +333,11 @@ std::vector<spec> make_check() {
 }  // namespace
 
 const std::vector<spec>& check_cases() {
-  static const std::vector<spec> v = make_check();
-  return v;
+  return case_list<make_check>();
 }
 
 const std::vector<spec>& full_cases() {
-  static const std::vector<spec> v = make_full();
-  return v;
+  return case_list<make_full>();
 }
 
 }  // namespace posenc::shaw_cases

@@ -293,18 +293,15 @@ std::vector<spec> make_perf() {
 }  // namespace
 
 const std::vector<spec>& check_cases() {
-  static const std::vector<spec> v = make_check();
-  return v;
+  return case_list<make_check>();
 }
 
 const std::vector<spec>& full_cases() {
-  static const std::vector<spec> v = make_full();
-  return v;
+  return case_list<make_full>();
 }
 
 const std::vector<spec>& perf_cases() {
-  static const std::vector<spec> v = make_perf();
-  return v;
+  return case_list<make_perf>();
 }
 
 spec perf_quick(const spec& c) {

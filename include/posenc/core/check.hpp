@@ -13,6 +13,14 @@
 
 namespace posenc {
 
+// A case table's list (check, full, perf), built by its make function on first use and kept:
+// every table's accessors are one line, `return case_list<make_check>();`.
+template <auto Make>
+const auto& case_list() {
+  static const auto v = Make();
+  return v;
+}
+
 struct check_result {
   std::string group;  // family, e.g. "sinusoidal", "rope", "attention"
   std::string name;   // short identifier, e.g. "shift_is_rotation"
