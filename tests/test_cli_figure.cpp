@@ -1,5 +1,7 @@
 // End-to-end tests of `posenc figure` and of the sinusoidal sections of `posenc report`: run
-// the built binary, parse its JSON, check the files it wrote.
+// the built binary, parse its JSON, check the files it wrote (Vega-Lite specifications with the
+// data inline, and the page that draws them; tests/test_report_browser.cpp opens such pages in
+// a browser).
 //
 // Golden numbers are the seed formulas PE(i, 2r) = sin(i w_r), PE(i, 2r+1) = cos(i w_r),
 // w_r = 10000^(-2r/d), evaluated with Python's math module and rounded to the decimals the
@@ -8,22 +10,20 @@
 // (the values are listed next to each assertion).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "xml_check.hpp"
-
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 using posenc::test::read_text;
 using posenc::test::run_cli;
 using posenc::test::temp_dir;
-using posenc::test::values_after;
-using posenc::test::xml_problem;
 
 namespace {
 
@@ -33,81 +33,118 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-// Fills of the heatmap cells (the first <g stroke="none"> group), row-major.
-std::vector<std::string> cell_fills(const std::string& s) {
-  const size_t a = s.find("<g stroke=\"none\">");
-  if (a == std::string::npos) return {};
-  const std::string g = s.substr(a, s.find("</g>", a) - a);
-  return values_after(g, "fill=\"");
+// Every quoted value that follows `key` (e.g. `data-file="`) in s, in order.
+std::vector<std::string> values_after(const std::string& s, const std::string& key) {
+  std::vector<std::string> out;
+  for (size_t p = s.find(key); p != std::string::npos; p = s.find(key, p + 1)) {
+    const size_t b = p + key.size();
+    out.push_back(s.substr(b, s.find('"', b) - b));
+  }
+  return out;
 }
 
 bool dir_is_empty_or_missing(const std::string& d) {
   return !fs::exists(d) || fs::is_empty(d);
 }
 
+// The layer of a spec whose mark has type `type` (the first one).
+json layer(const json& s, const std::string& type) {
+  for (const auto& l : s.at("layer"))
+    if (l.at("mark").at("type") == type) return l;
+  return nullptr;
+}
+
 }  // namespace
 
-TEST(CliFigure, WritesTheExpectedWellFormedSvgs) {
+TEST(CliFigure, WritesTheSpecsAndThePageThatDrawsThem) {
   temp_dir t;
   const std::string out = t.file("fig");
   auto r = run_cli({"figure", "--width", "20", "--width", "50", "--out", out, "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = json::parse(r.out);
   const std::vector<std::string> expected = {
-      out + "/sinusoidal_table_d20.svg", out + "/sinusoidal_curves_d20.svg",
-      out + "/sinusoidal_table_d50.svg", out + "/sinusoidal_curves_d50.svg",
-      out + "/sinusoidal_frequencies.svg"};
+      out + "/sinusoidal_table_d20.vl.json",   out + "/sinusoidal_curves_d20.vl.json",
+      out + "/sinusoidal_table_d50.vl.json",   out + "/sinusoidal_curves_d50.vl.json",
+      out + "/sinusoidal_frequencies.vl.json", out + "/index.html"};
   ASSERT_EQ(j.at("files").get<std::vector<std::string>>(), expected);
-  for (const auto& f : expected) {
-    ASSERT_TRUE(fs::exists(f)) << f;
-    const std::string s = read_text(f);
-    EXPECT_EQ(s.rfind("<?xml", 0), 0u) << f;
-    EXPECT_NE(s.find("<svg xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos) << f;
-    EXPECT_EQ(xml_problem(s), "") << f;
+  std::vector<json> specs;
+  for (size_t k = 0; k + 1 < expected.size(); ++k) {
+    ASSERT_TRUE(fs::exists(expected[k])) << expected[k];
+    specs.push_back(json::parse(read_text(expected[k])));
+    EXPECT_EQ(specs.back().at("$schema"), "https://vega.github.io/schema/vega-lite/v6.json");
   }
-  // Nothing else in the directory (no temporary files left behind).
-  size_t n = 0;
-  for (auto& e : fs::directory_iterator(out)) n += e.is_regular_file();
-  EXPECT_EQ(n, expected.size());
+  // Nothing else in the directory (no temporary files left behind) but the page's scripts.
+  std::set<std::string> names;
+  for (auto& e : fs::directory_iterator(out)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names.size(), expected.size() + 1);
+  EXPECT_TRUE(names.count("vega"));
+  for (const char* f : {"vega.min.js", "vega-lite.min.js", "vega-embed.min.js", "vega-LICENSE",
+                        "vega-lite-LICENSE", "vega-embed-LICENSE"})
+    EXPECT_GT(fs::file_size(fs::path(out) / "vega" / f), 1000u) << f;
 
-  // Heatmaps: one cell per (position, channel), default 64 positions; labelled and with a
-  // colour bar.
-  const std::string h20 = read_text(expected[0]);
-  const auto cells = cell_fills(h20);
+  // The page: one chart per spec, in order, loading the bundled scripts.
+  const std::string page = read_text(expected.back());
+  std::vector<std::string> shown = values_after(page, "data-file=\"");
+  ASSERT_EQ(shown.size(), 5u);
+  for (size_t k = 0; k < shown.size(); ++k) EXPECT_EQ(out + "/" + shown[k], expected[k]);
+  EXPECT_EQ(count(page, "class=\"vl-figure\""), 5u);
+  EXPECT_EQ(values_after(page, "<script src=\""),
+            (std::vector<std::string>{"vega/vega.min.js", "vega/vega-lite.min.js",
+                                      "vega/vega-embed.min.js"}));
+
+  // Heatmaps: one cell per (position, channel), default 64 positions, labelled, on the fixed
+  // -1..1 diverging scale. Row 0 is PE(0) = (sin 0, cos 0, ...) = (0, 1, 0, 1, ...) exactly.
+  const json& h20 = specs[0];
+  const json& cells = h20.at("data").at("values");
   ASSERT_EQ(cells.size(), 64u * 20u);
-  EXPECT_NE(h20.find(">position i<"), std::string::npos);
-  EXPECT_NE(h20.find(">channel j<"), std::string::npos);
-  EXPECT_NE(h20.find("<linearGradient id=\"cbar\""), std::string::npos);
-  // Row 0 is PE(0) = (sin 0, cos 0, ...) = (0, 1, 0, 1, ...): on the fixed -1..1 diverging
-  // scale 0 is the centre colour and 1 the top (ColorBrewer RdBu #f7f7f7 and #b2182b).
-  for (int jj = 0; jj < 20; ++jj) EXPECT_EQ(cells[jj], jj % 2 ? "#b2182b" : "#f7f7f7") << jj;
-  EXPECT_EQ(cell_fills(read_text(expected[2])).size(), 64u * 50u);
+  for (int jj = 0; jj < 20; ++jj) {
+    EXPECT_EQ(cells[jj].at("i"), 0);
+    EXPECT_EQ(cells[jj].at("j"), jj);
+    EXPECT_EQ(cells[jj].at("v").get<double>(), jj % 2 ? 1.0 : 0.0) << jj;
+  }
+  // PE(1, 0) = sin(1) = 0.8414709848078965.
+  EXPECT_NEAR(cells[20].at("v").get<double>(), 0.8414709848078965, 1e-15);
+  EXPECT_EQ(h20.at("encoding").at("x").at("title"), "channel j");
+  EXPECT_EQ(h20.at("encoding").at("y").at("title"), "position i");
+  const json& color = h20.at("layer")[0].at("encoding").at("color");
+  EXPECT_EQ(color.at("title"), "PE(i, j)");
+  EXPECT_EQ(color.at("scale").at("domain"), (json{-1.0, 1.0}));
+  EXPECT_EQ(specs[2].at("data").at("values").size(), 64u * 50u);
 
-  // Curves: the first two pairs (channels 0..3), sine solid and cosine dashed.
-  const std::string c20 = read_text(expected[1]);
-  EXPECT_EQ(count(c20, "<polyline"), 4u);
-  EXPECT_EQ(count(c20, "stroke-dasharray=\"7 5\""), 2u);
-  EXPECT_NE(c20.find(">channel 0 (sin, ω = 1)<"), std::string::npos);
+  // Curves: the first two pairs (channels 0..3) over 32 positions, sine solid, cosine dashed.
+  const json& c20 = specs[1];
+  EXPECT_EQ(c20.at("data").at("values").size(), 4u * 32u);
+  const json line = layer(c20, "line").at("encoding");
+  EXPECT_EQ(line.at("color").at("scale").at("domain")[0], "channel 0 (sin, ω = 1)");
+  EXPECT_EQ(line.at("strokeDash").at("scale").at("range"), (json{{1, 0}, {7, 5}, {1, 0}, {7, 5}}));
 
-  // Frequencies: one marker per pair of each width (10 + 25) plus two legend markers; log axis
-  // down to 10000^(-48/50) = 1.45e-4, so the 1e-4 decade is labelled.
-  const std::string fq = read_text(expected[4]);
-  EXPECT_EQ(count(fq, "<circle"), 10u + 25u + 2u);
-  EXPECT_NE(fq.find(">0.0001<"), std::string::npos);
-  EXPECT_NE(fq.find(">width d = 50<"), std::string::npos);
+  // Frequencies: one point per pair of each width (10 + 25), markers, log y; the last pair of
+  // width 50 is 10000^(-48/50) = 1.445439770745928e-4.
+  const json& fq = specs[4];
+  const json& pts = fq.at("data").at("values");
+  ASSERT_EQ(pts.size(), 10u + 25u);
+  EXPECT_EQ(pts.back().at("series"), "width d = 50");
+  EXPECT_NEAR(pts.back().at("x").get<double>(), 0.96, 1e-15);
+  EXPECT_NEAR(pts.back().at("y").get<double>(), 1.445439770745928e-4, 1e-18);
+  EXPECT_EQ(layer(fq, "line").at("encoding").at("y").at("scale").at("type"), "log");
+  EXPECT_EQ(layer(fq, "line").at("encoding").at("y").at("title"),
+            "frequency ω_r (radians per position)");
 }
 
 TEST(CliFigure, TextAndCsvListTheFiles) {
   temp_dir t;
   auto r = run_cli({"figure", "--width", "8", "--positions", "16", "--out", t.path});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, t.path + "/sinusoidal_table_d8.svg\n" + t.path + "/sinusoidal_curves_d8.svg\n" +
-                       t.path + "/sinusoidal_frequencies.svg\n");
-  EXPECT_EQ(cell_fills(read_text(t.file("sinusoidal_table_d8.svg"))).size(), 16u * 8u);
+  EXPECT_EQ(r.out, t.path + "/sinusoidal_table_d8.vl.json\n" + t.path +
+                       "/sinusoidal_curves_d8.vl.json\n" + t.path +
+                       "/sinusoidal_frequencies.vl.json\n" + t.path + "/index.html\n");
+  EXPECT_EQ(
+      json::parse(read_text(t.file("sinusoidal_table_d8.vl.json"))).at("data").at("values").size(),
+      16u * 8u);
   r = run_cli({"figure", "--width", "8", "--out", t.path, "--format", "csv"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("file\n", 0), 0u);
-  EXPECT_EQ(count(r.out, "\n"), 4u);
+  EXPECT_EQ(count(r.out, "\n"), 5u);
 }
 
 TEST(CliFigure, BadArgumentsExit2AndWriteNothing) {
@@ -198,27 +235,28 @@ TEST(CliReport, SinusoidalSectionsHaveNumbersAndFigures) {
   EXPECT_NE(html.find("id=\"sinusoidal-width\""), std::string::npos);
   EXPECT_NE(html.find("id=\"sinusoidal-relative\""), std::string::npos);
 
-  // Every image either file references exists and is a well-formed SVG; the sinusoidal ones
-  // are all there.
-  std::set<std::string> html_imgs, md_imgs;
-  for (const auto& f : values_after(html, "<img src=\"")) html_imgs.insert(f);
-  // Markdown images: ![alt](file)
-  for (size_t p = md.find("!["); p != std::string::npos; p = md.find("![", p + 1)) {
+  // Every chart the page draws is linked from the Markdown and its spec file exists, with data;
+  // the sinusoidal ones are all there.
+  const std::vector<std::string> shown = values_after(html, "data-file=\"");
+  const std::set<std::string> html_charts(shown.begin(), shown.end());
+  EXPECT_EQ(html_charts.size(), shown.size());  // each chart once
+  std::set<std::string> md_charts;
+  for (size_t p = md.find("[Figure: "); p != std::string::npos; p = md.find("[Figure: ", p + 1)) {
     const size_t b = md.find("](", p), e = md.find(')', b);
     if (b != std::string::npos && e != std::string::npos)
-      md_imgs.insert(md.substr(b + 2, e - b - 2));
+      md_charts.insert(md.substr(b + 2, e - b - 2));
   }
-  EXPECT_EQ(html_imgs, md_imgs);
-  for (const auto& f : html_imgs) {
+  EXPECT_EQ(html_charts, md_charts);
+  for (const auto& f : html_charts) {
     ASSERT_TRUE(fs::exists(t.file(f))) << f;
-    if (f.size() > 4 && f.substr(f.size() - 4) == ".svg") {
-      EXPECT_EQ(xml_problem(read_text(t.file(f))), "") << f;
-    }
+    const json spec = json::parse(read_text(t.file(f)));
+    EXPECT_FALSE(spec.at("data").at("values").empty()) << f;
   }
-  for (const std::string f :
-       {"sinusoidal_table_d20.svg", "sinusoidal_table_d50.svg", "sinusoidal_curves_d20.svg",
-        "sinusoidal_curves_d50.svg", "sinusoidal_frequencies.svg", "sinusoidal_dot_profile.svg",
-        "sinusoidal_gram_full.svg", "sinusoidal_gram_sine_only.svg"})
-    EXPECT_TRUE(html_imgs.count(f)) << "report does not show " << f;
+  for (const std::string f : {"sinusoidal_table_d20.vl.json", "sinusoidal_table_d50.vl.json",
+                              "sinusoidal_curves_d20.vl.json", "sinusoidal_curves_d50.vl.json",
+                              "sinusoidal_frequencies.vl.json", "sinusoidal_dot_profile.vl.json",
+                              "sinusoidal_gram_full.vl.json", "sinusoidal_gram_sine_only.vl.json"})
+    EXPECT_TRUE(html_charts.count(f)) << "report does not show " << f;
+  EXPECT_TRUE(fs::exists(t.file("vega/vega-embed.min.js")));
   EXPECT_NE(html.find("<figcaption>"), std::string::npos);
 }

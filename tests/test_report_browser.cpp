@@ -1,15 +1,19 @@
 // The report as its readers see it: `posenc report` output from a small run (worked examples,
 // checks, a tiny bench.json and a tiny lab run) opened in a real browser (headless Chromium).
+// The figures are Vega-Lite charts that the page draws with vega-embed (SVG renderer) from the
+// specifications it embeds, with the scripts the report bundles in vega/.
 //
 // The test copies index.html and injects, as the first child of <head> (before any script of
 // the page can run), a hook script that
 //   - records console errors: window.onerror (uncaught exceptions and resources that fail to
-//     load, caught in the capture phase), unhandled promise rejections and console.error;
-//   - on load, checks every figure (<img>, <object>, <embed>, inline <svg>): an image must have
-//     loaded (complete, naturalWidth > 0); an SVG file must be readable, parse as SVG, and
-//     draw something: at least one path/line/rect/circle/ellipse/polyline/polygon outside
-//     <defs> with a nonzero bounding box (getBBox, measured after importing it into the page)
-//     and visible paint (a stroke, or a fill other than the white background);
+//     load, caught in the capture phase), unhandled promise rejections and console.error; and
+//     console.warn separately (Vega's warnings, e.g. an empty or infinite scale domain);
+//   - once the page has drawn its charts (window.posencFigures settles), checks every chart
+//     (<div class="vl-figure">): Vega drew an SVG in its place, every data layer of it (the
+//     SVG groups of role "mark" of one layer: bars, lines, points, cells, text; axes, legends
+//     and titles are not data layers) holds at least one item, and at least one item has a
+//     nonzero bounding box and visible paint (a stroke, or a fill other than the white
+//     background);
 //   - checks that every table row has as many cells as the header row;
 //   - writes its verdict as percent-encoded JSON into <pre id="posenc-browser-verdict">, which
 //     `chromium --dump-dom` prints.
@@ -17,12 +21,15 @@
 // <test binary dir>/test_report_browser_out/<case>/, and a screenshot of the unmodified page
 // in test_report_browser_out/report.png.
 //
-// The checker is shown to fail: the negative tests break a copy of the same report (a figure
-// deleted, a figure truncated so it does not parse, a figure with nothing drawn, a script that
-// throws and one that calls console.error) and expect each break to be named in the verdict.
+// ChartsShowValuesOnHoverAndZoom hovers over and scrolls two charts and reads the tooltip and the
+// axes. The checker is shown to fail: the negative tests break a copy of the same report (a chart
+// whose data is emptied, a spec that does not parse, a spec Vega-Lite rejects, a missing
+// library script, a script that throws and one that calls console.error, a table row with an
+// extra cell) and expect each break to be named in the verdict.
 //
 // Skipped (GTEST_SKIP) only when Chromium is missing or cannot start; set POSENC_CHROMIUM to
-// use another binary. No network is used: every page is a file:// URL.
+// use another binary. No network is used: every page is a file:// URL and the scripts are the
+// report's own copies.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,7 +55,7 @@ namespace {
 const char* const kHook = R"JS(
 (function () {
   'use strict';
-  var errors = [];
+  var errors = [], warnings = [];
   window.addEventListener('error', function (e) {
     var t = e.target;
     if (t && t !== window && t.nodeType === 1) {
@@ -61,110 +68,100 @@ const char* const kHook = R"JS(
   window.addEventListener('unhandledrejection', function (e) {
     errors.push('unhandled rejection: ' + e.reason);
   });
-  var consoleError = console.error;
+  var consoleError = console.error, consoleWarn = console.warn;
+  function text(args) { return Array.prototype.map.call(args, String).join(' '); }
   console.error = function () {
-    errors.push('console.error: ' + Array.prototype.map.call(arguments, String).join(' '));
+    errors.push('console.error: ' + text(arguments));
     return consoleError.apply(console, arguments);
+  };
+  console.warn = function () {
+    warnings.push('console.warn: ' + text(arguments));
+    return consoleWarn.apply(console, arguments);
   };
 
   function painted(v) {
     return !!v && v !== 'none' && v !== 'transparent' && !/rgba\([^)]*,\s*0\)$/.test(v);
   }
-  // Shapes with a nonzero bounding box and visible paint (the white background does not count).
-  function marks(svg) {
-    var n = 0;
-    var els = svg.querySelectorAll('path,line,rect,circle,ellipse,polyline,polygon');
-    for (var i = 0; i < els.length; i++) {
-      var el = els[i];
-      if (el.closest('defs,clipPath,mask,pattern,marker,symbol')) continue;
-      var b;
-      try { b = el.getBBox(); } catch (err) { continue; }
-      if (!(b.width > 0 || b.height > 0)) continue;
-      var cs = getComputedStyle(el);
-      if (cs.display === 'none' || cs.visibility === 'hidden' || cs.opacity === '0') continue;
-      var stroke = painted(cs.stroke) && parseFloat(cs.strokeWidth) > 0;
-      var fill = painted(cs.fill) && cs.fill !== 'rgb(255, 255, 255)';
-      var open = el.localName === 'line' || el.localName === 'polyline';
-      if (open ? stroke : (stroke || fill)) n++;
-    }
-    return n;
+  function visible(el) {
+    var cs = getComputedStyle(el);
+    if (cs.display === 'none' || cs.visibility === 'hidden' || cs.opacity === '0') return false;
+    if (el.closest('[opacity="0"]')) return false;
+    var stroke = painted(cs.stroke) && parseFloat(cs.strokeWidth) > 0 &&
+                 cs.strokeOpacity !== '0';
+    var fill = painted(cs.fill) && cs.fill !== 'rgb(255, 255, 255)' && cs.fillOpacity !== '0';
+    return stroke || fill;
   }
-  function readText(url) {
-    return new Promise(function (resolve) {
-      var x = new XMLHttpRequest();
-      x.open('GET', url);
-      x.onload = function () {
-        resolve(x.status === 0 || x.status === 200 ? x.responseText : null);
-      };
-      x.onerror = function () { resolve(null); };
-      try { x.send(); } catch (err) { resolve(null); }
-    });
-  }
-  function checkSvg(name, text, problems, drawn) {
-    var doc = new DOMParser().parseFromString(text, 'image/svg+xml');
-    var pe = doc.getElementsByTagName('parsererror');
-    if (pe.length || !doc.documentElement || doc.documentElement.localName !== 'svg') {
-      problems.push(name + ': does not parse as SVG' +
-                    (pe.length ? ' (' + pe[0].textContent.slice(0, 160) + ')' : ''));
+  // One chart: the data layers Vega drew into its SVG and their items. A layer that draws one
+  // mark per series (lines) is one SVG group per series, all with the layer's class: the groups
+  // of one class together are the layer.
+  function checkChart(name, container, problems, drawn) {
+    var svg = container.querySelector('svg.marks');
+    if (!svg) {
+      problems.push(name + ': not drawn (' + (container.textContent || 'empty').slice(0, 200) +
+                    ')');
       return;
     }
-    var holder = document.createElement('div');
-    holder.style.cssText = 'position:absolute;left:-20000px;top:0;width:4000px;height:4000px';
-    holder.appendChild(document.importNode(doc.documentElement, true));
-    document.body.appendChild(holder);
-    var n = marks(holder.firstChild);
-    holder.remove();
-    drawn[name] = n;
-    if (!n) problems.push(name + ': nothing drawn (no shape with nonzero extent and paint)');
-  }
-  function checkFigure(el, problems, drawn) {
-    var tag = el.localName;
-    var name = el.getAttribute(tag === 'object' ? 'data' : 'src') || '(no source)';
-    var url = tag === 'object' ? el.data : el.src;
-    if (tag === 'img' && !(el.complete && el.naturalWidth > 0))
-      problems.push(name + ': image did not load (naturalWidth 0)');
-    if (!/\.svg([?#]|$)/i.test(name)) return Promise.resolve();
-    return readText(url).then(function (text) {
-      if (text === null) problems.push(name + ': could not be read');
-      else checkSvg(name, text, problems, drawn);
-    });
-  }
-  window.addEventListener('load', function () {
-    var problems = [], drawn = {};
-    var figs = Array.prototype.slice.call(document.querySelectorAll('img,object,embed'));
-    var inline = Array.prototype.filter.call(document.querySelectorAll('svg'), function (s) {
-      return !s.parentElement.closest('svg');
-    });
-    inline.forEach(function (s, i) {
-      drawn['inline svg ' + i] = marks(s);
-      if (!marks(s)) problems.push('inline svg ' + i + ': nothing drawn');
-    });
-    // Tables as parsed by the browser: every row as wide as the header (text that was not
-    // escaped would add or swallow cells).
-    var tables = document.querySelectorAll('table');
-    Array.prototype.forEach.call(tables, function (t, ti) {
-      var width = t.rows.length ? t.rows[0].cells.length : 0;
-      for (var r = 1; r < t.rows.length; r++) {
-        if (t.rows[r].cells.length !== width) {
-          problems.push('table ' + ti + ' row ' + r + ': ' + t.rows[r].cells.length +
-                        ' cells, header ' + width);
-          break;
-        }
+    var layers = {}, extent = 0, shown = 0;
+    Array.prototype.forEach.call(svg.querySelectorAll('g.role-mark'), function (g) {
+      if (g.parentElement.closest('.role-axis,.role-legend,.role-title')) return;
+      var layer = g.getAttribute('class');
+      layers[layer] = (layers[layer] || 0) + g.childElementCount;
+      for (var el = g.firstElementChild; el; el = el.nextElementSibling) {
+        var b;
+        try { b = el.getBBox(); } catch (err) { continue; }
+        if (!(b.width > 0 || b.height > 0)) continue;
+        extent++;
+        if (!shown && visible(el)) shown = 1;
       }
     });
-    Promise.all(figs.map(function (f) { return checkFigure(f, problems, drawn); }))
-      .then(function () {
-        // One task later, so that errors from the page's own load handlers are recorded.
-        setTimeout(function () {
-          var pre = document.createElement('pre');
-          pre.id = 'posenc-browser-verdict';
-          pre.style.display = 'none';
-          pre.textContent = encodeURIComponent(JSON.stringify(
-              {figures: figs.length + inline.length, tables: tables.length, drawn: drawn,
-               problems: problems, errors: errors}));
-          document.body.appendChild(pre);
-        }, 0);
-      });
+    var names = Object.keys(layers);
+    if (!names.length) problems.push(name + ': no data layer drawn');
+    names.forEach(function (layer) {
+      if (!layers[layer]) problems.push(name + ': layer ' + layer + ' drew nothing');
+    });
+    drawn[name] = extent;
+    if (!shown) problems.push(name + ': nothing visible drawn');
+  }
+  window.addEventListener('load', function () {
+    var probe = null;
+    Promise.resolve(window.posencFigures).then(function () {
+      // A test's own look at the drawn page (ChartsShowValuesOnHoverAndZoom), if it set one.
+      return typeof window.posencProbe === 'function' ? window.posencProbe() : null;
+    }).then(function (result) {
+      probe = result;
+      // One task later, so that errors from the page's own handlers are recorded.
+      setTimeout(function () {
+        var problems = [], drawn = {};
+        var specs = document.querySelectorAll('script.vl-spec');
+        var charts = document.querySelectorAll('.vl-figure');
+        Array.prototype.forEach.call(specs, function (s) {
+          var c = document.getElementById(s.getAttribute('data-figure'));
+          var name = s.getAttribute('data-file');
+          if (!c) problems.push(name + ': no element to draw into');
+          else checkChart(name, c, problems, drawn);
+        });
+        // Tables as parsed by the browser: every row as wide as the header (text that was not
+        // escaped would add or swallow cells).
+        var tables = document.querySelectorAll('table');
+        Array.prototype.forEach.call(tables, function (t, ti) {
+          var width = t.rows.length ? t.rows[0].cells.length : 0;
+          for (var r = 1; r < t.rows.length; r++) {
+            if (t.rows[r].cells.length !== width) {
+              problems.push('table ' + ti + ' row ' + r + ': ' + t.rows[r].cells.length +
+                            ' cells, header ' + width);
+              break;
+            }
+          }
+        });
+        var pre = document.createElement('pre');
+        pre.id = 'posenc-browser-verdict';
+        pre.style.display = 'none';
+        pre.textContent = encodeURIComponent(JSON.stringify(
+            {figures: charts.length, specs: specs.length, tables: tables.length, drawn: drawn,
+             problems: problems, errors: errors, warnings: warnings, probe: probe}));
+        document.body.appendChild(pre);
+      }, 0);
+    });
   });
 })();
 )JS";
@@ -268,7 +265,7 @@ std::string markdown_table_problem(const std::string& md) {
 struct verdict {
   std::string failure;  // non-empty when no verdict could be obtained (with Chromium's output)
   int figures = 0;
-  std::vector<std::string> problems, errors;
+  std::vector<std::string> problems, errors, warnings;
   nlohmann::json raw;
 };
 
@@ -307,6 +304,7 @@ verdict check_page(const fs::path& dir) {
   v.figures = v.raw.at("figures").get<int>();
   v.problems = v.raw.at("problems").get<std::vector<std::string>>();
   v.errors = v.raw.at("errors").get<std::vector<std::string>>();
+  v.warnings = v.raw.at("warnings").get<std::vector<std::string>>();
   return v;
 }
 
@@ -418,32 +416,69 @@ fs::path ReportBrowser::report_;
 #define REQUIRE_BROWSER() \
   if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_
 
-// A figure file that the page shows (the first SVG <img>).
-std::string first_svg_figure(const fs::path& dir) {
-  const std::string html = read_text((dir / "index.html").string());
-  const size_t a = html.find("<img src=\"");
-  if (a == std::string::npos) return "";
-  const size_t s = a + 10;
-  return html.substr(s, html.find('"', s) - s);
+// Each chart's specification in a page: where its JSON text starts and ends, and its file.
+struct spec_at {
+  size_t begin = 0, end = 0;
+  std::string file;
+};
+std::vector<spec_at> specs_in(const std::string& html) {
+  std::vector<spec_at> out;
+  const std::string tag = "<script type=\"application/json\" class=\"vl-spec\"";
+  for (size_t t = html.find(tag); t != std::string::npos; t = html.find(tag, t + 1)) {
+    spec_at at;
+    const size_t f = html.find("data-file=\"", t) + 11;
+    at.file = html.substr(f, html.find('"', f) - f);
+    at.begin = html.find('>', t) + 1;
+    at.end = html.find("</script>", at.begin);
+    if (at.end == std::string::npos) break;
+    out.push_back(at);
+  }
+  return out;
+}
+
+// Replaces the first chart's specification in DIR/index.html by edit(its JSON text); returns
+// the chart's file name ("" when the page has no chart).
+template <typename F>
+std::string break_first_spec(const fs::path& dir, F edit) {
+  std::string html = read_text((dir / "index.html").string());
+  const auto specs = specs_in(html);
+  if (specs.empty()) return "";
+  const spec_at& at = specs.front();
+  html.replace(at.begin, at.end - at.begin, edit(html.substr(at.begin, at.end - at.begin)));
+  write_text(dir / "index.html", html);
+  return at.file;
 }
 
 }  // namespace
 
-TEST_F(ReportBrowser, EveryFigureLoadsAndDrawsWithoutConsoleErrors) {
+TEST_F(ReportBrowser, EveryFigureDrawsWithoutConsoleErrors) {
   REQUIRE_BROWSER();
   const fs::path dir = copy_report("report");
   const std::string html = read_text((dir / "index.html").string());
   // The small run rendered the optional sections from their inputs, not their fallbacks.
-  EXPECT_NE(html.find("bench_fractions.svg"), std::string::npos);
-  EXPECT_NE(html.find("lab_length.svg"), std::string::npos);
+  EXPECT_NE(html.find("data-file=\"bench_fractions.vl.json\""), std::string::npos);
+  EXPECT_NE(html.find("data-file=\"lab_length.vl.json\""), std::string::npos);
   EXPECT_NE(html.find("Numbers from <code>lab/results.json</code>"), std::string::npos);
+
+  // Each chart's spec file beside the page is the spec the page draws.
+  const auto specs = specs_in(html);
+  for (const auto& at : specs) {
+    ASSERT_TRUE(fs::exists(dir / at.file)) << at.file;
+    EXPECT_EQ(nlohmann::json::parse(read_text((dir / at.file).string())),
+              nlohmann::json::parse(html.substr(at.begin, at.end - at.begin)))
+        << at.file;
+  }
 
   const auto v = check_page(dir);
   ASSERT_EQ(v.failure, "");
   EXPECT_TRUE(v.problems.empty()) << v.raw.dump(1);
   EXPECT_TRUE(v.errors.empty()) << v.raw.dump(1);
-  // Every <img> of the page was looked at (the checker did not silently find nothing).
-  EXPECT_EQ(v.figures, static_cast<int>(count(html, "<img ")));
+  EXPECT_TRUE(v.warnings.empty()) << v.raw.dump(1);
+  // Every chart of the page was looked at (the checker did not silently find nothing), and each
+  // drew at least one item per data layer.
+  EXPECT_EQ(v.figures, static_cast<int>(count(html, "class=\"vl-figure\"")));
+  EXPECT_EQ(v.raw.at("specs").get<size_t>(), specs.size());
+  EXPECT_EQ(static_cast<size_t>(v.figures), specs.size());
   EXPECT_GE(v.figures, 20);
   EXPECT_EQ(v.raw.at("drawn").size(), static_cast<size_t>(v.figures));
 
@@ -453,7 +488,7 @@ TEST_F(ReportBrowser, EveryFigureLoadsAndDrawsWithoutConsoleErrors) {
   const fs::path png = out_root() / "report.png";
   fs::remove(png);
   const auto r = chromium("--screenshot=" + quote(png.string()) +
-                          " --window-size=1280,4000 --virtual-time-budget=5000 " +
+                          " --window-size=1280,4000 --virtual-time-budget=15000 " +
                           quote(file_url(dir / "index.html")));
   ASSERT_TRUE(fs::exists(png)) << "exit " << r.exit_code << "\n" << tail(r.err);
   const std::string bytes = read_text(png.string());
@@ -461,50 +496,140 @@ TEST_F(ReportBrowser, EveryFigureLoadsAndDrawsWithoutConsoleErrors) {
   EXPECT_GT(bytes.size(), 10000u);
 }
 
-TEST_F(ReportBrowser, FailsOnAMissingFigure) {
+// A chart whose data is emptied still gets axes, a title and its reference line, but no data
+// layer draws anything.
+TEST_F(ReportBrowser, FailsOnAFigureWithNoData) {
   REQUIRE_BROWSER();
-  const fs::path dir = copy_report("broken_missing_figure");
-  const std::string fig = first_svg_figure(dir);
+  const fs::path dir = copy_report("broken_no_data");
+  const std::string fig = break_first_spec(dir, [](const std::string& text) {
+    auto j = nlohmann::ordered_json::parse(text);
+    j["data"]["values"] = nlohmann::ordered_json::array();
+    return j.dump();
+  });
   ASSERT_NE(fig, "");
-  fs::remove(dir / fig);
   const auto v = check_page(dir);
   ASSERT_EQ(v.failure, "");
-  EXPECT_TRUE(any_contains(v.problems, fig, "did not load")) << v.raw.dump(1);
-  EXPECT_TRUE(any_contains(v.problems, fig, "could not be read")) << v.raw.dump(1);
-  EXPECT_TRUE(any_contains(v.errors, fig, "failed to load")) << v.raw.dump(1);
+  EXPECT_TRUE(any_contains(v.problems, fig, "drew nothing")) << v.raw.dump(1);
+  for (const auto& p : v.problems)  // only the broken chart
+    EXPECT_NE(p.find(fig), std::string::npos) << v.raw.dump(1);
 }
 
-TEST_F(ReportBrowser, FailsOnAFigureThatDoesNotParse) {
+TEST_F(ReportBrowser, FailsOnASpecThatDoesNotParse) {
   REQUIRE_BROWSER();
-  const fs::path dir = copy_report("broken_unparsable_figure");
-  const std::string fig = first_svg_figure(dir);
+  const fs::path dir = copy_report("broken_unparsable_spec");
+  const std::string fig = break_first_spec(
+      dir, [](const std::string& text) { return text.substr(0, text.size() / 2); });
   ASSERT_NE(fig, "");
-  const std::string svg = read_text((dir / fig).string());
-  write_text(dir / fig, svg.substr(0, svg.size() / 2));  // cut off mid-document
   const auto v = check_page(dir);
   ASSERT_EQ(v.failure, "");
-  EXPECT_TRUE(any_contains(v.problems, fig, "does not parse")) << v.raw.dump(1);
-  EXPECT_TRUE(any_contains(v.problems, fig, "did not load")) << v.raw.dump(1);
+  EXPECT_TRUE(any_contains(v.problems, fig, "not drawn")) << v.raw.dump(1);
+  EXPECT_TRUE(any_contains(v.errors, "console.error", fig)) << v.raw.dump(1);
+  EXPECT_EQ(v.problems.size(), 1u) << v.raw.dump(1);  // the other charts still draw
 }
 
-TEST_F(ReportBrowser, FailsOnAFigureWithNothingDrawn) {
+TEST_F(ReportBrowser, FailsOnASpecVegaLiteRejects) {
   REQUIRE_BROWSER();
-  const fs::path dir = copy_report("broken_empty_figure");
-  const std::string fig = first_svg_figure(dir);
+  const fs::path dir = copy_report("broken_rejected_spec");
+  const std::string fig = break_first_spec(dir, [](const std::string& text) {
+    auto j = nlohmann::ordered_json::parse(text);
+    j["layer"][0]["mark"]["type"] = "no-such-mark";
+    return j.dump();
+  });
   ASSERT_NE(fig, "");
-  // A valid SVG with a size, a white background, a title and a zero-width bar: it loads and
-  // parses, but shows nothing.
-  write_text(
-      dir / fig,
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"400\" height=\"300\" "
-      "viewBox=\"0 0 400 300\">\n<rect x=\"0\" y=\"0\" width=\"400\" height=\"300\" "
-      "fill=\"#ffffff\"/>\n<rect x=\"10\" y=\"10\" width=\"0\" height=\"0\" fill=\"#36c\"/>\n"
-      "<text x=\"200\" y=\"20\">empty</text>\n</svg>\n");
   const auto v = check_page(dir);
   ASSERT_EQ(v.failure, "");
-  EXPECT_TRUE(any_contains(v.problems, fig, "nothing drawn")) << v.raw.dump(1);
-  EXPECT_EQ(v.problems.size(), 1u) << v.raw.dump(1);  // it loads; only the drawing is missing
+  EXPECT_TRUE(any_contains(v.problems, fig, "not drawn")) << v.raw.dump(1);
+  EXPECT_TRUE(any_contains(v.errors, "console.error", fig)) << v.raw.dump(1);
+  EXPECT_EQ(v.problems.size(), 1u) << v.raw.dump(1);
+}
+
+TEST_F(ReportBrowser, FailsOnAMissingLibrary) {
+  REQUIRE_BROWSER();
+  const fs::path dir = copy_report("broken_missing_library");
+  ASSERT_TRUE(fs::remove(dir / "vega" / "vega-embed.min.js"));
+  const auto v = check_page(dir);
+  ASSERT_EQ(v.failure, "");
+  EXPECT_TRUE(any_contains(v.errors, "failed to load <script>", "vega-embed.min.js"))
+      << v.raw.dump(1);
+  EXPECT_TRUE(any_contains(v.errors, "console.error", "vegaEmbed is not defined")) << v.raw.dump(1);
+  EXPECT_EQ(v.problems.size(), static_cast<size_t>(v.figures)) << v.raw.dump(1);  // every chart
+  EXPECT_GE(v.figures, 20);
+}
+
+// What a reader does with a chart: the pointer over a line plot and over a heatmap shows the
+// values of the nearest point or the cell (Vega's tooltip), and the scroll wheel zooms (the axis
+// labels change). The events are dispatched at the element under a point inside the plot.
+const char* const kInteractionProbe = R"JS(<script>
+window.posencProbe = function () {
+  function wait(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
+  function labels(el) {
+    return Array.prototype.map.call(el.querySelectorAll('.role-axis-label text'),
+                                    function (t) { return t.textContent; }).join(' ');
+  }
+  function probe(file) {
+    var s = document.querySelector('script.vl-spec[data-file="' + file + '"]');
+    var el = document.getElementById(s.getAttribute('data-figure'));
+    el.scrollIntoView();
+    var r = el.querySelector('svg.marks').getBoundingClientRect();
+    var x = r.left + r.width * 0.4, y = r.top + r.height * 0.45;
+    var target = document.elementFromPoint(x, y);
+    var at = {bubbles: true, cancelable: true, clientX: x, clientY: y, view: window};
+    ['pointerover', 'pointermove'].forEach(function (type) {
+      target.dispatchEvent(new PointerEvent(type, Object.assign({pointerType: 'mouse'}, at)));
+    });
+    var out = {};
+    return wait(300).then(function () {
+      var tip = document.getElementById('vg-tooltip-element');
+      out.tooltip = tip && /\bvisible\b/.test(tip.className) ? tip.textContent : '';
+      out.before = labels(el);
+      target.dispatchEvent(new WheelEvent('wheel', Object.assign({deltaY: -500}, at)));
+      return wait(300);
+    }).then(function () {
+      out.after = labels(el);
+      target.dispatchEvent(new PointerEvent('pointerout', Object.assign({pointerType: 'mouse'}, at)));
+      return out;
+    });
+  }
+  var result = {};
+  return probe('rope_freqs.vl.json').then(function (line) {
+    result.line = line;
+    return probe('attention_alibi.vl.json');
+  }).then(function (cells) {
+    result.heatmap = cells;
+    return result;
+  });
+};
+</script>
+)JS";
+
+TEST_F(ReportBrowser, ChartsShowValuesOnHoverAndZoom) {
+  REQUIRE_BROWSER();
+  const fs::path dir = copy_report("interaction");
+  std::string html = read_text((dir / "index.html").string());
+  const size_t body = html.find("</body>");
+  ASSERT_NE(body, std::string::npos);
+  html.insert(body, kInteractionProbe);
+  write_text(dir / "index.html", html);
+  const auto v = check_page(dir);
+  ASSERT_EQ(v.failure, "");
+  EXPECT_TRUE(v.problems.empty()) << v.raw.dump(1);
+  EXPECT_TRUE(v.errors.empty()) << v.raw.dump(1);
+  const auto& p = v.raw.at("probe");
+  ASSERT_TRUE(p.is_object()) << v.raw.dump(1);
+  // The line plot's tooltip names a series and both axes; the heatmap's the query, key and p.
+  const std::string line_tip = p.at("line").at("tooltip");
+  EXPECT_NE(line_tip.find("series"), std::string::npos) << line_tip;
+  EXPECT_NE(line_tip.find("pair index i"), std::string::npos) << line_tip;
+  EXPECT_NE(line_tip.find("inv_freq omega_i"), std::string::npos) << line_tip;
+  const std::string cell_tip = p.at("heatmap").at("tooltip");
+  EXPECT_NE(cell_tip.find("query i"), std::string::npos) << cell_tip;
+  EXPECT_NE(cell_tip.find("key j"), std::string::npos) << cell_tip;
+  EXPECT_NE(cell_tip.find("p(i, j)"), std::string::npos) << cell_tip;
+  // Scrolling zoomed both: the axes show other ticks.
+  for (const char* chart : {"line", "heatmap"}) {
+    EXPECT_NE(p.at(chart).at("before"), "") << chart;
+    EXPECT_NE(p.at(chart).at("before"), p.at(chart).at("after")) << chart << v.raw.dump(1);
+  }
 }
 
 TEST_F(ReportBrowser, FailsOnConsoleErrors) {
@@ -539,13 +664,14 @@ TEST_F(ReportBrowser, FailsOnATableRowWithAnExtraCell) {
 }
 
 // The Markdown twin of the page (no browser needed): every table keeps its columns, every
-// figure of the HTML is there too, and the checker itself rejects a broken table.
+// chart of the HTML is linked (its spec file), and the checker itself rejects a broken table.
 TEST_F(ReportBrowser, MarkdownTablesKeepTheirColumns) {
   const std::string md = read_text((report_ / "index.md").string());
   const std::string html = read_text((report_ / "index.html").string());
   EXPECT_EQ(markdown_table_problem(md), "");
   EXPECT_EQ(count(md, "\n|---"), count(html, "<table>"));
-  EXPECT_EQ(count(md, "]("), count(html, "<img ") + count(html, "<li><a "));  // images + contents
+  EXPECT_EQ(count(md, "[Figure: "), count(html, "class=\"vl-figure\""));
+  EXPECT_EQ(count(md, "]("), count(html, "class=\"vl-figure\"") + count(html, "<li><a "));
   EXPECT_NE(markdown_table_problem("| a | b |\n|---|---|\n| x | y | z |\n"), "");
   EXPECT_EQ(markdown_table_problem("| a | b |\n|---|---|\n| x \\| y | z |\n"), "");
 }

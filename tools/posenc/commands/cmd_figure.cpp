@@ -1,7 +1,10 @@
-// posenc figure: the seeds' width-comparison figures as SVG.
+// posenc figure: the seeds' width-comparison figures as Vega-Lite charts.
 //
 //   posenc figure --width 20 --width 50 --out figures/
 //   posenc figure --width 64 --positions 128 --base 500 --out figures/ --format json
+//
+// Writes each figure's Vega-Lite specification (NAME.vl.json, data inline) and index.html, a
+// page that draws them all offline (with the bundled scripts in vega/, as the report does).
 //
 // For each width d: a heatmap of the table PE(i, j) (positions x channels, colour bar) and the
 // first channels' curves over position; plus one plot of the frequency omega_r against the
@@ -11,38 +14,33 @@
 // fixed channel index lands at a different fraction q and gets a different frequency.
 //
 // Every value plotted comes from the library (sinusoidal_table, sinusoidal_frequencies). All
-// arguments are validated and all SVGs rendered in memory before the first file is written;
-// each file is written atomically, and files this run wrote are removed if a later one fails.
+// arguments are validated and all specifications built in memory before the first file is
+// written; each file is written atomically, and files this run wrote are removed if a later one
+// fails.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
-#include "svg.hpp"
+#include "report.hpp"
+#include "report_doc.hpp"
+#include "vegalite.hpp"
 
 namespace posenc::cli {
-
-// One rendered figure: file name (no directory), SVG text and a caption for the report.
-struct sinusoidal_figure {
-  std::string file;
-  std::string svg;
-  std::string caption;
-};
 
 // Limits that keep a figure legible (one heatmap cell per position x channel).
 inline constexpr int64_t figure_max_width = 512;
 inline constexpr int64_t figure_max_positions = 1024;
 
-// Renders the figures of `posenc figure` (also used by the report). widths: distinct, each
-// valid for the library and <= figure_max_width; positions in 2..figure_max_positions.
-// Throws invalid_argument naming the option (--width, --positions, --base) otherwise.
+// See report.hpp.
 std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& widths,
                                                   int64_t positions, double base, sin_layout layout,
                                                   sin_denominator denominator) {
@@ -63,11 +61,11 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
   const std::string base_s = num(base);
 
   std::vector<sinusoidal_figure> out;
-  svg::line_plot freq;
+  vl::line_plot freq;
   freq.title = fmt::format("Frequency of each channel pair, base {}", base_s);
   freq.x.label = "channel fraction q = 2r/d";
   freq.y.label = "frequency ω_r (radians per position)";
-  freq.y.kind = svg::scale::log;
+  freq.y.kind = vl::scale::log;
   freq.x.min = 0;
   freq.x.max = 1;
 
@@ -81,7 +79,7 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
     const auto table = sinusoidal_table(p, pos);  // (positions, d) row-major
     const auto omega = sinusoidal_frequencies(p);
 
-    svg::heatmap h;
+    vl::heatmap h;
     h.title = fmt::format("Sinusoidal table, width d = {} ({} layout)", d, sin_layout_name(layout));
     h.x_label = "channel j";
     h.y_label = "position i";
@@ -89,12 +87,13 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
     h.rows = positions;
     h.cols = d;
     h.values = table;
-    h.map = svg::colormap::diverging;
+    h.map = vl::colormap::diverging;
     h.vmin = -1;
     h.vmax = 1;
     h.width = 760;
     h.height = std::clamp<int>(static_cast<int>(positions) * 7 + 110, 360, 760);
-    out.push_back({fmt::format("sinusoidal_table_d{}.svg", d), svg::render(h),
+    out.push_back({fmt::format("sinusoidal_table_d{}.vl.json", d),
+                   fmt::format("sinusoidal table, width {}", d), vl::spec(h),
                    fmt::format("Width {}: every row is one position's {}-channel vector; red is "
                                "+1, blue -1. Left-hand channels change from row to row (fast "
                                "pairs), right-hand channels hardly change over {} positions "
@@ -103,7 +102,7 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
 
     // The first two pairs' curves: sine solid, cosine dashed, one colour per pair. Pair 0 is
     // sin(i), cos(i) at every width; pair 1 (channels 2, 3) is where widths differ.
-    svg::line_plot c;
+    vl::line_plot c;
     // At most 32 positions: the fastest pair (1 radian per position) then makes about five
     // turns, which still reads as a curve; more would be a blur of zig-zags.
     const int64_t curve_n = std::min<int64_t>(positions, 32);
@@ -118,12 +117,12 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
     for (int64_t r = 0; r < pairs; ++r) {
       for (const bool is_cos : {false, true}) {
         const int64_t j = sinusoidal_channel(p, r, is_cos);
-        svg::line_series s;
+        vl::line_series s;
         s.name = fmt::format("channel {} ({} ω = {:.4g})", j, is_cos ? "cos," : "sin,",
                              omega[static_cast<size_t>(r)]);
         s.dashed = is_cos;
         s.markers = true;
-        s.color = svg::palette_color(static_cast<size_t>(r));
+        s.color = vl::palette_color(static_cast<size_t>(r));
         for (int64_t i = 0; i < curve_n; ++i) {
           s.x.push_back(static_cast<double>(i));
           s.y.push_back(table[static_cast<size_t>(i * d + j)]);
@@ -131,14 +130,15 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
         c.series.push_back(std::move(s));
       }
     }
-    out.push_back({fmt::format("sinusoidal_curves_d{}.svg", d), svg::render(c),
+    out.push_back({fmt::format("sinusoidal_curves_d{}.vl.json", d),
+                   fmt::format("first channel pairs over position, width {}", d), vl::spec(c),
                    fmt::format("Width {}: the first {} channel pairs at integer positions (dots; "
                                "solid = sine, dashed = cosine). "
                                "Sine and cosine of one pair share a colour and a frequency; "
                                "later pairs turn more slowly.",
                                d, pairs)});
 
-    svg::line_series f;
+    vl::line_series f;
     f.name = fmt::format("width d = {}", d);
     f.markers = true;
     // Earlier widths get larger dots (drawn first, underneath), so that where two widths share
@@ -151,7 +151,8 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
     }
     freq.series.push_back(std::move(f));
   }
-  out.push_back({"sinusoidal_frequencies.svg", svg::render(freq),
+  out.push_back({"sinusoidal_frequencies.vl.json", "frequency against channel fraction",
+                 vl::spec(freq),
                  "Frequency against the pair's place in the vector, q = 2r/d, on a log scale. "
                  "Every width samples the same straight line ω = base^(-q); a wider vector only "
                  "samples it more densely."});
@@ -180,15 +181,30 @@ void run_figure(const figure_opts& o) {
   if (ec || !std::filesystem::is_directory(o.out))
     fail_io("--out: cannot create directory {}: {}", o.out,
             ec ? ec.message() : "a file of that name exists");
+  // The specs, the page that shows them (in the order made, each with its caption) and the
+  // scripts it loads.
   std::vector<std::string> written;
+  const bool had_scripts = std::filesystem::exists(std::filesystem::path(o.out) / "vega");
   try {
+    doc::document page;
+    page.heading("posenc figure", 1);
+    page.para(doc::plain(fmt::format(
+        "Sinusoidal position tables, widths {}, positions 0..{}, base {} ({} layout). Drawn with "
+        "Vega-Lite ({}): hover for values, drag and scroll to zoom, double-click to reset.",
+        fmt::join(o.widths, ", "), o.positions - 1, num(o.base), o.layout,
+        vl::bundled_versions())));
     for (const auto& f : figs) {
       const std::string path = (std::filesystem::path(o.out) / f.file).string();
-      write_file_atomic(path, f.svg);
       written.push_back(path);
+      page.fig(doc::save_chart(o.out, f.file, f.alt, f.spec), doc::lit(f.caption));
     }
+    vl::write_scripts(o.out);
+    const std::string html = (std::filesystem::path(o.out) / "index.html").string();
+    written.push_back(html);
+    write_file_atomic(html, doc::html_page("posenc figure", doc::to_html(page)));
   } catch (...) {
     for (const auto& w : written) std::filesystem::remove(w, ec);
+    if (!had_scripts) std::filesystem::remove_all(std::filesystem::path(o.out) / "vega", ec);
     throw;
   }
   if (o.format == out_format::json) {
@@ -207,7 +223,9 @@ void run_figure(const figure_opts& o) {
 const bool registered = register_command(40, [](CLI::App& app) {
   auto o = std::make_shared<figure_opts>();
   auto* sub = app.add_subcommand(
-      "figure", "Write SVG figures of the sinusoidal table for one or more widths to --out DIR");
+      "figure",
+      "Write Vega-Lite figures of the sinusoidal table for one or more widths to --out DIR "
+      "(NAME.vl.json specifications and index.html, which draws them offline)");
   sub->add_option("--width", o->widths, "Embedding width d (repeat to compare, e.g. 20 and 50)")
       ->required();
   sub->add_option("--positions", o->positions, "Number of positions 0..N-1 (default 64)");

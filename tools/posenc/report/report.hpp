@@ -6,9 +6,10 @@
 //   static const bool registered = posenc::cli::register_report_section(
 //       20, "sinusoidal", [](posenc::cli::report_context& ctx) { ... return section; });
 //
-// The section writes its figures (SVG) into ctx.out_dir and returns a document (report_doc.hpp)
-// that references them by file name; cmd_report.cpp renders every section's document to both
-// index.html and index.md. Sections are rendered in `order`.
+// The section builds its figures as Vega-Lite specifications (vegalite.hpp), writes each into
+// ctx.out_dir with doc::save_chart and returns a document (report_doc.hpp) that shows them;
+// cmd_report.cpp renders every section's document to both index.html and index.md. Sections are
+// rendered in `order`.
 #pragma once
 
 #include <functional>
@@ -16,7 +17,9 @@
 #include <vector>
 
 #include "posenc/core/check.hpp"
+#include "posenc/encodings/sinusoidal.hpp"
 #include "report_doc.hpp"
+#include "vegalite.hpp"
 
 namespace posenc::cli {
 
@@ -41,5 +44,20 @@ struct report_entry {
   report_fn fn;
 };
 const std::vector<report_entry>& report_sections();  // sorted by order
+
+// The figures of `posenc figure` (cmd_figure.cpp), also shown by the "sinusoidal-width" section:
+// for each width a heatmap of the table and the first channel pairs' curves, then the
+// frequencies of every width. widths: distinct, each valid for the library and <= 512;
+// positions in 2..1024. Throws invalid_argument naming the option (--width, --positions,
+// --base) otherwise.
+struct sinusoidal_figure {
+  std::string file;  // the spec's file name (no directory), "sinusoidal_table_d20.vl.json"
+  std::string alt;   // what it shows, in words
+  vl::json spec;     // Vega-Lite specification
+  std::string caption;
+};
+std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& widths,
+                                                  int64_t positions, double base, sin_layout layout,
+                                                  sin_denominator denominator);
 
 }  // namespace posenc::cli

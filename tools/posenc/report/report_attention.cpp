@@ -12,11 +12,9 @@
 
 #include "cli.hpp"
 #include "posenc/attention/attention.hpp"
-#include "posenc/core/file.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "report.hpp"
-#include "svg.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -67,7 +65,7 @@ report_section attention_section(report_context& ctx) {
     p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
     p.T = N, p.S = N, p.Hq = Hq, p.Hkv = 1, p.D = D, p.causal = true, p.pos = e.pos;
     attention_forward(p);
-    svg::heatmap h;
+    vl::heatmap h;
     h.title = fmt::format("Attention probabilities, head {} of {}: {}", head, Hq, e.label);
     h.x_label = "key j";
     h.y_label = "query i";
@@ -81,9 +79,9 @@ report_section attention_section(report_context& ctx) {
             j > i ? std::numeric_limits<double>::quiet_NaN() : out[(i * Hq + head) * D + j];
     h.vmin = 0.0;
     h.masked_label = "masked (causal)";
-    const std::string file = "attention_" + e.id + ".svg";
-    write_file_atomic(ctx.out_dir + "/" + file, svg::render(h));
-    figs.fig(file, "attention pattern, " + e.label, doc::lit(e.label));
+    figs.fig(doc::save_chart(ctx.out_dir, "attention_" + e.id + ".vl.json",
+                             "attention pattern, " + e.label, vl::spec(h)),
+             doc::lit(e.label));
   }
 
   report_section sec;

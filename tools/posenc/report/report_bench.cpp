@@ -11,9 +11,7 @@
 #include <cmath>
 
 #include "cli.hpp"
-#include "posenc/core/file.hpp"
 #include "report.hpp"
-#include "svg.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -44,15 +42,15 @@ report_section bench_section(report_context& ctx) {
       m.value("bandwidth_gbps_1thread", 0.0), m.value("read_gbps", 0.0),
       m.value("read_gbps_1thread", 0.0), m.value("triad_gbps", 0.0), m.value("peak_gflops", 0.0),
       m.value("peak_gflops_1thread", 0.0));
-  svg::bar_chart chart;
+  vl::bar_chart chart;
   chart.title = "Achieved fraction of the machine limit (measured in the same run)";
   chart.y.label = "fraction of limit";
   chart.y.min = 0;
-  chart.ref = svg::reference_line{1.0, "limit"};
+  chart.ref = vl::reference_line{1.0, "limit"};
   chart.width = 900;
   chart.height = 520;
-  svg::bar_series bw{"memory-bound: of copy (read-only cases: read) bandwidth", {}, ""};
-  svg::bar_series pk{"compute-bound: of FMA peak", {}, ""};
+  vl::bar_series bw{"memory-bound: of copy (read-only cases: read) bandwidth", {}, ""};
+  vl::bar_series pk{"compute-bound: of FMA peak", {}, ""};
   doc::table table;
   table.head = {"case", "min ms", "median ms", "rate", "fraction", "of"};
   for (const auto& c : j["cases"]) {
@@ -81,8 +79,8 @@ report_section bench_section(report_context& ctx) {
   s.body.para("Machine, measured by the same process: " + doc::lit(machine) +
               ". Reproduce with `posenc bench --out bench.json`.");
   if (any && !chart.categories.empty()) {
-    write_file_atomic(ctx.out_dir + "/bench_fractions.svg", svg::render(chart));
-    s.body.fig("bench_fractions.svg", "fraction of limit per case",
+    s.body.fig(doc::save_chart(ctx.out_dir, "bench_fractions.vl.json", "fraction of limit per case",
+                               vl::spec(chart)),
                "Each kernel's rate as a fraction of the limit that binds it: memory bandwidth "
                "(bytes read + written / STREAM copy rate) or FMA peak (counted flops / peak).");
   }

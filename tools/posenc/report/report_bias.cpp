@@ -8,11 +8,9 @@
 #include <limits>
 
 #include "cli.hpp"
-#include "posenc/core/file.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/t5_bias.hpp"
 #include "report.hpp"
-#include "svg.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -28,9 +26,9 @@ report_section bias_section(report_context& ctx) {
   const auto geo = alibi_slopes(H, 8.0, alibi_convention::geometric);
   doc::figure heads;
   heads.caption = doc::markup(
-      "ALiBi bias per head, H = 6, causal, positions 0..11 (hatched: masked future keys).");
+      "ALiBi bias per head, H = 6, causal, positions 0..11 (grey: masked future keys).");
   for (int64_t h = 0; h < H; ++h) {
-    svg::heatmap hm;
+    vl::heatmap hm;
     hm.title = fmt::format("ALiBi head {} (slope {}), causal", h, num(press[h]));
     hm.x_label = "key position j";
     hm.y_label = "query position i";
@@ -49,9 +47,8 @@ report_section bias_section(report_context& ctx) {
     for (double m : press) vmin = std::min(vmin, -m * static_cast<double>(T - 1));
     hm.vmin = vmin;
     hm.vmax = 0.0;
-    const std::string file = fmt::format("alibi_head{}.svg", h);
-    write_file_atomic(ctx.out_dir + "/" + file, svg::render(hm));
-    heads.images.push_back({file, fmt::format("ALiBi bias head {}", h), 420});
+    heads.charts.push_back(doc::save_chart(ctx.out_dir, fmt::format("alibi_head{}.vl.json", h),
+                                           fmt::format("ALiBi bias head {}", h), vl::spec(hm)));
   }
 
   doc::table slopes;
@@ -60,12 +57,12 @@ report_section bias_section(report_context& ctx) {
     slopes.rows.push_back({std::to_string(h), num(press[h]), num(geo[h])});
 
   // T5 buckets against the offset kpos - qpos, (32, 128), both modes.
-  svg::line_plot plot;
+  vl::line_plot plot;
   plot.title = "T5 relative position buckets, num_buckets 32, max_distance 128";
   plot.x.label = "offset r = key position - query position";
   plot.y.label = "bucket";
   for (bool bidi : {true, false}) {
-    svg::line_series s;
+    vl::line_series s;
     s.name = bidi ? "bidirectional (encoder)" : "causal (decoder)";
     s.dashed = !bidi;
     for (int64_t r = -160; r <= 160; ++r) {
@@ -74,7 +71,8 @@ report_section bias_section(report_context& ctx) {
     }
     plot.series.push_back(s);
   }
-  write_file_atomic(ctx.out_dir + "/t5_buckets.svg", svg::render(plot));
+  const doc::chart t5_chart =
+      doc::save_chart(ctx.out_dir, "t5_buckets.vl.json", "T5 buckets", vl::spec(plot));
 
   sec.body.para(
       "ALiBi (Press et al. 2022) adds -m_h (i - j) to the scores of head h; the slopes form a "
@@ -93,7 +91,7 @@ report_section bias_section(report_context& ctx) {
       "above), causal attention sends every future key to bucket 0. Each bucket owns a learned "
       "bias per head. Reproduce with `posenc t5 buckets --offsets -160:161 --format json` (add "
       "`--causal`).");
-  sec.body.fig("t5_buckets.svg", "T5 buckets", "T5 bucket against offset, both modes.");
+  sec.body.fig(t5_chart, "T5 bucket against offset, both modes.");
 
   int n = 0, failed = 0;
   for (const auto& c : ctx.checks)

@@ -1,11 +1,11 @@
 // The report's document model and its two renderers (see report_doc.hpp).
 #include "report_doc.hpp"
 
-#include "svg.hpp"
-
 #include <algorithm>
 #include <cctype>
 #include <stdexcept>
+
+#include "posenc/core/file.hpp"
 
 namespace posenc::cli::doc {
 namespace {
@@ -108,6 +108,15 @@ bool has_emphasis(const inline_text& t) {
   return false;
 }
 
+// The HTML id of a chart, from its file name (unique within a page): "fig-" and the name up to
+// its first dot, with anything but letters, digits, '-' and '_' as '-'.
+std::string chart_id(const std::string& file) {
+  std::string id = "fig-";
+  for (char c : file.substr(0, file.find('.')))
+    id += (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_') ? c : '-';
+  return id;
+}
+
 struct html_renderer {
   std::string o;
   void operator()(const heading& h) {
@@ -132,13 +141,22 @@ struct html_renderer {
     }
     o += "</table>\n";
   }
+  // Each chart: the element vega-embed draws into, and its spec as JSON data for html_page's
+  // script ('<' escaped so that no string in the spec can end the <script> element).
   void operator()(const figure& f) {
-    o += "<figure>";
-    for (const auto& im : f.images) {
-      o += "<img src=\"" + html_escape(im.file) + "\" alt=\"" + html_escape(im.alt) + "\"";
-      if (im.width > 0) o += " width=\"" + std::to_string(im.width) + "\"";
-      o += ">";
-      if (f.images.size() > 1) o += "\n";
+    o += "<figure>\n";
+    for (const auto& c : f.charts) {
+      const std::string id = chart_id(c.file);
+      o += "<div class=\"vl-figure\" id=\"" + id + "\" role=\"img\" aria-label=\"" +
+           html_escape(c.alt) + "\"></div>\n<script type=\"application/json\" class=\"vl-spec\" " +
+           "data-figure=\"" + id + "\" data-file=\"" + html_escape(c.file) + "\">";
+      for (char ch : c.spec) {
+        if (ch == '<')
+          o += "\\u003c";
+        else
+          o += ch;
+      }
+      o += "</script>\n";
     }
     if (!f.caption.empty()) o += "<figcaption>" + html_inline(f.caption) + "</figcaption>";
     o += "</figure>\n";
@@ -180,9 +198,9 @@ struct md_renderer {
     o += "\n";
   }
   void operator()(const figure& f) {
-    for (size_t i = 0; i < f.images.size(); ++i)
-      o += (i ? " " : "") + std::string("![") + md_escape(f.images[i].alt, false) + "](" +
-           f.images[i].file + ")";
+    for (size_t i = 0; i < f.charts.size(); ++i)
+      o += (i ? " " : "") + std::string("[Figure: ") + md_escape(f.charts[i].alt, false) + "](" +
+           f.charts[i].file + ")";
     o += "\n\n";
     if (f.caption.empty()) return;
     // The caption in italics, unless it carries emphasis of its own (which would nest).
@@ -273,18 +291,48 @@ document& document::add(block b) {
   blocks.push_back(std::move(b));
   return *this;
 }
-document& document::fig(std::string file, std::string alt, std::string_view caption_markup) {
-  return add(figure{{image{std::move(file), std::move(alt), 0}}, markup(caption_markup)});
+document& document::fig(chart c, std::string_view caption_markup) {
+  return add(figure{{std::move(c)}, markup(caption_markup)});
 }
 document& document::append(const document& other) {
   blocks.insert(blocks.end(), other.blocks.begin(), other.blocks.end());
   return *this;
 }
 
-// The SVG toolkit's XML escaping (& < > " ' and control characters): safe in HTML text and in
-// double-quoted attributes.
+chart save_chart(const std::string& dir, std::string file, std::string alt,
+                 const nlohmann::ordered_json& spec) {
+  std::string text = spec.dump();
+  write_file_atomic(dir + "/" + file, text + "\n");
+  return {std::move(file), std::move(alt), std::move(text)};
+}
+
+// & < > " ' escaped, control characters other than tab and newline as spaces: safe in HTML text
+// and in double-quoted attributes.
 std::string html_escape(std::string_view s) {
-  return svg::escape(s);
+  std::string o;
+  o.reserve(s.size());
+  for (char ch : s) {
+    switch (ch) {
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      case '\'':
+        o += "&#39;";
+        break;
+      default:
+        o += (static_cast<unsigned char>(ch) < 0x20 && ch != '\t' && ch != '\n') ? ' ' : ch;
+    }
+  }
+  return o;
 }
 
 std::string to_html(const document& d) {
@@ -297,6 +345,52 @@ std::string to_markdown(const document& d) {
   md_renderer r;
   for (const auto& b : d.blocks) std::visit(r, b);
   return std::move(r.o);
+}
+
+std::string html_page(const std::string& title, const std::string& body_html) {
+  // Draws every chart: each spec in its own promise, so that one that fails (bad JSON, a spec
+  // Vega-Lite rejects, a missing library) shows its error in place and the others still draw.
+  // window.posencFigures settles when all have finished.
+  static const char* const draw = R"JS(<script>
+(function () {
+  'use strict';
+  var options = {renderer: 'svg',
+                 actions: {export: true, source: false, compiled: false, editor: false}};
+  var specs = document.querySelectorAll('script.vl-spec');
+  window.posencFigures = Promise.all(Array.prototype.map.call(specs, function (s) {
+    var id = s.getAttribute('data-figure');
+    var el = document.getElementById(id);
+    return Promise.resolve().then(function () {
+      return vegaEmbed(el, JSON.parse(s.textContent), options);
+    }).catch(function (e) {
+      el.textContent = 'This figure could not be drawn: ' + e;
+      console.error('figure ' + id + ' (' + s.getAttribute('data-file') + '): ' + e);
+    });
+  }));
+})();
+</script>
+)JS";
+  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" +
+         html_escape(title) +
+         "</title>\n<style>\n"
+         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+         "line-height:1.5;color:#222}\n"
+         "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\n"
+         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\n"
+         "td:first-child{text-align:left}\n"
+         "th{background:#f3f3f3}tr.fail td{background:#fdd}\n"
+         "code{background:#f4f4f4;padding:0 3px}\n"
+         "figure{margin:1em 0}figcaption{font-size:0.9em;color:#555}\n"
+         ".vl-figure{display:inline-block;max-width:100%;overflow-x:auto;vertical-align:top}\n"
+         // No anti-aliased seams between adjacent heatmap cells.
+         ".vl-figure .mark-rect path{shape-rendering:crispEdges}\n"
+         ".figrow{display:flex;flex-wrap:wrap;gap:1em}.figrow figure{flex:0 1 auto;margin:0}\n"
+         "</style>\n"
+         "<script src=\"vega/vega.min.js\"></script>\n"
+         "<script src=\"vega/vega-lite.min.js\"></script>\n"
+         "<script src=\"vega/vega-embed.min.js\"></script>\n"
+         "</head><body>\n" +
+         body_html + draw + "</body></html>\n";
 }
 
 }  // namespace posenc::cli::doc

@@ -13,8 +13,12 @@
 //
 // Everything else is plain text; HTML special characters need no escaping by the caller.
 // Table cells are plain text (no markup).
+//
+// Figures are charts (Vega-Lite specifications): the HTML page embeds each spec and the browser
+// draws it; Markdown, which cannot run scripts, links to the spec's file.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -57,14 +61,16 @@ struct table {
   std::vector<std::vector<std::string>> rows;  // plain-text cells; a row may be shorter
   std::vector<std::string> row_class;          // optional HTML class per row ("pass", "fail")
 };
-struct image {
-  std::string file;  // relative to the report directory
-  std::string alt;
-  int width = 0;  // CSS pixels in HTML; 0 = natural size (scaled down to fit)
+// A figure drawn in the browser from its Vega-Lite specification (vegalite.hpp), which is also
+// written to `file` beside the page (save_chart).
+struct chart {
+  std::string file;  // the spec's file, relative to the report directory: "rope_freqs.vl.json"
+  std::string alt;   // what it shows, in words (the HTML aria-label, the Markdown link text)
+  std::string spec;  // the specification as JSON text
 };
-// One or more images sharing a caption.
+// One or more charts sharing a caption.
 struct figure {
-  std::vector<image> images;
+  std::vector<chart> charts;
   inline_text caption;
 };
 // Figures shown side by side in HTML (wrapping on narrow screens), one after another in
@@ -87,13 +93,23 @@ struct document {
   document& heading(std::string_view text, int level = 3, std::string anchor = {});
   document& code(std::string text);
   document& add(block b);
-  // One figure with a single image.
-  document& fig(std::string file, std::string alt, std::string_view caption_markup);
+  // One figure with a single chart.
+  document& fig(chart c, std::string_view caption_markup);
   document& append(const document& other);
 };
 
-std::string html_escape(std::string_view s);  // & < > " ' (svg::escape)
+// Writes `spec` to dir/file (atomically) and returns the chart that shows it.
+chart save_chart(const std::string& dir, std::string file, std::string alt,
+                 const nlohmann::ordered_json& spec);
+
+std::string html_escape(std::string_view s);  // & < > " ' and control characters
 std::string to_html(const document& d);
 std::string to_markdown(const document& d);
+
+// A complete HTML page: `title`, the report's style sheet, the Vega scripts (vega/*.js beside the
+// page, vegalite.hpp write_scripts) and `body_html`, then the script that draws every chart of
+// the page with vega-embed (SVG renderer, tooltips, zoom). A chart that cannot be drawn shows
+// why in its place and is reported with console.error.
+std::string html_page(const std::string& title, const std::string& body_html);
 
 }  // namespace posenc::cli::doc

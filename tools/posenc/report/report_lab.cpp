@@ -9,13 +9,13 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/lab/lab.hpp"
 #include "report.hpp"
-#include "svg.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -63,16 +63,17 @@ void press_part(report_context& ctx, doc::document& body) {
   for (const auto& Lj : cfg["train_lens"]) {
     const int64_t L = Lj.get<int64_t>();
     for (const char* mode : {"bpc", "sliding_bpc"}) {
-      svg::line_plot plot;
+      vl::line_plot plot;
       plot.title = fmt::format("held-out novel, trained at L = {}: bits per byte ({} windows)", L,
                                std::string(mode) == "bpc" ? "non-overlapping" : "sliding");
       plot.x.label = "evaluation length (bytes)";
-      plot.x.kind = svg::scale::log;
+      plot.x.kind = vl::scale::log;
       const double l = static_cast<double>(L);
       plot.x.ticks = {l, 2 * l, 4 * l, 8 * l, 16 * l};
       plot.y.label = "bits per byte";
-      svg::line_series ring;
+      vl::line_series ring;
       ring.name = "in distribution (L_eval = L)";
+      ring.line = false;
       ring.markers = true;
       ring.marker_radius = 7;
       ring.color = "#000000";
@@ -82,7 +83,7 @@ void press_part(report_context& ctx, doc::document& body) {
                                      "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
       size_t vi = 0;
       for (const auto& v : cfg["variants"]) {
-        svg::line_series ls;
+        vl::line_series ls;
         ls.name = v.get<std::string>();
         ls.markers = true;
         ls.color = colors[vi++ % 10];
@@ -94,18 +95,18 @@ void press_part(report_context& ctx, doc::document& body) {
           ls.y.push_back(y);
           any |= !m.is_null();
           if (row["eval_len"] == L && !m.is_null()) {
-            ring.x.insert(ring.x.end(), {x, NAN});
-            ring.y.insert(ring.y.end(), {y, NAN});
+            ring.x.push_back(x);
+            ring.y.push_back(y);
           }
         }
         plot.series.push_back(ls);
       }
       if (!any) continue;
       plot.series.insert(plot.series.begin(), ring);  // drawn first, under the variants' dots
-      const std::string file = fmt::format("lab_press_L{}_{}.svg", L, mode);
-      write_file_atomic(ctx.out_dir + "/" + file, svg::render(plot));
       doc::document f;
-      f.fig(file, fmt::format("bits per byte against length, L = {}, {}", L, mode),
+      f.fig(doc::save_chart(ctx.out_dir, fmt::format("lab_press_L{}_{}.vl.json", L, mode),
+                            fmt::format("bits per byte against length, L = {}, {}", L, mode),
+                            vl::spec(plot)),
             fmt::format("Trained at L = {}; {} windows.", L,
                         std::string(mode) == "bpc" ? "non-overlapping" : "sliding"));
       body.append(f);
@@ -184,11 +185,11 @@ struct lab_metric {
 std::vector<std::string> length_figure(report_context& ctx, J& j, const lab_metric& m,
                                        doc::document& figs) {
   const J& cfg = j["config"];
-  svg::line_plot plot;
+  vl::line_plot plot;
   plot.title = fmt::format("{}: {} against evaluation length (trained on {}..{})", m.task, m.label,
                            cfg["train_len"][0].get<int64_t>(), m.train_max);
   plot.x.label = "evaluation length (tokens)";
-  plot.x.kind = svg::scale::log;
+  plot.x.kind = vl::scale::log;
   plot.y.label = m.label;
   if (!m.lm) {
     plot.y.min = 0;
@@ -201,11 +202,15 @@ std::vector<std::string> length_figure(report_context& ctx, J& j, const lab_metr
     if (!by_scheme.count(s)) order.push_back(s);
     by_scheme[s].push_back({row["eval_len"].get<int64_t>(), row[m.key + "_mean"]});
   }
+  // Ticks at the evaluation lengths (a log axis would otherwise label round numbers between them).
+  std::set<int64_t> lens;
+  for (const auto& row : j["summary"]) lens.insert(row["eval_len"].get<int64_t>());
+  for (int64_t len : lens) plot.x.ticks.push_back(static_cast<double>(len));
   bool any_finite = false;
   for (const auto& s : order) {
     auto pts = by_scheme[s];
     std::sort(pts.begin(), pts.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    svg::line_series ls;
+    vl::line_series ls;
     ls.name = s;
     ls.markers = true;
     int64_t prev = -1;
@@ -219,8 +224,8 @@ std::vector<std::string> length_figure(report_context& ctx, J& j, const lab_metr
     plot.series.push_back(ls);
   }
   if (any_finite) {
-    write_file_atomic(ctx.out_dir + "/lab_length.svg", svg::render(plot));
-    figs.fig("lab_length.svg", "lab: metric against length",
+    figs.fig(doc::save_chart(ctx.out_dir, "lab_length.vl.json", "lab: metric against length",
+                             vl::spec(plot)),
              m.label +
                  " (mean over seeds) against evaluation length; a missing point means the "
                  "scheme has no defined position there (a learned table past its rows).");
@@ -230,13 +235,13 @@ std::vector<std::string> length_figure(report_context& ctx, J& j, const lab_metr
 
 // Training curves (seed 0 of each scheme).
 void curves_figure(report_context& ctx, J& j, const std::string& task, doc::document& figs) {
-  svg::line_plot curves;
+  vl::line_plot curves;
   curves.title = fmt::format("{}: training loss (seed 0)", task);
   curves.x.label = "step";
   curves.y.label = "training loss (nats / scored token)";
   for (const auto& run : j["runs"]) {
     if (run["seed"] != 0 || run["curve"].empty()) continue;
-    svg::line_series ls;
+    vl::line_series ls;
     ls.name = run["scheme"];
     for (const auto& p : run["curve"]) {
       ls.x.push_back(p[0].get<double>());
@@ -245,8 +250,8 @@ void curves_figure(report_context& ctx, J& j, const std::string& task, doc::docu
     curves.series.push_back(ls);
   }
   if (!curves.series.empty()) {
-    write_file_atomic(ctx.out_dir + "/lab_curves.svg", svg::render(curves));
-    figs.fig("lab_curves.svg", "lab: training curves",
+    figs.fig(doc::save_chart(ctx.out_dir, "lab_curves.vl.json", "lab: training curves",
+                             vl::spec(curves)),
              "Training loss per step (seed 0 of each scheme).");
   }
 }

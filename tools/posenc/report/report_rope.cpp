@@ -6,10 +6,8 @@
 #include <cmath>
 
 #include "cli.hpp"
-#include "posenc/core/file.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "report.hpp"
-#include "svg.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -26,19 +24,19 @@ void add_drift(report_context& ctx, doc::document& body, rope_config c) {
   }
   c.type = rope_type::default_;
   const auto f = rope_frequencies(c, 0);
-  svg::line_plot plot;
+  vl::line_plot plot;
   plot.title = "Float32 angle drift against exact, D = R = 128, theta = 1e4 (Llama 2)";
   plot.x.label = "position p";
-  plot.x.kind = svg::scale::log;
+  plot.x.kind = vl::scale::log;
   plot.y.label = "worst angle error over pairs (rad)";
-  plot.y.kind = svg::scale::log;
+  plot.y.kind = vl::scale::log;
   doc::table table;
   table.head = {"pipeline", "angle error at 1e4", "at 1e5", "at 1e6",
                 "output error at 1e6, float32 / bfloat16 / float16 storage"};
   const std::vector<int64_t> at = {10000, 100000, 1000000};
   for (auto angle : {rope_angle::f32, rope_angle::hf_f32, rope_angle::ggml_f32}) {
     const auto rows = rope_drift(f, angle, pos);
-    svg::line_series ser;
+    vl::line_series ser;
     ser.name = rope_angle_name(angle);
     for (const auto& r : rows)
       if (r.angle_error > 0) {  // exact at a few small positions: no point on a log axis
@@ -57,7 +55,6 @@ void add_drift(report_context& ctx, doc::document& body, rope_config c) {
   table.rows.push_back({"exact (storage rounding only)", "-", "-", "-",
                         fmt::format("{:.3g} / {:.3g} / {:.3g}", ex[2].output_error[0],
                                     ex[2].output_error[1], ex[2].output_error[2])});
-  write_file_atomic(ctx.out_dir + "/rope_drift.svg", svg::render(plot));
   body.para(
       "Float32 angle pipelines against the exact mode: f32 rounds posenc's frequency and the "
       "position to float32 and multiplies; hf_f32 is Hugging Face transformers' float32 "
@@ -67,7 +64,8 @@ void add_drift(report_context& ctx, doc::document& body, rope_config c) {
       "tokens every pipeline is off by a few hundredths of a radian, which is float32 noise, "
       "not a bug; a difference far above these curves is. Reproduce with `posenc rope drift "
       "--head-dim 128 --positions 0:1000000:log`.");
-  body.fig("rope_drift.svg", "RoPE float32 angle drift",
+  body.fig(doc::save_chart(ctx.out_dir, "rope_drift.vl.json", "RoPE float32 angle drift",
+                           vl::spec(plot)),
            "worst angle error over the pairs against position, log-log, one curve per "
            "pipeline.");
   body.add(std::move(table));
@@ -120,16 +118,16 @@ report_section rope_section(report_context& ctx) {
   }
   entries.push_back({"longrope (illustrative linear long_factor), L = 32768", lr, target});
 
-  svg::line_plot plot;
+  vl::line_plot plot;
   plot.title = "RoPE frequency schedules, D = R = 128, theta = 1e4, 4096 -> 32768";
   plot.x.label = "pair index i";
   plot.y.label = "inv_freq omega_i (radians per position)";
-  plot.y.kind = svg::scale::log;
+  plot.y.kind = vl::scale::log;
   doc::table table;
   table.head = {"scaling", "omega_0", "omega_{R/2-1}", "attention factor a"};
   for (size_t k = 0; k < entries.size(); ++k) {
     const auto f = rope_frequencies(entries[k].c, entries[k].seq_len);
-    svg::line_series ser;
+    vl::line_series ser;
     ser.name = entries[k].label;
     for (size_t i = 0; i < f.inv_freq.size(); ++i) {
       ser.x.push_back(static_cast<double>(i));
@@ -141,7 +139,8 @@ report_section rope_section(report_context& ctx) {
     table.rows.push_back(
         {entries[k].label, num(f.inv_freq[0]), num(last), num(f.attention_factor)});
   }
-  write_file_atomic(ctx.out_dir + "/rope_freqs.svg", svg::render(plot));
+  const doc::chart freqs_chart = doc::save_chart(ctx.out_dir, "rope_freqs.vl.json",
+                                                 "RoPE frequency schedules", vl::spec(plot));
 
   report_section sec;
   sec.id = "rope";
@@ -154,8 +153,7 @@ report_section rope_section(report_context& ctx) {
       "3.1 does the same by wavelength with a smooth blend; LongRoPE divides by a searched "
       "per-pair factor. Reproduce one row with `posenc rope freqs --head-dim 128 "
       "--scaling yarn --factor 8 --original-max-pos 4096 --format json`.");
-  sec.body.fig("rope_freqs.svg", "RoPE frequency schedules",
-               "log inv_freq against pair index for each scaling type.");
+  sec.body.fig(freqs_chart, "log inv_freq against pair index for each scaling type.");
   sec.body.add(std::move(table));
   add_drift(ctx, sec.body, base);
   int n = 0, failed = 0;

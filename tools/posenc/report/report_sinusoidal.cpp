@@ -4,7 +4,7 @@
 //                             positions 0..2, width 8 at positions 0..3), frequencies,
 //                             wavelengths and the squared norm d/2;
 //   11 "sinusoidal-width"     widths 20 and 50: the same channel index at position 5, the same
-//                             fraction q = 0.4, and the `posenc figure` SVGs;
+//                             fraction q = 0.4, and the `posenc figure` figures;
 //   12 "sinusoidal-relative"  the shift rotation R(1) at omega = 1 applied to real rows, the
 //                             dot product PE(0).PE(k) over k (it oscillates), and the
 //                             offset-only structure of PE(i).PE(j) against the sine-only product.
@@ -23,22 +23,10 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "posenc/core/file.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "report.hpp"
-#include "svg.hpp"
 
 namespace posenc::cli {
-
-// Defined in cmd_figure.cpp: the figures of `posenc figure`.
-struct sinusoidal_figure {
-  std::string file;
-  std::string svg;
-  std::string caption;
-};
-std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& widths,
-                                                  int64_t positions, double base, sin_layout layout,
-                                                  sin_denominator denominator);
 
 namespace {
 
@@ -52,13 +40,10 @@ std::string fx(double v, int decimals) {
 using doc::table;
 
 // Figures shown side by side (wrapping on narrow screens), each with its caption (markup).
-doc::figure_row side_by_side(
-    const std::vector<std::pair<std::string, std::string>>& files_captions) {
+doc::figure_row side_by_side(const std::vector<std::pair<doc::chart, std::string>>& charts) {
   doc::figure_row row;
-  for (const auto& [file, caption] : files_captions) {
-    auto text = doc::markup(caption);
-    row.figures.push_back({{{file, doc::to_plain(text), 0}}, std::move(text)});
-  }
+  for (const auto& [chart, caption] : charts)
+    row.figures.push_back({{chart}, doc::markup(caption)});
   return row;
 }
 
@@ -213,13 +198,12 @@ report_section width_section(report_context& ctx) {
   b.heading("Figures");
   const auto figs =
       sinusoidal_figures({20, 50}, 64, 10000.0, sin_layout::interleaved, sin_denominator::width);
-  std::vector<std::pair<std::string, std::string>> heat, curves, freq;
+  std::vector<std::pair<doc::chart, std::string>> heat, curves, freq;
   for (const auto& f : figs) {
-    write_file_atomic(ctx.out_dir + "/" + f.file, f.svg);
     auto& dst = f.file.find("_table_") != std::string::npos    ? heat
                 : f.file.find("_curves_") != std::string::npos ? curves
                                                                : freq;
-    dst.push_back({f.file, doc::lit(f.caption)});
+    dst.push_back({doc::save_chart(ctx.out_dir, f.file, f.alt, f.spec), doc::lit(f.caption)});
   }
   b.para(
       "The tables as pictures. Each row is a position and each column a channel; compare how far "
@@ -278,15 +262,15 @@ std::vector<double> shift_rotation_part(doc::document& b) {
 void dot_profile_part(report_context& ctx, doc::document& b) {
   b.heading("The dot product PE(0) · PE(k) oscillates");
   const int64_t K = ctx.quick ? 160 : 400;
-  svg::line_plot dp;
+  vl::line_plot dp;
   dp.title = "PE(0) · PE(k) = Σ_r cos(k ω_r)";
   dp.x.label = "offset k (positions)";
   dp.y.label = "dot product";
-  dp.ref = svg::reference_line{0.0, ""};
+  dp.ref = vl::reference_line{0.0, ""};
   std::string rises;
   for (int64_t d : {20, 50}) {
     const auto prof = sinusoidal_dot_profile(paper(d), K);  // K + 1 values, k = 0..K
-    svg::line_series s;
+    vl::line_series s;
     s.name = fmt::format("d = {}", d);
     int64_t first_rise = -1, n_rise = 0;
     for (int64_t kk = 0; kk <= K; ++kk) {
@@ -303,7 +287,8 @@ void dot_profile_part(report_context& ctx, doc::document& b) {
         rises.empty() ? "" : "; ", d, first_rise, n_rise, K);
     dp.series.push_back(std::move(s));
   }
-  write_file_atomic(ctx.out_dir + "/sinusoidal_dot_profile.svg", svg::render(dp));
+  const doc::chart dot_chart = doc::save_chart(ctx.out_dir, "sinusoidal_dot_profile.vl.json",
+                                               "PE(0) · PE(k) for widths 20 and 50", vl::spec(dp));
   b.para(fmt::format(
       "Summing cos(k ω_r) over the pairs gives the raw dot product between position 0 and "
       "position k. It is largest at k = 0 (where it equals d/2) but it does not simply fall as k "
@@ -311,7 +296,7 @@ void dot_profile_part(report_context& ctx, doc::document& b) {
       "projections in a real model need not keep this identity at all.",
       rises));
   b.add(side_by_side(
-      {{"sinusoidal_dot_profile.svg",
+      {{dot_chart,
         "PE(0) · PE(k) for widths 20 and 50, computed by the library. The fast pairs make "
         "it oscillate; it never settles into a monotone decay."}}));
 }
@@ -355,10 +340,11 @@ void offset_part(report_context& ctx, doc::document& b, const std::vector<double
   }
   const double spread_full = diag_spread(full, n), spread_sine = diag_spread(sine, n);
   using gram = std::tuple<std::string, std::string, const std::vector<double>*>;
+  std::vector<doc::chart> grams;
   for (const auto& [file, title, m] : std::vector<gram>{
-           {"sinusoidal_gram_full.svg", "PE(i) · PE(j), width 20", &full},
-           {"sinusoidal_gram_sine_only.svg", "Sine channels only, width 20", &sine}}) {
-    svg::heatmap h;
+           {"sinusoidal_gram_full.vl.json", "PE(i) · PE(j), width 20", &full},
+           {"sinusoidal_gram_sine_only.vl.json", "Sine channels only, width 20", &sine}}) {
+    vl::heatmap h;
     h.title = title;
     h.x_label = "position j";
     h.y_label = "position i";
@@ -366,12 +352,12 @@ void offset_part(report_context& ctx, doc::document& b, const std::vector<double
     h.rows = n;
     h.cols = n;
     h.values = *m;
-    h.map = svg::colormap::diverging;
+    h.map = vl::colormap::diverging;
     h.vmin = -static_cast<double>(d) / 2;
     h.vmax = static_cast<double>(d) / 2;
     h.width = 560;
     h.height = 520;
-    write_file_atomic(ctx.out_dir + "/" + file, svg::render(h));
+    grams.push_back(doc::save_chart(ctx.out_dir, file, title, vl::spec(h)));
   }
   b.para(fmt::format(
       "For every pair, sin(iω)sin(jω) + cos(iω)cos(jω) = cos((i - j)ω), so PE(i) · PE(j) depends "
@@ -384,12 +370,12 @@ void offset_part(report_context& ctx, doc::document& b, const std::vector<double
       "The smallest counterexample, at ω = 1: sin(1)sin(0) = {} but sin(2)sin(1) = {}, although "
       "both pairs of positions are one step apart.",
       fx(t4[4] * t4[0], 4), fx(t4[8] * t4[4], 4)));
-  b.add(side_by_side({{"sinusoidal_gram_full.svg",
-                       "PE(i) · PE(j) over positions 0.." + std::to_string(n - 1) +
-                           ": stripes run exactly along the diagonals, so only i - j matters."},
-                      {"sinusoidal_gram_sine_only.svg",
-                       "The same product using the sine channels only: the diagonals are no longer "
-                       "constant, so absolute position leaks in."}}));
+  b.add(side_by_side(
+      {{grams[0], "PE(i) · PE(j) over positions 0.." + std::to_string(n - 1) +
+                      ": stripes run exactly along the diagonals, so only i - j matters."},
+       {grams[1],
+        "The same product using the sine channels only: the diagonals are no longer "
+        "constant, so absolute position leaks in."}}));
 }
 
 report_section relative_section(report_context& ctx) {
