@@ -10,6 +10,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/alibi.hpp"
+#include "posenc/verify/checks.hpp"
 
 using namespace posenc;
 

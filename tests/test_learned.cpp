@@ -16,6 +16,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/learned.hpp"
 #include "posenc/encodings/learned_cases.hpp"
+#include "posenc/verify/checks.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;

@@ -23,6 +23,7 @@
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
+#include "posenc/verify/checks.hpp"
 
 using namespace posenc;
 

@@ -18,6 +18,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/sandwich.hpp"
+#include "posenc/verify/checks.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;
@@ -165,9 +166,9 @@ TEST(Sandwich, CliFlagsAndErrors) {
   write_npy(dir.file("k.npy"), k);
   write_npy(dir.file("v.npy"), v);
   const auto attend = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a = {"attend", "--q",   dir.file("q.npy"), "--k", dir.file("k.npy"),
-                                  "--v",    dir.file("v.npy"), "--causal", "--out",
-                                  dir.file("o.npy")};
+    std::vector<std::string> a = {
+        "attend",   "--q",   dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy"),
+        "--causal", "--out", dir.file("o.npy")};
     a.insert(a.end(), extra.begin(), extra.end());
     return test::run_cli(a);
   };
@@ -193,10 +194,11 @@ TEST(Sandwich, CliFlagsAndErrors) {
 
 TEST(Sandwich, LabTrainsIt) {
   test::temp_dir dir;
-  const auto r = test::run_cli({"lab", "--task", "passkey", "--schemes", "sandwich",
-                                "--sandwich-dim", "16", "--steps", "4", "--seeds", "1",
-                                "--eval-lens", "64", "--eval-samples", "2", "--no-progress",
-                                "--format", "json", "--out", dir.file("lab")});
+  const auto r = test::run_cli({"lab",      "--task",         "passkey", "--schemes",
+                                "sandwich", "--sandwich-dim", "16",      "--steps",
+                                "4",        "--seeds",        "1",       "--eval-lens",
+                                "64",       "--eval-samples", "2",       "--no-progress",
+                                "--format", "json",           "--out",   dir.file("lab")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"sandwich\""), std::string::npos) << r.out;
   const auto bad = test::run_cli({"lab", "--task", "passkey", "--schemes", "sandwich",

@@ -13,6 +13,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/shaw.hpp"
 #include "posenc/encodings/shaw_cases.hpp"
+#include "posenc/verify/checks.hpp"
 
 using namespace posenc;
 

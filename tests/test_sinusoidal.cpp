@@ -19,6 +19,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/verify/checks.hpp"
 
 using namespace posenc;
 

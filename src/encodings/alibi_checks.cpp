@@ -12,6 +12,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/table_cases.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace posenc {
 

@@ -17,6 +17,7 @@
 #include "posenc/core/file.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/learned_cases.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace posenc {
 

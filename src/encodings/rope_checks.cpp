@@ -18,6 +18,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/rope_cases.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace posenc {
 

@@ -18,6 +18,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/table_cases.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace posenc {
 

@@ -14,6 +14,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/t5_cases.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace posenc {
 

@@ -31,6 +31,7 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/positions/positions.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace posenc {
 namespace {

@@ -407,7 +407,4 @@ bool attention_reference_selected();
 template <typename Real>
 std::vector<double> cope_positions(const attention_params<Real>& p, int64_t h);
 
-// Property checks for `posenc check` (group "attention"); see src/verify/attention_checks.cpp.
-std::vector<check_result> attention_checks();
-
 }  // namespace posenc

@@ -88,7 +88,4 @@ void alibi_bias_backward(std::span<const double> slopes, std::span<const int64_t
                          std::span<const int64_t> kpos, bool causal, const float* grad_bias,
                          double* grad_slopes);
 
-// Property checks for `posenc check` (group "alibi").
-std::vector<check_result> alibi_checks();
-
 }  // namespace posenc

@@ -64,8 +64,4 @@ learned_table learned_load(const std::string& path);
 std::vector<std::byte> learned_serialize(const learned_table& t);
 learned_table learned_parse(std::span<const std::byte> bytes, const std::string& name);
 
-// Checks of the learned table (group "learned"): reproducible init, statistics of N(0, 0.02),
-// lookup/backward adjoint identity, save/load round trip, corruption detected.
-std::vector<check_result> learned_checks();
-
 }  // namespace posenc

@@ -297,7 +297,4 @@ void rope_apply_reference(const rope_freqs& f, rope_layout layout,
 // Reference cos/sin of one angle p * omega (binary128 reduction, long double sin/cos).
 void rope_reference_cos_sin(int64_t pos, double omega, long double* c, long double* s);
 
-// Property checks of group "rope" (see src/encodings/rope.cpp for each derivation).
-std::vector<check_result> rope_checks();
-
 }  // namespace posenc

@@ -92,7 +92,4 @@ template <typename Real>
 void shaw_values_backward(const shaw_problem& p, const Real* probs, const Real* v, const Real* a_v,
                           const Real* grad_out, Real* grad_probs, Real* grad_v, Real* grad_a_v);
 
-// Property checks for `posenc check` (group "shaw").
-std::vector<check_result> shaw_checks();
-
 }  // namespace posenc

@@ -123,7 +123,4 @@ struct sinusoidal_distance_stats {
 };
 sinusoidal_distance_stats sinusoidal_distances(const sinusoidal_params& p, int64_t n);
 
-// The property checks of issue 2 section 5 (group "sinusoidal").
-std::vector<check_result> sinusoidal_checks();
-
 }  // namespace posenc

@@ -100,7 +100,4 @@ void t5_bias_row(const t5_bias_table& t, const t5_row_plan& plan, int64_t head, 
 void t5_bias_backward(const t5_bias_table& t, std::span<const int64_t> qpos,
                       std::span<const int64_t> kpos, const float* grad_bias, float* grad_table);
 
-// Property checks for `posenc check` (group "t5").
-std::vector<check_result> t5_checks();
-
 }  // namespace posenc

@@ -2,6 +2,7 @@
 // `posenc check` as group "attention".
 #include "cli.hpp"
 #include "posenc/attention/attention.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace {
 const bool registered = posenc::cli::register_check_group(

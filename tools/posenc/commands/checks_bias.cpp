@@ -3,6 +3,7 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/shaw.hpp"
 #include "posenc/encodings/t5_bias.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace {
 const bool registered_alibi =

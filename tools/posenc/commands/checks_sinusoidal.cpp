@@ -3,6 +3,7 @@
 #include "cli.hpp"
 #include "posenc/encodings/learned.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/verify/checks.hpp"
 
 namespace posenc::cli {
 namespace {
