@@ -184,7 +184,9 @@ def _inv_freq(self, seq_len=None):
 
 RopeConfig.from_hf = staticmethod(_from_hf)
 RopeConfig.inv_freq = _inv_freq
-RopeConfig.attention_factor = property(lambda self: self.frequencies(None)[1])
+RopeConfig.attention_factor = property(
+    lambda self: self.frequencies(None)[1],
+    doc="The factor cos and sin are multiplied by (yarn, longrope; 1 for most types).")
 
 
 def apply_rope(
@@ -245,9 +247,12 @@ class LearnedTable:
 
     @classmethod
     def load(cls, path):
+        """The table stored at path; OSError for an unreadable or corrupt file (checksum,
+        header, size)."""
         return cls(_posenc._learned_load(os.fspath(path)))
 
     def save(self, path):
+        """Writes the table to path in the checksummed format (OSError when it cannot)."""
         _posenc._learned_save(os.fspath(path), self.weights)
 
     def lookup(self, positions):
@@ -674,8 +679,8 @@ class KVCache:
         return self._c.size
 
     capacity = property(lambda self: self._c.capacity, doc="Tokens the cache holds at most.")
-    n_kv_heads = property(lambda self: self._c.kv_heads)
-    head_dim = property(lambda self: self._c.head_dim)
+    n_kv_heads = property(lambda self: self._c.kv_heads, doc="Hkv, the key/value heads.")
+    head_dim = property(lambda self: self._c.head_dim, doc="D, the head dim.")
     dtype = property(lambda self: self._c.dtype, doc="dtype of k, v, q and the computation.")
     kv_dtype = property(lambda self: self._c.kv_dtype,
                         doc='Storage of keys and values: "f32" (in dtype), "f16" or "bf16".')

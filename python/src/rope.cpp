@@ -288,31 +288,46 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
             return c;
           },
           py::arg("path"), py::arg("layer_type") = "")
-      .def_property_readonly("head_dim", [](const rope_config& c) { return c.head_dim; })
-      .def_property_readonly("rotary_dim", [](const rope_config& c) { return c.rotary_dim; })
-      .def_property_readonly("theta", [](const rope_config& c) { return c.theta; })
-      .def_property_readonly("scaling", [](const rope_config& c) { return rope_type_name(c.type); })
-      .def_property_readonly("factor", [](const rope_config& c) { return c.factor; })
-      .def_property_readonly("max_position_embeddings",
-                             [](const rope_config& c) { return c.max_position_embeddings; })
+      .def_property_readonly(
+          "head_dim", [](const rope_config& c) { return c.head_dim; }, "D, the head dim.")
+      .def_property_readonly(
+          "rotary_dim", [](const rope_config& c) { return c.rotary_dim; },
+          "R, the rotated channels (head_dim * partial_rotary_factor; even).")
+      .def_property_readonly(
+          "theta", [](const rope_config& c) { return c.theta; },
+          "rope_theta, the base of the frequencies.")
+      .def_property_readonly(
+          "scaling", [](const rope_config& c) { return rope_type_name(c.type); },
+          "The HF rope_type: default, linear, dynamic, yarn, longrope, llama3 or proportional.")
+      .def_property_readonly(
+          "factor", [](const rope_config& c) { return c.factor; },
+          "The scaling factor (1 without scaling).")
+      .def_property_readonly(
+          "max_position_embeddings", [](const rope_config& c) { return c.max_position_embeddings; },
+          "The context length the model is configured for (dynamic: where NTK starts).")
       .def_property_readonly(
           "original_max_position_embeddings",
-          [](const rope_config& c) { return c.original_max_position_embeddings; })
-      .def_property_readonly("rotated_pairs",
-                             [](const rope_config& c) {
-                               // proportional: the pairs that rotate (the rest have omega 0)
-                               return c.type == rope_type::proportional
-                                          ? c.rotated_pairs.value_or(c.head_dim / 2)
-                                          : c.rotary_dim / 2;
-                             })
-      .def_property_readonly("mrope_section",
-                             [](const rope_config& c) {
-                               return c.mrope_section.empty()
-                                          ? py::object(py::none())
-                                          : py::object(py::cast(c.mrope_section));
-                             })
-      .def_property_readonly("mrope_interleaved",
-                             [](const rope_config& c) { return c.mrope_interleaved; })
+          [](const rope_config& c) { return c.original_max_position_embeddings; },
+          "The pretraining context length (yarn, longrope, llama3); 0 = not given.")
+      .def_property_readonly(
+          "rotated_pairs",
+          [](const rope_config& c) {
+            // proportional: the pairs that rotate (the rest have omega 0)
+            return c.type == rope_type::proportional ? c.rotated_pairs.value_or(c.head_dim / 2)
+                                                     : c.rotary_dim / 2;
+          },
+          "Pairs that rotate: rotary_dim / 2, fewer for proportional RoPE (the rest have omega 0).")
+      .def_property_readonly(
+          "mrope_section",
+          [](const rope_config& c) {
+            return c.mrope_section.empty() ? py::object(py::none())
+                                           : py::object(py::cast(c.mrope_section));
+          },
+          "M-RoPE sections (temporal, height, width pairs), None for 1-D RoPE.")
+      .def_property_readonly(
+          "mrope_interleaved", [](const rope_config& c) { return c.mrope_interleaved; },
+          "M-RoPE components interleaved t h w t h w ... (Qwen3-VL) instead of contiguous "
+          "sections.")
       .def(
           "frequencies",
           [](const rope_config& c, std::optional<int64_t> seq_len) {

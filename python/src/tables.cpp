@@ -88,7 +88,13 @@ void bind_tables(py::module_& m) {
       },
       py::arg("positions"), py::kw_only(), py::arg("width"), py::arg("base") = 10000.0,
       py::arg("layout") = "interleaved", py::arg("denominator") = "width",
-      py::arg("dtype") = py::dtype::of<double>());
+      py::arg("dtype") = py::dtype::of<double>(),
+      R"doc(The fixed sinusoidal table (Vaswani et al. 2017), (N, width) in dtype (float64 or float32).
+
+positions: an int N (positions 0 .. N-1) or (N,) integers. width: even, >= 2. Pair i has
+frequency base^(-2i / width) (denominator "width") or base^(-i / (width/2 - 1)) ("half-minus-one",
+tensor2tensor's get_timing_signal_1d). layout "interleaved": [sin p w0, cos p w0, sin p w1, ...];
+"halves": [sin p w0 .. sin p w_{width/2-1} | cos p w0 ..].)doc");
 
   m.def(
       "alibi_slopes",
@@ -98,8 +104,13 @@ void bind_tables(py::module_& m) {
         std::memcpy(out.mutable_data(), s.data(), s.size() * sizeof(double));
         return out;
       },
-      py::arg("n_heads"), py::kw_only(), py::arg("max_bias") = 8.0,
-      py::arg("convention") = "press");
+      py::arg("n_heads"), py::kw_only(), py::arg("max_bias") = 8.0, py::arg("convention") = "press",
+      R"doc(ALiBi slopes (n_heads,) float64 (Press et al. 2022).
+
+convention "press": the paper's geometric sequence 2^(-max_bias k / P), k = 1..P for P = n_heads a
+power of two, else the first P = 2^floor(log2 n_heads) and the odd terms of the sequence for 2P
+(its reference code); "mpt": MPT's, the 2P sequence's terms taken [1::2] then [0::2]; "geometric":
+2^(-max_bias k / n_heads) for every n_heads. Equal for a power of two.)doc");
 
   m.def(
       "alibi_bias",
@@ -126,7 +137,11 @@ void bind_tables(py::module_& m) {
         return py::array(out);
       },
       py::arg("slopes"), py::arg("q_positions"), py::arg("k_positions"), py::kw_only(),
-      py::arg("causal") = true, py::arg("dtype") = py::dtype::of<float>());
+      py::arg("causal") = true, py::arg("dtype") = py::dtype::of<float>(),
+      R"doc(The dense ALiBi bias (H, T, S) in dtype (float32 or float64) for slopes m (H,) at query
+positions i and key positions j (each an int N, meaning 0 .. N-1, or (N,) integers): m_h (j - i)
+when causal (the signed distance; attention's causal mask removes the keys after the query),
+else -m_h |i - j|. posenc.attention adds the same bias without forming this tensor.)doc");
 
   m.def(
       "t5_buckets",
@@ -142,7 +157,11 @@ void bind_tables(py::module_& m) {
         return out;
       },
       py::arg("offsets"), py::kw_only(), py::arg("bidirectional") = true,
-      py::arg("num_buckets") = 32, py::arg("max_distance") = 128);
+      py::arg("num_buckets") = 32, py::arg("max_distance") = 128,
+      R"doc(T5's relative-position buckets (Raffel et al. 2020), int64 in the shape of offsets
+(integers j - i, key minus query). Half the buckets (of each sign when bidirectional) are exact
+distances, the rest logarithmic up to max_distance, past which the last bucket is used; not
+bidirectional: keys after the query share bucket 0.)doc");
 
   m.def(
       "t5_bias",
@@ -161,7 +180,10 @@ void bind_tables(py::module_& m) {
         return out;
       },
       py::arg("table"), py::arg("q_positions"), py::arg("k_positions"), py::kw_only(),
-      py::arg("bidirectional") = true, py::arg("max_distance") = 128);
+      py::arg("bidirectional") = true, py::arg("max_distance") = 128,
+      R"doc(The dense T5 bias (H, T, S) float32: table[bucket(j - i), h] for a table (num_buckets,
+H) (float32 or float64, read as float32) at query positions i and key positions j (an int N or
+(N,) integers); buckets as t5_buckets.)doc");
 
   m.def(
       "_learned_load",

@@ -1,0 +1,195 @@
+# Type stubs of posenc.torch (runtime: python/posenc/torch.py): posenc's kernels as autograd
+# Functions on CPU tensors. The attention keywords are posenc.attention's (tables as tensors,
+# no kv_dtype), the schemes reached by name included; tests/python/test_typing.py checks them
+# against the library's scheme declarations.
+from typing import Any, Literal, overload
+
+import torch as _torch
+from numpy.typing import ArrayLike
+from torch import Tensor
+
+from . import RopeConfig, _AlibiConvention, _Angle, _KerpleKernel, _Layout
+
+__all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
+
+# Integer data (positions, offsets, cu_seqlens, masks): a tensor or anything NumPy converts.
+_Ints = Tensor | ArrayLike
+
+def apply_rotary_emb(
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    interleaved: bool = False,
+    inplace: bool = False,
+    seqlen_offsets: int | _Ints = 0,
+    cu_seqlens: _Ints | None = None,
+    max_seqlen: int | None = None,
+) -> Tensor: ...
+def apply_rope(
+    x: Tensor,
+    positions: _Ints | None = None,
+    *,
+    cfg: RopeConfig,
+    layout: _Layout = "half",
+    angle: _Angle = "exact",
+    seqlen_offsets: int | _Ints = 0,
+    cu_seqlens: _Ints | None = None,
+    seq_len: int | None = None,
+) -> Tensor: ...
+
+class RotaryEmbedding(_torch.nn.Module):
+    cfg: RopeConfig
+    layout: _Layout
+    angle: _Angle
+    def __init__(
+        self, cfg: RopeConfig, layout: _Layout = "half", angle: _Angle = "exact"
+    ) -> None: ...
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        positions: _Ints | None = None,
+        seqlen_offsets: int | _Ints = 0,
+        cu_seqlens: _Ints | None = None,
+        seq_len: int | None = None,
+    ) -> tuple[Tensor, Tensor]: ...
+    def extra_repr(self) -> str: ...
+
+@overload
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    rope: RopeConfig | None = None,
+    rope_layout: _Layout = "half",
+    rope_angle: _Angle = "exact",
+    rope_seq_len: int | None = None,
+    keys_rotated: bool = False,
+    alibi: bool | Tensor | ArrayLike = False,
+    alibi_max_bias: float = 8.0,
+    alibi_convention: _AlibiConvention = "press",
+    t5_table: Tensor | None = None,
+    t5_num_buckets: int | None = None,
+    t5_max_distance: int = 128,
+    t5_bidirectional: bool | None = None,
+    shaw: tuple[Tensor, Tensor, int] | None = None,
+    shaw_keys: Tensor | None = None,
+    shaw_values: Tensor | None = None,
+    shaw_clip: int | None = None,
+    q_positions: _Ints | None = None,
+    k_positions: _Ints | None = None,
+    key_padding: _Ints | None = None,
+    cu_seqlens: _Ints | None = None,
+    window: int | None = None,
+    return_lse: Literal[False] = False,
+    kerple: Tensor | None = None,
+    kerple_kernel: _KerpleKernel = "log",
+    fire: Tensor | None = None,
+    fire_hidden: int | None = None,
+    xpos: bool = False,
+    xpos_theta: float = 10000.0,
+    xpos_gamma: float = 0.4,
+    xpos_scale_base: float = 512.0,
+    xpos_center: float = 0.0,
+    cope: Tensor | None = None,
+    attn_temperature_tuning: bool = False,
+    floor_scale: float = 8192.0,
+    attn_scale: float = 0.1,
+    sandwich: bool = False,
+    sandwich_dim: int = 128,
+) -> Tensor: ...
+@overload
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    rope: RopeConfig | None = None,
+    rope_layout: _Layout = "half",
+    rope_angle: _Angle = "exact",
+    rope_seq_len: int | None = None,
+    keys_rotated: bool = False,
+    alibi: bool | Tensor | ArrayLike = False,
+    alibi_max_bias: float = 8.0,
+    alibi_convention: _AlibiConvention = "press",
+    t5_table: Tensor | None = None,
+    t5_num_buckets: int | None = None,
+    t5_max_distance: int = 128,
+    t5_bidirectional: bool | None = None,
+    shaw: tuple[Tensor, Tensor, int] | None = None,
+    shaw_keys: Tensor | None = None,
+    shaw_values: Tensor | None = None,
+    shaw_clip: int | None = None,
+    q_positions: _Ints | None = None,
+    k_positions: _Ints | None = None,
+    key_padding: _Ints | None = None,
+    cu_seqlens: _Ints | None = None,
+    window: int | None = None,
+    return_lse: Literal[True],
+    kerple: Tensor | None = None,
+    kerple_kernel: _KerpleKernel = "log",
+    fire: Tensor | None = None,
+    fire_hidden: int | None = None,
+    xpos: bool = False,
+    xpos_theta: float = 10000.0,
+    xpos_gamma: float = 0.4,
+    xpos_scale_base: float = 512.0,
+    xpos_center: float = 0.0,
+    cope: Tensor | None = None,
+    attn_temperature_tuning: bool = False,
+    floor_scale: float = 8192.0,
+    attn_scale: float = 0.1,
+    sandwich: bool = False,
+    sandwich_dim: int = 128,
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    rope: RopeConfig | None = None,
+    rope_layout: _Layout = "half",
+    rope_angle: _Angle = "exact",
+    rope_seq_len: int | None = None,
+    keys_rotated: bool = False,
+    alibi: bool | Tensor | ArrayLike = False,
+    alibi_max_bias: float = 8.0,
+    alibi_convention: _AlibiConvention = "press",
+    t5_table: Tensor | None = None,
+    t5_num_buckets: int | None = None,
+    t5_max_distance: int = 128,
+    t5_bidirectional: bool | None = None,
+    shaw: tuple[Tensor, Tensor, int] | None = None,
+    shaw_keys: Tensor | None = None,
+    shaw_values: Tensor | None = None,
+    shaw_clip: int | None = None,
+    q_positions: _Ints | None = None,
+    k_positions: _Ints | None = None,
+    key_padding: _Ints | None = None,
+    cu_seqlens: _Ints | None = None,
+    window: int | None = None,
+    return_lse: bool = False,
+    kerple: Tensor | None = None,
+    kerple_kernel: _KerpleKernel = "log",
+    fire: Tensor | None = None,
+    fire_hidden: int | None = None,
+    xpos: bool = False,
+    xpos_theta: float = 10000.0,
+    xpos_gamma: float = 0.4,
+    xpos_scale_base: float = 512.0,
+    xpos_center: float = 0.0,
+    cope: Tensor | None = None,
+    attn_temperature_tuning: bool = False,
+    floor_scale: float = 8192.0,
+    attn_scale: float = 0.1,
+    sandwich: bool = False,
+    sandwich_dim: int = 128,
+) -> Tensor | tuple[Tensor, Tensor]: ...
