@@ -46,10 +46,11 @@ json frame(const std::string& title, int width, int height) {
   s["width"] = width;
   s["height"] = height;
   s["autosize"] = {{"type", "fit"}, {"contains", "padding"}};
+  s["padding"] = 8;
   s["config"] = {{"font", kFont},
                  {"title", {{"fontSize", 15}}},
                  {"axis", {{"titleFontSize", 13}, {"labelFontSize", 11}}},
-                 {"legend", {{"labelFontSize", 12}, {"labelLimit", 400}}}};
+                 {"legend", {{"labelFontSize", 12}, {"labelLimit", 0}}}};
   return s;
 }
 
@@ -71,7 +72,7 @@ json position(const std::string& field, const axis& a, bool nice) {
   } else if (a.max) {
     scale["domainMax"] = *a.max;
   }
-  scale["nice"] = nice && !a.min && !a.max;
+  scale["nice"] = nice && !(a.min && a.max);  // a free end is extended to a round value
   json c = {{"field", field}, {"type", "quantitative"}, {"title", a.label}, {"scale", scale}};
   if (!a.ticks.empty()) c["axis"] = {{"values", a.ticks}};
   return c;
@@ -396,7 +397,7 @@ json spec(const bar_chart& b) {
             {"type", "nominal"},
             {"title", b.x_label.empty() ? json(nullptr) : json(b.x_label)},
             {"sort", b.categories},
-            {"axis", {{"labelAngle", turn ? -30 : 0}, {"labelLimit", 400}}}};
+            {"axis", {{"labelAngle", turn ? -30 : 0}, {"labelLimit", 0}}}};
   if (turn) x["axis"]["labelAlign"] = "right";
   const json x_offset = {{"field", "series"}, {"type", "nominal"}, {"sort", names}};
   json y = position("value", b.y, true);
