@@ -19,7 +19,7 @@ import posenc.torch as pt
 PKG = pathlib.Path(posenc.__file__).absolute().parent
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The documents whose ```python blocks must pass mypy --strict.
-DOCS = ["docs/python.md"]
+DOCS = ["README.md", "docs/python.md"]
 
 
 def _stub(name):
