@@ -7,6 +7,12 @@ of its own: a second `pip install .` recompiles only what changed). setuptools' 
 
 Environment:
   POSENC_PIP_BUILD_DIR        the folder instead of build/pip (absolute, or relative to here)
+  POSENC_PIP_CMAKE_DIR        an existing, configured CMake build folder of this source tree
+                              (e.g. build/release) to build the module target in, instead of
+                              configuring one: it is built there as that folder's configuration
+                              says (its build type, its interpreter) and never reconfigured.
+                              `make test`'s pip_install test uses its own release build
+                              this way, so that the library is not compiled a second time.
   CMAKE_BUILD_PARALLEL_LEVEL  compile jobs; default: the CPUs this process may run on
 """
 
@@ -59,6 +65,23 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext):
         if shutil.which("cmake") is None:
             raise RuntimeError("cmake not found: scripts/install-deps installs the build tools")
+        existing = os.environ.get("POSENC_PIP_CMAKE_DIR")
+        if existing:
+            cmake_dir = Path(existing).resolve()
+            if not (cmake_dir / "CMakeCache.txt").is_file():
+                raise RuntimeError(
+                    f"POSENC_PIP_CMAKE_DIR={existing}: no CMakeCache.txt there (it must be a "
+                    "configured build folder of this source tree, e.g. build/release)"
+                )
+            cache = (cmake_dir / "CMakeCache.txt").read_text()
+            home = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", cache, re.M)
+            if not home or Path(home.group(1)).resolve() != ROOT:
+                raise RuntimeError(
+                    f"POSENC_PIP_CMAKE_DIR={existing} was configured from "
+                    f"{home.group(1) if home else 'an unknown source tree'}, not {ROOT}"
+                )
+            self._build_and_copy(ext, cmake_dir)
+            return
         cmake_dir = BUILD / "cmake"
         configure = ["cmake", "-S", str(ROOT), "-B", str(cmake_dir)]
         # A folder configured before keeps its generator (CMake refuses to switch).
@@ -75,6 +98,9 @@ class CMakeBuild(build_ext):
             f"-DPython_EXECUTABLE={sys.executable}",
         ]
         _run(configure)
+        self._build_and_copy(ext, cmake_dir)
+
+    def _build_and_copy(self, ext, cmake_dir):
         _run(["cmake", "--build", str(cmake_dir), "--target", "posenc_python", "-j", _jobs()])
         # python/CMakeLists.txt writes the module to <build>/python/posenc/_posenc<EXT_SUFFIX>.
         name = os.path.basename(self.get_ext_filename(ext.name))

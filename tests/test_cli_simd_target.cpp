@@ -51,8 +51,10 @@ TEST(CliSimdTarget, UnknownTargetIsAClearErrorWithExit2) {
 
 TEST(CliSimdTarget, EveryTargetPassesEveryCheck) {
   const auto targets = available_targets();
-  // Every x86-64 build has at least SSE4 or the scalar fallback besides the best target.
-  ASSERT_GE(targets.size(), 2u);
+  // Every x86-64 Release build has at least SSE4 or the scalar fallback besides the best target.
+  // The sanitizer build (POSENC_SANITIZED) compiles the kernels for this CPU's best target only
+  // (CMakeLists.txt): one.
+  ASSERT_GE(targets.size(), std::getenv("POSENC_SANITIZED") ? 1u : 2u);
   for (const auto& t : targets) {
     target_env e(t);
     const auto r = run_cli({"check"});

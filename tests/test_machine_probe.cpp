@@ -84,8 +84,8 @@ TEST(SimdTarget, LimitHoldsAfterTheTargetIsNamed) {
     const char* name;
     int lanes;
   };
-  const named targets[] = {{"avx3", 16}, {"avx2", 8},   {"sse4", 4},
-                           {"ssse3", 4}, {"emu128", 4}, {"scalar", 1}};
+  const named targets[] = {{"avx3_dl", 16}, {"avx3", 16},  {"avx2", 8},  {"sse4", 4},
+                           {"ssse3", 4},    {"emu128", 4}, {"scalar", 1}};
   struct restore {
     ~restore() { limit_simd_target("best"); }
   } guard;

@@ -30,7 +30,9 @@
 // Skipped (GTEST_SKIP) only when Chromium is missing or cannot start; set POSENC_CHROMIUM to
 // use another binary. No network is used: every page is a file:// URL and the scripts are the
 // report's own copies.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -319,61 +321,87 @@ fs::path out_root() {
   return fs::read_symlink("/proc/self/exe").parent_path() / "test_report_browser_out";
 }
 
+// The report the tests open is generated once per posenc binary, not once per test process:
+// ctest runs each test of this suite as its own process (ten of them, two at a time), and
+// generating the report (a small bench, a tiny lab run, `posenc report`) is most of a test's
+// time, under the sanitizers most of all. The first process to get the lock generates it into
+// out_root()/input/ and writes the binary's identity (path, size, modification time) to
+// input.stamp; the others (and later runs with the same binary) copy it. A rebuilt binary
+// regenerates it.
+std::string binary_stamp() {
+  const fs::path bin = posenc::test::posenc_bin();
+  std::error_code ec;
+  const auto size = fs::file_size(bin, ec);
+  const auto mtime = fs::last_write_time(bin, ec).time_since_epoch().count();
+  return bin.string() + " " + std::to_string(size) + " " + std::to_string(mtime) + "\n";
+}
+
+// Generates the report into DIR (created); "" on success, else why not.
+std::string generate_report(const fs::path& report) {
+  fs::create_directories(report);
+  const std::string dir = report.string();
+  // One memory-bound and one compute-bound case, so both bar series are drawn.
+  const auto bench =
+      run_cli({"bench", "--quick", "--filter", "rope/T=1/", "--filter", "scheme=alibi", "--reps",
+               "1", "--min-seconds", "0.01", "--threads", "1", "--out", dir + "/bench.json"});
+  if (bench.exit_code != 0) return "posenc bench failed: " + tail(bench.err);
+  const auto lab = run_cli({"lab",
+                            "--task",
+                            "passkey",
+                            "--schemes",
+                            "alibi,learned",
+                            "--steps",
+                            "5",
+                            "--train-len",
+                            "16:32",
+                            "--eval-lens",
+                            "32,64",
+                            "--d-model",
+                            "16",
+                            "--seeds",
+                            "1",
+                            "--eval-samples",
+                            "4",
+                            "--threads",
+                            "1",
+                            "--no-progress",
+                            "--out",
+                            dir + "/lab"});
+  if (lab.exit_code != 0) return "posenc lab failed: " + tail(lab.err);
+  // Exit 1 means "written, but some property check failed": the page is still complete.
+  const auto rep = run_cli({"report", "--out", dir, "--quick"});
+  if (rep.exit_code != 0 && rep.exit_code != 1) return "posenc report failed: " + tail(rep.err);
+  return "";
+}
+
 class ReportBrowser : public ::testing::Test {
  protected:
   static std::string skip_reason_;    // Chromium cannot start: why (browser tests skip)
   static std::string setup_failure_;  // the report could not be produced: why
-  static temp_dir* generated_;        // this process's generated report, removed at the end
-  static fs::path report_;            // generated_/report
+  static fs::path report_;            // out_root()/input: the generated report, read only
 
-  // Each test process (ctest runs one per test, possibly in parallel) generates its own report
-  // in a temporary directory; each test works on its own copy under out_root(), so parallel
-  // tests never share a file.
   static void SetUpTestSuite() {
-    generated_ = new temp_dir;
-    // A small run: a few bench cases, a tiny lab comparison, then the report over both.
-    report_ = fs::path(generated_->path) / "report";
-    fs::create_directories(report_);
-    const std::string dir = report_.string();
-    // One memory-bound and one compute-bound case, so both bar series are drawn.
-    const auto bench =
-        run_cli({"bench", "--quick", "--filter", "rope/T=1/", "--filter", "scheme=alibi", "--reps",
-                 "1", "--min-seconds", "0.01", "--threads", "1", "--out", dir + "/bench.json"});
-    if (bench.exit_code != 0) {
-      setup_failure_ = "posenc bench failed: " + tail(bench.err);
-      return;
-    }
-    const auto lab = run_cli({"lab",
-                              "--task",
-                              "passkey",
-                              "--schemes",
-                              "alibi,learned",
-                              "--steps",
-                              "5",
-                              "--train-len",
-                              "16:32",
-                              "--eval-lens",
-                              "32,64",
-                              "--d-model",
-                              "16",
-                              "--seeds",
-                              "1",
-                              "--eval-samples",
-                              "4",
-                              "--threads",
-                              "1",
-                              "--no-progress",
-                              "--out",
-                              dir + "/lab"});
-    if (lab.exit_code != 0) {
-      setup_failure_ = "posenc lab failed: " + tail(lab.err);
-      return;
-    }
-    // Exit 1 means "written, but some property check failed": the page is still complete.
-    const auto rep = run_cli({"report", "--out", dir, "--quick"});
-    if (rep.exit_code != 0 && rep.exit_code != 1) {
-      setup_failure_ = "posenc report failed: " + tail(rep.err);
-      return;
+    fs::create_directories(out_root());
+    report_ = out_root() / "input";
+    const fs::path stamp = out_root() / "input.stamp";
+    {
+      // Held until the report is complete: a process that waits finds it complete.
+      const int lock = ::open((out_root() / "input.lock").c_str(), O_RDWR | O_CREAT, 0644);
+      if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+        setup_failure_ = "cannot lock " + (out_root() / "input.lock").string();
+        if (lock >= 0) ::close(lock);
+        return;
+      }
+      const std::string want = binary_stamp();
+      if (!fs::exists(stamp) || read_text(stamp.string()) != want) {
+        std::error_code ec;
+        fs::remove(stamp, ec);
+        fs::remove_all(report_, ec);
+        setup_failure_ = generate_report(report_);
+        if (setup_failure_.empty()) write_text(stamp, want);
+      }
+      ::close(lock);  // releases the lock
+      if (!setup_failure_.empty()) return;
     }
 
     // Can Chromium start at all? Only this decides a skip.
@@ -381,17 +409,13 @@ class ReportBrowser : public ::testing::Test {
       skip_reason_ = "Chromium not found (/usr/bin/chromium; set POSENC_CHROMIUM)";
       return;
     }
-    const fs::path probe_page = fs::path(generated_->path) / "probe.html";
+    temp_dir probe_dir;
+    const fs::path probe_page = fs::path(probe_dir.path) / "probe.html";
     write_text(probe_page, "<!DOCTYPE html><p id=\"probe\">posenc-probe-ok</p>");
     const auto probe = chromium("--dump-dom " + quote(file_url(probe_page)));
-    fs::remove(probe_page);
     if (probe.out.find("posenc-probe-ok") == std::string::npos)
       skip_reason_ = "Chromium (" + chromium_binary() + ") could not start headless: exit " +
                      std::to_string(probe.exit_code) + "\n" + tail(probe.err);
-  }
-  static void TearDownTestSuite() {
-    delete generated_;
-    generated_ = nullptr;
   }
 
   void SetUp() override { ASSERT_EQ(setup_failure_, ""); }
@@ -409,12 +433,23 @@ class ReportBrowser : public ::testing::Test {
 
 std::string ReportBrowser::skip_reason_;
 std::string ReportBrowser::setup_failure_;
-temp_dir* ReportBrowser::generated_ = nullptr;
 fs::path ReportBrowser::report_;
 
 // Browser tests start with this: skipped, with the reason, only where Chromium cannot start.
 #define REQUIRE_BROWSER() \
   if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_
+
+// The checker's own tests (a broken copy of the report, the hover and zoom interaction) run
+// Chromium and the hook's JavaScript on the report generated in SetUpTestSuite: no posenc code
+// runs in them, so the sanitizers have nothing to see, and each costs 7-15 s of CPU in
+// Chromium. The sanitizer build (POSENC_SANITIZED) generates the report under the sanitizers
+// and checks it in EveryFigureDrawsWithoutConsoleErrors and MarkdownTablesKeepTheirColumns, and
+// skips these; the Release build runs them all.
+#define REQUIRE_BROWSER_CHECKER_TEST()                                                         \
+  REQUIRE_BROWSER();                                                                           \
+  if (std::getenv("POSENC_SANITIZED"))                                                         \
+  GTEST_SKIP() << "runs only Chromium and the checker's JavaScript (no posenc code): Release " \
+                  "build only"
 
 // Each chart's specification in a page: where its JSON text starts and ends, and its file.
 struct spec_at {
@@ -499,7 +534,7 @@ TEST_F(ReportBrowser, EveryFigureDrawsWithoutConsoleErrors) {
 // A chart whose data is emptied still gets axes, a title and its reference line, but no data
 // layer draws anything.
 TEST_F(ReportBrowser, FailsOnAFigureWithNoData) {
-  REQUIRE_BROWSER();
+  REQUIRE_BROWSER_CHECKER_TEST();
   const fs::path dir = copy_report("broken_no_data");
   const std::string fig = break_first_spec(dir, [](const std::string& text) {
     auto j = nlohmann::ordered_json::parse(text);
@@ -515,7 +550,7 @@ TEST_F(ReportBrowser, FailsOnAFigureWithNoData) {
 }
 
 TEST_F(ReportBrowser, FailsOnASpecThatDoesNotParse) {
-  REQUIRE_BROWSER();
+  REQUIRE_BROWSER_CHECKER_TEST();
   const fs::path dir = copy_report("broken_unparsable_spec");
   const std::string fig = break_first_spec(
       dir, [](const std::string& text) { return text.substr(0, text.size() / 2); });
@@ -528,7 +563,7 @@ TEST_F(ReportBrowser, FailsOnASpecThatDoesNotParse) {
 }
 
 TEST_F(ReportBrowser, FailsOnASpecVegaLiteRejects) {
-  REQUIRE_BROWSER();
+  REQUIRE_BROWSER_CHECKER_TEST();
   const fs::path dir = copy_report("broken_rejected_spec");
   const std::string fig = break_first_spec(dir, [](const std::string& text) {
     auto j = nlohmann::ordered_json::parse(text);
@@ -544,7 +579,7 @@ TEST_F(ReportBrowser, FailsOnASpecVegaLiteRejects) {
 }
 
 TEST_F(ReportBrowser, FailsOnAMissingLibrary) {
-  REQUIRE_BROWSER();
+  REQUIRE_BROWSER_CHECKER_TEST();
   const fs::path dir = copy_report("broken_missing_library");
   ASSERT_TRUE(fs::remove(dir / "vega" / "vega-embed.min.js"));
   const auto v = check_page(dir);
@@ -603,7 +638,7 @@ window.posencProbe = function () {
 )JS";
 
 TEST_F(ReportBrowser, ChartsShowValuesOnHoverAndZoom) {
-  REQUIRE_BROWSER();
+  REQUIRE_BROWSER_CHECKER_TEST();
   const fs::path dir = copy_report("interaction");
   std::string html = read_text((dir / "index.html").string());
   const size_t body = html.find("</body>");
@@ -633,7 +668,7 @@ TEST_F(ReportBrowser, ChartsShowValuesOnHoverAndZoom) {
 }
 
 TEST_F(ReportBrowser, FailsOnConsoleErrors) {
-  REQUIRE_BROWSER();
+  REQUIRE_BROWSER_CHECKER_TEST();
   const fs::path dir = copy_report("broken_script");
   std::string html = read_text((dir / "index.html").string());
   const size_t body = html.find("</body>");
@@ -650,7 +685,7 @@ TEST_F(ReportBrowser, FailsOnConsoleErrors) {
 }
 
 TEST_F(ReportBrowser, FailsOnATableRowWithAnExtraCell) {
-  REQUIRE_BROWSER();
+  REQUIRE_BROWSER_CHECKER_TEST();
   const fs::path dir = copy_report("broken_table");
   std::string html = read_text((dir / "index.html").string());
   const size_t td = html.find("<td>");

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # `pip install .` in a fresh virtual environment (ctest: pip_install).
-#   pip_install_test.sh SOURCE_DIR
+#   pip_install_test.sh SOURCE_DIR [CMAKE_BUILD_DIR]
 # Makes a venv with --system-site-packages (Debian's NumPy and PyTorch), runs
-# `pip install --no-build-isolation --no-index SOURCE_DIR` offline with the CMake build in a
-# temporary folder (POSENC_PIP_BUILD_DIR: nothing is reused from another build and nothing is
-# written into the source tree), then, from another directory, imports posenc and posenc.torch,
+# `pip install --no-build-isolation --no-index SOURCE_DIR` offline with setuptools' staging in a
+# temporary folder (POSENC_PIP_BUILD_DIR: nothing is written into the source tree). The module
+# is compiled by CMake in a fresh temporary build folder, as a user's `pip install .` does
+# (3-4 minutes on 2 cores); with CMAKE_BUILD_DIR (ctest passes its own release build folder) and
+# POSENC_PIP_TEST_FRESH unset, setup.py builds the module target in that folder instead
+# (POSENC_PIP_CMAKE_DIR), where it is already up to date, so that `make test` does not compile
+# the library a third time. Then, from another directory, it imports posenc and posenc.torch,
 # checks that they come from the venv's site-packages, and checks RoPE and causal attention
 # (forward and dv) on tiny float64 inputs against NumPy formulas written here. Any failure of
 # pip, the import or a check fails the test. Compile jobs: CMAKE_BUILD_PARALLEL_LEVEL (2 here).
@@ -21,6 +25,10 @@ export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 
 "$python" -m venv --system-site-packages "$dir/venv" || fail "python -m venv"
 start=$(date +%s)
+if [[ -n "${2:-}" && -z "${POSENC_PIP_TEST_FRESH:-}" ]]; then
+  export POSENC_PIP_CMAKE_DIR=$2
+  echo "pip install: the module target built in $2 (POSENC_PIP_TEST_FRESH=1: a fresh build)"
+fi
 POSENC_PIP_BUILD_DIR="$dir/build" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
   "$dir/venv/bin/pip" install --no-build-isolation --no-index --no-input "$src" ||
   fail "pip install --no-build-isolation --no-index $src"

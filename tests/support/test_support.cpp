@@ -36,6 +36,10 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+std::string posenc_bin() {
+  return POSENC_BIN;
+}
+
 cli_result run_cli(const std::vector<std::string>& args) {
   // Only test files that mention run_cli or POSENC_BIN make the build wait for the CLI
   // (tests/CMakeLists.txt); say so instead of failing on a missing binary's exit code.

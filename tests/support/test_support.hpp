@@ -12,6 +12,9 @@ struct cli_result {
   std::string err;  // stderr
 };
 
+// The path of the built posenc binary (POSENC_BIN).
+std::string posenc_bin();
+
 // Runs POSENC_BIN with the given arguments (each shell-quoted), capturing stdout and stderr.
 cli_result run_cli(const std::vector<std::string>& args);
 

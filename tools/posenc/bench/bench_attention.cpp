@@ -304,7 +304,7 @@ bool register_perf_cases() {
   return ok;
 }
 
-const bool registered =
+const bool registered_bench_attention =
     register_perf_cases() &&
     register_bench_case({49, "memory/T=32768/S=32768/H=8/D=64/causal",
                          [](const bench_options& o) {

@@ -82,7 +82,7 @@ bench_case make_gelu(const bench_options& o, const std::string& name) {
   return bc;
 }
 
-const bool registered =
+const bool registered_bench_model =
     register_bench_case({60, "model/matmul_nn/M=2048/K=64/N=256",
                          [](const bench_options& o) {
                            return make_matmul(o, "model/matmul_nn/M=2048/K=64/N=256");

@@ -79,7 +79,7 @@ bool register_all() {
   return ok;
 }
 
-const bool registered = register_all();
+const bool registered_bench_rope = register_all();
 
 }  // namespace
 }  // namespace posenc::cli

@@ -138,7 +138,7 @@ bench_case make_t5(const bench_options& o, const std::string& name) {
   return bc;
 }
 
-const bool registered =
+const bool registered_bench_tables =
     register_bench_case({30, "sinusoidal_table/N=65536/d=1024",
                          [](const bench_options& o) {
                            return make_sinusoidal(o, "sinusoidal_table/N=65536/d=1024");

@@ -5,6 +5,6 @@
 #include "posenc/verify/checks.hpp"
 
 namespace {
-const bool registered = posenc::cli::register_check_group(
+const bool registered_checks_attention = posenc::cli::register_check_group(
     50, "attention", true, [] { return posenc::attention_checks(); });
 }  // namespace

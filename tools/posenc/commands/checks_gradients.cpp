@@ -7,6 +7,6 @@
 #include "posenc/model/gradcheck.hpp"
 
 namespace {
-const bool registered =
+const bool registered_checks_gradients =
     posenc::cli::register_check_group(80, "gradients", false, posenc::model::gradient_checks);
 }

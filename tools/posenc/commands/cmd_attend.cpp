@@ -847,7 +847,7 @@ void run_attend(const attend_opts& o) {
     run_typed<double>(o, qa, ka, va, kv);
 }
 
-const bool registered = register_command(50, [](CLI::App& app) {
+const bool registered_cmd_attend = register_command(50, [](CLI::App& app) {
   auto o = std::make_shared<attend_opts>();
   auto* sub = app.add_subcommand(
       "attend", "Multi-head attention with a position scheme on .npy inputs (an oracle)");

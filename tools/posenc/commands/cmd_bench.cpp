@@ -343,7 +343,7 @@ void run_bench(const bench_opts& o) {
   if (invalid) throw exit_with{1};
 }
 
-const bool registered = register_command(80, [](CLI::App& app) {
+const bool registered_cmd_bench = register_command(80, [](CLI::App& app) {
   auto o = std::make_shared<bench_opts>();
   auto* sub = app.add_subcommand("bench", "Measure machine limits and kernel speed against them");
   add_format_option(sub, o->format);

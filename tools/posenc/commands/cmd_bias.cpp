@@ -160,7 +160,7 @@ void run_buckets(const t5_opts& o) {
   }
 }
 
-const bool registered = register_command(40, [](CLI::App& app) {
+const bool registered_cmd_bias = register_command(40, [](CLI::App& app) {
   auto* alibi = app.add_subcommand("alibi", "ALiBi slopes and biases (Press et al. 2022)");
   alibi->require_subcommand(1);
   {

@@ -67,7 +67,7 @@ void run_check(const check_opts& o) {
   if (failed) throw exit_with{1};
 }
 
-const bool registered = register_command(90, [](CLI::App& app) {
+const bool registered_cmd_check = register_command(90, [](CLI::App& app) {
   auto o = std::make_shared<check_opts>();
   auto* sub = app.add_subcommand("check", "Run the property checks; exit 1 if any fails");
   add_format_option(sub, o->format);

@@ -220,7 +220,7 @@ void run_figure(const figure_opts& o) {
   std::fflush(stdout);
 }
 
-const bool registered = register_command(40, [](CLI::App& app) {
+const bool registered_cmd_figure = register_command(40, [](CLI::App& app) {
   auto o = std::make_shared<figure_opts>();
   auto* sub = app.add_subcommand(
       "figure",

@@ -517,7 +517,7 @@ void run_press(lab_cli c, CLI::App* sub) {
   std::fflush(stdout);
 }
 
-const bool registered = register_command(70, [](CLI::App& app) {
+const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
   auto o = std::make_shared<lab_cli>();
   auto* sub = app.add_subcommand(
       "lab", "Train small transformers with each position scheme; compare lengths");

@@ -92,7 +92,7 @@ void run_report(const report_opts& o) {
   if (failed) throw exit_with{1};
 }
 
-const bool registered = register_command(95, [](CLI::App& app) {
+const bool registered_cmd_report = register_command(95, [](CLI::App& app) {
   auto o = std::make_shared<report_opts>();
   auto* sub = app.add_subcommand("report", "Write the HTML and Markdown report to --out DIR");
   sub->add_option("--out", o->out, "Output directory")->required();

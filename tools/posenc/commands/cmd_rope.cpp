@@ -855,7 +855,7 @@ void run_layers(const layers_opts& o) {
   for (const auto& d : plan.defaults) std::printf("default: %s\n", d.c_str());
 }
 
-const bool registered = register_command(30, [](CLI::App& app) {
+const bool registered_cmd_rope = register_command(30, [](CLI::App& app) {
   auto* rope = app.add_subcommand("rope", "Rotary position embedding (RoPE) and its scalings");
   rope->require_subcommand(1);
 

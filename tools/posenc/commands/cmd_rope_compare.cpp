@@ -205,7 +205,7 @@ void run_compare(const compare_opts& o) {
 }
 
 // Order 32: after `rope` (30), so the subcommand exists to attach to.
-const bool registered = register_command(32, [](CLI::App& app) {
+const bool registered_cmd_rope_compare = register_command(32, [](CLI::App& app) {
   auto* rope = app.get_subcommand("rope");
   auto o = std::make_shared<compare_opts>();
   auto* sub = rope->add_subcommand(

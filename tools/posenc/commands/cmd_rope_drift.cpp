@@ -229,7 +229,7 @@ void run_drift(const drift_opts& o) {
 }
 
 // Order 31: after `rope` (30), so the subcommand exists to attach to.
-const bool registered = register_command(31, [](CLI::App& app) {
+const bool registered_cmd_rope_drift = register_command(31, [](CLI::App& app) {
   auto* rope = app.get_subcommand("rope");
   auto o = std::make_shared<drift_opts>();
   auto* sub = rope->add_subcommand(

@@ -31,7 +31,7 @@ void run_schemes(const schemes_opts& o) {
   if (o.format == out_format::json) std::fputs("\n", stdout);
 }
 
-const bool registered = register_command(45, [](CLI::App& app) {
+const bool registered_cmd_schemes = register_command(45, [](CLI::App& app) {
   auto o = std::make_shared<schemes_opts>();
   auto* sub = app.add_subcommand(
       "schemes", "Every position scheme as declared: where it enters, properties, parameters");

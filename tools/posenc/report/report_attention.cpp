@@ -119,7 +119,8 @@ report_section attention_section(report_context& ctx) {
   return sec;
 }
 
-const bool registered = register_report_section(50, "attention", attention_section);
+const bool registered_report_attention =
+    register_report_section(50, "attention", attention_section);
 
 }  // namespace
 }  // namespace posenc::cli

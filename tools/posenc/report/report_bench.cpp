@@ -88,7 +88,7 @@ report_section bench_section(report_context& ctx) {
   return s;
 }
 
-const bool registered = register_report_section(60, "performance", bench_section);
+const bool registered_report_bench = register_report_section(60, "performance", bench_section);
 
 }  // namespace
 }  // namespace posenc::cli

@@ -106,7 +106,7 @@ report_section bias_section(report_context& ctx) {
   return sec;
 }
 
-const bool registered = register_report_section(40, "bias", bias_section);
+const bool registered_report_bias = register_report_section(40, "bias", bias_section);
 
 }  // namespace
 }  // namespace posenc::cli

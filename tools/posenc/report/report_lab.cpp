@@ -334,7 +334,7 @@ report_section lab_section_json(report_context& ctx) {
   return sec;
 }
 
-const bool registered = register_report_section(70, "lab", lab_section);
+const bool registered_report_lab = register_report_section(70, "lab", lab_section);
 
 }  // namespace
 }  // namespace posenc::cli

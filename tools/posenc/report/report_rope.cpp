@@ -169,7 +169,7 @@ report_section rope_section(report_context& ctx) {
   return sec;
 }
 
-const bool registered = register_report_section(30, "rope", rope_section);
+const bool registered_report_rope = register_report_section(30, "rope", rope_section);
 
 }  // namespace
 }  // namespace posenc::cli
