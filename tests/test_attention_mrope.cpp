@@ -86,7 +86,7 @@ struct mrope_case {
 template <typename Real>
 int bit_identical_cases() {
   int cases = 0;
-  for (const auto [T, S] : {std::pair<int64_t, int64_t>{64, 130}, {33, 33}, {1, 300}, {3, 70}})
+  for (const auto& [T, S] : {std::pair<int64_t, int64_t>{64, 130}, {33, 33}, {1, 300}, {3, 70}})
     for (const auto layout : {rope_layout::half, rope_layout::interleaved})
       for (const auto angle :
            {rope_angle::exact, rope_angle::f32, rope_angle::hf_f32, rope_angle::ggml_f32})

@@ -83,3 +83,66 @@ TEST(CliBenchProbes, NoCaseTimedMeansNoSecondReading) {
 }
 
 }  // namespace
+
+// The GEMM probe (tools/posenc/bench/gemm_probe.hpp): the libraries looked for are listed, each
+// loaded or with the reason it is not; a prefill and a backward case each name their products'
+// shape, whose rate is the best of its readings (every library present, both threadings), and
+// their fraction_of_gemm is their GFLOP/s over it. Without a library the fractions are null.
+// --no-gemm turns the probe off.
+TEST(CliBenchProbes, GemmProbeTimesEachCasesProductsAndDividesByTheBestReading) {
+  const std::string fwd = "attention/T=2048/S=2048/Hq=32/Hkv=8/D=128/scheme=none";
+  const auto r =
+      run_cli({"bench", "--quick", "--filter", fwd, "--filter",
+               "attention_backward/T=2048/S=2048/Hq=32/Hkv=8/D=128/scheme=none", "--reps", "1",
+               "--min-seconds", "0", "--threads", "1", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json& g = j.at("machine").at("gemm");
+  EXPECT_TRUE(g.at("enabled").get<bool>());
+  bool any = false;
+  ASSERT_EQ(g.at("libraries").size(), 2u) << g.dump(2);
+  for (const auto& l : g.at("libraries")) {
+    EXPECT_TRUE(l.contains("unavailable") != l.contains("version")) << l.dump(2);
+    any |= !l.contains("unavailable");
+  }
+  int forward = 0, backward = 0;
+  for (const auto& c : j.at("cases")) {
+    ASSERT_FALSE(c.contains("error")) << c.dump(2);
+    const std::string name = c.at("name").get<std::string>();
+    if (!any) {
+      EXPECT_TRUE(c.at("fraction_of_gemm").is_null()) << c.dump(2);
+      continue;
+    }
+    const bool bwd = name.find("backward") != std::string::npos;
+    (bwd ? backward : forward) += 1;
+    // --quick: T = S = 128.
+    const json* shape = nullptr;
+    for (const auto& s : g.at("shapes"))
+      if (s.at("T") == 128 && s.at("S") == 128 && s.at("D") == 128 &&
+          s.at("pass") == (bwd ? "backward" : "forward"))
+        shape = &s;
+    ASSERT_NE(shape, nullptr) << name << "\n" << g.dump(2);
+    double best = 0;
+    for (const auto& rd : shape->at("readings"))
+      best = std::max(best, rd.at("gflops").get<double>());
+    // Two threadings of each library present.
+    EXPECT_EQ(shape->at("readings").size() % 2, 0u) << shape->dump(2);
+    EXPECT_GT(best, 0);
+    EXPECT_DOUBLE_EQ(shape->at("gflops").get<double>(), best);
+    EXPECT_DOUBLE_EQ(c.at("gemm_gflops").get<double>(), best);
+    EXPECT_NEAR(c.at("fraction_of_gemm").get<double>(), c.at("gflops").get<double>() / best,
+                1e-12 * c.at("fraction_of_gemm").get<double>());
+  }
+  if (any) {
+    EXPECT_GE(forward, 1);
+    EXPECT_GE(backward, 1);
+  }
+
+  const auto off = run_cli({"bench", "--quick", "--filter", fwd, "--reps", "1", "--min-seconds",
+                            "0", "--threads", "1", "--no-gemm", "--format", "json"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const json jo = json::parse(off.out);
+  EXPECT_FALSE(jo.at("machine").at("gemm").at("enabled").get<bool>());
+  EXPECT_TRUE(jo.at("machine").at("gemm").at("shapes").empty());
+  for (const auto& c : jo.at("cases")) EXPECT_TRUE(c.at("fraction_of_gemm").is_null()) << c.dump(2);
+}

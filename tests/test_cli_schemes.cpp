@@ -47,7 +47,9 @@ TEST(Schemes, TheRuleFollowsFromTheProperties) {
     }
   // Every attention-level scheme has parameters, and its name is unique.
   for (const auto& d : decls) {
-    if (d.attention_level) EXPECT_FALSE(d.params.empty()) << d.name;
+    if (d.attention_level) {
+      EXPECT_FALSE(d.params.empty()) << d.name;
+    }
     EXPECT_EQ(&scheme_decl_of(d.name), &d);
   }
   EXPECT_THROW(scheme_decl_of("sandwich2"), invalid_argument);

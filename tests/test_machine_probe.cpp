@@ -38,8 +38,12 @@ TEST(FmaProbe, RunsInTheWidestVectorsOfThisCpu) {
   const std::string target = simd_target_name();
   if (expected == 0) GTEST_SKIP() << "no independent lane count on this architecture";
   EXPECT_EQ(simd_float_lanes(), expected) << "dispatch target " << target;
-  if (expected == 16) EXPECT_EQ(target.rfind("AVX3", 0), 0u) << target;
-  if (expected == 8) EXPECT_EQ(target, "AVX2");
+  if (expected == 16) {
+    EXPECT_EQ(target.rfind("AVX3", 0), 0u) << target;
+  }
+  if (expected == 8) {
+    EXPECT_EQ(target, "AVX2");
+  }
 }
 
 TEST(FmaProbe, ChainsCoverLatencyTimesPortsAndFitTheRegisters) {

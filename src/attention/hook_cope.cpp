@@ -55,7 +55,7 @@ void add_cope_terms(const attention_params<Real>& p, const attention_plan&,
         "attention: CoPE runs its own double path and needs float32 or float64 k and v, got kv = "
         "{}",
         name(p.kv));
-  if (c.npos < 1 || c.npos > (int64_t(1) << 20))
+  if ((c.npos < 1) || (c.npos > (int64_t(1) << 20)))
     fail("cope npos must be in [1, 2^20], got {}", c.npos);
   if (static_cast<int64_t>(c.emb.size()) != c.npos * p.D)
     fail("cope emb must have shape (npos, D) = ({}, {}), i.e. {} values, got {}", c.npos, p.D,

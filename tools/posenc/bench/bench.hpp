@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "gemm_probe.hpp"
+
 namespace posenc::cli {
 
 struct bench_options {
@@ -44,6 +46,9 @@ struct bench_case {
   // after that run.
   bool once = false;
   std::function<std::string()> after;
+  // The per-head GEMM products of an attention case (prefill, backward), whose tuned-GEMM rate
+  // the case is also reported against (gemm_probe.hpp); T == 0: none.
+  gemm_shape gemm;
 };
 
 struct bench_spec {

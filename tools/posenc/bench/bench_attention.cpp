@@ -117,6 +117,7 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
   if (decode) bc.bytes = kv_bytes * double(2 * S * Hkv * D) + 4.0 * double(2 * T * Hq * D);
   bc.limit = decode ? "roofline" : "peak";
   bc.reads_only = decode;  // K and V read once; the writes are T Hq D floats
+  if (!decode) bc.gemm = {T, S, D, false};
   bc.validate = [c, d] { return validate(c, d.get()); };
   bc.run = [d] { attention_forward(d->params()); };
   bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +
@@ -171,6 +172,7 @@ bench_case make_backward(const bench_options& o, ac::spec c) {
   const double pairs = double(T) * double(T + 1) / 2;
   bc.flops = 2.5 * 4.0 * double(D) * double(Hq) * pairs;
   bc.limit = "peak";
+  bc.gemm = {T, T, D, true};
   bc.validate = [c] { return validate(c); };
   bc.run = [b] { attention_backward(b->d->params(), b->grads()); };
   bc.note = "attention_backward float32 causal, T=S=" + std::to_string(T) +

@@ -39,6 +39,7 @@ struct bench_opts {
   bool list = false;
   bool machine_only = false;
   bool extended = false;
+  bool gemm = true;  // --no-gemm turns the GEMM probe off
 };
 
 struct case_result {
@@ -48,7 +49,12 @@ struct case_result {
   double gbps = 0, gflops = 0, fraction_of_bandwidth = NAN, fraction_of_peak = NAN;
   double bandwidth_ref = 0;
   bool reads_only = false;  // bandwidth_ref is a read probe's (else a copy probe's)
+  gemm_shape gemm;          // the case's products (T == 0: none)
+  double gemm_gflops = NAN, fraction_of_gemm = NAN;
 };
+
+// The GEMM probe's results by shape, each measured once, right after the first case that has it.
+using gemm_cache = std::map<gemm_shape, gemm_result>;
 
 // The cases a run selects: every non-extended case (all with --extended), or those --filter
 // names.
@@ -106,7 +112,7 @@ machine_limits probe_machine(const bench_opts& o) {
 // One case: built, validated, warmed up and timed; its footprint's own bandwidth probed once
 // per footprint (footprint_bw: footprint -> its probe at o.threads).
 case_result run_case(const bench_spec& s, const bench_options& bo, const bench_opts& o,
-                     std::map<double, bandwidth_result>& footprint_bw) {
+                     std::map<double, bandwidth_result>& footprint_bw, gemm_cache& gemms) {
   case_result r;
   r.name = s.name;
   r.threads = o.threads;
@@ -149,6 +155,20 @@ case_result run_case(const bench_spec& s, const bench_options& bo, const bench_o
       it = footprint_bw.emplace(c.footprint_bytes, measure_bandwidth(per, o.threads)).first;
     }
     r.bandwidth_ref = c.reads_only ? it->second.read_gbps : it->second.copy_gbps;
+  }
+  r.gemm = c.gemm;
+  const auto libs = gemm_libraries();
+  const bool have_gemm = std::any_of(
+      libs.begin(), libs.end(), [](const gemm_library_info& l) { return l.unavailable.empty(); });
+  if (o.gemm && have_gemm && c.gemm.T > 0 && !gemms.count(c.gemm)) {
+    std::fprintf(stderr, "bench: GEMM probe on its products (T=%lld S=%lld D=%lld, %s)\n",
+                 static_cast<long long>(c.gemm.T), static_cast<long long>(c.gemm.S),
+                 static_cast<long long>(c.gemm.D), c.gemm.backward ? "backward" : "forward");
+    gemms.emplace(c.gemm, measure_gemm(c.gemm, o.threads, o.min_seconds, o.reps));
+  }
+  if (auto it = gemms.find(c.gemm); c.gemm.T > 0 && it != gemms.end() && it->second.gflops > 0) {
+    r.gemm_gflops = it->second.gflops;
+    r.fraction_of_gemm = r.gflops / r.gemm_gflops;
   }
   return r;
 }
@@ -201,6 +221,74 @@ std::vector<std::string> apply_limits(std::vector<case_result>& results, const m
   return warnings;
 }
 
+// The GEMM probe: the libraries it looked for, and each shape's readings.
+nlohmann::ordered_json gemm_json(const bench_opts& o, const gemm_cache& gemms) {
+  nlohmann::ordered_json libs = nlohmann::json::array();
+  for (const auto& l : gemm_libraries()) {
+    nlohmann::ordered_json j = {{"name", l.name}};
+    if (l.unavailable.empty())
+      j["version"] = l.version, j["file"] = l.file;
+    else
+      j["unavailable"] = l.unavailable;
+    libs.push_back(j);
+  }
+  nlohmann::ordered_json shapes = nlohmann::json::array();
+  for (const auto& [shape, g] : gemms) {
+    nlohmann::ordered_json readings = nlohmann::json::array();
+    for (const auto& r : g.readings)
+      readings.push_back({{"library", r.library},
+                          {"threading", r.threading},
+                          {"gflops", r.gflops},
+                          {"seconds", r.seconds}});
+    shapes.push_back({{"T", shape.T},
+                      {"S", shape.S},
+                      {"D", shape.D},
+                      {"pass", shape.backward ? "backward" : "forward"},
+                      {"heads", g.heads},
+                      {"threads", g.threads},
+                      {"gflops", g.gflops > 0 ? nlohmann::json(g.gflops) : nlohmann::json(nullptr)},
+                      {"library", g.library},
+                      {"threading", g.threading},
+                      {"readings", readings}});
+  }
+  return {{"enabled", o.gemm},
+          {"products",
+           "per head, full T x S: forward Q K^T and P V (4 T S D FLOPs), backward Q K^T, dO V^T, "
+           "P^T dO, dS^T Q and dS K (10 T S D FLOPs); fraction_of_gemm = the case's causal GFLOP/s "
+           "over this rate"},
+          {"libraries", libs},
+          {"shapes", shapes}};
+}
+
+// A case whose keys and values are stored in half precision ("/kv=f16", "/kv=bf16") reads half
+// the bytes of its float32 twin (the same name without that suffix) and does the same
+// arithmetic: slower than the twin means a slow path (a spin, a serialised or oversubscribed
+// step), which a warning names, with both times; not a test, since a shared host can slow any
+// one case.
+std::vector<std::string> half_precision_warnings(const std::vector<case_result>& results) {
+  std::vector<std::string> warnings;
+  for (const auto& h : results) {
+    if (!h.error.empty()) continue;
+    for (const char* suffix : {"/kv=f16", "/kv=bf16"}) {
+      const std::string sfx = suffix;
+      if (h.name.size() <= sfx.size() ||
+          h.name.compare(h.name.size() - sfx.size(), sfx.size(), sfx) != 0)
+        continue;
+      const std::string twin = h.name.substr(0, h.name.size() - sfx.size());
+      for (const auto& f : results)
+        if (f.name == twin && f.error.empty() && h.seconds_min > f.seconds_min)
+          warnings.push_back(fmt::format(
+              "{} took {:.3f} ms, slower than its float32 twin {} ({:.3f} ms; median {:.3f} "
+              "against "
+              "{:.3f}): half-precision K and V read half the bytes for the same arithmetic, so "
+              "this is a slow path or a busy host; run it again",
+              h.name, h.seconds_min * 1e3, twin, f.seconds_min * 1e3, h.seconds_median * 1e3,
+              f.seconds_median * 1e3));
+    }
+  }
+  return warnings;
+}
+
 nlohmann::ordered_json machine_json(const bench_opts& o, const machine_limits& m) {
   return {{"simd", simd_target_name()},
           {"threads", o.threads},
@@ -237,13 +325,14 @@ nlohmann::ordered_json machine_json(const bench_opts& o, const machine_limits& m
 
 // The results as --out and --format json write them (non-finite numbers as null).
 nlohmann::ordered_json bench_json(const bench_opts& o, const machine_limits& m,
-                                  const std::vector<std::string>& warnings,
+                                  const gemm_cache& gemms, const std::vector<std::string>& warnings,
                                   const std::vector<case_result>& results) {
   auto jnum = [](double v) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   };
   nlohmann::ordered_json j;
   j["machine"] = machine_json(o, m);
+  j["machine"]["gemm"] = gemm_json(o, gemms);
   j["warnings"] = warnings;
   j["cases"] = nlohmann::json::array();
   for (const auto& r : results) {
@@ -258,6 +347,8 @@ nlohmann::ordered_json bench_json(const bench_opts& o, const machine_limits& m,
         {"gflops", jnum(r.flops > 0 ? r.gflops : NAN)},
         {"fraction_of_bandwidth", jnum(r.fraction_of_bandwidth)},
         {"fraction_of_peak", jnum(r.fraction_of_peak)},
+        {"gemm_gflops", jnum(r.gemm_gflops)},
+        {"fraction_of_gemm", jnum(r.fraction_of_gemm)},
         {"bandwidth_reference_gbps", jnum(r.bytes > 0 ? r.bandwidth_ref : NAN)},
         {"bandwidth_probe",
          r.bytes > 0 ? nlohmann::json(r.reads_only ? "read" : "copy") : nlohmann::json(nullptr)},
@@ -273,15 +364,16 @@ nlohmann::ordered_json bench_json(const bench_opts& o, const machine_limits& m,
 void print_csv(const std::vector<case_result>& results) {
   std::printf(
       "name,threads,seconds_min,seconds_median,gbps,gflops,fraction_of_bandwidth,fraction_of_"
-      "peak\n");
+      "peak,fraction_of_gemm\n");
   for (const auto& r : results)
-    std::printf("%s,%d,%s,%s,%s,%s,%s,%s\n", r.name.c_str(), r.threads, num(r.seconds_min).c_str(),
-                num(r.seconds_median).c_str(), num(r.gbps).c_str(), num(r.gflops).c_str(),
-                num(r.fraction_of_bandwidth).c_str(), num(r.fraction_of_peak).c_str());
+    std::printf("%s,%d,%s,%s,%s,%s,%s,%s,%s\n", r.name.c_str(), r.threads,
+                num(r.seconds_min).c_str(), num(r.seconds_median).c_str(), num(r.gbps).c_str(),
+                num(r.gflops).c_str(), num(r.fraction_of_bandwidth).c_str(),
+                num(r.fraction_of_peak).c_str(), num(r.fraction_of_gemm).c_str());
 }
 
 // --format text: the machine's limits, then one line per case with its fraction of its limit.
-void print_text(const bench_opts& o, const machine_limits& m,
+void print_text(const bench_opts& o, const machine_limits& m, const gemm_cache& gemms,
                 const std::vector<case_result>& results) {
   std::printf(
       "machine: %s, %d threads; copy %.1f GB/s (1 thread %.1f), read %.1f GB/s (1 thread %.1f), "
@@ -290,18 +382,27 @@ void print_text(const bench_opts& o, const machine_limits& m,
       simd_target_name().c_str(), o.threads, m.bwn.copy_gbps, m.bw1.copy_gbps, m.readn,
       m.bw1.read_gbps, m.bwn.triad_gbps, m.fman.gflops, m.fma1.gflops, m.fman.target.c_str(),
       m.fman.lanes, m.fman.chains, m.fman.gflops_median);
+  for (const auto& [shape, g] : gemms)
+    std::printf(
+        "GEMM %s T=%lld S=%lld D=%lld: %.1f GFLOP/s (%s, %s threads; %.2f of the FMA peak)\n",
+        shape.backward ? "backward" : "forward", static_cast<long long>(shape.T),
+        static_cast<long long>(shape.S), static_cast<long long>(shape.D), g.gflops,
+        g.library.c_str(), g.threading == "heads" ? "heads split over" : "library",
+        g.gflops / m.fman.gflops);
   if (!o.machine_only)
-    std::printf("%-40s %10s %10s %9s %9s %8s %s\n", "case", "min ms", "median ms", "GB/s",
-                "GFLOP/s", "fraction", "of");
+    std::printf("%-40s %10s %10s %9s %9s %8s %-7s %s\n", "case", "min ms", "median ms", "GB/s",
+                "GFLOP/s", "fraction", "of", "of GEMM");
   for (const auto& r : results) {
     if (!r.error.empty()) {
       std::printf("%-40s INVALID: %s\n", r.name.c_str(), r.error.c_str());
       continue;
     }
     double frac = r.limit == "peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
-    std::printf("%-40s %10.3f %10.3f %9.2f %9.2f %8.3f %s\n", r.name.c_str(), r.seconds_min * 1e3,
-                r.seconds_median * 1e3, r.gbps, r.gflops, frac,
-                r.limit == "peak" ? "peak" : (r.reads_only ? "read bw" : "bw"));
+    std::printf(
+        "%-40s %10.3f %10.3f %9.2f %9.2f %8.3f %-7s %s\n", r.name.c_str(), r.seconds_min * 1e3,
+        r.seconds_median * 1e3, r.gbps, r.gflops, frac,
+        r.limit == "peak" ? "peak" : (r.reads_only ? "read bw" : "bw"),
+        std::isfinite(r.fraction_of_gemm) ? fmt::format("{:.3f}", r.fraction_of_gemm).c_str() : "");
   }
 }
 
@@ -323,13 +424,15 @@ void run_bench(const bench_opts& o) {
 
   machine_limits m = probe_machine(o);
   std::map<double, bandwidth_result> footprint_bw;  // footprint -> its probe at o.threads
+  gemm_cache gemms;
   std::vector<case_result> results;
-  for (auto* s : selected) results.push_back(run_case(*s, bo, o, footprint_bw));
+  for (auto* s : selected) results.push_back(run_case(*s, bo, o, footprint_bw, gemms));
   probe_again(o, results, m);
-  const std::vector<std::string> warnings = apply_limits(results, m);
+  std::vector<std::string> warnings = apply_limits(results, m);
+  for (auto& w : half_precision_warnings(results)) warnings.push_back(std::move(w));
   for (const auto& w : warnings) std::fprintf(stderr, "bench: warning: %s\n", w.c_str());
 
-  const nlohmann::ordered_json j = bench_json(o, m, warnings, results);
+  const nlohmann::ordered_json j = bench_json(o, m, gemms, warnings, results);
   if (!o.out.empty()) write_file_atomic(o.out, j.dump(2) + "\n");
   int invalid = 0;
   for (const auto& r : results) invalid += !r.error.empty();
@@ -338,7 +441,7 @@ void run_bench(const bench_opts& o) {
   else if (o.format == out_format::csv)
     print_csv(results);
   else
-    print_text(o, m, results);
+    print_text(o, m, gemms, results);
   std::fflush(stdout);
   if (invalid) throw exit_with{1};
 }
@@ -357,6 +460,9 @@ const bool registered_cmd_bench = register_command(80, [](CLI::App& app) {
   sub->add_flag("--extended", o->extended,
                 "Also run the extended cases (T = S = 8192 and 16384 prefill, S = 65536 decode: "
                 "minutes, not seconds)");
+  sub->add_flag("!--no-gemm", o->gemm,
+                "Do not time a tuned GEMM (oneDNN or OpenBLAS, when present) on each attention "
+                "case's products");
   sub->add_flag("--machine-only", o->machine_only,
                 "Measure the machine's limits (memory bandwidth, FMA peak) and run no case");
   sub->callback([o] { run_bench(*o); });
