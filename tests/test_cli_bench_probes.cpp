@@ -125,7 +125,8 @@ TEST(CliBenchProbes, GemmProbeTimesEachCasesProductsAndDividesByTheBestReading) 
     double best = 0;
     for (const auto& rd : shape->at("readings"))
       best = std::max(best, rd.at("gflops").get<double>());
-    // Two threadings of each library present.
+    // Every library present ran, in two threadings each.
+    EXPECT_TRUE(shape->at("failures").empty()) << shape->dump(2);
     EXPECT_EQ(shape->at("readings").size() % 2, 0u) << shape->dump(2);
     EXPECT_GT(best, 0);
     EXPECT_DOUBLE_EQ(shape->at("gflops").get<double>(), best);

@@ -14,13 +14,14 @@
 namespace posenc::cli {
 namespace {
 
-// C = op(A) op(B), row-major, alpha 1, beta 0; op transposes when the flag is set.
+// C = op(A) op(B), row-major, alpha 1, beta 0; op transposes when the flag is set. gemm returns
+// the library's status (0: done).
 struct sgemm_api {
   std::string name;
   // Threads inside one product; 1 for the "heads" threading (called from several threads).
   void (*set_threads)(const sgemm_api&, int) = nullptr;
-  void (*gemm)(const sgemm_api&, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
-               int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) = nullptr;
+  int (*gemm)(const sgemm_api&, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
+              int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) = nullptr;
   void* fn = nullptr;          // the library's GEMM entry point
   void* threads_fn = nullptr;  // OpenBLAS: openblas_set_num_threads
 };
@@ -82,8 +83,8 @@ loaded load_libraries() {
         a.gemm = [](const sgemm_api& api, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                     const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                     int64_t ldc) {
-          reinterpret_cast<dnnl_sgemm_fn>(api.fn)(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A,
-                                                  lda, B, ldb, 0.0f, C, ldc);
+          return reinterpret_cast<dnnl_sgemm_fn>(api.fn)(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
+                                                         1.0f, A, lda, B, ldb, 0.0f, C, ldc);
         };
         l.apis.push_back(a);
       }
@@ -115,6 +116,7 @@ loaded load_libraries() {
           reinterpret_cast<cblas_sgemm_fn>(api.fn)(101, ta ? 112 : 111, tb ? 112 : 111, i(M), i(N),
                                                    i(K), 1.0f, A, i(lda), B, i(ldb), 0.0f, C,
                                                    i(ldc));
+          return 0;  // cblas_sgemm reports nothing
         };
         l.apis.push_back(a);
       }
@@ -145,18 +147,29 @@ struct head_buffers {
   }
 };
 
-// The products of one head (gemm_probe.hpp), Sc overwritten in place as P and dP as dS.
-void run_head(const sgemm_api& a, const gemm_shape& s, head_buffers& b) {
+// The products of one head (gemm_probe.hpp), Sc overwritten in place as P and dP as dS; the
+// first non-zero library status, else 0.
+int run_head(const sgemm_api& a, const gemm_shape& s, head_buffers& b) {
   const int64_t T = s.T, S = s.S, D = s.D;
-  a.gemm(a, false, true, T, S, D, b.q.data(), D, b.k.data(), D, b.sc.data(), S);  // Q K^T
-  if (!s.backward) {
-    a.gemm(a, false, false, T, D, S, b.sc.data(), S, b.v.data(), D, b.o.data(), D);  // P V
-    return;
-  }
-  a.gemm(a, false, true, T, S, D, b.o.data(), D, b.v.data(), D, b.dp.data(), S);    // dO V^T
-  a.gemm(a, true, false, S, D, T, b.sc.data(), S, b.o.data(), D, b.dv.data(), D);   // P^T dO
-  a.gemm(a, true, false, S, D, T, b.dp.data(), S, b.q.data(), D, b.dk.data(), D);   // dS^T Q
-  a.gemm(a, false, false, T, D, S, b.dp.data(), S, b.k.data(), D, b.dq.data(), D);  // dS K
+  int st = a.gemm(a, false, true, T, S, D, b.q.data(), D, b.k.data(), D, b.sc.data(), S);  // Q K^T
+  if (!s.backward)
+    return st ? st : a.gemm(a, false, false, T, D, S, b.sc.data(), S, b.v.data(), D, b.o.data(), D);
+  struct product {
+    bool ta, tb;
+    int64_t M, N, K;
+    const float *A, *B;
+    int64_t lda, ldb;
+    float* C;
+    int64_t ldc;
+  };
+  const product ps[] = {
+      {false, true, T, S, D, b.o.data(), b.v.data(), D, D, b.dp.data(), S},     // dO V^T
+      {true, false, S, D, T, b.sc.data(), b.o.data(), S, D, b.dv.data(), D},    // P^T dO
+      {true, false, S, D, T, b.dp.data(), b.q.data(), S, D, b.dk.data(), D},    // dS^T Q
+      {false, false, T, D, S, b.dp.data(), b.k.data(), S, D, b.dq.data(), D}};  // dS K
+  for (const product& p : ps)
+    if (!st) st = a.gemm(a, p.ta, p.tb, p.M, p.N, p.K, p.A, p.lda, p.B, p.ldb, p.C, p.ldc);
+  return st;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -185,15 +198,24 @@ gemm_result measure_gemm(const gemm_shape& shape, int threads, double min_second
     for (const char* threading : {"library", "heads"}) {
       const bool by_heads = std::string(threading) == "heads";
       api.set_threads(api, by_heads ? 1 : threads);
+      // The first non-zero status of any product (a library that refuses a shape is not timed).
       auto once = [&] {
+        int st = 0;
         if (by_heads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-          for (int h = 0; h < r.heads; ++h) run_head(api, shape, *heads[static_cast<size_t>(h)]);
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : st)
+          for (int h = 0; h < r.heads; ++h)
+            st |= run_head(api, shape, *heads[static_cast<size_t>(h)]);
         } else {
-          for (auto& h : heads) run_head(api, shape, *h);
+          for (auto& h : heads) st = st ? st : run_head(api, shape, *h);
         }
+        return st;
       };
-      once();  // warm-up: the library's packing buffers and thread pool
+      // Warm-up (the library's packing buffers and thread pool), and the status check.
+      if (const int st = once()) {
+        r.failures.push_back(api.name + " (" + threading + " threading): status " +
+                             std::to_string(st));
+        continue;
+      }
       double best = 1e300;
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < reps || seconds_since(start) < min_seconds; ++i) {

@@ -58,6 +58,7 @@ struct gemm_result {
   double gflops = 0;  // the best reading (0: no library)
   std::string library, threading;
   std::vector<gemm_reading> readings;
+  std::vector<std::string> failures;  // a library that returned an error status: not timed
 };
 
 // Times every library present in both threadings on `shape` (`heads` heads of it, at least

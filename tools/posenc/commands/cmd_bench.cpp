@@ -249,7 +249,8 @@ nlohmann::ordered_json gemm_json(const bench_opts& o, const gemm_cache& gemms) {
                       {"gflops", g.gflops > 0 ? nlohmann::json(g.gflops) : nlohmann::json(nullptr)},
                       {"library", g.library},
                       {"threading", g.threading},
-                      {"readings", readings}});
+                      {"readings", readings},
+                      {"failures", g.failures}});
   }
   return {{"enabled", o.gemm},
           {"products",
