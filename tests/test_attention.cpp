@@ -577,6 +577,85 @@ TEST(AttentionSimd, HalfPrecisionMisuseIsAClearError) {
       invalid_argument);
 }
 
+// bfloat16 products (attention_products::bf16) against the reference on the same stored
+// values, within the bound derived in attention_cases.hpp ("bfloat16 products"): every scheme but
+// CoPE, packed prefill and decode shapes, bfloat16 / float32 / float16 storage, D = 33 included.
+TEST(AttentionSimd, BfloatProductsAgainstReference) {
+  run_group("simd_bf16_products", (scheme_count() - 1) * 4);
+}
+
+// Which products ran: on a CPU with vdpbf16ps (attention_bf16_native) a packed prefill with
+// products = bf16 rounds p to bfloat16, so its output differs from the float32 products' on the
+// same bfloat16 inputs (which are exact operands for both); elsewhere the call runs float32
+// products and the two agree bit for bit. Either way both stay within the bfloat16 bound.
+TEST(AttentionSimd, BfloatProductsRunWhereTheCpuHasThem) {
+  spec c{100, 100, 64, 8, 2, scheme::none, mask::causal, 42};
+  c.kv = kv_storage::bf16;
+  c.q_half = true;
+  c.products = attention_products::bf16;
+  c.passes = forward;
+  c.dtypes = f32;
+  fixture<float> f;
+  build(f, c);
+  auto p = f.p;
+  std::vector<float> o16(f.out_fast.size()), o32(f.out_fast.size());
+  p.out = o16.data();
+  attention_forward(p);
+  p.products = attention_products::f32;
+  p.out = o32.data();
+  attention_forward(p);
+  size_t differ = 0;
+  for (size_t x = 0; x < o16.size(); ++x) differ += o16[x] != o32[x];
+  if (attention_bf16_native())
+    EXPECT_GT(differ, o16.size() / 4) << "products = bf16 ran float32 products on a vdpbf16ps CPU";
+  else
+    EXPECT_EQ(differ, 0u) << "without vdpbf16ps, products = bf16 runs float32 products";
+}
+
+TEST(AttentionSimd, BfloatProductsMisuseIsAClearError) {
+  auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::vector<double> qd(4 * 8), kd(4 * 8), vd(4 * 8), od(4 * 8);
+  attention_params<double> pd;
+  pd.q = qd.data(), pd.k = kd.data(), pd.v = vd.data(), pd.out = od.data();
+  pd.T = pd.S = 4, pd.Hq = pd.Hkv = 1, pd.D = 8;
+  pd.products = attention_products::bf16;
+  EXPECT_NE(message([&] { attention_forward(pd); }).find("products = bf16 needs a float32 call"),
+            std::string::npos);
+  std::vector<float> q(4 * 8), k(4 * 8), v(4 * 8), out(4 * 8);
+  std::vector<uint16_t> q16(4 * 8);
+  attention_params<float> p;
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
+  p.T = p.S = 4, p.Hq = p.Hkv = 1, p.D = 8;
+  p.q_storage = kv_storage::bf16;
+  p.q16 = q16.data();
+  EXPECT_NE(message([&] { attention_forward(p); }).find("q must be null"), std::string::npos);
+  p.q = nullptr;
+  p.q16 = nullptr;
+  EXPECT_NE(message([&] { attention_forward(p); }).find("q16 and out must not be null"),
+            std::string::npos);
+  p.q16 = q16.data();
+  EXPECT_NO_THROW(attention_forward(p));
+  p.q_storage = kv_storage::f32;
+  p.q = q.data();
+  EXPECT_NE(message([&] { attention_forward(p); }).find("q16 is read only with q_storage"),
+            std::string::npos);
+  p.q16 = nullptr;
+  p.products = attention_products::bf16;
+  std::vector<float> lse(4), dout(4 * 8), dq(4 * 8), dk(4 * 8), dv(4 * 8);
+  attention_grads<float> gr;
+  gr.out = out.data(), gr.lse = lse.data(), gr.dout = dout.data();
+  gr.dq = dq.data(), gr.dk = dk.data(), gr.dv = dv.data();
+  EXPECT_NE(message([&] { attention_backward(p, gr); }).find("products = bf16 is forward-only"),
+            std::string::npos);
+}
+
 // CoPE runs alone on its own path: with the query temperature on as well (a q/k transform the
 // CoPE path would not apply) the call is refused by name instead of silently dropping it.
 TEST(AttentionCope, TemperatureWithCopeIsRefused) {

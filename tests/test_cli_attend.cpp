@@ -544,6 +544,77 @@ TEST(CliAttend, HalfPrecisionKeysAndValues) {
   EXPECT_NE(r2.err.find("--kv-dtype bf16 needs float16 or uint16"), std::string::npos) << r2.err;
 }
 
+// 16-bit queries in the dtype of K and V (read in place, output float32) and --products bf16:
+// against the naive formula on the stored values within 2^-8 max|v| (bfloat16's rounding of the
+// probabilities, attention_cases.hpp "bfloat16 products") plus the float32 tolerance above; the
+// JSON says what ran. Misuse exits 2 with no output: a 16-bit --q beside float32 --k, an unknown
+// --products, --products bf16 with float64 inputs or with a backward.
+TEST(CliAttend, HalfPrecisionQueriesAndBfloat16Products) {
+  inputs in;
+  auto store = [&](const char* name, std::vector<double>& x, std::vector<int64_t> shape) {
+    auto a = make_npy<uint16_t>(shape);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t b = float_to_bf16(static_cast<float>(x[i]));
+      std::memcpy(a.data.data() + 2 * i, &b, 2);
+      x[i] = bf16_to_float(b);
+    }
+    write_npy(in.dir.file(name), a);
+  };
+  auto args = in.base();
+  args[2] = in.dir.file("q16.npy");
+  const auto mixed = test::run_cli(args);  // before q16.npy exists: cannot open
+  EXPECT_EQ(mixed.exit_code, 2);
+  store("q16.npy", in.q, {T, Hq, D});
+  store("k16.npy", in.k, {S, Hkv, D});
+  store("v16.npy", in.v, {S, Hkv, D});
+  const auto mixed2 = test::run_cli(args);  // 16-bit q, float32 k
+  EXPECT_EQ(mixed2.exit_code, 2);
+  EXPECT_NE(mixed2.err.find("needs --k and --v of the same dtype"), std::string::npos)
+      << mixed2.err;
+  args[4] = in.dir.file("k16.npy");
+  args[6] = in.dir.file("v16.npy");
+  args.insert(args.end(), {"--causal", "--kv-dtype", "bf16"});
+  double vmax = 0;
+  for (double x : in.v) vmax = std::max(vmax, std::abs(x));
+  for (const char* products : {"f32", "bf16"}) {
+    auto a = args;
+    a.insert(a.end(), {"--products", products});
+    const auto r = test::run_cli(a);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = json::parse(r.out);
+    EXPECT_EQ(j["q"], "bf16");
+    EXPECT_EQ(j["kv"], "bf16");
+    EXPECT_EQ(j["products"], products);
+    EXPECT_EQ(j["dtype"], "float32");
+    EXPECT_EQ(j.contains("cpu_has_vdpbf16ps"), std::string(products) == "bf16");
+    const double tol = std::string(products) == "bf16" ? 0x1p-8 * vmax + 1e-4 : 1e-4;
+    EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, {}, false)), tol)
+        << products;
+  }
+  std::filesystem::remove(in.dir.file("o.npy"));
+  auto bad = args;
+  bad.insert(bad.end(), {"--products", "bf8"});
+  auto r = test::run_cli(bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--products must be f32 or bf16, got 'bf8'"), std::string::npos) << r.err;
+  inputs in64(dtype::f64);
+  auto a64 = in64.base();
+  a64.insert(a64.end(), {"--products", "bf16"});
+  r = test::run_cli(a64);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("float64 stays float64"), std::string::npos) << r.err;
+  inputs in32;
+  auto a32 = in32.base();
+  a32.insert(a32.end(),
+             {"--products", "bf16", "--dout", in32.dir.file("q.npy"), "--dq", in32.dir.file("a"),
+              "--dk", in32.dir.file("b"), "--dv", in32.dir.file("c")});
+  r = test::run_cli(a32);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("forward-only"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy")));
+  EXPECT_FALSE(std::filesystem::exists(in32.dir.file("o.npy")));
+}
+
 // Kerple, FIRE and xPos through `posenc attend` against naive formulas written here from the
 // papers (causal, queries at S - T + i, keys at j, d = i - j; float64 inputs, tolerance 1e-12
 // absolute: both sides are double computations of O(10) terms):

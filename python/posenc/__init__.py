@@ -24,6 +24,7 @@ from ._posenc import (
     RopeConfig,
     alibi_bias,
     alibi_slopes,
+    bf16_products_native,
     mrope_apply,
     num_threads,
     positions_mrope,
@@ -57,6 +58,7 @@ __all__ = [
     "CompareResult",
     "set_num_threads",
     "num_threads",
+    "bf16_products_native",
 ]
 
 
@@ -460,7 +462,13 @@ _ATTENTION_DOC = """
     the S keys (unbatched only). window: sliding window W (None or 0 = none).
     kv_dtype (attention only): k and v stored in half precision with float32 q, computed in
     float32: float16 arrays are read as float16 (kv_dtype None or "f16"); bfloat16 bits travel
-    as uint16 arrays with kv_dtype="bf16" (NumPy has no bfloat16). The backward needs float k, v.
+    as uint16 arrays with kv_dtype="bf16" (NumPy has no bfloat16). q may be stored in k's dtype
+    too (read in place; out is float32). The backward needs float q, k, v.
+    products (attention only): "f32" (default) or "bf16": the two block products take bfloat16
+    operands (q' and k' after RoPE, the probabilities and v rounded to bfloat16) with float32
+    accumulation, as bfloat16 models run; vdpbf16ps where the CPU has it
+    (posenc.bf16_products_native()), float32 products on the exact values elsewhere. Float32
+    or 16-bit inputs, forward only; the error bound is in attention_cases.hpp.
     Research schemes (docs/research_schemes.md), d = |qpos - kpos|:
     kerple: (2, Hq) rows a1, a2 (Chi et al. 2022); kerple_kernel "log": -r1 log(1 + r2 d),
       "power": -r1 d^r2, with r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2).
@@ -507,6 +515,7 @@ def attention(
     window=None,
     return_lse=False,
     kv_dtype=None,
+    products="f32",
     kerple=None,
     kerple_kernel="log",
     fire=None,
@@ -534,6 +543,7 @@ def attention(
         key_padding, cu_seqlens, window, kv_dtype, research=research,
     )
     opts["named"] = _named_opts(named, "attention")
+    opts["products"] = products
     return _posenc._attention_forward(q, k, v, opts, bool(return_lse))
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "CompareResult",
     "set_num_threads",
     "num_threads",
+    "bf16_products_native",
 ]
 
 # RoPE pair layout (rope_layout_from_name): NeoX / HF rotate_half, or GPT-J.
@@ -59,6 +60,7 @@ _SinLayout = Literal["interleaved", "halves"]
 _SinDenominator = Literal["width", "half-minus-one"]
 # Half-precision K/V storage; None = keys and values in the float dtype.
 _KVDtype = Literal["f16", "bf16"]
+_Products = Literal["f32", "bf16"]
 # A dtype argument that selects float32 or float64 output. NumPy's stubs make np.float32 a
 # subtype of np.float64 (floating[_32Bit] <: floating[_64Bit]), so mypy sees the float32
 # overload overlap the float64 one; it is listed first and its overlap note silenced.
@@ -328,6 +330,7 @@ def attention(
     window: int | None = None,
     return_lse: Literal[False] = False,
     kv_dtype: _KVDtype | None = None,
+    products: _Products = "f32",
     kerple: ArrayLike | None = None,
     kerple_kernel: _KerpleKernel = "log",
     fire: ArrayLike | None = None,
@@ -375,6 +378,7 @@ def attention(
     window: int | None = None,
     return_lse: Literal[True],
     kv_dtype: _KVDtype | None = None,
+    products: _Products = "f32",
     kerple: ArrayLike | None = None,
     kerple_kernel: _KerpleKernel = "log",
     fire: ArrayLike | None = None,
@@ -422,6 +426,7 @@ def attention(
     window: int | None = None,
     return_lse: bool = False,
     kv_dtype: _KVDtype | None = None,
+    products: _Products = "f32",
     kerple: ArrayLike | None = None,
     kerple_kernel: _KerpleKernel = "log",
     fire: ArrayLike | None = None,
@@ -659,6 +664,11 @@ class KVCache:
         sandwich: bool = False,
         sandwich_dim: int = 128,
     ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
+
+def bf16_products_native() -> bool:
+    """True when this CPU runs attention(products="bf16") with vdpbf16ps (AVX512_BF16) on the
+    dispatched AVX-512 target; False: those calls run float32 products (the same bound)."""
+    ...
 
 def set_num_threads(n: int) -> None: ...
 def num_threads() -> int: ...

@@ -4,7 +4,8 @@
 
 Tensors share memory with the NumPy arrays the C++ kernels read (no copy for contiguous
 float32/float64 CPU tensors). bfloat16 and float16 are computed in float32 and returned in
-their dtype. Backward passes run in C++: RoPE's is the inverse rotation (the sine negated),
+their dtype; attention reads q, k, v of one 16-bit dtype in place (no float32 copy) and with
+products="bf16" runs bfloat16 products (posenc.attention). Backward passes run in C++: RoPE's is the inverse rotation (the sine negated),
 attention's is the engine's FlashAttention-2 backward.
 """
 
@@ -36,6 +37,15 @@ def _compute_dtype(t, name):
 def _np(t, dtype):
     """A NumPy view of t in dtype (a copy only when the dtype or layout differs)."""
     return t.detach().to(dtype).contiguous().numpy()
+
+
+def _words(t):
+    """A NumPy view of a 16-bit tensor's words, no copy when contiguous: float16 as float16,
+    bfloat16 as uint16 bits (NumPy has no bfloat16; posenc reads them with kv_dtype "bf16")."""
+    t = t.detach().contiguous()
+    if t.dtype == _torch.bfloat16:
+        return t.view(_torch.int16).numpy().view(np.uint16)
+    return t.numpy()
 
 
 def _ints(v):
@@ -224,8 +234,16 @@ class _Attention(_torch.autograd.Function):
         for name, t in (("kerple", kerple), ("fire", fire), ("cope", cope)):
             if t is not None:
                 o[name] = _np(t, cd)
-        qn, kn, vn = _np(q, cd), _np(k, cd), _np(v, cd)
-        out, lse = _posenc._attention_forward(qn, kn, vn, o, True)
+        # q, k, v of one 16-bit dtype: read in place (no float32 copy); the backward widens them.
+        # CoPE runs its own float64 path on float inputs.
+        words = q.dtype in _HALF_TYPES and k.dtype == q.dtype and v.dtype == q.dtype and cope is None
+        if words:
+            o16 = dict(o, kv_dtype="bf16" if q.dtype == _torch.bfloat16 else "f16")
+            out, lse = _posenc._attention_forward(_words(q), _words(k), _words(v), o16, True)
+            qn = kn = vn = None
+        else:
+            qn, kn, vn = _np(q, cd), _np(k, cd), _np(v, cd)
+            out, lse = _posenc._attention_forward(qn, kn, vn, o, True)
         ctx.np_inputs = (qn, kn, vn, out, lse, o)
         # Saved for autograd's version check: the NumPy views above may share their memory.
         ctx.save_for_backward(q, k, v)
@@ -239,8 +257,12 @@ class _Attention(_torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        ctx.saved_tensors  # noqa: B018 (raises if q, k or v were modified in place)
+        q, k, v = ctx.saved_tensors  # raises if q, k or v were modified in place
         qn, kn, vn, out, lse, o = ctx.np_inputs
+        if qn is None:  # read as 16-bit words by the forward: widened here
+            qn, kn, vn = _np(q, ctx.cd), _np(k, ctx.cd), _np(v, ctx.cd)
+        # The backward runs float32 products on the inputs as stored.
+        o = {key: val for key, val in o.items() if key != "products"}
         slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope = ctx.tables
         want = ctx.needs_input_grad
         params = any(want[3:10])
@@ -273,13 +295,16 @@ def attention(
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
     return_lse=False, kerple=None, kerple_kernel="log", fire=None, fire_hidden=None, xpos=False,
     xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0, cope=None,
-    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, **named,
+    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, products="f32", **named,
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
     alibi slopes given as a tensor (learned slopes), t5_table, shaw = (keys, values, K), the
     Kerple parameters kerple (2, Hq), FIRE's fire (Hq, 3m + 3) and CoPE's embeddings cope
     (npos, D). xPos and the query temperature have no parameters (their options pass through).
-    Arguments as posenc.attention; lse is returned float32/float64 and not differentiable."""
+    Arguments as posenc.attention; lse is returned float32/float64 and not differentiable.
+    bfloat16 or float16 q, k, v (one dtype) are read in place, without a float32 copy; products
+    "bf16" rounds the products' operands to bfloat16 (posenc.attention); the backward runs
+    float32 products on the stored inputs."""
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
                                      t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
                                      fire, fire_hidden)
@@ -305,6 +330,7 @@ def attention(
     )
     opts["shaw"] = clip
     opts["named"] = _named_opts(named, "attention")
+    opts["products"] = products
     opts_fn = dict(opts)
     if clip is None:
         opts_fn.pop("shaw")

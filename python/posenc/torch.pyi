@@ -98,6 +98,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    products: Literal["f32", "bf16"] = "f32",
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> Tensor: ...
@@ -144,6 +145,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    products: Literal["f32", "bf16"] = "f32",
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> tuple[Tensor, Tensor]: ...
@@ -190,6 +192,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    products: Literal["f32", "bf16"] = "f32",
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> Tensor | tuple[Tensor, Tensor]: ...

@@ -111,6 +111,7 @@ struct attn_setup {
   int64_t fire_hidden = 0;
   attention_xpos xpos;  // theta 0 = off
   attention_temperature temperature;
+  attention_products products = attention_products::f32;  // "products": "f32" or "bf16"
   // The schemes reached by name (schemes.hpp): (name, {param: value}) pairs from opts["named"],
   // validated by the engine against their declarations.
   std::vector<named_scheme> named;
@@ -136,11 +137,12 @@ py::array float_table(py::handle obj, const char* name) {
 void parse_options(attn_setup& s, const py::dict& opts);
 
 // q: (T, Hq, D) or (B, T, Hq, D); k, v: (S, Hkv, D) or (B, S, Hkv, D); same float dtype.
-// half_kv: k and v are float16 or bfloat16 bits (uint16), checked by the caller; q float32.
+// half_kv: k and v are float16 or bfloat16 bits (uint16), checked by the caller; q float32 or
+// (half_q) in k's dtype.
 attn_setup setup(const py::array& q, const py::array& k, const py::array& v, const py::dict& opts,
-                 bool half_kv = false) {
+                 bool half_kv = false, bool half_q = false) {
   attn_setup s;
-  require_float(q, "q");
+  if (!half_q) require_float(q, "q");
   if (q.ndim() != 3 && q.ndim() != 4)
     fail("q must have shape (T, Hq, D) or (B, T, Hq, D), got {}", shape_str(q));
   s.batched = q.ndim() == 4;
@@ -377,6 +379,11 @@ void parse_options(attn_setup& s, const py::dict& opts) {
   parse_masks(s, opts);
   parse_biases(s, opts);
   parse_research(s, opts);
+  if (!opt(opts, "products").is_none()) {
+    const auto x = opt(opts, "products").cast<std::string>();
+    if (x != "f32" && x != "bf16") fail("products must be \"f32\" or \"bf16\", got \"{}\"", x);
+    s.products = x == "bf16" ? attention_products::bf16 : attention_products::f32;
+  }
   // The schemes reached by name: [(name, {param: number})], as posenc/__init__.py builds them
   // from the declarations' keywords.
   if (!opt(opts, "named").is_none())
@@ -403,6 +410,7 @@ struct attn_call {
     p.causal = s.causal;
     p.window = s.window;
     p.cu_seqlens = s.cu;
+    p.products = s.products;
     if (s.freqs && !s.mrope) {
       p.pos.rope.freqs = &*s.freqs;
       p.pos.rope.layout = s.layout;
@@ -490,16 +498,19 @@ py::object forward(const py::array& q0, const py::array& k0, const py::array& v0
 }
 
 // Half-precision keys and values: k, v float16 (or bfloat16 bits in uint16 with
-// kv_dtype="bf16"), q float32; computed in float32 (attention_params::kv), nothing widened here.
+// kv_dtype="bf16"), q float32 or in k's dtype; computed in float32 (attention_params::kv and
+// q_storage) or with bfloat16 products, nothing widened here.
 py::object forward_half(const py::array& q0, const py::array& k0, const py::array& v0,
                         const py::dict& opts, bool return_lse, kv_storage kv) {
-  if (!is_f32(q0))
+  const bool half_q = q0.dtype().is(k0.dtype());
+  if (!is_f32(q0) && !half_q)
     type_fail("half-precision k and v (" + name(kv) +
-              ") are computed in float32 and need float32 q, "
-              "got " +
+              ") are computed in float32 and need float32 q (or q in their dtype), got " +
               dtype_str(q0));
-  const attn_setup s = setup(q0, k0, v0, opts, true);
-  const auto q = contiguous_as<float>(q0);
+  const attn_setup s = setup(q0, k0, v0, opts, true, half_q);
+  // A 16-bit q as stored, like k and v; else float32.
+  const py::array q16 = half_q ? py::array::ensure(q0, py::array::c_style) : py::array();
+  const auto q = half_q ? py::array_t<float, py::array::c_style>() : contiguous_as<float>(q0);
   // The 16-bit words as stored (a forcecast to uint16 would convert float16 values).
   const py::array k = py::array::ensure(k0, py::array::c_style),
                   v = py::array::ensure(v0, py::array::c_style);
@@ -510,6 +521,7 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
   py::array_t<float> out(oshape), lse(lshape);
   attn_call<float> c(s);
   c.p.kv = kv;
+  if (half_q) c.p.q_storage = kv;
   const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
   float* o = out.mutable_data();
   float* l = lse.mutable_data();
@@ -517,7 +529,11 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
     py::gil_scoped_release nogil;
     for (int64_t b = 0; b < s.B; ++b) {
       c.select(s, b);
-      c.p.q = q.data() + b * qn, c.p.k16 = kw + b * kn, c.p.v16 = vw + b * kn;
+      if (half_q)
+        c.p.q16 = static_cast<const uint16_t*>(q16.data()) + b * qn;
+      else
+        c.p.q = q.data() + b * qn;
+      c.p.k16 = kw + b * kn, c.p.v16 = vw + b * kn;
       c.p.out = o + b * qn, c.p.lse = l + b * s.T * s.Hq;
       attention_forward(c.p);
     }
@@ -699,7 +715,15 @@ void bind_attention(py::module_& m) {
         // k: posenc.KVCache's library cache (its attend): keys and values are the cache's.
         if (py::object r = kv_cache_attend(k, qa, opts, return_lse)) return r;
         const py::array ka = as_array(k, "k"), va = as_array(v, "v");
-        require_float(qa, "q");
+        // q in half precision beside k and v of its dtype (forward_half checks the rest).
+        const bool q16 =
+            qa.dtype().is(py::dtype("float16")) || qa.dtype().is(py::dtype::of<uint16_t>());
+        if (q16 && !qa.dtype().is(ka.dtype()))
+          type_fail(
+              "a 16-bit q must have the dtype of k and v (read with the same kv_dtype); "
+              "got q " +
+              dtype_str(qa) + " and k " + dtype_str(ka));
+        if (!q16) require_float(qa, "q");
         // k, v in half precision: float16, or uint16 holding bfloat16 bits with kv_dtype="bf16".
         const std::string kvd =
             opt(opts, "kv_dtype").is_none() ? "" : opt(opts, "kv_dtype").cast<std::string>();

@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include "common.hpp"
+#include "posenc/attention/attention.hpp"
 #include "posenc/core/threads.hpp"
 
 namespace posenc::py_bind {
@@ -36,6 +37,10 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("set_num_threads", &posenc::set_num_threads, py::arg("n"),
         "Threads posenc's kernels use when called from this Python thread (0 = default: "
         "POSENC_THREADS, else OpenMP's).");
+  m.def("bf16_products_native", &posenc::attention_bf16_native,
+        "True when this CPU runs attention(products=\"bf16\") with vdpbf16ps (AVX512_BF16) on "
+        "the dispatched AVX-512 target; False: those calls run float32 products (the same "
+        "bound).");
   m.def("num_threads", &posenc::num_threads,
         "Threads posenc's kernels use when called from this Python thread.");
 

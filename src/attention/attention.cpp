@@ -202,6 +202,14 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
 
 }  // namespace
 
+std::string name(attention_products x) {
+  return x == attention_products::bf16 ? "bf16" : "f32";
+}
+
+bool attention_bf16_native() {
+  return detail::attention_bf16_native_impl();
+}
+
 bool attention_reference_selected() {
   const char* e = std::getenv("POSENC_REFERENCE");
   return e && *e && std::strcmp(e, "0") != 0;

@@ -48,6 +48,16 @@ void validate_grads(const attention_params<Real>& p, const attention_grads<Real>
         "attention backward: kv = {} (half-precision k16/v16) is forward-only; give float32 k "
         "and v",
         name(p.kv));
+  if (p.q_storage != kv_storage::f32)
+    fail(
+        "attention backward: q_storage = {} (half-precision q16) is forward-only; give float32 "
+        "q",
+        name(p.q_storage));
+  if (p.products != attention_products::f32)
+    fail(
+        "attention backward: products = {} is forward-only; the backward runs float32 products "
+        "(products = f32)",
+        name(p.products));
   if (p.kv_head_stride != 0)
     fail(
         "attention backward: kv_head_stride = {} (head-major k, v) is forward-only; give "

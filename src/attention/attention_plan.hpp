@@ -66,6 +66,9 @@ inline bool visible_offset_range(const attention_plan& pl, int64_t sat, int64_t*
 void attention_simd_f32(const attention_params<float>& p, const attention_plan& pl,
                         const engine_terms<float>& terms, int max_threads);
 
+// attention_bf16_native(): vdpbf16ps on this CPU and an AVX-512 target dispatched.
+bool attention_bf16_native_impl();
+
 // C(rows x ncols) = beta_r * C + A(rows x K) . B(K x ncols) in float32 through the forward's
 // Highway micro-kernel (beta == nullptr: C = A . B). ncols a multiple of 8; A(r, kk) at
 // A[r * lda + kk * ak] (ak > 1 reads a matrix transposed), rows of B at stride ldb, of C at ldc.

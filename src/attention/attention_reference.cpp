@@ -27,7 +27,27 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
   checked_bytes("attention k/v", static_cast<unsigned long long>(p.S),
                 static_cast<unsigned long long>(p.Hkv), static_cast<unsigned long long>(p.D),
                 sizeof(Real));
-  if (p.T > 0 && (!p.q || !p.out)) fail("attention: q and out must not be null when T = {}", p.T);
+  if (p.q_storage == kv_storage::f32) {
+    if (p.T > 0 && (!p.q || !p.out)) fail("attention: q and out must not be null when T = {}", p.T);
+    if (p.q16)
+      fail("attention: q16 is read only with q_storage = f16 or bf16, got q_storage = f32");
+  } else {
+    if (!std::is_same_v<Real, float>)
+      fail(
+          "attention: q_storage = {} (half-precision q16) needs a float32 call; this call is "
+          "float64",
+          name(p.q_storage));
+    if (p.q)
+      fail("attention: with q_storage = {} the queries are q16; q must be null", name(p.q_storage));
+    if (p.T > 0 && (!p.q16 || !p.out))
+      fail("attention: q16 and out must not be null when q_storage = {} and T = {}",
+           name(p.q_storage), p.T);
+  }
+  if (p.products != attention_products::f32 && !std::is_same_v<Real, float>)
+    fail(
+        "attention: products = {} needs a float32 call (products = f32 or bf16 on float32); "
+        "this call is float64",
+        name(p.products));
   if (p.kv == kv_storage::f32) {
     if (p.S > 0 && (!p.k || !p.v)) fail("attention: k and v must not be null when S = {}", p.S);
   } else {
@@ -162,7 +182,10 @@ void attention_reference(const attention_params<Real>& p) {
 
   // q', k' in double: (T, Hq, D) and (S, Hkv, D).
   // Read through p's layout (k_index, kv_offset); half-precision storage widens exactly.
-  std::vector<double> q(p.q, p.q + T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+  std::vector<double> q(T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+  for (int64_t x = 0; x < T * Hq * D; ++x)
+    q[x] = p.q_storage == kv_storage::f32 ? double(p.q[x])
+                                          : double(half_to_float(p.q_storage, p.q16[x]));
   for (int64_t j = 0; j < S; ++j)
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t e = 0; e < D; ++e) {

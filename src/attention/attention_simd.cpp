@@ -78,6 +78,7 @@
 #include "posenc/core/half.hpp"
 #include "posenc/core/page_buffer.hpp"
 #include "src/attention/attention_plan.hpp"
+#include "src/attention/bf16_dot.hpp"
 
 #ifndef POSENC_ATTENTION_SIMD_TYPES
 #define POSENC_ATTENTION_SIMD_TYPES
@@ -175,6 +176,10 @@ struct simd_problem {
   const attention_params<float>* p = nullptr;
   const attention_plan* pl = nullptr;
   const float* q = nullptr;  // (T, Hq, D): p.q, or a copy transformed by hook 1
+  // Half-precision queries (p.q_storage): q16 replaces q, widened row by row in ItemBegin (a
+  // transformed copy made by hook 1 is float32 and clears q16).
+  kv_storage qt = kv_storage::f32;
+  const uint16_t* q16 = nullptr;
   const float* k = nullptr;  // (S, Hkv, D), transformed by hook 1 (decode path only)
   // Hook 1 inside the tiles (its row form): qtab (T, Rt) tables of the query positions, applied
   // to each item's q rows; null when q is p.q untransformed or a transformed copy.
@@ -186,6 +191,17 @@ struct simd_problem {
   // (Hkv, S, vb_row(Dp)) the value rows, float32, zero-padded to Dp, each head one contiguous
   // run: packed once per call with kT, read in place by every query block's P V product.
   const float* vP = nullptr;
+  // attention_products::bf16 on a vdpbf16ps CPU (packed calls only; bf16_dot.hpp): instead of
+  // kT and vP, the keys and values in bfloat16 pairs, zero-padded:
+  //   kT16 (Hkv, nkb, D2, Bk, 2): elements 2 d2, 2 d2 + 1 of key j0 + jj at (d2, jj), D2 =
+  //                               ceil(D / 2)
+  //   vP16 (Hkv, nkb, Bk / 2, Dp, 2): element e of keys j0 + 2t and j0 + 2t + 1 at (t, e)
+  // and each item's q rows as pairs (simd_scratch::qb), its probabilities as bfloat16 (pb).
+  bool bf16 = false;
+  const uint16_t* kT16 = nullptr;
+  const uint16_t* vP16 = nullptr;
+  int64_t D2 = 0;
+  bool packed() const { return kT || kT16; }
   // In-place path (kT null): items of kPackRows or more rows pack each key block into
   // simd_scratch::kb, with hook 1's row form applied from ktab (S, Rt) when it is not null.
   bool pack_local = false;
@@ -248,6 +264,8 @@ struct simd_scratch {
   std::vector<float> vb;     // (Bk, vb_row(Dp)): the value rows of one key block, zero-padded to Dp
   std::vector<float> kb;     // (D * Bk): one key block, transposed (simd_problem::pack_local)
   std::vector<float> krows;  // (8 * D): PackKeyBlock's rows
+  std::vector<uint16_t> qb;  // (rows, 2 D2): the item's q' rows in bfloat16 (pr.bf16)
+  std::vector<uint16_t> pb;  // (rows, Bk): a block's probabilities in bfloat16 (pr.bf16)
 };
 
 // Row stride of the packed value block: Dp plus one cache line. In V the rows of one head lie
@@ -827,15 +845,18 @@ void ItemBegin(const simd_problem& pr, simd_scratch& sc, const item_rows& it) {
   // qs(rows, D) = scale * q rows: the score scale folded into q once per item (after hook 1's
   // row form, when the transform is fused).
   for (int64_t r = 0; r < rows; ++r) {
-    const float* qi = pr.q + (it.query(r) * Hq + it.head(r)) * D;
+    const int64_t x = (it.query(r) * Hq + it.head(r)) * D;
     float* qr = qs + r * D;
-    if (pr.qtab) {
-      std::copy(qi, qi + D, qr);
-      pr.tr->apply_rows(pr.qtab + it.query(r) * pr.Rt, false, qr, 1, D);
-      for (int64_t e = 0; e < D; ++e) qr[e] *= pr.scale;
-    } else {
-      for (int64_t e = 0; e < D; ++e) qr[e] = pr.scale * qi[e];
-    }
+    if (pr.q16)
+      WidenRow(pr.qt, pr.q16 + x, qr, D);
+    else
+      std::copy(pr.q + x, pr.q + x + D, qr);
+    if (pr.qtab) pr.tr->apply_rows(pr.qtab + it.query(r) * pr.Rt, false, qr, 1, D);
+    // bfloat16 products: q' before the scale, rounded to pairs (the scale multiplies the
+    // float32 score instead, so bfloat16 q without hook 1 enters exactly).
+    // (An odd D's last slot stays the zero make_scratch wrote.)
+    if (pr.kT16) detail::bf16_round(qr, sc.qb.data() + r * 2 * pr.D2, D);
+    for (int64_t e = 0; e < D; ++e) qr[e] *= pr.scale;
     m[r] = neg_inf;
     l[r] = 0;
   }
@@ -844,7 +865,10 @@ void ItemBegin(const simd_problem& pr, simd_scratch& sc, const item_rows& it) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t e = 0; e < D; ++e)
         qc[e / kAChunk * rows * kAChunk + r * kAChunk + e % kAChunk] = qs[r * D + e];
-  std::fill(acc, acc + rows * Dp, 0.0f);
+  // (The bfloat16 products need no zeroed acc: a row's first visible block has beta = alpha =
+  // exp(-inf) = 0, which bf16_gemm takes as C = A . B, and a row that never sees a key is never
+  // read.)
+  if (!pr.kT16) std::fill(acc, acc + rows * Dp, 0.0f);
   if (rel) {
     std::fill(w, w + rows * C, 0.0f);
     // qa[r][c] = scale q_i . a^K_c: hook 2a's score term for all C rows at once.
@@ -862,7 +886,7 @@ void ItemBegin(const simd_problem& pr, simd_scratch& sc, const item_rows& it) {
 // DecodeScores or PackKeyBlock keeps the stream going from there.
 void ItemPrefetch(const simd_problem& pr, int64_t hk, int64_t kb_begin, int64_t j_end) {
   const int64_t D = pr.p->D;
-  if (!pr.kT && pr.prefetch) {
+  if (!pr.packed() && pr.prefetch) {
     const int64_t j_first = kb_begin * kSimdBk;
     const int64_t ahead = pr.pack_local ? kPackPrefetchKeys : kPrefetchKeys;
     for (int64_t j = j_first; j < std::min(j_end, j_first + ahead); ++j) {
@@ -885,7 +909,11 @@ void BlockScores(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t r
   const float* qc = sc.qc.data();
   float* s = sc.s.data();
   // 1. Q K^T: s(rows, ncols).
-  if (pr.kT) {
+  if (pr.kT16) {  // bfloat16 pairs: s = scale * (q' . k') with float32 accumulation
+    detail::bf16_gemm(rows, ncols, sc.qb.data(), pr.D2,
+                      pr.kT16 + (hk * pr.nkb + kb) * pr.D2 * kSimdBk * 2, kSimdBk, s, kSimdBk,
+                      pr.D2, nullptr, pr.scale);
+  } else if (pr.kT) {
     Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk,
                              pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
                              nullptr, 1, PanelWidth());
@@ -931,6 +959,19 @@ void BlockPV(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t rows,
   const float* s = sc.s.data();
   float* acc = sc.acc.data();
   const float* beta = sc.beta.data();
+  if (pr.vP16) {  // bfloat16 products: p rounded to bfloat16, pairs of keys against vP16
+    const int64_t nb2 = (nb + 1) / 2;  // an odd block's last column is a masked 0
+    uint16_t* pb = sc.pb.data();
+    if (2 * nb2 == kSimdBk)
+      detail::bf16_round(s, pb, rows * kSimdBk);
+    else
+      for (int64_t r = 0; r < rows; ++r)
+        detail::bf16_round(s + r * kSimdBk, pb + r * kSimdBk, 2 * nb2);
+    const int64_t kb = j0 / kSimdBk;
+    detail::bf16_gemm(rows, Dp, pb, kSimdBk / 2, pr.vP16 + (hk * pr.nkb + kb) * kSimdBk * Dp, Dp,
+                      acc, Dp, nb2, beta, 1.0f);
+    return;
+  }
   // 4. P V with the rescale fused: acc = beta_r acc + p v_blk. The decode path (few rows: each
   // value row is used by one or two row strips) reads the rows in place, widened as they are
   // loaded, when they need no padding (D = Dp); otherwise they are packed into vb first. Items
@@ -1174,6 +1215,46 @@ void WidenRows(kv_storage st, const void* src, float* dst, int64_t n) {
   WidenRow(st, src, dst, n);
 }
 
+// Items [item_begin, item_end) of the (head, key block) pairs packed for bfloat16 products
+// (simd_problem::kT16 and vP16), padding included: each key row as KeyRow reads it (widened, from
+// rows or 8-key blocks), transformed by ktab's row form when given, rounded to bfloat16 (to
+// nearest even; exact for values stored in bfloat16); each value row widened and rounded
+// likewise.
+void PackBf16(const simd_problem& pr, uint16_t* kT16, uint16_t* vP16, int64_t item_begin,
+              int64_t item_end, const qk_transform* tr, const float* ktab, int64_t Rt) {
+  const int64_t S = pr.p->S, D = pr.p->D, D2 = pr.D2, Dp = pr.Dp, nkb = pr.nkb;
+  constexpr int64_t B = kSimdBk;
+  std::vector<float> row(static_cast<size_t>(D));
+  std::vector<uint16_t> r16(static_cast<size_t>(2 * D2), 0);  // an odd D's last slot stays 0
+  for (int64_t item = item_begin; item < item_end; ++item) {
+    const int64_t hk = item / nkb, j0 = item % nkb * B, nb = std::min(B, S - j0);
+    uint16_t* kd = kT16 + item * D2 * B * 2;
+    uint16_t* vd = vP16 + item * B * Dp;
+    std::fill(kd, kd + D2 * B * 2, uint16_t{0});
+    std::fill(vd, vd + B * Dp, uint16_t{0});
+    for (int64_t jj = 0; jj < nb; ++jj) {
+      const int64_t j = j0 + jj;
+      KeyRow(pr, j, hk, row.data());
+      if (ktab) tr->apply_rows(ktab + j * Rt, true, row.data(), 1, D);
+      detail::bf16_round(row.data(), r16.data(), D);
+      for (int64_t e2 = 0; e2 < D2; ++e2) {
+        kd[(e2 * B + jj) * 2] = r16[2 * e2];
+        kd[(e2 * B + jj) * 2 + 1] = r16[2 * e2 + 1];
+      }
+      WidenRow(pr.vt, pr.vrow(j, hk), row.data(), D);
+      detail::bf16_round(row.data(), r16.data(), D);
+      uint16_t* vt = vd + jj / 2 * Dp * 2 + jj % 2;
+      for (int64_t e = 0; e < D; ++e) vt[2 * e] = r16[e];
+    }
+  }
+}
+
+// Whether this target is an AVX-512 one (the bfloat16 products run only under those, so that a
+// forced narrower target, POSENC_SIMD_TARGET, keeps its float32 products).
+bool TargetIsAvx3() {
+  return HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
+}
+
 int64_t Lanes() {
   return static_cast<int64_t>(hn::Lanes(DH()));
 }
@@ -1227,6 +1308,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace posenc::detail {
 HWY_EXPORT(PackKeys);
+HWY_EXPORT(PackBf16);
+HWY_EXPORT(TargetIsAvx3);
 HWY_EXPORT(WidenRows);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(Lanes);
@@ -1296,6 +1379,9 @@ void init_problem(simd_problem& pr, const attention_params<float>& p, const atte
   pr.p = &p;
   pr.pl = &pl;
   pr.q = p.q;
+  pr.qt = p.q_storage;
+  pr.q16 = p.q16;
+  pr.D2 = (p.D + 1) / 2;
   pr.k = p.k;
   pr.v = p.v;
   pr.kt = pr.vt = p.kv;
@@ -1431,9 +1517,16 @@ void prepare_transform(simd_problem& pr, const engine_terms<float>& terms, bool 
     fill_tables(b.qtab, pl.qpos_safe, false);
     pr.qtab = b.qtab.data();
   } else if (tr) {
-    b.q_t.assign(p.q, p.q + T * Hq * D);
+    if (pr.q16) {
+      b.q_t.resize(static_cast<size_t>(T * Hq * D));
+      HWY_DYNAMIC_DISPATCH(WidenRows)(pr.qt, pr.q16, b.q_t.data(), T * Hq * D);
+    } else {
+      b.q_t.assign(p.q, p.q + T * Hq * D);
+    }
     tr->apply(pl.qpos_safe, b.q_t.data(), T, Hq, D, false, false);
     pr.q = b.q_t.data();
+    pr.q16 = nullptr;
+    pr.qt = kv_storage::f32;
   }
   b.fuse_k = map_k && Rt > 0 && (pack || pr.pack_local);
   if (b.fuse_k) {
@@ -1460,6 +1553,24 @@ void pack_kv(simd_problem& pr, const engine_terms<float>& terms, const hook1_buf
   const int64_t S = pr.p->S, Hkv = pr.p->Hkv, D = pr.p->D;
   const qk_transform* tr = terms.transform.get();
   const int64_t Rt = tr ? tr->row_table_size() : 0;
+  if (pr.bf16) {  // bfloat16 pairs for vdpbf16ps: kT16 then vP16 in one buffer
+    const int64_t kn = Hkv * pr.nkb * pr.D2 * kSimdBk * 2, vn = Hkv * pr.nkb * kSimdBk * pr.Dp;
+    // Kept by the calling thread for its next call (PackBf16 writes every element, padding
+    // included): a fresh buffer per call cost its page faults and first touch, 4-8% of a
+    // T = S = 2048 prefill (perf on a Zen 5 EPYC).
+    static thread_local page_buffer<uint16_t> kv16;
+    if (kv16.size() < static_cast<size_t>(kn + vn))
+      kv16 = page_buffer<uint16_t>(static_cast<size_t>(kn + vn));
+    uint16_t* k16 = kv16.data();
+    uint16_t* v16 = kv16.data() + kn;
+    parallel_for(Hkv * pr.nkb, [&](int64_t b0, int64_t e) {
+      HWY_DYNAMIC_DISPATCH(PackBf16)
+      (pr, k16, v16, b0, e, b.fuse_k ? tr : nullptr, b.fuse_k ? b.ktab.data() : nullptr, Rt);
+    });
+    pr.kT16 = k16;
+    pr.vP16 = v16;
+    return;
+  }
   kT = page_buffer<float>(static_cast<size_t>(Hkv * pr.nkb * D * kSimdBk));
   parallel_for(Hkv * pr.nkb, [&](int64_t b0, int64_t e) {
     HWY_DYNAMIC_DISPATCH(PackKeys)
@@ -1504,6 +1615,10 @@ std::vector<simd_scratch> make_scratch(const simd_problem& pr, int64_t rows, int
       sc.kb.resize(static_cast<size_t>(D * kSimdBk));
       sc.krows.resize(static_cast<size_t>(8 * D));
     }
+    if (pr.kT16) {
+      sc.qb.assign(static_cast<size_t>(rows * 2 * pr.D2), 0);
+      sc.pb.resize(static_cast<size_t>(rows * kSimdBk));
+    }
   }
   return scratch;
 }
@@ -1523,6 +1638,7 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   }
   hook1_buffers h1;
   prepare_transform(pr, terms, t.pack, h1);
+  pr.bf16 = t.pack && p.products == attention_products::bf16 && attention_bf16_native();
   page_buffer<float> kT, vP;
   if (t.pack) pack_kv(pr, terms, h1, kT, vP);
 
@@ -1543,6 +1659,11 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
       }
     });
   }
+}
+
+bool attention_bf16_native_impl() {
+  static const bool ok = bf16_dot_cpu() && HWY_DYNAMIC_DISPATCH(TargetIsAvx3)();
+  return ok;
 }
 
 void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B, int64_t ldb,

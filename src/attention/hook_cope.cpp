@@ -55,6 +55,11 @@ void add_cope_terms(const attention_params<Real>& p, const attention_plan&,
         "attention: CoPE runs its own double path and needs float32 or float64 k and v, got kv = "
         "{}",
         name(p.kv));
+  if (p.q_storage != kv_storage::f32)
+    fail(
+        "attention: CoPE runs its own double path and needs float32 or float64 q, got q_storage "
+        "= {}",
+        name(p.q_storage));
   if ((c.npos < 1) || (c.npos > (int64_t(1) << 20)))
     fail("cope npos must be in [1, 2^20], got {}", c.npos);
   if (static_cast<int64_t>(c.emb.size()) != c.npos * p.D)

@@ -43,9 +43,10 @@ const char* name(mask m) {
 
 std::string describe(const spec& c) {
   return fmt::format(
-      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}", c.T, c.S,
-      c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
-      c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv),
+      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}{}{}", c.T,
+      c.S, c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
+      c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv), c.q_half ? " q_half" : "",
+      c.products == attention_products::f32 ? "" : " products=" + name(c.products),
       c.head_major ? (c.k_blocked ? " head_major k_blocked" : " head_major") : "");
 }
 
@@ -94,7 +95,16 @@ void draw_inputs(fixture<Real>& f, const spec& c, rng& r) {
       p.k16 = f.k16.data();
       p.v16 = f.v16.data();
       p.k = p.v = nullptr;
+      if (c.q_half) {
+        f.q16.resize(f.q.size());
+        to_half(c.kv, f.q, f.q16);
+        from_half(c.kv, f.q16, f.q);
+        p.q_storage = c.kv;
+        p.q16 = f.q16.data();
+        p.q = nullptr;
+      }
     }
+    p.products = c.products;
   }
   p.T = T, p.S = S, p.D = D, p.Hq = Hq, p.Hkv = Hkv;  // k_index and kv_offset read them
 }
@@ -484,6 +494,21 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c) {
   t.out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
   t.lse = ep + (2 * c.S + 4) * u;
   t.u = u;
+  if (c.products == attention_products::bf16) {  // attention_cases.hpp, "bfloat16 products"
+    const double ub = 0x1p-8;
+    // Schemes whose q and k pass through hook 1 (a scheme reached by name: counted as rounded,
+    // which only loosens the bound where it is exact).
+    const bool hook1 = f.p.pos.rope.freqs || f.p.pos.xpos.theta > 0 || f.p.pos.mrope.freqs ||
+                       f.p.pos.temperature.on() || static_cast<int>(c.sch) >= kSchemes;
+    const bool bf = c.kv == kv_storage::bf16;
+    const double rq = hook1 || !(bf && c.q_half) ? 1 : 0, rk = hook1 || !bf ? 1 : 0,
+                 rv = bf ? 0 : 1;
+    const double ds_b = (rq + rk) * ub * (1 + ub) * f.A + ds + c.D * 0x1p-125;
+    const double ep_b = 2 * ds_b + 4 * u * (f.A + f.B) + 2 * u;
+    t.out =
+        ((2 * ep_b + (2 * c.S + 2 * K + 8) * u) * (1 + ub) + (1 + rv) * ub + 0x1p-126 * c.S) * f.V;
+    t.lse = ep_b + (2 * c.S + 4) * u;
+  }
   return t;
 }
 
@@ -848,6 +873,8 @@ std::string short_name(const spec& c) {
   if (c.q_scale != 1) s += fmt::format("_qscale{}", c.q_scale);
   if (c.k_shift != 0) s += fmt::format("_kshift{}", c.k_shift);
   if (c.kv != kv_storage::f32) s += "_kv" + name(c.kv);
+  if (c.q_half) s += "_qhalf";
+  if (c.products != attention_products::f32) s += "_prod" + name(c.products);
   if (c.head_major) s += c.k_blocked ? "_kb" : "_hm";
   return s;
 }
@@ -1024,6 +1051,46 @@ void add_half_kv_cases(std::vector<spec>& v) {
   }
 }
 
+// bfloat16 products (attention_products::bf16) on every scheme but CoPE (whose own double path
+// ignores the products): packed prefill shapes (S <= 128 keys, or enough items: the vdpbf16ps
+// path where the CPU has it), a decode step (float32 products on any CPU), D = 128, 80, 20 and
+// an odd 33 (a zero pad in the last pair); q, k, v stored bfloat16 (exact operands unless hook 1
+// transforms them), float32 (every operand rounded) and float16 keys with float32 queries.
+void add_bf16_product_cases(std::vector<spec>& v) {
+  constexpr std::pair<int64_t, int64_t> shapes[] = {{100, 100}, {65, 128}, {520, 520}, {1, 700}};
+  constexpr int64_t dims[] = {128, 80, 20, 33};
+  constexpr std::pair<int64_t, int64_t> heads[] = {{8, 2}, {4, 4}, {8, 8}, {8, 1}};
+  int idx = 0;
+  for (int s = 0; s < scheme_count(); ++s)
+    for (int sh = 0; sh < 4; ++sh) {
+      if (static_cast<scheme>(s) == scheme::cope) continue;
+      const auto [T, S] = shapes[sh];
+      // 520 x 520 needs 64 items to pack: MHA 8 x 8 (9 query blocks of 64 rows each).
+      const auto hd = T == 520 ? heads[2] : heads[(idx + sh) % 4];
+      spec c{T,
+             S,
+             T == 520 ? 32 : dims[idx % 4],
+             hd.first,
+             hd.second,
+             static_cast<scheme>(s),
+             static_cast<mask>((idx * 5 + s) % kMasks),
+             7000u + static_cast<uint64_t>(idx)};
+      // An odd D only where no rotation needs pairs of dimensions (the bias-only schemes).
+      const auto sc = static_cast<scheme>(s);
+      const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == scheme::t5_bidir ||
+                             sc == scheme::t5_causal || sc == scheme::shaw ||
+                             sc == scheme::kerple_log || sc == scheme::kerple_power ||
+                             sc == scheme::fire;
+      if (c.D % 2 && !bias_only) ++c.D;
+      c.products = attention_products::bf16;
+      const int storage = idx % 3;  // bf16 q, k, v; float32 everything; f16 k, v with f32 q
+      c.kv = storage == 0 ? kv_storage::bf16 : storage == 1 ? kv_storage::f32 : kv_storage::f16;
+      c.q_half = storage == 0;
+      v.push_back(make("simd_bf16_products", c, forward, f32));
+      ++idx;
+    }
+}
+
 // Head-major layouts: every scheme over the given shapes, head dims cycling over dims and
 // head counts over kLongHeads; float32 and float16 / bfloat16 storage on the float32 path
 // (CoPE float32 only), and float64 where the storage is float32.
@@ -1132,6 +1199,7 @@ std::vector<spec> make_full() {
   add_forward_cases(v);
   add_simd_cases(v);
   add_half_kv_cases(v);
+  add_bf16_product_cases(v);
   add_head_major_cases(v);
   add_backward_cases(v);
   return v;
@@ -1213,6 +1281,16 @@ std::vector<spec> make_perf() {
   add("attention", 2048, 2048, 8, 128, scheme::rope_half, "rope", forward);
   add("attention", 2048, 2048, 8, 128, scheme::alibi, "alibi", forward);
   add("attention", 2048, 2048, 8, 128, scheme::t5_causal, "t5", forward);
+  // The same prefill with bfloat16 q, k, v and bfloat16 products (attention_products::bf16:
+  // vdpbf16ps where the CPU has it), against its float32 twins above.
+  for (auto [s, sname] : {std::pair{scheme::none, "none"}, std::pair{scheme::rope_half, "rope"},
+                          std::pair{scheme::alibi, "alibi"}}) {
+    add("attention", 2048, 2048, 8, 128, s, sname, forward);
+    v.back().kv = kv_storage::bf16;
+    v.back().q_half = true;
+    v.back().products = attention_products::bf16;
+    v.back().name += "/qkv=bf16/products=bf16";
+  }
   // Other head dims (D = 80 is not a multiple of 16 lanes), then longer sequences.
   for (int64_t D : {64, 80, 96, 256})
     add("attention", 2048, 2048, 8, D, scheme::none, "none", forward);
@@ -1302,6 +1380,10 @@ spec perf_validation_case(const spec& c) {
   spec r = c;
   if (c.passes & backward) {
     r.T = r.S = std::min<int64_t>(c.T, 192);
+  } else if (c.products == attention_products::bf16) {
+    // 128 queries of 4 heads per kv head: enough (kv head, query block) items for the packed
+    // prefill, the path where the bfloat16 products run.
+    r.T = std::min<int64_t>(c.T, 128);
   } else {
     r.T = std::min<int64_t>(c.T, 16);
   }

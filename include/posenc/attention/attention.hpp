@@ -232,6 +232,14 @@ struct attention_tables {
   }
 };
 
+// Operand precision of the forward's block products (attention_params::products).
+enum class attention_products { f32, bf16 };
+// "f32", "bf16".
+std::string name(attention_products x);
+// True when this CPU runs attention_products::bf16 with vdpbf16ps (AVX512_BF16) and the
+// dispatched SIMD target is an AVX-512 one (POSENC_SIMD_TARGET may name another).
+bool attention_bf16_native();
+
 // One attention call. Shapes: T queries, S keys, Hq query heads, Hkv key/value heads,
 // head dim D. Head h of q reads key/value head h / (Hq / Hkv) (MHA, GQA, MQA; no copies).
 template <typename Real>
@@ -247,6 +255,24 @@ struct attention_params {
   kv_storage kv = kv_storage::f32;
   const uint16_t* k16 = nullptr;
   const uint16_t* v16 = nullptr;
+  // Half-precision queries (attention_forward on float32 only): q_storage = f16 or bf16 makes
+  // q16, (T, Hq, D) in that format, the queries; q must then be null. Widened exactly as each
+  // item loads its rows (no float32 copy of Q), so the result is that of the stored values.
+  kv_storage q_storage = kv_storage::f32;
+  const uint16_t* q16 = nullptr;
+  // Precision of the two block products (attention_forward on float32 only; the backward refuses
+  // bf16). f32: float32 operands (the default). bf16: both products take bfloat16 operands with
+  // float32 accumulation, as bfloat16 models run on accelerators: q' and k' (after hook 1; q
+  // before the scale, which multiplies the float32 score), the probabilities p = exp(s - m) and
+  // v are rounded to bfloat16 (round to nearest even; exact when q, k, v are stored bfloat16 and
+  // no hook 1 transforms them), and each product accumulates exactly in float32 (a bfloat16
+  // product is exact in float32). The softmax, its sums, the position terms and the output stay
+  // float32. Error against the float64 reference: attention_cases.hpp, "bfloat16 products".
+  // Where the CPU has vdpbf16ps (AVX512_BF16: Intel Cooper Lake and Sapphire Rapids on, AMD
+  // Zen 4 on; attention_bf16_native()) prefill calls run it, two multiply-adds per float32 lane
+  // and instruction; elsewhere, and for decode-like calls (which read K and V in place), the
+  // products run in float32 on the exact values, which the same bound covers.
+  attention_products products = attention_products::f32;
   // Key/value layout. 0 (the default): token-major, k and v (S, Hkv, D) as above. > 0:
   // head-major, as posenc's KV cache stores them: the S rows of kv head hk start at
   // k + hk * kv_head_stride, D apart, i.e. an (Hkv, kv_head_stride / D, D) array of which each

@@ -35,6 +35,24 @@
 // Both sides carry their own rounding, and the reference's (double) is far below the float
 // bound, so the bound applies to their difference.
 //
+// ---- bfloat16 products (attention_products::bf16; u_b = 2^-8, the unit roundoff of bfloat16;
+// u = 2^-24). The fast path rounds q' (after hook 1, before the scale) and k' (after hook 1) to
+// bfloat16, |x_b - x| <= u_b |x|, then forms q'_b . k'_b with exact products summed in float32
+// and multiplies by the scale; p = exp(s - m) is rounded to bfloat16 before the P V product, v
+// too, and l sums the unrounded float32 p. vdpbf16ps flushes denormals: at most 2^-126 per step.
+// r_q = 1 when q is rounded (hook 1 transforms it, or it is not stored in bfloat16), else 0;
+// r_k and r_v likewise for k and v. Then, with the float32 terms above:
+//   score:    |ds| <= (r_q + r_k) u_b (1 + u_b) A + (D + 11) u A + 2u (A + B) + D 2^-125
+//             (scale * sum |q_d| |k_d| <= A bounds the effect of the operand roundings)
+//   probs:    e_p as above, with this |ds|
+//   output:   the P rounding adds sum_j |dp_j| |v_j| / l <= (u_b + 2^-126 S) V (l >= 1: the row's
+//             maximum contributes exp(0)), v's rounding r_v u_b V, and both scale the float32
+//             sums' error by at most (1 + u_b):
+//             |do| <= ((2 e_p + (2S + 2K + 8) u) (1 + u_b) + (1 + r_v) u_b + 2^-126 S) V
+//   lse:      as above (l and m never see the bfloat16 p).
+// A CPU without vdpbf16ps (and decode-like calls) runs float32 products on the exact values,
+// whose errors are the float32 terms alone: the same bound holds.
+//
 // ---- Backward tolerance (derived; u = unit roundoff of the element type; forward quantities
 // as above: A bounds every scaled score, B every bias, V = max|v| + max|a^V|,
 // e_s = (D + 10) u A + 2u (A + B) bounds a score's error, tol_out the output's, e_lse the lse's):
@@ -142,6 +160,12 @@ struct spec {
   // fixture lays each head's keys out as ceil((S + kHeadMajorPad) / 8) blocks, the unused slots
   // NaN; values stay head-major rows with the same head stride.
   bool k_blocked = false;
+  // Queries stored in half precision too (float32 forward only; kv must be f16 or bf16): the
+  // fixture rounds q to kv's format and passes it as q16 (attention_params::q_storage).
+  bool q_half = false;
+  // The forward's block products (attention_params::products; float32 forward only). bf16: the
+  // tolerance below, "bfloat16 products".
+  attention_products products = attention_products::f32;
 };
 inline constexpr int64_t kHeadMajorPad = 3;
 
@@ -153,6 +177,7 @@ template <typename Real>
 struct fixture {
   std::vector<Real> q, k, v, out_ref, out_fast, lse_ref, lse_fast;
   std::vector<uint16_t> k16, v16;  // spec::kv != f32: k and v as stored (k, v hold them widened)
+  std::vector<uint16_t> q16;       // spec::q_half: q as stored (q holds it widened)
   std::vector<Real> k_hm, v_hm;    // spec::head_major: k, v (or k16, v16) laid out head-major
   std::vector<uint16_t> k16_hm, v16_hm;
   std::vector<uint8_t> pad;
@@ -271,7 +296,8 @@ const std::vector<spec>& full_cases();
 // T = S = 2048 with none / alibi.
 const std::vector<spec>& perf_cases();
 // The reduced problem a perf case is validated on before timing (the reference at T = S = 2048
-// would take minutes): the last min(T, 16) queries against all S keys for the forward, the
+// would take minutes): the last min(T, 16) queries against all S keys for the forward (128 for
+// bfloat16 products, enough items for the packed path where they run), the
 // prefix T = S = min(T, 192) for the backward; the same scheme and seed.
 spec perf_validation_case(const spec& c);
 

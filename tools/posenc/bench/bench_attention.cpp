@@ -123,7 +123,16 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
   bc.note = "attention_forward float32 causal, T=" + std::to_string(T) + " S=" + std::to_string(S) +
             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
             " D=" + std::to_string(D) + ", scheme " + ac::name(c.sch) +
-            (c.kv == kv_storage::f32 ? "" : ", keys and values stored as " + name(c.kv)) +
+            (c.q_half                  ? ", queries, keys and values stored as " + name(c.kv)
+             : c.kv == kv_storage::f32 ? ""
+                                       : ", keys and values stored as " + name(c.kv)) +
+            (c.products == attention_products::bf16
+                 ? std::string(", bfloat16 products (") +
+                       (attention_bf16_native() ? "vdpbf16ps: 2 multiply-adds per float32 lane, "
+                                                  "twice the FMA peak's rate"
+                                                : "this CPU has no vdpbf16ps: float32 products") +
+                       ")"
+                 : std::string()) +
             (c.head_major ? (c.k_blocked ? ", keys head-major in 8-key blocks (k_blocked), values "
                                            "head-major rows"
                                          : ", keys and values head-major")

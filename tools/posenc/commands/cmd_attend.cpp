@@ -85,6 +85,7 @@ struct attend_opts {
   std::string shaw_keys, shaw_values;
   // Half-precision K and V
   std::string kv_dtype;
+  std::string products = "f32";
   int64_t shaw_clip = -1;
   // Kerple, FIRE, xPos
   std::string kerple, kerple_kernel = "log", fire, cope;
@@ -271,13 +272,21 @@ void read_qkv(const attend_opts& o, const npy_array& qa, const npy_array& ka, co
   s.T = qa.shape[0], s.Hq = qa.shape[1], s.D = qa.shape[2];
   s.S = ka.shape[0], s.Hkv = ka.shape[1];
   const bool half = kv != kv_storage::f32;
-  s.q = as_real<Real>(qa);
+  const bool q_half = qa.type == dtype::f16 || qa.type == dtype::u16;
+  if (!q_half) s.q = as_real<Real>(qa);
   if (!half) s.k = as_real<Real>(ka);
   if (!half) s.v = as_real<Real>(va);
   s.out.resize(s.T * s.Hq * s.D);
   s.lse.resize(s.T * s.Hq);
   auto& p = s.p;
-  p.q = s.q.data(), p.out = s.out.data(), p.lse = s.lse.data();
+  p.out = s.out.data(), p.lse = s.lse.data();
+  if (q_half) {  // read in place, like 16-bit K and V
+    p.q_storage = kv;
+    p.q16 = qa.bits16();
+  } else {
+    p.q = s.q.data();
+  }
+  if (o.products == "bf16") p.products = attention_products::bf16;
   if (half) {  // read in place: attention widens the stored values itself
     p.kv = kv;
     p.k16 = ka.bits16();
@@ -685,7 +694,10 @@ void print_json(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
   j["causal"] = o.causal;
   j["schemes"] = s.schemes;
   j["implementation"] = attention_reference_selected() ? "reference" : "tiled";
+  j["q"] = name(p.q_storage);
   j["kv"] = name(kv);
+  j["products"] = name(p.products);
+  if (p.products == attention_products::bf16) j["cpu_has_vdpbf16ps"] = attention_bf16_native();
   if (s.lc.given) {
     if (given(o, "--layer")) j["layer"] = o.layer;
     j["layer_type"] =
@@ -706,6 +718,24 @@ void print_json(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
     j["backward"] = b;
   }
   std::printf("%s\n", j.dump(2).c_str());
+}
+
+// The storage and products of a float32 call, for the text line ("" when all float32).
+template <typename Real>
+std::string storage_note(const attention_params<Real>& p, kv_storage kv) {
+  std::string n;
+  if (kv != kv_storage::f32)
+    n = fmt::format(", {} stored as {}",
+                    p.q_storage != kv_storage::f32 ? "queries, keys and values" : "keys and values",
+                    name(kv));
+  if (p.products == attention_products::bf16)
+    n += attention_bf16_native()
+             ? ", bfloat16 products with float32 accumulation (vdpbf16ps in prefill-shaped "
+               "calls; decode-shaped calls run float32 products)"
+             : ", bfloat16 products asked for: this CPU has no vdpbf16ps, float32 products ran";
+  else if (kv != kv_storage::f32)
+    n += " (computed in float32)";
+  return n;
 }
 
 // What was computed and written, for --format text or csv.
@@ -732,9 +762,7 @@ void print_text(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
       "schemes: %s, %s path, %lld fully masked rows%s\n",
       o.out.c_str(), T, Hq, D, out_dtype, S, Hkv, num(scale).c_str(),
       o.causal ? "causal" : "bidirectional", sch.c_str(), impl, (long long)masked_rows,
-      kv == kv_storage::f32
-          ? ""
-          : (", keys and values stored as " + name(kv) + " (computed in float32)").c_str());
+      storage_note(p, kv).c_str());
   if (s.lc.given)
     std::printf("layer %s%s: %s\n", given(o, "--layer") ? std::to_string(o.layer).c_str() : "type",
                 s.lc.type.empty() ? "" : (" (" + s.lc.type + ")").c_str(),
@@ -796,9 +824,17 @@ void run_attend(const attend_opts& o) {
   const auto qa = read_npy(o.q);
   const auto ka = read_npy(o.k);
   const auto va = read_npy(o.v);
-  require_float(qa, "--q");
-  // K and V: float32/float64, or half precision: float16 ('<f2'), or bfloat16 bits as uint16
-  // ('<u2', NumPy has no bfloat16) with --kv-dtype bf16.
+  // Q, K and V: float32/float64, or K and V in half precision: float16 ('<f2'), or bfloat16 bits
+  // as uint16 ('<u2', NumPy has no bfloat16) with --kv-dtype bf16; Q too, in the dtype of K.
+  const bool q_half = qa.type == dtype::f16 || qa.type == dtype::u16;
+  if (q_half && ka.type != qa.type)
+    fail(
+        "a 16-bit --q ({}) needs --k and --v of the same dtype (read with the same --kv-dtype), "
+        "got --k {}",
+        dtype_name(qa.type), dtype_name(ka.type));
+  if (!q_half) require_float(qa, "--q");
+  if (o.products != "f32" && o.products != "bf16")
+    fail("--products must be f32 or bf16, got '{}'", o.products);
   kv_storage kv = kv_storage::f32;
   if (ka.type == dtype::f16 || ka.type == dtype::u16) {
     if (va.type != ka.type)
@@ -816,9 +852,11 @@ void run_attend(const attend_opts& o) {
             o.kv_dtype);
       kv = kv_storage::bf16;
     }
-    if (qa.type != dtype::f32)
-      fail("half-precision --k/--v ({}) are computed in float32 and need float32 --q, got {}",
-           name(kv), dtype_name(qa.type));
+    if (qa.type != dtype::f32 && !q_half)
+      fail(
+          "half-precision --k/--v ({}) are computed in float32 and need float32 --q (or --q in "
+          "their dtype), got {}",
+          name(kv), dtype_name(qa.type));
     if (!o.dout.empty())
       fail(
           "--dout: the backward needs float32 or float64 --k/--v; half precision ({}) is "
@@ -841,7 +879,13 @@ void run_attend(const attend_opts& o) {
   if (ka.shape[1] < 1 || qa.shape[1] % ka.shape[1] != 0)
     fail("--q heads Hq = {} must be a multiple of --k heads Hkv = {}", qa.shape[1], ka.shape[1]);
   if (o.out == o.lse_out) fail("--lse-out must differ from --out, got '{}'", o.out);
-  if (qa.type == dtype::f32)
+  if (o.products == "bf16" && qa.type == dtype::f64)
+    fail(
+        "--products bf16 rounds float32 operands to bfloat16; --q is float64 (float64 stays "
+        "float64 end to end): give float32 or 16-bit inputs, or --products f32");
+  if (o.products == "bf16" && !o.dout.empty())
+    fail("--products bf16 is forward-only; the backward (--dout) runs float32 products");
+  if (qa.type != dtype::f64)
     run_typed<float>(o, qa, ka, va, kv);
   else
     run_typed<double>(o, qa, ka, va, kv);
@@ -853,7 +897,9 @@ const bool registered_cmd_attend = register_command(50, [](CLI::App& app) {
       "attend", "Multi-head attention with a position scheme on .npy inputs (an oracle)");
   o->sub = sub;
   add_format_option(sub, o->format);
-  sub->add_option("--q", o->q, "Queries Q.npy (T, Hq, D), float32 or float64")->required();
+  sub->add_option("--q", o->q,
+                  "Queries Q.npy (T, Hq, D), float32 or float64, or 16-bit in the dtype of --k")
+      ->required();
   sub->add_option("--k", o->k,
                   "Keys K.npy (S, Hkv, D): float32, float64, float16, or bfloat16 bits as uint16 "
                   "(with --kv-dtype bf16)")
@@ -862,7 +908,12 @@ const bool registered_cmd_attend = register_command(50, [](CLI::App& app) {
   sub->add_option("--kv-dtype", o->kv_dtype,
                   "How 16-bit --k/--v are read: f16 (the default for float16 files) or bf16 "
                   "(uint16 files holding bfloat16 bits); computed in float32");
-  sub->add_option("--out", o->out, "Output O.npy (T, Hq, D) in Q's dtype")->required();
+  sub->add_option("--products", o->products,
+                  "Operands of the two block products: f32 (default) or bf16 (q', k', p and v "
+                  "rounded to bfloat16, float32 accumulation: vdpbf16ps where the CPU has it; "
+                  "float32 calls, forward only)");
+  sub->add_option("--out", o->out, "Output O.npy (T, Hq, D) in Q's dtype (float32 for 16-bit Q)")
+      ->required();
   sub->add_option("--lse-out", o->lse_out, "Also write the per-row log-sum-exp (T, Hq)");
   sub->add_flag("--causal", o->causal, "Causal mask, aligned bottom-right (j <= S - T + i)");
   sub->add_option("--scale", o->scale, "Score scale (default 1/sqrt(D))");

@@ -261,32 +261,43 @@ nlohmann::ordered_json gemm_json(const bench_opts& o, const gemm_cache& gemms) {
           {"shapes", shapes}};
 }
 
-// A case whose keys and values are stored in half precision ("/kv=f16", "/kv=bf16") reads half
-// the bytes of its float32 twin (the same name without that suffix) for the same products:
-// slower than the twin is flagged with both times and the ratio. A compute-bound twin (MQA,
-// speculative T = 4) also pays the widening of every element, a few percent; far more is a slow
-// path (a spin, a serialised or oversubscribed step) or a busy host. A warning, not a test: a
-// shared host can slow any one case.
+// A half-precision case's float32 twin: the same name without its suffix ("/kv=f16",
+// "/kv=bf16": keys and values stored in half precision; "/qkv=bf16/products=bf16": bfloat16
+// q, k, v and products), or "" for a float32 case.
+std::string float32_twin(const std::string& name) {
+  for (const std::string sfx : {"/kv=f16", "/kv=bf16", "/qkv=bf16/products=bf16"})
+    if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
+      return name.substr(0, name.size() - sfx.size());
+  return "";
+}
+
+// The twin's result in the same run (nullptr when absent or invalid).
+const case_result* twin_result(const case_result& h, const std::vector<case_result>& results) {
+  const std::string twin = float32_twin(h.name);
+  if (twin.empty() || !h.error.empty()) return nullptr;
+  for (const auto& f : results)
+    if (f.name == twin && f.error.empty()) return &f;
+  return nullptr;
+}
+
+// A half-precision case reads half the bytes of its float32 twin for the same products (and
+// bfloat16 products run two multiply-adds per lane where the CPU has vdpbf16ps): slower than the
+// twin is flagged with both times and the ratio. A compute-bound twin (MQA, speculative T = 4)
+// also pays the widening of every element, a few percent; far more is a slow path (a spin, a
+// serialised or oversubscribed step) or a busy host. A warning, not a test: a shared host can
+// slow any one case.
 std::vector<std::string> half_precision_warnings(const std::vector<case_result>& results) {
   std::vector<std::string> warnings;
-  for (const auto& h : results) {
-    if (!h.error.empty()) continue;
-    for (const std::string sfx : {"/kv=f16", "/kv=bf16"}) {
-      if (h.name.size() <= sfx.size() ||
-          h.name.compare(h.name.size() - sfx.size(), sfx.size(), sfx) != 0)
-        continue;
-      const std::string twin = h.name.substr(0, h.name.size() - sfx.size());
-      for (const auto& f : results)
-        if (f.name == twin && f.error.empty() && h.seconds_min > f.seconds_min)
-          warnings.push_back(fmt::format(
-              "{} took {:.3f} ms, {:.2f}x its float32 twin {} ({:.3f} ms; medians {:.3f} and "
-              "{:.3f}): half-precision K and V halve the bytes read; a compute-bound case also "
-              "widens every element, but more than a few percent slower is a slow path or a busy "
-              "host (run it again)",
-              h.name, h.seconds_min * 1e3, h.seconds_min / f.seconds_min, twin, f.seconds_min * 1e3,
-              h.seconds_median * 1e3, f.seconds_median * 1e3));
-    }
-  }
+  for (const auto& h : results)
+    if (const case_result* f = twin_result(h, results); f && h.seconds_min > f->seconds_min)
+      warnings.push_back(fmt::format(
+          "{} took {:.3f} ms, {:.2f}x its float32 twin {} ({:.3f} ms; medians {:.3f} and "
+          "{:.3f}): half precision halves the bytes read and bfloat16 products double the "
+          "multiply-add rate; a compute-bound case with float32 products also widens every "
+          "element, but more than a few percent slower is a slow path or a busy host (run it "
+          "again)",
+          h.name, h.seconds_min * 1e3, h.seconds_min / f->seconds_min, f->name,
+          f->seconds_min * 1e3, h.seconds_median * 1e3, f->seconds_median * 1e3));
   return warnings;
 }
 
@@ -355,6 +366,11 @@ nlohmann::ordered_json bench_json(const bench_opts& o, const machine_limits& m,
          r.bytes > 0 ? nlohmann::json(r.reads_only ? "read" : "copy") : nlohmann::json(nullptr)},
         {"limit", r.limit},
         {"note", r.note}};
+    if (const case_result* f = twin_result(r, results)) {
+      c["float32_twin"] = f->name;
+      c["speedup_over_twin"] = jnum(f->seconds_min / r.seconds_min);
+      c["speedup_over_twin_median"] = jnum(f->seconds_median / r.seconds_median);
+    }
     if (!r.error.empty()) c["error"] = r.error;
     j["cases"].push_back(c);
   }
@@ -405,6 +421,10 @@ void print_text(const bench_opts& o, const machine_limits& m, const gemm_cache& 
         r.limit == "peak" ? "peak" : (r.reads_only ? "read bw" : "bw"),
         std::isfinite(r.fraction_of_gemm) ? fmt::format("{:.3f}", r.fraction_of_gemm).c_str() : "");
   }
+  for (const auto& r : results)
+    if (const case_result* f = twin_result(r, results))
+      std::printf("%s: %.2fx its float32 twin (minimum times; medians %.2fx)\n", r.name.c_str(),
+                  f->seconds_min / r.seconds_min, f->seconds_median / r.seconds_median);
 }
 
 void run_bench(const bench_opts& o) {
