@@ -78,7 +78,7 @@
 #include "posenc/core/half.hpp"
 #include "posenc/core/page_buffer.hpp"
 #include "src/attention/attention_plan.hpp"
-#include "src/attention/bf16_dot.hpp"
+#include "src/core/bf16_dot.hpp"
 
 #ifndef POSENC_ATTENTION_SIMD_TYPES
 #define POSENC_ATTENTION_SIMD_TYPES

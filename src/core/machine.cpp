@@ -10,6 +10,7 @@
 
 #include "posenc/core/page_buffer.hpp"
 #include "posenc/core/threads.hpp"
+#include "src/core/bf16_dot.hpp"
 
 namespace posenc {
 
@@ -104,17 +105,18 @@ bandwidth_result measure_bandwidth(size_t bytes_per_array, int threads, int reps
   return r;
 }
 
-fma_peak_result measure_fma_peak(int threads, double seconds, int reps) {
-  fma_peak_result r;
-  r.target = simd_target_name();
-  r.lanes = simd_float_lanes();
-  r.chains = fma_probe_chains();
-  r.reps = std::max(reps, 1);
-  // Calibrate the iteration count on one thread.
+namespace {
+
+// Times `loop(iters)` on `threads` threads: the count calibrated on one thread to about
+// `seconds`, then `reps` runs; fills r.threads, r.gflops (best) and r.gflops_median, counting
+// flops_per_iter per thread and iteration.
+template <typename Loop>
+void time_peak_loop(fma_peak_result& r, int threads, double seconds, Loop loop,
+                    double flops_per_iter) {
   int64_t iters = 1 << 14;
   for (;;) {
     double t0 = now();
-    volatile float v = fma_chains(iters);
+    volatile float v = loop(iters);
     (void)v;
     double dt = now() - t0;
     if (dt > seconds / 4 || iters > (int64_t{1} << 40)) {
@@ -137,7 +139,7 @@ fma_peak_result measure_fma_peak(int threads, double seconds, int reps) {
         team = omp_get_num_threads();
         t0 = now();
       }  // implied barrier
-      volatile float v = fma_chains(iters);
+      volatile float v = loop(iters);
       (void)v;
 #pragma omp barrier
 #pragma omp single
@@ -147,9 +149,35 @@ fma_peak_result measure_fma_peak(int threads, double seconds, int reps) {
     times.push_back(t1 - t0);
   }
   std::sort(times.begin(), times.end());
-  const double flops = 2.0 * r.chains * r.lanes * static_cast<double>(iters) * r.threads;
+  const double flops = flops_per_iter * static_cast<double>(iters) * r.threads;
   r.gflops = flops / times.front() / 1e9;
   r.gflops_median = flops / times[times.size() / 2] / 1e9;
+}
+
+}  // namespace
+
+fma_peak_result measure_fma_peak(int threads, double seconds, int reps) {
+  fma_peak_result r;
+  r.target = simd_target_name();
+  r.lanes = simd_float_lanes();
+  r.chains = fma_probe_chains();
+  r.reps = std::max(reps, 1);
+  time_peak_loop(r, threads, seconds, fma_chains, 2.0 * r.chains * r.lanes);
+  return r;
+}
+
+fma_peak_result measure_bf16_dot_peak(int threads, double seconds, int reps) {
+  fma_peak_result r;
+  r.reps = std::max(reps, 1);
+  if (!detail::bf16_dot_cpu()) {
+    r.target = "none";
+    return r;
+  }
+  r.target = "AVX512_BF16";
+  r.lanes = 16;
+  r.chains = detail::kBf16DotChains;
+  // Each vdpbf16ps: 16 lanes x 2 products x (multiply + add).
+  time_peak_loop(r, threads, seconds, detail::bf16_dot_chains, 4.0 * r.chains * r.lanes);
   return r;
 }
 

@@ -47,6 +47,10 @@ struct fma_peak_result {
 // a <- a * m + c in vectors of `simd_float_lanes()` lanes; `reps` runs of about `seconds` each,
 // timed from a barrier after the threads have started to a barrier after the last one ends.
 fma_peak_result measure_fma_peak(int threads, double seconds = 0.1, int reps = 7);
+// The bfloat16 dot-product rate (vdpbf16ps: 2 products and 2 additions per float32 lane) of
+// `threads` threads, timed as measure_fma_peak; target "none" and gflops 0 on a CPU without
+// AVX512_BF16.
+fma_peak_result measure_bf16_dot_peak(int threads, double seconds = 0.1, int reps = 7);
 // measure_fma_peak(...).gflops.
 double measure_fma_peak_gflops(int threads, double seconds = 0.1, int reps = 7);
 

@@ -115,7 +115,11 @@ bench_case make_attention(const bench_options& o, ac::spec c) {
   const bool decode = T <= 8;
   const double kv_bytes = c.kv == kv_storage::f32 ? 4.0 : 2.0;
   if (decode) bc.bytes = kv_bytes * double(2 * S * Hkv * D) + 4.0 * double(2 * T * Hq * D);
-  bc.limit = decode ? "roofline" : "peak";
+  // bfloat16 products on a vdpbf16ps CPU: that instruction's rate is the limit (prefill shapes;
+  // decode shapes run float32 products).
+  bc.limit = decode                                                              ? "roofline"
+             : c.products == attention_products::bf16 && attention_bf16_native() ? "bf16 peak"
+                                                                                 : "peak";
   bc.reads_only = decode;  // K and V read once; the writes are T Hq D floats
   if (!decode) bc.gemm = {T, S, D, false};
   bc.validate = [c, d] { return validate(c, d.get()); };

@@ -85,6 +85,8 @@ struct machine_limits {
   bandwidth_result bwn;    // o.threads: the higher copy reading of before and after
   fma_peak_result fma1;    // 1 thread: the higher of before and after
   fma_peak_result fman;    // o.threads: the higher of before and after
+  fma_peak_result bf16n;   // o.threads: vdpbf16ps rate, the higher of before and after (gflops
+                           // 0 without AVX512_BF16): the limit of the bfloat16-products cases
   double readn = 0;        // o.threads: the higher read reading
   fma_peak_result fma1_before, fman_before;
   bandwidth_result bwn_before;
@@ -105,6 +107,7 @@ machine_limits probe_machine(const bench_opts& o) {
   m.fma_reps = o.quick ? 3 : 7;
   m.fma1 = measure_fma_peak(1, m.fma_seconds, m.fma_reps);
   m.fman = measure_fma_peak(o.threads, m.fma_seconds, m.fma_reps);
+  m.bf16n = measure_bf16_dot_peak(o.threads, m.fma_seconds, m.fma_reps);
   m.readn = m.bwn.read_gbps;
   return m;
 }
@@ -186,6 +189,8 @@ void probe_again(const bench_opts& o, const std::vector<case_result>& results, m
   std::fprintf(stderr, "bench: probing the FMA peak and memory bandwidth again...\n");
   const fma_peak_result a1 = measure_fma_peak(1, m.fma_seconds, m.fma_reps);
   const fma_peak_result an = measure_fma_peak(o.threads, m.fma_seconds, m.fma_reps);
+  const fma_peak_result bn = measure_bf16_dot_peak(o.threads, m.fma_seconds, m.fma_reps);
+  if (bn.gflops > m.bf16n.gflops) m.bf16n = bn;
   const bandwidth_result bwa = measure_bandwidth(m.dram_bytes, o.threads, o.quick ? 2 : 5);
   if (a1.gflops > m.fma1.gflops) m.fma1 = a1;
   if (an.gflops > m.fman.gflops) m.fman = an;
@@ -209,14 +214,23 @@ std::vector<std::string> apply_limits(std::vector<case_result>& results, const m
       r.fraction_of_bandwidth = r.gbps / r.bandwidth_ref;
     }
     if (r.flops > 0) r.fraction_of_peak = r.gflops / peakn;
+    // bfloat16 products run vdpbf16ps: their limit is that instruction's rate (twice the FMA
+    // peak's), when the CPU has it; else they ran float32 products ("peak").
+    if (r.limit == "bf16 peak") {
+      if (m.bf16n.gflops > 0)
+        r.fraction_of_peak = r.gflops / m.bf16n.gflops;
+      else
+        r.limit = "peak";
+    }
     if (r.limit == "roofline")  // the binding limit: the one the case is closer to
       r.limit = r.fraction_of_peak > r.fraction_of_bandwidth ? "peak" : "bandwidth";
     // No kernel outruns the FMA peak: a fraction above 1 means both probes read low.
     if (r.fraction_of_peak > 1.0)
       warnings.push_back(fmt::format(
-          "{} ran at {:.2f} of the FMA peak ({:.1f} of {:.1f} GFLOP/s): both probes read low (the "
-          "host was busy), so this run's fractions of the peak overstate; run it again",
-          r.name, r.fraction_of_peak, r.gflops, peakn));
+          "{} ran at {:.2f} of the {} ({:.1f} GFLOP/s): both probes read low (the host was busy), "
+          "so this run's fractions of the peak overstate; run it again",
+          r.name, r.fraction_of_peak, r.limit == "bf16 peak" ? "bfloat16 dot peak" : "FMA peak",
+          r.gflops));
   }
   return warnings;
 }
@@ -313,6 +327,8 @@ nlohmann::ordered_json machine_json(const bench_opts& o, const machine_limits& m
           {"probe_bytes_per_array", m.bwn.bytes_per_array},
           {"peak_gflops", m.fman.gflops},
           {"peak_gflops_1thread", m.fma1.gflops},
+          {"bf16_dot_peak_gflops",
+           m.bf16n.gflops > 0 ? nlohmann::json(m.bf16n.gflops) : nlohmann::json(nullptr)},
           {"probes_before_cases",
            {{"peak_gflops", m.fman_before.gflops},
             {"peak_gflops_1thread", m.fma1_before.gflops},
@@ -399,6 +415,11 @@ void print_text(const bench_opts& o, const machine_limits& m, const gemm_cache& 
       simd_target_name().c_str(), o.threads, m.bwn.copy_gbps, m.bw1.copy_gbps, m.readn,
       m.bw1.read_gbps, m.bwn.triad_gbps, m.fman.gflops, m.fma1.gflops, m.fman.target.c_str(),
       m.fman.lanes, m.fman.chains, m.fman.gflops_median);
+  if (m.bf16n.gflops > 0)
+    std::printf(
+        "bfloat16 dot peak (vdpbf16ps, 2 multiply-adds per float32 lane): %.1f GFLOP/s "
+        "(median %.1f)\n",
+        m.bf16n.gflops, m.bf16n.gflops_median);
   for (const auto& [shape, g] : gemms)
     std::printf(
         "GEMM %s T=%lld S=%lld D=%lld: %.1f GFLOP/s (%s, %s threads; %.2f of the FMA peak)\n",
@@ -414,11 +435,14 @@ void print_text(const bench_opts& o, const machine_limits& m, const gemm_cache& 
       std::printf("%-40s INVALID: %s\n", r.name.c_str(), r.error.c_str());
       continue;
     }
-    double frac = r.limit == "peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
+    double frac =
+        r.limit == "peak" || r.limit == "bf16 peak" ? r.fraction_of_peak : r.fraction_of_bandwidth;
     std::printf(
         "%-40s %10.3f %10.3f %9.2f %9.2f %8.3f %-7s %s\n", r.name.c_str(), r.seconds_min * 1e3,
         r.seconds_median * 1e3, r.gbps, r.gflops, frac,
-        r.limit == "peak" ? "peak" : (r.reads_only ? "read bw" : "bw"),
+        r.limit == "peak"        ? "peak"
+        : r.limit == "bf16 peak" ? "bf16 pk"
+                                 : (r.reads_only ? "read bw" : "bw"),
         std::isfinite(r.fraction_of_gemm) ? fmt::format("{:.3f}", r.fraction_of_gemm).c_str() : "");
   }
   for (const auto& r : results)

@@ -1,4 +1,4 @@
-// The bfloat16 block product of attention_products::bf16 (src/attention/bf16_dot.cpp): vdpbf16ps
+// The bfloat16 block product of attention_products::bf16 (src/core/bf16_dot.cpp): vdpbf16ps
 // (AVX512_BF16), written with intrinsics because Highway 1.0 has no bfloat16 dot product.
 //
 // Operands are bfloat16 arrays read in pairs (elements 2t and 2t + 1; strides count pairs): each
@@ -30,5 +30,12 @@ void bf16_gemm(int64_t rows, int64_t ncols, const uint16_t* A, int64_t lda, cons
 // dst[0, n) = src[0, n) rounded to bfloat16 (vcvtneps2bf16: to nearest even, denormals to
 // zero; NaN stays NaN). Only when bf16_dot_cpu().
 void bf16_round(const float* src, uint16_t* dst, int64_t n);
+
+// The bfloat16 peak probe's loop (posenc::measure_bf16_dot_peak), once, on the calling thread:
+// kBf16DotChains independent 16-lane accumulators, each updated `iters` times by vdpbf16ps with
+// pairs (2^-10, 2^-10) . (2^-10, 2^-10), i.e. += 2^-19 per lane (exact far beyond any count the
+// probe runs). Returns the sum of every lane. Only when bf16_dot_cpu().
+inline constexpr int kBf16DotChains = 16;
+float bf16_dot_chains(int64_t iters);
 
 }  // namespace posenc::detail

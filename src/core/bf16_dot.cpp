@@ -104,6 +104,17 @@ POSENC_BF16_TARGET void bf16_round(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
+POSENC_BF16_TARGET float bf16_dot_chains(int64_t iters) {
+  __m512 c[kBf16DotChains];
+  for (auto& x : c) x = _mm512_setzero_ps();
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a80);  // bfloat16 2^-10 in both halves
+  for (int64_t it = 0; it < iters; ++it)
+    for (auto& x : c) x = _mm512_dpbf16_ps(x, a, a);
+  __m512 sum = c[0];
+  for (int j = 1; j < kBf16DotChains; ++j) sum = _mm512_add_ps(sum, c[j]);
+  return _mm512_reduce_add_ps(sum);
+}
+
 #else  // not x86-64: never called (bf16_dot_cpu() is false)
 
 bool bf16_dot_cpu() {
@@ -112,6 +123,9 @@ bool bf16_dot_cpu() {
 void bf16_gemm(int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, float*,
                int64_t, int64_t, const float*, float) {}
 void bf16_round(const float*, uint16_t*, int64_t) {}
+float bf16_dot_chains(int64_t) {
+  return 0;
+}
 
 #endif
 
