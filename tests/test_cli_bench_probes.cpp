@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "posenc/attention/attention.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -39,12 +40,24 @@ TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCas
   ASSERT_TRUE(j.at("warnings").is_array());
 
   const double peak = m.at("peak_gflops").get<double>();
-  int with_flops = 0, with_bytes = 0, decodes = 0;
+  // The bfloat16-products case (its name ends in products=bf16; "scheme=alibi" matches it) divides
+  // by the vdpbf16ps probe where the CPU has that instruction, else by the FMA peak.
+  const json& bf16_peak = m.at("bf16_dot_peak_gflops");
+  EXPECT_EQ(bf16_peak.is_number(), posenc::attention_bf16_native()) << m.dump(2);
+  int with_flops = 0, with_bytes = 0, decodes = 0, bf16_cases = 0;
   for (const auto& c : j.at("cases")) {
     ASSERT_FALSE(c.contains("error")) << c.dump(2);
     if (c.at("flops").get<double>() > 0) {
       ++with_flops;
-      EXPECT_NEAR(c.at("fraction_of_peak").get<double>(), c.at("gflops").get<double>() / peak,
+      const bool bf16 = c.at("limit").get<std::string>() == "bf16 peak";
+      const std::string name = c.at("name").get<std::string>();
+      if (name.size() > 13 && name.compare(name.size() - 13, 13, "products=bf16") == 0) {
+        ++bf16_cases;
+        EXPECT_EQ(bf16, posenc::attention_bf16_native()) << c.dump(2);
+        EXPECT_TRUE(c.contains("speedup_over_twin")) << c.dump(2);
+      }
+      const double limit = bf16 ? bf16_peak.get<double>() : peak;
+      EXPECT_NEAR(c.at("fraction_of_peak").get<double>(), c.at("gflops").get<double>() / limit,
                   1e-12 * c.at("fraction_of_peak").get<double>())
           << c.dump(2);
     }
@@ -67,6 +80,7 @@ TEST(CliBenchProbes, FractionsDivideByTheHigherOfTheReadingsBeforeAndAfterTheCas
     }
   }
   EXPECT_GT(with_flops, 0) << r.out.substr(0, 2000);
+  EXPECT_EQ(bf16_cases, 1) << r.out.substr(0, 2000);
   EXPECT_GT(with_bytes, 0) << r.out.substr(0, 2000);
   EXPECT_GT(decodes, 0) << r.out.substr(0, 2000);
 }

@@ -1549,20 +1549,23 @@ void prepare_transform(simd_problem& pr, const engine_terms<float>& terms, bool 
 // value rows vP (Hkv, S, vb_row(Dp)), which every query block of a head reads (per-item packing
 // copied them once per query block, in the (S, Hkv, D) layout from rows a page apart).
 void pack_kv(simd_problem& pr, const engine_terms<float>& terms, const hook1_buffers& b,
-             page_buffer<float>& kT, page_buffer<float>& vP) {
+             page_buffer<float>& kT, page_buffer<float>& vP, page_buffer<uint16_t>& kv16) {
   const int64_t S = pr.p->S, Hkv = pr.p->Hkv, D = pr.p->D;
   const qk_transform* tr = terms.transform.get();
   const int64_t Rt = tr ? tr->row_table_size() : 0;
   if (pr.bf16) {  // bfloat16 pairs for vdpbf16ps: kT16 then vP16 in one buffer
     const int64_t kn = Hkv * pr.nkb * pr.D2 * kSimdBk * 2, vn = Hkv * pr.nkb * kSimdBk * pr.Dp;
-    // Kept by the calling thread for its next call (PackBf16 writes every element, padding
-    // included): a fresh buffer per call cost its page faults and first touch, 4-8% of a
-    // T = S = 2048 prefill (perf on a Zen 5 EPYC).
-    static thread_local page_buffer<uint16_t> kv16;
-    if (kv16.size() < static_cast<size_t>(kn + vn))
-      kv16 = page_buffer<uint16_t>(static_cast<size_t>(kn + vn));
-    uint16_t* k16 = kv16.data();
-    uint16_t* v16 = kv16.data() + kn;
+    // Up to kKeptBytes, kept by the calling thread for its next call (PackBf16 writes every
+    // element, padding included): a fresh buffer per call cost its page faults and first
+    // touch, 4-8% of a T = S = 2048 prefill (8 MiB; perf on a Zen 5 EPYC). Larger calls, whose
+    // O(S^2) work dwarfs the O(S) first touch, allocate per call and keep nothing.
+    constexpr size_t kKeptBytes = size_t{64} << 20;
+    static thread_local page_buffer<uint16_t> kept;
+    const size_t n = static_cast<size_t>(kn + vn);
+    page_buffer<uint16_t>& buf = n * sizeof(uint16_t) <= kKeptBytes ? kept : kv16;
+    if (buf.size() < n) buf = page_buffer<uint16_t>(n);
+    uint16_t* k16 = buf.data();
+    uint16_t* v16 = buf.data() + kn;
     parallel_for(Hkv * pr.nkb, [&](int64_t b0, int64_t e) {
       HWY_DYNAMIC_DISPATCH(PackBf16)
       (pr, k16, v16, b0, e, b.fuse_k ? tr : nullptr, b.fuse_k ? b.ktab.data() : nullptr, Rt);
@@ -1640,7 +1643,8 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   prepare_transform(pr, terms, t.pack, h1);
   pr.bf16 = t.pack && p.products == attention_products::bf16 && attention_bf16_native();
   page_buffer<float> kT, vP;
-  if (t.pack) pack_kv(pr, terms, h1, kT, vP);
+  page_buffer<uint16_t> kv16;  // bfloat16 products above the kept size
+  if (t.pack) pack_kv(pr, terms, h1, kT, vP, kv16);
 
   std::vector<simd_scratch> scratch = make_scratch(pr, t.rows, t.nth);
   const int nth = t.nth;
