@@ -1055,7 +1055,8 @@ void add_half_kv_cases(std::vector<spec>& v) {
 // ignores the products): packed prefill shapes (S <= 128 keys, or enough items: the vdpbf16ps
 // path where the CPU has it), a decode step (float32 products on any CPU), D = 128, 80, 20 and
 // an odd 33 (a zero pad in the last pair); q, k, v stored bfloat16 (exact operands unless hook 1
-// transforms them), float32 (every operand rounded) and float16 keys with float32 queries.
+// transforms them), float32 (every operand rounded) and float16 keys with float32 queries;
+// token-major, head-major and blocked K and V.
 void add_bf16_product_cases(std::vector<spec>& v) {
   constexpr std::pair<int64_t, int64_t> shapes[] = {{100, 100}, {65, 128}, {520, 520}, {1, 700}};
   constexpr int64_t dims[] = {128, 80, 20, 33};
@@ -1086,6 +1087,12 @@ void add_bf16_product_cases(std::vector<spec>& v) {
       const int storage = idx % 3;  // bf16 q, k, v; float32 everything; f16 k, v with f32 q
       c.kv = storage == 0 ? kv_storage::bf16 : storage == 1 ? kv_storage::f32 : kv_storage::f16;
       c.q_half = storage == 0;
+      // Every fourth prefill case reads K and V head-major (NaN past each head's rows), half of
+      // those with the keys in 8-key blocks: the packing reads every layout.
+      if (T > 1 && idx % 4 == 1) {
+        c.head_major = true;
+        c.k_blocked = c.D % 8 == 0 && idx % 8 == 1;
+      }
       v.push_back(make("simd_bf16_products", c, forward, f32));
       ++idx;
     }
