@@ -86,7 +86,11 @@
 
 namespace posenc::detail {
 
-constexpr int64_t kSimdBk = 64;    // keys per block
+constexpr int64_t kSimdBk = 64;  // keys per block
+// Keys per block of the bfloat16 products (simd_problem::bk): twice kSimdBk, so that each row's
+// per-block work of the online softmax (two horizontal reductions, a libm exp, the masks'
+// bookkeeping) and each P V call's accumulator load and store serve twice the keys.
+constexpr int64_t kBf16Bk = 128;
 constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 // Packed (prefill) calls: tiles of up to kPackTileRows rows, doubled from kSimdRows while they
 // leave kMinPackItems items or more (docs/design.md, "Prefill on an Intel Xeon").
@@ -198,6 +202,7 @@ struct simd_problem {
   //   vP16 (Hkv, nkb, Bk / 2, Dp, 2): element e of keys j0 + 2t and j0 + 2t + 1 at (t, e)
   // and each item's q rows as pairs (simd_scratch::qb), its probabilities as bfloat16 (pb).
   bool bf16 = false;
+  int64_t bk = kSimdBk;  // keys per block of AttendItem: kSimdBk, or kBf16Bk with bf16
   const uint16_t* kT16 = nullptr;
   const uint16_t* vP16 = nullptr;
   int64_t D2 = 0;
@@ -904,15 +909,15 @@ void ItemPrefetch(const simd_problem& pr, int64_t hk, int64_t kb_begin, int64_t 
 // Step 1 of a key block: s(rows, ncols) = qs K_blk^T.
 void BlockScores(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t rows, int64_t kb,
                  int64_t nb, int64_t ncols, int64_t pf_end) {
-  const int64_t D = pr.p->D, j0 = kb * kSimdBk;
+  const int64_t D = pr.p->D, j0 = kb * pr.bk;
   const float* qs = sc.qs.data();
   const float* qc = sc.qc.data();
   float* s = sc.s.data();
   // 1. Q K^T: s(rows, ncols).
   if (pr.kT16) {  // bfloat16 pairs: s = scale * (q' . k') with float32 accumulation
     detail::bf16_gemm(rows, ncols, sc.qb.data(), pr.D2,
-                      pr.kT16 + (hk * pr.nkb + kb) * pr.D2 * kSimdBk * 2, kSimdBk, s, kSimdBk,
-                      pr.D2, nullptr, pr.scale);
+                      pr.kT16 + (hk * pr.nkb + kb) * pr.D2 * pr.bk * 2, pr.bk, s, pr.bk, pr.D2,
+                      nullptr, pr.scale);
   } else if (pr.kT) {
     Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk,
                              pr.kT + (hk * pr.nkb + kb) * D * kSimdBk, kSimdBk, s, kSimdBk, D,
@@ -962,14 +967,14 @@ void BlockPV(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t rows,
   if (pr.vP16) {  // bfloat16 products: p rounded to bfloat16, pairs of keys against vP16
     const int64_t nb2 = (nb + 1) / 2;  // an odd block's last column is a masked 0
     uint16_t* pb = sc.pb.data();
-    if (2 * nb2 == kSimdBk)
-      detail::bf16_round(s, pb, rows * kSimdBk);
+    const int64_t Bk = pr.bk;
+    if (2 * nb2 == Bk)
+      detail::bf16_round(s, pb, rows * Bk);
     else
-      for (int64_t r = 0; r < rows; ++r)
-        detail::bf16_round(s + r * kSimdBk, pb + r * kSimdBk, 2 * nb2);
-    const int64_t kb = j0 / kSimdBk;
-    detail::bf16_gemm(rows, Dp, pb, kSimdBk / 2, pr.vP16 + (hk * pr.nkb + kb) * kSimdBk * Dp, Dp,
-                      acc, Dp, nb2, beta, 1.0f);
+      for (int64_t r = 0; r < rows; ++r) detail::bf16_round(s + r * Bk, pb + r * Bk, 2 * nb2);
+    const int64_t kb = j0 / Bk;
+    detail::bf16_gemm(rows, Dp, pb, Bk / 2, pr.vP16 + (hk * pr.nkb + kb) * Bk * Dp, Dp, acc, Dp,
+                      nb2, beta, 1.0f);
     return;
   }
   // 4. P V with the rescale fused: acc = beta_r acc + p v_blk. The decode path (few rows: each
@@ -1085,12 +1090,13 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
   // thread's item).
   j_begin = std::max(j_begin, ja);
   j_end = std::min(j_end, jb);
-  const int64_t kb_begin = j_begin / kSimdBk;
+  const int64_t Bk = pr.bk;  // kSimdBk, or kBf16Bk for the bfloat16 products
+  const int64_t kb_begin = j_begin / Bk;
   const int64_t pf_end = pr.prefetch ? j_end : 0;  // where the decode stream's prefetch stops
   ItemPrefetch(pr, hk, kb_begin, j_end);
 
-  for (int64_t kb = kb_begin; kb * kSimdBk < j_end; ++kb) {
-    const int64_t j0 = kb * kSimdBk, nb = std::min(kSimdBk, S - j0);
+  for (int64_t kb = kb_begin; kb * Bk < j_end; ++kb) {
+    const int64_t j0 = kb * Bk, nb = std::min(Bk, S - j0);
     const int64_t ncols = (nb + N - 1) / N * N;
     BlockScores(pr, sc, hk, rows, kb, nb, ncols, pf_end);
     // Key-side masks of this block, shared by every row.
@@ -1110,7 +1116,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = it.query(r), h = it.head(r);
       const int64_t qi = S - T + i, qp = pl.qpos[i];
-      float* srow = s + r * kSimdBk;
+      float* srow = s + r * Bk;
       // Visible key-index range [lo_j, hi_j) of this row within the block.
       int64_t lo_j = 0, hi_j = nb;
       if (p.causal) hi_j = std::min(hi_j, qi - j0 + 1);
@@ -1223,7 +1229,7 @@ void WidenRows(kv_storage st, const void* src, float* dst, int64_t n) {
 void PackBf16(const simd_problem& pr, uint16_t* kT16, uint16_t* vP16, int64_t item_begin,
               int64_t item_end, const qk_transform* tr, const float* ktab, int64_t Rt) {
   const int64_t S = pr.p->S, D = pr.p->D, D2 = pr.D2, Dp = pr.Dp, nkb = pr.nkb;
-  constexpr int64_t B = kSimdBk;
+  const int64_t B = pr.bk;
   std::vector<float> row(static_cast<size_t>(D));
   std::vector<uint16_t> r16(static_cast<size_t>(2 * D2), 0);  // an odd D's last slot stays 0
   for (int64_t item = item_begin; item < item_end; ++item) {
@@ -1554,7 +1560,7 @@ void pack_kv(simd_problem& pr, const engine_terms<float>& terms, const hook1_buf
   const qk_transform* tr = terms.transform.get();
   const int64_t Rt = tr ? tr->row_table_size() : 0;
   if (pr.bf16) {  // bfloat16 pairs for vdpbf16ps: kT16 then vP16 in one buffer
-    const int64_t kn = Hkv * pr.nkb * pr.D2 * kSimdBk * 2, vn = Hkv * pr.nkb * kSimdBk * pr.Dp;
+    const int64_t kn = Hkv * pr.nkb * pr.D2 * pr.bk * 2, vn = Hkv * pr.nkb * pr.bk * pr.Dp;
     // Up to kKeptBytes, kept by the calling thread for its next call (PackBf16 writes every
     // element, padding included): a fresh buffer per call cost its page faults and first
     // touch, 4-8% of a T = S = 2048 prefill (8 MiB; perf on a Zen 5 EPYC). Larger calls, whose
@@ -1603,15 +1609,15 @@ std::vector<simd_scratch> make_scratch(const simd_problem& pr, int64_t rows, int
     sc.qs.resize(static_cast<size_t>(rows * D));
     if (pr.kT || pr.pack_local)
       sc.qc.resize(static_cast<size_t>(rows * ((D + kAChunk - 1) / kAChunk) * kAChunk));
-    sc.s.resize(static_cast<size_t>(rows * kSimdBk));
+    sc.s.resize(static_cast<size_t>(rows * pr.bk));
     sc.acc.resize(static_cast<size_t>(rows * pr.Dp));
     sc.m.resize(static_cast<size_t>(rows));
     sc.l.resize(static_cast<size_t>(rows));
     sc.beta.resize(static_cast<size_t>(rows));
-    sc.kadd.resize(static_cast<size_t>(kSimdBk));
+    sc.kadd.resize(static_cast<size_t>(pr.bk));
     sc.qa.resize(static_cast<size_t>(rows * pr.C));
     sc.w.resize(static_cast<size_t>(rows * pr.C));
-    sc.c.resize(static_cast<size_t>(kSimdBk));
+    sc.c.resize(static_cast<size_t>(pr.bk));
     // Zero once: the packing writes columns [0, D) only, so the padding to Dp stays zero.
     sc.vb.assign(static_cast<size_t>(kSimdBk * vb_row(pr.Dp)), 0.0f);
     if (pr.pack_local) {
@@ -1620,7 +1626,7 @@ std::vector<simd_scratch> make_scratch(const simd_problem& pr, int64_t rows, int
     }
     if (pr.kT16) {
       sc.qb.assign(static_cast<size_t>(rows * 2 * pr.D2), 0);
-      sc.pb.resize(static_cast<size_t>(rows * kSimdBk));
+      sc.pb.resize(static_cast<size_t>(rows * pr.bk));
     }
   }
   return scratch;
@@ -1642,6 +1648,10 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   hook1_buffers h1;
   prepare_transform(pr, terms, t.pack, h1);
   pr.bf16 = t.pack && p.products == attention_products::bf16 && attention_bf16_native();
+  if (pr.bf16) {
+    pr.bk = kBf16Bk;
+    pr.nkb = (p.S + kBf16Bk - 1) / kBf16Bk;
+  }
   page_buffer<float> kT, vP;
   page_buffer<uint16_t> kv16;  // bfloat16 products above the kept size
   if (t.pack) pack_kv(pr, terms, h1, kT, vP, kv16);
