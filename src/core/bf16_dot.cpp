@@ -1,11 +1,9 @@
-// vdpbf16ps block products (src/attention/bf16_dot.hpp). Compiled for any x86-64 target: the
+// vdpbf16ps block products (src/core/bf16_dot.hpp). Compiled for any x86-64 target: the
 // functions carry the AVX512_BF16 target themselves and run only where bf16_dot_cpu() says so.
 #include "bf16_dot.hpp"
 
 #include <algorithm>
 #include <cstring>
-
-#include "posenc/core/half.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define POSENC_HAVE_BF16_DOT 1
