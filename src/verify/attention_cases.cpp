@@ -1315,6 +1315,9 @@ std::vector<spec> make_perf() {
     v.back().kv = kv_storage::f16;
     v.back().name += "/kv=f16";
   }
+  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+  v.back().kv = kv_storage::f16;
+  v.back().name += "/kv=f16";
   // The same decode steps reading K and V head-major in rows (kv_head_stride: each head's keys
   // one contiguous run; the KV cache's layout when D is not a multiple of 8), float32 and
   // float16: extended, to compare with the blocked layout below.
@@ -1325,9 +1328,12 @@ std::vector<spec> make_perf() {
       v.back().head_major = true;
       v.back().name += kv == kv_storage::f32 ? "/layout=head" : "/layout=head/kv=f16";
     }
-  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward, true);
-  v.back().head_major = true;
-  v.back().name += "/layout=head";
+  for (kv_storage kv : {kv_storage::f32, kv_storage::f16}) {
+    add("attention", 4, 8192, 8, 128, scheme::none, "none", forward, true);
+    v.back().kv = kv;
+    v.back().head_major = true;
+    v.back().name += kv == kv_storage::f32 ? "/layout=head" : "/layout=head/kv=f16";
+  }
   // The same head-major steps with the keys in 8-key blocks (k_blocked, the KV cache's layout
   // for D a multiple of 8): the decode dot products read each group of 8 keys in address order.
   for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
@@ -1337,9 +1343,12 @@ std::vector<spec> make_perf() {
       v.back().head_major = v.back().k_blocked = true;
       v.back().name += kv == kv_storage::f32 ? "/layout=blocked" : "/layout=blocked/kv=f16";
     }
-  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
-  v.back().head_major = v.back().k_blocked = true;
-  v.back().name += "/layout=blocked";
+  for (kv_storage kv : {kv_storage::f32, kv_storage::f16}) {
+    add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+    v.back().kv = kv;
+    v.back().head_major = v.back().k_blocked = true;
+    v.back().name += kv == kv_storage::f32 ? "/layout=blocked" : "/layout=blocked/kv=f16";
+  }
   add("attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
   add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
