@@ -78,6 +78,16 @@ POSENC_INSTANTIATE_HOOK(rope)
 rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who) {
   const int64_t D = shape.d_model / shape.n_heads;
   if (D % 2 != 0) fail("{} needs an even head dim d_model / n_heads, got {}", who, D);
+  if (o.rope) {
+    rope_config rc = *o.rope;
+    if (rc.head_dim == 0) rc.head_dim = D;
+    if (rc.rotary_dim == 0) rc.rotary_dim = D;
+    if (rc.head_dim != D)
+      fail("{}: the RoPE config's head_dim must be the model's head dim {}, got {}", who, D,
+           rc.head_dim);
+    if (o.rope_seq_len < 0) fail("rope_seq_len must be >= 0, got {}", o.rope_seq_len);
+    return rope_frequencies(rc, o.rope_seq_len);
+  }
   if (!(o.rope_theta > 1) || !std::isfinite(o.rope_theta))
     fail("rope_theta must be finite and > 1, got {}", o.rope_theta);
   rope_config rc;

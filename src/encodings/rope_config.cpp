@@ -711,3 +711,48 @@ rope_config rope_config_from_file(const std::string& path, const std::string& la
 }
 
 }  // namespace posenc
+
+namespace posenc {
+
+nlohmann::ordered_json rope_config_to_json(const rope_config& c) {
+  rope_validate(c);
+  if (!c.mrope_section.empty() || c.type == rope_type::proportional)
+    fail("rope_config_to_json: M-RoPE sections and rope_type proportional are not written");
+  nlohmann::ordered_json j;
+  j["head_dim"] = c.head_dim;
+  if (c.rotary_dim != c.head_dim)
+    j["partial_rotary_factor"] =
+        static_cast<double>(c.rotary_dim) / static_cast<double>(c.head_dim);
+  j["rope_theta"] = c.theta;
+  if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
+  if (c.type == rope_type::default_) return j;
+  nlohmann::ordered_json rs;
+  rs["rope_type"] = rope_type_name(c.type);
+  rs["factor"] = c.factor;
+  if (c.original_max_position_embeddings > 0)
+    rs["original_max_position_embeddings"] = c.original_max_position_embeddings;
+  switch (c.type) {
+    case rope_type::yarn:
+      rs["beta_fast"] = c.beta_fast;
+      rs["beta_slow"] = c.beta_slow;
+      rs["truncate"] = c.truncate;
+      if (c.mscale) rs["mscale"] = *c.mscale;
+      if (c.mscale_all_dim) rs["mscale_all_dim"] = *c.mscale_all_dim;
+      break;
+    case rope_type::longrope:
+      rs["short_factor"] = c.short_factor;
+      rs["long_factor"] = c.long_factor;
+      break;
+    case rope_type::llama3:
+      rs["low_freq_factor"] = c.low_freq_factor;
+      rs["high_freq_factor"] = c.high_freq_factor;
+      break;
+    default:
+      break;
+  }
+  if (c.attention_factor) rs["attention_factor"] = *c.attention_factor;
+  j["rope_scaling"] = rs;
+  return j;
+}
+
+}  // namespace posenc

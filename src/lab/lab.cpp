@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
+#include "posenc/encodings/rope_config.hpp"
 
 namespace posenc::lab {
 namespace {
@@ -55,6 +57,7 @@ model::batch make_batch(const lab_options& o, const task& t, int64_t B, int64_t 
       sample_positions(r, L, o.randomized_positions, pos);
     else
       for (int64_t j = 0; j < L; ++j) pos[j] = j;
+    if (o.pose_target > 0 && !eval && L >= 2) pose_positions(r, L, o.pose_target, pos);
   }
   return b;
 }
@@ -82,6 +85,17 @@ nlohmann::ordered_json config_json(const lab_options& o, const model::model_conf
   j["weight_decay"] = o.weight_decay;
   j["clip"] = o.clip;
   j["randomized_positions"] = o.randomized_positions;
+  if (o.rope) j["rope"] = rope_config_to_json(*o.rope);
+  if (o.pose_target > 0) j["pose_target"] = o.pose_target;
+  if (!o.init_params.empty()) {  // FNV-1a of the starting weights' bytes
+    uint64_t h = 1469598103934665603ull;
+    for (float x : o.init_params) {
+      uint32_t u;
+      std::memcpy(&u, &x, sizeof u);
+      for (int k = 0; k < 4; ++k) h = (h ^ ((u >> (8 * k)) & 0xffu)) * 1099511628211ull;
+    }
+    j["init_params_fnv1a"] = fmt::format("{:016x}", h);
+  }
   return j;
 }
 
@@ -288,8 +302,14 @@ eval_metrics evaluate_held_out(const model::transformer<float>& m, const lab_opt
   rng r(mix(static_cast<uint64_t>(seed), stream_eval, static_cast<uint64_t>(L)));
   const score_sums a =
       score_batches(m, text_windows(o, t, L, starts, from, chunk, r), t.vocab, true, o.dist.get());
-  const score_sums b = score_batches(m, text_windows(o, t, L, sl_starts, sl_from, chunk, r),
-                                     t.vocab, true, o.dist.get());
+  if (!o.sliding_eval) {
+    sl_starts.clear();
+    sl_from.clear();
+  }
+  const score_sums b = o.sliding_eval
+                           ? score_batches(m, text_windows(o, t, L, sl_starts, sl_from, chunk, r),
+                                           t.vocab, true, o.dist.get())
+                           : score_sums{};
   e.sequences = static_cast<int64_t>(starts.size());
   e.scored_tokens = a.scored;
   e.loss = a.scored ? a.loss / static_cast<double>(a.scored) : nan;
@@ -320,6 +340,13 @@ eval_metrics evaluate_held_out(const model::transformer<float>& m, const lab_opt
 
 }  // namespace
 
+void pose_positions(rng& r, int64_t L, int64_t N, int64_t* pos) {
+  if (L < 2 || N < L) fail("pose_positions: needs 2 <= L <= N, got L = {}, N = {}", L, N);
+  const int64_t c = 1 + static_cast<int64_t>(r.below(static_cast<uint64_t>(L - 1)));
+  const int64_t u = static_cast<int64_t>(r.below(static_cast<uint64_t>(N - L + 1)));
+  for (int64_t j = 0; j < L; ++j) pos[j] = j < c ? j : j + u;
+}
+
 void validate(const lab_options& o, const task& t) {
   if (o.schemes.empty()) fail("--schemes must name at least one scheme");
   if (o.train_min < 1 || o.train_max < o.train_min)
@@ -331,7 +358,20 @@ void validate(const lab_options& o, const task& t) {
     if (L < 1 || L > 8192) fail("--eval-lens entries must be in [1, 8192], got {}", L);
     task_validate_length(t, L, "--eval-lens");
   }
-  if (o.steps < 1 || o.steps > 10000000) fail("--steps must be in [1, 10^7], got {}", o.steps);
+  if (o.init_params.empty() ? o.steps < 1 || o.steps > 10000000 : o.steps < 0 || o.steps > 10000000)
+    fail("--steps must be in [{}, 10^7], got {}", o.init_params.empty() ? 1 : 0, o.steps);
+  if (o.rope)
+    for (auto s : o.schemes)
+      if (s != pos_scheme::rope && s != pos_scheme::irope)
+        fail("a RoPE config is given but scheme {} does not read one (rope and irope do)",
+             model::pos_scheme_name(s));
+  if (o.pose_target != 0) {
+    if (o.pose_target < o.train_max || o.pose_target > (int64_t{1} << 24))
+      fail("pose_target must be 0 (off) or in [{}, 2^24] (at least the training length), got {}",
+           o.train_max, o.pose_target);
+    if (o.randomized_positions > 0)
+      fail("pose_target and --randomized-positions both choose the training positions; give one");
+  }
   if (o.seeds < 1 || o.seeds > 1000) fail("--seeds must be in [1, 1000], got {}", o.seeds);
   if (o.batch_size < 1 || o.batch_size > 4096)
     fail("--batch must be in [1, 4096], got {}", o.batch_size);
@@ -380,6 +420,8 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
   c.embed_scale = o.embed_scale;
   c.pos.max_positions = o.randomized_positions > 0 ? o.randomized_positions : o.train_max;
   c.pos.named_params = o.named_params;
+  c.pos.rope = o.rope;
+  c.pos.rope_seq_len = o.pose_target > 0 ? o.pose_target : o.train_max;
   return c;
 }
 
@@ -471,8 +513,51 @@ double sharded_forward_backward(model::transformer<float>& m,
   return total / static_cast<double>(scored);
 }
 
+namespace {
+
+// A RoPE config whose frequencies depend on the sequence length (dynamic NTK; LongRoPE's
+// short / long factor) is evaluated at length L as the engines do: with seq_len = L.
+bool rope_depends_on_length(const model::model_config& c, int64_t L) {
+  return c.pos.rope && c.pos.rope_seq_len != L &&
+         (c.pos.rope->type == rope_type::dynamic || c.pos.rope->type == rope_type::longrope);
+}
+
+model::transformer<float> at_length(const model::transformer<float>& m, int64_t L) {
+  model::model_config c = m.config();
+  c.pos.rope_seq_len = L;
+  model::transformer<float> r(c);
+  r.params() = m.params();
+  return r;
+}
+
+}  // namespace
+
+double held_out_loss(const model::transformer<float>& m, const lab_options& o, const task& t,
+                     int64_t L, int64_t begin, int64_t end) {
+  if (t.eval_text.empty()) fail("held_out_loss: the task has no held-out text");
+  const int64_t ne = static_cast<int64_t>(t.eval_text.size());
+  if (L < 1 || begin < 0 || end > ne || begin + L + 1 > end)
+    fail("held_out_loss: bytes [{}, {}) of the {}-byte held-out text hold no window of {}", begin,
+         end, ne, L);
+  if (rope_depends_on_length(m.config(), L))
+    return held_out_loss(at_length(m, L), o, t, L, begin, end);
+  std::vector<int64_t> starts, from;
+  for (int64_t s = begin; s + L + 1 <= end; s += L) {
+    starts.push_back(s);
+    from.push_back(0);
+  }
+  lab_options plain = o;
+  plain.randomized_positions = 0;
+  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 22) / (o.n_heads * L * L), 1, 256);
+  rng r(0);  // unused: positions are 0..L-1
+  const score_sums a = score_batches(m, text_windows(plain, t, L, starts, from, chunk, r), t.vocab,
+                                     true, o.dist.get());
+  return a.scored ? a.loss / static_cast<double>(a.scored) : nan;
+}
+
 eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, const task& t,
                       int64_t L, int64_t seed) {
+  if (rope_depends_on_length(m.config(), L)) return evaluate(at_length(m, L), o, t, L, seed);
   eval_metrics e;
   e.length = L;
   const bool lm = !t.exact_match;
@@ -520,6 +605,12 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
   const model::model_config mc = lab_model_config(o, t, s);
   model::transformer<float> m(mc);
   m.init(mix(static_cast<uint64_t>(seed), 0, 0));
+  if (!o.init_params.empty()) {
+    if (static_cast<int64_t>(o.init_params.size()) != m.layout().total)
+      fail("init_params has {} values; the {} model has {} parameters", o.init_params.size(),
+           model::pos_scheme_name(s), m.layout().total);
+    m.params() = o.init_params;
+  }
   const model::adamw_config ac = adamw_for(o);
   model::adamw_state opt;
   run_result res;

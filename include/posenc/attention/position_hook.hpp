@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -48,8 +49,14 @@ pos_scheme pos_scheme_from_name(const std::string& name, const std::string& arg 
 
 // Every scheme's options; each hook reads its own.
 struct position_options {
-  int64_t max_positions = 64;     // learned: rows of the table (positions 0..rows-1 exist)
-  double rope_theta = 10000;      // rope: base of omega_i = theta^(-2i/D), half layout, R = D
+  int64_t max_positions = 64;  // learned: rows of the table (positions 0..rows-1 exist)
+  double rope_theta = 10000;   // rope: base of omega_i = theta^(-2i/D), half layout, R = D
+  // rope and irope: a full RoPE config (scaling type, factor, ...) in place of rope_theta;
+  // head_dim and rotary_dim 0 mean D. Its frequencies are rope_frequencies(*rope,
+  // rope_seq_len): the sequence length drives dynamic NTK and LongRoPE's factor choice, as in
+  // the engines (a model evaluated at length L is built with rope_seq_len = L; lab.hpp).
+  std::optional<rope_config> rope;
+  int64_t rope_seq_len = 0;
   int64_t t5_buckets = 32;        // t5: causal buckets, one table (buckets, H) shared by layers
   int64_t t5_max_distance = 128;  //     (Raffel et al. 2020 share it across layers too)
   int64_t shaw_clip = 16;         // shaw: K; tables (2K+1, D) per layer, shared by heads

@@ -46,6 +46,13 @@ std::optional<rope_layout> hf_rope_layout(const nlohmann::json& config);
 // Reads and parses `path`; io_error if unreadable or not JSON.
 rope_config rope_config_from_file(const std::string& path, std::vector<std::string>* warnings);
 
+// The config.json fragment that rope_config_from_json reads back as `c` (round trip: the same
+// fields, the same frequencies): head_dim, partial_rotary_factor (when R < D), rope_theta,
+// max_position_embeddings (when set) and, for a scaling type, rope_scaling with rope_type and
+// that type's fields. The lab writes each context-extension method's config this way, so that
+// `posenc rope freqs --hf-config` prints the frequencies the lab's model ran with.
+nlohmann::ordered_json rope_config_to_json(const rope_config& c);
+
 // ---- Per-layer conventions -----------------------------------------------------------------
 // Which layer has which RoPE, as transformers reads a config:
 //   layer_types (list, one per layer), else sliding_window_pattern P (layer i is

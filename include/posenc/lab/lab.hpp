@@ -20,10 +20,12 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "posenc/core/rng.hpp"
 #include "posenc/lab/tasks.hpp"
 #include "posenc/model/transformer.hpp"
 
@@ -77,7 +79,30 @@ struct lab_options {
   int64_t stop_after = -1;       // testing: stop each run after this many steps (>= 0)
   // Set: this process is one rank of a distributed run (only rank 0 writes checkpoints).
   std::shared_ptr<const distribution> dist;
+  // Context extension (--preset extend; extend.hpp):
+  //   rope: the rope (and irope) scheme's full config in place of the default one (theta
+  //     10000, no scaling); the model trains with rope_seq_len = the training length (PoSE:
+  //     pose_target) and is evaluated at length L with rope_seq_len = L (dynamic NTK and
+  //     LongRoPE depend on it);
+  //   init_params: start from these weights (a fine-tune) instead of the seed's initialisation;
+  //     steps = 0 evaluates them as they are (zero-shot);
+  //   pose_target: PoSE (Zhu et al. 2024, sec. 3): each training sequence of length L is cut
+  //     into two chunks at a uniform point in [1, L - 1]; the first keeps positions 0.., the
+  //     second is moved by a skip u uniform in [0, pose_target - L], so that the positions of a
+  //     short window cover [0, pose_target) over training; 0 = off;
+  //   sliding_eval: false skips the sliding-window evaluation (its figures are NaN).
+  std::optional<rope_config> rope;
+  std::vector<float> init_params;
+  int64_t pose_target = 0;
+  bool sliding_eval = true;
 };
+
+// PoSE's training positions (Zhu et al. 2024, sec. 3.2) for one sequence of length L that
+// stands for a window of N >= L, two chunks: the sequence is cut at c uniform in [1, L - 1];
+// pos[j] = j before the cut and j + u after it, with the skip u uniform in [0, N - L], so
+// that over training every position in [0, N) and every distance below N occurs. Throws
+// invalid_argument unless 2 <= L <= N.
+void pose_positions(rng& r, int64_t L, int64_t N, int64_t* pos);
 
 // Throws invalid_argument naming the option for anything out of range (and checks every
 // length against the task).
@@ -167,6 +192,14 @@ run_result train_and_evaluate(const lab_options& o, const task& t, model::pos_sc
 // does not depend on the thread count.
 eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, const task& t,
                       int64_t length, int64_t seed);
+
+// Mean loss (nats per byte) of the model over non-overlapping windows of length L tiling the
+// bytes [begin, end) of the held-out text (t.eval_text), positions 0..L-1; the windows run
+// as evaluate's do (concurrently, distributed with o.dist) and the result does not depend on
+// the thread count. The model's RoPE config is evaluated at rope_seq_len = L. Throws
+// invalid_argument when the task has no held-out text or the range holds no window.
+double held_out_loss(const model::transformer<float>& m, const lab_options& o, const task& t,
+                     int64_t length, int64_t begin, int64_t end);
 
 // Runs every scheme x seed.
 struct lab_results {

@@ -25,6 +25,8 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/core/threads.hpp"
+#include "posenc/encodings/rope_config.hpp"
+#include "posenc/lab/extend.hpp"
 #include "posenc/lab/lab.hpp"
 
 namespace posenc::cli {
@@ -41,6 +43,7 @@ struct lab_cli {
   int threads = 0;
   double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
   bool quick = false, resume = false, no_progress = false, embed_scale = false;
+  int64_t finetune_steps = 0, search_budget = 0;             // --preset extend (0 = the preset's)
   std::vector<std::pair<std::string, double>> named_params;  // --sandwich-dim, ... as given
 };
 
@@ -162,10 +165,12 @@ std::string cell(const nlohmann::ordered_json& v, int digits = 3) {
 }
 
 void run_press(lab_cli c, CLI::App* sub);
+void run_extend(lab_cli c, CLI::App* sub);
 
 void run_lab_cmd(lab_cli c, CLI::App* sub) {
   if (!c.preset.empty()) {
-    if (c.preset != "press") fail("--preset must be press, got '{}'", c.preset);
+    if (c.preset == "extend") return run_extend(c, sub);
+    if (c.preset != "press") fail("--preset must be press or extend, got '{}'", c.preset);
     return run_press(c, sub);
   }
   if (c.quick) apply_quick(c, sub);
@@ -517,6 +522,346 @@ void run_press(lab_cli c, CLI::App* sub) {
   std::fflush(stdout);
 }
 
+// ---- --preset extend -------------------------------------------------------------------------
+//
+// Extending a trained RoPE model's context (posenc/lab/extend.hpp; docs/lab.md, "Extending the
+// context"): RoPE, ALiBi and Kerple models trained at L on the Jane Austen corpus, then the RoPE
+// models run at L..16L with each extension method's config for 8L, zero-shot and after a short
+// fine-tune. Phases, each a set of runs (concurrent, or over MPI ranks, as every lab run):
+//   1. train rope, alibi and kerple at L (extend_steps; the rope runs are the `none` rows);
+//   2. per rope seed, LongRoPE's search on held-out bytes after the scored ones;
+//   3. zero-shot: the trained weights under each method's config, 0 steps;
+//   4. fine-tune: each method from the trained weights for F steps of extend_tokens tokens at
+//      8L (batch extend_tokens / 8L), PoSE at L (batch extend_tokens / L) with positions
+//      skipped over [0, 8L); peak learning rate lr / 3, warm-up F / 10, cosine decay.
+// Evaluation: bits per byte over non-overlapping windows of the first eval_chars held-out bytes
+// (the sliding windows are left out of this preset: at 16L they cost 16 times the tokens).
+constexpr int64_t extend_factor = 8;
+constexpr int64_t extend_steps = 500, extend_quick_steps = 250;
+constexpr int64_t extend_finetune = 100, extend_quick_finetune = 30;
+constexpr int64_t extend_budget = 48, extend_quick_budget = 12;
+constexpr int64_t extend_tokens = 1024;  // per fine-tuning step, every method
+constexpr int64_t extend_search_chars = 8192;
+
+struct extend_row {  // one run of phases 3-4 (or a phase-1 run)
+  std::string scheme, ext;
+  bool finetuned = false;
+  int64_t seed = 0;
+  size_t run = 0;  // index into the phase's results
+};
+
+void run_extend(lab_cli c, CLI::App* sub) {
+  using J = nlohmann::ordered_json;
+  if (!unset(sub, "--task") && c.task != "text")
+    fail("--preset extend is a --task text preset, got --task {}", c.task);
+  for (const char* f : {"--eval-lens", "--schemes", "--randomized-positions"})
+    if (!unset(sub, f))
+      fail(
+          "--preset extend sets {} itself (rope, alibi, kerple at L; eval at L..16L); leave it out",
+          f);
+  if (c.threads < 0) fail("--threads must be >= 0 (0 = default), got {}", c.threads);
+  if (c.threads > 0) set_num_threads(c.threads);
+  c.task = "text";
+  if (unset(sub, "--file")) c.file = "data/janeausten/train.txt";
+  if (unset(sub, "--eval-file")) c.eval_file = "data/janeausten/eval.txt";
+  for (const std::string& f : {c.file, c.eval_file})
+    if (!std::filesystem::exists(f))
+      fail_io(
+          "--preset extend: {} does not exist (run scripts/get-corpus first, or give --file "
+          "and --eval-file)",
+          f);
+  if (unset(sub, "--seeds")) c.seeds = c.quick ? 1 : 3;
+  if (unset(sub, "--steps")) c.steps = c.quick ? extend_quick_steps : extend_steps;
+  if (unset(sub, "--eval-chars"))
+    c.eval_chars = c.quick ? press_quick_eval_chars : press_eval_chars;
+  if (unset(sub, "--finetune-steps"))
+    c.finetune_steps = c.quick ? extend_quick_finetune : extend_finetune;
+  if (unset(sub, "--search-budget"))
+    c.search_budget = c.quick ? extend_quick_budget : extend_budget;
+  if (c.finetune_steps < 1 || c.finetune_steps > 1000000)
+    fail("--finetune-steps must be in [1, 10^6], got {}", c.finetune_steps);
+  if (c.search_budget < 3 || c.search_budget > 100000)
+    fail("--search-budget must be in [3, 10^5], got {}", c.search_budget);
+  int64_t L = 64;
+  if (!unset(sub, "--train-len")) {
+    const auto v = parse_ints(c.train_len, "--train-len");
+    if (v.size() != 1 || v[0] < 2)
+      fail("--preset extend: --train-len must be one length L >= 2, got '{}'", c.train_len);
+    L = v[0];
+  }
+  if (c.eval_chars < 1) fail("--preset extend: --eval-chars must be >= 1, got {}", c.eval_chars);
+  const int64_t target = extend_factor * L;
+  if (extend_tokens % target != 0 || extend_tokens % L != 0)
+    fail("--preset extend: --train-len {} must divide {} / {} (the tokens of a fine-tuning step)",
+         L, extend_tokens, extend_factor);
+  c.schemes = "rope";
+  lab::lab_options base = to_options(c);
+  base.train_min = base.train_max = L;
+  base.eval_lens = {L, 2 * L, 4 * L, 8 * L, 16 * L};
+  base.sliding_eval = false;
+  const auto dist = mpi_start();
+  const bool writer = dist->rank == 0;
+  if (!c.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(c.out, ec);
+    if (ec || !std::filesystem::is_directory(c.out))
+      fail_io("cannot create output directory {}: {}", c.out, ec.message());
+  }
+  const lab::task t = lab::make_task(lab::task_kind::text, c.file, c.eval_file);
+  const int64_t ne = static_cast<int64_t>(t.eval_text.size());
+  const int64_t scored = std::min(c.eval_chars, ne);
+  const int64_t search_end = std::min(ne, scored + extend_search_chars);
+  if (search_end - scored < target + 1)
+    fail_io("--preset extend: {} has {} bytes; the LongRoPE search needs {} after the {} scored",
+            c.eval_file, ne, target + 1, scored);
+  const auto t0 = std::chrono::steady_clock::now();
+  // Each phase needs the previous one's weights on every rank, so over MPI every rank takes
+  // part in every run (one at a time, each step's shards spread over the ranks: bitwise the
+  // numbers of one process) rather than run_specs_mpi's groups of ranks.
+  auto run_phase = [&](std::vector<lab::run_spec> specs, const char* what) {
+    if (writer && !c.no_progress)
+      std::fprintf(stderr, "extend: %s (%zu runs)\n", what, specs.size());
+    progress_bar bar;
+    lab::progress_fn cb;
+    if (!c.no_progress && writer) cb = [&bar](const lab::progress& p) { bar(p); };
+    if (dist->size > 1)
+      for (auto& s : specs) s.options.dist = dist;
+    return lab::run_specs(specs, t, cb);
+  };
+
+  // 1. Training at L.
+  std::vector<lab::run_spec> train;
+  const model::pos_scheme trained[] = {model::pos_scheme::rope, model::pos_scheme::alibi,
+                                       model::pos_scheme::kerple};
+  for (model::pos_scheme s : trained)
+    for (int64_t k = 0; k < c.seeds; ++k) {
+      lab::lab_options o = base;
+      o.schemes = {s};
+      if (!c.out.empty())
+        o.checkpoint_dir =
+            fmt::format("{}/checkpoints/{}-L{}", c.out, model::pos_scheme_name(s), L);
+      lab::validate(o, t);
+      train.push_back({o, s, k});
+    }
+  const std::vector<lab::run_result> trained_runs = run_phase(train, "training at L");
+  std::vector<const lab::run_result*> rope_runs;
+  for (size_t i = 0; i < train.size(); ++i)
+    if (train[i].scheme == model::pos_scheme::rope) rope_runs.push_back(&trained_runs[i]);
+
+  // 2. LongRoPE's search per seed.
+  const int64_t D = base.d_model / base.n_heads;
+  std::vector<lab::longrope_search_result> searches;
+  for (int64_t k = 0; k < c.seeds; ++k) {
+    if (writer && !c.no_progress)
+      std::fprintf(stderr, "extend: LongRoPE search, seed %lld (%lld candidates at %lld)\n",
+                   static_cast<long long>(k), static_cast<long long>(c.search_budget),
+                   static_cast<long long>(target));
+    lab::lab_options o = base;
+    o.dist = dist->size > 1 ? dist : nullptr;
+    model::transformer<float> m(lab::lab_model_config(o, t, model::pos_scheme::rope));
+    m.params() = rope_runs[k]->final_params;
+    lab::longrope_search_options so;
+    so.train_len = L;
+    so.factor = extend_factor;
+    so.budget = c.search_budget;
+    so.begin = scored;
+    so.end = search_end;
+    so.seed = static_cast<uint64_t>(k);
+    searches.push_back(lab::longrope_search(m, o, t, so));
+  }
+
+  // 3-4. Each method, zero-shot and fine-tuned.
+  std::vector<lab::run_spec> ext_specs;
+  std::vector<extend_row> rows;
+  for (bool ft : {false, true})
+    for (lab::extension e : lab::extensions()) {
+      if (!ft && (e == lab::extension::none || e == lab::extension::pose))
+        continue;  // none zero-shot is the trained run; PoSE is a fine-tune of linear's config
+      for (int64_t k = 0; k < c.seeds; ++k) {
+        lab::lab_options o = base;
+        o.schemes = {model::pos_scheme::rope};
+        o.rope = lab::extension_config(e, D, 10000, L, extend_factor, searches[k].long_factor);
+        o.init_params = rope_runs[k]->final_params;
+        o.checkpoint_dir.clear();
+        o.steps = 0;
+        if (ft) {
+          o.steps = c.finetune_steps;
+          o.lr = base.lr / 3;
+          o.warmup = std::max<int64_t>(1, c.finetune_steps / 10);
+          const bool pose = e == lab::extension::pose;
+          o.train_min = o.train_max = pose ? L : target;
+          o.batch_size = extend_tokens / o.train_max;
+          o.pose_target = pose ? target : 0;
+        }
+        lab::validate(o, t);
+        rows.push_back({"rope", lab::extension_name(e), ft, k, ext_specs.size()});
+        ext_specs.push_back({o, model::pos_scheme::rope, k});
+      }
+    }
+  const std::vector<lab::run_result> ext_runs =
+      run_phase(ext_specs, "zero-shot and fine-tuned extensions");
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!writer) return;
+
+  // results.json: one row per (scheme, extension, fine-tune, seed, eval length).
+  const double ln2 = std::log(2.0);
+  J results = J::array();
+  auto add_rows = [&](const std::string& scheme, const std::string& ext, int64_t ft_steps,
+                      int64_t seed, const lab::run_result& r) {
+    for (const lab::eval_metrics& e : r.evals) {
+      J row;
+      row["scheme"] = scheme;
+      row["extension"] = ext;
+      row["finetune_steps"] = ft_steps;
+      row["train_len"] = L;
+      row["eval_len"] = e.length;
+      row["seed"] = seed;
+      row["bits_per_byte"] = e.defined && std::isfinite(e.loss) ? J(e.loss / ln2) : J(nullptr);
+      row["in_distribution"] = e.length == L;
+      results.push_back(row);
+    }
+  };
+  for (size_t i = 0; i < train.size(); ++i)
+    add_rows(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i]);
+  for (const extend_row& r : rows)
+    add_rows(r.scheme, r.ext, r.finetuned ? c.finetune_steps : 0, r.seed, ext_runs[r.run]);
+  // summary: mean and sample std over seeds per (scheme, extension, finetune_steps, eval_len).
+  J summary = J::array();
+  {
+    std::vector<std::string> keys;
+    std::map<std::string, std::vector<const J*>> groups;
+    for (const J& row : results) {
+      const std::string key = fmt::format(
+          "{}|{}|{}|{}", row["scheme"].get<std::string>(), row["extension"].get<std::string>(),
+          row["finetune_steps"].get<int64_t>(), row["eval_len"].get<int64_t>());
+      if (!groups.count(key)) keys.push_back(key);
+      groups[key].push_back(&row);
+    }
+    for (const std::string& key : keys) {
+      const auto& g = groups[key];
+      double sum = 0;
+      bool all = true;
+      for (const J* r : g) {
+        if ((*r)["bits_per_byte"].is_null())
+          all = false;
+        else
+          sum += (*r)["bits_per_byte"].get<double>();
+      }
+      const double n = static_cast<double>(g.size());
+      J row;
+      for (const char* k : {"scheme", "extension", "finetune_steps", "train_len", "eval_len"})
+        row[k] = (*g[0])[k];
+      row["seeds"] = g.size();
+      if (all) {
+        const double mean = sum / n;
+        double ss = 0;
+        for (const J* r : g) ss += std::pow((*r)["bits_per_byte"].get<double>() - mean, 2);
+        row["bits_per_byte_mean"] = mean;
+        row["bits_per_byte_std"] = g.size() > 1 ? J(std::sqrt(ss / (n - 1))) : J(nullptr);
+      } else {
+        row["bits_per_byte_mean"] = nullptr;
+        row["bits_per_byte_std"] = nullptr;
+      }
+      summary.push_back(row);
+    }
+  }
+  J doc;
+  doc["preset"] = "extend";
+  doc["task"] = "text";
+  J cfg;
+  cfg["file"] = c.file;
+  cfg["eval_file"] = c.eval_file;
+  cfg["eval_chars"] = scored;
+  cfg["search_bytes"] = {scored, search_end};
+  cfg["train_len"] = L;
+  cfg["target_len"] = target;
+  cfg["eval_lens"] = base.eval_lens;
+  cfg["evaluation"] = "bits per byte over non-overlapping windows (no sliding windows)";
+  cfg["steps"] = base.steps;
+  cfg["finetune_steps"] = c.finetune_steps;
+  cfg["finetune_tokens_per_step"] = extend_tokens;
+  cfg["finetune_lr"] = base.lr / 3;
+  cfg["search_budget"] = c.search_budget;
+  cfg["seeds"] = c.seeds;
+  cfg["batch_size"] = base.batch_size;
+  cfg["d_model"] = base.d_model;
+  cfg["n_layers"] = base.n_layers;
+  cfg["n_heads"] = base.n_heads;
+  cfg["d_ff"] = base.d_ff;
+  cfg["lr"] = base.lr;
+  cfg["threads"] = num_threads();
+  cfg["ranks"] = dist->size;
+  cfg["wall_seconds"] = wall;
+  // Each method's config as config.json keys (posenc rope freqs --hf-config reads them back);
+  // LongRoPE's per seed.
+  J methods = J::object();
+  for (lab::extension e : lab::extensions()) {
+    if (e == lab::extension::longrope) continue;
+    methods[lab::extension_name(e)] =
+        rope_config_to_json(lab::extension_config(e, D, 10000, L, extend_factor));
+  }
+  J lr = J::array();
+  for (int64_t k = 0; k < c.seeds; ++k) {
+    J s;
+    s["seed"] = k;
+    s["config"] = rope_config_to_json(lab::extension_config(
+        lab::extension::longrope, D, 10000, L, extend_factor, searches[k].long_factor));
+    s["search_bits_per_byte"] = searches[k].loss / ln2;
+    s["linear_bits_per_byte"] = searches[k].linear_loss / ln2;
+    s["candidates"] = searches[k].evaluated;
+    lr.push_back(s);
+  }
+  methods["longrope"] = lr;
+  cfg["rope_configs"] = methods;
+  doc["config"] = cfg;
+  doc["results"] = results;
+  doc["summary"] = summary;
+  if (!c.out.empty()) write_file_atomic(c.out + "/results.json", doc.dump(2) + "\n");
+  if (c.format == out_format::json) {
+    std::printf("%s\n", doc.dump(2).c_str());
+  } else if (c.format == out_format::csv) {
+    std::printf("scheme,extension,finetune_steps,train_len,eval_len,seed,bits_per_byte\n");
+    for (const J& row : results)
+      std::printf(
+          "%s,%s,%lld,%lld,%lld,%lld,%s\n", row["scheme"].get<std::string>().c_str(),
+          row["extension"].get<std::string>().c_str(),
+          static_cast<long long>(row["finetune_steps"].get<int64_t>()), static_cast<long long>(L),
+          static_cast<long long>(row["eval_len"].get<int64_t>()),
+          static_cast<long long>(row["seed"].get<int64_t>()),
+          row["bits_per_byte"].is_null() ? "" : num(row["bits_per_byte"].get<double>()).c_str());
+  } else {
+    std::printf(
+        "extend preset: byte-level LM on %s, held out %s (first %lld bytes); trained at L = %lld "
+        "for %lld steps, extended to %lld; fine-tunes of %lld steps x %lld tokens; %lld seed(s); "
+        "bits per byte, mean +- std over seeds\n",
+        c.file.c_str(), c.eval_file.c_str(), static_cast<long long>(scored),
+        static_cast<long long>(L), static_cast<long long>(base.steps),
+        static_cast<long long>(target), static_cast<long long>(c.finetune_steps),
+        static_cast<long long>(extend_tokens), static_cast<long long>(c.seeds));
+    std::string head = fmt::format("{:<26}", "scheme / extension");
+    for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>13}", fmt::format("@{}", m * L));
+    std::printf("%s\n", head.c_str());
+    std::string last;
+    for (const J& row : summary) {
+      const std::string name = fmt::format("{} {}{}", row["scheme"].get<std::string>(),
+                                           row["extension"].get<std::string>(),
+                                           row["finetune_steps"].get<int64_t>() > 0 ? " +ft" : "");
+      if (name != last) {
+        if (!last.empty()) std::printf("\n");
+        std::printf("%-26s", name.c_str());
+        last = name;
+      }
+      const auto& m = row["bits_per_byte_mean"];
+      const auto& sd = row["bits_per_byte_std"];
+      std::printf(" %13s",
+                  (cell(m) + (sd.is_null() || m.is_null() ? "" : "+-" + cell(sd, 2))).c_str());
+    }
+    std::printf("\nwall time %.0f s on %d threads\n", wall, num_threads());
+    if (!c.out.empty()) std::printf("wrote %s/results.json\n", c.out.c_str());
+  }
+  std::fflush(stdout);
+}
+
 const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
   auto o = std::make_shared<lab_cli>();
   auto* sub = app.add_subcommand(
@@ -533,7 +878,13 @@ const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
                 "x_0 = sqrt(d_model) E + PE (Vaswani et al. 2017) instead of E + a PE");
   sub->add_option("--preset", o->preset,
                   "press: Press et al. 2022's perplexity-against-length table on the "
-                  "Jane Austen corpus (scripts/get-corpus); with --quick a smaller one");
+                  "Jane Austen corpus (scripts/get-corpus); extend: a RoPE model trained at L "
+                  "extended to 8L by none, linear, dynamic, yarn, llama3, longrope and pose, "
+                  "zero-shot and fine-tuned, beside ALiBi and Kerple; with --quick smaller ones");
+  sub->add_option("--finetune-steps", o->finetune_steps,
+                  "--preset extend: fine-tuning steps per method (default 100; --quick 30)");
+  sub->add_option("--search-budget", o->search_budget,
+                  "--preset extend: LongRoPE candidates scored per seed (default 48; --quick 12)");
   sub->add_option("--schemes", o->schemes,
                   "Comma-separated: nope, sinusoidal, learned, rope, alibi, t5, shaw, irope "
                   "(RoPE with every 4th layer NoPE; use --layers 4 or more), kerple "

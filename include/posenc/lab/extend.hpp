@@ -1,0 +1,78 @@
+// posenc/lab/extend.hpp: extending a trained RoPE model's context, the way long-context models
+// were made (docs/lab.md, "Extending the context"; `posenc lab --preset extend`).
+//
+// A model trained at length L is run at L' = s L after changing only its RoPE frequencies (and
+// the magnitude a that multiplies cos and sin), zero-shot or after a short fine-tune. Each method
+// is a rope_config, the same struct `posenc rope freqs` reads from a config.json, so the lab's
+// table is also the evidence of what each config does to a model:
+//   none      the trained frequencies (raw extrapolation);
+//   linear    position interpolation, omega_i / s (Chen et al. 2023, eq. 2);
+//   dynamic   dynamic NTK: base theta (L' / L)^(R / (R - 2)) at each sequence length L' > L
+//             (Peng et al. 2023, sec. 3.3; transformers' "dynamic" with factor 1);
+//   yarn      NTK-by-parts ramp between beta_fast = 32 and beta_slow = 1 rotations and
+//             a = 0.1 ln s + 1 (Peng et al. 2023, sec. 3.2 and eq. 22);
+//   llama3    wavelengths 2 pi / omega_i below L / 4 kept, above L divided by s, smoothly
+//             interpolated in between (Llama 3.1's rope_scaling with low_freq_factor 1 and
+//             high_freq_factor 4, the original length L);
+//   longrope  per-pair divisors lambda_i found by an evolutionary search on held-out text at
+//             s L (Ding et al. 2024, sec. 3.2; longrope_search below), a = sqrt(1 + ln s / ln L);
+//   pose      linear interpolation fine-tuned at length L with skip-wise positions spanning
+//             [0, s L) (Zhu et al. 2024; lab_options::pose_target).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/lab/lab.hpp"
+
+namespace posenc::lab {
+
+enum class extension { none, linear, dynamic, yarn, llama3, longrope, pose };
+std::span<const extension> extensions();  // in the order above
+const char* extension_name(extension e);  // "none", "linear", ...
+// Throws invalid_argument naming `arg` and the allowed names.
+extension extension_from_name(const std::string& name, const std::string& arg = "extension");
+
+// The RoPE config of method e for a model of head dim D and base theta trained at train_len,
+// extended by the integer factor s >= 1 to s * train_len (rotary_dim = D, half layout as the
+// lab's models). longrope needs long_factor (D / 2 divisors, each >= 1); the others ignore it.
+// The config's max_position_embeddings is s * train_len (dynamic: train_len, where its scaling
+// starts) and original_max_position_embeddings train_len where the type reads it.
+rope_config extension_config(extension e, int64_t head_dim, double theta, int64_t train_len,
+                             int64_t factor, std::span<const double> long_factor = {});
+
+// LongRoPE's search (Ding et al. 2024, sec. 3.2, Algorithm 1), small: the population starts
+// from the divisors of linear interpolation (lambda_i = s), NTK-aware scaling
+// (lambda_i = s^(2i / (R - 2))) and YaRN's ramp; each generation keeps the best `parents`
+// candidates and adds children by crossover (each lambda_i from one of two parents) and
+// mutation (lambda_i times e^(sigma z), z ~ N(0, 1), with probability 1/2), each made
+// non-decreasing in i (the paper's monotonicity constraint: lower frequencies are stretched at
+// least as much) and clamped to [1, 2s]. A candidate's score is held_out_loss of the model
+// with that long_factor at s * train_len on bytes [begin, end) of the held-out text, which the
+// lab keeps disjoint from the bytes it reports. Deterministic for a seed; exactly `budget`
+// candidates are scored (the three seeds of the population included).
+struct longrope_search_options {
+  int64_t train_len = 0, factor = 1;
+  int64_t budget = 24;   // candidates scored, >= 3
+  int64_t parents = 4;   // kept per generation
+  int64_t children = 6;  // per generation
+  double sigma = 0.25;
+  int64_t begin = 0, end = 0;  // bytes of t.eval_text
+  uint64_t seed = 0;
+};
+struct longrope_search_result {
+  std::vector<double> long_factor;  // the best candidate
+  double loss = 0;                  // its score (nats per byte)
+  double linear_loss = 0;           // the linear-interpolation seed's score
+  int64_t evaluated = 0;
+  std::vector<double> scores;  // every candidate's score, in the order scored
+};
+// m must be a rope model (model_config::scheme rope); o gives the model size, threads and
+// distribution. Throws invalid_argument for a bad option.
+longrope_search_result longrope_search(const model::transformer<float>& m, const lab_options& o,
+                                       const task& t, const longrope_search_options& so);
+
+}  // namespace posenc::lab
