@@ -2,8 +2,10 @@
 // seeds), the files it writes, the progress bar, --resume through the CLI, and argument errors.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -305,4 +307,156 @@ TEST(CliLab, PressPresetTakesEveryScheme) {
   EXPECT_EQ(shallow.exit_code, 2);
   EXPECT_NE(shallow.err.find("irope"), std::string::npos) << shallow.err;
   EXPECT_TRUE(shallow.out.empty()) << shallow.out;
+}
+
+// --preset extend on a tiny corpus: every row the issue names (scheme, extension, fine-tune
+// steps, lengths, seed, bits per byte), every method zero-shot and fine-tuned (none zero-shot is
+// the trained run, PoSE only fine-tuned), the references ALiBi and Kerple; and each method's
+// config as results.json writes it is the config `posenc rope freqs` prints for the same
+// parameters given as flags (the lab's model runs rope_frequencies of that config).
+TEST(CliLab, ExtendPresetRowsAndConfigsMatchRopeFreqs) {
+  posenc::test::temp_dir d;
+  std::string train, held;
+  for (int i = 0; i < 4000; ++i) train += static_cast<char>('a' + (i * 7 + i / 5) % 9);
+  for (int i = 0; i < 1400; ++i) held += static_cast<char>('a' + (i * 5 + i / 3) % 9);
+  posenc::write_file_atomic(d.file("train.txt"), train);
+  posenc::write_file_atomic(d.file("held.txt"), held);
+  const std::vector<std::string> args = {"lab",
+                                         "--preset",
+                                         "extend",
+                                         "--file",
+                                         d.file("train.txt"),
+                                         "--eval-file",
+                                         d.file("held.txt"),
+                                         "--train-len",
+                                         "16",
+                                         "--steps",
+                                         "3",
+                                         "--finetune-steps",
+                                         "2",
+                                         "--search-budget",
+                                         "4",
+                                         "--seeds",
+                                         "2",
+                                         "--batch",
+                                         "4",
+                                         "--d-model",
+                                         "16",
+                                         "--layers",
+                                         "1",
+                                         "--heads",
+                                         "2",
+                                         "--d-ff",
+                                         "32",
+                                         "--eval-chars",
+                                         "600",
+                                         "--format",
+                                         "json",
+                                         "--no-progress",
+                                         "--out",
+                                         d.file("extend")};
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["preset"], "extend");
+  EXPECT_EQ(j["config"]["target_len"], 128);
+  std::map<std::string, int> rows;  // scheme/extension/finetune_steps -> rows
+  for (const auto& row : j["results"]) {
+    for (const char* k : {"scheme", "extension", "finetune_steps", "train_len", "eval_len", "seed",
+                          "bits_per_byte"})
+      ASSERT_TRUE(row.contains(k)) << k;
+    EXPECT_EQ(row["train_len"], 16);
+    EXPECT_EQ(row["in_distribution"].get<bool>(), row["eval_len"] == 16);
+    ASSERT_TRUE(row["bits_per_byte"].is_number()) << row.dump();
+    EXPECT_GT(row["bits_per_byte"].get<double>(), 0.0);
+    ++rows[fmt::format("{}/{}/{}", row["scheme"].get<std::string>(),
+                       row["extension"].get<std::string>(), row["finetune_steps"].get<int>())];
+  }
+  const std::map<std::string, int> want = {
+      {"rope/none/0", 10},   {"alibi/none/0", 10},    {"kerple/none/0", 10},
+      {"rope/linear/0", 10}, {"rope/dynamic/0", 10},  {"rope/yarn/0", 10},
+      {"rope/llama3/0", 10}, {"rope/longrope/0", 10}, {"rope/none/2", 10},
+      {"rope/linear/2", 10}, {"rope/dynamic/2", 10},  {"rope/yarn/2", 10},
+      {"rope/llama3/2", 10}, {"rope/longrope/2", 10}, {"rope/pose/2", 10}};
+  EXPECT_EQ(rows, want);  // 2 seeds x lengths 16 .. 256
+  EXPECT_EQ(j["summary"].size(), 15u * 5);
+  EXPECT_TRUE(std::filesystem::exists(d.file("extend/results.json")));
+
+  // Each method's config, read by `posenc rope freqs --hf-config`, against the same parameters
+  // given as flags (head dim 8, theta 10000, trained at 16, extended to 128), at lengths within
+  // and beyond the training length.
+  const auto& cfgs = j["config"]["rope_configs"];
+  const std::vector<std::pair<std::string, std::vector<std::string>>> flags = {
+      {"none", {}},
+      {"linear", {"--scaling", "linear", "--factor", "8"}},
+      {"pose", {"--scaling", "linear", "--factor", "8"}},
+      {"dynamic", {"--scaling", "dynamic", "--factor", "1", "--max-pos", "16"}},
+      {"yarn",
+       {"--scaling", "yarn", "--factor", "8", "--original-max-pos", "16", "--max-pos", "128"}},
+      {"llama3",
+       {"--scaling", "llama3", "--factor", "8", "--original-max-pos", "16", "--low-freq-factor",
+        "1", "--high-freq-factor", "4"}},
+  };
+  auto freqs = [&](std::vector<std::string> a, int64_t n) {
+    a.insert(a.begin(), {"rope", "freqs"});
+    a.insert(a.end(), {"--seq-len", std::to_string(n), "--format", "json"});
+    const auto f = run_cli(a);
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    return nlohmann::json::parse(f.out);
+  };
+  for (const auto& [name, fl] : flags) {
+    ASSERT_TRUE(cfgs.contains(name)) << name;
+    const std::string path = d.file(name + ".json");
+    posenc::write_file_atomic(path, cfgs[name].dump());
+    std::vector<std::string> by_flags = {"--head-dim", "8", "--theta", "10000"};
+    by_flags.insert(by_flags.end(), fl.begin(), fl.end());
+    for (int64_t n : {16, 64, 128}) {
+      const auto a = freqs({"--hf-config", path}, n), b = freqs(by_flags, n);
+      EXPECT_EQ(a["inv_freq"], b["inv_freq"]) << name << " at " << n;
+      EXPECT_EQ(a["attention_factor"], b["attention_factor"]) << name << " at " << n;
+    }
+  }
+  // LongRoPE: the searched divisors per seed, as long_factor.
+  ASSERT_EQ(cfgs["longrope"].size(), 2u);
+  for (const auto& s : cfgs["longrope"]) {
+    const auto& rs = s["config"]["rope_scaling"];
+    EXPECT_EQ(rs["rope_type"], "longrope");
+    EXPECT_EQ(s["candidates"], 4);
+    EXPECT_LE(s["search_bits_per_byte"].get<double>(), s["linear_bits_per_byte"].get<double>());
+    std::string lf, sf;
+    for (const auto& x : rs["long_factor"]) lf += (lf.empty() ? "" : ",") + x.dump();
+    for (const auto& x : rs["short_factor"]) sf += (sf.empty() ? "" : ",") + x.dump();
+    const std::string path = d.file("longrope.json");
+    posenc::write_file_atomic(path, s["config"].dump());
+    const std::vector<std::string> by_flags = {
+        "--head-dim",         "8",        "--theta",       "10000",
+        "--scaling",          "longrope", "--factor",      "8",
+        "--original-max-pos", "16",       "--max-pos",     "128",
+        "--short-factor",     sf,         "--long-factor", lf};
+    for (int64_t n : {16, 128}) {
+      const auto a = freqs({"--hf-config", path}, n), b = freqs(by_flags, n);
+      EXPECT_EQ(a["inv_freq"], b["inv_freq"]) << "longrope at " << n;
+      EXPECT_EQ(a["attention_factor"], b["attention_factor"]) << "longrope at " << n;
+    }
+  }
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"lab", "--preset", "extend", "--schemes", "rope"}, "--schemes"},
+      {{"lab", "--preset", "extend", "--file", "/nonexistent/t.txt"}, "get-corpus"},
+      {{"lab", "--preset", "extend", "--file", d.file("train.txt"), "--eval-file",
+        d.file("held.txt"), "--train-len", "24"},
+       "--train-len"},
+      {{"lab", "--preset", "extend", "--file", d.file("train.txt"), "--eval-file",
+        d.file("held.txt"), "--finetune-steps", "0"},
+       "--finetune-steps"},
+      {{"lab", "--preset", "extend", "--file", d.file("train.txt"), "--eval-file",
+        d.file("held.txt"), "--search-budget", "2"},
+       "--search-budget"},
+  };
+  for (const auto& [a, message] : bad) {
+    const auto b = run_cli(a);
+    EXPECT_EQ(b.exit_code, 2) << a.back();
+    EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
+    EXPECT_TRUE(b.out.empty()) << b.out;
+  }
 }

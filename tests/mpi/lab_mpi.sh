@@ -3,7 +3,8 @@
 #   lab_mpi.sh bitwise POSENC MPIRUN   2 ranks give the bits of 1 process: the same checkpoints
 #                                      (parameters, AdamW moments, loss curve) byte for byte and
 #                                      the same evaluation numbers; so do 4 ranks split into 2
-#                                      rank groups, and a run stopped and resumed under mpirun
+#                                      rank groups, a run stopped and resumed under mpirun, and
+#                                      the context-extension preset
 #   lab_mpi.sh killed POSENC MPIRUN    a rank killed with SIGKILL ends the job with a non-zero
 #                                      exit within 15 seconds
 set -uo pipefail
@@ -31,6 +32,9 @@ tiny=(lab --task passkey --schemes alibi,learned --train-len 9:12 --eval-lens 12
 text=(lab --preset press --file "$dir/train.txt" --eval-file "$dir/held.txt" --schemes rope
       --train-len 16 --steps 4 --seeds 1 --batch 10 --d-model 16 --layers 1 --heads 2
       --d-ff 32 --eval-chars 600 --format csv --no-progress)
+ext=(lab --preset extend --file "$dir/train.txt" --eval-file "$dir/held.txt" --train-len 16
+     --steps 3 --finetune-steps 2 --search-budget 4 --seeds 1 --batch 10 --d-model 16 --layers 1
+     --heads 2 --d-ff 32 --eval-chars 600 --format csv --no-progress)
 
 case $mode in
   bitwise)
@@ -59,7 +63,11 @@ case $mode in
     "$posenc" "${text[@]}" > "$dir/t1.csv" || fail "text, 1 process"
     "${mpi[@]}" "$posenc" "${text[@]}" > "$dir/t2.csv" || fail "text, 2 ranks"
     cmp "$dir/t1.csv" "$dir/t2.csv" || fail "text evaluation differs between 1 process and 2 ranks"
-    echo "bitwise: 1 process = 2 ranks (training, evaluation, resume, text windows) = 4 ranks in groups"
+    # The context-extension preset: training, LongRoPE's search, zero-shot and fine-tuned runs.
+    "$posenc" "${ext[@]}" > "$dir/e1.csv" || fail "extend, 1 process"
+    "${mpi[@]}" "$posenc" "${ext[@]}" > "$dir/e2.csv" || fail "extend, 2 ranks"
+    cmp "$dir/e1.csv" "$dir/e2.csv" || fail "extend preset differs between 1 process and 2 ranks"
+    echo "bitwise: 1 process = 2 ranks (training, evaluation, resume, text windows, extend preset) = 4 ranks in groups"
     ;;
   killed)
     long=("${tiny[@]}")
