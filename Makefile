@@ -17,12 +17,15 @@ build-asan: deps
 	cmake --preset asan >/dev/null
 	cmake --build --preset asan -j $(JOBS)
 
-# The main job: measure speed against this machine's limits, train the quick lab comparison,
-# then write the report that renders both alongside the worked examples and checks.
+# The main job: measure speed against this machine's limits, train the quick lab comparison and
+# the quick context-extension table (on the Jane Austen corpus), then write the report that
+# renders them alongside the worked examples and checks.
 run: build
 	mkdir -p report
 	$(BIN) bench --out report/bench.json
 	$(BIN) lab --quick --out report/lab
+	scripts/get-corpus
+	$(BIN) lab --preset extend --quick --out report/extend
 	$(BIN) report --out report/
 
 # The Python tests run against the Release build's package (build/release/python/posenc) with

@@ -1,7 +1,7 @@
 // The report as its readers see it: `posenc report` output from a small run (worked examples,
-// checks, a tiny bench.json and a tiny lab run) opened in a real browser (headless Chromium).
-// The figures are Vega-Lite charts that the page draws with vega-embed (SVG renderer) from the
-// specifications it embeds, with the scripts the report bundles in vega/.
+// checks, a tiny bench.json, a tiny lab run and a tiny --preset extend run) opened in a real
+// browser (headless Chromium). The figures are Vega-Lite charts that the page draws with vega-embed
+// (SVG renderer) from the specifications it embeds, with the scripts the report bundles in vega/.
 //
 // The test copies index.html and injects, as the first child of <head> (before any script of
 // the page can run), a hook script that
@@ -368,6 +368,47 @@ std::string generate_report(const fs::path& report) {
                             "--out",
                             dir + "/lab"});
   if (lab.exit_code != 0) return "posenc lab failed: " + tail(lab.err);
+  // A tiny context-extension run on a generated corpus, for the extend figures.
+  {
+    std::string train, held;
+    for (int i = 0; i < 4000; ++i) train += static_cast<char>('a' + (i * 7 + i / 5) % 9);
+    for (int i = 0; i < 1400; ++i) held += static_cast<char>('a' + (i * 5 + i / 3) % 9);
+    std::ofstream(dir + "/extend_train.txt") << train;
+    std::ofstream(dir + "/extend_held.txt") << held;
+  }
+  const auto ext = run_cli({"lab",
+                            "--preset",
+                            "extend",
+                            "--file",
+                            dir + "/extend_train.txt",
+                            "--eval-file",
+                            dir + "/extend_held.txt",
+                            "--train-len",
+                            "16",
+                            "--steps",
+                            "3",
+                            "--finetune-steps",
+                            "2",
+                            "--search-budget",
+                            "3",
+                            "--seeds",
+                            "1",
+                            "--d-model",
+                            "16",
+                            "--layers",
+                            "1",
+                            "--heads",
+                            "2",
+                            "--d-ff",
+                            "32",
+                            "--eval-chars",
+                            "600",
+                            "--threads",
+                            "1",
+                            "--no-progress",
+                            "--out",
+                            dir + "/extend"});
+  if (ext.exit_code != 0) return "posenc lab --preset extend failed: " + tail(ext.err);
   // Exit 1 means "written, but some property check failed": the page is still complete.
   const auto rep = run_cli({"report", "--out", dir, "--quick"});
   if (rep.exit_code != 0 && rep.exit_code != 1) return "posenc report failed: " + tail(rep.err);
@@ -494,6 +535,8 @@ TEST_F(ReportBrowser, EveryFigureDrawsWithoutConsoleErrors) {
   EXPECT_NE(html.find("data-file=\"bench_fractions.vl.json\""), std::string::npos);
   EXPECT_NE(html.find("data-file=\"lab_length.vl.json\""), std::string::npos);
   EXPECT_NE(html.find("Numbers from <code>lab/results.json</code>"), std::string::npos);
+  EXPECT_NE(html.find("data-file=\"lab_extend_zeroshot.vl.json\""), std::string::npos);
+  EXPECT_NE(html.find("data-file=\"lab_extend_finetuned.vl.json\""), std::string::npos);
 
   // Each chart's spec file beside the page is the spec the page draws.
   const auto specs = specs_in(html);

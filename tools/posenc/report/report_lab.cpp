@@ -114,6 +114,132 @@ void press_part(report_context& ctx, doc::document& body) {
   }
 }
 
+// The context-extension table (`posenc lab --preset extend --out DIR/extend`), when
+// DIR/extend/results.json exists: bits per byte against evaluation length, one curve per
+// method, zero-shot and fine-tuned side by side, ALiBi and Kerple (trained at L, no extension)
+// on both, the in-distribution point ringed; then the table of means and spreads.
+void extend_part(report_context& ctx, doc::document& body) {
+  const std::string path = ctx.out_dir + "/extend/results.json";
+  if (!std::filesystem::exists(path)) {
+    body.para(fmt::format(
+        "Context extension (a RoPE model trained at L run at up to 16L by position "
+        "interpolation, dynamic NTK, YaRN, Llama 3's smoothing, a LongRoPE search and PoSE, "
+        "zero-shot and fine-tuned): run `scripts/get-corpus` and `posenc lab --preset extend "
+        "--out {}/extend` (or `--quick`) before the report to add its figures here.",
+        ctx.out_dir));
+    return;
+  }
+  const auto bytes = read_file(path);
+  J j;
+  try {
+    j = J::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  } catch (const std::exception& e) {
+    fail_io("{} is not valid JSON: {}", path, e.what());
+  }
+  if (j.value("preset", "") != "extend") fail_io("{} is not a --preset extend results file", path);
+  const J& cfg = j["config"];
+  const int64_t L = cfg["train_len"].get<int64_t>();
+  body.heading("Extending a RoPE model's context", 3);
+  body.para(fmt::format(
+      "Byte-level models ({} layers, width {}, {} heads, {} steps, {} seed(s)) trained at L = {} "
+      "on five Jane Austen novels; the RoPE models then run at up to 16L with each method's "
+      "config for {} (zero-shot), and after {} fine-tuning steps of {} tokens (at {}; PoSE at L "
+      "with positions skipped over [0, {})). Bits per byte on the first {} bytes of the held-out "
+      "novel, non-overlapping windows, mean over seeds; the ringed points are in distribution. "
+      "Each method's config is in `extend/results.json` as config.json keys "
+      "(`posenc rope freqs --hf-config` reads them). Protocol and the papers' claims: "
+      "`docs/lab.md`.",
+      cfg["n_layers"].get<int64_t>(), cfg["d_model"].get<int64_t>(), cfg["n_heads"].get<int64_t>(),
+      cfg["steps"].get<int64_t>(), cfg["seeds"].get<int64_t>(), L, cfg["target_len"].get<int64_t>(),
+      cfg["finetune_steps"].get<int64_t>(), cfg["finetune_tokens_per_step"].get<int64_t>(),
+      cfg["target_len"].get<int64_t>(), cfg["target_len"].get<int64_t>(),
+      cfg["eval_chars"].get<int64_t>()));
+  static const std::vector<std::pair<std::string, std::string>> curves = {
+      {"rope/none", "#1f77b4"}, {"rope/linear", "#ff7f0e"}, {"rope/dynamic", "#2ca02c"},
+      {"rope/yarn", "#d62728"}, {"rope/llama3", "#9467bd"}, {"rope/longrope", "#8c564b"},
+      {"rope/pose", "#e377c2"}, {"alibi/none", "#7f7f7f"},  {"kerple/none", "#bcbd22"}};
+  auto key = [](const J& row) {
+    return row["scheme"].get<std::string>() + "/" + row["extension"].get<std::string>();
+  };
+  std::vector<std::pair<doc::chart, std::string>> charts;
+  for (bool ft : {false, true}) {
+    vl::line_plot plot;
+    plot.title = ft ? "fine-tuned at the target length" : "zero-shot";
+    plot.x.label = "evaluation length (bytes)";
+    plot.x.kind = vl::scale::log;
+    const double l = static_cast<double>(L);
+    plot.x.ticks = {l, 2 * l, 4 * l, 8 * l, 16 * l};
+    plot.y.label = "bits per byte";
+    plot.width = 560;
+    plot.height = 400;
+    vl::line_series ring;
+    ring.name = "in distribution (L_eval = L)";
+    ring.line = false;
+    ring.markers = true;
+    ring.marker_radius = 7;
+    ring.color = "#000000";
+    for (const auto& [name, color] : curves) {
+      vl::line_series ls;
+      const bool reference = name.rfind("rope/", 0) != 0;
+      ls.name = reference ? name.substr(0, name.find('/')) + " (no extension)"
+                          : name.substr(5) + (ft ? " + fine-tune" : "");
+      ls.markers = true;
+      ls.dashed = reference;
+      ls.color = color;
+      for (const auto& row : j["summary"]) {
+        if (key(row) != name) continue;
+        // The references and the trained RoPE model (none, zero-shot) have no fine-tune.
+        if (!reference && (row["finetune_steps"].get<int64_t>() > 0) != ft) continue;
+        const J& m = row["bits_per_byte_mean"];
+        const double x = row["eval_len"].get<double>(), y = m.is_null() ? NAN : m.get<double>();
+        ls.x.push_back(x);
+        ls.y.push_back(y);
+        if (row["eval_len"] == L && !m.is_null()) {
+          ring.x.push_back(x);
+          ring.y.push_back(y);
+        }
+      }
+      if (!ls.x.empty()) plot.series.push_back(ls);
+    }
+    if (plot.series.empty()) continue;
+    plot.series.insert(plot.series.begin(), ring);
+    const char* file = ft ? "lab_extend_finetuned.vl.json" : "lab_extend_zeroshot.vl.json";
+    charts.emplace_back(
+        doc::save_chart(ctx.out_dir, file,
+                        ft ? "bits per byte against length, fine-tuned extensions"
+                           : "bits per byte against length, zero-shot extensions",
+                        vl::spec(plot)),
+        ft ? "Fine-tuned: each method's config, trained further at the target length."
+           : "Zero-shot: the trained weights under each method's config.");
+  }
+  if (!charts.empty()) {
+    doc::figure_row row;
+    for (const auto& [chart, caption] : charts)
+      row.figures.push_back({{chart}, doc::markup(caption)});
+    body.add(row);
+  }
+  doc::table table;
+  table.head = {"scheme / extension"};
+  for (int64_t m : {1, 2, 4, 8, 16}) table.head.push_back(fmt::format("{}", m * L));
+  std::map<std::string, std::vector<std::string>> cells;
+  std::vector<std::string> order;
+  for (const auto& row : j["summary"]) {
+    const std::string name =
+        key(row) + (row["finetune_steps"].get<int64_t>() > 0 ? " + fine-tune" : "");
+    if (!cells.count(name)) order.push_back(name);
+    const J& m = row["bits_per_byte_mean"];
+    const J& sd = row["bits_per_byte_std"];
+    cells[name].push_back(fmt_metric(m) +
+                          (sd.is_null() ? "" : " ± " + fmt::format("{:.2f}", sd.get<double>())));
+  }
+  for (const std::string& name : order) {
+    std::vector<std::string> r = {name};
+    r.insert(r.end(), cells[name].begin(), cells[name].end());
+    table.rows.push_back(std::move(r));
+  }
+  body.add(std::move(table));
+}
+
 report_section lab_section(report_context& ctx) {
   try {
     return lab_section_json(ctx);
@@ -331,6 +457,7 @@ report_section lab_section_json(report_context& ctx) {
   sec.body.append(figs);
   sec.body.add(std::move(table));
   press_part(ctx, sec.body);
+  extend_part(ctx, sec.body);
   return sec;
 }
 
