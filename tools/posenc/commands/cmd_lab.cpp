@@ -725,6 +725,27 @@ void run_extend(lab_cli c, CLI::App* sub) {
     add_rows(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i]);
   for (const extend_row& r : rows)
     add_rows(r.scheme, r.ext, r.finetuned ? c.finetune_steps : 0, r.seed, ext_runs[r.run]);
+  // runs: the training and fine-tuning time of each run (PoSE's point is its cost).
+  J runs_j = J::array();
+  auto add_run = [&](const std::string& scheme, const std::string& ext, int64_t ft_steps,
+                     int64_t seed, const lab::run_result& r, int64_t len) {
+    J row;
+    row["scheme"] = scheme;
+    row["extension"] = ext;
+    row["finetune_steps"] = ft_steps;
+    row["seed"] = seed;
+    row["steps"] = r.steps_done;
+    row["sequence_length"] = len;
+    row["train_seconds"] = r.train_seconds;
+    row["tokens_per_second"] = r.tokens_per_second;
+    runs_j.push_back(row);
+  };
+  for (size_t i = 0; i < train.size(); ++i)
+    add_run(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i], L);
+  for (const extend_row& r : rows)
+    if (r.finetuned)
+      add_run(r.scheme, r.ext, c.finetune_steps, r.seed, ext_runs[r.run],
+              ext_specs[r.run].options.train_max);
   // summary: mean and sample std over seeds per (scheme, extension, finetune_steps, eval_len).
   J summary = J::array();
   {
@@ -816,6 +837,7 @@ void run_extend(lab_cli c, CLI::App* sub) {
   doc["config"] = cfg;
   doc["results"] = results;
   doc["summary"] = summary;
+  doc["runs"] = runs_j;
   if (!c.out.empty()) write_file_atomic(c.out + "/results.json", doc.dump(2) + "\n");
   if (c.format == out_format::json) {
     std::printf("%s\n", doc.dump(2).c_str());
