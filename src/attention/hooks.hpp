@@ -103,8 +103,10 @@ POSENC_DECLARE_KEY_TRANSFORM(mrope)
       const attention_position<double>&, int64_t, const char*);
 
 // Shared by the lab hooks of the RoPE family (rope, irope): the model's frequencies, half layout,
-// rotary width = head dim = d_model / n_heads, theta = rope_theta; `who` names the scheme in
-// the errors (an odd head dim, a theta that is not finite and > 1).
+// rotary width = head dim = d_model / n_heads, theta = rope_theta; or, with o.rope set, that
+// config's frequencies at seq_len o.rope_seq_len (head_dim and rotary_dim 0 meaning D). `who`
+// names the scheme in the errors (an odd head dim, a theta that is not finite and > 1, a
+// config whose head_dim is not D).
 rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who);
 
 // log(1 + e^a) without overflow, and its derivative sigmoid(a), also without overflow (the
