@@ -24,11 +24,29 @@
 //
 // Note on length-dependent frequencies (dynamic NTK, LongRoPE): keys are rotated with the
 // frequencies in force when they were appended; the cache does not re-rotate them.
+//
+// Position edits (remove, shift, divide), as engines make them between decode steps: llama.cpp's
+// llama_memory_seq_rm, llama_memory_seq_add (its context shift: drop the oldest tokens, move the
+// rest back by the number dropped) and llama_memory_seq_div (Self-Extend's grouping). A stored
+// key carries hook 1 at its old position, so an edit that moves a position moves the key too,
+// in one of two ways (kv_shift_mode):
+//   rerotate: llama.cpp's K-shift: the stored key (transformed and rounded to the storage
+//     format) is widened, turned by the change d with RoPE at |d| (its transpose, R(|d|)^T =
+//     R(-|d|), when d < 0) and rounded again, so each edit adds a rounding and repeated shifts
+//     drift from keys rotated once at their final positions (kv_shift_drift measures how far).
+//     The turn is the rotation alone: the attention factor a of YaRN or LongRoPE, already in the
+//     stored key, is not applied again (llama.cpp divides its YaRN magnitude out of the K-shift
+//     for the same reason; with angle ggml_f32 the same division in float);
+//   exact: the cache also keeps every key as appended (before hook 1, in Real) and an edit
+//     transforms it afresh at its new position: after any sequence of edits the stored keys
+//     are bit for bit those of an append at the final positions, at the cost of a second key
+//     buffer (capacity * Hkv * D Reals).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
@@ -39,6 +57,12 @@ namespace posenc {
 namespace detail {
 class qk_transform;
 }
+
+// How shift() and divide() move stored keys (see above).
+enum class kv_shift_mode { rerotate, exact };
+const char* kv_shift_mode_name(kv_shift_mode m);  // "rerotate", "exact"
+// Throws invalid_argument naming `arg` and the allowed names.
+kv_shift_mode kv_shift_mode_from_name(const std::string& name, const std::string& arg = "mode");
 
 template <typename Real>
 class kv_cache {
@@ -56,8 +80,11 @@ class kv_cache {
   // reads: each appended key is transformed in float32 first, then rounded to the format (as
   // engines that store rotated keys in float16 do), each value rounded; attention widens them
   // exactly and computes in float32.
+  // shift_mode: how position edits move the stored keys (kv_shift_mode; exact keeps the keys
+  // as appended as well).
   kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_position<Real> pos = {},
-           int64_t start_position = 0, kv_storage storage = kv_storage::f32);
+           int64_t start_position = 0, kv_storage storage = kv_storage::f32,
+           kv_shift_mode shift_mode = kv_shift_mode::rerotate);
 
   // Appends n >= 0 tokens: k, v (n, Hkv, D). positions: empty = next positions, else (n,)
   // explicit ids >= 0 ((3, n) with M-RoPE: ids_per_token() rows). Throws invalid_argument (cache
@@ -106,6 +133,25 @@ class kv_cache {
   // Forgets every token; positions restart at start_position.
   void clear();
 
+  // Position edits on the tokens whose position (positions(), row 0) is in [p0, p1), with
+  // 0 <= p0 <= p1 (p1 = to_end: every position from p0 on). The tokens keep their order; after
+  // an edit next_position() is one past the largest remaining position (start_position when
+  // the cache is empty). A bad argument throws invalid_argument and changes nothing.
+  static constexpr int64_t to_end = (int64_t{1} << 62) + 1;
+  // Forgets those tokens (llama_memory_seq_rm); returns how many.
+  int64_t remove(int64_t p0, int64_t p1);
+  // Their positions += delta (llama_memory_seq_add); a token whose position would fall below 0
+  // is removed, as llama.cpp does; returns how many were removed. Keys move by shift_mode().
+  // Positions above 2^62 are refused.
+  int64_t shift(int64_t p0, int64_t p1, int64_t delta);
+  // Their positions become floor(p / d), d >= 1 (llama_memory_seq_div: Self-Extend's
+  // grouping); keys move by shift_mode().
+  void divide(int64_t p0, int64_t p1, int64_t d);
+  // shift and divide on an M-RoPE cache (three ids per token) and, in rerotate mode, on an xPos
+  // cache (whose key scale does not invert by the transpose) are refused by name; remove works
+  // on every cache.
+  kv_shift_mode shift_mode() const { return mode_; }
+
  private:
   int64_t capacity_, hkv_, d_, start_, size_ = 0, next_;
   bool blocked_;      // keys in 8-key blocks (D % 8 == 0)
@@ -120,7 +166,45 @@ class kv_cache {
   std::vector<int64_t> kpos_;
   int64_t rows_ = 1;          // ids per token
   std::vector<int64_t> ids_;  // rows_ > 1: (rows_ - 1, capacity), rows 1.. of the ids
+  kv_shift_mode mode_ = kv_shift_mode::rerotate;
+  std::vector<Real> raw_;  // exact mode: (capacity, Hkv, D), the keys as appended
+  // rerotate mode with RoPE: the rotation alone (the frequencies with magnitude 1), so that a
+  // shift turns a stored key without multiplying it by the attention factor again.
+  std::unique_ptr<rope_freqs> unit_freqs_;
+  std::shared_ptr<const detail::qk_transform> turn_;
+
+  void check_range(const char* what, int64_t p0, int64_t p1) const;
+  // Keeps the tokens with keep[j], in order; returns how many were dropped.
+  int64_t compact(const std::vector<char>& keep);
+  // New positions for the tokens `idx` (their old ones in kpos_): stores them and moves the
+  // keys (shift_mode_), then recomputes next_.
+  void move(const std::vector<int64_t>& idx, const std::vector<int64_t>& to);
+  void load_key(int64_t j, int64_t hk, Real* row) const;
+  void store_key(int64_t j, int64_t hk, const Real* row);
+  void update_next();
 };
+
+// How far rerotate-mode keys drift under repeated context shifts (llama.cpp's K-shift), per
+// storage format. n keys of one head of dim f.head_dim, entries N(0, 1) from rng(seed), are
+// appended at positions P .. P + n - 1 (P = max(counts) |delta| when delta < 0, else 0) to a
+// rerotate-mode cache with RoPE (f, layout, angle), which then takes shift(0, to_end, delta)
+// again and again. After counts[k] shifts (counts increasing, >= 1) its keys are compared with
+//   - the keys rotated once at the final positions in the same pipeline and storage (an
+//     exact-mode cache's): the drift, max and root-mean-square of |difference| over every
+//     element;
+//   - the float64 rotation at the final positions (angle exact): the exact-mode keys' own
+//     error (one rounding to the storage format and the pipeline's), as the yardstick.
+// The values' storage is the keys' (they do not move). Throws invalid_argument for n < 1,
+// delta = 0, bad counts (empty, not increasing, above 10^6) or positions past 2^62.
+struct kv_shift_drift_row {
+  kv_storage storage = kv_storage::f32;
+  int64_t shifts = 0;
+  double drift_max = 0, drift_rms = 0;  // rerotate-mode keys against one rotation
+  double once_max = 0, once_rms = 0;    // one rotation (exact mode) against float64
+};
+std::vector<kv_shift_drift_row> kv_shift_drift(const rope_freqs& f, rope_layout layout,
+                                               rope_angle angle, int64_t n, int64_t delta,
+                                               std::span<const int64_t> counts, uint64_t seed = 0);
 
 // Attention of p's queries against everything in the cache: sets p.k, p.v, p.S, p.Hkv and
 // p.k_positions from the cache and p.pos's q/k transform to the cache's, marked as already
