@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "posenc/attention/kv_cache.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
 #include "test_support.hpp"
@@ -128,4 +129,39 @@ TEST(CliRopeDrift, ReadsGguf) {
   // Position 0 is exact in every pipeline; 99999 is not.
   EXPECT_EQ(j["pipelines"][1]["rows"][0]["angle_error"].get<double>(), 0.0);
   EXPECT_GT(j["pipelines"][1]["rows"].back()["angle_error"].get<double>(), 0.0);
+}
+
+// posenc rope shift-drift: one row per storage and shift count, the drift growing with the
+// shifts, the same numbers as the library's kv_shift_drift (JSON), and argument errors.
+TEST(CliRopeShiftDrift, RowsPerStorageAndCountAndErrors) {
+  const auto r = posenc::test::run_cli({"rope", "shift-drift", "--head-dim", "32", "--theta",
+                                        "500000", "--shifts", "1,20", "--keys", "8", "--delta",
+                                        "-100", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 6u);
+  posenc::rope_config c;
+  c.head_dim = c.rotary_dim = 32;
+  c.theta = 500000;
+  const std::vector<int64_t> counts = {1, 20};
+  const auto lib = posenc::kv_shift_drift(posenc::rope_frequencies(c), posenc::rope_layout::half,
+                                          posenc::rope_angle::exact, 8, -100, counts);
+  for (size_t i = 0; i < 6; ++i) {
+    const auto& row = j["rows"][i];
+    EXPECT_EQ(row["storage"], posenc::name(lib[i].storage));
+    EXPECT_EQ(row["shifts"], lib[i].shifts);
+    EXPECT_EQ(row["drift_max"].get<double>(), lib[i].drift_max);
+    EXPECT_EQ(row["once_rms"].get<double>(), lib[i].once_rms);
+  }
+  EXPECT_GT(j["rows"][5]["drift_rms"].get<double>(), j["rows"][4]["drift_rms"].get<double>());
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"rope", "shift-drift", "--head-dim", "32", "--delta", "0"}, "delta"},
+           {{"rope", "shift-drift", "--head-dim", "32", "--shifts", "5,2"}, "counts"},
+           {{"rope", "shift-drift", "--head-dim", "32", "--angle", "fast"}, "--angle"},
+           {{"rope", "shift-drift"}, "--head-dim"}}) {
+    const auto b = posenc::test::run_cli(args);
+    EXPECT_EQ(b.exit_code, 2) << args.back();
+    EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
+    EXPECT_TRUE(b.out.empty());
+  }
 }

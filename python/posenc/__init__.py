@@ -658,6 +658,13 @@ class KVCache:
     kerple, fire, cope, window, scale, attn_temperature_tuning, ...); the q/k transform is the
     cache's (an xPos given to attend must equal the cache's).
 
+    shift_mode: how remove / shift / divide move the stored keys (the engines' position edits,
+      llama.cpp's llama_memory_seq_rm / seq_add / seq_div): "rerotate" (default) turns each
+      stored key by the change and rounds it again, as llama.cpp's K-shift does (keys drift
+      over many shifts: posenc rope shift-drift); "exact" also keeps every key as appended and
+      transforms it afresh at its new position, so any edits leave the keys an append at the
+      final positions would store, bit for bit (twice the key memory).
+
     Differences from the NumPy cache of earlier versions, following the library: the capacity
     is fixed; the next position after explicit ids is one past the largest id so far (not the
     last one); xPos is a property of the cache, not an option of attend.
@@ -666,7 +673,7 @@ class KVCache:
     def __init__(self, n_kv_heads, head_dim, *, capacity=4096, dtype=np.float32, kv_dtype=None,
                  rope=None, rope_layout="half", rope_angle="exact", rope_seq_len=None,
                  start_position=0, xpos=False, xpos_theta=10000.0, xpos_gamma=0.4,
-                 xpos_scale_base=512.0, xpos_center=0.0):
+                 xpos_scale_base=512.0, xpos_center=0.0, shift_mode="rerotate"):
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
@@ -680,9 +687,12 @@ class KVCache:
             raise TypeError(f"xpos must be a bool, got {type(xpos).__name__}")
         xp = ((float(xpos_theta), float(xpos_gamma), float(xpos_scale_base), float(xpos_center))
               if xpos else None)
+        if not isinstance(shift_mode, str):
+            raise TypeError(f"shift_mode must be \"rerotate\" or \"exact\", got "
+                            f"{type(shift_mode).__name__}")
         self._c = _posenc._KVCache(int(n_kv_heads), int(head_dim), int(capacity), dtype.name,
                                    kv_dtype, rope, rope_layout, rope_angle, rope_seq_len,
-                                   int(start_position), xp)
+                                   int(start_position), xp, shift_mode)
         self.rope = rope
 
     def __len__(self):
@@ -752,6 +762,41 @@ class KVCache:
     def clear(self):
         """Forgets every token; positions restart at start_position."""
         self._c.clear()
+
+    shift_mode = property(lambda self: self._c.shift_mode,
+                          doc='How position edits move keys: "rerotate" or "exact".')
+
+    @staticmethod
+    def _range(p0, p1):
+        for name, val in (("p0", p0), ("p1", p1)):
+            if val is not None and (not isinstance(val, (int, np.integer)) or isinstance(val, bool)):
+                raise TypeError(f"{name} must be an int or None, got {type(val).__name__}")
+        return int(p0), (2**62 + 1 if p1 is None else int(p1))
+
+    def remove(self, p0, p1=None):
+        """Forgets the tokens whose position is in [p0, p1) (p1 None: every position from p0;
+        llama.cpp's llama_memory_seq_rm). Returns how many. The others keep their order;
+        next_position becomes one past the largest remaining position."""
+        a, b = self._range(p0, p1)
+        return self._c.edit("remove", a, b, 0)
+
+    def shift(self, p0, p1, delta):
+        """Adds delta to the positions in [p0, p1) (p1 None: to the end; llama.cpp's
+        llama_memory_seq_add, the context shift), moving their keys by shift_mode; a token
+        moved below position 0 is dropped, as llama.cpp does. Returns how many were dropped.
+        Not on M-RoPE caches; on xPos caches only with shift_mode="exact"."""
+        a, b = self._range(p0, p1)
+        if not isinstance(delta, (int, np.integer)) or isinstance(delta, bool):
+            raise TypeError(f"delta must be an int, got {type(delta).__name__}")
+        return self._c.edit("shift", a, b, int(delta))
+
+    def divide(self, p0, p1, d):
+        """Positions p in [p0, p1) (p1 None: to the end) become p // d, d >= 1 (llama.cpp's
+        llama_memory_seq_div, Self-Extend's grouping); keys move by shift_mode."""
+        a, b = self._range(p0, p1)
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+            raise TypeError(f"d must be an int, got {type(d).__name__}")
+        self._c.edit("divide", a, b, int(d))
 
     def attend(self, q, *, q_positions=None, causal=True, return_lse=False, **kwargs):
         """Attention of q (T, Hq, D) over the cache (the library's attention_forward_cached).

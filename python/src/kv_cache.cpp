@@ -67,7 +67,8 @@ std::unique_ptr<kv_cache<Real>> make_cache(py_kv_cache& box, int64_t Hkv, int64_
                                            int64_t capacity, kv_storage storage,
                                            const py::object& rope, const std::string& layout,
                                            const std::string& angle, const py::object& seq_len,
-                                           int64_t start, const attention_xpos& xpos) {
+                                           int64_t start, const attention_xpos& xpos,
+                                           kv_shift_mode mode) {
   attention_position<Real> pos;
   if (!rope.is_none()) {
     const auto& c = rope.cast<const rope_config&>();
@@ -89,7 +90,7 @@ std::unique_ptr<kv_cache<Real>> make_cache(py_kv_cache& box, int64_t Hkv, int64_
     }
   }
   pos.xpos = xpos;
-  return std::make_unique<kv_cache<Real>>(capacity, Hkv, D, pos, start, storage);
+  return std::make_unique<kv_cache<Real>>(capacity, Hkv, D, pos, start, storage, mode);
 }
 
 // Keys or values as (size(), Hkv, D) in the stored format, copied out of the cache's layout.
@@ -188,31 +189,33 @@ py::object kv_cache_attend(py::handle obj, const py::array& q, const py::dict& o
 
 void bind_kv_cache(py::module_& m) {
   py::class_<py_kv_cache>(m, "_KVCache", "The library's KV cache (posenc.KVCache wraps it).")
-      .def(
-          py::init([](int64_t Hkv, int64_t D, int64_t capacity, const std::string& dtype,
-                      const py::object& kv_dtype, const py::object& rope, const std::string& layout,
-                      const std::string& angle, const py::object& seq_len, int64_t start,
-                      const std::optional<std::array<double, 4>>& xp) {
-            // xp: xPos's (theta, gamma, scale_base, center), None = off
-            attention_xpos xpos;
-            if (xp)
-              xpos.theta = (*xp)[0], xpos.gamma = (*xp)[1], xpos.scale_base = (*xp)[2],
-              xpos.center = (*xp)[3];
-            auto box = std::make_unique<py_kv_cache>();
-            const kv_storage storage = storage_from(kv_dtype);
-            if (dtype == "float32")
-              box->f = make_cache<float>(*box, Hkv, D, capacity, storage, rope, layout, angle,
-                                         seq_len, start, xpos);
-            else if (dtype == "float64")
-              box->d = make_cache<double>(*box, Hkv, D, capacity, storage, rope, layout, angle,
-                                          seq_len, start, xpos);
-            else
-              type_fail("dtype must be float32 or float64, got " + dtype);
-            return box;
-          }),
-          py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("capacity"), py::arg("dtype"),
-          py::arg("kv_dtype"), py::arg("rope"), py::arg("rope_layout"), py::arg("rope_angle"),
-          py::arg("rope_seq_len"), py::arg("start_position"), py::arg("xpos"))
+      .def(py::init(
+               [](int64_t Hkv, int64_t D, int64_t capacity, const std::string& dtype,
+                  const py::object& kv_dtype, const py::object& rope, const std::string& layout,
+                  const std::string& angle, const py::object& seq_len, int64_t start,
+                  const std::optional<std::array<double, 4>>& xp, const std::string& shift_mode) {
+                 // xp: xPos's (theta, gamma, scale_base, center), None = off
+                 attention_xpos xpos;
+                 if (xp)
+                   xpos.theta = (*xp)[0], xpos.gamma = (*xp)[1], xpos.scale_base = (*xp)[2],
+                   xpos.center = (*xp)[3];
+                 auto box = std::make_unique<py_kv_cache>();
+                 const kv_storage storage = storage_from(kv_dtype);
+                 const kv_shift_mode mode = kv_shift_mode_from_name(shift_mode, "shift_mode");
+                 if (dtype == "float32")
+                   box->f = make_cache<float>(*box, Hkv, D, capacity, storage, rope, layout, angle,
+                                              seq_len, start, xpos, mode);
+                 else if (dtype == "float64")
+                   box->d = make_cache<double>(*box, Hkv, D, capacity, storage, rope, layout, angle,
+                                               seq_len, start, xpos, mode);
+                 else
+                   type_fail("dtype must be float32 or float64, got " + dtype);
+                 return box;
+               }),
+           py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("capacity"), py::arg("dtype"),
+           py::arg("kv_dtype"), py::arg("rope"), py::arg("rope_layout"), py::arg("rope_angle"),
+           py::arg("rope_seq_len"), py::arg("start_position"), py::arg("xpos"),
+           py::arg("shift_mode"))
       .def(
           "append",
           [](py_kv_cache& box, py::handle k, py::handle v, py::handle positions) {
@@ -226,6 +229,25 @@ void bind_kv_cache(py::module_& m) {
              std::unique_lock l(box.lock);
              box.f ? box.f->clear() : box.d->clear();
            })
+      .def(
+          "edit",
+          [](py_kv_cache& box, const std::string& op, int64_t p0, int64_t p1, int64_t arg) {
+            py::gil_scoped_release nogil;
+            std::unique_lock l(box.lock);
+            auto run = [&](auto& c) -> int64_t {
+              if (op == "remove") return c.remove(p0, p1);
+              if (op == "shift") return c.shift(p0, p1, arg);
+              c.divide(p0, p1, arg);
+              return 0;
+            };
+            return box.f ? run(*box.f) : run(*box.d);
+          },
+          py::arg("op"), py::arg("p0"), py::arg("p1"), py::arg("arg"))
+      .def_property_readonly("shift_mode",
+                             [](const py_kv_cache& b) {
+                               return std::string(kv_shift_mode_name(
+                                   b.visit([](const auto& c) { return c.shift_mode(); })));
+                             })
       .def("keys",
            [](const py_kv_cache& b) {
              std::shared_lock l(b.lock);

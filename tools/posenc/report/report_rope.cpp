@@ -1,11 +1,13 @@
 // Report section "rope": the frequency schedule of each RoPE scaling type (log10 omega_i
 // against pair index i) for one head configuration, with each type's attention factor, the
-// drift of the float32 angle pipelines against the exact mode, and the RoPE check results.
+// drift of the float32 angle pipelines against the exact mode, the drift of keys re-rotated at
+// every context shift, and the RoPE check results.
 #include <fmt/format.h>
 
 #include <cmath>
 
 #include "cli.hpp"
+#include "posenc/attention/kv_cache.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "report.hpp"
 
@@ -68,6 +70,38 @@ void add_drift(report_context& ctx, doc::document& body, rope_config c) {
                            vl::spec(plot)),
            "worst angle error over the pairs against position, log-log, one curve per "
            "pipeline.");
+  body.add(std::move(table));
+}
+
+// Keys re-rotated at every context shift (llama.cpp's K-shift) against keys rotated once at
+// their final positions (kv_shift_drift): one row per storage and number of shifts.
+void add_shift_drift(doc::document& body) {
+  rope_config c;
+  c.head_dim = c.rotary_dim = 128;
+  c.theta = 500000;
+  const auto f = rope_frequencies(c, 0);
+  const std::vector<int64_t> counts = {1, 10, 100, 1000};
+  const auto rows = kv_shift_drift(f, rope_layout::half, rope_angle::exact, 64, -2048, counts);
+  doc::table table;
+  table.head = {"storage",           "shifts",
+                "drift: max",        "drift: rms",
+                "one rotation: rms", "drift rms / one rotation rms"};
+  for (const auto& r : rows)
+    table.rows.push_back({name(r.storage), std::to_string(r.shifts),
+                          fmt::format("{:.3g}", r.drift_max), fmt::format("{:.3g}", r.drift_rms),
+                          fmt::format("{:.3g}", r.once_rms),
+                          fmt::format("{:.1f}", r.drift_rms / r.once_rms)});
+  body.heading("Context shift: keys re-rotated in the cache", 3);
+  body.para(
+      "When the window is full, llama.cpp drops the oldest tokens and turns every cached key "
+      "back by the number dropped (its K-shift: RoPE of the stored, already rotated key, then "
+      "stored again in the cache's format). Each shift rounds once more. The table: 64 keys "
+      "(head dim 128, theta 5e5, N(0, 1) entries) shifted by -2048 again and again in a "
+      "rerotate-mode `kv_cache`, against the same keys rotated once at their final positions "
+      "(an exact-mode cache, which keeps the keys as appended and rotates them afresh at each "
+      "edit: bit for bit one rotation, tested). The last column says how many single roundings "
+      "the drift is worth. Reproduce with `posenc rope shift-drift --head-dim 128 --theta 500000 "
+      "--delta -2048`.");
   body.add(std::move(table));
 }
 
@@ -156,6 +190,7 @@ report_section rope_section(report_context& ctx) {
   sec.body.fig(freqs_chart, "log inv_freq against pair index for each scaling type.");
   sec.body.add(std::move(table));
   add_drift(ctx, sec.body, base);
+  add_shift_drift(sec.body);
   int n = 0, failed = 0;
   for (const auto& c : ctx.checks)
     if (c.group == "rope") {
