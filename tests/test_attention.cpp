@@ -678,3 +678,31 @@ TEST(AttentionCope, TemperatureWithCopeIsRefused) {
         << e.what();
   }
 }
+
+// Attention sinks (attention_params::sinks, gpt-oss's convention) on every forward path, rows
+// with no visible key included (out = 0, lse = the sink).
+TEST(AttentionSinks, EveryPathAgainstReference) {
+  run_group("sinks_forward", (scheme_count() - 1) * 2);  // every scheme but CoPE
+}
+
+// A hand-computed row: one query, two keys, a sink: the weights are e^s_j / (e^sink + sum e^s).
+TEST(AttentionSinks, HandComputedRowAndMisuse) {
+  const double q[2] = {1, 0}, k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4}, sink[1] = {0.5};
+  double out[2], lse[1];
+  attention_params<double> p;
+  p.q = q, p.k = k, p.v = v, p.out = out, p.lse = lse;
+  p.T = 1, p.S = 2, p.Hq = 1, p.Hkv = 1, p.D = 2;
+  p.scale = 1.0;
+  p.sinks = sink;
+  attention_forward(p);
+  const double e0 = std::exp(1.0), e1 = 1.0, es = std::exp(0.5), L = e0 + e1 + es;
+  EXPECT_NEAR(out[0], (e0 * 1 + e1 * 3) / L, 1e-15);
+  EXPECT_NEAR(out[1], (e0 * 2 + e1 * 4) / L, 1e-15);
+  EXPECT_NEAR(lse[0], std::log(L), 1e-15);
+  const double two[2] = {0.5, 0.5};
+  p.sinks = two;
+  EXPECT_THROW(attention_forward(p), posenc::invalid_argument);
+  const double inf[1] = {std::numeric_limits<double>::infinity()};
+  p.sinks = inf;
+  EXPECT_THROW(attention_forward(p), posenc::invalid_argument);
+}

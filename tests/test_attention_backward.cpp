@@ -198,3 +198,10 @@ TEST(AttentionBackward, ReferenceSelectableAtRunTime) {
   EXPECT_EQ(a.dk, b.dk);
   EXPECT_EQ(a.dt5, b.dt5);
 }
+
+// Attention sinks: the tiled backward against the reference (dq, dk, dv, dsinks), and the
+// reference's dsinks against finite differences, every scheme but CoPE.
+TEST(AttentionBackward, SinksAgainstReferenceAndFiniteDifferences) {
+  run_group("sinks_backward", scheme_count() - 1, false);
+  run_group("sinks_grad", scheme_count() - 1, true);
+}

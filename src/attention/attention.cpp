@@ -178,12 +178,20 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
   for (int64_t ii = 0; ii < rows; ++ii) {
     const int64_t i = query_of(ii), h = head_of(ii);
     Real* out = p.out + (i * Hq + h) * D;
+    Real inv, lse = Real(0);
+    if (!p.sinks.empty()) {
+      sink_normalise(m[ii], l[ii], p.sinks[h], &inv, &lse);
+    } else if (l[ii] == Real(0)) {
+      inv = Real(0), lse = neg_inf;
+    } else {
+      inv = Real(1) / l[ii];
+      lse = m[ii] + std::log(l[ii]);
+    }
     if (l[ii] == Real(0)) {
       for (int64_t d = 0; d < D; ++d) out[d] = Real(0);
-      if (p.lse) p.lse[i * Hq + h] = neg_inf;
+      if (p.lse) p.lse[i * Hq + h] = lse;
       continue;
     }
-    const Real inv = Real(1) / l[ii];
     const Real* arow = acc + ii * D;
     for (int64_t d = 0; d < D; ++d) out[d] = arow[d];
     if (rel) {
@@ -196,7 +204,7 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
       }
     }
     for (int64_t d = 0; d < D; ++d) out[d] *= inv;
-    if (p.lse) p.lse[i * Hq + h] = m[ii] + std::log(l[ii]);
+    if (p.lse) p.lse[i * Hq + h] = lse;
   }
 }
 

@@ -67,6 +67,27 @@ void validate_grads(const attention_params<Real>& p, const attention_grads<Real>
     fail("attention backward: out, lse, dout and dq must not be null when T = {}", p.T);
   if (p.S > 0 && (!g.dk || !g.dv))
     fail("attention backward: dk and dv must not be null when S = {}", p.S);
+  if (g.dsinks && p.sinks.empty())
+    fail("attention backward: dsinks is requested but the call has no sinks");
+}
+
+// dsinks_h = -sum_i p_i,sink D_i with p_i,sink = exp(sink_h - lse_i) and D_i = dO_i . O_i (the
+// sink's column has no value: dP = 0, dS = p (0 - D_i)), summed in double over the rows in order.
+template <typename Real>
+void sink_grads(const attention_params<Real>& p, const attention_grads<Real>& g) {
+  if (!g.dsinks) return;
+  const int64_t T = p.T, Hq = p.Hq, D = p.D;
+  for (int64_t h = 0; h < Hq; ++h) {
+    double sum = 0;
+    for (int64_t i = 0; i < T; ++i) {
+      const Real* o = g.out + (i * Hq + h) * D;
+      const Real* d_o = g.dout + (i * Hq + h) * D;
+      double Di = 0;
+      for (int64_t d = 0; d < D; ++d) Di += double(d_o[d]) * double(o[d]);
+      sum += std::exp(double(p.sinks[h]) - double(g.lse[i * Hq + h])) * Di;
+    }
+    g.dsinks[h] = static_cast<Real>(-sum);
+  }
 }
 
 // The parameter gradients of the terms, accumulated in double: one buffer per bias (its
@@ -141,7 +162,7 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
   }
   std::vector<double> dq(T * Hq * D, 0.0), dk(S * Hkv * D, 0.0), dv(S * Hkv * D, 0.0);
   param_grads pg = make_param_grads(terms, D);
-  std::vector<double> P(T * S), dS(T * S);
+  std::vector<double> P(T * S), dS(T * S), psink(T), dsink(Hq, 0.0);
   std::vector<uint8_t> vis(T * S);
 
   for (int64_t h = 0; h < Hq; ++h) {
@@ -164,12 +185,17 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
         Pi[j] = sc;
         m = std::max(m, sc);
       }
-      double l = 0;
+      // A sink (attention_params::sinks): one more score with no value in the denominator.
+      const bool sink = !p.sinks.empty();
+      const double sk = sink ? double(p.sinks[h]) : 0.0;
+      if (sink && sk > m) m = sk;
+      double l = sink ? std::exp(sk - m) : 0.0;
       for (int64_t j = 0; j < S; ++j) {
         Pi[j] = vis[i * S + j] ? std::exp(Pi[j] - m) : 0.0;
         l += Pi[j];
       }
       for (int64_t j = 0; j < S; ++j) Pi[j] = l > 0 ? Pi[j] / l : 0.0;
+      if (g.dsinks) psink[i] = sink ? std::exp(sk - m) / l : 0.0;
     }
     // dP, D_i, dS.
     for (int64_t i = 0; i < T; ++i) {
@@ -189,6 +215,7 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
       }
       for (int64_t j = 0; j < S; ++j)
         if (vis[i * S + j]) dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - Di);
+      if (g.dsinks) dsink[h] -= psink[i] * Di;
     }
     // Accumulate.
     for (int64_t i = 0; i < T; ++i) {
@@ -225,6 +252,8 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
     g.dv[x] = static_cast<Real>(dv[x]);
   }
   store_param_grads(terms, pg);
+  if (g.dsinks)
+    for (int64_t h = 0; h < Hq; ++h) g.dsinks[h] = static_cast<Real>(dsink[h]);
 }
 
 // ---- tiled ----------------------------------------------------------------------------------
@@ -619,6 +648,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
       std::fill(g.dv, g.dv + S * Hkv * D, Real(0));
     }
     store_param_grads(terms, make_param_grads(terms, D));
+    sink_grads(p, g);
     return;
   }
 
@@ -715,6 +745,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
       pg.dav[x] += dav[hk * pr.C * D + x];
     }
   store_param_grads(terms, pg);
+  sink_grads(p, g);
 }
 
 template <typename Real>

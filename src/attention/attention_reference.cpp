@@ -43,6 +43,16 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
       fail("attention: q16 and out must not be null when q_storage = {} and T = {}",
            name(p.q_storage), p.T);
   }
+  if (!p.sinks.empty()) {
+    if (static_cast<int64_t>(p.sinks.size()) != p.Hq)
+      fail("attention: sinks must have Hq = {} entries (one logit per query head), got {}", p.Hq,
+           p.sinks.size());
+    for (size_t h = 0; h < p.sinks.size(); ++h)
+      if (!std::isfinite(static_cast<double>(p.sinks[h])))
+        fail("attention: sinks must be finite, got {} for head {}", double(p.sinks[h]), h);
+    if (p.pos.has_cope())
+      fail("attention: sinks are not supported with CoPE (its own path); leave one of them off");
+  }
   if (p.products != attention_products::f32 && !std::is_same_v<Real, float>)
     fail(
         "attention: products = {} needs a float32 call (products = f32 or bf16 on float32); "
@@ -221,12 +231,17 @@ void attention_reference(const attention_params<Real>& p) {
         if (sc > m) m = sc;
       }
       Real* out = p.out + (i * Hq + h) * D;
+      // A sink (attention_params::sinks) is one more score with no value.
+      const bool sink = !p.sinks.empty();
+      const double sk = sink ? double(p.sinks[h]) : 0.0;
       if (m == -std::numeric_limits<double>::infinity()) {
         for (int64_t d = 0; d < D; ++d) out[d] = Real(0);
-        if (p.lse) p.lse[i * Hq + h] = -std::numeric_limits<Real>::infinity();
+        if (p.lse)
+          p.lse[i * Hq + h] = sink ? static_cast<Real>(sk) : -std::numeric_limits<Real>::infinity();
         continue;
       }
-      double l = 0;
+      if (sink && sk > m) m = sk;
+      double l = sink ? std::exp(sk - m) : 0.0;
       for (int64_t j = 0; j < S; ++j) {
         s[j] = std::exp(s[j] - m);  // exp(-inf) = 0 for masked keys
         l += s[j];

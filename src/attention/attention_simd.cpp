@@ -1033,12 +1033,20 @@ void ItemEnd(const simd_problem& pr, simd_scratch& sc, const item_rows& it, floa
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = it.query(r), h = it.head(r);
     float* out = p.out + (i * Hq + h) * D;
+    float inv, lse = 0.0f;
+    if (!p.sinks.empty()) {
+      sink_normalise(m[r], l[r], p.sinks[h], &inv, &lse);
+    } else if (l[r] == 0.0f) {
+      inv = 0.0f, lse = neg_inf;
+    } else {
+      inv = 1.0f / l[r];
+      lse = m[r] + std::log(l[r]);
+    }
     if (l[r] == 0.0f) {
       for (int64_t e = 0; e < D; ++e) out[e] = 0;
-      if (p.lse) p.lse[i * Hq + h] = neg_inf;
+      if (p.lse) p.lse[i * Hq + h] = lse;
       continue;
     }
-    const float inv = 1.0f / l[r];
     const float* arow = acc + r * Dp;
     for (int64_t e = 0; e < D; ++e) out[e] = arow[e];
     if (rel) {
@@ -1051,7 +1059,7 @@ void ItemEnd(const simd_problem& pr, simd_scratch& sc, const item_rows& it, floa
       }
     }
     for (int64_t e = 0; e < D; ++e) out[e] *= inv;
-    if (p.lse) p.lse[i * Hq + h] = m[r] + std::log(l[r]);
+    if (p.lse) p.lse[i * Hq + h] = lse;
   }
 }
 
@@ -1348,7 +1356,7 @@ void merge_item(const simd_problem& pr, int64_t hk, int64_t qb, float* out_acc, 
     float* out = p.out + (i * Hq + h) * D;
     if (M == neg_inf) {  // the row sees no key
       for (int64_t e = 0; e < D; ++e) out[e] = 0;
-      if (p.lse) p.lse[i * Hq + h] = neg_inf;
+      if (p.lse) p.lse[i * Hq + h] = p.sinks.empty() ? neg_inf : p.sinks[h];
       continue;
     }
     float l = 0;
@@ -1362,7 +1370,11 @@ void merge_item(const simd_problem& pr, int64_t hk, int64_t qb, float* out_acc, 
       for (int64_t e = 0; e < Dp; ++e) out_acc[e] += f * pc[2 + e];
       for (int64_t cc = 0; cc < C; ++cc) out_w[cc] += f * pc[2 + Dp + cc];
     }
-    const float inv = 1.0f / l;
+    float inv = 1.0f / l, lse = 0.0f;
+    if (!p.sinks.empty())
+      sink_normalise(M, l, p.sinks[h], &inv, &lse);
+    else
+      lse = M + std::log(l);
     for (int64_t e = 0; e < D; ++e) out[e] = out_acc[e];
     if (pr.rel)
       for (int64_t cc = 0; cc < C; ++cc) {
@@ -1372,7 +1384,7 @@ void merge_item(const simd_problem& pr, int64_t hk, int64_t qb, float* out_acc, 
         for (int64_t e = 0; e < D; ++e) out[e] += wc * av[e];
       }
     for (int64_t e = 0; e < D; ++e) out[e] *= inv;
-    if (p.lse) p.lse[i * Hq + h] = M + std::log(l);
+    if (p.lse) p.lse[i * Hq + h] = lse;
   }
 }
 

@@ -43,11 +43,12 @@ const char* name(mask m) {
 
 std::string describe(const spec& c) {
   return fmt::format(
-      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}{}{}", c.T,
+      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}{}{}{}", c.T,
       c.S, c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
       c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv), c.q_half ? " q_half" : "",
       c.products == attention_products::f32 ? "" : " products=" + name(c.products),
-      c.head_major ? (c.k_blocked ? " head_major k_blocked" : " head_major") : "");
+      c.head_major ? (c.k_blocked ? " head_major k_blocked" : " head_major") : "",
+      c.sinks ? " sinks" : "");
 }
 
 namespace {
@@ -478,6 +479,12 @@ void build(fixture<Real>& f, const spec& c) {
   set_established_schemes(f, c, b);
   set_research_schemes(f, c, r, b);
   set_magnitudes(f, c, b);
+  if (c.sinks) {
+    rng rs(c.seed ^ 0x73696e6b73ull);  // "sinks": its own stream, the other draws unchanged
+    f.sinks.resize(static_cast<size_t>(c.Hq));
+    for (auto& x : f.sinks) x = static_cast<Real>(1.5 * rs.normal());
+    f.p.sinks = f.sinks;
+  }
 }
 
 template void build(fixture<float>&, const spec&);
@@ -732,6 +739,21 @@ void check_backward(tracker& tr, const spec& c) {
   if (p.pos.has_kerple()) compare<Real>(tr, ty + "dkerple", fast.dke, ref.dke, t.dpar, u);
   if (p.pos.has_fire()) compare<Real>(tr, ty + "dfire", fast.dfi, ref.dfi, t.dpar, u);
   if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
+  if (!p.sinks.empty()) {
+    // dsinks_h = -sum_i p_i,sink D_i: the tiled backward reads D_i = dO_i . o_i and p_i,sink =
+    // exp(sink - lse_i) from the forward's out and lse, the reference recomputes both in double.
+    // Per row |delta D_i| <= D max|dO| e_out and |delta p| <= p (e^(e_lse) - 1) with the forward
+    // bounds e_out, e_lse, |D_i| <= D max|dO| V; summed over T rows with T u of rounding each.
+    const auto ft = forward_tolerance(f, c);
+    double dO = 0, L = 0;
+    for (Real x : dout) dO = std::max(dO, std::abs(double(x)));
+    for (Real x : f.lse_fast) L = std::max(L, std::abs(double(x)));
+    const double Dmax = double(c.D) * dO * f.V;
+    const double tol =
+        double(c.T) * (double(c.D) * dO * ft.out + Dmax * std::expm1(ft.lse + ft.u * L) +
+                       4 * double(c.D) * u * Dmax);
+    compare<Real>(tr, ty + "dsinks", fast.dsi, ref.dsi, tol, u);
+  }
 }
 
 std::string summary(const tracker& tr) {
@@ -852,6 +874,7 @@ check_result grad_case(const spec& c) {
   if (p.pos.has_kerple()) check(f.kerple.data(), f.kerple.size(), ref.dke.data(), "dkerple");
   if (p.pos.has_fire()) check(f.fire.data(), f.fire.size(), ref.dfi.data(), "dfire");
   if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
+  if (!p.sinks.empty()) check(f.sinks.data(), f.sinks.size(), ref.dsi.data(), "dsinks");
   return measured_check(
       "attention", "backward_vs_fd/" + c.name,
       fmt::format("attention_backward_reference (float64) agrees with central differences of the "
@@ -1200,9 +1223,61 @@ void add_backward_cases(std::vector<spec>& v) {
   }
 }
 
+// Attention sinks (attention_params::sinks) on every path that normalises a row: the tiled
+// kernel (float64), the packed prefill, the decode path unsplit and split (merge_item), masks
+// that leave rows with no key (the sink alone: out = 0, lse = sink), every scheme but CoPE;
+// then the backward against the reference and finite differences of dsinks.
+void add_sink_cases(std::vector<spec>& v) {
+  constexpr std::pair<int64_t, int64_t> shapes[] = {{65, 130}, {1, 1000}, {4, 300}, {7, 13}};
+  constexpr std::pair<int64_t, int64_t> heads[] = {{8, 2}, {8, 1}, {4, 4}};
+  int idx = 0;
+  for (int s = 0; s < scheme_count(); ++s) {
+    if (static_cast<scheme>(s) == scheme::cope) continue;
+    for (int k = 0; k < 2; ++k, ++idx) {
+      const auto [T, S] = shapes[idx % 4];
+      spec c{T,
+             S,
+             idx % 3 == 0 ? 64 : 20,
+             heads[idx % 3].first,
+             heads[idx % 3].second,
+             static_cast<scheme>(s),
+             static_cast<mask>((idx * 3 + s) % kMasks),
+             uint64_t(9100 + idx)};
+      if (c.T > c.S && (c.msk == mask::cu_seqlens || c.msk == mask::everything))
+        c.msk = mask::positions;
+      c.sinks = true;
+      v.push_back(make("sinks_forward", c, forward, f32 | f64));
+    }
+  }
+  for (int s = 0; s < scheme_count(); ++s) {
+    if (static_cast<scheme>(s) == scheme::cope) continue;
+    spec c{17,
+           70,
+           24,
+           8,
+           4,
+           static_cast<scheme>(s),
+           static_cast<mask>(s % kMasks),
+           uint64_t(9300 + s)};
+    c.sinks = true;
+    v.push_back(make("sinks_backward", c, backward, f32 | f64));
+    spec g{6,
+           9,
+           8,
+           4,
+           2,
+           static_cast<scheme>(s),
+           static_cast<mask>((s + 2) % kMasks),
+           uint64_t(9400 + s)};
+    g.sinks = true;
+    v.push_back(make("sinks_grad", g, grad, f64));
+  }
+}
+
 // The sections in the order of their tests.
 std::vector<spec> make_full() {
   std::vector<spec> v;
+  add_sink_cases(v);
   add_forward_cases(v);
   add_simd_cases(v);
   add_half_kv_cases(v);
@@ -1247,6 +1322,14 @@ std::vector<spec> make_check() {
   // explicit positions (s about 7) with pads.
   add(spec{7, 13, 8, 4, 2, scheme::temperature, mask::causal, seed++}, forward | backward | grad);
   add(spec{9, 5, 8, 4, 2, scheme::temperature, mask::positions, seed++}, forward | backward | grad);
+  // Attention sinks (gpt-oss's per-head logit): causal ALiBi, and RoPE with padded keys.
+  for (auto [sch, m] :
+       {std::pair{scheme::alibi, mask::causal}, std::pair{scheme::rope_half, mask::padding}}) {
+    spec c{7, 13, 8, 4, 2, sch, m, seed++};
+    c.sinks = true;
+    add(c, forward | backward | grad);
+    v.back().name += "_sinks";
+  }
   // Half-precision keys and values (float32 forward): a prefill with RoPE fused, a decode step.
   for (auto [c, kv] :
        {std::pair{spec{65, 130, 80, 8, 2, scheme::rope_half, mask::causal, seed++},

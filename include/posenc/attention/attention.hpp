@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -310,7 +311,30 @@ struct attention_params {
   std::span<const int64_t> q_positions;  // (T,)
   std::span<const int64_t> k_positions;  // (S,)
   attention_position<Real> pos;          // the position schemes
+  // Attention sinks, gpt-oss's convention (transformers' s_aux, the checkpoints' `sinks`):
+  // one learned logit per query head that joins each row's softmax as one more score with no
+  // value, p_ij = exp(s_ij) / (exp(sink_h) + sum_j exp(s_ij)), so the row's weights sum to less
+  // than 1; lse includes it (a row that sees no key gets out = 0 and lse = sink_h). (Hq,),
+  // finite; empty = off. Not with CoPE (its own path) or bfloat16 products.
+  std::span<const Real> sinks;
 };
+
+// A row's normalisation with a sink (attention_params::sinks): given the row's running max m
+// and sum l = sum_j exp(s_ij - m) (l = 0: no visible key), the factor that turns the
+// unnormalised accumulators into the output, f = exp(m - M) / (l exp(m - M) + exp(sink - M)),
+// and lse = M + log(l exp(m - M) + exp(sink - M)), with M = max(m, sink) so nothing overflows.
+template <typename Real>
+inline void sink_normalise(Real m, Real l, Real sink, Real* factor, Real* lse) {
+  if (l == Real(0)) {
+    *factor = Real(0);
+    *lse = sink;
+    return;
+  }
+  const Real M = m > sink ? m : sink;
+  const Real a = std::exp(m - M), L = l * a + std::exp(sink - M);
+  *factor = a / L;
+  *lse = M + std::log(L);
+}
 
 // Element offset of key / value row j of kv head hk in p's layout (kv_head_stride). With
 // k_blocked it is still the values' row; keys are read through k_index.
@@ -400,6 +424,9 @@ struct attention_grads {
   Real* dkerple = nullptr;       // (2, Hq): gradient of the Kerple parameters a1, a2
   Real* dfire = nullptr;         // (Hq, 3m + 3): gradient of the FIRE parameters
   Real* dcope = nullptr;         // (npos, D): gradient of the CoPE embeddings
+  // (Hq,): gradient of the sink logits, -sum_i p_i,sink (dO_i . O_i) (the sink carries no
+  // value, so dP of its column is 0 and dS = p_sink (0 - D_i)).
+  Real* dsinks = nullptr;
 };
 
 // The dispatcher: attention_backward_tiled, or attention_backward_reference when

@@ -166,6 +166,10 @@ struct spec {
   // The forward's block products (attention_params::products; float32 forward only). bf16: the
   // tolerance below, "bfloat16 products".
   attention_products products = attention_products::f32;
+  // Attention sinks (attention_params::sinks): one logit per query head, 1.5 N(0, 1) from the
+  // case's seed; the tolerances hold unchanged (the sink only lowers the weights of the values
+  // and adds one term to l), and the backward checks dsinks too.
+  bool sinks = false;
 };
 inline constexpr int64_t kHeadMajorPad = 3;
 
@@ -192,6 +196,7 @@ struct fixture {
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
   std::vector<Real> kerple, fire;  // Kerple (2, Hq) and FIRE (Hq, 3m + 3) parameters
   std::vector<Real> cope;          // CoPE embeddings (npos, D)
+  std::vector<Real> sinks;         // spec::sinks: the sink logits (Hq,)
   std::vector<int64_t> mq, mk;     // M-RoPE ids (3, T) and (3, S)
   double G = 0;  // bound on |d bias / d parameter| over the pairs (Kerple, FIRE; else 0)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
@@ -217,7 +222,7 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 // when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
+  std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi, dco, dsi;
   std::vector<double> dal;
   attention_grads<Real> g;
   grads(const fixture<Real>& f, const Real* out, const Real* lse, const Real* dout) {
@@ -252,6 +257,10 @@ struct grads {
     if (p.pos.has_cope()) {
       dco.assign(p.pos.cope.emb.size(), Real(-7));
       g.dcope = dco.data();
+    }
+    if (!p.sinks.empty()) {
+      dsi.assign(p.sinks.size(), Real(-7));
+      g.dsinks = dsi.data();
     }
   }
 };
