@@ -819,3 +819,37 @@ TEST(CliAttend, CopeMatchesNaiveFormula) {
     EXPECT_FALSE(std::filesystem::exists(in.dir.file("o.npy"))) << msg;
   }
 }
+
+// --sinks: gpt-oss's per-head logits join each row's softmax with no value; float64 inputs
+// against the naive formula with the sink added to the denominator; a wrong count exits 2.
+TEST(CliAttend, SinksJoinTheDenominator) {
+  inputs in(dtype::f64);
+  const double sinks[Hq] = {0.75, -1.25};
+  auto args = in.base();
+  for (const char* a : {"--causal", "--sinks", "0.75,-1.25"}) args.push_back(a);
+  auto r = test::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The naive rows rescaled: out_sink = out * l / (l + exp(sink - m)) with the row's m, l.
+  std::vector<double> want = naive(in, true, {}, false);
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      double m = -INFINITY;
+      std::vector<double> s(S, -INFINITY);
+      for (int64_t j = 0; j <= S - T + i; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += in.q[(i * Hq + h) * D + d] * in.k[j * D + d];
+        s[j] = dot / std::sqrt(double(D));
+        m = std::max(m, s[j]);
+      }
+      double l = 0;
+      for (double x : s) l += std::exp(x - m);
+      const double f = l / (l + std::exp(sinks[h] - m));
+      for (int64_t d = 0; d < D; ++d) want[(i * Hq + h) * D + d] *= f;
+    }
+  EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), want), 1e-12);
+  args = in.base();
+  for (const char* a : {"--sinks", "0.5"}) args.push_back(a);
+  r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("sinks"), std::string::npos) << r.err;
+}

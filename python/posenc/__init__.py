@@ -482,6 +482,9 @@ _ATTENTION_DOC = """
       other position scheme, float k and v.
     attn_temperature_tuning: Llama 4's query scale log(floor((qpos + 1) / floor_scale) + 1)
       * attn_scale + 1 (floor_scale 8192, attn_scale 0.1); excludes rope and xpos.
+    sinks: (Hq,) attention-sink logits, gpt-oss's convention (transformers' s_aux): each row's
+      softmax gets one more score sink_h with no value, so its weights sum to less than 1; lse
+      includes it; a row that sees no key gives out 0 and lse sink_h. Not with cope.
 """
 
 
@@ -529,6 +532,7 @@ def attention(
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
+    sinks=None,
     **named,
 ):
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
@@ -544,6 +548,7 @@ def attention(
     )
     opts["named"] = _named_opts(named, "attention")
     opts["products"] = products
+    opts["sinks"] = sinks
     return _posenc._attention_forward(q, k, v, opts, bool(return_lse))
 
 
@@ -599,6 +604,7 @@ def attention_backward(
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
+    sinks=None,
     **named,
 ):
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
@@ -613,6 +619,7 @@ def attention_backward(
         key_padding, cu_seqlens, window, research=research,
     )
     opts["named"] = _named_opts(named, "attention_backward")
+    opts["sinks"] = sinks
     return _posenc._attention_backward(q, k, v, out, lse, dout, opts, bool(param_grads))
 
 
@@ -620,7 +627,8 @@ _with_named_keywords(attention_backward, (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
-    "    dt5_table, dshaw_keys, dshaw_values, dkerple (2, Hq), dfire (Hq, 3m + 3), dcope\n"
+    "    dt5_table, dshaw_keys, dshaw_values, dkerple (2, Hq), dfire (Hq, 3m + 3), dsinks\n"
+    "    (Hq,) (with sinks), dcope\n"
     "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
 ))
 

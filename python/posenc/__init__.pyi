@@ -344,6 +344,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> NDArray[Any]: ...
@@ -392,6 +393,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
@@ -440,6 +442,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
@@ -488,6 +491,7 @@ def attention_backward(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> dict[str, NDArray[Any]]: ...
@@ -589,6 +593,7 @@ class KVCache:
         attn_temperature_tuning: bool = False,
         floor_scale: float = 8192.0,
         attn_scale: float = 0.1,
+    sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
     ) -> NDArray[Any]: ...
@@ -628,6 +633,7 @@ class KVCache:
         attn_temperature_tuning: bool = False,
         floor_scale: float = 8192.0,
         attn_scale: float = 0.1,
+    sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
     ) -> tuple[NDArray[Any], NDArray[Any]]: ...
@@ -667,6 +673,7 @@ class KVCache:
         attn_temperature_tuning: bool = False,
         floor_scale: float = 8192.0,
         attn_scale: float = 0.1,
+    sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
     ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...

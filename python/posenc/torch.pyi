@@ -99,6 +99,7 @@ def attention(
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
     products: Literal["f32", "bf16"] = "f32",
+    sinks: Tensor | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> Tensor: ...
@@ -146,6 +147,7 @@ def attention(
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
     products: Literal["f32", "bf16"] = "f32",
+    sinks: Tensor | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> tuple[Tensor, Tensor]: ...
@@ -193,6 +195,7 @@ def attention(
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
     products: Literal["f32", "bf16"] = "f32",
+    sinks: Tensor | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
 ) -> Tensor | tuple[Tensor, Tensor]: ...

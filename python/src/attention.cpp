@@ -107,6 +107,7 @@ struct attn_setup {
   int64_t shaw_clip = 0;
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
   py::object kerple, fire, cope;  // (2, Hq), (Hq, 3m + 3), (npos, D); None = off
+  py::object sinks;               // (Hq,) sink logits (gpt-oss); None = off
   kerple_kernel kernel = kerple_kernel::log;
   int64_t fire_hidden = 0;
   attention_xpos xpos;  // theta 0 = off
@@ -301,6 +302,14 @@ void parse_biases(attn_setup& s, const py::dict& opts) {
 
 // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
 void parse_research(attn_setup& s, const py::dict& opts) {
+  // Attention sinks (gpt-oss): one logit per query head in each row's softmax denominator.
+  if (!opt(opts, "sinks").is_none()) {
+    const py::array a = float_table(opt(opts, "sinks"), "sinks");
+    if (a.ndim() != 1 || a.shape(0) != s.Hq)
+      fail("sinks must have shape (Hq,) = ({},) (one logit per query head), got {}", s.Hq,
+           shape_str(a));
+    s.sinks = a;
+  }
   // Kerple (Chi et al. 2022): per-head a1, a2 (rows of a (2, Hq) table).
   if (!opt(opts, "kerple").is_none()) {
     const py::array a = float_table(opt(opts, "kerple"), "kerple");
@@ -401,7 +410,7 @@ void parse_options(attn_setup& s, const py::dict& opts) {
 // Real copies of the tables (small) and the params of batch element b.
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, kerple, fire, cope;
+  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, kerple, fire, cope, sinks;
   attention_params<Real> p;
 
   attn_call(const attn_setup& s) {
@@ -447,6 +456,10 @@ struct attn_call {
       cope = contiguous_as<Real>(s.cope);
       p.pos.cope = {static_cast<int64_t>(cope.shape(0)),
                     std::span<const Real>(cope.data(), cope.size())};
+    }
+    if (s.sinks) {
+      sinks = contiguous_as<Real>(s.sinks);
+      p.sinks = std::span<const Real>(sinks.data(), sinks.size());
     }
     p.pos.xpos = s.xpos;
     p.pos.temperature = s.temperature;
@@ -573,7 +586,7 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   const bool want_t5 = param_grads && s.t5_table;
   const bool want_shaw = param_grads && s.shaw_keys;
   const bool want_kerple = param_grads && s.kerple, want_fire = param_grads && s.fire,
-             want_cope = param_grads && s.cope;
+             want_cope = param_grads && s.cope, want_sinks = param_grads && s.sinks;
   const int64_t nb = s.t5p.num_buckets, rows = 2 * s.shaw_clip + 1;
   const int64_t fire_w = 3 * s.fire_hidden + 3,
                 npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
@@ -585,6 +598,8 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   std::vector<Real> dke_b(want_kerple ? 2 * s.Hq : 0), dfi_b(want_fire ? s.Hq * fire_w : 0),
       dco_b(want_cope ? npos * s.D : 0);
   std::vector<double> dke(dke_b.size(), 0.0), dfi(dfi_b.size(), 0.0), dco(dco_b.size(), 0.0);
+  std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
+  std::vector<double> dsi(dsi_b.size(), 0.0);
   const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
   Real* dqp = dq.mutable_data();
   Real* dkp = dk.mutable_data();
@@ -606,7 +621,9 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_kerple) g.dkerple = dke_b.data();
       if (want_fire) g.dfire = dfi_b.data();
       if (want_cope) g.dcope = dco_b.data();
+      if (want_sinks) g.dsinks = dsi_b.data();
       attention_backward(c.p, g);
+      for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
       for (size_t i = 0; i < dke.size(); ++i) dke[i] += dke_b[i];
       for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
@@ -636,6 +653,7 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   if (want_kerple) r["dkerple"] = to_array(dke, {2, s.Hq}, true);
   if (want_fire) r["dfire"] = to_array(dfi, {s.Hq, fire_w}, true);
   if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
+  if (want_sinks) r["dsinks"] = to_array(dsi, {s.Hq}, true);
   return r;
 }
 

@@ -81,6 +81,7 @@ struct attend_opts {
   // positions, masks
   std::string q_positions, k_positions, key_padding, cu_seqlens;
   int64_t window = 0;
+  std::string sinks;  // --sinks a,b,c: one logit per query head
   // Shaw
   std::string shaw_keys, shaw_values;
   // Half-precision K and V
@@ -257,6 +258,7 @@ struct attend_state {
   rope_freqs freqs;
   std::vector<double> slopes;                                       // (Hq,)
   std::vector<Real> t5w, shaw_k, shaw_v, kerple_w, fire_w, cope_e;  // as read, in Q's dtype
+  std::vector<Real> sinks;                                          // (Hq,) --sinks
   std::vector<std::string> schemes;  // the names of the schemes on, in order
   attention_params<Real> p;
 
@@ -299,6 +301,11 @@ void read_qkv(const attend_opts& o, const npy_array& qa, const npy_array& ka, co
   if (given(o, "--scale")) p.scale = o.scale;
   if (o.window < 0) fail("--window must be >= 0 (0 = none), got {}", o.window);
   p.window = o.window;
+  if (!o.sinks.empty()) {  // gpt-oss's per-head sink logits; the engine checks count and values
+    const auto x = parse_doubles(o.sinks, "--sinks");
+    s.sinks.assign(x.begin(), x.end());
+    p.sinks = s.sinks;
+  }
 }
 
 // Position ids ((3, n) ones for M-RoPE), the key padding mask and packed documents.
@@ -961,6 +968,9 @@ const bool registered_cmd_attend = register_command(50, [](CLI::App& app) {
   sub->add_option("--key-padding", o->key_padding, "Key mask M.npy (S,) bool/uint8, 1 = real");
   sub->add_option("--cu-seqlens", o->cu_seqlens, "Packed documents over the keys: 0,5,12");
   sub->add_option("--window", o->window, "Sliding window W: keys fewer than W tokens behind");
+  sub->add_option("--sinks", o->sinks,
+                  "Attention sinks (gpt-oss): one logit per query head, a,b,c (Hq values), each "
+                  "one more softmax score with no value");
   sub->add_option("--shaw-keys", o->shaw_keys, "Shaw a^K AK.npy (2K+1, D)");
   sub->add_option("--shaw-values", o->shaw_values, "Shaw a^V AV.npy (2K+1, D)");
   sub->add_option("--shaw-clip", o->shaw_clip, "Shaw clip distance K");
