@@ -151,8 +151,8 @@ TEST(KvCacheEdits, RerotateTurnsTheStoredKeyByTheChange) {
                        key.data(), 1, 2, 16, delta < 0);
           }
           for (int64_t e = 0; e < 32; ++e) {
-            const float want = st == kv_storage::f32 ? key[e]
-                                                     : half_to_float(st, float_to_half(st, key[e]));
+            const float want =
+                st == kv_storage::f32 ? key[e] : half_to_float(st, float_to_half(st, key[e]));
             ASSERT_EQ(after.k[j * 32 + e], want) << "token " << j << " element " << e;
           }
         }
@@ -162,8 +162,8 @@ TEST(KvCacheEdits, RerotateTurnsTheStoredKeyByTheChange) {
 
 TEST(KvCacheEdits, RemoveShiftAndDivideKeepOrderAndPositions) {
   const edit_case c(8);
-  kv_cache<float> cache(32, c.H, 8, {}, 5);  // no q/k transform: positions only
-  cache.append(c.k.data(), c.v.data(), 10);  // positions 5..14
+  kv_cache<float> cache(32, c.H, 8, {}, 5);                 // no q/k transform: positions only
+  cache.append(c.k.data(), c.v.data(), 10);                 // positions 5..14
   EXPECT_EQ(cache.remove(12, kv_cache<float>::to_end), 3);  // the newest three
   EXPECT_EQ(cache.next_position(), 12);
   EXPECT_EQ(cache.remove(0, 7), 2);
@@ -228,8 +228,8 @@ TEST(KvCacheEdits, ShiftDriftGrowsWithTheShifts) {
     EXPECT_GT(hundred.drift_rms, one.drift_rms) << name(one.storage);
     EXPECT_LE(one.drift_max, 4 * one.once_max + 1e-6) << name(one.storage);
   }
-  EXPECT_LT(rows[0].once_max, 1e-6);                  // float32: one rounding
-  EXPECT_GT(rows[3].once_max, rows[6].once_max);      // bfloat16 rounds coarser than float16
+  EXPECT_LT(rows[0].once_max, 1e-6);              // float32: one rounding
+  EXPECT_GT(rows[3].once_max, rows[6].once_max);  // bfloat16 rounds coarser than float16
   EXPECT_EQ(kv_shift_drift(f, rope_layout::half, rope_angle::exact, 16, -64, counts)[5].drift_max,
             rows[5].drift_max);  // deterministic
   EXPECT_THROW(kv_shift_drift(f, rope_layout::half, rope_angle::exact, 16, 0, counts),
