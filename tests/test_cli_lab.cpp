@@ -410,7 +410,7 @@ TEST(CliLab, ExtendPresetRowsAndConfigsMatchRopeFreqs) {
     posenc::write_file_atomic(path, cfgs[name].dump());
     std::vector<std::string> by_flags = {"--head-dim", "8", "--theta", "10000"};
     by_flags.insert(by_flags.end(), fl.begin(), fl.end());
-    for (int64_t n : {16, 64, 128}) {
+    for (int64_t n : {16, 128}) {  // within and beyond the training length
       const auto a = freqs({"--hf-config", path}, n), b = freqs(by_flags, n);
       EXPECT_EQ(a["inv_freq"], b["inv_freq"]) << name << " at " << n;
       EXPECT_EQ(a["attention_factor"], b["attention_factor"]) << name << " at " << n;
