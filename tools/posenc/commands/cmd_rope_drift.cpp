@@ -39,25 +39,10 @@ bool given(const drift_opts& o, const char* name) {
   return o.sub->count(name) > 0;
 }
 
-// --hf-config, --gguf, or explicit parameters turned into the config.json keys they name and
-// read by rope_config_from_json (the same validation and warnings as `rope freqs`).
+// --hf-config, --gguf, or explicit parameters (the same validation and warnings as
+// `rope freqs`).
 rope_config make_config(const drift_opts& o) {
-  std::vector<std::string> warnings;
-  rope_config c;
-  if (!o.hf_config.empty()) {
-    c = rope_config_from_file(o.hf_config, &warnings);
-  } else if (!o.gguf.empty()) {
-    c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
-  } else {
-    if (!given(o, "--head-dim")) fail("--head-dim (or --hf-config or --gguf) is required");
-    if (o.head_dim < 2 || o.head_dim > (int64_t{1} << 20))
-      fail("--head-dim must be in [2, 2^20], got {}", o.head_dim);
-    const nlohmann::json j =
-        rope_flags_json(o, o.head_dim, [](const auto& x, const char* n) { return given(x, n); });
-    c = rope_config_from_json(j, &warnings);
-  }
-  for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
-  return c;
+  return rope_config_from_flags(o, [](const auto& x, const char* n) { return given(x, n); });
 }
 
 // "A:B:log": 0 when A = 0, then round(10^(k/10)) for every k whose value lies in [max(A, 1),

@@ -35,21 +35,8 @@ bool shift_given(const shift_drift_opts& o, const char* name) {
 }
 
 rope_config shift_config(const shift_drift_opts& o) {
-  std::vector<std::string> warnings;
-  rope_config c;
-  if (!o.hf_config.empty()) {
-    c = rope_config_from_file(o.hf_config, &warnings);
-  } else if (!o.gguf.empty()) {
-    c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
-  } else {
-    if (!shift_given(o, "--head-dim")) fail("--head-dim (or --hf-config or --gguf) is required");
-    if (o.head_dim < 2 || o.head_dim > (int64_t{1} << 20))
-      fail("--head-dim must be in [2, 2^20], got {}", o.head_dim);
-    const nlohmann::json j = rope_flags_json(
-        o, o.head_dim, [](const auto& x, const char* n) { return shift_given(x, n); });
-    c = rope_config_from_json(j, &warnings);
-  }
-  for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
+  const rope_config c =
+      rope_config_from_flags(o, [](const auto& x, const char* n) { return shift_given(x, n); });
   if (!c.mrope_section.empty())
     fail(
         "rope shift-drift: an M-RoPE config (mrope_section) has three ids per token; the cache "

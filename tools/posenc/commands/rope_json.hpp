@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/gguf.hpp"
 
 namespace posenc::cli {
 
@@ -79,6 +81,26 @@ std::vector<CLI::Option*> add_rope_flags(CLI::App* sub, O& o) {
   params.push_back(
       sub->add_option("--high-freq-factor", o.high_freq_factor, "llama3 high_freq_factor"));
   return params;
+}
+
+// The config of a command that takes --hf-config, --gguf or the explicit flags (O also has
+// hf_config, gguf and head_dim): read through rope_config_from_json, warnings on stderr.
+template <typename O, typename Given>
+rope_config rope_config_from_flags(const O& o, Given given) {
+  std::vector<std::string> warnings;
+  rope_config c;
+  if (!o.hf_config.empty()) {
+    c = rope_config_from_file(o.hf_config, &warnings);
+  } else if (!o.gguf.empty()) {
+    c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
+  } else {
+    if (!given(o, "--head-dim")) fail("--head-dim (or --hf-config or --gguf) is required");
+    if (o.head_dim < 2 || o.head_dim > (int64_t{1} << 20))
+      fail("--head-dim must be in [2, 2^20], got {}", o.head_dim);
+    c = rope_config_from_json(rope_flags_json(o, o.head_dim, given), &warnings);
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
+  return c;
 }
 
 }  // namespace posenc::cli

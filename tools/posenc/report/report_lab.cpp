@@ -28,6 +28,20 @@ std::string fmt_metric(const J& v) {
 
 report_section lab_section_json(report_context& ctx);
 
+// A preset's results.json (`posenc lab --preset NAME`), checked to be that preset's.
+J read_preset(const std::string& path, const char* preset) {
+  const auto bytes = read_file(path);
+  J j;
+  try {
+    j = J::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  } catch (const std::exception& e) {
+    fail_io("{} is not valid JSON: {}", path, e.what());
+  }
+  if (j.value("preset", "") != preset)
+    fail_io("{} is not a --preset {} results file", path, preset);
+  return j;
+}
+
 // The real-text table (`posenc lab --preset press --out DIR/press`), when DIR/press/results.json
 // exists: bits per byte against evaluation length per variant, log-scale x, one figure per
 // training length and window mode, the in-distribution point (L_eval = L) ringed.
@@ -41,14 +55,7 @@ void press_part(report_context& ctx, doc::document& body) {
         ctx.out_dir));
     return;
   }
-  const auto bytes = read_file(path);
-  J j;
-  try {
-    j = J::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  } catch (const std::exception& e) {
-    fail_io("{} is not valid JSON: {}", path, e.what());
-  }
-  if (j.value("preset", "") != "press") fail_io("{} is not a --preset press results file", path);
+  J j = read_preset(path, "press");
   const J& cfg = j["config"];
   body.heading("Real text: bits per byte against evaluation length", 3);
   body.para(fmt::format(
@@ -129,14 +136,7 @@ void extend_part(report_context& ctx, doc::document& body) {
         ctx.out_dir));
     return;
   }
-  const auto bytes = read_file(path);
-  J j;
-  try {
-    j = J::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  } catch (const std::exception& e) {
-    fail_io("{} is not valid JSON: {}", path, e.what());
-  }
-  if (j.value("preset", "") != "extend") fail_io("{} is not a --preset extend results file", path);
+  J j = read_preset(path, "extend");
   const J& cfg = j["config"];
   const int64_t L = cfg["train_len"].get<int64_t>();
   body.heading("Extending a RoPE model's context", 3);
