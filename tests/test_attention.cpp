@@ -431,7 +431,7 @@ TEST(AttentionSimd, FusedRopeIsBitIdenticalToRopeApplyThenAttention) {
 // Half-precision keys and values (float16, bfloat16) against the reference on the same stored
 // values: every scheme, the prefill, decode and split-decode paths, MHA / GQA / MQA.
 TEST(AttentionSimd, HalfPrecisionKeysAndValuesAgainstReference) {
-  run_group("simd_half_kv", (scheme_count() - 1) * 6);  // every scheme but CoPE
+  run_group("simd_half_kv", half_kv_scheme_count() * 6);  // every scheme but CoPE, Self-Extend, DCA
 }
 
 // Head-major keys and values (kv_head_stride, the KV cache's layout) against the reference read
@@ -581,7 +581,7 @@ TEST(AttentionSimd, HalfPrecisionMisuseIsAClearError) {
 // values, within the bound derived in attention_cases.hpp ("bfloat16 products"): every scheme but
 // CoPE, packed prefill and decode shapes, bfloat16 / float32 / float16 storage, D = 33 included.
 TEST(AttentionSimd, BfloatProductsAgainstReference) {
-  run_group("simd_bf16_products", (scheme_count() - 1) * 4);
+  run_group("simd_bf16_products", half_kv_scheme_count() * 4);
 }
 
 // Which products ran: on a CPU with vdpbf16ps (attention_bf16_native) a packed prefill with

@@ -228,6 +228,7 @@ void attention_tiled(const attention_params<Real>& p) {
   if (p.pos.has_cope()) return detail::cope_forward(p);  // no tiled CoPE kernel (attention.hpp)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
+  if (terms.pairs) return detail::rope_pairs_forward(p, pl, terms, false);  // its own path
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   if (T == 0) return;
 

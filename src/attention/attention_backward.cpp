@@ -146,6 +146,7 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);
+  if (terms.pairs) return detail::rope_pairs_backward(p, pl, terms, g, true);  // per-pair RoPE
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   const auto* rel = terms.relative.get();
 
@@ -640,6 +641,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);
+  if (terms.pairs) return detail::rope_pairs_backward(p, pl, terms, g, false);  // its own path
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   if (T == 0 || S == 0) {
     std::fill(g.dq, g.dq + T * Hq * D, Real(0));

@@ -188,6 +188,7 @@ void attention_reference(const attention_params<Real>& p) {
   if (p.pos.has_cope()) return detail::cope_forward(p);  // CoPE's own path (attention.hpp)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
+  if (terms.pairs) return detail::rope_pairs_forward(p, pl, terms, true);  // per-pair RoPE
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
 
   // q', k' in double: (T, Hq, D) and (S, Hkv, D).

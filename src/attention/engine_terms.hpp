@@ -26,6 +26,7 @@
 #include <span>
 #include <vector>
 
+#include "named_schemes.hpp"
 #include "posenc/attention/attention.hpp"
 
 namespace posenc::detail {
@@ -124,6 +125,12 @@ struct engine_terms {
   std::unique_ptr<qk_transform> transform;                // hook 1; null = identity
   std::vector<std::unique_ptr<score_bias<Real>>> biases;  // hook 2b; summed in this order
   std::unique_ptr<relative_vectors<Real>> relative;       // hooks 2a and 3; null = off
+  // A scheme that places RoPE per pair (named_schemes.hpp: Self-Extend, DCA), with its
+  // arguments; transform is then the call's RoPE, and the engine runs rope_pairs_forward /
+  // rope_pairs_backward instead of its kernels. null = off.
+  const named_pairs* pairs = nullptr;
+  const char* pairs_name = nullptr;
+  std::vector<double> pairs_args;
   bool any_bias_grad() const {
     for (const auto& b : biases)
       if (b->grad_size() > 0) return true;
@@ -140,6 +147,17 @@ template <typename Real>
 void cope_forward(const attention_params<Real>& p);
 template <typename Real>
 void cope_backward(const attention_params<Real>& p, const attention_grads<Real>& g);
+
+// The path of a scheme that places RoPE per pair (attention_rope_pairs.cpp), forward and
+// backward, the fast one (rotations once per token and region, scores in double) or, with
+// reference, the specification (every pair's q and k rotated at the pair's positions, in double).
+template <typename Real>
+void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& pl,
+                        const engine_terms<Real>& t, bool reference);
+template <typename Real>
+void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& pl,
+                         const engine_terms<Real>& t, const attention_grads<Real>& g,
+                         bool reference);
 
 template <typename Real>
 engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const attention_plan& pl,

@@ -18,7 +18,8 @@ namespace posenc {
 std::vector<double> named_scheme_args(const scheme_decl& d,
                                       std::span<const std::pair<std::string, double>> given,
                                       int64_t Hq) {
-  if (!d.named) fail("{} is not a scheme reached by name (attention_position::named)", d.name);
+  if (!d.reached_by_name())
+    fail("{} is not a scheme reached by name (attention_position::named)", d.name);
   std::vector<std::string> names;
   for (size_t i = 1; i < d.params.size(); ++i) names.push_back(d.params[i].name);
   std::vector<double> args(names.size());
@@ -40,8 +41,54 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
         (!std::isfinite(args[i]) || args[i] != std::floor(args[i]) || std::abs(args[i]) > 0x1p53))
       fail("{} must be an integer, got {}", p.name, args[i]);
   }
-  d.named->check(args, Hq);
+  if (d.named)
+    d.named->check(args, Hq);
+  else
+    d.pairs->check(args);
   return args;
+}
+
+namespace {
+
+const detail::named_pairs& pairs_of(const scheme_decl& d) {
+  if (!d.pairs) fail("{} does not place RoPE per pair (it is no scheme_rope_pairs scheme)", d.name);
+  return *d.pairs;
+}
+
+}  // namespace
+
+int rope_pairs_regions(const scheme_decl& d) {
+  return pairs_of(d).regions;
+}
+
+int rope_pairs_region(const scheme_decl& d, std::span<const double> args, int64_t qpos,
+                      int64_t kpos) {
+  if (qpos < 0 || kpos < 0) fail("{}: positions must be >= 0, got {} and {}", d.name, qpos, kpos);
+  return pairs_of(d).region(args, qpos, kpos);
+}
+
+const char* rope_pairs_region_name(const scheme_decl& d, int r) {
+  const auto& x = pairs_of(d);
+  if (r < 0 || r >= x.regions)
+    fail("{}: region must be in [0, {}), got {}", d.name, x.regions, r);
+  return x.region_names[r];
+}
+
+std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_decl& d) {
+  const auto& x = pairs_of(d);
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 1; i < d.params.size() && i <= 3; ++i)
+    out.emplace_back(d.params[i].name, x.case_args[i - 1]);
+  return out;
+}
+
+std::pair<int64_t, int64_t> rope_pairs_positions(const scheme_decl& d, std::span<const double> args,
+                                                 int r, int64_t qpos, int64_t kpos) {
+  const auto& x = pairs_of(d);
+  if (r < 0 || r >= x.regions)
+    fail("{}: region must be in [0, {}), got {}", d.name, x.regions, r);
+  if (qpos < 0 || kpos < 0) fail("{}: positions must be >= 0, got {} and {}", d.name, qpos, kpos);
+  return {x.query_pos(args, r, qpos), x.key_pos(args, r, kpos)};
 }
 
 double named_bias_value(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq,
@@ -136,6 +183,11 @@ template <typename S>
 std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_decl& d,
                                                   const position_options& o,
                                                   const position_shape& shape) {
+  if (d.pairs)
+    fail(
+        "{} places RoPE per pair at inference time over a model trained with rope; it is no "
+        "scheme a model trains with (evaluate a rope model with it instead)",
+        d.name);
   std::vector<std::pair<std::string, double>> mine;
   for (const auto& [name, value] : o.named_params)
     for (size_t i = 1; i < d.params.size(); ++i)
@@ -152,13 +204,42 @@ template std::unique_ptr<position_hook<double>> make_named_hook<double>(pos_sche
                                                                         const position_options&,
                                                                         const position_shape&);
 
+// A per-pair RoPE scheme (named_schemes.hpp, named_pairs): what its path needs of the call.
+template <typename Real>
+void add_pairs_terms(const attention_params<Real>& p, const scheme_decl& d, std::vector<double> args,
+                     engine_terms<Real>& t) {
+  if (!p.pos.rope.freqs)
+    fail(
+        "{} needs RoPE on (pos.rope; --rope or --hf-config in posenc attend, rope= in Python): it "
+        "places RoPE's rotation per (query, key) pair",
+        d.name);
+  if (p.pos.rope.keys_rotated)
+    fail(
+        "{} needs unrotated keys (keys_rotated = false): it rotates each key at the positions of "
+        "each pair's region",
+        d.name);
+  if (!p.causal)
+    fail("{} needs causal attention (causal = true): its regions are defined for keys behind the "
+         "query ({})",
+         d.name, d.citation);
+  if (p.kv != kv_storage::f32 || p.q_storage != kv_storage::f32)
+    fail("{} runs its own path and needs float32 or float64 q, k and v, got q_storage = {}, kv = {}",
+         d.name, name(p.q_storage), name(p.kv));
+  if (p.products != attention_products::f32)
+    fail("{} runs its own path with float32 products; products = {} is not supported", d.name,
+         name(p.products));
+  t.pairs = d.pairs;
+  t.pairs_name = d.name;
+  t.pairs_args = std::move(args);
+}
+
 template <typename Real>
 void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
                      const attention_grads<Real>*, engine_terms<Real>& t) {
   for (size_t i = 0; i < p.pos.named.size(); ++i) {
     const named_scheme& n = p.pos.named[i];
     const scheme_decl& d = scheme_decl_of(n.name);
-    if (!d.named) {
+    if (!d.reached_by_name()) {
       std::vector<std::string> names;
       for (const auto* x : named_scheme_decls()) names.push_back(x->name);
       fail(
@@ -168,6 +249,10 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
     }
     for (size_t j = 0; j < i; ++j)
       if (p.pos.named[j].name == n.name) fail("pos.named lists {} twice", n.name);
+    if (d.pairs) {
+      add_pairs_terms(p, d, named_scheme_args(d, n.params, p.Hq), t);
+      continue;
+    }
     t.biases.push_back(
         std::make_unique<named_bias_term<Real>>(d, named_scheme_args(d, n.params, p.Hq), p.Hq, pl));
   }

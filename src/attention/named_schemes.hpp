@@ -5,6 +5,11 @@
 // model's hook (the lab), the argument checks; the CLI, Python, the case tables and posenc check
 // read the declaration. A new parameter-free (or scalar-parametrised) score bias therefore
 // touches its family file, its hook, its declaration and its tests, nothing else.
+//
+// A scheme reached by name may instead place RoPE per (query, key) pair (named_pairs below:
+// Self-Extend, Dual Chunk Attention). It rides on the call's RoPE and runs on the engine's path
+// for such schemes (attention_rope_pairs.cpp); its switch, parameters, flags and keywords come
+// from its declaration as for a bias.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +32,25 @@ struct named_bias {
   // bits of value(). null: the engine fills the table from value().
   void (*offset_table)(std::span<const double> args, int64_t Hq, int64_t lo, int64_t hi,
                        double* out) = nullptr;
+};
+
+// A scheme that places RoPE per pair: each pair (query at qpos, key at kpos) falls in one of
+// `regions` regions, and in region r its score is scale * (R(query_pos(r, qpos)) q) .
+// (R(key_pos(r, kpos)) k), R the call's RoPE rotation (pos.rope: frequencies, layout, angles).
+// args as for named_bias. Positions in and out are >= 0.
+struct named_pairs {
+  // Validates args; throws invalid_argument naming the parameter and the allowed values.
+  void (*check)(std::span<const double> args);
+  int regions;                  // R >= 1
+  const char* region_names[3];  // "neighbour", "grouped", ...: for docs and tests
+  int (*region)(std::span<const double> args, int64_t qpos, int64_t kpos);
+  int64_t (*query_pos)(std::span<const double> args, int r, int64_t qpos);
+  int64_t (*key_pos)(std::span<const double> args, int r, int64_t kpos);
+  // Optional: a factor on every score of a call with S keys (DCA's length scaling); null = 1.
+  double (*score_factor)(std::span<const double> args, int64_t S) = nullptr;
+  // Parameters, in declaration order after the switch, that put the pairs of a case-table call
+  // (13 keys at positions 0 .. 12) in every region: what the case tables and checks run.
+  double case_args[3] = {0, 0, 0};
 };
 
 }  // namespace posenc::detail

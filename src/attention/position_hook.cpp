@@ -17,16 +17,28 @@ constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "ali
                                    "shaw", "irope",      "kerple",  "fire", "xpos",  "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
+// The schemes reached by name that a model trains with: the score biases (a per-pair RoPE
+// scheme, Self-Extend or DCA, is applied at inference over a RoPE model, not trained with).
+const std::vector<const scheme_decl*>& model_named_decls() {
+  static const std::vector<const scheme_decl*> out = [] {
+    std::vector<const scheme_decl*> v;
+    for (const scheme_decl* d : named_scheme_decls())
+      if (d->named) v.push_back(d);
+    return v;
+  }();
+  return out;
+}
+
 }  // namespace
 
 int pos_scheme_count() {
-  return static_cast<int>(pos_scheme::count) + static_cast<int>(named_scheme_decls().size());
+  return static_cast<int>(pos_scheme::count) + static_cast<int>(model_named_decls().size());
 }
 
 const char* pos_scheme_name(pos_scheme s) {
   const int i = static_cast<int>(s), n = static_cast<int>(pos_scheme::count);
   if (i >= 0 && i < n) return k_names[i];
-  if (i >= n && i < pos_scheme_count()) return named_scheme_decls()[i - n]->name;
+  if (i >= n && i < pos_scheme_count()) return model_named_decls()[i - n]->name;
   fail("pos_scheme {} is not a scheme (0 .. {})", i, pos_scheme_count() - 1);
 }
 
@@ -75,8 +87,8 @@ std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const positio
       break;
   }
   const int i = static_cast<int>(s) - static_cast<int>(pos_scheme::count);
-  if (i >= 0 && i < static_cast<int>(named_scheme_decls().size()))
-    return detail::make_named_hook<S>(s, *named_scheme_decls()[i], o, shape);
+  if (i >= 0 && i < static_cast<int>(model_named_decls().size()))
+    return detail::make_named_hook<S>(s, *model_named_decls()[i], o, shape);
   fail("position hook: unknown scheme {}", static_cast<int>(s));
 }
 

@@ -66,6 +66,18 @@ constexpr scheme_param kSandwich[] = {
     {"sandwich", "scalar", "bool", "False", "switch Sandwich on (nothing to learn)"},
     {"sandwich_dim", "scalar", "int", "128", "d', the sinusoidal embedding's dimension (even)"},
 };
+constexpr scheme_param kSelfExtend[] = {
+    {"self_extend", "scalar", "bool", "False", "switch Self-Extend on (RoPE's positions per pair)"},
+    {"self_extend_group", "scalar", "int", "4", "G: positions beyond the window divided by G"},
+    {"self_extend_window", "scalar", "int", "512", "w: the neighbour window of exact positions"},
+};
+constexpr scheme_param kDca[] = {
+    {"dca", "scalar", "bool", "False", "switch Dual Chunk Attention on (RoPE's positions per pair)"},
+    {"dca_chunk_size", "scalar", "int", "262144", "chunk_size of dual_chunk_attention_config"},
+    {"dca_local_size", "scalar", "int", "8192", "local_size: the successive-chunk window"},
+    {"dca_original_max_position_embeddings", "scalar", "int", "0",
+     "length scaling of the scores past it, as vLLM (0 = none)"},
+};
 constexpr scheme_param kCope[] = {
     {"cope", "(npos, D)", "float", "None", "position embeddings, shared by the heads"},
 };
@@ -85,7 +97,9 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 
 }  // namespace
 namespace detail {
-extern const named_bias sandwich_bias_decl;  // hook_sandwich.cpp
+extern const named_bias sandwich_bias_decl;    // hook_sandwich.cpp
+extern const named_pairs self_extend_pairs_decl;  // hook_self_extend.cpp
+extern const named_pairs dca_pairs_decl;          // hook_dca.cpp
 }  // namespace detail
 namespace {
 
@@ -104,6 +118,10 @@ const scheme_decl kDecls[] = {
     {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire},
     {"sandwich", "Sandwich", "Chi et al. 2023", scheme_score_bias, false, false, false, true,
      kSandwich, &detail::sandwich_bias_decl, bias_offset_only | bias_symmetric | bias_bounded},
+    {"self_extend", "Self-Extend", "Jin et al. 2024", scheme_rope_pairs, false, true, true, true,
+     kSelfExtend, nullptr, 0, &detail::self_extend_pairs_decl, "rope"},
+    {"dca", "Dual Chunk Attention", "An et al. 2024", scheme_rope_pairs, false, true, true, true,
+     kDca, nullptr, 0, &detail::dca_pairs_decl, "rope"},
     {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
     {"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
     {"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false, false,
@@ -123,14 +141,16 @@ std::string points_text(uint32_t p) {
   if (p & scheme_value_term) out.push_back("value term (hook 3)");
   if (p & scheme_own_path) out.push_back("content-dependent positions (own path)");
   if (p & scheme_layer_plan) out.push_back("per-layer plan");
+  if (p & scheme_rope_pairs) out.push_back("RoPE positions per (query, key) pair (own path)");
   if (out.empty()) out.push_back("none (order from the causal mask alone)");
   return fmt::format("{}", fmt::join(out, ", "));
 }
 
 // What posenc check tests of a scheme reached by name: "" for the others.
 std::string properties_text(const scheme_decl& d) {
-  if (!d.named) return "";
+  if (!d.reached_by_name()) return "";
   std::vector<std::string> out{"reached by name"};
+  if (d.rides_on) out.push_back(fmt::format("needs {}", d.rides_on));
   if (d.bias_props & bias_offset_only) out.push_back("offset-only");
   if (d.bias_props & bias_symmetric) out.push_back("symmetric");
   if (d.bias_props & bias_bounded) out.push_back("bounded");
@@ -146,7 +166,7 @@ std::span<const scheme_decl> scheme_decls() {
 std::vector<const scheme_decl*> named_scheme_decls() {
   std::vector<const scheme_decl*> out;
   for (const auto& d : kDecls)
-    if (d.named) out.push_back(&d);
+    if (d.reached_by_name()) out.push_back(&d);
   return out;
 }
 
@@ -160,6 +180,14 @@ const scheme_decl& scheme_decl_of(const std::string& name) {
 
 std::string scheme_conflict(const scheme_decl& a, const scheme_decl& b) {
   if (&a == &b) return "";
+  for (const scheme_decl* s : {&a, &b}) {
+    const scheme_decl& other = s == &a ? b : a;
+    if (s->rides_on && std::string(s->rides_on) != other.name)
+      return fmt::format(
+          "{} places {}'s rotation per (query, key) pair on a path of its own that applies no "
+          "other position scheme",
+          s->name, s->rides_on);
+  }
   for (const scheme_decl* s : {&a, &b})
     if (s->points & scheme_own_path)
       return fmt::format(
@@ -180,8 +208,9 @@ void check_scheme_combination(std::span<const std::string> on) {
     for (size_t j = i + 1; j < on.size(); ++j) {
       const scheme_decl& a = scheme_decl_of(on[i]);
       const scheme_decl& b = scheme_decl_of(on[j]);
-      // The content-dependent scheme is named first: it is the one that excludes the other.
-      const bool swap = (b.points & scheme_own_path) && !(a.points & scheme_own_path);
+      // The content-dependent or per-pair scheme is named first: it excludes the other.
+      const uint32_t own = scheme_own_path | scheme_rope_pairs;
+      const bool swap = (b.points & own) && !(a.points & own);
       const std::string why = scheme_conflict(a, b);
       if (!why.empty())
         fail("{} cannot be combined with {}: {}", swap ? b.name : a.name, swap ? a.name : b.name,
@@ -254,7 +283,8 @@ std::string schemes_json() {
     s["causal_only"] = d.causal_only;
     s["float_kv_only"] = d.float_kv_only;
     s["attention_level"] = d.attention_level;
-    s["named"] = d.named != nullptr;
+    s["named"] = d.reached_by_name();
+    s["rides_on"] = d.rides_on ? nlohmann::ordered_json(d.rides_on) : nlohmann::ordered_json();
     s["bias_properties"] = {{"offset_only", (d.bias_props & bias_offset_only) != 0},
                             {"symmetric", (d.bias_props & bias_symmetric) != 0},
                             {"bounded", (d.bias_props & bias_bounded) != 0}};

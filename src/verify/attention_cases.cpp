@@ -41,6 +41,23 @@ const char* name(mask m) {
   return n[static_cast<int>(m)];
 }
 
+// The declaration of a scheme reached by name; null for the table's own schemes.
+const scheme_decl* named_decl(scheme s) {
+  const int i = static_cast<int>(s) - kSchemes;
+  return i >= 0 ? named_scheme_decls()[i] : nullptr;
+}
+
+bool float_kv_only(scheme s) {
+  const scheme_decl* d = named_decl(s);
+  return s == scheme::cope || (d && d->float_kv_only);
+}
+
+int half_kv_scheme_count() {
+  int n = 0;
+  for (int s = 0; s < scheme_count(); ++s) n += !float_kv_only(static_cast<scheme>(s));
+  return n;
+}
+
 std::string describe(const spec& c) {
   return fmt::format(
       "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}{}{}{}", c.T,
@@ -152,7 +169,8 @@ void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
   auto& p = f.p;
   const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
                       c.msk == mask::everything || c.sch == scheme::t5_causal ||
-                      c.sch == scheme::cope;
+                      c.sch == scheme::cope ||
+                      (named_decl(c.sch) && named_decl(c.sch)->causal_only);
   p.causal = causal;
   if (c.msk == mask::padding || c.msk == mask::everything) {
     f.pad.resize(S);
@@ -393,6 +411,20 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     // A scheme reached by name, at its default parameters. Its largest |bias|: the declared
     // bound (bounded), else the largest over the distances up to dmax.
     const scheme_decl& d = *named_scheme_decls()[static_cast<int>(c.sch) - kSchemes];
+    if (d.pairs) {
+      // RoPE per pair (Self-Extend, DCA) on RoPE (half layout, rotary width the even part of D),
+      // with parameters that put the case's pairs in every region; a rotation, so no bias and
+      // the score bound of RoPE times the scheme's score factor (DCA's length scaling, <= 2).
+      rope_config rc;
+      rc.head_dim = D;
+      rc.rotary_dim = D - D % 2;
+      rc.theta = 10000;
+      f.freqs = rope_frequencies(rc);
+      p.pos.rope.freqs = &f.freqs;
+      p.pos.named = {{d.name, rope_pairs_case_params(d)}};
+      b.amp = std::sqrt(2.0);
+      return;
+    }
     p.pos.named = {{d.name, {}}};
     const auto args = named_scheme_args(d, {}, c.Hq);
     for (int64_t h = 0; h < c.Hq; ++h) {
@@ -1057,7 +1089,7 @@ void add_half_kv_cases(std::vector<spec>& v) {
     for (int s = 0; s < scheme_count(); ++s)
       for (auto [T, S] : shapes)
         for (kv_storage kv : {kv_storage::f16, kv_storage::bf16}) {
-          if (static_cast<scheme>(s) == scheme::cope) continue;
+          if (float_kv_only(static_cast<scheme>(s))) continue;
           const auto msk = static_cast<mask>((idx * 3 + s) % kMasks);
           spec c{T,
                  S,
@@ -1087,7 +1119,7 @@ void add_bf16_product_cases(std::vector<spec>& v) {
   int idx = 0;
   for (int s = 0; s < scheme_count(); ++s)
     for (int sh = 0; sh < 4; ++sh) {
-      if (static_cast<scheme>(s) == scheme::cope) continue;
+      if (float_kv_only(static_cast<scheme>(s))) continue;
       const auto [T, S] = shapes[sh];
       // 520 x 520 needs 64 items to pack: MHA 8 x 8 (9 query blocks of 64 rows each).
       const auto hd = T == 520 ? heads[2] : heads[(idx + sh) % 4];
@@ -1142,7 +1174,7 @@ void add_layout_group(std::vector<spec>& v, const char* group, std::span<const i
              seed0 + static_cast<uint64_t>(idx)};
       c.head_major = true;
       c.k_blocked = k_blocked;
-      c.kv = static_cast<scheme>(s) == scheme::cope ? kv_storage::f32 : kvs[(idx / 2) % 3];
+      c.kv = float_kv_only(static_cast<scheme>(s)) ? kv_storage::f32 : kvs[(idx / 2) % 3];
       v.push_back(make(group, c, forward, c.kv == kv_storage::f32 ? f32 | f64 : f32));
       ++idx;
     }
@@ -1452,10 +1484,11 @@ std::vector<spec> make_perf() {
   add("attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
   add("attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
   add("attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
-  // Each scheme reached by name, at T = S = 2048 (a default case: its row is a table slice).
+  // Each scheme reached by name, at T = S = 2048: a bias's row is a table slice (a default
+  // case); a per-pair RoPE scheme runs its own path (double scores, no tiles): extended.
   for (int s = kSchemes; s < scheme_count(); ++s)
     add("attention", 2048, 2048, 8, 128, static_cast<scheme>(s), name(static_cast<scheme>(s)),
-        forward);
+        forward, named_decl(static_cast<scheme>(s))->pairs != nullptr);
   add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
   add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;

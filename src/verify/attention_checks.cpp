@@ -664,6 +664,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
 // checks every scheme passes.
 void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
   for (const scheme_decl* d : named_scheme_decls()) {
+    if (!d->named) continue;  // a per-pair RoPE scheme: rope_pairs_checks
     const std::string n = d->name;
     problem ps(scheme::named, true, seed, d);
     const auto& a = ps.nargs;

@@ -124,6 +124,12 @@ inline constexpr int kSchemes = static_cast<int>(scheme::mrope) + 1;
 int scheme_count();
 inline constexpr int kMasks = static_cast<int>(mask::positions) + 1;
 const char* name(scheme s);
+// True for the schemes on a path of their own that needs float32 / float64 q, k, v and float32
+// products (CoPE, and the per-pair RoPE schemes reached by name): the half-precision and
+// bfloat16-product groups leave them out.
+bool float_kv_only(scheme s);
+// The number of schemes that are not (the half-precision groups' count).
+int half_kv_scheme_count();
 const char* name(mask m);
 
 // What a case is run for (bit set).

@@ -25,7 +25,8 @@
 namespace posenc {
 
 // The schemes with a hook: the members below, then (from `count` on) every scheme reached by
-// name (schemes.hpp: named_scheme_decls(), in declaration order), whose hook is generic.
+// name that models train with (schemes.hpp: named_scheme_decls() with a score bias, in declaration
+// order; not the per-pair RoPE schemes, which apply at inference), whose hook is generic.
 // Iterate 0 .. pos_scheme_count() - 1.
 enum class pos_scheme {
   nope,

@@ -14,7 +14,10 @@
 //   2. at most one scheme maps q and k at hook 1 (RoPE, M-RoPE, xPos, the query temperature):
 //      the engine composes no two q/k transforms;
 //   3. at most one scheme owns the relative tables of hooks 2a / 3 (Shaw);
-//   4. everything else combines: score biases (hook 2b) add, in the engine's order, and
+//   4. a scheme that places RoPE per (query, key) pair (Self-Extend, Dual Chunk Attention) rides
+//      on the scheme it names (rides_on: RoPE) on a path of its own: it needs that scheme on and
+//      combines with nothing else;
+//   5. everything else combines: score biases (hook 2b) add, in the engine's order, and
 //      input-side schemes act before attention.
 #pragma once
 
@@ -37,6 +40,7 @@ enum scheme_point : uint32_t {
   scheme_value_term = 1u << 4,     // hook 3: o_i += sum_j p_ij a^V_(j-i)
   scheme_own_path = 1u << 5,       // positions from the content, on a path of their own (CoPE)
   scheme_layer_plan = 1u << 6,     // chooses per layer between other schemes (iRoPE)
+  scheme_rope_pairs = 1u << 7,     // RoPE at positions chosen per (query, key) pair (own path)
 };
 
 // What a score bias is, as `posenc check` tests it for a scheme reached by name (bit flags).
@@ -47,7 +51,8 @@ enum scheme_bias_property : uint32_t {
 };
 
 namespace detail {
-struct named_bias;  // src/attention/named_schemes.hpp: a scheme's score bias, defined in its hook
+struct named_bias;   // src/attention/named_schemes.hpp: a scheme's score bias, defined in its hook
+struct named_pairs;  // src/attention/named_schemes.hpp: a scheme's per-pair RoPE positions
 }
 
 struct scheme_param {
@@ -76,6 +81,13 @@ struct scheme_decl {
   // its rows in the case tables and its `posenc check` group. null for the other schemes.
   const detail::named_bias* named = nullptr;
   uint32_t bias_props = 0;  // scheme_bias_property flags
+  // A scheme reached by name that places RoPE per pair instead of adding a bias (scheme_rope_pairs;
+  // its hook file defines the regions and their positions): reached, flagged and checked as
+  // above, its engine the own path of src/attention/attention_rope_pairs.cpp. null otherwise.
+  const detail::named_pairs* pairs = nullptr;
+  // The scheme this one needs on and is the only one it combines with (rule 4); null = none.
+  const char* rides_on = nullptr;
+  bool reached_by_name() const { return named || pairs; }
 };
 
 // Every declared scheme, in the engine's order (hook 1, hook 2b in summation order, hooks 2a/3,
@@ -94,7 +106,7 @@ void check_scheme_combination(std::span<const std::string> on);
 template <typename Real>
 std::vector<std::string> schemes_on(const attention_position<Real>& pos);
 
-// The schemes reached by name, in declaration order.
+// The schemes reached by name (score biases and per-pair RoPE), in declaration order.
 std::vector<const scheme_decl*> named_scheme_decls();
 // The numeric parameters of a scheme reached by name as its engine takes them: every declared
 // parameter after the switch, in declaration order, the given value or else the default. Throws
@@ -103,6 +115,18 @@ std::vector<const scheme_decl*> named_scheme_decls();
 std::vector<double> named_scheme_args(const scheme_decl& d,
                                       std::span<const std::pair<std::string, double>> given,
                                       int64_t Hq);
+// The regions of a per-pair RoPE scheme (d.pairs): the region of a pair, and the query's and the
+// key's positions in region r, for args from named_scheme_args. What the tests and docs read.
+int rope_pairs_regions(const scheme_decl& d);
+int rope_pairs_region(const scheme_decl& d, std::span<const double> args, int64_t qpos,
+                      int64_t kpos);
+std::pair<int64_t, int64_t> rope_pairs_positions(const scheme_decl& d, std::span<const double> args,
+                                                 int r, int64_t qpos, int64_t kpos);
+// The region's name ("neighbour", "intra-chunk", ...), and the parameters (by name) with which a
+// case-table call of 13 keys at positions 0 .. 12 has pairs in every region.
+const char* rope_pairs_region_name(const scheme_decl& d, int r);
+std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_decl& d);
+
 // The score bias of a scheme reached by name, in double (the specification), and its bound
 // (bias_bounded): what posenc check and the case tables read. args from named_scheme_args.
 double named_bias_value(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq,

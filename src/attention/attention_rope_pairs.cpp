@@ -1,0 +1,322 @@
+// The path of the schemes that place RoPE per (query, key) pair (named_schemes.hpp, named_pairs:
+// Self-Extend, Dual Chunk Attention). Per query head h and query i, with r = region(qpos_i,
+// kpos_j) and a_r, b_r the region's query and key positions:
+//   s_ij = scale f (R(a_r(qpos_i)) q_i) . (R(b_r(kpos_j)) k_j)    visible j (attention.hpp masks)
+//   p_i  = softmax_j(s_i), with the sink logit in the denominator when sinks are on
+//   o_i  = sum_j p_ij v_j
+// R is the call's RoPE (pos.rope: frequencies, layout, angle convention, attention factor), so
+// a pair in a region whose positions are the true ones scores exactly as under plain RoPE; f is
+// the scheme's factor for the call's S keys (named_pairs::score_factor; 1 for most).
+// Backward, with dS_ij = P_ij (dP_ij - D_i) as for every scheme (attention.hpp) and q'_ir, k'_jr
+// the rotated copies of region r:
+//   dq_i = sum_r R(a_r)^T sum_{j in r} scale f dS_ij k'_jr
+//   dk_j = sum_r R(b_r)^T sum_{i in r} scale f dS_ij q'_ir,   dv_j = sum_i P_ij dO_i
+// Two implementations:
+//   reference  the specification: every pair's q and k rotated at that pair's positions, in
+//              double, then the score row and a two-pass softmax (T S rotations of each).
+//   fast       each token rotated once per distinct position map (Self-Extend: 2 for q, 2 for
+//              k; DCA: 3 for q, 1 for k) in the element type, as the RoPE engine rotates; the
+//              scores, softmax and sums in double; threads over query heads (forward) or kv
+//              heads (backward). O(T S D) arithmetic, O((T Hq + S Hkv) D R) memory, no T x S
+//              matrix.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention_plan.hpp"
+#include "posenc/core/error.hpp"
+#include "posenc/core/threads.hpp"
+
+namespace posenc::detail {
+namespace {
+
+constexpr double kPairsNegInf = -std::numeric_limits<double>::infinity();
+
+// The inputs in token-major copies (whatever p's layout) and the regions' position maps.
+template <typename Real>
+struct pairs_input {
+  std::vector<Real> q, k, v;  // (T, Hq, D), (S, Hkv, D) x 2
+  int R = 0;
+  // Distinct position maps: region r reads copy qvar[r] of q and kvar[r] of k.
+  std::vector<int> qvar, kvar;
+  std::vector<std::vector<int64_t>> qmap, kmap;  // per copy: (T,) and (S,) positions
+};
+
+template <typename Real>
+pairs_input<Real> pairs_load(const attention_params<Real>& p, const attention_plan& pl,
+                             const engine_terms<Real>& t) {
+  pairs_input<Real> in;
+  const int64_t T = p.T, S = p.S, Hkv = p.Hkv, D = p.D;
+  in.q.assign(p.q, p.q + T * p.Hq * D);
+  in.k.resize(S * Hkv * D);
+  in.v.resize(S * Hkv * D);
+  for (int64_t j = 0; j < S; ++j)
+    for (int64_t hk = 0; hk < Hkv; ++hk) {
+      const int64_t x = (j * Hkv + hk) * D, y = kv_offset(p, j, hk);
+      copy_key(p, j, hk, in.k.data() + x);
+      std::copy(p.v + y, p.v + y + D, in.v.begin() + x);
+    }
+  const named_pairs& m = *t.pairs;
+  in.R = m.regions;
+  auto add = [](std::vector<std::vector<int64_t>>& maps, std::vector<int64_t> x) {
+    for (size_t c = 0; c < maps.size(); ++c)
+      if (maps[c] == x) return static_cast<int>(c);
+    maps.push_back(std::move(x));
+    return static_cast<int>(maps.size() - 1);
+  };
+  for (int r = 0; r < in.R; ++r) {
+    std::vector<int64_t> qm(T), km(S);
+    for (int64_t i = 0; i < T; ++i) qm[i] = m.query_pos(t.pairs_args, r, pl.qpos_safe[i]);
+    for (int64_t j = 0; j < S; ++j) km[j] = m.key_pos(t.pairs_args, r, pl.kpos_safe[j]);
+    in.qvar.push_back(add(in.qmap, std::move(qm)));
+    in.kvar.push_back(add(in.kmap, std::move(km)));
+  }
+  return in;
+}
+
+// The scale of the scores: the call's, times the scheme's factor for S keys (DCA's).
+template <typename Real>
+double pairs_scale(const attention_params<Real>& p, const attention_plan& pl,
+                   const engine_terms<Real>& t) {
+  return t.pairs->score_factor ? pl.scale * t.pairs->score_factor(t.pairs_args, p.S) : pl.scale;
+}
+
+// The region of pair (i, j) (visible pairs only: pads have no position).
+template <typename Real>
+int pair_region(const engine_terms<Real>& t, const attention_plan& pl, int64_t i, int64_t j) {
+  return t.pairs->region(t.pairs_args, pl.qpos[i], pl.kpos[j]);
+}
+
+// Softmax of a row of scores s (-inf = masked) with an optional sink logit, in place: s becomes
+// P. Returns lse (-inf, or the sink, for a row that sees nothing; then P = 0) and the sink's
+// probability in *psink.
+double pairs_softmax(std::vector<double>& s, bool sink, double sk, double* psink) {
+  double m = kPairsNegInf;
+  for (const double x : s) m = std::max(m, x);
+  *psink = 0;
+  if (m == kPairsNegInf) {
+    std::fill(s.begin(), s.end(), 0.0);
+    return sink ? sk : kPairsNegInf;
+  }
+  if (sink && sk > m) m = sk;
+  double l = sink ? std::exp(sk - m) : 0.0;
+  for (double& x : s) l += x = std::exp(x - m);  // exp(-inf) = 0 for masked keys
+  for (double& x : s) x /= l;
+  if (sink) *psink = std::exp(sk - m) / l;
+  return m + std::log(l);
+}
+
+// Row i of head h's scores, the specification: each visible pair's q and k copied to double
+// and rotated at that pair's positions (qa, kb: (D,) scratch).
+template <typename Real>
+void pairs_scores_reference(const attention_params<Real>& p, const attention_plan& pl,
+                            const engine_terms<Real>& t, const pairs_input<Real>& in, int64_t h,
+                            int64_t i, std::vector<double>& s, std::vector<double>& qa,
+                            std::vector<double>& kb) {
+  const int64_t S = p.S, D = p.D, hk = h / pl.group;
+  const double scale = pairs_scale(p, pl, t);
+  for (int64_t j = 0; j < S; ++j) {
+    s[j] = kPairsNegInf;
+    if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
+    const int r = pair_region(t, pl, i, j);
+    const int64_t a = in.qmap[in.qvar[r]][i], b = in.kmap[in.kvar[r]][j];
+    for (int64_t d = 0; d < D; ++d) {
+      qa[d] = double(in.q[(i * p.Hq + h) * D + d]);
+      kb[d] = double(in.k[(j * p.Hkv + hk) * D + d]);
+    }
+    t.transform->apply(std::span<const int64_t>(&a, 1), qa.data(), 1, 1, D, false, false);
+    t.transform->apply(std::span<const int64_t>(&b, 1), kb.data(), 1, 1, D, true, false);
+    double dot = 0;
+    for (int64_t d = 0; d < D; ++d) dot += qa[d] * kb[d];
+    s[j] = scale * dot;
+  }
+}
+
+// The rotated copies of the fast form: rq[c] = q rotated at qmap[c], rk[c] = k at kmap[c].
+template <typename Real>
+struct pairs_rotated {
+  std::vector<std::vector<Real>> q, k;
+};
+
+template <typename Real>
+pairs_rotated<Real> pairs_rotate(const attention_params<Real>& p, const engine_terms<Real>& t,
+                                 const pairs_input<Real>& in) {
+  pairs_rotated<Real> rot;
+  for (const auto& m : in.qmap) {
+    rot.q.push_back(in.q);
+    t.transform->apply(m, rot.q.back().data(), p.T, p.Hq, p.D, false, false);
+  }
+  for (const auto& m : in.kmap) {
+    rot.k.push_back(in.k);
+    t.transform->apply(m, rot.k.back().data(), p.S, p.Hkv, p.D, true, false);
+  }
+  return rot;
+}
+
+// Row i of head h's scores from the rotated copies.
+template <typename Real>
+void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl,
+                       const engine_terms<Real>& t, const pairs_input<Real>& in,
+                       const pairs_rotated<Real>& rot, int64_t h, int64_t i,
+                       std::vector<double>& s) {
+  const int64_t S = p.S, D = p.D, hk = h / pl.group;
+  const double scale = pairs_scale(p, pl, t);
+  for (int64_t j = 0; j < S; ++j) {
+    s[j] = kPairsNegInf;
+    if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
+    const int r = pair_region(t, pl, i, j);
+    const Real* qi = rot.q[in.qvar[r]].data() + (i * p.Hq + h) * D;
+    const Real* kj = rot.k[in.kvar[r]].data() + (j * p.Hkv + hk) * D;
+    double dot = 0;
+    for (int64_t d = 0; d < D; ++d) dot += double(qi[d]) * double(kj[d]);
+    s[j] = scale * dot;
+  }
+}
+
+}  // namespace
+
+template <typename Real>
+void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& pl,
+                        const engine_terms<Real>& t, bool reference) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, D = p.D;
+  if (T == 0) return;
+  const auto in = pairs_load(p, pl, t);
+  const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
+  const bool sink = !p.sinks.empty();
+  auto rows = [&](int64_t b, int64_t e) {
+    std::vector<double> s(S), qa(D), kb(D), o(D);
+    for (int64_t x = b; x < e; ++x) {
+      const int64_t h = x / T, i = x % T, hk = h / pl.group;
+      if (reference)
+        pairs_scores_reference(p, pl, t, in, h, i, s, qa, kb);
+      else
+        pairs_scores_fast(p, pl, t, in, rot, h, i, s);
+      double psink = 0;
+      const double lse = pairs_softmax(s, sink, sink ? double(p.sinks[h]) : 0.0, &psink);
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t j = 0; j < S; ++j) {
+        if (s[j] == 0) continue;
+        const Real* vj = &in.v[(j * p.Hkv + hk) * D];
+        for (int64_t d = 0; d < D; ++d) o[d] += s[j] * double(vj[d]);
+      }
+      Real* out = p.out + (i * Hq + h) * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = static_cast<Real>(o[d]);
+      if (p.lse) p.lse[i * Hq + h] = static_cast<Real>(lse);
+    }
+  };
+  if (reference)
+    rows(0, Hq * T);
+  else
+    parallel_for(Hq * T, rows, 16);
+}
+
+template <typename Real>
+void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& pl,
+                         const engine_terms<Real>& t, const attention_grads<Real>& g,
+                         bool reference) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  const auto in = pairs_load(p, pl, t);
+  const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
+  const size_t nq = in.qmap.size(), nk = in.kmap.size();
+  // Gradients with respect to each rotated copy (the rotated frame), in double.
+  std::vector<std::vector<double>> dQ(reference ? 0 : nq, std::vector<double>(T * Hq * D, 0.0)),
+      dK(reference ? 0 : nk, std::vector<double>(S * Hkv * D, 0.0));
+  std::vector<double> dq(T * Hq * D, 0.0), dk(S * Hkv * D, 0.0), dv(S * Hkv * D, 0.0),
+      dsink(Hq, 0.0);
+  const bool sink = !p.sinks.empty();
+  const double scale = pairs_scale(p, pl, t);
+  // Work item: kv head hk, its query heads and their rows (dk, dv of hk and dq of its heads are
+  // the item's own).
+  auto items = [&](int64_t b, int64_t e) {
+    std::vector<double> s(S), dS(S), qa(D), kb(D), ga(D), gb(D);
+    for (int64_t hk = b; hk < e; ++hk)
+      for (int64_t h = hk * pl.group; h < (hk + 1) * pl.group; ++h)
+        for (int64_t i = 0; i < T; ++i) {
+          if (reference)
+            pairs_scores_reference(p, pl, t, in, h, i, s, qa, kb);
+          else
+            pairs_scores_fast(p, pl, t, in, rot, h, i, s);
+          double psink = 0;
+          (void)pairs_softmax(s, sink, sink ? double(p.sinks[h]) : 0.0, &psink);
+          const Real* doi = g.dout + (i * Hq + h) * D;
+          double Di = 0;
+          for (int64_t j = 0; j < S; ++j) {
+            dS[j] = 0;
+            if (s[j] == 0) continue;
+            const Real* vj = &in.v[(j * Hkv + hk) * D];
+            double x = 0;
+            for (int64_t d = 0; d < D; ++d) x += double(doi[d]) * double(vj[d]);
+            dS[j] = x;
+            Di += s[j] * x;
+          }
+          if (g.dsinks) dsink[h] -= psink * Di;
+          for (int64_t j = 0; j < S; ++j) {
+            if (s[j] == 0) continue;
+            const double ds = scale * s[j] * (dS[j] - Di);
+            double* dvj = &dv[(j * Hkv + hk) * D];
+            for (int64_t d = 0; d < D; ++d) dvj[d] += s[j] * double(doi[d]);
+            const int r = pair_region(t, pl, i, j);
+            if (reference) {
+              // The pair's own rotations, and their transposes for the gradients.
+              const int64_t a = in.qmap[in.qvar[r]][i], bpos = in.kmap[in.kvar[r]][j];
+              for (int64_t d = 0; d < D; ++d) {
+                qa[d] = double(in.q[(i * Hq + h) * D + d]);
+                kb[d] = double(in.k[(j * Hkv + hk) * D + d]);
+              }
+              t.transform->apply(std::span<const int64_t>(&a, 1), qa.data(), 1, 1, D, false, false);
+              t.transform->apply(std::span<const int64_t>(&bpos, 1), kb.data(), 1, 1, D, true,
+                                 false);
+              for (int64_t d = 0; d < D; ++d) ga[d] = ds * kb[d], gb[d] = ds * qa[d];
+              t.transform->apply(std::span<const int64_t>(&a, 1), ga.data(), 1, 1, D, false, true);
+              t.transform->apply(std::span<const int64_t>(&bpos, 1), gb.data(), 1, 1, D, true,
+                                 true);
+              double* dqi = &dq[(i * Hq + h) * D];
+              double* dkj = &dk[(j * Hkv + hk) * D];
+              for (int64_t d = 0; d < D; ++d) dqi[d] += ga[d], dkj[d] += gb[d];
+            } else {
+              const Real* qi = rot.q[in.qvar[r]].data() + (i * Hq + h) * D;
+              const Real* kj = rot.k[in.kvar[r]].data() + (j * Hkv + hk) * D;
+              double* dqi = dQ[in.qvar[r]].data() + (i * Hq + h) * D;
+              double* dkj = dK[in.kvar[r]].data() + (j * Hkv + hk) * D;
+              for (int64_t d = 0; d < D; ++d) {
+                dqi[d] += ds * double(kj[d]);
+                dkj[d] += ds * double(qi[d]);
+              }
+            }
+          }
+        }
+  };
+  if (reference)
+    items(0, Hkv);
+  else
+    parallel_for(Hkv, items);
+  // Back from each rotated frame: R^T of the copy's positions, summed over the copies.
+  for (size_t c = 0; c < dQ.size(); ++c) {
+    t.transform->apply(in.qmap[c], dQ[c].data(), T, Hq, D, false, true);
+    for (int64_t x = 0; x < T * Hq * D; ++x) dq[x] += dQ[c][x];
+  }
+  for (size_t c = 0; c < dK.size(); ++c) {
+    t.transform->apply(in.kmap[c], dK[c].data(), S, Hkv, D, true, true);
+    for (int64_t x = 0; x < S * Hkv * D; ++x) dk[x] += dK[c][x];
+  }
+  for (int64_t x = 0; x < T * Hq * D; ++x) g.dq[x] = static_cast<Real>(dq[x]);
+  for (int64_t x = 0; x < S * Hkv * D; ++x) {
+    g.dk[x] = static_cast<Real>(dk[x]);
+    g.dv[x] = static_cast<Real>(dv[x]);
+  }
+  if (g.dsinks)
+    for (int64_t h = 0; h < Hq; ++h) g.dsinks[h] = static_cast<Real>(dsink[h]);
+}
+
+template void rope_pairs_forward(const attention_params<float>&, const attention_plan&,
+                                 const engine_terms<float>&, bool);
+template void rope_pairs_forward(const attention_params<double>&, const attention_plan&,
+                                 const engine_terms<double>&, bool);
+template void rope_pairs_backward(const attention_params<float>&, const attention_plan&,
+                                  const engine_terms<float>&, const attention_grads<float>&, bool);
+template void rope_pairs_backward(const attention_params<double>&, const attention_plan&,
+                                  const engine_terms<double>&, const attention_grads<double>&,
+                                  bool);
+
+}  // namespace posenc::detail
