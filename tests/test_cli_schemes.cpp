@@ -42,7 +42,12 @@ TEST(Schemes, TheRuleFollowsFromTheProperties) {
           (a.points & scheme_qk_transform) && (b.points & scheme_qk_transform);
       const uint32_t rel = scheme_relative_keys | scheme_value_term;
       const bool two_tables = (a.points & rel) && (b.points & rel);
-      const bool want = &a != &b && (own || two_transforms || two_tables);
+      // Rule 4: a scheme that rides on another combines with that one alone.
+      auto rides_apart = [](const scheme_decl& x, const scheme_decl& y) {
+        return x.rides_on && std::string(x.rides_on) != y.name;
+      };
+      const bool riding = rides_apart(a, b) || rides_apart(b, a);
+      const bool want = &a != &b && (own || two_transforms || two_tables || riding);
       EXPECT_EQ(!scheme_conflict(a, b).empty(), want) << a.name << " " << b.name;
     }
   // Every attention-level scheme has parameters, and its name is unique.
@@ -72,6 +77,17 @@ TEST(Schemes, OneMessageNamesBoth) {
   // Score biases, a q/k transform and the relative tables all combine.
   EXPECT_EQ(combine_error({"rope", "alibi", "t5", "kerple", "fire", "shaw"}), "");
   EXPECT_EQ(combine_error({"mrope", "alibi"}), "");
+  // The per-pair RoPE schemes ride on RoPE alone.
+  EXPECT_EQ(combine_error({"rope", "self_extend"}), "");
+  EXPECT_EQ(combine_error({"dca", "rope"}), "");
+  EXPECT_NE(combine_error({"alibi", "self_extend"})
+                .find("self_extend cannot be combined with alibi: self_extend places rope's "
+                      "rotation per (query, key) pair"),
+            std::string::npos);
+  EXPECT_NE(combine_error({"self_extend", "dca"}).find("self_extend cannot be combined with dca"),
+            std::string::npos);
+  EXPECT_NE(combine_error({"mrope", "dca"}).find("dca cannot be combined with mrope"),
+            std::string::npos);
 }
 
 TEST(CliSchemes, CombineExitsTwoNamingThePair) {

@@ -55,9 +55,8 @@ rope_freqs freqs_for(int64_t D, double theta) {
 // `scheme` is not empty, that per-pair scheme with `params`.
 template <typename Real>
 std::vector<Real> attend(const std::vector<Real>& q, const std::vector<Real>& k,
-                         const std::vector<Real>& v, int64_t S, int64_t Hq, int64_t Hkv,
-                         int64_t D, const rope_freqs& f, rope_angle angle,
-                         const std::string& scheme,
+                         const std::vector<Real>& v, int64_t S, int64_t Hq, int64_t Hkv, int64_t D,
+                         const rope_freqs& f, rope_angle angle, const std::string& scheme,
                          std::vector<std::pair<std::string, double>> params,
                          bool reference = false) {
   std::vector<Real> out(S * Hq * D, Real(-7));
@@ -129,7 +128,9 @@ TEST(RopePairs, DcaRegionsAndPositions) {
       ASSERT_EQ(r, want) << qp << " " << kp;
       const auto [x, y] = rope_pairs_positions(d, a, r, qp, kp);
       EXPECT_EQ(y, kp % s);
-      EXPECT_EQ(x, want == 0 ? qp % s : want == 1 ? std::min(qp % s + s, c) : std::min(2 * s - 1, c));
+      EXPECT_EQ(x, want == 0   ? qp % s
+                   : want == 1 ? std::min(qp % s + s, c)
+                               : std::min(2 * s - 1, c));
       // Every distance stays within chunk_size (the trained window).
       EXPECT_LE(x - y, c);
       EXPECT_GE(x - y, 0);
@@ -151,16 +152,15 @@ TEST(RopePairs, SelfExtendMatchesLongLM) {
     const int64_t G = c["group_size_1"], w = c["group_size_2"], Hkv = c["num_kv_heads"];
     if (file.find("Llama_4_40") == std::string::npos && w % G != 0) continue;
     const auto& in = g["inputs"]["by_num_kv_heads"][std::to_string(Hkv)];
-    const auto out = attend<double>(flat(in["q"]), flat(in["k"]), flat(in["v"]), S, Hq, Hkv, D, f,
-                                    rope_angle::hf_f32, "self_extend",
-                                    {{"self_extend_group", double(G)},
-                                     {"self_extend_window", double(w)}});
+    const auto out = attend<double>(
+        flat(in["q"]), flat(in["k"]), flat(in["v"]), S, Hq, Hkv, D, f, rope_angle::hf_f32,
+        "self_extend", {{"self_extend_group", double(G)}, {"self_extend_window", double(w)}});
     const double dev = max_abs_diff(out, flat(c["output_before_o_proj"]));
     EXPECT_LT(dev, 1e-6) << file << " G=" << G << " w=" << w << " Hkv=" << Hkv;
     // The group positions LongLM's generator recorded.
     const scheme_decl& d = scheme_decl_of("self_extend");
-    const auto a = args_of(
-        d, {{"self_extend_group", double(G)}, {"self_extend_window", double(w)}}, Hq);
+    const auto a =
+        args_of(d, {{"self_extend_group", double(G)}, {"self_extend_window", double(w)}}, Hq);
     for (int64_t t = 0; t < S; ++t) {
       const auto [x, y] = rope_pairs_positions(d, a, 1, t, t);
       if (file.find("Llama_4_40") != std::string::npos)
@@ -185,9 +185,9 @@ TEST(RopePairs, DcaRotationsMatchVllm) {
   const auto f = freqs_for(D, cfg["base"]);
   const scheme_decl& d = scheme_decl_of("dca");
   const auto a = args_of(d,
-                       {{"dca_chunk_size", cfg["chunk_size"].get<double>()},
-                        {"dca_local_size", cfg["local_size"].get<double>()}},
-                       Hq);
+                         {{"dca_chunk_size", cfg["chunk_size"].get<double>()},
+                          {"dca_local_size", cfg["local_size"].get<double>()}},
+                         Hq);
   const auto q = flat(g["inputs"]["q"]), k = flat(g["inputs"]["k"]);
   const auto& r = g["rope"]["float64"];
   // Region 0, 1, 2 query positions for token t (kpos irrelevant for the query's position), and
@@ -229,11 +229,12 @@ TEST(RopePairs, DcaAttentionMatchesVllm) {
       const auto out = attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::hf_f32, "dca", params);
       EXPECT_LT(max_abs_diff(out, want), 1e-6) << c["mode"] << " L0=" << L0;
     } else {
-      auto cast = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+      auto cast = [](const std::vector<double>& x) {
+        return std::vector<float>(x.begin(), x.end());
+      };
       const auto out = attend<float>(cast(q), cast(k), cast(v), S, Hq, Hkv, D, f,
                                      rope_angle::hf_f32, "dca", params);
-      EXPECT_LT(max_abs_diff(std::vector<double>(out.begin(), out.end()), want), 2e-6)
-          << "float32";
+      EXPECT_LT(max_abs_diff(std::vector<double>(out.begin(), out.end()), want), 2e-6) << "float32";
     }
     ++compared;
   }
@@ -257,8 +258,8 @@ TEST(RopePairs, ReduceToRopeWhereThePositionsAreTheTrueOnes) {
       {"dca", {{"dca_chunk_size", 100}, {"dca_local_size", 20}}}};
   for (const auto& [name, params] : same) {
     for (bool ref : {false, true}) {
-      const auto out = attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::exact, name, params,
-                                      ref);
+      const auto out =
+          attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::exact, name, params, ref);
       EXPECT_LT(max_abs_diff(out, rope), 1e-13) << name << (ref ? " reference" : " fast");
     }
     std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end());
@@ -302,14 +303,17 @@ TEST(RopePairs, Errors) {
   EXPECT_NE(call([](auto& p) { p.pos.rope.keys_rotated = true; }).find("unrotated keys"),
             std::string::npos);
   std::vector<double> slopes(H, 0.5);
-  EXPECT_NE(call([&](auto& p) { p.pos.alibi = slopes; })
-                .find("self_extend cannot be combined with alibi"),
+  EXPECT_NE(call([&](auto& p) {
+              p.pos.alibi = slopes;
+            }).find("self_extend cannot be combined with alibi"),
             std::string::npos);
-  EXPECT_NE(call([](auto& p) { p.pos.named.push_back({"dca", {}}); })
-                .find("self_extend cannot be combined with dca"),
+  EXPECT_NE(call([](auto& p) {
+              p.pos.named.push_back({"dca", {}});
+            }).find("self_extend cannot be combined with dca"),
             std::string::npos);
-  EXPECT_NE(call([](auto& p) { p.pos.named[0].params = {{"self_extend_group", 0}}; })
-                .find("self_extend_group must be an integer in [1, 2^40]"),
+  EXPECT_NE(call([](auto& p) {
+              p.pos.named[0].params = {{"self_extend_group", 0}};
+            }).find("self_extend_group must be an integer in [1, 2^40]"),
             std::string::npos);
   EXPECT_NE(call([](auto& p) {
               p.pos.named = {{"dca", {{"dca_chunk_size", 8}, {"dca_local_size", 8}}}};

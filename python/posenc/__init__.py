@@ -42,6 +42,7 @@ __all__ = [
     "rope_cos_sin",
     "apply_rope",
     "hf_layer_plan",
+    "hf_dca",
     "schemes",
     "mrope_apply",
     "positions_mrope",
@@ -120,6 +121,22 @@ def hf_layer_plan(path_or_dict):
     if path is not None:
         return _posenc._hf_layer_plan_file(path)
     return _posenc._hf_layer_plan(text)
+
+
+def hf_dca(path_or_dict):
+    """Dual Chunk Attention as a Hugging Face config states it (Qwen2.5-1M's
+    dual_chunk_attention_config: chunk_size, local_size, original_max_position_embeddings), as
+    posenc.attention's keywords: {"dca": True, "dca_chunk_size": ..., "dca_local_size": ...,
+    "dca_original_max_position_embeddings": ...}, or {} when the config has none. vLLM runs such
+    a model with DCA; transformers ignores the key. Pass the dict on:
+    posenc.attention(q, k, v, rope=cfg, causal=True, **posenc.hf_dca(path)). A config without
+    original_max_position_embeddings gives 0 (no length scaling) with a UserWarning."""
+    import warnings as _warnings
+    path, text = _config_json(path_or_dict)
+    out, notes = _posenc._hf_dca_file(path) if path is not None else _posenc._hf_dca(text)
+    for n in notes:
+        _warnings.warn(n, UserWarning, stacklevel=2)
+    return dict(out)
 
 
 def rope_config(

@@ -2,7 +2,7 @@
 # The runtime is python/posenc/__init__.py over the pybind11 module posenc._posenc
 # (python/src/*.cpp); each string option is a Literal of the values the library's parser takes
 # (aliases included), so a misspelt option is a type error before it is a ValueError.
-# The keywords of the schemes reached by name (sandwich, sandwich_dim) come from the library's
+# The keywords of the schemes reached by name (sandwich, self_extend, dca, ...) come from the library's
 # scheme declarations at run time; they are written out here, and tests/python/test_typing.py
 # checks every declared attention keyword and its default against these signatures.
 import os
@@ -21,6 +21,7 @@ __all__ = [
     "rope_cos_sin",
     "apply_rope",
     "hf_layer_plan",
+    "hf_dca",
     "schemes",
     "mrope_apply",
     "positions_mrope",
@@ -206,6 +207,7 @@ def apply_rope(
     hf_inv_freq: ArrayLike | None = None,
 ) -> NDArray[Any]: ...
 def hf_layer_plan(path_or_dict: _HFConfig) -> dict[str, Any]: ...
+def hf_dca(path_or_dict: _HFConfig) -> dict[str, Any]: ...
 def schemes() -> list[dict[str, Any]]: ...
 @overload
 def mrope_apply(
@@ -347,6 +349,13 @@ def attention(
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
+    self_extend: bool = False,
+    self_extend_group: int = 4,
+    self_extend_window: int = 512,
+    dca: bool = False,
+    dca_chunk_size: int = 262144,
+    dca_local_size: int = 8192,
+    dca_original_max_position_embeddings: int = 0,
 ) -> NDArray[Any]: ...
 @overload
 def attention(
@@ -396,6 +405,13 @@ def attention(
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
+    self_extend: bool = False,
+    self_extend_group: int = 4,
+    self_extend_window: int = 512,
+    dca: bool = False,
+    dca_chunk_size: int = 262144,
+    dca_local_size: int = 8192,
+    dca_original_max_position_embeddings: int = 0,
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
 @overload
 def attention(
@@ -445,6 +461,13 @@ def attention(
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
+    self_extend: bool = False,
+    self_extend_group: int = 4,
+    self_extend_window: int = 512,
+    dca: bool = False,
+    dca_chunk_size: int = 262144,
+    dca_local_size: int = 8192,
+    dca_original_max_position_embeddings: int = 0,
 ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
 def attention_backward(
     q: ArrayLike,
@@ -494,6 +517,13 @@ def attention_backward(
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
+    self_extend: bool = False,
+    self_extend_group: int = 4,
+    self_extend_window: int = 512,
+    dca: bool = False,
+    dca_chunk_size: int = 262144,
+    dca_local_size: int = 8192,
+    dca_original_max_position_embeddings: int = 0,
 ) -> dict[str, NDArray[Any]]: ...
 
 class KVCache:
@@ -596,6 +626,13 @@ class KVCache:
     sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
+        self_extend: bool = False,
+        self_extend_group: int = 4,
+        self_extend_window: int = 512,
+        dca: bool = False,
+        dca_chunk_size: int = 262144,
+        dca_local_size: int = 8192,
+        dca_original_max_position_embeddings: int = 0,
     ) -> NDArray[Any]: ...
     @overload
     def attend(
@@ -636,6 +673,13 @@ class KVCache:
     sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
+        self_extend: bool = False,
+        self_extend_group: int = 4,
+        self_extend_window: int = 512,
+        dca: bool = False,
+        dca_chunk_size: int = 262144,
+        dca_local_size: int = 8192,
+        dca_original_max_position_embeddings: int = 0,
     ) -> tuple[NDArray[Any], NDArray[Any]]: ...
     @overload
     def attend(
@@ -676,6 +720,13 @@ class KVCache:
     sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
+        self_extend: bool = False,
+        self_extend_group: int = 4,
+        self_extend_window: int = 512,
+        dca: bool = False,
+        dca_chunk_size: int = 262144,
+        dca_local_size: int = 8192,
+        dca_original_max_position_embeddings: int = 0,
     ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
 
 def bf16_products_native() -> bool:

@@ -102,6 +102,13 @@ def attention(
     sinks: Tensor | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
+    self_extend: bool = False,
+    self_extend_group: int = 4,
+    self_extend_window: int = 512,
+    dca: bool = False,
+    dca_chunk_size: int = 262144,
+    dca_local_size: int = 8192,
+    dca_original_max_position_embeddings: int = 0,
 ) -> Tensor: ...
 @overload
 def attention(
@@ -150,6 +157,13 @@ def attention(
     sinks: Tensor | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
+    self_extend: bool = False,
+    self_extend_group: int = 4,
+    self_extend_window: int = 512,
+    dca: bool = False,
+    dca_chunk_size: int = 262144,
+    dca_local_size: int = 8192,
+    dca_original_max_position_embeddings: int = 0,
 ) -> tuple[Tensor, Tensor]: ...
 @overload
 def attention(
@@ -198,4 +212,11 @@ def attention(
     sinks: Tensor | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
+    self_extend: bool = False,
+    self_extend_group: int = 4,
+    self_extend_window: int = 512,
+    dca: bool = False,
+    dca_chunk_size: int = 262144,
+    dca_local_size: int = 8192,
+    dca_original_max_position_embeddings: int = 0,
 ) -> Tensor | tuple[Tensor, Tensor]: ...

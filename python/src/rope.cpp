@@ -481,6 +481,26 @@ void bind_layer_plan(py::module_& m) {
       "_hf_layer_plan_file",
       [](const std::string& path) { return layer_plan_dict(hf_config_read(path)); },
       py::arg("path"));
+  // dual_chunk_attention_config as posenc.attention's DCA keywords ({} when absent), and the
+  // reader's warnings.
+  auto dca = [](const nlohmann::json& j) {
+    std::vector<std::string> warnings;
+    const hf_dca_config c = hf_dca_config_from_json(j, &warnings);
+    py::dict out;
+    if (c.present) {
+      out["dca"] = true;
+      out["dca_chunk_size"] = c.chunk_size;
+      out["dca_local_size"] = c.local_size;
+      out["dca_original_max_position_embeddings"] = c.original_max_position_embeddings;
+    }
+    return py::make_tuple(out, warnings);
+  };
+  m.def(
+      "_hf_dca", [dca](const std::string& text) { return dca(parse_config(text)); },
+      py::arg("text"));
+  m.def(
+      "_hf_dca_file", [dca](const std::string& path) { return dca(hf_config_read(path)); },
+      py::arg("path"));
 }
 
 // M-RoPE: mrope_apply and positions_mrope.

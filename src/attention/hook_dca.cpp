@@ -18,8 +18,8 @@
 // the keys by m = max(1, 0.1 ln(S / L0) + 1) and also the prefill softmax scale (or, decoding,
 // the queries) by m: every score is multiplied by m^2. Here the factor is m^2 with S the call's
 // keys; L0 = 0 switches it off (m = 1 whenever S <= L0).
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 
 #include "named_schemes.hpp"
 #include "posenc/core/error.hpp"

@@ -37,7 +37,9 @@ const named_pairs self_extend_pairs_decl = {
     },
     2,
     {"neighbour", "grouped", nullptr},
-    [](std::span<const double> a, int64_t qp, int64_t kp) { return qp - kp < se_window(a) ? 0 : 1; },
+    [](std::span<const double> a, int64_t qp, int64_t kp) {
+      return qp - kp < se_window(a) ? 0 : 1;
+    },
     [](std::span<const double> a, int r, int64_t qp) {
       const int64_t G = se_group(a), w = se_window(a);
       return r == 0 ? qp : qp / G + w - w / G;

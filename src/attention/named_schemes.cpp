@@ -69,8 +69,7 @@ int rope_pairs_region(const scheme_decl& d, std::span<const double> args, int64_
 
 const char* rope_pairs_region_name(const scheme_decl& d, int r) {
   const auto& x = pairs_of(d);
-  if (r < 0 || r >= x.regions)
-    fail("{}: region must be in [0, {}), got {}", d.name, x.regions, r);
+  if (r < 0 || r >= x.regions) fail("{}: region must be in [0, {}), got {}", d.name, x.regions, r);
   return x.region_names[r];
 }
 
@@ -85,8 +84,7 @@ std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_
 std::pair<int64_t, int64_t> rope_pairs_positions(const scheme_decl& d, std::span<const double> args,
                                                  int r, int64_t qpos, int64_t kpos) {
   const auto& x = pairs_of(d);
-  if (r < 0 || r >= x.regions)
-    fail("{}: region must be in [0, {}), got {}", d.name, x.regions, r);
+  if (r < 0 || r >= x.regions) fail("{}: region must be in [0, {}), got {}", d.name, x.regions, r);
   if (qpos < 0 || kpos < 0) fail("{}: positions must be >= 0, got {} and {}", d.name, qpos, kpos);
   return {x.query_pos(args, r, qpos), x.key_pos(args, r, kpos)};
 }
@@ -206,8 +204,8 @@ template std::unique_ptr<position_hook<double>> make_named_hook<double>(pos_sche
 
 // A per-pair RoPE scheme (named_schemes.hpp, named_pairs): what its path needs of the call.
 template <typename Real>
-void add_pairs_terms(const attention_params<Real>& p, const scheme_decl& d, std::vector<double> args,
-                     engine_terms<Real>& t) {
+void add_pairs_terms(const attention_params<Real>& p, const scheme_decl& d,
+                     std::vector<double> args, engine_terms<Real>& t) {
   if (!p.pos.rope.freqs)
     fail(
         "{} needs RoPE on (pos.rope; --rope or --hf-config in posenc attend, rope= in Python): it "
@@ -219,12 +217,14 @@ void add_pairs_terms(const attention_params<Real>& p, const scheme_decl& d, std:
         "each pair's region",
         d.name);
   if (!p.causal)
-    fail("{} needs causal attention (causal = true): its regions are defined for keys behind the "
-         "query ({})",
-         d.name, d.citation);
+    fail(
+        "{} needs causal attention (causal = true): its regions are defined for keys behind the "
+        "query ({})",
+        d.name, d.citation);
   if (p.kv != kv_storage::f32 || p.q_storage != kv_storage::f32)
-    fail("{} runs its own path and needs float32 or float64 q, k and v, got q_storage = {}, kv = {}",
-         d.name, name(p.q_storage), name(p.kv));
+    fail(
+        "{} runs its own path and needs float32 or float64 q, k and v, got q_storage = {}, kv = {}",
+        d.name, name(p.q_storage), name(p.kv));
   if (p.products != attention_products::f32)
     fail("{} runs its own path with float32 products; products = {} is not supported", d.name,
          name(p.products));

@@ -72,7 +72,8 @@ constexpr scheme_param kSelfExtend[] = {
     {"self_extend_window", "scalar", "int", "512", "w: the neighbour window of exact positions"},
 };
 constexpr scheme_param kDca[] = {
-    {"dca", "scalar", "bool", "False", "switch Dual Chunk Attention on (RoPE's positions per pair)"},
+    {"dca", "scalar", "bool", "False",
+     "switch Dual Chunk Attention on (RoPE's positions per pair)"},
     {"dca_chunk_size", "scalar", "int", "262144", "chunk_size of dual_chunk_attention_config"},
     {"dca_local_size", "scalar", "int", "8192", "local_size: the successive-chunk window"},
     {"dca_original_max_position_embeddings", "scalar", "int", "0",
@@ -97,7 +98,7 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 
 }  // namespace
 namespace detail {
-extern const named_bias sandwich_bias_decl;    // hook_sandwich.cpp
+extern const named_bias sandwich_bias_decl;       // hook_sandwich.cpp
 extern const named_pairs self_extend_pairs_decl;  // hook_self_extend.cpp
 extern const named_pairs dca_pairs_decl;          // hook_dca.cpp
 }  // namespace detail
@@ -180,6 +181,9 @@ const scheme_decl& scheme_decl_of(const std::string& name) {
 
 std::string scheme_conflict(const scheme_decl& a, const scheme_decl& b) {
   if (&a == &b) return "";
+  if (a.rides_on && b.rides_on)
+    return "both place RoPE's rotation per (query, key) pair on paths of their own; at most one "
+           "is allowed";
   for (const scheme_decl* s : {&a, &b}) {
     const scheme_decl& other = s == &a ? b : a;
     if (s->rides_on && std::string(s->rides_on) != other.name)

@@ -686,6 +686,48 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings) 
 
 }  // namespace
 
+hf_dca_config hf_dca_config_from_json(const nlohmann::json& config,
+                                      std::vector<std::string>* warnings) {
+  hf_dca_config out;
+  const json* c = nullptr;
+  for (const json* j : {&config, config.contains("text_config") ? &config["text_config"] : nullptr})
+    if (j && j->is_object() && j->contains("dual_chunk_attention_config") &&
+        !(*j)["dual_chunk_attention_config"].is_null()) {
+      c = &(*j)["dual_chunk_attention_config"];
+      break;
+    }
+  if (!c) return out;
+  if (!c->is_object())
+    fail("dual_chunk_attention_config must be an object with chunk_size and local_size, got {}",
+         c->dump());
+  auto integer = [&](const char* key, bool required) -> int64_t {
+    if (!c->contains(key) || (*c)[key].is_null()) {
+      if (required) fail("dual_chunk_attention_config.{} is missing", key);
+      return -1;
+    }
+    const json& v = (*c)[key];
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() != std::floor(v.get<double>()) ||
+        v.get<double>() > 0x1p40)
+      fail("dual_chunk_attention_config.{} must be an integer in [0, 2^40], got {}", key, v.dump());
+    return static_cast<int64_t>(v.get<double>());
+  };
+  out.present = true;
+  out.chunk_size = integer("chunk_size", true);
+  out.local_size = integer("local_size", true);
+  if (out.chunk_size < 1 || out.local_size >= out.chunk_size)
+    fail(
+        "dual_chunk_attention_config needs 0 <= local_size < chunk_size (chunks of chunk_size - "
+        "local_size >= 1 positions), got chunk_size {} and local_size {}",
+        out.chunk_size, out.local_size);
+  const int64_t L0 = integer("original_max_position_embeddings", false);
+  if (L0 < 0 && warnings)
+    warnings->push_back(
+        "dual_chunk_attention_config has no original_max_position_embeddings: no length scaling "
+        "of the scores (vLLM's prefill needs the key)");
+  out.original_max_position_embeddings = std::max<int64_t>(L0, 0);
+  return out;
+}
+
 nlohmann::json hf_config_read(const std::string& path) {
   const auto bytes = read_file(path);
   try {

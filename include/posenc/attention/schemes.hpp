@@ -53,7 +53,7 @@ enum scheme_bias_property : uint32_t {
 namespace detail {
 struct named_bias;   // src/attention/named_schemes.hpp: a scheme's score bias, defined in its hook
 struct named_pairs;  // src/attention/named_schemes.hpp: a scheme's per-pair RoPE positions
-}
+}  // namespace detail
 
 struct scheme_param {
   const char* name;   // as Python spells it; the CLI flag is --name with dashes

@@ -141,6 +141,20 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config,
                                        const std::string& outer_model_type, bool layers,
                                        std::vector<std::string>* notes);
 
+// Dual Chunk Attention as Qwen2.5-1M's config.json states it (An et al. 2024; run by vLLM,
+// ignored by transformers): "dual_chunk_attention_config": {"chunk_size", "local_size",
+// "original_max_position_embeddings"} at the top level or in text_config. present = false when
+// the key is absent. Throws invalid_argument naming the key for a value that is not a
+// non-negative integer or for local_size >= chunk_size; a missing
+// original_max_position_embeddings reads as 0 (no length scaling) with a warning (vLLM's
+// prefill needs it).
+struct hf_dca_config {
+  bool present = false;
+  int64_t chunk_size = 0, local_size = 0, original_max_position_embeddings = 0;
+};
+hf_dca_config hf_dca_config_from_json(const nlohmann::json& config,
+                                      std::vector<std::string>* warnings);
+
 // Reads and parses a config.json; io_error if unreadable or not JSON.
 nlohmann::json hf_config_read(const std::string& path);
 

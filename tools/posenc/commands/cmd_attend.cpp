@@ -18,6 +18,11 @@
 //     [--cope E.npy] [--dcope DE.npy]
 //     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
 //     [--rope --hf-config FILE (--layer L | --layer-type TYPE) --layout ...]
+//     [--sandwich [--sandwich-dim 128]]   and every other scheme reached by name, e.g.
+//     [--rope ... --causal --self-extend [--self-extend-group 4] [--self-extend-window 512]]
+//     [--rope ... --causal --dca [--dca-chunk-size C] [--dca-local-size L]
+//      [--dca-original-max-position-embeddings L0]]   (--hf-config with Qwen2.5-1M's
+//      dual_chunk_attention_config turns --dca on with its values; --no-dca leaves it off)
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
 // dtype; a float64 table in a float32 call is rounded with a note on stderr); TABLE (num_buckets,
@@ -100,6 +105,7 @@ struct attend_opts {
   std::string layer_type;
   // The schemes reached by name (schemes.hpp): their switches and parameters by declared name,
   // registered from the declarations
+  bool no_dca = false;  // leave a config's dual_chunk_attention_config off (as transformers)
   std::map<std::string, bool> named_on;
   std::map<std::string, double> named_values;
   // Backward
@@ -577,6 +583,52 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
   }
 }
 
+// Qwen2.5-1M's dual_chunk_attention_config in --hf-config turns Dual Chunk Attention on, as vLLM
+// runs such a model (transformers ignores the key): its values, under any --dca-* flag given with
+// --dca. --no-dca leaves it off.
+template <typename Real>
+void read_hf_dca(const attend_opts& o, attend_state<Real>& s) {
+  if (o.hf_config.empty()) {
+    if (o.no_dca)
+      fail("--no-dca needs --hf-config (a config.json with dual_chunk_attention_config)");
+    return;
+  }
+  std::vector<std::string> warnings;
+  const hf_dca_config c = hf_dca_config_from_json(hf_config_read(o.hf_config), &warnings);
+  if (!c.present) {
+    if (o.no_dca) fail("--no-dca: {} has no dual_chunk_attention_config", o.hf_config);
+    return;
+  }
+  if (o.no_dca) {
+    if (o.named_on.at("dca")) fail("--no-dca and --dca exclude each other");
+    return;
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
+  const std::pair<std::string, double> from_config[] = {
+      {"dca_chunk_size", double(c.chunk_size)},
+      {"dca_local_size", double(c.local_size)},
+      {"dca_original_max_position_embeddings", double(c.original_max_position_embeddings)}};
+  auto it = std::find_if(s.p.pos.named.begin(), s.p.pos.named.end(),
+                         [](const named_scheme& n) { return n.name == "dca"; });
+  if (it == s.p.pos.named.end()) {
+    s.p.pos.named.push_back({"dca", {}});
+    s.schemes.push_back("dca");
+    it = s.p.pos.named.end() - 1;
+  }
+  for (const auto& [name, value] : from_config)
+    if (std::none_of(it->params.begin(), it->params.end(),
+                     [&](const auto& x) { return x.first == name; }))
+      it->params.emplace_back(name, value);
+  (void)named_scheme_args(scheme_decl_of("dca"), it->params, s.Hq);
+  std::fprintf(stderr,
+               "posenc: note: %s has dual_chunk_attention_config: Dual Chunk Attention on "
+               "(chunk_size %lld, local_size %lld, original_max_position_embeddings %lld), as "
+               "vLLM runs the model; transformers ignores the key (--no-dca does too)\n",
+               o.hf_config.c_str(), static_cast<long long>(c.chunk_size),
+               static_cast<long long>(c.local_size),
+               static_cast<long long>(c.original_max_position_embeddings));
+}
+
 // Backward: every flag checked before anything runs.
 template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
@@ -802,6 +854,7 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_temperature(o, s);
   read_xpos(o, s);
   read_named(o, s);
+  read_hf_dca(o, s);
   // Which schemes may be on together: the declarations' one rule (schemes.hpp).
   check_scheme_combination(s.schemes);
   check_backward_flags(o, s.p);
@@ -1010,6 +1063,9 @@ const bool registered_cmd_attend = register_command(50, [](CLI::App& app) {
                   "Llama 4's temperature when the config sets attn_temperature_tuning)");
   sub->add_option("--layer-type", o->layer_type,
                   "Layer type of a per-layer --hf-config (posenc rope layers lists them)");
+  sub->add_flag("--no-dca", o->no_dca,
+                "Leave a --hf-config's dual_chunk_attention_config off (as transformers does); "
+                "by default it turns Dual Chunk Attention on, as vLLM runs the model");
   sub->add_option("--dcope", o->dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
   sub->add_option("--dkerple", o->dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
   sub->add_option("--dfire", o->dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
