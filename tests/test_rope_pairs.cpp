@@ -137,6 +137,65 @@ TEST(RopePairs, DcaRegionsAndPositions) {
     }
 }
 
+// StreamingLLM (Xiao et al. 2024): the window keeps true positions, the sinks sit at their
+// slots with the query at the cache's last slot, every other key is evicted (region -1). And the
+// same attention as a rolling cache run step by step: for each query, plain RoPE attention over
+// the cached keys at their slots (sinks 0 .. n - 1, recent tokens n ..), the query at its slot.
+TEST(RopePairs, StreamingLlmIsARollingCacheWithPositionsInTheCache) {
+  const scheme_decl& d = scheme_decl_of("streaming_llm");
+  const int64_t n = 3, W = 5;
+  const auto a =
+      args_of(d, {{"streaming_sink_tokens", double(n)}, {"streaming_window", double(W)}}, 2);
+  for (int64_t qp = 0; qp < 40; ++qp)
+    for (int64_t kp = 0; kp <= qp; ++kp) {
+      const int r = rope_pairs_region(d, a, qp, kp);
+      ASSERT_EQ(r, qp - kp < W ? 0 : kp < n ? 1 : -1) << qp << " " << kp;
+      if (r == 1) {
+        const auto [x, y] = rope_pairs_positions(d, a, r, qp, kp);
+        EXPECT_EQ(x, std::min(qp, n + W - 1));
+        EXPECT_EQ(y, kp);
+      }
+    }
+  const int64_t S = 30, Hq = 2, Hkv = 1, D = 16;
+  rng r(5);
+  std::vector<double> q(S * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+  for (auto* x : {&q, &k, &v})
+    for (auto& e : *x) e = r.normal();
+  const auto f = freqs_for(D, 10000);
+  const auto out =
+      attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::exact, "streaming_llm",
+                     {{"streaming_sink_tokens", double(n)}, {"streaming_window", double(W)}});
+  double dev = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    // The cache after token i: the sinks, then the W most recent tokens (all of them while
+    // i < n + W), at slots 0, 1, ...; the query at the last slot.
+    std::vector<int64_t> tokens;
+    for (int64_t j = 0; j <= i; ++j)
+      if (j < n || i - j < W) tokens.push_back(j);
+    const auto m = static_cast<int64_t>(tokens.size());
+    std::vector<double> kc, vc;
+    std::vector<int64_t> kslot(m), qslot = {m - 1};
+    for (int64_t s = 0; s < m; ++s) {
+      kslot[s] = s;
+      for (int64_t e = 0; e < D; ++e) {
+        kc.push_back(k[tokens[s] * D + e]);
+        vc.push_back(v[tokens[s] * D + e]);
+      }
+    }
+    std::vector<double> o(Hq * D);
+    attention_params<double> p;
+    p.q = q.data() + i * Hq * D, p.k = kc.data(), p.v = vc.data(), p.out = o.data();
+    p.T = 1, p.S = m, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true;
+    p.q_positions = qslot;
+    p.k_positions = kslot;
+    p.pos.rope.freqs = &f;
+    attention_tiled(p);
+    for (int64_t x = 0; x < Hq * D; ++x) dev = std::max(dev, std::abs(o[x] - out[i * Hq * D + x]));
+  }
+  // Rotations at other (slot) positions with the same distances: a few ulp of the scores.
+  EXPECT_LT(dev, 1e-13);
+}
+
 // (2) LongLM's self_extend_forward run unchanged (tests/golden/self_extend/longlm.json): the
 // Llama_4_40.py cases (integer group offset, as here) and the Llama.py ones where G divides w
 // (its true-division offset w - w / G is then the same integer). transformers 4.38's float32

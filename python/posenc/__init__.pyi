@@ -356,6 +356,9 @@ def attention(
     dca_chunk_size: int = 262144,
     dca_local_size: int = 8192,
     dca_original_max_position_embeddings: int = 0,
+    streaming_llm: bool = False,
+    streaming_sink_tokens: int = 4,
+    streaming_window: int = 1020,
 ) -> NDArray[Any]: ...
 @overload
 def attention(
@@ -412,6 +415,9 @@ def attention(
     dca_chunk_size: int = 262144,
     dca_local_size: int = 8192,
     dca_original_max_position_embeddings: int = 0,
+    streaming_llm: bool = False,
+    streaming_sink_tokens: int = 4,
+    streaming_window: int = 1020,
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
 @overload
 def attention(
@@ -468,6 +474,9 @@ def attention(
     dca_chunk_size: int = 262144,
     dca_local_size: int = 8192,
     dca_original_max_position_embeddings: int = 0,
+    streaming_llm: bool = False,
+    streaming_sink_tokens: int = 4,
+    streaming_window: int = 1020,
 ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
 def attention_backward(
     q: ArrayLike,
@@ -524,6 +533,9 @@ def attention_backward(
     dca_chunk_size: int = 262144,
     dca_local_size: int = 8192,
     dca_original_max_position_embeddings: int = 0,
+    streaming_llm: bool = False,
+    streaming_sink_tokens: int = 4,
+    streaming_window: int = 1020,
 ) -> dict[str, NDArray[Any]]: ...
 
 class KVCache:
@@ -633,6 +645,9 @@ class KVCache:
         dca_chunk_size: int = 262144,
         dca_local_size: int = 8192,
         dca_original_max_position_embeddings: int = 0,
+        streaming_llm: bool = False,
+        streaming_sink_tokens: int = 4,
+        streaming_window: int = 1020,
     ) -> NDArray[Any]: ...
     @overload
     def attend(
@@ -680,6 +695,9 @@ class KVCache:
         dca_chunk_size: int = 262144,
         dca_local_size: int = 8192,
         dca_original_max_position_embeddings: int = 0,
+        streaming_llm: bool = False,
+        streaming_sink_tokens: int = 4,
+        streaming_window: int = 1020,
     ) -> tuple[NDArray[Any], NDArray[Any]]: ...
     @overload
     def attend(
@@ -727,6 +745,9 @@ class KVCache:
         dca_chunk_size: int = 262144,
         dca_local_size: int = 8192,
         dca_original_max_position_embeddings: int = 0,
+        streaming_llm: bool = False,
+        streaming_sink_tokens: int = 4,
+        streaming_window: int = 1020,
     ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
 
 def bf16_products_native() -> bool:

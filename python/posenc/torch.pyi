@@ -109,6 +109,9 @@ def attention(
     dca_chunk_size: int = 262144,
     dca_local_size: int = 8192,
     dca_original_max_position_embeddings: int = 0,
+    streaming_llm: bool = False,
+    streaming_sink_tokens: int = 4,
+    streaming_window: int = 1020,
 ) -> Tensor: ...
 @overload
 def attention(
@@ -164,6 +167,9 @@ def attention(
     dca_chunk_size: int = 262144,
     dca_local_size: int = 8192,
     dca_original_max_position_embeddings: int = 0,
+    streaming_llm: bool = False,
+    streaming_sink_tokens: int = 4,
+    streaming_window: int = 1020,
 ) -> tuple[Tensor, Tensor]: ...
 @overload
 def attention(
@@ -219,4 +225,7 @@ def attention(
     dca_chunk_size: int = 262144,
     dca_local_size: int = 8192,
     dca_original_max_position_embeddings: int = 0,
+    streaming_llm: bool = False,
+    streaming_sink_tokens: int = 4,
+    streaming_window: int = 1020,
 ) -> Tensor | tuple[Tensor, Tensor]: ...

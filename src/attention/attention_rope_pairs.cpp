@@ -11,6 +11,7 @@
 // the rotated copies of region r:
 //   dq_i = sum_r R(a_r)^T sum_{j in r} scale f dS_ij k'_jr
 //   dk_j = sum_r R(b_r)^T sum_{i in r} scale f dS_ij q'_ir,   dv_j = sum_i P_ij dO_i
+// A pair whose region is -1 is not attended (as a masked one): StreamingLLM's evicted keys.
 // Two implementations:
 //   reference  the specification: every pair's q and k rotated at that pair's positions, in
 //              double, then the score row and a two-pass softmax (T S rotations of each).
@@ -120,6 +121,7 @@ void pairs_scores_reference(const attention_params<Real>& p, const attention_pla
     s[j] = kPairsNegInf;
     if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
     const int r = pair_region(t, pl, i, j);
+    if (r < 0) continue;  // outside every region: not attended (StreamingLLM's evicted keys)
     const int64_t a = in.qmap[in.qvar[r]][i], b = in.kmap[in.kvar[r]][j];
     for (int64_t d = 0; d < D; ++d) {
       qa[d] = double(in.q[(i * p.Hq + h) * D + d]);
@@ -166,6 +168,7 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
     s[j] = kPairsNegInf;
     if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
     const int r = pair_region(t, pl, i, j);
+    if (r < 0) continue;
     const Real* qi = rot.q[in.qvar[r]].data() + (i * p.Hq + h) * D;
     const Real* kj = rot.k[in.kvar[r]].data() + (j * p.Hkv + hk) * D;
     double dot = 0;

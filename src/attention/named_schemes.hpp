@@ -34,10 +34,10 @@ struct named_bias {
                        double* out) = nullptr;
 };
 
-// A scheme that places RoPE per pair: each pair (query at qpos, key at kpos) falls in one of
-// `regions` regions, and in region r its score is scale * (R(query_pos(r, qpos)) q) .
-// (R(key_pos(r, kpos)) k), R the call's RoPE rotation (pos.rope: frequencies, layout, angles).
-// args as for named_bias. Positions in and out are >= 0.
+// A scheme that places RoPE per pair: each visible pair (query at qpos, key at kpos) falls in
+// one of `regions` regions (or in none, -1: the pair is then masked), and in region r its score is
+// scale * (R(query_pos(r, qpos)) q) . (R(key_pos(r, kpos)) k), R the call's RoPE rotation
+// (pos.rope: frequencies, layout, angles). args as for named_bias. Positions in and out are >= 0.
 struct named_pairs {
   // Validates args; throws invalid_argument naming the parameter and the allowed values.
   void (*check)(std::span<const double> args);

@@ -79,6 +79,12 @@ constexpr scheme_param kDca[] = {
     {"dca_original_max_position_embeddings", "scalar", "int", "0",
      "length scaling of the scores past it, as vLLM (0 = none)"},
 };
+constexpr scheme_param kStreamingLlm[] = {
+    {"streaming_llm", "scalar", "bool", "False",
+     "switch StreamingLLM's cache on: sink tokens and a window, positions in the cache"},
+    {"streaming_sink_tokens", "scalar", "int", "4", "n: the first tokens kept (attention sinks)"},
+    {"streaming_window", "scalar", "int", "1020", "W: the recent tokens kept"},
+};
 constexpr scheme_param kCope[] = {
     {"cope", "(npos, D)", "float", "None", "position embeddings, shared by the heads"},
 };
@@ -98,9 +104,10 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 
 }  // namespace
 namespace detail {
-extern const named_bias sandwich_bias_decl;       // hook_sandwich.cpp
-extern const named_pairs self_extend_pairs_decl;  // hook_self_extend.cpp
-extern const named_pairs dca_pairs_decl;          // hook_dca.cpp
+extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
+extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
+extern const named_pairs dca_pairs_decl;            // hook_dca.cpp
+extern const named_pairs streaming_llm_pairs_decl;  // hook_streaming_llm.cpp
 }  // namespace detail
 namespace {
 
@@ -123,6 +130,8 @@ const scheme_decl kDecls[] = {
      kSelfExtend, nullptr, 0, &detail::self_extend_pairs_decl, "rope"},
     {"dca", "Dual Chunk Attention", "An et al. 2024", scheme_rope_pairs, false, true, true, true,
      kDca, nullptr, 0, &detail::dca_pairs_decl, "rope"},
+    {"streaming_llm", "StreamingLLM", "Xiao et al. 2024", scheme_rope_pairs, false, true, true,
+     true, kStreamingLlm, nullptr, 0, &detail::streaming_llm_pairs_decl, "rope"},
     {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
     {"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
     {"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false, false,

@@ -1,4 +1,5 @@
-"""Self-Extend (Jin et al. 2024) and Dual Chunk Attention (An et al. 2024) through
+"""Self-Extend (Jin et al. 2024), Dual Chunk Attention (An et al. 2024) and StreamingLLM (Xiao
+et al. 2024) through
 posenc.attention and posenc.attention_backward: the keywords come from the declarations, the
 forward against a per-pair RoPE attention written here from the papers (and vLLM's DCA
 positions), the backward against finite differences, DCA read from a config.json, the errors."""
@@ -35,6 +36,14 @@ def _dca_positions(chunk_size, local_size):
     return f
 
 
+def _streaming_positions(n, W):
+    def f(i, j):
+        if i - j < W:
+            return i, j
+        return (min(i, n + W - 1), j) if j < n else None  # evicted
+    return f
+
+
 def _by_definition(q, k, v, positions, theta=10000.0):
     """Causal attention, every pair's q and k rotated at the pair's positions (float64).
     Error: the rotations' (p omega + 4) u per entry (reference.rope_rotate), then the dot, the
@@ -48,6 +57,8 @@ def _by_definition(q, k, v, positions, theta=10000.0):
         for i in range(S):
             s = np.full(S, -np.inf)
             for j in range(i + 1):
+                if positions(i, j) is None:
+                    continue
                 a, b = positions(i, j)
                 qa = rope_rotate(q[i:i + 1, h:h + 1], a, inv, "half")[0, 0]
                 kb = rope_rotate(k[j:j + 1, hk:hk + 1], b, inv, "half")[0, 0]
@@ -73,6 +84,8 @@ def test_keywords_come_from_the_declarations():
     ("self_extend", dict(self_extend=True, self_extend_group=3, self_extend_window=5),
      _self_extend_positions(3, 5)),
     ("dca", dict(dca=True, dca_chunk_size=8, dca_local_size=3), _dca_positions(8, 3)),
+    ("streaming_llm", dict(streaming_llm=True, streaming_sink_tokens=2, streaming_window=6),
+     _streaming_positions(2, 6)),
 ])
 def test_forward_matches_the_definition(scheme, kw, positions):
     q, k, v = _inputs()
@@ -98,7 +111,9 @@ def test_dca_length_scaling_multiplies_the_scores():
 
 
 @pytest.mark.parametrize("kw", [dict(self_extend=True, self_extend_group=3, self_extend_window=5),
-                                dict(dca=True, dca_chunk_size=8, dca_local_size=3)])
+                                dict(dca=True, dca_chunk_size=8, dca_local_size=3),
+                                dict(streaming_llm=True, streaming_sink_tokens=2,
+                                     streaming_window=4)])
 def test_backward_against_finite_differences(kw):
     q, k, v = _inputs(1, S=11)
     cfg = posenc.rope_config(head_dim=8)
