@@ -72,8 +72,9 @@ using namespace cli_rope_pairs;
 
 TEST(CliRopePairs, SelfExtendFlagsGiveTheLibrarysBits) {
   files f;
-  const auto r = test::run_cli(f.args({"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--self-extend",
-                                       "--self-extend-group", "3", "--self-extend-window", "7"}));
+  const auto r = test::run_cli(
+      f.args({"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--self-extend",
+              "--self-extend-group", "3", "--self-extend-window", "7"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(f.out(),
             f.library({"self_extend", {{"self_extend_group", 3}, {"self_extend_window", 7}}}));
@@ -99,15 +100,16 @@ TEST(CliRopePairs, DcaFromAQwenConfigAndNoDca) {
                                {"dca_original_max_position_embeddings", 24}}});
   EXPECT_EQ(f.out(), dca);
   // A flag given with --dca overrides that one value.
-  r = test::run_cli(
-      f.args({"--causal", "--rope", "--layout", "half", "--hf-config", cfg, "--dca", "--dca-local-size", "6"}));
+  r = test::run_cli(f.args({"--causal", "--rope", "--layout", "half", "--hf-config", cfg, "--dca",
+                            "--dca-local-size", "6"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(f.out(), f.library({"dca",
                                 {{"dca_chunk_size", 16},
                                  {"dca_local_size", 6},
                                  {"dca_original_max_position_embeddings", 24}}}));
   // --no-dca: RoPE alone, as transformers runs the config.
-  r = test::run_cli(f.args({"--causal", "--rope", "--layout", "half", "--hf-config", cfg, "--no-dca"}));
+  r = test::run_cli(
+      f.args({"--causal", "--rope", "--layout", "half", "--hf-config", cfg, "--no-dca"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("Dual Chunk Attention on"), std::string::npos) << r.err;
   EXPECT_EQ(f.out(), f.library({}));
@@ -117,15 +119,18 @@ TEST(CliRopePairs, ErrorsExitTwoWithoutOutput) {
   files f;
   const std::string o = f.dir.file("o.npy");
   for (const auto& [args, msg] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"--rope", "--layout", "half", "--theta", "1e6", "--dca"}, "dca needs causal attention"},
+           {{"--rope", "--layout", "half", "--theta", "1e6", "--dca"},
+            "dca needs causal attention"},
            {{"--causal", "--self-extend"}, "self_extend needs RoPE on"},
-           {{"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--self-extend", "--alibi"},
+           {{"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--self-extend",
+             "--alibi"},
             "self_extend cannot be combined with alibi"},
            {{"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--dca-chunk-size", "8"},
             "--dca-chunk-size needs --dca"},
-           {{"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--no-dca"}, "--no-dca needs --hf-config"},
-           {{"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--dca", "--dca-chunk-size", "8",
-             "--dca-local-size", "9"},
+           {{"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--no-dca"},
+            "--no-dca needs --hf-config"},
+           {{"--causal", "--rope", "--layout", "half", "--theta", "1e6", "--dca",
+             "--dca-chunk-size", "8", "--dca-local-size", "9"},
             "dca_local_size must be an integer in [0, dca_chunk_size)"}}) {
     std::filesystem::remove(o);
     const auto r = test::run_cli(f.args(args));
