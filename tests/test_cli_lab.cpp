@@ -377,9 +377,26 @@ TEST(CliLab, ExtendPresetRowsAndConfigsMatchRopeFreqs) {
       {"rope/linear/0", 10}, {"rope/dynamic/0", 10},  {"rope/yarn/0", 10},
       {"rope/llama3/0", 10}, {"rope/longrope/0", 10}, {"rope/none/2", 10},
       {"rope/linear/2", 10}, {"rope/dynamic/2", 10},  {"rope/yarn/2", 10},
-      {"rope/llama3/2", 10}, {"rope/longrope/2", 10}, {"rope/pose/2", 10}};
+      {"rope/llama3/2", 10}, {"rope/longrope/2", 10}, {"rope/pose/2", 10},
+      {"rope/self_extend/0", 10}, {"rope/dca/0", 10}, {"rope/streaming_llm/0", 10}};
   EXPECT_EQ(rows, want);  // 2 seeds x lengths 16 .. 256
-  EXPECT_EQ(j["summary"].size(), 15u * 5);
+  EXPECT_EQ(j["summary"].size(), 18u * 5);
+  // StreamingLLM with 4 sinks and a window of L - 4 evicts nothing at L: the trained model's
+  // bits (another path: the per-pair one in double), and something else past L.
+  auto bpb = [&](const std::string& ext, int64_t len, int64_t seed) {
+    for (const auto& row : j["results"])
+      if (row["scheme"] == "rope" && row["extension"] == ext && row["finetune_steps"] == 0 &&
+          row["eval_len"] == len && row["seed"] == seed)
+        return row["bits_per_byte"].get<double>();
+    ADD_FAILURE() << ext << " " << len;
+    return 0.0;
+  };
+  for (int64_t seed : {0, 1}) {
+    EXPECT_NEAR(bpb("streaming_llm", 16, seed), bpb("none", 16, seed), 1e-5);
+    EXPECT_GT(std::abs(bpb("streaming_llm", 256, seed) - bpb("none", 256, seed)), 1e-3);
+  }
+  EXPECT_EQ(j["config"]["rope_pair_schemes"]["self_extend"]["self_extend_window"], 8);
+  EXPECT_EQ(j["config"]["rope_pair_schemes"]["dca"]["dca_chunk_size"], 16);
   EXPECT_TRUE(std::filesystem::exists(d.file("extend/results.json")));
 
   // Each method's config, read by `posenc rope freqs --hf-config`, against the same parameters

@@ -21,7 +21,12 @@ import numpy as np
 
 from . import _posenc
 from ._posenc import (
+    AxialRope,
     RopeConfig,
+    axial_apply,
+    axial_grid_ids,
+    axial_rope_2d,
+    axial_rope_nd,
     alibi_bias,
     alibi_slopes,
     bf16_products_native,
@@ -45,6 +50,11 @@ __all__ = [
     "hf_dca",
     "schemes",
     "mrope_apply",
+    "AxialRope",
+    "axial_rope_2d",
+    "axial_rope_nd",
+    "axial_grid_ids",
+    "axial_apply",
     "positions_mrope",
     "sinusoidal_table",
     "LearnedTable",
@@ -306,8 +316,9 @@ def _attention_opts(
     *,
     research=None,
 ):
-    if rope is not None and not isinstance(rope, RopeConfig):
-        raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
+    if rope is not None and not isinstance(rope, (RopeConfig, AxialRope)):
+        raise TypeError("rope must be a posenc.RopeConfig, a posenc.AxialRope or None, got "
+                        f"{type(rope).__name__}")
     opts = {
         "causal": bool(causal),
         "scale": None if scale is None else float(scale),

@@ -24,6 +24,11 @@ __all__ = [
     "hf_dca",
     "schemes",
     "mrope_apply",
+    "AxialRope",
+    "axial_rope_2d",
+    "axial_rope_nd",
+    "axial_grid_ids",
+    "axial_apply",
     "positions_mrope",
     "sinusoidal_table",
     "LearnedTable",
@@ -233,6 +238,24 @@ def mrope_apply(
     inverse: bool = False,
     seq_len: int | None = None,
 ) -> NDArray[Any]: ...
+class AxialRope:
+    @property
+    def inv_freq(self) -> NDArray[np.float64]: ...
+    @property
+    def section(self) -> tuple[int, int, int]: ...
+    @property
+    def layout(self) -> str: ...
+    @property
+    def axes(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+
+def axial_rope_2d(head_dim: int, *, theta: float = 10000.0, layout: _Layout = "half") -> AxialRope: ...
+def axial_rope_nd(axes_dim: Sequence[int], *, theta: Sequence[float] = ...) -> AxialRope: ...
+def axial_grid_ids(rows: int, cols: int, *, frame: int = 0) -> NDArray[np.int64]: ...
+def axial_apply(
+    x: ArrayLike, positions: ArrayLike, *, axial: AxialRope, inverse: bool = False
+) -> NDArray[Any]: ...
 def positions_mrope(
     segments: Sequence[Sequence[int]], start: int = 0, rule: _MropeRule = "transformers_v5"
 ) -> NDArray[np.int64]: ...
@@ -309,7 +332,7 @@ def attention(
     *,
     causal: bool = False,
     scale: float | None = None,
-    rope: RopeConfig | None = None,
+    rope: RopeConfig | AxialRope | None = None,
     rope_layout: _Layout = "half",
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
@@ -368,7 +391,7 @@ def attention(
     *,
     causal: bool = False,
     scale: float | None = None,
-    rope: RopeConfig | None = None,
+    rope: RopeConfig | AxialRope | None = None,
     rope_layout: _Layout = "half",
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
@@ -427,7 +450,7 @@ def attention(
     *,
     causal: bool = False,
     scale: float | None = None,
-    rope: RopeConfig | None = None,
+    rope: RopeConfig | AxialRope | None = None,
     rope_layout: _Layout = "half",
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
@@ -488,7 +511,7 @@ def attention_backward(
     *,
     causal: bool = False,
     scale: float | None = None,
-    rope: RopeConfig | None = None,
+    rope: RopeConfig | AxialRope | None = None,
     rope_layout: _Layout = "half",
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,

@@ -8,7 +8,7 @@ import torch as _torch
 from numpy.typing import ArrayLike
 from torch import Tensor
 
-from . import RopeConfig, _AlibiConvention, _Angle, _KerpleKernel, _Layout
+from . import AxialRope, RopeConfig, _AlibiConvention, _Angle, _KerpleKernel, _Layout
 
 __all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
 
@@ -63,7 +63,7 @@ def attention(
     *,
     causal: bool = False,
     scale: float | None = None,
-    rope: RopeConfig | None = None,
+    rope: RopeConfig | AxialRope | None = None,
     rope_layout: _Layout = "half",
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
@@ -121,7 +121,7 @@ def attention(
     *,
     causal: bool = False,
     scale: float | None = None,
-    rope: RopeConfig | None = None,
+    rope: RopeConfig | AxialRope | None = None,
     rope_layout: _Layout = "half",
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
@@ -179,7 +179,7 @@ def attention(
     *,
     causal: bool = False,
     scale: float | None = None,
-    rope: RopeConfig | None = None,
+    rope: RopeConfig | AxialRope | None = None,
     rope_layout: _Layout = "half",
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,

@@ -18,6 +18,7 @@
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/schemes.hpp"
 #include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/axial_rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
 
 namespace posenc::py_bind {
@@ -170,6 +171,38 @@ attn_setup setup(const py::array& q, const py::array& k, const py::array& v, con
 
 // RoPE and M-RoPE: the frequencies, layout, angle and whether the ids have three rows.
 void parse_rope(attn_setup& s, const py::dict& opts) {
+  // Axial RoPE (posenc.axial_rope_2d / axial_rope_nd): per-pair frequencies over M-RoPE's
+  // components, its own layout, (3, n) ids.
+  if (py::isinstance<axial_rope>(opt(opts, "rope"))) {
+    const auto& a = opt(opts, "rope").cast<const axial_rope&>();
+    if (a.freqs.head_dim != s.D)
+      fail("rope.head_dim (AxialRope) must equal the head dim D = {} of q, got {}", s.D,
+           a.freqs.head_dim);
+    const std::string layout = opt(opts, "rope_layout").cast<std::string>();
+    if (layout != "half" && rope_layout_from_name(layout, "rope_layout") != a.layout)
+      fail("rope_layout = '{}' disagrees with the AxialRope's layout '{}' (leave it out)", layout,
+           rope_layout_name(a.layout));
+    s.freqs = a.freqs;
+    s.layout = a.layout;
+    s.angle = rope_angle_from_name(opt(opts, "rope_angle").cast<std::string>(), "rope_angle");
+    if (s.angle != rope_angle::exact && s.angle != rope_angle::f32)
+      fail(
+          "rope_angle must be exact or f32 with an AxialRope (the engines' pipelines model 1-D "
+          "configs), got {}",
+          rope_angle_name(s.angle));
+    s.keys_rotated = opt(opts, "keys_rotated").cast<bool>();
+    const int rows3 = s.batched ? 3 : 2;
+    for (const char* name : {"q_positions", "k_positions"}) {
+      const py::handle x = opt(opts, name);
+      if (x.is_none() || as_array(x, name).ndim() != rows3)
+        fail("an AxialRope needs {} of shape (3, n) (one id per axis; posenc.axial_grid_ids)",
+             name);
+    }
+    s.mrope = true;
+    s.mrope_section = a.section;
+    s.mrope_interleaved = false;
+    return;
+  }
   if (!opt(opts, "rope").is_none()) {
     const auto& c = opt(opts, "rope").cast<const rope_config&>();
     if (c.head_dim != s.D)

@@ -8,6 +8,7 @@
 
 #include "common.hpp"
 #include "posenc/core/threads.hpp"
+#include "posenc/encodings/axial_rope.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_config.hpp"
 #include "posenc/positions/positions.hpp"
@@ -593,6 +594,99 @@ the default: transformers 5, PR #43972) or n + max(t, h, w) (rule "transformers_
 first id.)doc");
 }
 
+// Axial RoPE (posenc/encodings/axial_rope.hpp): Pixtral's 2-D and FLUX's N-axis conventions as
+// per-pair frequencies over M-RoPE's components.
+void bind_axial(py::module_& m) {
+  py::class_<axial_rope>(m, "AxialRope",
+                         "Axial RoPE: per-pair frequencies over up to 3 position axes (Pixtral's "
+                         "2-D, FLUX's axes_dim). Pass it as rope= to posenc.attention with "
+                         "(3, n) position ids (posenc.axial_grid_ids).")
+      .def_property_readonly(
+          "inv_freq",
+          [](const axial_rope& a) {
+            py::array_t<double> out(static_cast<py::ssize_t>(a.freqs.inv_freq.size()));
+            std::copy(a.freqs.inv_freq.begin(), a.freqs.inv_freq.end(), out.mutable_data());
+            return out;
+          })
+      .def_property_readonly("section",
+                             [](const axial_rope& a) {
+                               return py::make_tuple(a.section[0], a.section[1], a.section[2]);
+                             })
+      .def_property_readonly("layout",
+                             [](const axial_rope& a) { return rope_layout_name(a.layout); })
+      .def_property_readonly("axes", [](const axial_rope& a) { return a.axes; })
+      .def_property_readonly("head_dim", [](const axial_rope& a) { return a.freqs.head_dim; })
+      .def("__repr__", [](const axial_rope& a) {
+        return fmt::format("AxialRope(head_dim={}, axes={}, section=({}, {}, {}), layout='{}')",
+                           a.freqs.head_dim, a.axes, a.section[0], a.section[1], a.section[2],
+                           rope_layout_name(a.layout));
+      });
+  m.def(
+      "axial_rope_2d",
+      [](int64_t head_dim, double theta, const std::string& layout) {
+        return axial_rope_2d(head_dim, theta, rope_layout_from_name(layout, "layout"));
+      },
+      py::arg("head_dim"), py::kw_only(), py::arg("theta") = 10000.0, py::arg("layout") = "half",
+      R"doc(Pixtral's 2-D RoPE (Llama 4's vision encoder the same idea): the 1-D frequencies
+theta^(-2k/D) dealt out alternately, the first D/4 pairs turned by the patch's row at the even
+ones, the last D/4 by its column at the odd ones. layout "half" as transformers'
+PixtralRotaryEmbedding, "interleaved" as mistral-inference and vLLM. head_dim a multiple of 4.
+Ids: (3, n) with row 1 the patch row and row 2 its column (posenc.axial_grid_ids).)doc");
+  m.def(
+      "axial_rope_nd",
+      [](const std::vector<int64_t>& axes_dim, const std::vector<double>& theta) {
+        return axial_rope_nd(axes_dim, theta);
+      },
+      py::arg("axes_dim"), py::kw_only(), py::arg("theta") = std::vector<double>{10000.0},
+      R"doc(FLUX-style N-axis RoPE (diffusers' FluxPosEmbed, EmbedND): axis a owns axes_dim[a]
+channels in order at theta_a^(-2i / axes_dim[a]), interleaved pairs. 1 to 3 axes, each even;
+theta one base for every axis or one per axis. Ids: (3, n), row a = axis a.)doc");
+  m.def(
+      "axial_grid_ids",
+      [](int64_t rows, int64_t cols, int64_t frame) {
+        const auto ids = axial_grid_ids(rows, cols, frame);
+        const auto n = static_cast<py::ssize_t>(ids.size() / 3);
+        py::array_t<int64_t> out({py::ssize_t{3}, n});
+        std::copy(ids.begin(), ids.end(), out.mutable_data());
+        return out;
+      },
+      py::arg("rows"), py::arg("cols"), py::kw_only(), py::arg("frame") = 0,
+      R"doc(Ids of a rows x cols grid of patches in row-major order, (3, rows * cols): row 0 the
+frame, row 1 the patch row, row 2 its column.)doc");
+  m.def(
+      "axial_apply",
+      [](py::handle x_obj, py::handle positions, const axial_rope& a, bool inverse) {
+        const py::array x = as_array(x_obj, "x");
+        require_float(x, "x");
+        require_ndim(x, "x", {3}, "(T, H, D)");
+        const int64_t T = x.shape(0), H = x.shape(1), D = x.shape(2);
+        if (D != a.freqs.head_dim)
+          fail("x must have head dim D = axial.head_dim = {}, got shape {}", a.freqs.head_dim,
+               shape_str(x));
+        const py::array pa = as_array(positions, "positions");
+        auto pos = int_values(pa, "positions");
+        if (pa.ndim() != 2 || pa.shape(0) != 3 || pa.shape(1) != T)
+          fail("positions must have shape (3, T) = (3, {}) (one id per axis), got {}", T,
+               shape_str(pa));
+        require_min(pos, "positions", 0);
+        const auto comp = axial_components(a);
+        const rope_io io = io_for(x, false, "x");
+        void* dst = const_cast<void*>(io.out.data());
+        std::memcpy(dst, io.src.data(), static_cast<size_t>(x.nbytes()));
+        if (is_f32(x))
+          mrope_apply(a.freqs, comp, a.layout, rope_angle::exact, pos, static_cast<float*>(dst), T,
+                      H, D, inverse);
+        else
+          mrope_apply(a.freqs, comp, a.layout, rope_angle::exact, pos, static_cast<double*>(dst), T,
+                      H, D, inverse);
+        return io.out;
+      },
+      py::arg("x"), py::arg("positions"), py::kw_only(), py::arg("axial"),
+      py::arg("inverse") = false,
+      R"doc(Rotate x (T, H, D) by axial RoPE at (3, T) ids (one per axis), exact angles; inverse
+applies the transpose. Returns a new array.)doc");
+}
+
 }  // namespace
 
 void bind_rope(py::module_& m) {
@@ -600,6 +694,7 @@ void bind_rope(py::module_& m) {
   bind_rope_apply(m);
   bind_layer_plan(m);
   bind_mrope(m);
+  bind_axial(m);
 }
 
 }  // namespace posenc::py_bind

@@ -3,6 +3,8 @@
 // hook: half layout, rotary width = head dim, exact angles.
 #include <cmath>
 
+#include <fmt/ranges.h>
+
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
 
@@ -52,18 +54,21 @@ void validate_rope(const attention_rope& r, int64_t D, const char* who) {
 template <typename S>
 class rope_hook final : public position_hook<S> {
  public:
-  explicit rope_hook(rope_freqs f) : freqs_(std::move(f)) {}
+  rope_hook(rope_freqs f, std::vector<named_scheme> pairs)
+      : freqs_(std::move(f)), pairs_(std::move(pairs)) {}
   pos_scheme scheme() const override { return pos_scheme::rope; }
   attention_position<S> attention(const S* const*) const override {
     attention_position<S> p;
     p.rope.freqs = &freqs_;
     p.rope.layout = rope_layout::half;
     p.rope.angle = rope_angle::exact;
+    p.named = pairs_;
     return p;
   }
 
  private:
   rope_freqs freqs_;
+  std::vector<named_scheme> pairs_;  // per-pair RoPE schemes (position_options::rope_pairs)
 };
 
 }  // namespace
@@ -71,7 +76,21 @@ class rope_hook final : public position_hook<S> {
 template <typename S>
 std::unique_ptr<position_hook<S>> make_rope_hook(const position_options& o,
                                                  const position_shape& shape) {
-  return std::make_unique<rope_hook<S>>(lab_rope_freqs(o, shape, "rope"));
+  std::vector<std::string> on = {"rope"};
+  for (const named_scheme& n : o.rope_pairs) {
+    const scheme_decl& d = scheme_decl_of(n.name);
+    if (!d.pairs) {
+      std::vector<std::string> names;
+      for (const scheme_decl* x : named_scheme_decls())
+        if (x->pairs) names.push_back(x->name);
+      fail("rope_pairs: {} does not place RoPE per pair; the schemes that do are {}", n.name,
+           fmt::join(names, ", "));
+    }
+    (void)named_scheme_args(d, n.params, shape.n_heads);
+    on.push_back(n.name);
+  }
+  check_scheme_combination(on);
+  return std::make_unique<rope_hook<S>>(lab_rope_freqs(o, shape, "rope"), o.rope_pairs);
 }
 POSENC_INSTANTIATE_HOOK(rope)
 

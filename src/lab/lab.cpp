@@ -86,6 +86,11 @@ nlohmann::ordered_json config_json(const lab_options& o, const model::model_conf
   j["clip"] = o.clip;
   j["randomized_positions"] = o.randomized_positions;
   if (o.rope) j["rope"] = rope_config_to_json(*o.rope);
+  for (const named_scheme& n : o.rope_pairs) {
+    nlohmann::ordered_json ps = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : n.params) ps[name] = value;
+    j["rope_pairs"][n.name] = ps;
+  }
   if (o.pose_target > 0) j["pose_target"] = o.pose_target;
   if (!o.init_params.empty()) {  // FNV-1a of the starting weights' bytes
     uint64_t h = 1469598103934665603ull;
@@ -365,6 +370,11 @@ void validate(const lab_options& o, const task& t) {
       if (s != pos_scheme::rope && s != pos_scheme::irope)
         fail("a RoPE config is given but scheme {} does not read one (rope and irope do)",
              model::pos_scheme_name(s));
+  if (!o.rope_pairs.empty())
+    for (auto s : o.schemes)
+      if (s != pos_scheme::rope)
+        fail("rope_pairs ({}) place RoPE per pair over a rope model; scheme {} is not rope",
+             o.rope_pairs[0].name, model::pos_scheme_name(s));
   if (o.pose_target != 0) {
     if (o.pose_target < o.train_max || o.pose_target > (int64_t{1} << 24))
       fail("pose_target must be 0 (off) or in [{}, 2^24] (at least the training length), got {}",
@@ -422,6 +432,7 @@ model::model_config lab_model_config(const lab_options& o, const task& t, pos_sc
   c.pos.named_params = o.named_params;
   c.pos.rope = o.rope;
   c.pos.rope_seq_len = o.pose_target > 0 ? o.pose_target : o.train_max;
+  c.pos.rope_pairs = o.rope_pairs;
   return c;
 }
 

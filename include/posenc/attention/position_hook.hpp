@@ -58,6 +58,10 @@ struct position_options {
   // the engines (a model evaluated at length L is built with rope_seq_len = L; lab.hpp).
   std::optional<rope_config> rope;
   int64_t rope_seq_len = 0;
+  // rope: schemes that place RoPE per (query, key) pair at inference (Self-Extend, Dual Chunk
+  // Attention, StreamingLLM; schemes.hpp), on every layer's attention with their parameters.
+  // A model evaluated with them runs its trained weights under them (the lab's zero-shot rows).
+  std::vector<named_scheme> rope_pairs;
   int64_t t5_buckets = 32;        // t5: causal buckets, one table (buckets, H) shared by layers
   int64_t t5_max_distance = 128;  //     (Raffel et al. 2020 share it across layers too)
   int64_t shaw_clip = 16;         // shaw: K; tables (2K+1, D) per layer, shared by heads

@@ -92,6 +92,10 @@ struct lab_options {
   //     short window cover [0, pose_target) over training; 0 = off;
   //   sliding_eval: false skips the sliding-window evaluation (its figures are NaN).
   std::optional<rope_config> rope;
+  // rope_pairs: schemes that place RoPE per pair (Self-Extend, DCA, StreamingLLM) on every
+  // layer of a rope model (position_options::rope_pairs), for zero-shot evaluation of trained
+  // weights (steps 0 with init_params) or to train under them.
+  std::vector<named_scheme> rope_pairs;
   std::vector<float> init_params;
   int64_t pose_target = 0;
   bool sliding_eval = true;

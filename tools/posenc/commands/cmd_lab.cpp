@@ -543,6 +543,23 @@ constexpr int64_t extend_budget = 48, extend_quick_budget = 12;
 constexpr int64_t extend_tokens = 1024;  // per fine-tuning step, every method
 constexpr int64_t extend_search_chars = 8192;
 
+// The schemes that place RoPE per pair, run zero-shot on the trained RoPE weights at every
+// evaluation length, with parameters for a model trained at L and the target 8L:
+//   self_extend    w = L/2 neighbours, G = 16: grouped distances reach (L - w) G + w = 8.5 L
+//                  before they leave the trained range (Jin et al. 2024's rule for G and w);
+//   dca            chunk_size = L (the trained window), local_size = L/4, and
+//                  original_max_position_embeddings = L as Qwen2.5-1M's config sets it to its
+//                  chunk_size (vLLM's length scaling of the scores past L);
+//   streaming_llm  4 sink tokens and a window of L - 4, a cache of L (Xiao et al. 2024).
+std::vector<named_scheme> extend_pair_schemes(int64_t L) {
+  return {{"self_extend", {{"self_extend_group", 16}, {"self_extend_window", double(L / 2)}}},
+          {"dca",
+           {{"dca_chunk_size", double(L)},
+            {"dca_local_size", double(L / 4)},
+            {"dca_original_max_position_embeddings", double(L)}}},
+          {"streaming_llm", {{"streaming_sink_tokens", 4}, {"streaming_window", double(L - 4)}}}};
+}
+
 struct extend_row {  // one run of phases 3-4 (or a phase-1 run)
   std::string scheme, ext;
   bool finetuned = false;
@@ -698,6 +715,19 @@ void run_extend(lab_cli c, CLI::App* sub) {
         ext_specs.push_back({o, model::pos_scheme::rope, k});
       }
     }
+  // The per-pair schemes, zero-shot: the trained frequencies, the trained weights.
+  for (const named_scheme& n : extend_pair_schemes(L))
+    for (int64_t k = 0; k < c.seeds; ++k) {
+      lab::lab_options o = base;
+      o.schemes = {model::pos_scheme::rope};
+      o.rope_pairs = {n};
+      o.init_params = rope_runs[k]->final_params;
+      o.checkpoint_dir.clear();
+      o.steps = 0;
+      lab::validate(o, t);
+      rows.push_back({"rope", n.name, false, k, ext_specs.size()});
+      ext_specs.push_back({o, model::pos_scheme::rope, k});
+    }
   const std::vector<lab::run_result> ext_runs =
       run_phase(ext_specs, "zero-shot and fine-tuned extensions");
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -834,6 +864,14 @@ void run_extend(lab_cli c, CLI::App* sub) {
   }
   methods["longrope"] = lr;
   cfg["rope_configs"] = methods;
+  // The per-pair schemes' parameters (posenc attend's flags and posenc.attention's keywords).
+  J pairs = J::object();
+  for (const named_scheme& n : extend_pair_schemes(L)) {
+    J ps = J::object();
+    for (const auto& [name, value] : n.params) ps[name] = static_cast<int64_t>(value);
+    pairs[n.name] = ps;
+  }
+  cfg["rope_pair_schemes"] = pairs;
   doc["config"] = cfg;
   doc["results"] = results;
   doc["summary"] = summary;

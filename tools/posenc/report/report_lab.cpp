@@ -155,9 +155,12 @@ void extend_part(report_context& ctx, doc::document& body) {
       cfg["target_len"].get<int64_t>(), cfg["target_len"].get<int64_t>(),
       cfg["eval_chars"].get<int64_t>()));
   static const std::vector<std::pair<std::string, std::string>> curves = {
-      {"rope/none", "#1f77b4"}, {"rope/linear", "#ff7f0e"}, {"rope/dynamic", "#2ca02c"},
-      {"rope/yarn", "#d62728"}, {"rope/llama3", "#9467bd"}, {"rope/longrope", "#8c564b"},
-      {"rope/pose", "#e377c2"}, {"alibi/none", "#7f7f7f"},  {"kerple/none", "#bcbd22"}};
+      {"rope/none", "#1f77b4"},    {"rope/linear", "#ff7f0e"},
+      {"rope/dynamic", "#2ca02c"}, {"rope/yarn", "#d62728"},
+      {"rope/llama3", "#9467bd"},  {"rope/longrope", "#8c564b"},
+      {"rope/pose", "#e377c2"},    {"rope/self_extend", "#17becf"},
+      {"rope/dca", "#393b79"},     {"rope/streaming_llm", "#637939"},
+      {"alibi/none", "#7f7f7f"},   {"kerple/none", "#bcbd22"}};
   auto key = [](const J& row) {
     return row["scheme"].get<std::string>() + "/" + row["extension"].get<std::string>();
   };
