@@ -373,12 +373,12 @@ TEST(CliLab, ExtendPresetRowsAndConfigsMatchRopeFreqs) {
                        row["extension"].get<std::string>(), row["finetune_steps"].get<int>())];
   }
   const std::map<std::string, int> want = {
-      {"rope/none/0", 10},   {"alibi/none/0", 10},    {"kerple/none/0", 10},
-      {"rope/linear/0", 10}, {"rope/dynamic/0", 10},  {"rope/yarn/0", 10},
-      {"rope/llama3/0", 10}, {"rope/longrope/0", 10}, {"rope/none/2", 10},
-      {"rope/linear/2", 10}, {"rope/dynamic/2", 10},  {"rope/yarn/2", 10},
-      {"rope/llama3/2", 10}, {"rope/longrope/2", 10}, {"rope/pose/2", 10},
-      {"rope/self_extend/0", 10}, {"rope/dca/0", 10}, {"rope/streaming_llm/0", 10}};
+      {"rope/none/0", 10},        {"alibi/none/0", 10},    {"kerple/none/0", 10},
+      {"rope/linear/0", 10},      {"rope/dynamic/0", 10},  {"rope/yarn/0", 10},
+      {"rope/llama3/0", 10},      {"rope/longrope/0", 10}, {"rope/none/2", 10},
+      {"rope/linear/2", 10},      {"rope/dynamic/2", 10},  {"rope/yarn/2", 10},
+      {"rope/llama3/2", 10},      {"rope/longrope/2", 10}, {"rope/pose/2", 10},
+      {"rope/self_extend/0", 10}, {"rope/dca/0", 10},      {"rope/streaming_llm/0", 10}};
   EXPECT_EQ(rows, want);  // 2 seeds x lengths 16 .. 256
   EXPECT_EQ(j["summary"].size(), 18u * 5);
   // StreamingLLM with 4 sinks and a window of L - 4 evicts nothing at L: the trained model's
