@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
+#include "posenc/attention/kv_cache.hpp"
 #include "posenc/attention/schemes.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/rope.hpp"
@@ -194,6 +195,45 @@ TEST(RopePairs, StreamingLlmIsARollingCacheWithPositionsInTheCache) {
   }
   // Rotations at other (slot) positions with the same distances: a few ulp of the scores.
   EXPECT_LT(dev, 1e-13);
+}
+
+// The same StreamingLLM as a KV-cache policy: append each token, evict_streaming(n, W) (remove +
+// shift), attend the token's query at the cache's last position. In exact mode the keys are
+// rotated afresh at their cache positions; in rerotate mode (llama.cpp's K-shift) turned by the
+// shifts, a few roundings in double.
+TEST(RopePairs, StreamingLlmCachePolicyMatchesTheScheme) {
+  const int64_t S = 30, Hq = 2, Hkv = 1, D = 16, n = 3, W = 5;
+  rng r(9);
+  std::vector<double> q(S * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+  for (auto* x : {&q, &k, &v})
+    for (auto& e : *x) e = r.normal();
+  const auto f = freqs_for(D, 10000);
+  const auto want =
+      attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::exact, "streaming_llm",
+                     {{"streaming_sink_tokens", double(n)}, {"streaming_window", double(W)}});
+  for (kv_shift_mode mode : {kv_shift_mode::exact, kv_shift_mode::rerotate}) {
+    attention_position<double> pos;
+    pos.rope.freqs = &f;
+    kv_cache<double> cache(n + W + 1, Hkv, D, pos, 0, kv_storage::f32, mode);
+    double dev = 0;
+    int64_t forgotten = 0;
+    for (int64_t i = 0; i < S; ++i) {
+      cache.append(&k[i * Hkv * D], &v[i * Hkv * D], 1);
+      forgotten += cache.evict_streaming(n, W);
+      ASSERT_EQ(cache.size(), std::min(i + 1, n + W));
+      ASSERT_EQ(cache.next_position(), cache.size());
+      std::vector<double> o(Hq * D);
+      attention_params<double> p;
+      p.q = &q[i * Hq * D], p.out = o.data();
+      p.T = 1, p.Hq = Hq, p.D = D, p.causal = true;
+      attention_forward_cached(p, cache);
+      for (int64_t x = 0; x < Hq * D; ++x)
+        dev = std::max(dev, std::abs(o[x] - want[i * Hq * D + x]));
+    }
+    EXPECT_EQ(forgotten, S - (n + W));
+    EXPECT_LT(dev, mode == kv_shift_mode::exact ? 1e-13 : 1e-12)
+        << (mode == kv_shift_mode::exact ? "exact" : "rerotate");
+  }
 }
 
 // (2) LongLM's self_extend_forward run unchanged (tests/golden/self_extend/longlm.json): the

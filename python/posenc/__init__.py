@@ -826,6 +826,17 @@ class KVCache:
             raise TypeError(f"delta must be an int, got {type(delta).__name__}")
         return self._c.edit("shift", a, b, int(delta))
 
+    def evict_streaming(self, sink_tokens, window):
+        """StreamingLLM's eviction (Xiao et al. 2024): keeps the first sink_tokens tokens and the
+        last window, forgets the ones between and moves the window's positions down to follow
+        the sinks (positions inside the cache; keys moved by shift_mode). After appending a
+        token, evict, then attend: the same as posenc.attention's streaming_llm keywords.
+        Returns how many tokens were forgotten."""
+        for name, val in (("sink_tokens", sink_tokens), ("window", window)):
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool):
+                raise TypeError(f"{name} must be an int, got {type(val).__name__}")
+        return self._c.edit("evict_streaming", int(sink_tokens), 0, int(window))
+
     def divide(self, p0, p1, d):
         """Positions p in [p0, p1) (p1 None: to the end) become p // d, d >= 1 (llama.cpp's
         llama_memory_seq_div, Self-Extend's grouping); keys move by shift_mode."""

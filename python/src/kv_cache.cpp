@@ -237,6 +237,7 @@ void bind_kv_cache(py::module_& m) {
             auto run = [&](auto& c) -> int64_t {
               if (op == "remove") return c.remove(p0, p1);
               if (op == "shift") return c.shift(p0, p1, arg);
+              if (op == "evict_streaming") return c.evict_streaming(p0, arg);
               c.divide(p0, p1, arg);
               return 0;
             };

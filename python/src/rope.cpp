@@ -607,15 +607,22 @@ void bind_axial(py::module_& m) {
             py::array_t<double> out(static_cast<py::ssize_t>(a.freqs.inv_freq.size()));
             std::copy(a.freqs.inv_freq.begin(), a.freqs.inv_freq.end(), out.mutable_data());
             return out;
-          })
-      .def_property_readonly("section",
-                             [](const axial_rope& a) {
-                               return py::make_tuple(a.section[0], a.section[1], a.section[2]);
-                             })
-      .def_property_readonly("layout",
-                             [](const axial_rope& a) { return rope_layout_name(a.layout); })
-      .def_property_readonly("axes", [](const axial_rope& a) { return a.axes; })
-      .def_property_readonly("head_dim", [](const axial_rope& a) { return a.freqs.head_dim; })
+          },
+          "(D/2,) the frequency of each rotary pair, in its axis's units")
+      .def_property_readonly(
+          "section",
+          [](const axial_rope& a) {
+            return py::make_tuple(a.section[0], a.section[1], a.section[2]);
+          },
+          "pairs per axis (M-RoPE's contiguous sections), in channel order")
+      .def_property_readonly(
+          "layout", [](const axial_rope& a) { return rope_layout_name(a.layout); },
+          "pair layout: half (rotate_half) or interleaved")
+      .def_property_readonly(
+          "axes", [](const axial_rope& a) { return a.axes; }, "axes in use (2 or 3)")
+      .def_property_readonly(
+          "head_dim", [](const axial_rope& a) { return a.freqs.head_dim; },
+          "D, the head dim (every channel rotates)")
       .def("__repr__", [](const axial_rope& a) {
         return fmt::format("AxialRope(head_dim={}, axes={}, section=({}, {}, {}), layout='{}')",
                            a.freqs.head_dim, a.axes, a.section[0], a.section[1], a.section[2],

@@ -16,13 +16,17 @@
 //   reference  the specification: every pair's q and k rotated at that pair's positions, in
 //              double, then the score row and a two-pass softmax (T S rotations of each).
 //   fast       each token rotated once per distinct position map (Self-Extend: 2 for q, 2 for
-//              k; DCA: 3 for q, 1 for k) in the element type, as the RoPE engine rotates; the
-//              scores, softmax and sums in double; threads over query heads (forward) or kv
-//              heads (backward). O(T S D) arithmetic, O((T Hq + S Hkv) D R) memory, no T x S
-//              matrix.
+//              k; DCA: 3 for q, 1 for k) in the element type, as the RoPE engine rotates. The
+//              float32 forward then runs blocks of queries through the Highway micro-kernel
+//              (pairs_forward_f32: one product per distinct map over the columns where it
+//              occurs, P V one more); the float64 forward and both backwards compute the
+//              scores, softmax and sums per row in double, threads over query heads (forward)
+//              or kv heads (backward). O(T S D) arithmetic, O((T Hq + S Hkv) D R) memory, no
+//              T x S matrix.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "attention_plan.hpp"
@@ -177,6 +181,128 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
   }
 }
 
+// The float32 forward in blocks of kPairsRows queries of one head (the fast form for float32):
+// each distinct (q copy, k copy) of the regions gives a score block Q_c K_c^T over the columns
+// where one of its regions occurs in the block (found by one pass over the block's pairs), each
+// product through the forward's Highway micro-kernel (gemm_f32); each pair then takes its
+// region's score; the softmax runs in float32 with a double sum, and P V is one more product
+// over the visible columns. Memory per thread O(kPairsRows S (copies + 1)), no T x S matrix.
+constexpr int64_t kPairsRows = 32;
+
+void pairs_forward_f32(const attention_params<float>& p, const attention_plan& pl,
+                       const engine_terms<float>& t, const pairs_input<float>& in,
+                       const pairs_rotated<float>& rot) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  const int64_t Sp = (S + 7) / 8 * 8, Dp = (D + 7) / 8 * 8;
+  const double scale = pairs_scale(p, pl, t);
+  // Distinct (q copy, k copy) products and each region's product.
+  std::vector<std::pair<int, int>> prods;
+  std::vector<int> prod_of(in.R);
+  for (int r = 0; r < in.R; ++r) {
+    const std::pair<int, int> x{in.qvar[r], in.kvar[r]};
+    auto it = std::find(prods.begin(), prods.end(), x);
+    prod_of[r] = static_cast<int>(it - prods.begin());
+    if (it == prods.end()) prods.push_back(x);
+  }
+  const auto np = static_cast<int64_t>(prods.size());
+  // Keys transposed per copy and kv head, (D, Sp) zero-padded; values (Sp, Dp) zero-padded.
+  std::vector<std::vector<float>> kT(rot.k.size(), std::vector<float>(Hkv * D * Sp, 0.f));
+  for (size_t c = 0; c < rot.k.size(); ++c)
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t d = 0; d < D; ++d)
+          kT[c][(hk * D + d) * Sp + j] = rot.k[c][(j * Hkv + hk) * D + d];
+  std::vector<float> vp(Hkv * Sp * Dp, 0.f);
+  for (int64_t hk = 0; hk < Hkv; ++hk)
+    for (int64_t j = 0; j < S; ++j)
+      std::copy_n(&in.v[(j * Hkv + hk) * D], D, &vp[(hk * Sp + j) * Dp]);
+  const int64_t nqb = (T + kPairsRows - 1) / kPairsRows;
+  const bool sink = !p.sinks.empty();
+  // Work item: a block of queries, all heads (the regions do not depend on the head).
+  parallel_for(nqb, [&](int64_t b, int64_t e) {
+    std::vector<float> G(np * kPairsRows * Sp), P(kPairsRows * Sp), O(kPairsRows * Dp);
+    std::vector<int8_t> reg(kPairsRows * Sp);
+    std::vector<float> qrows(kPairsRows * D);
+    for (int64_t x = b; x < e; ++x) {
+      const int64_t i0 = x * kPairsRows;
+      const int64_t rows = std::min(kPairsRows, T - i0);
+      // Regions of the block's pairs (-2 = not visible) and each product's column range.
+      std::vector<int64_t> lo(np, Sp), hi(np, 0);
+      int64_t vlo = Sp, vhi = 0;
+      for (int64_t ii = 0; ii < rows; ++ii)
+        for (int64_t j = 0; j < S; ++j) {
+          int8_t r = -2;
+          if (attention_visible(pl, p.causal, p.window, T, S, i0 + ii, j)) {
+            r = static_cast<int8_t>(pair_region(t, pl, i0 + ii, j));
+            if (r >= 0) {
+              const int u = prod_of[r];
+              lo[u] = std::min(lo[u], j), hi[u] = std::max(hi[u], j + 1);
+              vlo = std::min(vlo, j), vhi = std::max(vhi, j + 1);
+            }
+          }
+          reg[ii * Sp + j] = r;
+        }
+      const int64_t c0 = vlo >= vhi ? 0 : vlo / 8 * 8,
+                    c1 = vlo >= vhi ? 0 : std::min(Sp, (vhi + 7) / 8 * 8);
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t hk = h / pl.group;
+        for (int64_t u = 0; u < np; ++u) {
+          if (lo[u] >= hi[u]) continue;
+          const int64_t g0 = lo[u] / 8 * 8, g1 = std::min(Sp, (hi[u] + 7) / 8 * 8);
+          const float* Q = rot.q[prods[u].first].data();
+          for (int64_t ii = 0; ii < rows; ++ii)
+            std::copy_n(Q + ((i0 + ii) * Hq + h) * D, D, &qrows[ii * D]);
+          gemm_f32(rows, g1 - g0, qrows.data(), D, kT[prods[u].second].data() + hk * D * Sp + g0,
+                   Sp, G.data() + u * kPairsRows * Sp + g0, Sp, D, nullptr);
+        }
+        for (int64_t ii = 0; ii < rows; ++ii) {
+          float* Pi = &P[ii * Sp];
+          std::fill(Pi + c0, Pi + c1, 0.f);  // the columns P V reads
+          float m = -std::numeric_limits<float>::infinity();
+          for (int64_t j = c0; j < c1; ++j) {
+            const int8_t r = reg[ii * Sp + j];
+            if (j >= S || r < 0) continue;
+            Pi[j] = static_cast<float>(scale * G[(prod_of[r] * kPairsRows + ii) * Sp + j]);
+            m = std::max(m, Pi[j]);
+          }
+          const int64_t i = i0 + ii;
+          float* out = p.out + (i * Hq + h) * D;
+          const double sk = sink ? double(p.sinks[h]) : 0.0;
+          if (m == -std::numeric_limits<float>::infinity()) {
+            std::fill(out, out + D, 0.f);
+            if (p.lse)
+              p.lse[i * Hq + h] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
+            continue;
+          }
+          const double M = sink ? std::max(double(m), sk) : double(m);
+          const auto Mf = static_cast<float>(M);  // M is m or the sink (float32 either way)
+          double l = sink ? std::exp(sk - M) : 0.0;
+          for (int64_t j = c0; j < c1; ++j) {
+            const int8_t r = reg[ii * Sp + j];
+            if (j >= S || r < 0) continue;
+            Pi[j] = std::exp(Pi[j] - Mf);
+            l += Pi[j];
+          }
+          const float inv = static_cast<float>(1.0 / l);
+          for (int64_t j = c0; j < c1; ++j) Pi[j] *= inv;
+          if (p.lse) p.lse[i * Hq + h] = static_cast<float>(M + std::log(l));
+        }
+        if (c1 > c0)
+          gemm_f32(rows, Dp, P.data() + c0, Sp, vp.data() + (hk * Sp + c0) * Dp, Dp, O.data(), Dp,
+                   c1 - c0, nullptr);
+        for (int64_t ii = 0; ii < rows; ++ii) {
+          const int64_t i = i0 + ii;
+          // A row with no visible key was written above (out = 0).
+          bool any = false;
+          for (int64_t j = c0; j < c1 && !any; ++j) any = reg[ii * Sp + j] >= 0 && j < S;
+          if (!any) continue;
+          std::copy_n(&O[ii * Dp], D, p.out + (i * Hq + h) * D);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 template <typename Real>
@@ -186,6 +312,8 @@ void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& p
   if (T == 0) return;
   const auto in = pairs_load(p, pl, t);
   const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
+  if constexpr (std::is_same_v<Real, float>)
+    if (!reference) return pairs_forward_f32(p, pl, t, in, rot);
   const bool sink = !p.sinks.empty();
   auto rows = [&](int64_t b, int64_t e) {
     std::vector<double> s(S), qa(D), kb(D), o(D);

@@ -312,6 +312,31 @@ int64_t kv_cache<Real>::shift(int64_t p0, int64_t p1, int64_t delta) {
 }
 
 template <typename Real>
+int64_t kv_cache<Real>::evict_streaming(int64_t sinks, int64_t window) {
+  if (sinks < 0) fail("kv_cache evict_streaming: sinks must be >= 0, got {}", sinks);
+  if (window < 1) fail("kv_cache evict_streaming: window must be >= 1, got {}", window);
+  // What shift would refuse, refused before anything is forgotten.
+  if (rows_ > 1)
+    fail("kv_cache evict_streaming: an M-RoPE cache (three ids per token) cannot move tokens");
+  if (pos_.xpos.theta != 0 && mode_ == kv_shift_mode::rerotate)
+    fail(
+        "kv_cache evict_streaming: an xPos cache moves keys only in exact mode "
+        "(kv_shift_mode::exact)");
+  if (size_ <= sinks + window) return 0;
+  for (int64_t j = 1; j < size_; ++j)
+    if (kpos_[j] <= kpos_[j - 1])
+      fail(
+          "kv_cache evict_streaming: positions must increase in storage order (token {} at {} "
+          "after {})",
+          j, kpos_[j], kpos_[j - 1]);
+  // The evicted tokens are those at positions [lo, hi); the window then moves down by hi - lo.
+  const int64_t lo = kpos_[sinks], hi = kpos_[size_ - window];
+  const int64_t dropped = remove(lo, hi);
+  shift(hi, to_end, lo - hi);
+  return dropped;
+}
+
+template <typename Real>
 void kv_cache<Real>::divide(int64_t p0, int64_t p1, int64_t d) {
   check_range("divide", p0, p1);
   if (d < 1) fail("kv_cache divide: d must be >= 1, got {}", d);

@@ -160,3 +160,25 @@ def test_errors_name_what_is_needed():
         posenc.attention(q, k, v, rope=cfg, causal=True, self_extend=True, self_extend_group=0)
     with pytest.raises(ValueError, match="self_extend_window need"):
         posenc.attention(q, k, v, rope=cfg, causal=True, self_extend_window=4)
+
+
+@pytest.mark.parametrize("mode,tol", [("exact", 1e-13), ("rerotate", 1e-12)])
+def test_streaming_cache_policy_matches_the_scheme(mode, tol):
+    # KVCache.evict_streaming after each append, then the token's query at the cache's last
+    # position: the streaming_llm keywords' row, the keys moved by the cache's shift_mode.
+    q, k, v = _inputs(4, S=25)
+    cfg = posenc.rope_config(head_dim=8)
+    n, W = 2, 6
+    want = posenc.attention(q, k, v, rope=cfg, causal=True, streaming_llm=True,
+                            streaming_sink_tokens=n, streaming_window=W)
+    cache = posenc.KVCache(2, 8, capacity=n + W + 1, dtype=np.float64, rope=cfg, shift_mode=mode)
+    forgotten = 0
+    for i in range(q.shape[0]):
+        cache.append(k[i:i + 1], v[i:i + 1])
+        forgotten += cache.evict_streaming(n, W)
+        assert len(cache) == min(i + 1, n + W)
+        got = cache.attend(q[i:i + 1])
+        np.testing.assert_allclose(got[0], want[i], rtol=0, atol=tol)
+    assert forgotten == q.shape[0] - (n + W)
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        cache.evict_streaming(2, 0)

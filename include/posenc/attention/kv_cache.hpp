@@ -147,6 +147,15 @@ class kv_cache {
   // Their positions become floor(p / d), d >= 1 (llama_memory_seq_div: Self-Extend's
   // grouping); keys move by shift_mode().
   void divide(int64_t p0, int64_t p1, int64_t d);
+  // StreamingLLM's eviction (Xiao et al. 2024, sec. 3.2): keeps the first `sinks` tokens and the
+  // last `window` (in storage order), forgets the ones between and moves the window's positions
+  // down to follow the sinks', so that positions are assigned inside the cache: after appending
+  // token i, evict_streaming(n, W) and a query at next_position() - 1 attend as the
+  // streaming_llm scheme's row i (schemes.hpp). remove + shift (llama.cpp's seq_rm + seq_add)
+  // with keys moved by shift_mode(). Positions must increase in storage order (an
+  // invalid_argument otherwise, cache unchanged); nothing happens while size() <= sinks +
+  // window. Returns how many tokens were forgotten.
+  int64_t evict_streaming(int64_t sinks, int64_t window);
   // shift and divide on an M-RoPE cache (three ids per token) and, in rerotate mode, on an xPos
   // cache (whose key scale does not invert by the transpose) are refused by name; remove works
   // on every cache.
