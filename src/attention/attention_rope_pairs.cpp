@@ -6,7 +6,8 @@
 //   o_i  = sum_j p_ij v_j
 // R is the call's RoPE (pos.rope: frequencies, layout, angle convention, attention factor), so
 // a pair in a region whose positions are the true ones scores exactly as under plain RoPE; f is
-// the scheme's factor for the call's S keys (named_pairs::score_factor; 1 for most).
+// the scheme's factor for the length of the query's sequence, the real keys of its document
+// (named_pairs::score_factor: DCA's length scaling; 1 for the others).
 // Backward, with dS_ij = P_ij (dP_ij - D_i) as for every scheme (attention.hpp) and q'_ir, k'_jr
 // the rotated copies of region r:
 //   dq_i = sum_r R(a_r)^T sum_{j in r} scale f dS_ij k'_jr
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <type_traits>
 #include <vector>
 
@@ -38,6 +40,27 @@ namespace {
 
 constexpr double kPairsNegInf = -std::numeric_limits<double>::infinity();
 
+// The scale of each query row's scores: the call's, times the scheme's factor for the row's
+// sequence length (named_pairs::score_factor, DCA's length scaling): the real keys of the
+// query's document (vLLM's seq_len), so that packing and padding do not change it.
+template <typename Real>
+std::vector<double> pairs_row_scale(const attention_params<Real>& p, const attention_plan& pl,
+                                    const engine_terms<Real>& t) {
+  std::vector<double> out(static_cast<size_t>(p.T), pl.scale);
+  if (!t.pairs->score_factor) return out;
+  if (pl.qdoc.empty()) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < p.S; ++j) n += pl.kvalid[j];
+    std::fill(out.begin(), out.end(), pl.scale * t.pairs->score_factor(t.pairs_args, n));
+    return out;
+  }
+  std::map<int64_t, int64_t> n;
+  for (int64_t j = 0; j < p.S; ++j) n[pl.kdoc[j]] += pl.kvalid[j];
+  for (int64_t i = 0; i < p.T; ++i)
+    out[i] = pl.scale * t.pairs->score_factor(t.pairs_args, n[pl.qdoc[i]]);
+  return out;
+}
+
 // The inputs in token-major copies (whatever p's layout) and the regions' position maps.
 template <typename Real>
 struct pairs_input {
@@ -46,6 +69,7 @@ struct pairs_input {
   // Distinct position maps: region r reads copy qvar[r] of q and kvar[r] of k.
   std::vector<int> qvar, kvar;
   std::vector<std::vector<int64_t>> qmap, kmap;  // per copy: (T,) and (S,) positions
+  std::vector<double> row_scale;                 // (T,) pairs_row_scale
 };
 
 template <typename Real>
@@ -77,14 +101,8 @@ pairs_input<Real> pairs_load(const attention_params<Real>& p, const attention_pl
     in.qvar.push_back(add(in.qmap, std::move(qm)));
     in.kvar.push_back(add(in.kmap, std::move(km)));
   }
+  in.row_scale = pairs_row_scale(p, pl, t);
   return in;
-}
-
-// The scale of the scores: the call's, times the scheme's factor for S keys (DCA's).
-template <typename Real>
-double pairs_scale(const attention_params<Real>& p, const attention_plan& pl,
-                   const engine_terms<Real>& t) {
-  return t.pairs->score_factor ? pl.scale * t.pairs->score_factor(t.pairs_args, p.S) : pl.scale;
 }
 
 // The region of pair (i, j) (visible pairs only: pads have no position).
@@ -120,7 +138,7 @@ void pairs_scores_reference(const attention_params<Real>& p, const attention_pla
                             int64_t i, std::vector<double>& s, std::vector<double>& qa,
                             std::vector<double>& kb) {
   const int64_t S = p.S, D = p.D, hk = h / pl.group;
-  const double scale = pairs_scale(p, pl, t);
+  const double scale = in.row_scale[i];
   for (int64_t j = 0; j < S; ++j) {
     s[j] = kPairsNegInf;
     if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
@@ -167,7 +185,7 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
                        const pairs_rotated<Real>& rot, int64_t h, int64_t i,
                        std::vector<double>& s) {
   const int64_t S = p.S, D = p.D, hk = h / pl.group;
-  const double scale = pairs_scale(p, pl, t);
+  const double scale = in.row_scale[i];
   for (int64_t j = 0; j < S; ++j) {
     s[j] = kPairsNegInf;
     if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
@@ -194,7 +212,6 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
                        const pairs_rotated<float>& rot) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   const int64_t Sp = (S + 7) / 8 * 8, Dp = (D + 7) / 8 * 8;
-  const double scale = pairs_scale(p, pl, t);
   // Distinct (q copy, k copy) products and each region's product.
   std::vector<std::pair<int, int>> prods;
   std::vector<int> prod_of(in.R);
@@ -262,7 +279,8 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
           for (int64_t j = c0; j < c1; ++j) {
             const int8_t r = reg[ii * Sp + j];
             if (j >= S || r < 0) continue;
-            Pi[j] = static_cast<float>(scale * G[(prod_of[r] * kPairsRows + ii) * Sp + j]);
+            Pi[j] = static_cast<float>(in.row_scale[i0 + ii] *
+                                       G[(prod_of[r] * kPairsRows + ii) * Sp + j]);
             m = std::max(m, Pi[j]);
           }
           const int64_t i = i0 + ii;
@@ -356,7 +374,6 @@ void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& 
   std::vector<double> dq(T * Hq * D, 0.0), dk(S * Hkv * D, 0.0), dv(S * Hkv * D, 0.0),
       dsink(Hq, 0.0);
   const bool sink = !p.sinks.empty();
-  const double scale = pairs_scale(p, pl, t);
   // Work item: kv head hk, its query heads and their rows (dk, dv of hk and dq of its heads are
   // the item's own).
   auto items = [&](int64_t b, int64_t e) {
@@ -384,7 +401,7 @@ void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& 
           if (g.dsinks) dsink[h] -= psink * Di;
           for (int64_t j = 0; j < S; ++j) {
             if (s[j] == 0) continue;
-            const double ds = scale * s[j] * (dS[j] - Di);
+            const double ds = in.row_scale[i] * s[j] * (dS[j] - Di);
             double* dvj = &dv[(j * Hkv + hk) * D];
             for (int64_t d = 0; d < D; ++d) dvj[d] += s[j] * double(doi[d]);
             const int r = pair_region(t, pl, i, j);

@@ -16,8 +16,9 @@
 // Length scaling (vLLM, not in the paper): with original_max_position_embeddings = L0 > 0 (the
 // config's key inside dual_chunk_attention_config) and a sequence of S tokens, vLLM multiplies
 // the keys by m = max(1, 0.1 ln(S / L0) + 1) and also the prefill softmax scale (or, decoding,
-// the queries) by m: every score is multiplied by m^2. Here the factor is m^2 with S the call's
-// keys; L0 = 0 switches it off (m = 1 whenever S <= L0).
+// the queries) by m: every score is multiplied by m^2. Here the factor is m^2 with S the real
+// keys of the query's document (vLLM's seq_len; packing and padding leave it unchanged); L0 = 0
+// switches it off (m = 1 whenever S <= L0).
 #include <algorithm>
 #include <cmath>
 

@@ -73,6 +73,11 @@ const char* rope_pairs_region_name(const scheme_decl& d, int r) {
   return x.region_names[r];
 }
 
+double rope_pairs_score_factor(const scheme_decl& d, std::span<const double> args, int64_t S) {
+  const auto& x = pairs_of(d);
+  return x.score_factor ? x.score_factor(args, S) : 1.0;
+}
+
 std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_decl& d) {
   const auto& x = pairs_of(d);
   std::vector<std::pair<std::string, double>> out;

@@ -168,7 +168,21 @@ struct problem {
       trig = kTrig + 2 * kU * (N + 1000) + 8 * kU;
     }
     if (s == scheme::rope) trig = kTrig;
-    if (s == scheme::named) {
+    if (s == scheme::named && nd->pairs) {
+      // A per-pair RoPE scheme at the case-table parameters (every region within 20 positions)
+      // over RoPE (theta 10000, half layout): a rotation, no bias; the score factor of DCA's
+      // length scaling (at most 1.2 for N = 20 against its 6) enters A below.
+      rope_config c;
+      c.head_dim = D;
+      c.rotary_dim = D;
+      freqs = rope_frequencies(c);
+      pos.rope.freqs = &freqs;
+      const auto given = rope_pairs_case_params(*nd);
+      nargs = named_scheme_args(*nd, given, Hq);
+      pos.named = {{nd->name, given}};
+      trig = kTrig;
+      amp = std::sqrt(1.5);
+    } else if (s == scheme::named) {
       // B: the declared bound when the bias is bounded, else the largest |bias| at distances
       // below 2N (every check below).
       nargs = named_scheme_args(*nd, {}, Hq);
@@ -658,13 +672,72 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
   }
 }
 
+// A scheme that places RoPE per pair (Self-Extend, DCA, StreamingLLM) at its case-table
+// parameters: the engine against attention written out here from the declared regions (each
+// visible pair's q and k rotated at its region's positions by the library's rope_apply in
+// double, a softmax, times v), then packing and padding, which every scheme passes. (It needs
+// causal attention and unrotated keys: no permutation or cache check.)
+void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const scheme_decl* d) {
+  const std::string n = d->name;
+  problem ps(scheme::named, true, seed, d);
+  const auto out = ps.run();
+  const int64_t N = ps.N, D = ps.D, H = ps.Hq, G = ps.Hq / ps.Hkv;
+  const double scale = 1 / std::sqrt(double(D));
+  double dev = 0;
+  std::vector<double> qa(D), kb(D);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> sc(i + 1, -INFINITY);
+      double m = -INFINITY, z = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        const int reg = rope_pairs_region(*d, ps.nargs, i, j);
+        if (reg < 0) continue;
+        const auto [a, b] = rope_pairs_positions(*d, ps.nargs, reg, i, j);
+        std::copy_n(&ps.q[(i * H + h) * D], D, qa.data());
+        std::copy_n(&ps.k[(j * ps.Hkv + h / G) * D], D, kb.data());
+        rope_apply(ps.freqs, rope_layout::half, rope_angle::exact, std::span<const int64_t>(&a, 1),
+                   qa.data(), 1, 1, D);
+        rope_apply(ps.freqs, rope_layout::half, rope_angle::exact, std::span<const int64_t>(&b, 1),
+                   kb.data(), 1, 1, D);
+        double dot = 0;
+        for (int64_t e = 0; e < D; ++e) dot += qa[e] * kb[e];
+        sc[j] = dot * scale * rope_pairs_score_factor(*d, ps.nargs, N);
+        m = std::max(m, sc[j]);
+      }
+      for (auto& x : sc) z += (x = std::exp(x - m));
+      for (int64_t e = 0; e < D; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j <= i; ++j) o += sc[j] / z * ps.v[(j * ps.Hkv + h / G) * D + e];
+        dev = std::max(dev, std::abs(o - out[(i * H + h) * D + e]));
+      }
+    }
+  r.push_back(equal_check(n + "_engine_matches_regions",
+                          n + ": the engine's attention equals RoPE at each pair's region "
+                              "positions, softmax, times v, written out from the declaration",
+                          dev, ps.tolerance(N), "causal, N = 20, 4 query heads, 2 kv heads"));
+  r.push_back(equal_check(n + "_packed_equals_separate",
+                          n + ": attention over packed documents (cu_seqlens 0,7,12,20) equals "
+                              "each document alone",
+                          packed_deviation(ps, {0, 7, 12, 20}), ps.tolerance(ps.N),
+                          "causal; positions restart at 0 in each document"));
+  r.push_back(equal_check(
+      n + "_padded_equals_unpadded",
+      n + ": left- and right-padded rows give the unpadded outputs on real tokens and zeros on "
+          "pads",
+      std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false)), ps.tolerance(ps.N),
+      "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
+}
+
 // A scheme reached by name: what its declaration says of its bias (offset-only, symmetric,
 // bounded), tested on the bias itself, then the engine: its outputs against attention written
 // out in plain loops from the declared bias, and the translation, packing, padding and cache
 // checks every scheme passes.
 void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
   for (const scheme_decl* d : named_scheme_decls()) {
-    if (!d->named) continue;  // a per-pair RoPE scheme: rope_pairs_checks
+    if (!d->named) {
+      rope_pairs_scheme_checks(r, seed, d);
+      continue;
+    }
     const std::string n = d->name;
     problem ps(scheme::named, true, seed, d);
     const auto& a = ps.nargs;

@@ -125,6 +125,8 @@ std::pair<int64_t, int64_t> rope_pairs_positions(const scheme_decl& d, std::span
 // The region's name ("neighbour", "intra-chunk", ...), and the parameters (by name) with which a
 // case-table call of 13 keys at positions 0 .. 12 has pairs in every region.
 const char* rope_pairs_region_name(const scheme_decl& d, int r);
+// The factor on every score of a call with S keys (DCA's length scaling; 1 for the others).
+double rope_pairs_score_factor(const scheme_decl& d, std::span<const double> args, int64_t S);
 std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_decl& d);
 
 // The score bias of a scheme reached by name, in double (the specification), and its bound
