@@ -738,6 +738,20 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
   return files;
 }
 
+// Which implementation ran: the reference (POSENC_REFERENCE=1), a scheme's own path (CoPE's
+// plain loops in double; the per-pair RoPE path of Self-Extend, DCA, StreamingLLM), or the
+// tiled kernels.
+template <typename Real>
+const char* implementation_name(const attend_state<Real>& s) {
+  if (attention_reference_selected()) return "reference";
+  for (const auto& x : s.schemes) {
+    const scheme_decl& d = scheme_decl_of(x);
+    if (d.points & scheme_own_path) return "own";
+    if (d.points & scheme_rope_pairs) return "per-pair";
+  }
+  return "tiled";
+}
+
 // What was computed and written, for --format json.
 template <typename Real>
 void print_json(const attend_opts& o, const attend_state<Real>& s, kv_storage kv,
@@ -752,7 +766,7 @@ void print_json(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
   j["scale"] = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(s.D));
   j["causal"] = o.causal;
   j["schemes"] = s.schemes;
-  j["implementation"] = attention_reference_selected() ? "reference" : "tiled";
+  j["implementation"] = implementation_name(s);
   j["q"] = name(p.q_storage);
   j["kv"] = name(kv);
   j["products"] = name(p.products);
@@ -804,7 +818,7 @@ void print_text(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
   const auto& p = s.p;
   const long long T = s.T, Hq = s.Hq, D = s.D, S = s.S, Hkv = s.Hkv;
   const char* out_dtype = dtype_name(files.front().second.type);
-  const char* impl = attention_reference_selected() ? "reference" : "tiled";
+  const char* impl = implementation_name(s);
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(s.D));
   std::string sch;
   for (const auto& x : s.schemes) sch += (sch.empty() ? "" : "+") + x;
