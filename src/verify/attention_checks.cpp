@@ -672,6 +672,27 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
   }
 }
 
+// The largest |out - softmax_j(score(h, i, j)) v| over every causal row of ps, written out in
+// double (score -inf: the pair is masked): the engine against a scheme's definition.
+template <typename F>
+double causal_written_out_deviation(const problem& ps, const std::vector<double>& out, F score) {
+  const int64_t N = ps.N, D = ps.D, H = ps.Hq, G = ps.Hq / ps.Hkv;
+  double dev = 0;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> sc(i + 1);
+      double m = -INFINITY, z = 0;
+      for (int64_t j = 0; j <= i; ++j) m = std::max(m, sc[j] = score(h, i, j));
+      for (auto& x : sc) z += (x = std::exp(x - m));
+      for (int64_t e = 0; e < D; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j <= i; ++j) o += sc[j] / z * ps.v[(j * ps.Hkv + h / G) * D + e];
+        dev = std::max(dev, std::abs(o - out[(i * H + h) * D + e]));
+      }
+    }
+  return dev;
+}
+
 // A scheme that places RoPE per pair (Self-Extend, DCA, StreamingLLM) at its case-table
 // parameters: the engine against attention written out here from the declared regions (each
 // visible pair's q and k rotated at its region's positions by the library's rope_apply in
@@ -680,18 +701,13 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
 void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const scheme_decl* d) {
   const std::string n = d->name;
   problem ps(scheme::named, true, seed, d);
-  const auto out = ps.run();
   const int64_t N = ps.N, D = ps.D, H = ps.Hq, G = ps.Hq / ps.Hkv;
-  const double scale = 1 / std::sqrt(double(D));
-  double dev = 0;
+  const double scale = rope_pairs_score_factor(*d, ps.nargs, N) / std::sqrt(double(D));
   std::vector<double> qa(D), kb(D);
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t h = 0; h < H; ++h) {
-      std::vector<double> sc(i + 1, -INFINITY);
-      double m = -INFINITY, z = 0;
-      for (int64_t j = 0; j <= i; ++j) {
+  const double dev =
+      causal_written_out_deviation(ps, ps.run(), [&](int64_t h, int64_t i, int64_t j) {
         const int reg = rope_pairs_region(*d, ps.nargs, i, j);
-        if (reg < 0) continue;
+        if (reg < 0) return -std::numeric_limits<double>::infinity();
         const auto [a, b] = rope_pairs_positions(*d, ps.nargs, reg, i, j);
         std::copy_n(&ps.q[(i * H + h) * D], D, qa.data());
         std::copy_n(&ps.k[(j * ps.Hkv + h / G) * D], D, kb.data());
@@ -701,16 +717,8 @@ void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
                    kb.data(), 1, 1, D);
         double dot = 0;
         for (int64_t e = 0; e < D; ++e) dot += qa[e] * kb[e];
-        sc[j] = dot * scale * rope_pairs_score_factor(*d, ps.nargs, N);
-        m = std::max(m, sc[j]);
-      }
-      for (auto& x : sc) z += (x = std::exp(x - m));
-      for (int64_t e = 0; e < D; ++e) {
-        double o = 0;
-        for (int64_t j = 0; j <= i; ++j) o += sc[j] / z * ps.v[(j * ps.Hkv + h / G) * D + e];
-        dev = std::max(dev, std::abs(o - out[(i * H + h) * D + e]));
-      }
-    }
+        return dot * scale;
+      });
   r.push_back(equal_check(n + "_engine_matches_regions",
                           n + ": the engine's attention equals RoPE at each pair's region "
                               "positions, softmax, times v, written out from the declaration",
@@ -790,31 +798,19 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
     {
       // The engine against attention written out here: s_ij = q_i.k_j / sqrt(D) + bias, causal,
       // softmax, times v, in double.
-      const auto out = ps.run();
-      const int64_t N = ps.N, D = ps.D, G = ps.Hq / ps.Hkv;
-      double dev = 0;
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t h = 0; h < H; ++h) {
-          std::vector<double> sc(i + 1);
-          double m = -INFINITY, z = 0;
-          for (int64_t j = 0; j <= i; ++j) {
+      const int64_t D = ps.D, G = ps.Hq / ps.Hkv;
+      const double dev =
+          causal_written_out_deviation(ps, ps.run(), [&](int64_t h, int64_t i, int64_t j) {
             double dot = 0;
             for (int64_t e = 0; e < D; ++e)
               dot += ps.q[(i * H + h) * D + e] * ps.k[(j * ps.Hkv + h / G) * D + e];
-            sc[j] = dot / std::sqrt(double(D)) + bias(h, i, j);
-            m = std::max(m, sc[j]);
-          }
-          for (auto& x : sc) z += (x = std::exp(x - m));
-          for (int64_t e = 0; e < D; ++e) {
-            double o = 0;
-            for (int64_t j = 0; j <= i; ++j) o += sc[j] / z * ps.v[(j * ps.Hkv + h / G) * D + e];
-            dev = std::max(dev, std::abs(o - out[(i * H + h) * D + e]));
-          }
-        }
+            return dot / std::sqrt(double(D)) + bias(h, i, j);
+          });
       r.push_back(equal_check(n + "_engine_matches_bias",
                               n + ": the engine's attention equals softmax(q.k / sqrt(D) + bias) v "
                                   "written out with the declared bias",
-                              dev, ps.tolerance(N), "causal, N = 20, 4 query heads, 2 kv heads"));
+                              dev, ps.tolerance(ps.N),
+                              "causal, N = 20, 4 query heads, 2 kv heads"));
     }
     {
       problem pb(scheme::named, false, seed, d);
