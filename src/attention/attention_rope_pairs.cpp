@@ -74,10 +74,10 @@ struct pairs_input {
 
 template <typename Real>
 pairs_input<Real> pairs_load(const attention_params<Real>& p, const attention_plan& pl,
-                             const engine_terms<Real>& t) {
+                             const engine_terms<Real>& t, bool copy_q = true) {
   pairs_input<Real> in;
   const int64_t T = p.T, S = p.S, Hkv = p.Hkv, D = p.D;
-  in.q.assign(p.q, p.q + T * p.Hq * D);
+  if (copy_q) in.q.assign(p.q, p.q + T * p.Hq * D);
   in.k.resize(S * Hkv * D);
   in.v.resize(S * Hkv * D);
   for (int64_t j = 0; j < S; ++j)
@@ -165,9 +165,10 @@ struct pairs_rotated {
 
 template <typename Real>
 pairs_rotated<Real> pairs_rotate(const attention_params<Real>& p, const engine_terms<Real>& t,
-                                 const pairs_input<Real>& in) {
+                                 const pairs_input<Real>& in, bool rotate_q = true) {
   pairs_rotated<Real> rot;
   for (const auto& m : in.qmap) {
+    if (!rotate_q) break;
     rot.q.push_back(in.q);
     t.transform->apply(m, rot.q.back().data(), p.T, p.Hq, p.D, false, false);
   }
@@ -266,9 +267,13 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
         for (int64_t u = 0; u < np; ++u) {
           if (lo[u] >= hi[u]) continue;
           const int64_t g0 = lo[u] / 8 * 8, g1 = std::min(Sp, (hi[u] + 7) / 8 * 8);
-          const float* Q = rot.q[prods[u].first].data();
+          // The block's query rows rotated here at the product's query positions (the bits of
+          // a rotation of all of q: rope_apply rotates each token on its own).
           for (int64_t ii = 0; ii < rows; ++ii)
-            std::copy_n(Q + ((i0 + ii) * Hq + h) * D, D, &qrows[ii * D]);
+            std::copy_n(p.q + ((i0 + ii) * Hq + h) * D, D, &qrows[ii * D]);
+          t.transform->apply(std::span<const int64_t>(in.qmap[prods[u].first].data() + i0,
+                                                      static_cast<size_t>(rows)),
+                             qrows.data(), rows, 1, D, false, false);
           gemm_f32(rows, g1 - g0, qrows.data(), D, kT[prods[u].second].data() + hk * D * Sp + g0,
                    Sp, G.data() + u * kPairsRows * Sp + g0, Sp, D, nullptr);
         }
@@ -328,8 +333,11 @@ void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& p
                         const engine_terms<Real>& t, bool reference) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, D = p.D;
   if (T == 0) return;
-  const auto in = pairs_load(p, pl, t);
-  const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
+  // The float32 fast form reads q in place and rotates it block by block.
+  const bool f32 = std::is_same_v<Real, float> && !reference;
+  const auto in = pairs_load(p, pl, t, !f32);
+  const pairs_rotated<Real> rot =
+      reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in, /*rotate_q=*/!f32);
   if constexpr (std::is_same_v<Real, float>)
     if (!reference) return pairs_forward_f32(p, pl, t, in, rot);
   const bool sink = !p.sinks.empty();
