@@ -130,6 +130,22 @@ double pairs_softmax(std::vector<double>& s, bool sink, double sk, double* psink
   return m + std::log(l);
 }
 
+// Row i of head h's scores: -inf where the pair is masked (attention.hpp) or in no region,
+// else scale * dot(r, j) for the pair's region r (the reference's or the fast form's product).
+template <typename Real, typename Dot>
+void pairs_scores(const attention_params<Real>& p, const attention_plan& pl,
+                  const engine_terms<Real>& t, const pairs_input<Real>& in, int64_t i,
+                  std::vector<double>& s, Dot dot) {
+  const double scale = in.row_scale[i];
+  for (int64_t j = 0; j < p.S; ++j) {
+    s[j] = kPairsNegInf;
+    if (!attention_visible(pl, p.causal, p.window, p.T, p.S, i, j)) continue;
+    const int r = pair_region(t, pl, i, j);
+    if (r < 0) continue;  // outside every region: not attended (StreamingLLM's evicted keys)
+    s[j] = scale * dot(r, j);
+  }
+}
+
 // Row i of head h's scores, the specification: each visible pair's q and k copied to double
 // and rotated at that pair's positions (qa, kb: (D,) scratch).
 template <typename Real>
@@ -137,13 +153,8 @@ void pairs_scores_reference(const attention_params<Real>& p, const attention_pla
                             const engine_terms<Real>& t, const pairs_input<Real>& in, int64_t h,
                             int64_t i, std::vector<double>& s, std::vector<double>& qa,
                             std::vector<double>& kb) {
-  const int64_t S = p.S, D = p.D, hk = h / pl.group;
-  const double scale = in.row_scale[i];
-  for (int64_t j = 0; j < S; ++j) {
-    s[j] = kPairsNegInf;
-    if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
-    const int r = pair_region(t, pl, i, j);
-    if (r < 0) continue;  // outside every region: not attended (StreamingLLM's evicted keys)
+  const int64_t D = p.D, hk = h / pl.group;
+  pairs_scores(p, pl, t, in, i, s, [&](int r, int64_t j) {
     const int64_t a = in.qmap[in.qvar[r]][i], b = in.kmap[in.kvar[r]][j];
     for (int64_t d = 0; d < D; ++d) {
       qa[d] = double(in.q[(i * p.Hq + h) * D + d]);
@@ -153,8 +164,8 @@ void pairs_scores_reference(const attention_params<Real>& p, const attention_pla
     t.transform->apply(std::span<const int64_t>(&b, 1), kb.data(), 1, 1, D, true, false);
     double dot = 0;
     for (int64_t d = 0; d < D; ++d) dot += qa[d] * kb[d];
-    s[j] = scale * dot;
-  }
+    return dot;
+  });
 }
 
 // The rotated copies of the fast form: rq[c] = q rotated at qmap[c], rk[c] = k at kmap[c].
@@ -185,19 +196,14 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
                        const engine_terms<Real>& t, const pairs_input<Real>& in,
                        const pairs_rotated<Real>& rot, int64_t h, int64_t i,
                        std::vector<double>& s) {
-  const int64_t S = p.S, D = p.D, hk = h / pl.group;
-  const double scale = in.row_scale[i];
-  for (int64_t j = 0; j < S; ++j) {
-    s[j] = kPairsNegInf;
-    if (!attention_visible(pl, p.causal, p.window, p.T, S, i, j)) continue;
-    const int r = pair_region(t, pl, i, j);
-    if (r < 0) continue;
+  const int64_t D = p.D, hk = h / pl.group;
+  pairs_scores(p, pl, t, in, i, s, [&](int r, int64_t j) {
     const Real* qi = rot.q[in.qvar[r]].data() + (i * p.Hq + h) * D;
     const Real* kj = rot.k[in.kvar[r]].data() + (j * p.Hkv + hk) * D;
     double dot = 0;
     for (int64_t d = 0; d < D; ++d) dot += double(qi[d]) * double(kj[d]);
-    s[j] = scale * dot;
-  }
+    return dot;
+  });
 }
 
 // The float32 forward in blocks of kPairsRows queries of one head (the fast form for float32):
