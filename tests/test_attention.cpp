@@ -19,6 +19,7 @@
 #include "case_tables.hpp"
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/attention_cases.hpp"
+#include "posenc/attention/kv_cache.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
@@ -430,6 +431,45 @@ TEST(AttentionSimd, FusedRopeIsBitIdenticalToRopeApplyThenAttention) {
 
 // Half-precision keys and values (float16, bfloat16) against the reference on the same stored
 // values: every scheme, the prefill, decode and split-decode paths, MHA / GQA / MQA.
+// xPos's row form (the scaled rotation applied inside the tiles) against keys transformed by
+// apply(), the whole-array form a KV cache uses when it stores transformed keys: the same bits,
+// for prefill (packed) and decode shapes, with a scale centre off zero.
+TEST(AttentionSimd, FusedXposKeysAreBitIdenticalToTheCachesTransformedKeys) {
+  int cases = 0;
+  for (const int64_t T : {int64_t{64}, int64_t{33}, int64_t{1}}) {
+    const int64_t S = 130, Hq = 8, Hkv = 2, D = 80;
+    rng g(static_cast<uint64_t>(7100 + T));
+    std::vector<float> q(T * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
+    for (auto* a : {&q, &k, &v})
+      for (auto& x : *a) x = static_cast<float>(g.uniform() * 2 - 1);
+    attention_position<float> pos;
+    pos.xpos = {10000.0, 0.4, 64.0, 30.0};
+
+    attention_params<float> p;
+    p.q = q.data(), p.k = k.data(), p.v = v.data();
+    p.T = T, p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true, p.pos = pos;
+    std::vector<float> fused(T * Hq * D), lse_fused(T * Hq);
+    p.out = fused.data(), p.lse = lse_fused.data();
+    attention_forward(p);
+
+    kv_cache<float> cache(S, Hkv, D, pos);
+    cache.append(k.data(), v.data(), S);
+    attention_params<float> pc;
+    pc.q = q.data(), pc.T = T, pc.Hq = Hq, pc.D = D, pc.causal = true, pc.pos = pos;
+    std::vector<float> cached(T * Hq * D), lse_cached(T * Hq);
+    pc.out = cached.data(), pc.lse = lse_cached.data();
+    std::vector<int64_t> qpos(T);
+    for (int64_t i = 0; i < T; ++i) qpos[i] = S - T + i;
+    pc.q_positions = qpos;
+    attention_forward_cached(pc, cache);
+
+    EXPECT_EQ(fused, cached) << "T=" << T;
+    EXPECT_EQ(lse_fused, lse_cached) << "T=" << T;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 3);
+}
+
 TEST(AttentionSimd, HalfPrecisionKeysAndValuesAgainstReference) {
   run_group("simd_half_kv", half_kv_scheme_count() * 6);  // every scheme but CoPE, Self-Extend, DCA
 }

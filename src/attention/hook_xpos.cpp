@@ -8,6 +8,7 @@
 // for RoPE; each key row's bits do not depend on how many keys are transformed at once.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "hooks.hpp"
@@ -18,7 +19,13 @@ namespace {
 
 class xpos_transform final : public qk_transform {
  public:
-  explicit xpos_transform(const attention_xpos& x) : x_(x) {}
+  // D: the head dim of the call (the frequencies and zetas depend on it and on nothing else).
+  xpos_transform(const attention_xpos& x, int64_t D) : x_(x), h2_(D / 2), omega_(h2_), lz_(h2_) {
+    for (int64_t i = 0; i < h2_; ++i) {
+      omega_[i] = std::pow(x_.theta, -2.0 * double(i) / double(D));
+      lz_[i] = std::log((double(i) / double(h2_) + x_.gamma) / (1 + x_.gamma));
+    }
+  }
   void apply(std::span<const int64_t> pos, float* x, int64_t n, int64_t H, int64_t D, bool key,
              bool transpose) const override {
     run(pos, x, n, H, D, key, transpose);
@@ -27,38 +34,70 @@ class xpos_transform final : public qk_transform {
              bool transpose) const override {
     run(pos, x, n, H, D, key, transpose);
   }
+  // Row form: the table is one position's D / 2 cosines and D / 2 sines, already scaled, in
+  // double (2 D floats' room, copied bytewise), and apply_rows the same double arithmetic as
+  // run(): the bits of apply(). The per-position work (an angle reduction, exp, cos and sin per
+  // pair) then runs once per position on the call's threads instead of in one thread over q and
+  // k before the tiles.
+  int64_t row_table_size() const override { return 4 * h2_; }
+  void fill_row_table(int64_t pos, bool key, float* table) const override {
+    thread_local std::vector<double> c, s;
+    c.resize(h2_), s.resize(h2_);
+    coefficients(pos, key, false, c.data(), s.data());
+    std::memcpy(table, c.data(), h2_ * sizeof(double));
+    std::memcpy(table + 2 * h2_, s.data(), h2_ * sizeof(double));
+  }
+  void apply_rows(const float* table, bool, float* x, int64_t H, int64_t stride) const override {
+    const table_view c{table}, s{table + 2 * h2_};
+    for (int64_t h = 0; h < H; ++h) rotate(c, s, x + h * stride);
+  }
 
  private:
-  // Per position: angle pos omega_i (omega_i = theta^(-2i/D)) reduced mod 2 pi in double,
-  // scale zeta_i^(+-pos/B), once per row and reused across heads. Rounded once to Real.
+  // Per position: angle pos omega_i (omega_i = theta^(-2i/D)) reduced mod 2 pi in double, times
+  // the scale zeta_i^(+-(pos - center)/B); sines negated for the transpose.
+  void coefficients(int64_t pos, bool key, bool transpose, double* c, double* s) const {
+    const double p = double(pos);
+    const double e = (p - x_.center) / x_.scale_base;
+    for (int64_t i = 0; i < h2_; ++i) {
+      const double ang = std::fmod(p * omega_[i], 2 * M_PI);
+      // zeta^e = exp(e log zeta), the exponent saturated at +-80 (see attention.hpp).
+      const double sc = std::exp(std::clamp((key ? -e : e) * lz_[i], -80.0, 80.0));
+      c[i] = sc * std::cos(ang);
+      s[i] = sc * (transpose ? -std::sin(ang) : std::sin(ang));
+    }
+  }
+  // Doubles stored in a float table (read bytewise: no alignment or aliasing assumption).
+  struct table_view {
+    const float* t;
+    double operator[](int64_t i) const {
+      double v;
+      std::memcpy(&v, t + 2 * i, sizeof v);
+      return v;
+    }
+  };
+  // One row, in double, rounded once to Real.
+  template <typename Coef, typename Real>
+  void rotate(const Coef& c, const Coef& s, Real* r) const {
+    for (int64_t i = 0; i < h2_; ++i) {
+      const double a = double(r[i]), b = double(r[i + h2_]);
+      r[i] = static_cast<Real>(a * c[i] - b * s[i]);
+      r[i + h2_] = static_cast<Real>(b * c[i] + a * s[i]);
+    }
+  }
+  // The coefficients once per position, reused across heads.
   template <typename Real>
   void run(std::span<const int64_t> pos, Real* x, int64_t n, int64_t H, int64_t D, bool key,
            bool transpose) const {
-    const int64_t h2 = D / 2;
-    std::vector<double> c(h2), s(h2);
+    if (D / 2 != h2_) fail("xpos: the transform was made for D = {}, got D = {}", 2 * h2_, D);
+    std::vector<double> c(h2_), s(h2_);
     for (int64_t t = 0; t < n; ++t) {
-      const double p = double(pos[t]);
-      for (int64_t i = 0; i < h2; ++i) {
-        const double omega = std::pow(x_.theta, -2.0 * double(i) / double(D));
-        const double ang = std::fmod(p * omega, 2 * M_PI);
-        const double zeta = (double(i) / double(h2) + x_.gamma) / (1 + x_.gamma);
-        const double e = (p - x_.center) / x_.scale_base;
-        // zeta^e = exp(e log zeta), the exponent saturated at +-80 (see attention.hpp).
-        const double sc = std::exp(std::clamp((key ? -e : e) * std::log(zeta), -80.0, 80.0));
-        c[i] = sc * std::cos(ang);
-        s[i] = sc * (transpose ? -std::sin(ang) : std::sin(ang));
-      }
-      for (int64_t h = 0; h < H; ++h) {
-        Real* r = x + (t * H + h) * D;
-        for (int64_t i = 0; i < h2; ++i) {
-          const double a = double(r[i]), b = double(r[i + h2]);
-          r[i] = static_cast<Real>(a * c[i] - b * s[i]);
-          r[i + h2] = static_cast<Real>(b * c[i] + a * s[i]);
-        }
-      }
+      coefficients(pos[t], key, transpose, c.data(), s.data());
+      for (int64_t h = 0; h < H; ++h) rotate(c.data(), s.data(), x + (t * H + h) * D);
     }
   }
   attention_xpos x_;
+  int64_t h2_;
+  std::vector<double> omega_, lz_;  // theta^(-2i/D) and log zeta_i, i < D / 2
 };
 
 void validate_xpos(const attention_xpos& x, int64_t D) {
@@ -105,7 +144,7 @@ void add_xpos_terms(const attention_params<Real>& p, const attention_plan&,
   if (x.theta == 0) return;
   validate_xpos(x, p.D);
   if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
-  t.transform = std::make_unique<xpos_transform>(x);
+  t.transform = std::make_unique<xpos_transform>(x, p.D);
   t.transform->keys_transformed = x.keys_rotated;
 }
 POSENC_INSTANTIATE_TERMS(xpos)
@@ -120,7 +159,7 @@ std::unique_ptr<qk_transform> make_xpos_key_transform(const attention_position<R
   } catch (const invalid_argument& e) {
     throw invalid_argument(std::string(who) + e.what());
   }
-  return std::make_unique<xpos_transform>(x);
+  return std::make_unique<xpos_transform>(x, D);
 }
 POSENC_INSTANTIATE_KEY_TRANSFORM(xpos)
 
