@@ -1525,7 +1525,7 @@ void prepare_transform(simd_problem& pr, const engine_terms<float>& terms, bool 
     parallel_for(
         static_cast<int64_t>(pos.size()),
         [&](int64_t b, int64_t e) {
-          for (int64_t t = b; t < e; ++t) tr->fill_row_table(pos[t], key, tab.data() + t * Rt);
+          for (int64_t t = b; t < e; ++t) tr->fill_row_table(t, pos[t], key, tab.data() + t * Rt);
         },
         16);
   };

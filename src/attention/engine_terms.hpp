@@ -61,12 +61,14 @@ class qk_transform {
 
   // Row form, optional (row_table_size() == 0: none). The float32 fast path then applies the
   // forward transform inside its tiles, to the rows it loads, instead of to copies of q and k:
-  // fill_row_table writes row_table_size() floats for one position (once per position and
-  // call), apply_rows maps H rows of one token (row h at x + h * stride) in place with it. The
-  // two together must give the bits apply() gives for that row.
+  // fill_row_table writes row_table_size() floats for one token (once per token and call):
+  // token t of q (key false) or k (key true) at the call's 1-D position pos, which a transform
+  // with its own ids (M-RoPE) ignores, reading its ids of token t instead; apply_rows maps H
+  // rows of one token (row h at x + h * stride) in place with it. The two together must give
+  // the bits apply() gives for that row.
   virtual int64_t row_table_size() const { return 0; }
-  virtual void fill_row_table(int64_t pos, bool key, float* table) const {
-    (void)pos, (void)key, (void)table;
+  virtual void fill_row_table(int64_t token, int64_t pos, bool key, float* table) const {
+    (void)token, (void)pos, (void)key, (void)table;
   }
   virtual void apply_rows(const float* table, bool key, float* x, int64_t H, int64_t stride) const {
     (void)table, (void)key, (void)x, (void)H, (void)stride;

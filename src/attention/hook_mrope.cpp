@@ -41,6 +41,23 @@ class mrope_transform final : public qk_transform {
     return std::make_unique<mrope_transform>(m_, component_, std::span<const int64_t>{}, ids);
   }
 
+  // Row form: token t's table from its own ids (the call's 1-D position is not read), and
+  // rope_rotate, the same two steps as run()'s forward pass. Not offered when POSENC_REFERENCE
+  // selects rope_apply's plain loops (run() then calls mrope_apply itself).
+  int64_t row_table_size() const override {
+    return rope_reference_selected() ? 0 : m_.freqs->rotary_dim;
+  }
+  void fill_row_table(int64_t t, int64_t, bool key, float* table) const override {
+    const std::span<const int64_t> ids = key ? k_ids_ : q_ids_;
+    thread_local std::vector<float> cs;
+    cs.resize(static_cast<size_t>(3 * m_.freqs->rotary_dim));
+    mix_table(ids, static_cast<int64_t>(ids.size()) / 3, t, cs.data(), table);
+  }
+  void apply_rows(const float* table, bool, float* x, int64_t H, int64_t stride) const override {
+    const int64_t R = m_.freqs->rotary_dim;
+    rope_rotate(m_.layout, R, table, table + R / 2, x, H, stride, false);
+  }
+
  private:
   template <typename Real>
   void run(Real* x, int64_t n, int64_t H, int64_t D, bool key, bool transpose) const {
@@ -53,28 +70,34 @@ class mrope_transform final : public qk_transform {
       mrope_apply(*m_.freqs, component_, m_.layout, m_.angle, ids, x, n, H, D, transpose);
       return;
     }
-    // The forward in one pass over x: per token, rope_cos_sin at each component's id, pair i
-    // taking the cos and sin of its component, then one rope_rotate. These are the two steps
-    // rope_apply takes per token (the RoPE hook's row form relies on the same), so each pair
-    // gets the bits mrope_apply gives it, without its three rotated copies.
+    // The forward in one pass over x: per token, the row form's table (below) and one
+    // rope_rotate over the token's H rows.
     const int64_t R = m_.freqs->rotary_dim, half = R / 2;
     parallel_for(
         n,
         [&](int64_t b, int64_t e) {
           std::vector<Real> cs(static_cast<size_t>(3 * R)), mix(static_cast<size_t>(R));
           for (int64_t t = b; t < e; ++t) {
-            for (int c = 0; c < 3; ++c)
-              if (present_[c])
-                rope_cos_sin(*m_.freqs, m_.angle, ids[c * n + t], cs.data() + c * R,
-                             cs.data() + c * R + half);
-            for (int64_t i = 0; i < half; ++i) {
-              mix[i] = cs[component_[i] * R + i];
-              mix[half + i] = cs[component_[i] * R + half + i];
-            }
+            mix_table(ids, n, t, cs.data(), mix.data());
             rope_rotate(m_.layout, R, mix.data(), mix.data() + half, x + t * H * D, H, D, false);
           }
         },
         16);
+  }
+  // Token t's table (cos | sin, R floats): rope_cos_sin at each component's id, pair i taking
+  // the cos and sin of its component. With rope_rotate these are the two steps rope_apply takes
+  // per token (the RoPE hook's row form relies on the same), so each pair gets the bits
+  // mrope_apply gives it, without its three rotated copies. cs: 3 R scratch.
+  template <typename Real>
+  void mix_table(std::span<const int64_t> ids, int64_t n, int64_t t, Real* cs, Real* mix) const {
+    const int64_t R = m_.freqs->rotary_dim, half = R / 2;
+    for (int c = 0; c < 3; ++c)
+      if (present_[c])
+        rope_cos_sin(*m_.freqs, m_.angle, ids[c * n + t], cs + c * R, cs + c * R + half);
+    for (int64_t i = 0; i < half; ++i) {
+      mix[i] = cs[component_[i] * R + i];
+      mix[half + i] = cs[component_[i] * R + half + i];
+    }
   }
   attention_mrope m_;
   std::vector<int> component_;               // (R/2,) c_i in {0, 1, 2}

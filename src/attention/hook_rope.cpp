@@ -30,7 +30,7 @@ class rope_transform final : public qk_transform {
   int64_t row_table_size() const override {
     return rope_reference_selected() ? 0 : r_.freqs->rotary_dim;
   }
-  void fill_row_table(int64_t pos, bool, float* table) const override {
+  void fill_row_table(int64_t, int64_t pos, bool, float* table) const override {
     rope_cos_sin(*r_.freqs, r_.angle, pos, table, table + r_.freqs->rotary_dim / 2);
   }
   void apply_rows(const float* table, bool, float* x, int64_t H, int64_t stride) const override {

@@ -40,7 +40,7 @@ class xpos_transform final : public qk_transform {
   // pair) then runs once per position on the call's threads instead of in one thread over q and
   // k before the tiles.
   int64_t row_table_size() const override { return 4 * h2_; }
-  void fill_row_table(int64_t pos, bool key, float* table) const override {
+  void fill_row_table(int64_t, int64_t pos, bool key, float* table) const override {
     thread_local std::vector<double> c, s;
     c.resize(h2_), s.resize(h2_);
     coefficients(pos, key, false, c.data(), s.data());
