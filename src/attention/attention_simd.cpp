@@ -868,8 +868,9 @@ void ItemBegin(const simd_problem& pr, simd_scratch& sc, const item_rows& it) {
   // qc: qs again in K-chunks of kAChunk columns (a_layout::kChunked), for the block products.
   if (pr.kT || pr.pack_local)
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t e = 0; e < D; ++e)
-        qc[e / kAChunk * rows * kAChunk + r * kAChunk + e % kAChunk] = qs[r * D + e];
+      for (int64_t e0 = 0; e0 < D; e0 += kAChunk)
+        std::copy(qs + r * D + e0, qs + r * D + std::min(D, e0 + kAChunk),
+                  qc + e0 * rows + r * kAChunk);
   // (The bfloat16 products need no zeroed acc: a row's first visible block has beta = alpha =
   // exp(-inf) = 0, which bf16_gemm takes as C = A . B, and a row that never sees a key is never
   // read.)
@@ -1048,8 +1049,10 @@ void ItemEnd(const simd_problem& pr, simd_scratch& sc, const item_rows& it, floa
       continue;
     }
     const float* arow = acc + r * Dp;
-    for (int64_t e = 0; e < D; ++e) out[e] = arow[e];
-    if (rel) {
+    if (!rel) {  // one pass over out: the same product as the copy and the scaling below
+      for (int64_t e = 0; e < D; ++e) out[e] = arow[e] * inv;
+    } else {
+      for (int64_t e = 0; e < D; ++e) out[e] = arow[e];
       const float* wrow = w + r * C;
       for (int64_t c = 0; c < C; ++c) {
         const float wc = wrow[c];
@@ -1057,8 +1060,8 @@ void ItemEnd(const simd_problem& pr, simd_scratch& sc, const item_rows& it, floa
         const float* av = rel->values + c * D;
         for (int64_t e = 0; e < D; ++e) out[e] += wc * av[e];
       }
+      for (int64_t e = 0; e < D; ++e) out[e] *= inv;
     }
-    for (int64_t e = 0; e < D; ++e) out[e] *= inv;
     if (p.lse) p.lse[i * Hq + h] = lse;
   }
 }
