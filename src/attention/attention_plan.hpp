@@ -82,4 +82,8 @@ void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const fl
 void softmax_backward_block_f32(int64_t rows, float* s, float* dp, const int64_t* jlo,
                                 const int64_t* jhi, const float* lse, const float* Drow);
 
+// A softmax row's numerators in place: x[j] <- Exp(x[j] - m) for 0 <= j < n (-inf gives
+// exactly 0); returns their sum, accumulated in float32 lanes. Exp as above.
+float exp_row_f32(float* x, int64_t n, float m);
+
 }  // namespace posenc::detail

@@ -210,8 +210,10 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
 // each distinct (q copy, k copy) of the regions gives a score block Q_c K_c^T over the columns
 // where one of its regions occurs in the block (found by one pass over the block's pairs), each
 // product through the forward's Highway micro-kernel (gemm_f32); each pair then takes its
-// region's score; the softmax runs in float32 with a double sum, and P V is one more product
-// over the visible columns. Memory per thread O(kPairsRows S (copies + 1)), no T x S matrix.
+// region's score; the softmax runs in float32 (Exp over the row in the engine's vectors, the
+// sum in float32 lanes as the tiled kernels sum), and P V is one more product over the visible
+// columns. The block's q rows are rotated once per distinct query map for all heads. Memory
+// per thread O(kPairsRows (S (copies + 1) + Hq D copies)), no T x S matrix.
 constexpr int64_t kPairsRows = 32;
 
 void pairs_forward_f32(const attention_params<float>& p, const attention_plan& pl,
@@ -219,6 +221,10 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
                        const pairs_rotated<float>& rot) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   const int64_t Sp = (S + 7) / 8 * 8, Dp = (D + 7) / 8 * 8;
+  // Row stride of the (., Sp) arrays: one cache line past Sp, so that rows a multiple of 4 KiB
+  // apart (S = 2048: 8 KiB) do not all fall in the same L1 set while the block products stream
+  // down a column strip of them.
+  const int64_t Sl = Sp + 16;
   // Distinct (q copy, k copy) products and each region's product.
   std::vector<std::pair<int, int>> prods;
   std::vector<int> prod_of(in.R);
@@ -229,13 +235,14 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
     if (it == prods.end()) prods.push_back(x);
   }
   const auto np = static_cast<int64_t>(prods.size());
-  // Keys transposed per copy and kv head, (D, Sp) zero-padded; values (Sp, Dp) zero-padded.
-  std::vector<std::vector<float>> kT(rot.k.size(), std::vector<float>(Hkv * D * Sp, 0.f));
+  // Keys transposed per copy and kv head, (D, Sp) zero-padded in rows of Sl; values (Sp, Dp)
+  // zero-padded.
+  std::vector<std::vector<float>> kT(rot.k.size(), std::vector<float>(Hkv * D * Sl, 0.f));
   for (size_t c = 0; c < rot.k.size(); ++c)
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t j = 0; j < S; ++j)
         for (int64_t d = 0; d < D; ++d)
-          kT[c][(hk * D + d) * Sp + j] = rot.k[c][(j * Hkv + hk) * D + d];
+          kT[c][(hk * D + d) * Sl + j] = rot.k[c][(j * Hkv + hk) * D + d];
   std::vector<float> vp(Hkv * Sp * Dp, 0.f);
   for (int64_t hk = 0; hk < Hkv; ++hk)
     for (int64_t j = 0; j < S; ++j)
@@ -244,9 +251,10 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
   const bool sink = !p.sinks.empty();
   // Work item: a block of queries, all heads (the regions do not depend on the head).
   parallel_for(nqb, [&](int64_t b, int64_t e) {
-    std::vector<float> G(np * kPairsRows * Sp), P(kPairsRows * Sp), O(kPairsRows * Dp);
-    std::vector<int8_t> reg(kPairsRows * Sp);
-    std::vector<float> qrows(kPairsRows * D);
+    std::vector<float> G(np * kPairsRows * Sl), P(kPairsRows * Sl), O(kPairsRows * Dp);
+    std::vector<int8_t> reg(kPairsRows * Sl);
+    // The block's query rows, all heads, rotated once per distinct query map.
+    std::vector<std::vector<float>> qrot(in.qmap.size(), std::vector<float>(kPairsRows * Hq * D));
     for (int64_t x = b; x < e; ++x) {
       const int64_t i0 = x * kPairsRows;
       const int64_t rows = std::min(kPairsRows, T - i0);
@@ -264,40 +272,49 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
               vlo = std::min(vlo, j), vhi = std::max(vhi, j + 1);
             }
           }
-          reg[ii * Sp + j] = r;
+          reg[ii * Sl + j] = r;
         }
       const int64_t c0 = vlo >= vhi ? 0 : vlo / 8 * 8,
                     c1 = vlo >= vhi ? 0 : std::min(Sp, (vhi + 7) / 8 * 8);
+      // Rotated at the map's query positions with the call's RoPE (the bits of a rotation of
+      // all of q: rope_apply rotates each token on its own).
+      for (size_t c = 0; c < qrot.size(); ++c) {
+        bool used = false;
+        for (int64_t u = 0; u < np; ++u) used |= prods[u].first == int(c) && lo[u] < hi[u];
+        if (!used) continue;
+        std::copy_n(p.q + i0 * Hq * D, rows * Hq * D, qrot[c].data());
+        t.transform->apply(
+            std::span<const int64_t>(in.qmap[c].data() + i0, static_cast<size_t>(rows)),
+            qrot[c].data(), rows, Hq, D, false, false);
+      }
       for (int64_t h = 0; h < Hq; ++h) {
         const int64_t hk = h / pl.group;
         for (int64_t u = 0; u < np; ++u) {
           if (lo[u] >= hi[u]) continue;
           const int64_t g0 = lo[u] / 8 * 8, g1 = std::min(Sp, (hi[u] + 7) / 8 * 8);
-          // The block's query rows rotated here at the product's query positions (the bits of
-          // a rotation of all of q: rope_apply rotates each token on its own).
-          for (int64_t ii = 0; ii < rows; ++ii)
-            std::copy_n(p.q + ((i0 + ii) * Hq + h) * D, D, &qrows[ii * D]);
-          t.transform->apply(std::span<const int64_t>(in.qmap[prods[u].first].data() + i0,
-                                                      static_cast<size_t>(rows)),
-                             qrows.data(), rows, 1, D, false, false);
-          gemm_f32(rows, g1 - g0, qrows.data(), D, kT[prods[u].second].data() + hk * D * Sp + g0,
-                   Sp, G.data() + u * kPairsRows * Sp + g0, Sp, D, nullptr);
+          gemm_f32(rows, g1 - g0, qrot[prods[u].first].data() + h * D, Hq * D,
+                   kT[prods[u].second].data() + hk * D * Sl + g0, Sl,
+                   G.data() + u * kPairsRows * Sl + g0, Sl, D, nullptr);
         }
         for (int64_t ii = 0; ii < rows; ++ii) {
-          float* Pi = &P[ii * Sp];
-          std::fill(Pi + c0, Pi + c1, 0.f);  // the columns P V reads
-          float m = -std::numeric_limits<float>::infinity();
+          float* Pi = &P[ii * Sl];
+          // The columns P V reads: each pair's score from its region's product, -inf where the
+          // pair is not attended.
+          const float neg_inf = -std::numeric_limits<float>::infinity();
+          float m = neg_inf;
           for (int64_t j = c0; j < c1; ++j) {
-            const int8_t r = reg[ii * Sp + j];
-            if (j >= S || r < 0) continue;
-            Pi[j] = static_cast<float>(in.row_scale[i0 + ii] *
-                                       G[(prod_of[r] * kPairsRows + ii) * Sp + j]);
+            const int8_t r = reg[ii * Sl + j];
+            Pi[j] = j >= S || r < 0
+                        ? neg_inf
+                        : static_cast<float>(in.row_scale[i0 + ii] *
+                                             G[(prod_of[r] * kPairsRows + ii) * Sl + j]);
             m = std::max(m, Pi[j]);
           }
           const int64_t i = i0 + ii;
           float* out = p.out + (i * Hq + h) * D;
           const double sk = sink ? double(p.sinks[h]) : 0.0;
-          if (m == -std::numeric_limits<float>::infinity()) {
+          if (m == neg_inf) {
+            std::fill(Pi + c0, Pi + c1, 0.f);
             std::fill(out, out + D, 0.f);
             if (p.lse)
               p.lse[i * Hq + h] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
@@ -305,25 +322,21 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
           }
           const double M = sink ? std::max(double(m), sk) : double(m);
           const auto Mf = static_cast<float>(M);  // M is m or the sink (float32 either way)
-          double l = sink ? std::exp(sk - M) : 0.0;
-          for (int64_t j = c0; j < c1; ++j) {
-            const int8_t r = reg[ii * Sp + j];
-            if (j >= S || r < 0) continue;
-            Pi[j] = std::exp(Pi[j] - Mf);
-            l += Pi[j];
-          }
+          // Exp over the row in the engine's vectors (a -inf score gives exactly 0).
+          const double l =
+              (sink ? std::exp(sk - M) : 0.0) + double(exp_row_f32(Pi + c0, c1 - c0, Mf));
           const float inv = static_cast<float>(1.0 / l);
           for (int64_t j = c0; j < c1; ++j) Pi[j] *= inv;
           if (p.lse) p.lse[i * Hq + h] = static_cast<float>(M + std::log(l));
         }
         if (c1 > c0)
-          gemm_f32(rows, Dp, P.data() + c0, Sp, vp.data() + (hk * Sp + c0) * Dp, Dp, O.data(), Dp,
+          gemm_f32(rows, Dp, P.data() + c0, Sl, vp.data() + (hk * Sp + c0) * Dp, Dp, O.data(), Dp,
                    c1 - c0, nullptr);
         for (int64_t ii = 0; ii < rows; ++ii) {
           const int64_t i = i0 + ii;
           // A row with no visible key was written above (out = 0).
           bool any = false;
-          for (int64_t j = c0; j < c1 && !any; ++j) any = reg[ii * Sp + j] >= 0 && j < S;
+          for (int64_t j = c0; j < c1 && !any; ++j) any = reg[ii * Sl + j] >= 0 && j < S;
           if (!any) continue;
           std::copy_n(&O[ii * Dp], D, p.out + (i * Hq + h) * D);
         }

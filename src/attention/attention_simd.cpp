@@ -1318,6 +1318,28 @@ void SoftmaxBackwardBlock(int64_t rows, float* s, float* dp, const int64_t* jlo,
   }
 }
 
+float ExpRow(float* HWY_RESTRICT x, int64_t n, float m) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  auto vsum = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm));
+    hn::StoreU(e, d, x + j);
+    vsum = hn::Add(vsum, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, vsum));
+  if (j < n) {  // the tail through a zero-padded vector, so each element sees the same Exp
+    HWY_ALIGN float t[hn::MaxLanes(DF())] = {};
+    for (int64_t k = 0; k < n - j; ++k) t[k] = x[j + k];
+    const auto e = hn::Exp(d, hn::Sub(hn::Load(d, t), vm));
+    hn::Store(e, d, t);
+    for (int64_t k = 0; k < n - j; ++k) sum += x[j + k] = t[k];
+  }
+  return sum;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace posenc
 HWY_AFTER_NAMESPACE();
@@ -1332,6 +1354,7 @@ HWY_EXPORT(AttendItems);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
+HWY_EXPORT(ExpRow);
 
 namespace {
 
@@ -1704,6 +1727,10 @@ void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const fl
 void softmax_backward_block_f32(int64_t rows, float* s, float* dp, const int64_t* jlo,
                                 const int64_t* jhi, const float* lse, const float* Drow) {
   HWY_DYNAMIC_DISPATCH(SoftmaxBackwardBlock)(rows, s, dp, jlo, jhi, lse, Drow);
+}
+
+float exp_row_f32(float* x, int64_t n, float m) {
+  return n > 0 ? HWY_DYNAMIC_DISPATCH(ExpRow)(x, n, m) : 0.0f;
 }
 
 }  // namespace posenc::detail
