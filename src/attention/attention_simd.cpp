@@ -86,10 +86,17 @@
 
 namespace posenc::detail {
 
-constexpr int64_t kSimdBk = 64;  // keys per block
-// Keys per block of the bfloat16 products (simd_problem::bk): twice kSimdBk, so that each row's
-// per-block work of the online softmax (two horizontal reductions, a libm exp, the masks'
-// bookkeeping) and each P V call's accumulator load and store serve twice the keys.
+// Keys per block of the float32 forward: 128 (64 before), so that each row's per-block work of
+// the online softmax (two horizontal reductions, a libm exp, the masks' bookkeeping, the bias
+// call) and each P V call's accumulator load, rescale and store serve twice the keys
+// (docs/design.md, "Where the forward's time goes"). It is also the width of a chunk of a
+// chunked A (kAChunk), so that the score block s is one chunk for P V.
+#ifndef POSENC_SIMD_BK
+#define POSENC_SIMD_BK 128
+#endif
+constexpr int64_t kSimdBk = POSENC_SIMD_BK;
+constexpr int64_t kBwdBk = 64;  // keys per block of the backward (attention_backward.cpp's kBk)
+// Keys per block of the bfloat16 products (simd_problem::bk), chosen for the same reason.
 constexpr int64_t kBf16Bk = 128;
 constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 // Packed (prefill) calls: tiles of up to kPackTileRows rows, doubled from kSimdRows while they
@@ -99,7 +106,7 @@ constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 #endif
 constexpr int64_t kPackTileRows = POSENC_PACK_TILE_ROWS;
 constexpr int64_t kMinPackItems = 16;
-constexpr int64_t kAChunk = 64;  // columns per K-chunk of a chunked A (a_layout::kChunked)
+constexpr int64_t kAChunk = kSimdBk;  // columns per K-chunk of a chunked A (a_layout::kChunked)
 // Decode-like calls (fewer than 16 tile rows per item) split each item's keys into chunks (a
 // whole number of blocks), each a work item of its own (flash-decoding): the longest of
 // kSplitKeysMax, its half, ..., kSplitKeysMin keys that still makes kMinSplitWork items or more
@@ -294,6 +301,7 @@ namespace posenc {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using detail::kAChunk;
+using detail::kBwdBk;
 using detail::kPackPrefetchKeys;
 using detail::kPrefetchKeys;
 using detail::kSimdBk;
@@ -1299,13 +1307,13 @@ void SoftmaxBackwardBlock(int64_t rows, float* s, float* dp, const int64_t* jlo,
   // thread; 2.3-2.7 s with the flush-to-zero bits set).
   const auto tiny = hn::Set(d, std::numeric_limits<float>::min());
   for (int64_t r = 0; r < rows; ++r) {
-    float* sr = s + r * kSimdBk;
-    float* dr = dp + r * kSimdBk;
+    float* sr = s + r * kBwdBk;
+    float* dr = dp + r * kBwdBk;
     const auto vl = hn::Set(d, lse[r]);
     const auto vD = hn::Set(d, Drow[r]);
     const auto lo1 = hn::Set(di, static_cast<int32_t>(jlo[r] - 1));
     const auto hi = hn::Set(di, static_cast<int32_t>(jhi[r]));
-    for (int64_t j0 = 0; j0 < kSimdBk; j0 += N) {
+    for (int64_t j0 = 0; j0 < kBwdBk; j0 += N) {
       const auto idx = hn::Iota(di, static_cast<int32_t>(j0));
       const auto vis = hn::RebindMask(d, hn::And(hn::Gt(idx, lo1), hn::Lt(idx, hi)));
       auto p = hn::IfThenElseZero(vis, hn::Exp(d, hn::Sub(hn::LoadU(d, sr + j0), vl)));
