@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common.hpp"
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/axial_rope.hpp"
 #include "posenc/encodings/rope.hpp"
@@ -490,9 +491,8 @@ void bind_layer_plan(py::module_& m) {
     py::dict out;
     if (c.present) {
       out["dca"] = true;
-      out["dca_chunk_size"] = c.chunk_size;
-      out["dca_local_size"] = c.local_size;
-      out["dca_original_max_position_embeddings"] = c.original_max_position_embeddings;
+      for (const auto& [name, value] : hf_dca_scheme_params(c))
+        out[py::str(name)] = static_cast<int64_t>(value);
     }
     return py::make_tuple(out, warnings);
   };

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -83,6 +84,18 @@ std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_
   std::vector<std::pair<std::string, double>> out;
   for (size_t i = 1; i < d.params.size() && i <= 3; ++i)
     out.emplace_back(d.params[i].name, x.case_args[i - 1]);
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> hf_dca_scheme_params(const hf_dca_config& c) {
+  const scheme_decl& d = scheme_decl_of("dca");
+  // The declaration's parameters after its switch, in order (schemes.cpp, kDca).
+  const double values[] = {double(c.chunk_size), double(c.local_size),
+                           double(c.original_max_position_embeddings)};
+  if (d.params.size() != 1 + std::size(values))
+    fail("dca: the declaration has {} parameters, the config reader knows 3", d.params.size() - 1);
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < std::size(values); ++i) out.emplace_back(d.params[i + 1].name, values[i]);
   return out;
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
+#include "posenc/encodings/rope_config.hpp"
 
 namespace posenc {
 
@@ -128,6 +129,12 @@ const char* rope_pairs_region_name(const scheme_decl& d, int r);
 // The factor on every score of a call with S keys (DCA's length scaling; 1 for the others).
 double rope_pairs_score_factor(const scheme_decl& d, std::span<const double> args, int64_t S);
 std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_decl& d);
+
+// The `dca` parameters, named as its declaration names them, that a config.json's
+// dual_chunk_attention_config gives (hf_dca_config_from_json, rope_config.hpp): chunk_size,
+// local_size and original_max_position_embeddings, in the declaration's order. What `posenc
+// attend --hf-config` and Python's posenc.hf_dca turn on.
+std::vector<std::pair<std::string, double>> hf_dca_scheme_params(const hf_dca_config& c);
 
 // The score bias of a scheme reached by name, in double (the specification), and its bound
 // (bias_bounded): what posenc check and the case tables read. args from named_scheme_args.

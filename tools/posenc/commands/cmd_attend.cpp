@@ -604,10 +604,7 @@ void read_hf_dca(const attend_opts& o, attend_state<Real>& s) {
     return;
   }
   for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());
-  const std::pair<std::string, double> from_config[] = {
-      {"dca_chunk_size", double(c.chunk_size)},
-      {"dca_local_size", double(c.local_size)},
-      {"dca_original_max_position_embeddings", double(c.original_max_position_embeddings)}};
+  const auto from_config = hf_dca_scheme_params(c);
   auto it = std::find_if(s.p.pos.named.begin(), s.p.pos.named.end(),
                          [](const named_scheme& n) { return n.name == "dca"; });
   if (it == s.p.pos.named.end()) {
