@@ -693,6 +693,22 @@ double causal_written_out_deviation(const problem& ps, const std::vector<double>
   return dev;
 }
 
+// The packing and padding checks of a scheme reached by name (ps: its causal problem).
+void packed_and_padded_checks(std::vector<check_result>& r, const std::string& n,
+                              const problem& ps) {
+  r.push_back(equal_check(n + "_packed_equals_separate",
+                          n + ": attention over packed documents (cu_seqlens 0,7,12,20) equals "
+                              "each document alone",
+                          packed_deviation(ps, {0, 7, 12, 20}), ps.tolerance(ps.N),
+                          "causal; positions restart at 0 in each document"));
+  r.push_back(equal_check(
+      n + "_padded_equals_unpadded",
+      n + ": left- and right-padded rows give the unpadded outputs on real tokens and zeros on "
+          "pads",
+      std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false)), ps.tolerance(ps.N),
+      "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
+}
+
 // A scheme that places RoPE per pair (Self-Extend, DCA, StreamingLLM) at its case-table
 // parameters: the engine against attention written out here from the declared regions (each
 // visible pair's q and k rotated at its region's positions by the library's rope_apply in
@@ -723,17 +739,7 @@ void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
                           n + ": the engine's attention equals RoPE at each pair's region "
                               "positions, softmax, times v, written out from the declaration",
                           dev, ps.tolerance(N), "causal, N = 20, 4 query heads, 2 kv heads"));
-  r.push_back(equal_check(n + "_packed_equals_separate",
-                          n + ": attention over packed documents (cu_seqlens 0,7,12,20) equals "
-                              "each document alone",
-                          packed_deviation(ps, {0, 7, 12, 20}), ps.tolerance(ps.N),
-                          "causal; positions restart at 0 in each document"));
-  r.push_back(equal_check(
-      n + "_padded_equals_unpadded",
-      n + ": left- and right-padded rows give the unpadded outputs on real tokens and zeros on "
-          "pads",
-      std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false)), ps.tolerance(ps.N),
-      "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
+  packed_and_padded_checks(r, n, ps);
 }
 
 // A scheme reached by name: what its declaration says of its bias (offset-only, symmetric,
@@ -826,18 +832,7 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
                                   "unchanged",
                               shift_deviation(ps, 1000003), ps.tolerance(ps.N),
                               "causal; the bias depends on kpos - qpos only"));
-    r.push_back(equal_check(n + "_packed_equals_separate",
-                            n + ": attention over packed documents (cu_seqlens 0,7,12,20) equals "
-                                "each document alone",
-                            packed_deviation(ps, {0, 7, 12, 20}), ps.tolerance(ps.N),
-                            "causal; positions restart at 0 in each document"));
-    r.push_back(equal_check(
-        n + "_padded_equals_unpadded",
-        n + ": left- and right-padded rows give the unpadded outputs on real tokens and zeros on "
-            "pads",
-        std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false)),
-        ps.tolerance(ps.N),
-        "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
+    packed_and_padded_checks(r, n, ps);
     r.push_back(equal_check(
         n + "_cache_equals_full",
         n + ": decoding token by token with the KV cache equals the full forward",
