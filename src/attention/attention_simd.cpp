@@ -356,6 +356,31 @@ HWY_INLINE int64_t PanelWidth() {
   return kNV * static_cast<int64_t>(hn::Lanes(DF()));
 }
 
+// A softmax row's numerators in place, x[j] <- Exp(x[j] - m) for j < n (-inf gives exactly 0),
+// and their sum over float32 lanes: the online softmax's step (n a multiple of the lanes there)
+// and the per-pair path's (exp_row_f32).
+HWY_INLINE float ExpRowInPlace(float* HWY_RESTRICT x, int64_t n, float m) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  auto vsum = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm));
+    hn::StoreU(e, d, x + j);
+    vsum = hn::Add(vsum, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, vsum));
+  if (j < n) {  // the tail through a zero-padded vector, so each element sees the same Exp
+    HWY_ALIGN float t[hn::MaxLanes(DF())] = {};
+    for (int64_t k = 0; k < n - j; ++k) t[k] = x[j + k];
+    const auto e = hn::Exp(d, hn::Sub(hn::Load(d, t), vm));
+    hn::Store(e, d, t);
+    for (int64_t k = 0; k < n - j; ++k) sum += x[j + k] = t[k];
+  }
+  return sum;
+}
+
 // N floats from a row stored as float32, float16 or bfloat16 (widening is exact).
 template <class D>
 HWY_INLINE hn::Vec<D> LoadAsFloat(D d, const float* p) {
@@ -1175,14 +1200,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         continue;
       }
       const float alpha = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first visible block
-      const auto vm = hn::Set(d, m_new);
-      auto vsum = hn::Zero(d);
-      for (int64_t jj = 0; jj < ncols; jj += N) {
-        const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, srow + jj), vm));  // masked: exactly 0
-        hn::StoreU(e, d, srow + jj);
-        vsum = hn::Add(vsum, e);
-      }
-      l[r] = alpha * l[r] + hn::GetLane(hn::SumOfLanes(d, vsum));
+      l[r] = alpha * l[r] + ExpRowInPlace(srow, ncols, m_new);  // masked: exactly 0
       m[r] = m_new;
       beta[r] = alpha;
       if (rel) {  // cidx still holds this row's table rows
@@ -1327,25 +1345,7 @@ void SoftmaxBackwardBlock(int64_t rows, float* s, float* dp, const int64_t* jlo,
 }
 
 float ExpRow(float* HWY_RESTRICT x, int64_t n, float m) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto vm = hn::Set(d, m);
-  auto vsum = hn::Zero(d);
-  int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm));
-    hn::StoreU(e, d, x + j);
-    vsum = hn::Add(vsum, e);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(d, vsum));
-  if (j < n) {  // the tail through a zero-padded vector, so each element sees the same Exp
-    HWY_ALIGN float t[hn::MaxLanes(DF())] = {};
-    for (int64_t k = 0; k < n - j; ++k) t[k] = x[j + k];
-    const auto e = hn::Exp(d, hn::Sub(hn::Load(d, t), vm));
-    hn::Store(e, d, t);
-    for (int64_t k = 0; k < n - j; ++k) sum += x[j + k] = t[k];
-  }
-  return sum;
+  return ExpRowInPlace(x, n, m);
 }
 
 }  // namespace HWY_NAMESPACE
