@@ -86,6 +86,23 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
+// A StreamingLLM case: S tokens of random q, k, v (one kv head, 2 query heads, D = 16) and the
+// scheme's attention over them with n sinks and window W, the output the two StreamingLLM tests
+// hold a step-by-step cache against.
+struct streaming_case {
+  static constexpr int64_t S = 30, Hq = 2, Hkv = 1, D = 16;
+  std::vector<double> q, k, v, out;
+  rope_freqs f = freqs_for(D, 10000);
+  streaming_case(uint64_t seed, int64_t n, int64_t W)
+      : q(S * Hq * D), k(S * Hkv * D), v(S * Hkv * D) {
+    rng r(seed);
+    for (auto* x : {&q, &k, &v})
+      for (auto& e : *x) e = r.normal();
+    out = attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::exact, "streaming_llm",
+                         {{"streaming_sink_tokens", double(n)}, {"streaming_window", double(W)}});
+  }
+};
+
 }  // namespace
 
 // (1) Self-Extend (Jin et al. 2024, sec. 3.2): neighbours (qpos - kpos < w) keep their
@@ -157,15 +174,10 @@ TEST(RopePairs, StreamingLlmIsARollingCacheWithPositionsInTheCache) {
         EXPECT_EQ(y, kp);
       }
     }
-  const int64_t S = 30, Hq = 2, Hkv = 1, D = 16;
-  rng r(5);
-  std::vector<double> q(S * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
-  for (auto* x : {&q, &k, &v})
-    for (auto& e : *x) e = r.normal();
-  const auto f = freqs_for(D, 10000);
-  const auto out =
-      attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::exact, "streaming_llm",
-                     {{"streaming_sink_tokens", double(n)}, {"streaming_window", double(W)}});
+  const streaming_case c(5, n, W);
+  const int64_t S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+  const auto &q = c.q, &k = c.k, &v = c.v, &out = c.out;
+  const auto& f = c.f;
   double dev = 0;
   for (int64_t i = 0; i < S; ++i) {
     // The cache after token i: the sinks, then the W most recent tokens (all of them while
@@ -202,15 +214,11 @@ TEST(RopePairs, StreamingLlmIsARollingCacheWithPositionsInTheCache) {
 // rotated afresh at their cache positions; in rerotate mode (llama.cpp's K-shift) turned by the
 // shifts, a few roundings in double.
 TEST(RopePairs, StreamingLlmCachePolicyMatchesTheScheme) {
-  const int64_t S = 30, Hq = 2, Hkv = 1, D = 16, n = 3, W = 5;
-  rng r(9);
-  std::vector<double> q(S * Hq * D), k(S * Hkv * D), v(S * Hkv * D);
-  for (auto* x : {&q, &k, &v})
-    for (auto& e : *x) e = r.normal();
-  const auto f = freqs_for(D, 10000);
-  const auto want =
-      attend<double>(q, k, v, S, Hq, Hkv, D, f, rope_angle::exact, "streaming_llm",
-                     {{"streaming_sink_tokens", double(n)}, {"streaming_window", double(W)}});
+  const int64_t n = 3, W = 5;
+  const streaming_case c(9, n, W);
+  const int64_t S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+  const auto &q = c.q, &k = c.k, &v = c.v, &want = c.out;
+  const auto& f = c.f;
   for (kv_shift_mode mode : {kv_shift_mode::exact, kv_shift_mode::rerotate}) {
     attention_position<double> pos;
     pos.rope.freqs = &f;
@@ -262,8 +270,9 @@ TEST(RopePairs, SelfExtendMatchesLongLM) {
         args_of(d, {{"self_extend_group", double(G)}, {"self_extend_window", double(w)}}, Hq);
     for (int64_t t = 0; t < S; ++t) {
       const auto [x, y] = rope_pairs_positions(d, a, 1, t, t);
-      if (file.find("Llama_4_40") != std::string::npos)
+      if (file.find("Llama_4_40") != std::string::npos) {
         EXPECT_DOUBLE_EQ(double(x), c["group_query_position"][t].get<double>()) << t;
+      }
       EXPECT_DOUBLE_EQ(double(y), c["group_key_position"][t].get<double>()) << t;
     }
     ++compared;
