@@ -35,9 +35,9 @@
 //   masks       causal / window as a key-index range per row; key padding as an additive
 //               0 / -inf row per block; documents by a per-block "one document" test, else a
 //               scalar compare
-//   softmax     vector row max, p = Exp(s - m) (hwy/contrib/math Exp: max error 1 ulp for x in
-//               [-FLT_MAX, 104]; it returns exactly 0 below -104 and for -inf, so masked keys
-//               give p = 0), vector row sum.
+//   softmax     vector row max, p = SoftmaxExp(s - m) (below: 1.13 ulp; exactly 0 for
+//               s - m <= -87 and for -inf, so masked keys give p = 0 and no p is subnormal),
+//               vector row sum.
 // Decode-like calls (fewer than 16 tile rows per item, or fewer than kSplitItems items: decode
 // and speculative decoding, MQA included) read K in place instead of transposing all of it up
 // front, and split their keys (flash-decoding: Dao, Haziza, Massa and Sizov 2023) into chunks of
@@ -63,8 +63,6 @@
 #include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-
-#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -356,9 +354,53 @@ HWY_INLINE int64_t PanelWidth() {
   return kNV * static_cast<int64_t>(hn::Lanes(DF()));
 }
 
-// A softmax row's numerators in place, x[j] <- Exp(x[j] - m) for j < n (-inf gives exactly 0),
-// and their sum over float32 lanes: the online softmax's step (n a multiple of the lanes there)
-// and the per-pair path's (exp_row_f32).
+// e^t for a softmax argument t = s - m <= 0 (s a score, m >= s the row's running maximum, or its
+// log-sum-exp in the backward), in fewer instructions than hwy/contrib/math's general Exp (which
+// spends its own on the sign of x, two integer powers of two and the range up to 104):
+//   k = round(t log2 e),  r = t - k ln 2  (Cody and Waite 1980: ln 2 = L1 + L2 with L1 =
+//       0.693359375 = 355/512, nine bits, so k L1 is exact for |k| < 2^15 and t - k L1 is exact;
+//       L2 = -2.12194440e-4 carries the rest), |r| <= ln(2)/2 + tiny;
+//   e^r by its Taylor polynomial of degree 7 in Horner form, 1 + r (1 + r (1/2 + ... + r/7!));
+//   e^t = 2^k e^r: vscalefps on AVX-512, otherwise times the float 2^k built in its exponent
+//       bits (k >= -126 is a normal number for every t > -87, the only results kept).
+// Error budget in ulps of e^t, t in (-87, 0] (derived term by term in
+// src/verify/attention_checks.cpp, softmax_exp_check, which `posenc check` runs on every target):
+// with FMA (AVX2, AVX-512) the reduction 0.27, the truncation |r|^8 / 8! 0.09, the Horner steps
+// before the last 0.27 and the last fused step 0.5: 1.13 ulp (measured over every float in (-87,
+// 0]: 0.94); without FMA (SSE4 and below) 1.41 (measured 1.22). Highway's Exp claims 1 ulp. t <=
+// -87 gives exactly 0: e^-87 = 1.6e-38, just above FLT_MIN (1.2e-38), so no result is subnormal (on
+// Intel CPUs every FMA of P V that meets a subnormal takes a microcode assist; see
+// SoftmaxBackwardBlock), and what is dropped is below 1.7e-38 against a row sum of at least 1 (its
+// maximum's e^0). t = -inf (a masked key) gives exactly 0, and so does t = NaN, as with Highway's
+// Exp.
+template <class D>
+HWY_INLINE hn::Vec<D> SoftmaxExp(D d, hn::Vec<D> t) {
+  const auto k = hn::Round(hn::Mul(t, hn::Set(d, 1.44269504088896341f)));
+  auto r = hn::MulAdd(k, hn::Set(d, -0.693359375f), t);
+  r = hn::MulAdd(k, hn::Set(d, 2.12194440e-4f), r);
+  auto q = hn::Set(d, 1.0f / 5040.0f);
+  q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 720.0f));
+  q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 120.0f));
+  q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 24.0f));
+  q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 6.0f));
+  q = hn::MulAdd(q, r, hn::Set(d, 0.5f));
+  q = hn::MulAdd(q, r, hn::Set(d, 1.0f));
+  q = hn::MulAdd(q, r, hn::Set(d, 1.0f));
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const hn::Vec<D> y{_mm512_scalef_ps(q.raw, k.raw)};
+#else
+  // k + 127 in the low bits of 1.5 * 2^23 + 127 + k (exact: an integer below 2^24), shifted
+  // into the exponent field: the float 2^k, one add and one shift.
+  const hn::RebindToSigned<D> di;
+  const auto biased = hn::BitCast(di, hn::Add(k, hn::Set(d, 12582912.0f + 127.0f)));
+  const auto y = hn::Mul(q, hn::BitCast(d, hn::ShiftLeft<23>(biased)));
+#endif
+  return hn::IfThenElseZero(hn::Gt(t, hn::Set(d, -87.0f)), y);
+}
+
+// A softmax row's numerators in place, x[j] <- SoftmaxExp(x[j] - m) for j < n (x[j] <= m; -inf
+// gives exactly 0), and their sum over float32 lanes: the online softmax's step (n a multiple of
+// the lanes there) and the per-pair path's (exp_row_f32).
 HWY_INLINE float ExpRowInPlace(float* HWY_RESTRICT x, int64_t n, float m) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -366,15 +408,15 @@ HWY_INLINE float ExpRowInPlace(float* HWY_RESTRICT x, int64_t n, float m) {
   auto vsum = hn::Zero(d);
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vm));
+    const auto e = SoftmaxExp(d, hn::Sub(hn::LoadU(d, x + j), vm));
     hn::StoreU(e, d, x + j);
     vsum = hn::Add(vsum, e);
   }
   float sum = hn::GetLane(hn::SumOfLanes(d, vsum));
-  if (j < n) {  // the tail through a zero-padded vector, so each element sees the same Exp
+  if (j < n) {  // the tail through a zero-padded vector, so each element sees the same exp
     HWY_ALIGN float t[hn::MaxLanes(DF())] = {};
     for (int64_t k = 0; k < n - j; ++k) t[k] = x[j + k];
-    const auto e = hn::Exp(d, hn::Sub(hn::Load(d, t), vm));
+    const auto e = SoftmaxExp(d, hn::Sub(hn::Load(d, t), vm));
     hn::Store(e, d, t);
     for (int64_t k = 0; k < n - j; ++k) sum += x[j + k] = t[k];
   }
@@ -1199,7 +1241,9 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         for (int64_t jj = 0; jj < ncols; ++jj) srow[jj] = 0;
         continue;
       }
-      const float alpha = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first visible block
+      // exp(-inf) = 0 on the first visible block; exp(0) = 1 exactly, without the call, while
+      // the row's maximum holds (most blocks once it has settled).
+      const float alpha = m_new == m[r] ? 1.0f : std::exp(m[r] - m_new);
       l[r] = alpha * l[r] + ExpRowInPlace(srow, ncols, m_new);  // masked: exactly 0
       m[r] = m_new;
       beta[r] = alpha;
@@ -1309,9 +1353,9 @@ void GemmExported(int64_t rows, int64_t ncols, const float* A, int64_t lda, cons
 }
 
 // The backward's softmax step over one (rows x Bk) block, row r visible on keys
-// [jlo[r], jhi[r]): P = Exp(s - lse_r) (hwy/contrib/math Exp, 1 ulp), dS = P (dp - D_r); 0
-// elsewhere, and where |P| or |dS| is below FLT_MIN (no subnormals; see below). P may alias s
-// and dS may alias dp.
+// [jlo[r], jhi[r]): P = SoftmaxExp(s - lse_r) (the forward's exponential), dS =
+// P (dp - D_r); 0 elsewhere, and where |P| or |dS| is below FLT_MIN (no subnormals; see below). P
+// may alias s and dS may alias dp.
 void SoftmaxBackwardBlock(int64_t rows, float* s, float* dp, const int64_t* jlo, const int64_t* jhi,
                           const float* lse, const float* Drow) {
   const DF d;
@@ -1334,8 +1378,8 @@ void SoftmaxBackwardBlock(int64_t rows, float* s, float* dp, const int64_t* jlo,
     for (int64_t j0 = 0; j0 < kBwdBk; j0 += N) {
       const auto idx = hn::Iota(di, static_cast<int32_t>(j0));
       const auto vis = hn::RebindMask(d, hn::And(hn::Gt(idx, lo1), hn::Lt(idx, hi)));
-      auto p = hn::IfThenElseZero(vis, hn::Exp(d, hn::Sub(hn::LoadU(d, sr + j0), vl)));
-      p = hn::IfThenZeroElse(hn::Lt(p, tiny), p);
+      // SoftmaxExp: never subnormal (0 for s - lse <= -87)
+      const auto p = hn::IfThenElseZero(vis, SoftmaxExp(d, hn::Sub(hn::LoadU(d, sr + j0), vl)));
       auto ds = hn::Mul(p, hn::Sub(hn::LoadU(d, dr + j0), vD));
       ds = hn::IfThenZeroElse(hn::Lt(hn::Abs(ds), tiny), ds);
       hn::StoreU(p, d, sr + j0);

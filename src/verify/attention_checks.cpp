@@ -20,18 +20,25 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/attention_cases.hpp"
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/attention/schemes.hpp"
+#include "posenc/core/machine.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/positions/positions.hpp"
 #include "posenc/verify/checks.hpp"
+#include "src/attention/attention_plan.hpp"
 
 namespace posenc {
 namespace {
@@ -842,9 +849,71 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
 
 }  // namespace
 
+// The float32 kernels' softmax exponential (SoftmaxExp, src/attention/attention_simd.cpp, through
+// detail::exp_row_f32 with m = 0) on the target dispatched now, against std::exp in double: every
+// 101st float in (-87, 0] (11 million arguments) plus the ends, -inf and NaN. Bound, in ulps of
+// e^t (the error analysis beside SoftmaxExp): with FMA (AVX2, AVX-512) the reduction's rounding
+// (0.5 ulp of |r| <= 0.35 and L2's representation: <= 1.6e-8 relative, 0.27 ulp), the Taylor
+// truncation (0.09), the Horner steps before the last (<= 0.77 ulp of q scaled by |r|: 0.27) and
+// the last fused step (0.5): 1.13 ulp. Without FMA (SSE4 and below) each step rounds twice:
+// reduction 0.28, truncation 0.09, earlier steps 0.29, the last product 0.25 and its add 0.5:
+// 1.41 ulp. t <= -87, -inf and NaN must give exactly 0, t = 0 exactly 1.
+void softmax_exp_check(std::vector<check_result>& r) {
+  const std::string target = simd_target_name();
+  const bool fma = target.rfind("AVX", 0) == 0;
+  const double bound = fma ? 1.13 : 1.41;
+  std::vector<float> t, x;
+  uint32_t lo = 0x80000000u, hi;  // -0 .. -87 as bit patterns (increasing magnitude)
+  const float m87 = -87.0f;
+  std::memcpy(&hi, &m87, sizeof hi);
+  for (uint32_t b = lo; b < hi; b += 1009) {
+    float v;
+    std::memcpy(&v, &b, sizeof v);
+    t.push_back(v);
+  }
+  const float edge[] = {0.0f,
+                        std::nextafter(-87.0f, 0.0f),
+                        -87.0f,
+                        std::nextafter(-87.0f, -100.0f),
+                        -100.0f,
+                        -1e30f,
+                        -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()};
+  t.insert(t.end(), std::begin(edge), std::end(edge));
+  x = t;
+  detail::exp_row_f32(x.data(), static_cast<int64_t>(x.size()), 0.0f);
+  double worst = 0;
+  std::string where = "none";
+  for (size_t i = 0; i < t.size(); ++i) {
+    double err;
+    if (!(t[i] > -87.0f)) {  // -87 and below, -inf, NaN: exactly 0
+      err = x[i] == 0.0f ? 0.0 : std::numeric_limits<double>::infinity();
+    } else {
+      const double ref = std::exp(static_cast<double>(t[i]));
+      const float rf = static_cast<float>(ref);
+      const double ulp = static_cast<double>(std::nextafter(rf, 2.0f * rf + 1.0f)) - rf;
+      err = std::abs(static_cast<double>(x[i]) - ref) / ulp;
+      if (t[i] == 0.0f && x[i] != 1.0f) err = std::numeric_limits<double>::infinity();
+    }
+    if (!(err <= worst)) {
+      worst = err;
+      where = fmt::format("t = {:.9g}: {:.9g}", t[i], x[i]);
+    }
+  }
+  r.push_back(measured_check(
+      "attention", "softmax_exp_within_bound",
+      "the float32 kernels' softmax exponential e^t, t in (-87, 0], is within its error bound "
+      "on the target dispatched; 0 for t <= -87, -inf and NaN; exactly 1 at 0",
+      worst, bound,
+      fmt::format("{} ({}), {} arguments, max error in ulps of e^t (worst at {}); bound {} ulp "
+                  "derived in src/verify/attention_checks.cpp",
+                  target, fma ? "FMA" : "no FMA", t.size(), where, bound)));
+}
+
 std::vector<check_result> attention_checks() {
   std::vector<check_result> r;
   const uint64_t seed = 12345;
+  softmax_exp_check(r);
   permutation_checks(r, seed);
   relative_translation_checks(r, seed);
   cope_checks(r, seed);
