@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "engine_terms.hpp"
@@ -86,5 +87,18 @@ void softmax_backward_block_f32(int64_t rows, float* s, float* dp, const int64_t
 // A softmax row's numerators in place: x[j] <- Exp(x[j] - m) for 0 <= j < n (-inf gives
 // exactly 0); returns their sum, accumulated in float32 lanes. Exp as above (x[j] <= m).
 float exp_row_f32(float* x, int64_t n, float m);
+
+// row[j] += src[j] for 0 <= j < n, in the dispatched target's float32 vectors: a bias row's slice
+// of a per-call table (hook 2b). The same bits as the scalar loop (one rounding per element).
+void add_row_f32(float* row, const float* src, int64_t n);
+
+// The same for either precision: float rows through add_row_f32, double rows by the loop.
+template <typename Real>
+inline void add_slice(Real* row, const Real* src, int64_t n) {
+  if constexpr (std::is_same_v<Real, float>)
+    add_row_f32(row, src, n);
+  else
+    for (int64_t j = 0; j < n; ++j) row[j] += src[j];
+}
 
 }  // namespace posenc::detail

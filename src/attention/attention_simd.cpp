@@ -1392,6 +1392,16 @@ float ExpRow(float* HWY_RESTRICT x, int64_t n, float m) {
   return ExpRowInPlace(x, n, m);
 }
 
+// row[j] += src[j] for j < n: one float32 add per element, in vectors, then the tail.
+void AddRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT src, int64_t n) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t j = 0;
+  for (; j + N <= n; j += N)
+    hn::StoreU(hn::Add(hn::LoadU(d, row + j), hn::LoadU(d, src + j)), d, row + j);
+  for (; j < n; ++j) row[j] += src[j];
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace posenc
 HWY_AFTER_NAMESPACE();
@@ -1407,6 +1417,7 @@ HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
 HWY_EXPORT(ExpRow);
+HWY_EXPORT(AddRow);
 
 namespace {
 
@@ -1783,6 +1794,10 @@ void softmax_backward_block_f32(int64_t rows, float* s, float* dp, const int64_t
 
 float exp_row_f32(float* x, int64_t n, float m) {
   return n > 0 ? HWY_DYNAMIC_DISPATCH(ExpRow)(x, n, m) : 0.0f;
+}
+
+void add_row_f32(float* row, const float* src, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(AddRow)(row, src, n);
 }
 
 }  // namespace posenc::detail

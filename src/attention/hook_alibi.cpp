@@ -2,7 +2,9 @@
 // -m_h |qpos - kpos| (eq. in sec. 3), with the gradient of the slopes for learned-slope
 // variants; and the model's hook: Press's slopes for H heads, fixed (not trained).
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
@@ -11,21 +13,54 @@
 namespace posenc::detail {
 namespace {
 
+// Queries from which a call tabulates the bias (below).
+constexpr int64_t kMinTableQueries = 16;
+
 // Hook 2b. d bias / d m_h = alibi_bias(1, qpos, kpos) (the bias is linear in the slope).
+// The bias depends on the offset r = kpos - qpos alone. In float32 a row of consecutive keys
+// (every row of a prefill of kMinTableQueries queries or more) adds a slice of a per-call table
+// where that is small enough (Hq (hi - lo + 1) <= 2^22 entries): per head the bias of every
+// visible offset r in [lo, hi] (visible_offset_range), alibi_bias rounded once to float, the
+// bits of the formula. Other rows, and float64, take the formula (vectorised in float32, the
+// same bits).
 template <typename Real>
 class alibi_bias_term final : public score_bias<Real> {
  public:
-  alibi_bias_term(std::span<const double> slopes, bool causal, double* dslopes)
-      : slopes_(slopes), causal_(causal), dslopes_(dslopes) {}
+  alibi_bias_term(std::span<const double> slopes, bool causal, const attention_plan& pl,
+                  double* dslopes)
+      : slopes_(slopes), causal_(causal), dslopes_(dslopes) {
+    if constexpr (std::is_same_v<Real, float>) {
+      const int64_t Hq = static_cast<int64_t>(slopes.size());
+      // Each entry serves at most one row per query: a decode step (few queries) would build
+      // as many entries as it adds, so it keeps the formula.
+      if (static_cast<int64_t>(pl.qpos.size()) < kMinTableQueries) return;
+      if (!visible_offset_range(pl, int64_t{1} << 62, &lo_, &hi_)) return;  // nothing visible
+      // (unsigned: the offsets span up to 2^63)
+      if (static_cast<uint64_t>(hi_) - static_cast<uint64_t>(lo_) >= uint64_t{1} << 22 ||
+          (hi_ - lo_ + 1) * Hq > (int64_t{1} << 22))
+        return;
+      span_ = hi_ - lo_ + 1;
+      lut_.resize(static_cast<size_t>(Hq * span_));
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t r = lo_; r <= hi_; ++r)
+          lut_[h * span_ + (r - lo_)] = static_cast<float>(alibi_bias(slopes[h], 0, r, causal));
+    }
+  }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     return alibi_bias(slopes_[h], qp, kp, causal_);
   }
-  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool,
+  void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
                Real* row) const override {
-    if constexpr (std::is_same_v<Real, float>)
+    if constexpr (std::is_same_v<Real, float>) {
+      if (contiguous && !lut_.empty() && n > 0 && kpos[0] - qp >= lo_ &&
+          kpos[0] - qp + n - 1 <= hi_) {
+        add_slice(row, lut_.data() + h * span_ + (kpos[0] - qp - lo_), n);
+        return;
+      }
       alibi_bias_row(slopes_[h], qp, kpos, n, causal_, row, true);  // vectorised, same bits
-    else
+    } else {
       for (int64_t j = 0; j < n; ++j) row[j] += alibi_bias(slopes_[h], qp, kpos[j], causal_);
+    }
   }
   int64_t grad_size() const override { return dslopes_ ? static_cast<int64_t>(slopes_.size()) : 0; }
   void add_grad(int64_t h, int64_t qp, int64_t kp, double ds, double* grad) const override {
@@ -45,6 +80,8 @@ class alibi_bias_term final : public score_bias<Real> {
   std::span<const double> slopes_;
   bool causal_;
   double* dslopes_;
+  int64_t lo_ = 0, hi_ = 0, span_ = 0;
+  std::vector<float> lut_;  // (Hq, span): the bias at offsets lo..hi; empty = the formula
 };
 
 template <typename S>
@@ -72,7 +109,7 @@ std::unique_ptr<position_hook<S>> make_alibi_hook(const position_options&,
 POSENC_INSTANTIATE_HOOK(alibi)
 
 template <typename Real>
-void add_alibi_terms(const attention_params<Real>& p, const attention_plan&,
+void add_alibi_terms(const attention_params<Real>& p, const attention_plan& pl,
                      const attention_grads<Real>* g, engine_terms<Real>& t) {
   const std::span<const double> slopes = p.pos.alibi;
   if (slopes.empty()) {
@@ -88,7 +125,7 @@ void add_alibi_terms(const attention_params<Real>& p, const attention_plan&,
     if (!std::isfinite(slopes[h]))
       fail("alibi slopes must be finite, got {} for head {}", slopes[h], h);
   t.biases.push_back(
-      std::make_unique<alibi_bias_term<Real>>(slopes, p.causal, g ? g->dalibi : nullptr));
+      std::make_unique<alibi_bias_term<Real>>(slopes, p.causal, pl, g ? g->dalibi : nullptr));
 }
 POSENC_INSTANTIATE_TERMS(alibi)
 

@@ -62,8 +62,7 @@ class kerple_bias_term final : public score_bias<Real> {
     }
     const Real* lut = lut_.data() + h * span_;
     if (contiguous && n > 0 && kpos[0] - qp >= lo_ && kpos[0] - qp + n - 1 <= hi_) {
-      const Real* slice = lut + (kpos[0] - qp - lo_);
-      for (int64_t j = 0; j < n; ++j) row[j] += slice[j];
+      add_slice(row, lut + (kpos[0] - qp - lo_), n);
       return;
     }
     for (int64_t j = 0; j < n; ++j) {

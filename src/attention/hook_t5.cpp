@@ -51,8 +51,7 @@ class t5_bias_term final : public score_bias<Real> {
       const Real b = lut[(r1 <= lo_ ? lo_ : hi_) - lo_];
       for (int64_t j = 0; j < n; ++j) row[j] += b;
     } else if (r0 >= lo_ && r1 <= hi_) {  // inside the table: a slice
-      const Real* slice = lut + (r0 - lo_);
-      for (int64_t j = 0; j < n; ++j) row[j] += slice[j];
+      add_slice(row, lut + (r0 - lo_), n);
     } else {
       for (int64_t j = 0; j < n; ++j) row[j] += lut[std::clamp(r0 + j, lo_, hi_) - lo_];
     }
