@@ -19,32 +19,19 @@ constexpr int64_t kMinTableQueries = 16;
 // Hook 2b. d bias / d m_h = alibi_bias(1, qpos, kpos) (the bias is linear in the slope).
 // The bias depends on the offset r = kpos - qpos alone. In float32 a row of consecutive keys
 // (every row of a prefill of kMinTableQueries queries or more) adds a slice of a per-call table
-// where that is small enough (Hq (hi - lo + 1) <= 2^22 entries): per head the bias of every
-// visible offset r in [lo, hi] (visible_offset_range), alibi_bias rounded once to float, the
-// bits of the formula. Other rows, and float64, take the formula (vectorised in float32, the
-// same bits).
+// (offset_table: alibi_bias rounded once to float per head and visible offset, the bits of the
+// formula). Other rows, and float64, take the formula (vectorised in float32, the same bits).
 template <typename Real>
 class alibi_bias_term final : public score_bias<Real> {
  public:
   alibi_bias_term(std::span<const double> slopes, bool causal, const attention_plan& pl,
                   double* dslopes)
       : slopes_(slopes), causal_(causal), dslopes_(dslopes) {
-    if constexpr (std::is_same_v<Real, float>) {
-      const int64_t Hq = static_cast<int64_t>(slopes.size());
-      // Each entry serves at most one row per query: a decode step (few queries) would build
-      // as many entries as it adds, so it keeps the formula.
-      if (static_cast<int64_t>(pl.qpos.size()) < kMinTableQueries) return;
-      if (!visible_offset_range(pl, int64_t{1} << 62, &lo_, &hi_)) return;  // nothing visible
-      // (unsigned: the offsets span up to 2^63)
-      if (static_cast<uint64_t>(hi_) - static_cast<uint64_t>(lo_) >= uint64_t{1} << 22 ||
-          (hi_ - lo_ + 1) * Hq > (int64_t{1} << 22))
-        return;
-      span_ = hi_ - lo_ + 1;
-      lut_.resize(static_cast<size_t>(Hq * span_));
-      for (int64_t h = 0; h < Hq; ++h)
-        for (int64_t r = lo_; r <= hi_; ++r)
-          lut_[h * span_ + (r - lo_)] = static_cast<float>(alibi_bias(slopes[h], 0, r, causal));
-    }
+    // Each entry serves at most one row per query: a decode step (few queries) would build as
+    // many entries as it adds, so it keeps the formula.
+    if (std::is_same_v<Real, float> && static_cast<int64_t>(pl.qpos.size()) >= kMinTableQueries)
+      table_.build(pl, static_cast<int64_t>(slopes.size()),
+                   [&](int64_t h, int64_t r) { return alibi_bias(slopes[h], 0, r, causal); });
   }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     return alibi_bias(slopes_[h], qp, kp, causal_);
@@ -52,9 +39,8 @@ class alibi_bias_term final : public score_bias<Real> {
   void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
                Real* row) const override {
     if constexpr (std::is_same_v<Real, float>) {
-      if (contiguous && !lut_.empty() && n > 0 && kpos[0] - qp >= lo_ &&
-          kpos[0] - qp + n - 1 <= hi_) {
-        add_slice(row, lut_.data() + h * span_ + (kpos[0] - qp - lo_), n);
+      if (const float* slice = contiguous && n > 0 ? table_.slice(h, kpos[0] - qp, n) : nullptr) {
+        add_slice(row, slice, n);
         return;
       }
       alibi_bias_row(slopes_[h], qp, kpos, n, causal_, row, true);  // vectorised, same bits
@@ -80,8 +66,7 @@ class alibi_bias_term final : public score_bias<Real> {
   std::span<const double> slopes_;
   bool causal_;
   double* dslopes_;
-  int64_t lo_ = 0, hi_ = 0, span_ = 0;
-  std::vector<float> lut_;  // (Hq, span): the bias at offsets lo..hi; empty = the formula
+  offset_table<float> table_;  // float32 prefill calls; empty = the formula
 };
 
 template <typename S>

@@ -14,10 +14,9 @@ namespace {
 
 // Hook 2b. Per head, r1, r2 and their derivatives with respect to a1, a2 are computed once per
 // call in double. The bias depends on the offset r = kpos - qpos alone, so the fast row is a
-// table: per call, where small enough (Hq (hi - lo + 1) <= 2^22 entries), the bias of every
-// visible offset r in [lo, hi] (visible_offset_range) per head, value() rounded once to Real;
-// a row of consecutive keys adds a slice of it, with the bits of value(). Offsets outside the
-// range (a pad key inside a row, masked anyway) take value() itself.
+// per-call table (offset_table, hooks.hpp: value() rounded once to Real per head and visible
+// offset, where small enough); a row of consecutive keys adds a slice of it, with the bits of
+// value(). Offsets outside the range (a pad key inside a row, masked anyway) take value() itself.
 template <typename Real>
 class kerple_bias_term final : public score_bias<Real> {
  public:
@@ -38,16 +37,7 @@ class kerple_bias_term final : public score_bias<Real> {
         dr2_[h] = sigmoid(a2);
       }
     }
-    if (!visible_offset_range(pl, int64_t{1} << 62, &lo_, &hi_)) return;  // nothing visible
-    // (unsigned: the offsets span up to 2^63)
-    if (static_cast<uint64_t>(hi_) - static_cast<uint64_t>(lo_) >= uint64_t{1} << 22 ||
-        (hi_ - lo_ + 1) * Hq > (int64_t{1} << 22))
-      return;
-    span_ = hi_ - lo_ + 1;
-    lut_.resize(static_cast<size_t>(Hq * span_));
-    for (int64_t h = 0; h < Hq; ++h)
-      for (int64_t r = lo_; r <= hi_; ++r)
-        lut_[h * span_ + (r - lo_)] = static_cast<Real>(value(h, 0, r));
+    table_.build(pl, Hq, [&](int64_t h, int64_t r) { return value(h, 0, r); });
   }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     const double d = double(std::llabs(qp - kp));
@@ -56,18 +46,14 @@ class kerple_bias_term final : public score_bias<Real> {
   }
   void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
                Real* row) const override {
-    if (lut_.empty()) {
-      for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(value(h, qp, kpos[j]));
+    if (const Real* slice = contiguous && n > 0 ? table_.slice(h, kpos[0] - qp, n) : nullptr) {
+      add_slice(row, slice, n);
       return;
     }
-    const Real* lut = lut_.data() + h * span_;
-    if (contiguous && n > 0 && kpos[0] - qp >= lo_ && kpos[0] - qp + n - 1 <= hi_) {
-      add_slice(row, lut + (kpos[0] - qp - lo_), n);
-      return;
-    }
+    const Real* lut = table_.lut.data() + h * table_.span;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t r = kpos[j] - qp;
-      row[j] += r >= lo_ && r <= hi_ ? lut[r - lo_] : static_cast<Real>(value(h, qp, kpos[j]));
+      row[j] += table_.holds(r) ? lut[r - table_.lo] : static_cast<Real>(value(h, qp, kpos[j]));
     }
   }
   int64_t grad_size() const override { return dparams_ ? 2 * Hq_ : 0; }
@@ -97,8 +83,7 @@ class kerple_bias_term final : public score_bias<Real> {
   int64_t Hq_;
   Real* dparams_;
   std::vector<double> r1_, r2_, dr1_, dr2_;  // (Hq,) each
-  int64_t lo_ = 0, hi_ = 0, span_ = 0;
-  std::vector<Real> lut_;  // (Hq, span): the bias at offsets lo..hi; empty = per pair
+  offset_table<Real> table_;                 // empty = per pair
 };
 
 template <typename S>

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "attention_plan.hpp"
 #include "engine_terms.hpp"
@@ -108,6 +110,35 @@ POSENC_DECLARE_KEY_TRANSFORM(mrope)
 // names the scheme in the errors (an odd head dim, a theta that is not finite and > 1, a
 // config whose head_dim is not D).
 rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who);
+
+// Hook 2b's per-call table of a bias that depends on the offset r = kpos - qpos alone (ALiBi,
+// Kerple): per head h, value(h, r) rounded once to Real at every visible offset r in [lo, hi]
+// (visible_offset_range), where that is at most 2^22 entries. A row of consecutive keys adds a
+// slice of it (slice, add_slice), with the bits of value(). Empty when nothing is visible or the
+// range is too long: the caller then takes value() itself.
+template <typename Real>
+struct offset_table {
+  int64_t lo = 0, hi = 0, span = 0;
+  std::vector<Real> lut;  // (Hq, span): lut[h * span + (r - lo)]
+
+  template <typename F>
+  void build(const attention_plan& pl, int64_t Hq, F value) {
+    if (!visible_offset_range(pl, int64_t{1} << 62, &lo, &hi)) return;  // nothing visible
+    // (unsigned: the offsets span up to 2^63)
+    if (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) >= uint64_t{1} << 22 ||
+        (hi - lo + 1) * Hq > (int64_t{1} << 22))
+      return;
+    span = hi - lo + 1;
+    lut.resize(static_cast<size_t>(Hq * span));
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t r = lo; r <= hi; ++r) lut[h * span + (r - lo)] = static_cast<Real>(value(h, r));
+  }
+  bool holds(int64_t r) const { return !lut.empty() && r >= lo && r <= hi; }
+  // Head h's entries for the n consecutive offsets from r0, or nullptr when any is outside.
+  const Real* slice(int64_t h, int64_t r0, int64_t n) const {
+    return n > 0 && holds(r0) && holds(r0 + n - 1) ? lut.data() + h * span + (r0 - lo) : nullptr;
+  }
+};
 
 // log(1 + e^a) without overflow, and its derivative sigmoid(a), also without overflow (the
 // parameter maps of Kerple and FIRE).
