@@ -112,26 +112,36 @@ POSENC_DECLARE_KEY_TRANSFORM(mrope)
 rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who);
 
 // Hook 2b's per-call table of a bias that depends on the offset r = kpos - qpos alone (ALiBi,
-// Kerple): per head h, value(h, r) rounded once to Real at every visible offset r in [lo, hi]
-// (visible_offset_range), where that is at most 2^22 entries. A row of consecutive keys adds a
-// slice of it (slice, add_slice), with the bits of value(). Empty when nothing is visible or the
-// range is too long: the caller then takes value() itself.
+// Kerple, the offset-only biases reached by name): per head h, value(h, r) rounded once to Real at
+// every visible offset r in [lo, hi] (visible_offset_range), where that is at most 2^22 entries. A
+// row of consecutive keys adds a slice of it (slice, add_slice), with the bits of value(). Empty
+// when nothing is visible or the range is too long: the caller then takes value() itself.
 template <typename Real>
 struct offset_table {
   int64_t lo = 0, hi = 0, span = 0;
   std::vector<Real> lut;  // (Hq, span): lut[h * span + (r - lo)]
 
-  template <typename F>
-  void build(const attention_plan& pl, int64_t Hq, F value) {
-    if (!visible_offset_range(pl, int64_t{1} << 62, &lo, &hi)) return;  // nothing visible
+  // Sizes the table for the call's visible offsets: false (and empty) when nothing is visible or
+  // the range is too long.
+  bool size_for(const attention_plan& pl, int64_t Hq) {
+    if (!visible_offset_range(pl, int64_t{1} << 62, &lo, &hi)) return false;  // nothing visible
     // (unsigned: the offsets span up to 2^63)
     if (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) >= uint64_t{1} << 22 ||
         (hi - lo + 1) * Hq > (int64_t{1} << 22))
-      return;
+      return false;
     span = hi - lo + 1;
     lut.resize(static_cast<size_t>(Hq * span));
+    return true;
+  }
+  // Entry (h, r) = value(h, r) rounded once to Real, after size_for.
+  template <typename F>
+  void fill(int64_t Hq, F value) {
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t r = lo; r <= hi; ++r) lut[h * span + (r - lo)] = static_cast<Real>(value(h, r));
+  }
+  template <typename F>
+  void build(const attention_plan& pl, int64_t Hq, F value) {
+    if (size_for(pl, Hq)) fill(Hq, value);
   }
   bool holds(int64_t r) const { return !lut.empty() && r >= lo && r <= hi; }
   // Head h's entries for the n consecutive offsets from r0, or nullptr when any is outside.

@@ -120,48 +120,38 @@ namespace detail {
 namespace {
 
 // Hook 2b for any scheme reached by name. value() is the scheme's own. A bias of the offset
-// alone (bias_offset_only) has a fast row like Kerple's: per call, where small enough
-// (Hq (hi - lo + 1) <= 2^22 entries), a table of every visible offset per head, value() rounded
-// once to Real; offsets outside it (a pad key inside a row) take value() itself.
+// alone (bias_offset_only) has a fast row like Kerple's: a per-call table (offset_table,
+// hooks.hpp; the scheme's own offset_table where it has one, else value(), rounded once to Real)
+// whose slice a row of consecutive keys adds; offsets outside it (a pad key inside a row) take
+// value() itself.
 template <typename Real>
 class named_bias_term final : public score_bias<Real> {
  public:
   named_bias_term(const scheme_decl& d, std::vector<double> args, int64_t Hq,
                   const attention_plan& pl)
       : b_(*d.named), args_(std::move(args)), Hq_(Hq) {
-    if (!(d.bias_props & bias_offset_only)) return;
-    if (!visible_offset_range(pl, int64_t{1} << 62, &lo_, &hi_)) return;  // nothing visible
-    if (static_cast<uint64_t>(hi_) - static_cast<uint64_t>(lo_) >= uint64_t{1} << 22 ||
-        (hi_ - lo_ + 1) * Hq > (int64_t{1} << 22))
-      return;
-    span_ = hi_ - lo_ + 1;
-    std::vector<double> table(static_cast<size_t>(Hq * span_));
-    if (b_.offset_table) {
-      b_.offset_table(args_, Hq, lo_, hi_, table.data());
+    if (!(d.bias_props & bias_offset_only) || !table_.size_for(pl, Hq)) return;
+    if (b_.offset_table) {  // the scheme's own table of the range, in double
+      std::vector<double> t(table_.lut.size());
+      b_.offset_table(args_, Hq, table_.lo, table_.hi, t.data());
+      table_.fill(Hq, [&](int64_t h, int64_t r) { return t[h * table_.span + (r - table_.lo)]; });
     } else {
-      for (int64_t h = 0; h < Hq; ++h)
-        for (int64_t r = lo_; r <= hi_; ++r) table[h * span_ + (r - lo_)] = value(h, 0, r);
+      table_.fill(Hq, [&](int64_t h, int64_t r) { return value(h, 0, r); });
     }
-    lut_.assign(table.begin(), table.end());
   }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     return b_.value(args_, h, Hq_, qp, kp);
   }
   void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
                Real* row) const override {
-    if (lut_.empty()) {
-      for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(value(h, qp, kpos[j]));
+    if (const Real* slice = contiguous && n > 0 ? table_.slice(h, kpos[0] - qp, n) : nullptr) {
+      add_slice(row, slice, n);
       return;
     }
-    const Real* lut = lut_.data() + h * span_;
-    if (contiguous && n > 0 && kpos[0] - qp >= lo_ && kpos[0] - qp + n - 1 <= hi_) {
-      const Real* slice = lut + (kpos[0] - qp - lo_);
-      for (int64_t j = 0; j < n; ++j) row[j] += slice[j];
-      return;
-    }
+    const Real* lut = table_.lut.data() + h * table_.span;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t r = kpos[j] - qp;
-      row[j] += r >= lo_ && r <= hi_ ? lut[r - lo_] : static_cast<Real>(value(h, qp, kpos[j]));
+      row[j] += table_.holds(r) ? lut[r - table_.lo] : static_cast<Real>(value(h, qp, kpos[j]));
     }
   }
 
@@ -169,8 +159,7 @@ class named_bias_term final : public score_bias<Real> {
   const named_bias& b_;
   std::vector<double> args_;
   int64_t Hq_;
-  int64_t lo_ = 0, hi_ = 0, span_ = 0;
-  std::vector<Real> lut_;  // (Hq, span): the bias at offsets lo..hi; empty = per pair
+  offset_table<Real> table_;  // offset-only biases; empty = per pair
 };
 
 // The model's hook (the lab): no tensors; every layer's attention gets the scheme by name with
