@@ -12,26 +12,25 @@ namespace posenc {
 
 namespace {
 
-// w_i = 10000^(-2i / d'), i = 1 .. d'/2, each through pow once.
-std::vector<double> sandwich_freqs(int64_t dim) {
-  std::vector<double> w(static_cast<size_t>(dim / 2));
-  for (int64_t i = 1; i <= dim / 2; ++i)
-    w[static_cast<size_t>(i - 1)] = std::pow(10000.0, -2.0 * double(i) / double(dim));
-  return w;
+// w_i = 10000^(-2i / d'), i = 1 .. d'/2.
+double sandwich_freq(int64_t i, int64_t dim) {
+  return std::pow(10000.0, -2.0 * double(i) / double(dim));
 }
 
-// sum_i cos(r w_i), i in order.
-double sandwich_inner_sum(const std::vector<double>& w, int64_t offset) {
+// sum_i cos(r w_i), i = 1 .. d'/2 in order, w(i) giving w_i: the same sum whether the frequencies
+// come through pow each time (per pair) or from a table made once (sandwich_bias_table).
+template <typename W>
+double sandwich_cos_sum(int64_t offset, int64_t dim, W w) {
   const double r = static_cast<double>(offset);
   double sum = 0;
-  for (const double wi : w) sum += std::cos(r * wi);
+  for (int64_t i = 1; i <= dim / 2; ++i) sum += std::cos(r * w(i));
   return sum;
 }
 
 }  // namespace
 
 double sandwich_inner(int64_t offset, int64_t dim) {
-  return sandwich_inner_sum(sandwich_freqs(dim), offset);
+  return sandwich_cos_sum(offset, dim, [dim](int64_t i) { return sandwich_freq(i, dim); });
 }
 
 double sandwich_ratio(int64_t h, int64_t H) {
@@ -47,12 +46,16 @@ double sandwich_bias(int64_t h, int64_t H, int64_t qpos, int64_t kpos, int64_t d
 std::vector<double> sandwich_bias_table(int64_t H, int64_t lo, int64_t hi, int64_t dim) {
   const int64_t n = hi - lo + 1;
   std::vector<double> out(static_cast<size_t>(H * n));
-  const std::vector<double> w = sandwich_freqs(dim);
+  std::vector<double> w(static_cast<size_t>(dim / 2));
+  for (int64_t i = 1; i <= dim / 2; ++i) w[static_cast<size_t>(i - 1)] = sandwich_freq(i, dim);
   parallel_for(
       n,
       [&](int64_t b, int64_t e) {
         for (int64_t x = b; x < e; ++x) {
-          const double c = sandwich_inner_sum(w, lo + x) - double(dim / 2);
+          const double c =
+              sandwich_cos_sum(lo + x, dim,
+                               [&](int64_t i) { return w[static_cast<size_t>(i - 1)]; }) -
+              double(dim / 2);
           for (int64_t h = 0; h < H; ++h) out[h * n + x] = c / sandwich_ratio(h, H);
         }
       },

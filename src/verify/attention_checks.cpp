@@ -851,7 +851,7 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
 
 // The float32 kernels' softmax exponential (SoftmaxExp, src/attention/attention_simd.cpp, through
 // detail::exp_row_f32 with m = 0) on the target dispatched now, against std::exp in double: every
-// 101st float in (-87, 0] (11 million arguments) plus the ends, -inf and NaN. Bound, in ulps of
+// 1009th float in (-87, 0] (1.1 million arguments) plus the ends, -inf and NaN. Bound, in ulps of
 // e^t (the error analysis beside SoftmaxExp): with FMA (AVX2, AVX-512) the reduction's rounding
 // (0.5 ulp of |r| <= 0.35 and L2's representation: <= 1.6e-8 relative, 0.27 ulp), the Taylor
 // truncation (0.09), the Horner steps before the last (<= 0.77 ulp of q scaled by |r|: 0.27) and
