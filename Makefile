@@ -1,7 +1,13 @@
-# The two set-up commands of README.md.
-#   make run   installs dependencies, builds Release and writes the report to report/
-#   make test  installs dependencies, builds and runs every test (release, then asan)
-.PHONY: run test deps build build-asan bench format clean
+# The set-up commands of README.md.
+#   make run            installs dependencies, builds Release and writes the report to report/
+#   make test           installs dependencies, builds Release, runs ctest and pytest (the check a
+#                       change must pass; under 8 minutes on 2 cores)
+#   make test-sanitize  the ASan + UBSan build and every test that runs under it (its own target,
+#                       as its own CI step: about three times the Release build's time)
+#   make lint           clang-tidy with the checked-in .clang-tidy over every project source, and
+#                       the clang-format check (scripts/lint)
+# .ci/run runs test, test-sanitize and lint, one line each: "ci: make <target> took N s".
+.PHONY: run test test-sanitize lint deps build build-asan bench format clean
 
 JOBS ?= 2
 BIN := build/release/posenc
@@ -35,8 +41,12 @@ PYTHON := /usr/bin/python3
 test: build
 	ctest --preset release
 	PYTHONPATH=build/release/python POSENC_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q tests/python
-	$(MAKE) build-asan
+
+test-sanitize: build-asan
 	ctest --preset asan
+
+lint: deps
+	scripts/lint
 
 bench: build
 	scripts/install-bench-deps

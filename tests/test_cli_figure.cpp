@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -43,6 +44,33 @@ std::vector<std::string> values_after(const std::string& s, const std::string& k
   return out;
 }
 
+// Without the npm bundles (POSENC_HAVE_VEGA=0, CMakeLists.txt) `posenc figure` and `posenc
+// report` stop with a message before writing anything: the tests that need the page skip.
+#define SKIP_WITHOUT_VEGA()                                                           \
+  if (!POSENC_HAVE_VEGA)                                                              \
+  GTEST_SKIP() << "built without the figures' scripts (vega, vega-lite, vega-embed: " \
+                  "scripts/install-deps)"
+
+bool have_chromium() {
+  if (const char* e = std::getenv("POSENC_CHROMIUM"); e && *e) return true;
+  return fs::exists("/usr/bin/chromium") || fs::exists("/usr/bin/chromium-browser");
+}
+
+// The value of attribute `name` in the first tag of `xml` (its root), "" when absent.
+std::string root_attribute(const std::string& xml, const std::string& name) {
+  const size_t end = xml.find('>');
+  const size_t a = xml.find(" " + name + "=\"");
+  if (a == std::string::npos || a > end) return "";
+  const size_t b = a + name.size() + 3;
+  return xml.substr(b, xml.find('"', b) - b);
+}
+
+uint32_t big_endian_u32(const std::string& s, size_t at) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+  return v;
+}
+
 bool dir_is_empty_or_missing(const std::string& d) {
   return !fs::exists(d) || fs::is_empty(d);
 }
@@ -57,6 +85,7 @@ json layer(const json& s, const std::string& type) {
 }  // namespace
 
 TEST(CliFigure, WritesTheSpecsAndThePageThatDrawsThem) {
+  SKIP_WITHOUT_VEGA();
   temp_dir t;
   const std::string out = t.file("fig");
   auto r = run_cli({"figure", "--width", "20", "--width", "50", "--out", out, "--format", "json"});
@@ -132,6 +161,7 @@ TEST(CliFigure, WritesTheSpecsAndThePageThatDrawsThem) {
 }
 
 TEST(CliFigure, TextAndCsvListTheFiles) {
+  SKIP_WITHOUT_VEGA();
   temp_dir t;
   auto r = run_cli({"figure", "--width", "8", "--positions", "16", "--out", t.path});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -167,6 +197,7 @@ TEST(CliFigure, BadArgumentsExit2AndWriteNothing) {
       {{"--width", "20", "--base", "inf"}, "--base"},
       {{"--width", "20", "--layout", "diagonal"}, "--layout"},
       {{"--width", "20", "--format", "xml"}, "--format"},
+      {{"--width", "20", "--format", "pdf"}, "--format"},
       {{"--width", "20", "--bogus"}, "--bogus"},
       {{"--positions", "10"}, "--width"},
   };
@@ -206,6 +237,7 @@ TEST(CliFigure, OutputPathThatIsAFileIsAnError) {
 }
 
 TEST(CliReport, SinusoidalSectionsHaveNumbersAndFigures) {
+  SKIP_WITHOUT_VEGA();
   temp_dir t;
   const auto r = run_cli({"report", "--out", t.path, "--quick"});
   // Exit 1 means "written, but some property check (of any family) failed"; this test is about
@@ -259,4 +291,73 @@ TEST(CliReport, SinusoidalSectionsHaveNumbersAndFigures) {
     EXPECT_TRUE(html_charts.count(f)) << "report does not show " << f;
   EXPECT_TRUE(fs::exists(t.file("vega/vega-embed.min.js")));
   EXPECT_NE(html.find("<figcaption>"), std::string::npos);
+}
+
+// --format svg and png: one image per figure, drawn by the page in headless Chromium. Each SVG
+// is well-formed XML (Python's parser, run on every file), has the chart's size and holds the
+// marks of its data (paths); each PNG has the PNG signature and an IHDR twice the SVG's size
+// (the scale for print). Both lists name the images after the specifications.
+TEST(CliFigure, SvgAndPngOfEveryFigure) {
+  SKIP_WITHOUT_VEGA();
+  if (!have_chromium()) GTEST_SKIP() << "Chromium not found (/usr/bin/chromium)";
+  temp_dir t;
+  const std::string out = t.file("fig");
+  auto r = run_cli({"figure", "--width", "8", "--width", "12", "--positions", "16", "--out", out,
+                    "--format", "svg"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> names = {"sinusoidal_table_d8", "sinusoidal_curves_d8",
+                                          "sinusoidal_table_d12", "sinusoidal_curves_d12",
+                                          "sinusoidal_frequencies"};
+  std::string listed;
+  for (const auto& n : names) listed += out + "/" + n + ".vl.json\n";
+  listed += out + "/index.html\n";
+  for (const auto& n : names) listed += out + "/" + n + ".svg\n";
+  EXPECT_EQ(r.out, listed);
+  std::string files;
+  std::vector<std::pair<int, int>> sizes;
+  for (const auto& n : names) {
+    const std::string svg = read_text(out + "/" + n + ".svg");
+    ASSERT_EQ(svg.rfind("<svg", 0), 0u) << n;
+    EXPECT_NE(svg.find("</svg>"), std::string::npos) << n;
+    EXPECT_GT(count(svg, "<path"), 0u) << n;
+    const std::string w = root_attribute(svg, "width"), h = root_attribute(svg, "height");
+    ASSERT_FALSE(w.empty() || h.empty()) << n << ": " << svg.substr(0, 200);
+    sizes.emplace_back(std::stoi(w), std::stoi(h));
+    EXPECT_GT(sizes.back().first, 100) << n;
+    files += " '" + out + "/" + n + ".svg'";
+  }
+  const auto xml = posenc::test::run_shell(
+      "/usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E; "
+      "[print(E.parse(f).getroot().tag) for f in sys.argv[1:]]'" +
+      files);
+  ASSERT_EQ(xml.exit_code, 0) << xml.err;
+  EXPECT_EQ(count(xml.out, "{http://www.w3.org/2000/svg}svg\n"), names.size()) << xml.out;
+  // The sinusoidal table d = 8, 16 positions: 128 cells, each a path in the heatmap's marks.
+  EXPECT_GE(count(read_text(out + "/sinusoidal_table_d8.svg"), "<path"), 128u);
+
+  r = run_cli({"figure", "--width", "8", "--width", "12", "--positions", "16", "--out", out,
+               "--format", "png"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (size_t k = 0; k < names.size(); ++k) {
+    const std::string png = read_text(out + "/" + names[k] + ".png");
+    ASSERT_GE(png.size(), 33u) << names[k];
+    EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << names[k];
+    EXPECT_EQ(png.substr(12, 4), "IHDR") << names[k];
+    EXPECT_EQ(big_endian_u32(png, 16), 2u * static_cast<uint32_t>(sizes[k].first)) << names[k];
+    EXPECT_EQ(big_endian_u32(png, 20), 2u * static_cast<uint32_t>(sizes[k].second)) << names[k];
+  }
+}
+
+// Without Chromium, --format svg stops before writing anything and says how to install it.
+TEST(CliFigure, SvgWithoutChromiumExit2AndWritesNothing) {
+  SKIP_WITHOUT_VEGA();
+  temp_dir t;
+  const std::string out = t.file("fig");
+  // Each test runs in its own process (gtest_discover_tests): the variable ends with it.
+  ::setenv("POSENC_CHROMIUM", t.file("no-such-chromium").c_str(), 1);
+  const auto r = run_cli({"figure", "--width", "8", "--out", out, "--format", "svg"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("Chromium"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("scripts/install-deps"), std::string::npos) << r.err;
+  EXPECT_TRUE(dir_is_empty_or_missing(out));
 }

@@ -422,6 +422,12 @@ class ReportBrowser : public ::testing::Test {
   static fs::path report_;            // out_root()/input: the generated report, read only
 
   static void SetUpTestSuite() {
+    if (!POSENC_HAVE_VEGA) {
+      skip_reason_ =
+          "built without the figures' scripts (vega, vega-lite, vega-embed: "
+          "scripts/install-deps)";
+      return;
+    }
     fs::create_directories(out_root());
     report_ = out_root() / "input";
     const fs::path stamp = out_root() / "input.stamp";

@@ -110,7 +110,13 @@ POSENC_BF16_TARGET float bf16_dot_chains(int64_t iters) {
     for (auto& x : c) x = _mm512_dpbf16_ps(x, a, a);
   __m512 sum = c[0];
   for (int j = 1; j < kBf16DotChains; ++j) sum = _mm512_add_ps(sum, c[j]);
-  return _mm512_reduce_add_ps(sum);
+  // The sixteen lanes summed through memory: GCC 12's _mm512_reduce_add_ps passes
+  // _mm256_undefined_pd() to an extract and warns (-Wuninitialized) inside its own header.
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  float total = 0.0f;
+  for (float v : lanes) total += v;
+  return total;
 }
 
 #else  // not x86-64: never called (bf16_dot_cpu() is false)

@@ -50,11 +50,16 @@ cli_result run_cli(const std::vector<std::string>& args) {
                  POSENC_BIN);
     std::abort();
   }
-  temp_dir d;
   std::string cmd = quote(POSENC_BIN);
   for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " >" + quote(d.file("out")) + " 2>" + quote(d.file("err")) + " </dev/null";
-  int status = std::system(cmd.c_str());
+  return run_shell(cmd);
+}
+
+cli_result run_shell(const std::string& cmd) {
+  temp_dir d;
+  const std::string full =
+      "{ " + cmd + "; } >" + quote(d.file("out")) + " 2>" + quote(d.file("err")) + " </dev/null";
+  int status = std::system(full.c_str());
   cli_result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = read_text(d.file("out"));

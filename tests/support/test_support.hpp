@@ -18,6 +18,9 @@ std::string posenc_bin();
 // Runs POSENC_BIN with the given arguments (each shell-quoted), capturing stdout and stderr.
 cli_result run_cli(const std::vector<std::string>& args);
 
+// Runs `cmd` with /bin/sh (the caller quotes), capturing stdout and stderr.
+cli_result run_shell(const std::string& cmd);
+
 // A fresh directory under the system temp dir, removed at destruction.
 struct temp_dir {
   temp_dir();

@@ -2,9 +2,13 @@
 //
 //   posenc figure --width 20 --width 50 --out figures/
 //   posenc figure --width 64 --positions 128 --base 500 --out figures/ --format json
+//   posenc figure --width 20 --width 50 --out figures/ --format svg
 //
 // Writes each figure's Vega-Lite specification (NAME.vl.json, data inline) and index.html, a
 // page that draws them all offline (with the bundled scripts in vega/, as the report does).
+// --format svg or png also writes NAME.svg or NAME.png of every figure, drawn by the page in
+// headless Chromium (static_figures.hpp): what the page shows, for a paper. --format text, csv
+// or json (and svg, png: as text) only choose how the list of written files is printed.
 //
 // For each width d: a heatmap of the table PE(i, j) (positions x channels, colour bar) and the
 // first channels' curves over position; plus one plot of the frequency omega_r against the
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -32,6 +37,7 @@
 #include "posenc/encodings/sinusoidal.hpp"
 #include "report.hpp"
 #include "report_doc.hpp"
+#include "static_figures.hpp"
 #include "vegalite.hpp"
 
 namespace posenc::cli {
@@ -162,7 +168,7 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
 namespace {
 
 struct figure_opts {
-  out_format format = out_format::text;
+  std::string format = "text";  // text, csv, json (how files are listed), svg or png (images)
   std::vector<int64_t> widths;
   int64_t positions = 64;
   double base = 10000.0;
@@ -173,6 +179,12 @@ struct figure_opts {
 
 void run_figure(const figure_opts& o) {
   if (o.out.empty()) fail("--out must name a directory, got an empty value");
+  const bool svg = o.format == "svg", png = o.format == "png";
+  const out_format listing = o.format == "json"  ? out_format::json
+                             : o.format == "csv" ? out_format::csv
+                                                 : out_format::text;
+  vl::require_scripts("posenc figure");
+  if (svg || png) require_chromium("posenc figure --format " + o.format);
   const auto figs =
       sinusoidal_figures(o.widths, o.positions, o.base, parse_sin_layout(o.layout, "--layout"),
                          parse_sin_denominator(o.denominator, "--denominator"));
@@ -202,16 +214,20 @@ void run_figure(const figure_opts& o) {
     const std::string html = (std::filesystem::path(o.out) / "index.html").string();
     written.push_back(html);
     write_file_atomic(html, doc::html_page("posenc figure", doc::to_html(page)));
+    if (svg || png)
+      for (auto& img :
+           render_figures(o.out, "index.html", svg ? image_format::svg : image_format::png))
+        written.push_back(std::move(img));
   } catch (...) {
     for (const auto& w : written) std::filesystem::remove(w, ec);
     if (!had_scripts) std::filesystem::remove_all(std::filesystem::path(o.out) / "vega", ec);
     throw;
   }
-  if (o.format == out_format::json) {
+  if (listing == out_format::json) {
     nlohmann::ordered_json j;
     j["files"] = written;
     std::printf("%s\n", j.dump(2).c_str());
-  } else if (o.format == out_format::csv) {
+  } else if (listing == out_format::csv) {
     std::printf("file\n");
     for (const auto& w : written) std::printf("%s\n", w.c_str());
   } else {
@@ -225,7 +241,8 @@ const bool registered_cmd_figure = register_command(40, [](CLI::App& app) {
   auto* sub = app.add_subcommand(
       "figure",
       "Write Vega-Lite figures of the sinusoidal table for one or more widths to --out DIR "
-      "(NAME.vl.json specifications and index.html, which draws them offline)");
+      "(NAME.vl.json specifications and index.html, which draws them offline; with --format "
+      "svg or png also NAME.svg or NAME.png, drawn by headless Chromium)");
   sub->add_option("--width", o->widths, "Embedding width d (repeat to compare, e.g. 20 and 50)")
       ->required();
   sub->add_option("--positions", o->positions, "Number of positions 0..N-1 (default 64)");
@@ -233,7 +250,13 @@ const bool registered_cmd_figure = register_command(40, [](CLI::App& app) {
   sub->add_option("--layout", o->layout, "interleaved (default) or halves");
   sub->add_option("--denominator", o->denominator, "width (default) or half-minus-one");
   sub->add_option("--out", o->out, "Output directory (created if missing)")->required();
-  add_format_option(sub, o->format);
+  static const std::map<std::string, std::string> formats = {
+      {"text", "text"}, {"csv", "csv"}, {"json", "json"}, {"svg", "svg"}, {"png", "png"}};
+  sub->add_option("--format", o->format,
+                  "text, csv or json: how the written files are listed (default text); svg or "
+                  "png: also a static image of every figure (files listed as text)")
+      ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case))
+      ->default_str("text");
   sub->callback([o] { run_figure(*o); });
 });
 

@@ -1,13 +1,16 @@
 // posenc report --out DIR: index.html and index.md with every registered section (worked
-// examples, figures, check results). The main job that `make run` runs.
+// examples, figures, check results). The main job that `make run` runs. --format svg or png
+// also writes a static image of every figure beside its specification (static_figures.hpp).
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "report.hpp"
+#include "static_figures.hpp"
 #include "vegalite.hpp"
 
 namespace posenc::cli {
@@ -38,10 +41,13 @@ report_section checks_section(const report_context& ctx) {
 struct report_opts {
   std::string out;
   bool quick = false;
+  std::string format = "html";  // html, or svg / png: also a static image of every figure
 };
 
 void run_report(const report_opts& o) {
   if (o.out.empty()) fail("--out must name a directory, got an empty value");
+  vl::require_scripts("posenc report");
+  if (o.format != "html") require_chromium("posenc report --format " + o.format);
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec || !std::filesystem::is_directory(o.out))
@@ -85,10 +91,16 @@ void run_report(const report_opts& o) {
   const std::string html = doc::html_page("posenc report", body);
   write_file_atomic(o.out + "/index.md", md);
   write_file_atomic(o.out + "/index.html", html);
+  size_t images = 0;
+  if (o.format != "html")
+    images = render_figures(o.out, "index.html",
+                            o.format == "svg" ? image_format::svg : image_format::png)
+                 .size();
   int failed = 0;
   for (const auto& c : ctx.checks) failed += !c.passed;
   std::printf("wrote %s/index.html and %s/index.md (%zu sections, %zu checks, %d failed)\n",
               o.out.c_str(), o.out.c_str(), sections.size(), ctx.checks.size(), failed);
+  if (images) std::printf("wrote %zu %s figures to %s\n", images, o.format.c_str(), o.out.c_str());
   if (failed) throw exit_with{1};
 }
 
@@ -97,6 +109,14 @@ const bool registered_cmd_report = register_command(95, [](CLI::App& app) {
   auto* sub = app.add_subcommand("report", "Write the HTML and Markdown report to --out DIR");
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_flag("--quick", o->quick, "Smaller workloads (used by the tests)");
+  static const std::map<std::string, std::string> formats = {
+      {"html", "html"}, {"svg", "svg"}, {"png", "png"}};
+  sub->add_option("--format", o->format,
+                  "html (default): the pages and each figure's Vega-Lite specification; svg or "
+                  "png: also a static image of every figure (NAME.svg / NAME.png, drawn by "
+                  "headless Chromium)")
+      ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case))
+      ->default_str("html");
   sub->callback([o] { run_report(*o); });
 });
 

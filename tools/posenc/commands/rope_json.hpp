@@ -95,8 +95,11 @@ rope_config rope_config_from_flags(const O& o, Given given) {
     c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
   } else {
     if (!given(o, "--head-dim")) fail("--head-dim (or --hf-config or --gguf) is required");
-    if (o.head_dim < 2 || o.head_dim > (int64_t{1} << 20))
-      fail("--head-dim must be in [2, 2^20], got {}", o.head_dim);
+    // Read into a local: `o.head_dim < 2` in a template makes GCC 12 ask whether head_dim
+    // names a member template (-Wmissing-template-keyword).
+    const int64_t head_dim = o.head_dim;
+    if (head_dim < 2 || head_dim > (int64_t{1} << 20))
+      fail("--head-dim must be in [2, 2^20], got {}", head_dim);
     c = rope_config_from_json(rope_flags_json(o, o.head_dim, given), &warnings);
   }
   for (const auto& w : warnings) std::fprintf(stderr, "posenc: warning: %s\n", w.c_str());

@@ -350,18 +350,22 @@ std::string to_markdown(const document& d) {
 std::string html_page(const std::string& title, const std::string& body_html) {
   // Draws every chart: each spec in its own promise, so that one that fails (bad JSON, a spec
   // Vega-Lite rejects, a missing library) shows its error in place and the others still draw.
-  // window.posencFigures settles when all have finished.
+  // window.posencFigures settles when all have finished; window.posencViews maps each drawn
+  // chart's spec file to its Vega view (static_figures.hpp asks the views for their images).
   static const char* const draw = R"JS(<script>
 (function () {
   'use strict';
   var options = {renderer: 'svg',
                  actions: {export: true, source: false, compiled: false, editor: false}};
   var specs = document.querySelectorAll('script.vl-spec');
+  window.posencViews = {};
   window.posencFigures = Promise.all(Array.prototype.map.call(specs, function (s) {
     var id = s.getAttribute('data-figure');
     var el = document.getElementById(id);
     return Promise.resolve().then(function () {
       return vegaEmbed(el, JSON.parse(s.textContent), options);
+    }).then(function (result) {
+      window.posencViews[s.getAttribute('data-file')] = result.view;
     }).catch(function (e) {
       el.textContent = 'This figure could not be drawn: ' + e;
       console.error('figure ' + id + ' (' + s.getAttribute('data-file') + '): ' + e);

@@ -6,6 +6,9 @@
 // passes that directory and the packages' versions (POSENC_VEGA_VERSIONS), and recompiles this
 // file when a bundle changes. The assembler's .incbin copies each file into .rodata unchanged:
 // no generated source, no copy of third-party code in the repository.
+//
+// The packages are optional at build time: without them CMake says so once and defines
+// POSENC_HAVE_VEGA=0, and `posenc report` and `posenc figure` say what is missing when run.
 #include <filesystem>
 #include <span>
 #include <system_error>
@@ -13,6 +16,12 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "vegalite.hpp"
+
+#if !defined(POSENC_HAVE_VEGA)
+#error "POSENC_HAVE_VEGA is set by CMakeLists.txt"
+#endif
+
+#if POSENC_HAVE_VEGA
 
 #if !defined(POSENC_VEGA_MODULES) || !defined(POSENC_VEGA_VERSIONS)
 #error "POSENC_VEGA_MODULES and POSENC_VEGA_VERSIONS are set by CMakeLists.txt"
@@ -33,6 +42,12 @@ POSENC_EMBED(posenc_vega_embed_js, "vega-embed/build/vega-embed.min.js");
 POSENC_EMBED(posenc_vega_embed_license, "vega-embed/LICENSE");
 
 namespace posenc::vl {
+
+bool scripts_bundled() {
+  return true;
+}
+
+void require_scripts(const std::string&) {}
 
 void write_scripts(const std::string& dir) {
   struct file {
@@ -62,3 +77,31 @@ std::string bundled_versions() {
 }
 
 }  // namespace posenc::vl
+
+#else  // POSENC_HAVE_VEGA == 0: built without the npm packages
+
+namespace posenc::vl {
+
+bool scripts_bundled() {
+  return false;
+}
+
+void require_scripts(const std::string& command) {
+  fail_io(
+      "{}: this posenc was built without the figures' scripts (the npm packages vega, "
+      "vega-lite and vega-embed were not in tools/posenc/report/node_modules at configure "
+      "time); install them with scripts/install-deps, then configure and build again",
+      command);
+}
+
+void write_scripts(const std::string&) {
+  require_scripts("writing the figures' scripts");
+}
+
+std::string bundled_versions() {
+  return "none";
+}
+
+}  // namespace posenc::vl
+
+#endif  // POSENC_HAVE_VEGA

@@ -116,12 +116,21 @@ json spec(const line_plot& p);
 json spec(const heatmap& h);
 json spec(const bar_chart& b);
 
+// Whether the browser bundles were built into this binary. They are optional at build time
+// (CMakeLists.txt): a build without the npm packages has everything but the figures.
+bool scripts_bundled();
+
+// Throws posenc::io_error, naming `command`, what is missing and the command that installs
+// it, when the bundles were not built in; call it before writing anything.
+void require_scripts(const std::string& command);
+
 // Writes the browser bundles into dir/vega/ (created if missing): vega.min.js,
 // vega-lite.min.js and vega-embed.min.js, and each package's licence (vega-LICENSE, ...).
-// Throws posenc::io_error.
+// Throws posenc::io_error (also when the bundles were not built in).
 void write_scripts(const std::string& dir);
 
-// The versions of the bundled packages, e.g. "vega 6.4.0, vega-lite 6.4.3, vega-embed 7.3.0".
+// The versions of the bundled packages, e.g. "vega 6.4.0, vega-lite 6.4.3, vega-embed 7.3.0";
+// "none" when they were not built in.
 std::string bundled_versions();
 
 }  // namespace posenc::vl
