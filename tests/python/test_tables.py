@@ -30,7 +30,7 @@ def test_sinusoidal_table_matches_formula(layout, denominator):
 
 
 def test_sinusoidal_seed_example():
-    # README's worked example: width 4 at positions 0, 1, 2
+    # The worked example of docs/cli.md: width 4 at positions 0, 1, 2
     got = posenc.sinusoidal_table(3, width=4)
     want = np.array([[0, 1, 0, 1],
                      [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
@@ -68,7 +68,7 @@ def test_t5_buckets_match_mesh_tensorflow():
     for bidirectional in (True, False):
         got = posenc.t5_buckets(r, bidirectional=bidirectional)
         assert np.array_equal(got, ref.t5_bucket(r, bidirectional))
-    # README: causal buckets of offsets -3..3
+    # docs/cli.md: causal buckets of offsets -3..3
     assert posenc.t5_buckets(np.arange(-3, 4), bidirectional=False).tolist() == [3, 2, 1, 0, 0, 0, 0]
 
 

@@ -1,7 +1,7 @@
 // posenc/attention/attention.hpp: multi-head attention with position, one engine for every
 // scheme.
 //
-// The path of the data (docs/DESIGN.md), with the engine's hooks marked:
+// The path of the data (docs/architecture.md), with the engine's hooks marked:
 //
 //   q, k --[hook 1: q/k transform  = RoPE at position ids]--> q', k'
 //   s_ij = scale * q'_i . (k'_j [+ a^K_c  hook 2a: Shaw-K])

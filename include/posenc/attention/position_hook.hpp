@@ -1,6 +1,6 @@
 // posenc/attention/position_hook.hpp: a position scheme as a model sees it.
 //
-// DESIGN.md: every scheme enters at one of four places (the input, the q/k transform, the score
+// docs/architecture.md: every scheme enters at one of four places (the input, q/k transform, score
 // bias, the value term), and nothing but the scheme's own hook knows which scheme is on. A model
 // built on the engine therefore holds one position_hook and asks it
 //   - which parameter tensors the scheme owns (a learned table, a T5 table, Shaw tables),

@@ -1,6 +1,6 @@
 // posenc/attention/schemes.hpp: every position scheme declared once.
 //
-// A declaration says what a scheme is, not how it runs: its name, where it enters (DESIGN.md's
+// A declaration says what a scheme is, not how it runs: name, entry point (docs/architecture.md's
 // four places, plus CoPE's own path), its properties (learned, causal only, float K/V only),
 // and its parameters (name, shape, dtype, default, one line of doc). Whether two schemes may be
 // on in one attention call follows from those properties by one rule (scheme_conflict), with
