@@ -46,8 +46,9 @@ TEST(AxialRope, PixtralTwoDimensional) {
   for (int64_t p = 0; p < n; ++p)
     for (int64_t h = 0; h < H; ++h) {
       double* w = want.data() + (p * H + h) * D;
+      const int64_t row = p / cols;  // the patch's row in the grid
       for (int64_t i = 0; i < D / 4; ++i) {
-        turn(w, i, i + D / 2, double(p / cols) * std::pow(10000.0, -2.0 * (2 * i) / D));
+        turn(w, i, i + D / 2, double(row) * std::pow(10000.0, -2.0 * (2 * i) / D));
         turn(w, D / 4 + i, D / 4 + i + D / 2,
              double(p % cols) * std::pow(10000.0, -2.0 * (2 * i + 1) / D));
       }

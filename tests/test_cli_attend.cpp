@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "posenc/core/half.hpp"
 #include "posenc/core/npy.hpp"
@@ -41,7 +42,8 @@ struct inputs {
     write("k.npy", k, {S, Hkv, D}, t);
     write("v.npy", v, {S, Hkv, D}, t);
   }
-  void write(const std::string& name, std::vector<double>& x, std::vector<int64_t> shape, dtype t) {
+  void write(const std::string& name, std::vector<double>& x, const std::vector<int64_t>& shape,
+             dtype t) {
     if (t == dtype::f32) {
       auto a = make_npy<float>(shape);
       for (size_t i = 0; i < x.size(); ++i) {
@@ -552,7 +554,7 @@ TEST(CliAttend, HalfPrecisionKeysAndValues) {
 TEST(CliAttend, HalfPrecisionQueriesAndBfloat16Products) {
   inputs in;
   auto store = [&](const char* name, std::vector<double>& x, std::vector<int64_t> shape) {
-    auto a = make_npy<uint16_t>(shape);
+    auto a = make_npy<uint16_t>(std::move(shape));
     for (size_t i = 0; i < x.size(); ++i) {
       const uint16_t b = float_to_bf16(static_cast<float>(x[i]));
       std::memcpy(a.data.data() + 2 * i, &b, 2);
@@ -641,8 +643,9 @@ TEST(CliAttend, ResearchSchemesMatchNaiveFormulas) {
     auto q = in.q, k = in.k;
     if (xpos) {
       auto tr = [&](double* x, int64_t pos, bool key) {
-        for (int64_t r = 0; r < D / 2; ++r) {
-          const double zeta = (double(r) / (D / 2) + 0.4) / 1.4;
+        const int64_t pairs = D / 2;  // D is even
+        for (int64_t r = 0; r < pairs; ++r) {
+          const double zeta = (double(r) / double(pairs) + 0.4) / 1.4;
           const double sc = std::pow(zeta, (key ? -pos : pos) / B);
           const double a = pos * std::pow(10000.0, -2.0 * r / D);
           const double u = x[r] * sc, v = x[r + D / 2] * sc;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
@@ -34,7 +35,7 @@ struct files {
     put("v.npy", v, {S, Hkv, D});
   }
   void put(const std::string& name, const std::vector<double>& x, std::vector<int64_t> shape) {
-    auto a = make_npy<double>(shape);
+    auto a = make_npy<double>(std::move(shape));
     std::copy(x.begin(), x.end(), a.as<double>());
     write_npy(dir.file(name), a);
   }

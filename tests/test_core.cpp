@@ -81,7 +81,7 @@ TEST(Npy, MalformedFilesAreClearErrors) {
   test::temp_dir d;
   auto a = make_npy<float>({4, 2});
   auto bytes = serialize_npy(a);
-  auto expect_error = [&](std::vector<std::byte> b, const std::string& needle) {
+  auto expect_error = [&](const std::vector<std::byte>& b, const std::string& needle) {
     try {
       parse_npy(b, "x.npy");
       FAIL() << "no error for " << needle;

@@ -273,7 +273,7 @@ TEST(GgufErrors, EachNamesOffsetAndField) {
   EXPECT_EQ(parse_error(good), "");
   const size_t kv1 = 24 + 8 + 20 + 4 + 8 + 5;  // second key's length field
 
-  auto expect = [&](std::vector<uint8_t> b, const std::vector<std::string>& parts) {
+  auto expect = [&](const std::vector<uint8_t>& b, const std::vector<std::string>& parts) {
     const auto m = parse_error(b);
     ASSERT_FALSE(m.empty()) << "expected an error containing " << parts[0];
     for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << m;
@@ -1165,16 +1165,17 @@ std::vector<float> llama_cpp_angles(const llama_cpp_rope& p, int32_t pos) {
   std::vector<float> out(static_cast<size_t>(p.n_rot / 2));
   float theta = static_cast<float>(pos);
   for (int64_t i0 = 0; i0 < p.n_rot; i0 += 2) {
-    const float ff = p.freq_factors.empty() ? 1.0f : p.freq_factors[i0 / 2];
+    const int64_t pair = i0 / 2;  // i0 is even, as in llama.cpp's i0 / 2
+    const float ff = p.freq_factors.empty() ? 1.0f : p.freq_factors[pair];
     const float extrap = theta / ff, interp = p.freq_scale * extrap;
     float t = interp;
     if (p.ext_factor != 0.0f) {
-      const float y = (static_cast<float>(i0 / 2) - p.corr_dims[0]) /
+      const float y = (static_cast<float>(pair) - p.corr_dims[0]) /
                       std::max(0.001f, p.corr_dims[1] - p.corr_dims[0]);
       const float ramp = (1 - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
       t = std::fma(interp, 1 - ramp, extrap * ramp);
     }
-    out[static_cast<size_t>(i0 / 2)] = t;
+    out[static_cast<size_t>(pair)] = t;
     theta *= theta_scale;
   }
   return out;

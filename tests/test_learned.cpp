@@ -24,7 +24,7 @@ using namespace posenc;
 namespace {
 
 template <typename E, typename F>
-void expect_throw_msg(F&& f, std::vector<std::string> needles) {
+void expect_throw_msg(F&& f, const std::vector<std::string>& needles) {
   try {
     f();
     ADD_FAILURE() << "expected an exception";
@@ -91,7 +91,7 @@ TEST(LearnedLookup, CaseTable) {
   test::run_cases(
       learned_cases::full_cases(), [](const learned_cases::spec&) { return true; },
       [&](const learned_cases::spec& c) {
-        const auto rs = learned_cases::run_case(c);
+        auto rs = learned_cases::run_case(c);  // not const: the return moves it
         for (const auto& r : rs) ++(r.name.ends_with("/grad") ? graded : checked);
         return rs;
       });
@@ -217,7 +217,7 @@ TEST(LearnedFile, DamageIsAnIoErrorNamingThePath) {
   const auto t = learned_init(6, 3, 2);
   const auto good = learned_serialize(t);
   const std::string path = d.file("table.bin");
-  auto check = [&](std::vector<std::byte> bytes, std::vector<std::string> needles) {
+  auto check = [&](const std::vector<std::byte>& bytes, std::vector<std::string> needles) {
     write_bytes(path, bytes);
     needles.push_back(path);
     expect_throw_msg<io_error>([&] { learned_load(path); }, needles);

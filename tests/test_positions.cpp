@@ -66,7 +66,7 @@ TEST(Positions, PackedFromCuSeqlens) {
     FAIL();
   } catch (const invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("--cu-seqlens"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find('4'), std::string::npos) << e.what();
   }
 }
 

@@ -264,6 +264,7 @@ std::string markdown_table_problem(const std::string& md) {
   return "";
 }
 
+// NOLINTNEXTLINE(bugprone-exception-escape): json's noexcept default constructor cannot throw
 struct verdict {
   std::string failure;  // non-empty when no verdict could be obtained (with Chromium's output)
   int figures = 0;
@@ -469,7 +470,7 @@ class ReportBrowser : public ::testing::Test {
 
   // A fresh copy of the report, out_root()/name (kept after the test for inspection).
   static fs::path copy_report(const std::string& name) {
-    const fs::path dst = out_root() / name;
+    fs::path dst = out_root() / name;
     std::error_code ec;
     fs::remove_all(dst, ec);
     fs::create_directories(dst.parent_path());

@@ -168,6 +168,7 @@ void expect_rotated(const std::vector<T>& y, const std::vector<double>& x,
     }
     for (int64_t d = R; d < D; ++d) {
       const T xd = static_cast<T>(x[d]);
+      // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise equality is the claim
       EXPECT_EQ(std::memcmp(&y[h * D + d], &xd, sizeof(T)), 0) << "pass-through channel " << d;
     }
   }
@@ -489,8 +490,10 @@ RC_GTEST_PROP(RopeProp, PassThroughChannelsBitExact, ()) {
   rope_apply(c.f, c.layout, rope_angle::f32, c.pos, yf.data(), c.T, c.H, c.D, true);
   for (int64_t r = 0; r < c.T * c.H; ++r)
     for (int64_t d = c.R; d < c.D; ++d) {
+      // NOLINTBEGIN(bugprone-suspicious-memory-comparison): bitwise equality is the claim
       RC_ASSERT(std::memcmp(&y[r * c.D + d], &c.x[r * c.D + d], sizeof(double)) == 0);
       RC_ASSERT(std::memcmp(&yf[r * c.D + d], &xf[r * c.D + d], sizeof(float)) == 0);
+      // NOLINTEND(bugprone-suspicious-memory-comparison)
     }
 }
 

@@ -240,12 +240,14 @@ void ggml_cache(const ggml_ref& g, int32_t p, std::vector<float>& th, std::vecto
   float theta = p;
   th.clear(), cs.clear(), sn.clear();
   for (int i0 = 0; i0 < g.n_dims; i0 += 2) {
-    const float ff = g.ff.empty() ? 1.0f : g.ff[i0 / 2];
+    const int pair = i0 / 2;  // i0 is even, as in ggml's i0 / 2
+    const float ff = g.ff.empty() ? 1.0f : g.ff[pair];
     const float theta_extrap = theta / ff;
     const float theta_interp = g.freq_scale * theta_extrap;
     float t = theta_interp, mscale = g.attn_factor;
     if (g.ext_factor != 0.0f) {
-      const float y = (i0 / 2 - g.corr[0]) / std::max(0.001f, g.corr[1] - g.corr[0]);
+      const float y =
+          (static_cast<float>(pair) - g.corr[0]) / std::max(0.001f, g.corr[1] - g.corr[0]);
       const float ramp_mix = (1 - std::min(1.0f, std::max(0.0f, y))) * g.ext_factor;
       // ggml's x86-64 build (-mfma): GCC contracts a * b + c * d to fma(a, b, c * d).
       t = fmaf(theta_interp, 1 - ramp_mix, theta_extrap * ramp_mix);
@@ -319,6 +321,7 @@ const std::vector<int64_t> kPositions = {0,       1,        2,        7,        
                                          1000003, 16777215, 16777217, 100000007, INT32_MAX};
 
 bool same_bits(float a, float b) {
+  // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise equality is the claim
   return std::memcmp(&a, &b, sizeof(float)) == 0;
 }
 

@@ -49,7 +49,8 @@ TEST(Sandwich, MatchesNeMoWithinItsFloat32Rounding) {
         for (int64_t i = 1; i <= d / 2; ++i)
           terms += 5 * u * r * std::pow(10000.0, -2.0 * i / d) + 2 * u;
         const double want = sandwich_bias(h, H, qp, kpos[j], d);
-        const double tol = (terms + double(d / 2) * double(d / 2) * u) / sandwich_ratio(h, H) +
+        const int64_t pairs = d / 2;  // d' is even
+        const double tol = (terms + double(pairs) * double(pairs) * u) / sandwich_ratio(h, H) +
                            2 * u * std::abs(want);
         EXPECT_LE(std::abs(bias[h][j] - want), tol)
             << "H=" << H << " d'=" << d << " h=" << h << " offset " << kpos[j] - qp;

@@ -86,7 +86,7 @@ TEST(ShawOps, CaseTable) {
   test::run_cases(
       shaw_cases::full_cases(), [](const shaw_cases::spec&) { return true; },
       [&](const shaw_cases::spec& c) {
-        const auto rs = shaw_cases::run_case(c);
+        auto rs = shaw_cases::run_case(c);  // not const: the return moves it
         for (const auto& r : rs) ++(r.name.ends_with("/grad") ? graded : checked);
         return rs;
       });

@@ -41,7 +41,7 @@ std::vector<int64_t> iota(int64_t n) {
 
 // Runs f, expects posenc::invalid_argument whose message contains every needle.
 template <typename F>
-void expect_invalid(F&& f, std::vector<std::string> needles) {
+void expect_invalid(F&& f, const std::vector<std::string>& needles) {
   try {
     f();
     ADD_FAILURE() << "expected invalid_argument";

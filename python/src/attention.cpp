@@ -131,7 +131,7 @@ double float_opt(const py::dict& opts, const char* key, double fallback) {
 // A float32 or float64 parameter table (TypeError naming it otherwise); shapes checked by the
 // caller.
 py::array float_table(py::handle obj, const char* name) {
-  const py::array a = as_array(obj, name);
+  py::array a = as_array(obj, name);  // not const: the return moves it
   require_float(a, name);
   return a;
 }
@@ -712,7 +712,9 @@ py::object attend_cached(const py::array& q0, const py::dict& opts, int64_t S, i
            own);
   attn_setup s;
   s.T = q0.shape(0), s.Hq = q0.shape(1), s.D = q0.shape(2), s.S = S, s.Hkv = Hkv;
-  py::dict rest(opts);
+  // The options less q_positions (read below), in a copy: py::dict(opts) would be opts itself,
+  // and clearing its q_positions there dropped the caller's ids.
+  py::dict rest = opts.attr("copy")();
   rest["q_positions"] = py::none();
   parse_options(s, rest);
   // q ids: (T,), or (rows, T) row-major for a transform with several ids per token.

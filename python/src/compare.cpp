@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <optional>
+#include <utility>
 
 #include "common.hpp"
 #include "posenc/encodings/rope_compare.hpp"
@@ -62,7 +63,7 @@ void bind_compare(py::module_& m) {
         std::vector<int64_t> pos;
         if (!positions.is_none()) pos = int_values(positions, "positions");
         in.positions = pos;
-        in.cfg = cfg;
+        in.cfg = std::move(cfg);
         in.B = B, in.T = T, in.H = H, in.D = D;
         in.layout = rope_layout_from_name(layout, "layout");
         in.angle = rope_angle_from_name(angle, "angle");

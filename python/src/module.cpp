@@ -26,6 +26,8 @@ PYBIND11_MODULE(_posenc, m) {
   using namespace posenc::py_bind;
   m.doc() = "posenc: positional encodings for transformer attention (C++ core)";
 
+  // p by value: pybind11 takes the translator as a void (*)(std::exception_ptr).
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

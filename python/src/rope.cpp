@@ -372,7 +372,7 @@ void bind_rope_apply(py::module_& m) {
   m.def(
       "rope_cos_sin",
       [](const rope_config& c, py::handle positions, const std::string& angle_name,
-         py::object dtype, std::optional<int64_t> seq_len, py::handle hf_inv_freq) {
+         const py::object& dtype, std::optional<int64_t> seq_len, py::handle hf_inv_freq) {
         const auto angle = rope_angle_from_name(angle_name, "angle");
         const py::array pa = as_array(positions, "positions");
         if (pa.ndim() != 1) fail("positions must have shape (N,), got {}", shape_str(pa));

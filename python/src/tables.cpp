@@ -28,8 +28,8 @@ std::vector<int64_t> positions_arg(py::handle positions, const char* name) {
   return int_values(a, name);
 }
 
-py::dtype dtype_arg(py::object dtype) {
-  const py::dtype dt = py::dtype::from_args(dtype);
+py::dtype dtype_arg(const py::object& dtype) {
+  py::dtype dt = py::dtype::from_args(dtype);  // not const: the return moves it
   if (!dt.is(py::dtype::of<double>()) && !dt.is(py::dtype::of<float>()))
     throw py::type_error("dtype must be float32 or float64, got " + dtype_name(dt));
   return dt;
@@ -62,7 +62,7 @@ void bind_tables(py::module_& m) {
   m.def(
       "sinusoidal_table",
       [](py::handle positions, int64_t width, double base, const std::string& layout,
-         const std::string& denominator, py::object dtype) {
+         const std::string& denominator, const py::object& dtype) {
         sinusoidal_params p;
         p.width = width;
         p.base = base;
@@ -115,7 +115,7 @@ power of two, else the first P = 2^floor(log2 n_heads) and the odd terms of the 
   m.def(
       "alibi_bias",
       [](py::handle slopes, py::handle q_positions, py::handle k_positions, bool causal,
-         py::object dtype) {
+         const py::object& dtype) {
         const auto s = slopes_arg(slopes);
         const auto q = positions_arg(q_positions, "q_positions");
         const auto k = positions_arg(k_positions, "k_positions");

@@ -276,7 +276,8 @@ void attention_tiled(const attention_params<Real>& p) {
   if (terms.relative) {
     pr.rel = terms.relative.get();
     pr.C = pr.rel->C;
-    checked_bytes("attention relative-table scratch", static_cast<unsigned long long>(kBq + Hq),
+    checked_bytes("attention relative-table scratch",
+                  static_cast<unsigned long long>(kBq) + static_cast<unsigned long long>(Hq),
                   static_cast<unsigned long long>(pr.C), 2, sizeof(Real));
   }
 

@@ -63,14 +63,18 @@ bandwidth_result measure_bandwidth(size_t bytes_per_array, int threads, int reps
     double t0 = now();
 #pragma omp parallel num_threads(threads)
     {
-      auto [lo, hi] = thread_range(n, omp_get_thread_num(), omp_get_num_threads());
+      // Plain variables, not a structured binding: clang (14) rejects a binding referenced in an
+      // omp simd loop, which it outlines as a capture.
+      const auto range = thread_range(n, omp_get_thread_num(), omp_get_num_threads());
+      const int64_t lo = range.first, hi = range.second;
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i];
     }
     double t1 = now();
 #pragma omp parallel num_threads(threads)
     {
-      auto [lo, hi] = thread_range(n, omp_get_thread_num(), omp_get_num_threads());
+      const auto range = thread_range(n, omp_get_thread_num(), omp_get_num_threads());
+      const int64_t lo = range.first, hi = range.second;  // as above
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + s * pc[i];
     }

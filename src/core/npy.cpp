@@ -75,6 +75,8 @@ const T* npy_array::as() const {
   return reinterpret_cast<const T*>(data.data());
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): the argument is a type, spliced into template arguments
+// and declarations, where parentheses are not allowed
 #define POSENC_NPY_INST(T)                              \
   template T* npy_array::as<T>();                       \
   template const T* npy_array::as<T>() const;           \
@@ -86,6 +88,7 @@ const T* npy_array::as() const {
     a.data.assign(a.numel() * sizeof(T), std::byte{0}); \
     return a;                                           \
   }
+// NOLINTEND(bugprone-macro-parentheses)
 POSENC_NPY_INST(float)
 POSENC_NPY_INST(double)
 POSENC_NPY_INST(int64_t)

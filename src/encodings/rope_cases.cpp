@@ -131,6 +131,7 @@ std::pair<double, int64_t> worst_ratio(rope_layout l, int64_t R, int64_t D, doub
       const int64_t e = r * D + d;
       double ratio;
       if (d >= R) {
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise equality is the claim
         ratio = std::memcmp(&y[e], &x[e], sizeof(Real)) == 0 ? 0 : kInf;
       } else {
         const double mag = std::fabs(static_cast<double>(x[e])) +
@@ -249,6 +250,7 @@ void run_plain(tracker& tr, const spec& c, const fixture& fx) {
       const int64_t e = h * S + d;
       double ratio;
       if (d >= R) {
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise equality is the claim
         ratio = std::memcmp(&a[e], &buf[e], sizeof(Real)) == 0 ? 0 : kInf;
       } else {
         const double mag = std::fabs(static_cast<double>(buf[e])) +
@@ -269,6 +271,7 @@ void run_plain(tracker& tr, const spec& c, const fixture& fx) {
 template <typename Real>
 int64_t differing(const std::vector<Real>& a, const std::vector<Real>& b) {
   int64_t n = 0;
+  // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise equality is the claim
   for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(Real)) != 0;
   return n;
 }

@@ -81,7 +81,7 @@ std::string model_class(const json& j) {
   if (present(j, "architectures") && j.at("architectures").is_array())
     for (const auto& a : j.at("architectures")) {
       if (!a.is_string()) continue;
-      const auto n = a.get<std::string>();
+      auto n = a.get<std::string>();  // not const: the return moves it
       if (n.rfind("Llama", 0) == 0) return "llama";
       if (n.rfind("GPTNeoX", 0) == 0) return "gpt_neox";
       if (n.rfind("Phi3", 0) == 0) return "phi3";

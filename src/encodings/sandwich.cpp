@@ -38,16 +38,18 @@ double sandwich_ratio(int64_t h, int64_t H) {
 }
 
 double sandwich_bias(int64_t h, int64_t H, int64_t qpos, int64_t kpos, int64_t dim) {
-  return (sandwich_inner(kpos - qpos, dim) - double(dim / 2)) / sandwich_ratio(h, H);
+  const int64_t pairs = dim / 2;  // d'/2 cosines, the inner product at offset 0 (dim is even)
+  return (sandwich_inner(kpos - qpos, dim) - double(pairs)) / sandwich_ratio(h, H);
 }
 
 // The frequencies once per table instead of once per offset, and the offsets over the threads
 // (d'/2 cosines each): the same values and sums as sandwich_bias, so the same bits.
 std::vector<double> sandwich_bias_table(int64_t H, int64_t lo, int64_t hi, int64_t dim) {
   const int64_t n = hi - lo + 1;
+  const int64_t pairs = dim / 2;  // d'/2 cosines (dim is even)
   std::vector<double> out(static_cast<size_t>(H * n));
-  std::vector<double> w(static_cast<size_t>(dim / 2));
-  for (int64_t i = 1; i <= dim / 2; ++i) w[static_cast<size_t>(i - 1)] = sandwich_freq(i, dim);
+  std::vector<double> w(static_cast<size_t>(pairs));
+  for (int64_t i = 1; i <= pairs; ++i) w[static_cast<size_t>(i - 1)] = sandwich_freq(i, dim);
   parallel_for(
       n,
       [&](int64_t b, int64_t e) {
@@ -55,7 +57,7 @@ std::vector<double> sandwich_bias_table(int64_t H, int64_t lo, int64_t hi, int64
           const double c =
               sandwich_cos_sum(lo + x, dim,
                                [&](int64_t i) { return w[static_cast<size_t>(i - 1)]; }) -
-              double(dim / 2);
+              double(pairs);
           for (int64_t h = 0; h < H; ++h) out[h * n + x] = c / sandwich_ratio(h, H);
         }
       },

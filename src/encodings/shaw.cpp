@@ -38,7 +38,7 @@ void check_scale(double scale) {
 shaw_tables shaw_init(int64_t clip, int64_t dim, uint64_t seed, double stddev) {
   check_clip_dim(clip, dim);
   if (!std::isfinite(stddev) || stddev < 0) fail("stddev must be finite and >= 0, got {}", stddev);
-  checked_bytes("shaw tables", static_cast<unsigned long long>(2 * clip + 1),
+  checked_bytes("shaw tables", 2 * static_cast<unsigned long long>(clip) + 1,
                 static_cast<unsigned long long>(dim), 2, sizeof(float));
   const auto n = static_cast<size_t>((2 * clip + 1) * dim);
   shaw_tables t{clip, dim, std::vector<float>(n), std::vector<float>(n)};
@@ -180,6 +180,8 @@ void shaw_values_backward(const shaw_problem& p, const Real* probs, const Real* 
     grad_a_v[e] = static_cast<Real>(static_cast<double>(grad_a_v[e]) + ga[e]);
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): the argument is a type, spliced into template arguments
+// and declarations, where parentheses are not allowed
 #define POSENC_SHAW_INSTANTIATE(Real)                                                              \
   template void shaw_scores<Real>(const shaw_problem&, const Real*, const Real*, const Real*,      \
                                   double, Real*);                                                  \
@@ -189,6 +191,7 @@ void shaw_values_backward(const shaw_problem& p, const Real* probs, const Real* 
                                   Real*);                                                          \
   template void shaw_values_backward<Real>(const shaw_problem&, const Real*, const Real*,          \
                                            const Real*, const Real*, Real*, Real*, Real*);
+// NOLINTEND(bugprone-macro-parentheses)
 POSENC_SHAW_INSTANTIATE(float)
 POSENC_SHAW_INSTANTIATE(double)
 #undef POSENC_SHAW_INSTANTIATE

@@ -60,9 +60,9 @@ void seed_width4_positions_0_1_2(std::vector<check_result>& out) {
   const auto t = sinusoidal_table(paper(4), pos);
   double worst = 0;  // in units of the allowed half-unit
   double max_err = 0;
-  for (int i = 0; i < 3; ++i)
-    for (int c = 0; c < 4; ++c) {
-      const double e = std::abs(t[static_cast<size_t>(i * 4 + c)] - seed[i][c]);
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t c = 0; c < 4; ++c) {
+      const double e = std::abs(t[i * 4 + c] - seed[i][c]);
       max_err = std::max(max_err, e);
       worst = std::max(worst, e / half_unit[c]);
     }
@@ -163,7 +163,8 @@ void squared_norm_is_half_width(std::vector<check_result>& out) {
     const int64_t n = 4096;
     const auto t = sinusoidal_table(p, iota_positions(n));
     const double eps = sinusoidal_entry_error_bound(p, n);
-    const double h = static_cast<double>(d / 2);
+    const int64_t pairs = d / 2;  // every width here is even
+    const double h = static_cast<double>(pairs);
     const double tol = h * (3 * eps + 2 * u53) + h * h * u53;
     double m = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -268,15 +269,13 @@ void dot_depends_only_on_offset(std::vector<check_result>& out) {
 void sine_only_product_depends_on_sum(std::vector<check_result>& out) {
   const auto p = paper(4);
   const auto t = sinusoidal_table(p, std::vector<int64_t>{0, 1, 2});
-  auto full = [&](int i, int j) {
+  auto full = [&](size_t i, size_t j) {
     double s = 0;
-    for (int c = 0; c < 4; ++c)
-      s += t[static_cast<size_t>(i * 4 + c)] * t[static_cast<size_t>(j * 4 + c)];
+    for (size_t c = 0; c < 4; ++c) s += t[i * 4 + c] * t[j * 4 + c];
     return s;
   };
-  auto sine_only = [&](int i, int j) {
-    return t[static_cast<size_t>(i * 4)] * t[static_cast<size_t>(j * 4)] +
-           t[static_cast<size_t>(i * 4 + 2)] * t[static_cast<size_t>(j * 4 + 2)];
+  auto sine_only = [&](size_t i, size_t j) {
+    return t[i * 4] * t[j * 4] + t[i * 4 + 2] * t[j * 4 + 2];
   };
   const double full_diff = std::abs(full(0, 1) - full(1, 2));
   const double sine_diff = std::abs(sine_only(0, 1) - sine_only(1, 2));

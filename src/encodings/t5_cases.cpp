@@ -68,6 +68,7 @@ check_result check_case(const spec& c) {
       const float* want = dense.data() + (h * T + i) * S;
       for (int64_t j = 0; j < S; ++j) {
         const auto J = static_cast<size_t>(j);
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise equality is the claim
         const bool ok_row = std::memcmp(&row[J], &want[j], sizeof(float)) == 0;
         const bool ok_acc = acc[J] == acc0[J] + want[j];
         if (ok_row && ok_acc) continue;

@@ -143,6 +143,7 @@ check_result check_alibi(const spec& c, const fixture& fx) {
       alibi_bias_row(slope, fx.qpos, fx.kpos.data(), n, causal, acc.data(), true);
       for (int64_t j = 0; j < n; ++j) {
         const float want = static_cast<float>(alibi_bias(slope, fx.qpos, fx.kpos[j], causal));
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise equality is the claim
         const bool ok_out = std::memcmp(&out[j], &want, sizeof(float)) == 0;
         const bool ok_acc = acc[j] == acc0[j] + want;
         if (ok_out && ok_acc) continue;

@@ -192,6 +192,8 @@ void read_scalar(cursor& c, gguf_type t, double& number, int64_t& integer,
       integer = c.le<uint8_t>(field), number = static_cast<double>(integer);
       return;
     case gguf_type::i8:
+      // An i8 is a signed number: sign-extended on purpose (0xff is -1).
+      // NOLINTNEXTLINE(bugprone-signed-char-misuse)
       integer = c.le<int8_t>(field), number = static_cast<double>(integer);
       return;
     case gguf_type::u16:

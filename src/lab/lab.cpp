@@ -153,8 +153,11 @@ score_sums score_batches(const model::transformer<float>& m,
                          const distribution* dist) {
   const int64_t nb = static_cast<int64_t>(batches.size());
   const bool spread = dist != nullptr && dist->size > 1;
-  const auto [b0, b1] =
+  // Plain variables, not a structured binding: clang (14) rejects a binding captured by the
+  // lambda below.
+  const auto batch_range =
       spread ? thread_range(nb, dist->rank, dist->size) : std::pair<int64_t, int64_t>{0, nb};
+  const int64_t b0 = batch_range.first, b1 = batch_range.second;
   std::vector<score_sums> part(batches.size());
   std::vector<std::exception_ptr> error(batches.size());  // none may leave the OpenMP region
   const int64_t nrep = std::max<int64_t>(1, std::min<int64_t>(num_threads(), b1 - b0));
@@ -446,8 +449,11 @@ double sharded_forward_backward(model::transformer<float>& m,
     fail("sharded_forward_backward: a batch of {} sequences needs {} replicas, got {}", b.B,
          (b.B + sequences_per_shard - 1) / sequences_per_shard, n);
   const bool spread = dist != nullptr && dist->size > 1;
-  const auto [mine0, mine1] =
+  // Plain variables, not a structured binding: clang (14) rejects a binding captured by the
+  // lambda below.
+  const auto shards =
       spread ? thread_range(n, dist->rank, dist->size) : std::pair<int64_t, int64_t>{0, n};
+  const int64_t mine0 = shards.first, mine1 = shards.second;
   std::vector<double> loss(n);
   // An exception must not leave an OpenMP region: each shard's is kept and the first rethrown.
   std::vector<std::exception_ptr> error(n);
@@ -648,8 +654,12 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
     }
     if (!meta.contains("config") || !meta.contains("curve"))
       fail_io("checkpoint {} has metadata without config or curve", ckpt);
+    // Each value compared as a json (objects by key, not by insertion order), the conversion
+    // GCC chose implicitly spelled out: json != ordered_json is ambiguous in C++20 (clang rejects
+    // it).
     for (auto it = cfg.begin(); it != cfg.end(); ++it) {
-      if (!meta["config"].contains(it.key()) || meta["config"][it.key()] != it.value())
+      if (!meta["config"].contains(it.key()) ||
+          meta["config"][it.key()] != nlohmann::json(it.value()))
         fail("checkpoint {} does not match this run: {} is {} in the checkpoint but {} here", ckpt,
              it.key(), meta["config"].value(it.key(), nlohmann::json()).dump(), it.value().dump());
     }

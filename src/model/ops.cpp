@@ -395,6 +395,8 @@ void cross_entropy_backward(const S* probs, const int64_t* targets, S* dlogits, 
       16);
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): the argument is a type, spliced into template arguments
+// and declarations, where parentheses are not allowed
 #define POSENC_MODEL_OPS(S)                                                                       \
   template void matmul_nn<S>(const S*, int64_t, const S*, int64_t, S*, int64_t, int64_t, int64_t, \
                              int64_t, bool);                                                      \
@@ -418,6 +420,7 @@ void cross_entropy_backward(const S* probs, const int64_t* targets, S* dlogits, 
   template void embedding_backward<S>(const int64_t*, const S*, S*, int64_t, int64_t);            \
   template double cross_entropy_forward<S>(const S*, const int64_t*, S*, S*, int64_t, int64_t);   \
   template void cross_entropy_backward<S>(const S*, const int64_t*, S*, int64_t, int64_t, double);
+// NOLINTEND(bugprone-macro-parentheses)
 
 POSENC_MODEL_OPS(float)
 POSENC_MODEL_OPS(double)

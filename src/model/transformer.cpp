@@ -36,7 +36,9 @@ void validate(const model_config& c) {
   if (!(c.init_std >= 0) || !std::isfinite(c.init_std))
     fail("init_std must be finite and >= 0, got {}", c.init_std);
   if (!(c.norm_eps > 0)) fail("norm_eps must be > 0, got {}", c.norm_eps);
-  checked_bytes("model parameters", static_cast<unsigned long long>(c.vocab + c.pos.max_positions),
+  checked_bytes("model parameters",
+                static_cast<unsigned long long>(c.vocab) +
+                    static_cast<unsigned long long>(c.pos.max_positions),
                 static_cast<unsigned long long>(c.d_model), 16, 8);
   (void)make_hook<float>(c);  // validates the scheme's options
 }

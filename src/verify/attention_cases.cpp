@@ -621,7 +621,8 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
                           std::sqrt(2.0) * max_abs<Real>(f.k) +
                       akmax;
   const double Oinf = max_abs(dout);
-  const double N = double(c.Hq / c.Hkv) * double(c.T);
+  const int64_t group = c.Hq / c.Hkv;  // query heads per kv head (a whole number)
+  const double N = double(group) * double(c.T);
   const double both = std::is_same_v<Real, double> ? 2.0 : 1.0;
   backward_tolerances t;
   // dq = s dq' (scheme temperature): the error of dq' times s, plus one rounding.

@@ -259,7 +259,7 @@ struct problem {
     return p;
   }
 
-  std::vector<double> run(std::function<void(attention_params<double>&)> tweak = {}) const {
+  std::vector<double> run(const std::function<void(attention_params<double>&)>& tweak = {}) const {
     std::vector<double> out(N * Hq * D);
     auto p = params(q.data(), k.data(), v.data(), out.data(), N, N);
     if (tweak) tweak(p);

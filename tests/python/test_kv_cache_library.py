@@ -134,3 +134,23 @@ def test_mrope_cache_through_the_engine_hook_in_half_precision(rng):
     assert np.array_equal(got, want)
     # explicit (3, T) query ids equal the default (the last T tokens' ids)
     assert np.array_equal(cache.attend(q[8:], q_positions=pos[:, 8:]), got)
+
+
+def test_attend_uses_the_query_positions_given(rng):
+    # KVCache.attend(q, q_positions=...) rotates the queries at the ids given, not at the
+    # default (the last T tokens' ids): queries placed 5 positions before the end give what
+    # posenc.attention gives with those ids, and differ from the default.
+    Hkv, D, n, T = 2, 16, 12, 3
+    cfg = posenc.RopeConfig.from_hf(cfg_dict(D))
+    q = rng.standard_normal((T, 4, D)).astype(np.float32)
+    k = rng.standard_normal((n, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((n, Hkv, D)).astype(np.float32)
+    cache = posenc.KVCache(Hkv, D, capacity=n, rope=cfg)
+    cache.append(k, v)
+    qpos = np.arange(n - T - 5, n - 5, dtype=np.int64)
+    got = cache.attend(q, q_positions=qpos)
+    want = posenc.attention(q, cache.keys, cache.values, causal=True, rope=cfg,
+                            keys_rotated=True, q_positions=qpos,
+                            k_positions=np.arange(n, dtype=np.int64))
+    assert np.array_equal(got, want)
+    assert not np.array_equal(got, cache.attend(q))

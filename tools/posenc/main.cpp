@@ -8,7 +8,9 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/machine.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_posenc(int argc, char** argv) {
   CLI::App app{"posenc: every way order enters transformer attention, exact and fast"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "posenc 0.1.0");
@@ -36,4 +38,20 @@ int main(int argc, char** argv) {
     return 3;
   }
   return 0;
+}
+
+}  // namespace
+
+// No exception leaves main: one from setting up the commands (outside run_posenc's try) or of a
+// type run_posenc does not catch is an internal error, as one from a command is.
+int main(int argc, char** argv) {
+  try {
+    return run_posenc(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "posenc: internal error: %s\n", e.what());
+    return 3;
+  } catch (...) {
+    std::fprintf(stderr, "posenc: internal error: unknown exception\n");
+    return 3;
+  }
 }

@@ -161,7 +161,7 @@ struct bwd_data {
   }
 };
 
-std::shared_ptr<bwd_data> make_bwd(std::shared_ptr<attn_data> d) {
+std::shared_ptr<bwd_data> make_bwd(const std::shared_ptr<attn_data>& d) {
   auto b = std::make_shared<bwd_data>();
   b->d = d;
   b->lse.resize(d->f.lse_fast.size());

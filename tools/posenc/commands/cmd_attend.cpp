@@ -128,7 +128,7 @@ void require_float(const npy_array& a, const std::string& arg) {
     fail("{} must be float32 or float64, got {}", arg, dtype_name(a.type));
 }
 
-void require_shape(const npy_array& a, const std::string& arg, std::vector<int64_t> shape,
+void require_shape(const npy_array& a, const std::string& arg, const std::vector<int64_t>& shape,
                    const std::string& expected) {
   if (a.shape != shape) fail("{} must have shape {}, got {}", arg, expected, a.shape_str());
 }
@@ -612,9 +612,10 @@ void read_hf_dca(const attend_opts& o, attend_state<Real>& s) {
     s.schemes.push_back("dca");
     it = s.p.pos.named.end() - 1;
   }
+  // `name` captured by an init-capture: clang (14) rejects a lambda's capture of a binding.
   for (const auto& [name, value] : from_config)
     if (std::none_of(it->params.begin(), it->params.end(),
-                     [&](const auto& x) { return x.first == name; }))
+                     [&name = name](const auto& x) { return x.first == name; }))
       it->params.emplace_back(name, value);
   (void)named_scheme_args(scheme_decl_of("dca"), it->params, s.Hq);
   std::fprintf(stderr,

@@ -49,7 +49,7 @@ struct lab_cli {
 
 std::string fmt_time(double s) {
   if (!std::isfinite(s) || s < 0) return "--:--";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
+  const int64_t t = std::llround(s);
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
                    : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
@@ -552,10 +552,11 @@ constexpr int64_t extend_search_chars = 8192;
 //                  chunk_size (vLLM's length scaling of the scores past L);
 //   streaming_llm  4 sink tokens and a window of L - 4, a cache of L (Xiao et al. 2024).
 std::vector<named_scheme> extend_pair_schemes(int64_t L) {
-  return {{"self_extend", {{"self_extend_group", 16}, {"self_extend_window", double(L / 2)}}},
+  const int64_t half = L / 2, quarter = L / 4;  // token counts, rounded down
+  return {{"self_extend", {{"self_extend_group", 16}, {"self_extend_window", double(half)}}},
           {"dca",
            {{"dca_chunk_size", double(L)},
-            {"dca_local_size", double(L / 4)},
+            {"dca_local_size", double(quarter)},
             {"dca_original_max_position_embeddings", double(L)}}},
           {"streaming_llm", {{"streaming_sink_tokens", 4}, {"streaming_window", double(L - 4)}}}};
 }

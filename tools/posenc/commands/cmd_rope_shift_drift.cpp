@@ -35,7 +35,7 @@ bool shift_given(const shift_drift_opts& o, const char* name) {
 }
 
 rope_config shift_config(const shift_drift_opts& o) {
-  const rope_config c =
+  rope_config c =  // not const: the return moves it
       rope_config_from_flags(o, [](const auto& x, const char* n) { return shift_given(x, n); });
   if (!c.mrope_section.empty())
     fail(

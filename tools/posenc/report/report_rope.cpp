@@ -151,9 +151,10 @@ report_section rope_section(report_context& ctx) {
   lr.type = rope_type::longrope;
   lr.factor = s;
   lr.max_position_embeddings = target;
-  for (int64_t i = 0; i < D / 2; ++i) {
+  const int64_t pairs = D / 2;
+  for (int64_t i = 0; i < pairs; ++i) {
     lr.short_factor.push_back(1.0);
-    lr.long_factor.push_back(1.0 + (s - 1) * static_cast<double>(i) / (D / 2 - 1));
+    lr.long_factor.push_back(1.0 + (s - 1) * static_cast<double>(i) / double(pairs - 1));
   }
   entries.push_back({"longrope (illustrative linear long_factor), L = 32768", lr, target});
 

@@ -226,8 +226,8 @@ std::vector<double> shift_rotation_part(doc::document& b) {
   b.code(
       "[sin((i+k)ω)]   [ cos(kω)  sin(kω)] [sin(iω)]\n"
       "[cos((i+k)ω)] = [-sin(kω)  cos(kω)] [cos(iω)]");
-  const auto R = sinusoidal_shift_rotation(1.0, 1.0);   // row-major {a, b, c, e}
-  const auto t4 = sinusoidal_table(paper(4), iota(3));  // (3, 4); pair 0 has w = 1
+  const auto R = sinusoidal_shift_rotation(1.0, 1.0);  // row-major {a, b, c, e}
+  auto t4 = sinusoidal_table(paper(4), iota(3));  // (3, 4); pair 0 has w = 1; not const: returned
   auto apply = [&](double s, double c) {
     return std::pair<double, double>{R[0] * s + R[1] * c, R[2] * s + R[3] * c};
   };
