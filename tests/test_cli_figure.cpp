@@ -361,3 +361,21 @@ TEST(CliFigure, SvgWithoutChromiumExit2AndWritesNothing) {
   EXPECT_NE(r.err.find("scripts/install-deps"), std::string::npos) << r.err;
   EXPECT_TRUE(dir_is_empty_or_missing(out));
 }
+
+// A build configured without the npm packages (CMakeLists.txt, POSENC_HAVE_VEGA=0) has every
+// command, and `posenc figure` and `posenc report` say what is missing and the command that
+// installs it, exit 2 and write nothing. Runs only in such a build (cmake -S . -B build on a
+// checkout without tools/posenc/report/node_modules).
+TEST(CliFigure, WithoutTheScriptsFigureAndReportSayWhatIsMissing) {
+  if (POSENC_HAVE_VEGA) GTEST_SKIP() << "this build has the figures' scripts";
+  for (const std::string cmd : {"figure", "report"}) {
+    temp_dir t;
+    const std::string out = t.file("out");
+    const auto r = cmd == "figure" ? run_cli({"figure", "--width", "8", "--out", out})
+                                   : run_cli({"report", "--quick", "--out", out});
+    EXPECT_EQ(r.exit_code, 2) << cmd;
+    EXPECT_NE(r.err.find("vega, vega-lite and vega-embed"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("scripts/install-deps"), std::string::npos) << r.err;
+    EXPECT_TRUE(dir_is_empty_or_missing(out)) << cmd;
+  }
+}

@@ -183,11 +183,14 @@ void run_figure(const figure_opts& o) {
   const out_format listing = o.format == "json"  ? out_format::json
                              : o.format == "csv" ? out_format::csv
                                                  : out_format::text;
-  vl::require_scripts("posenc figure");
-  if (svg || png) require_chromium("posenc figure --format " + o.format);
   const auto figs =
       sinusoidal_figures(o.widths, o.positions, o.base, parse_sin_layout(o.layout, "--layout"),
                          parse_sin_denominator(o.denominator, "--denominator"));
+  // Every argument first, then what the build or the machine lacks, then the first file.
+  if (std::filesystem::exists(o.out) && !std::filesystem::is_directory(o.out))
+    fail_io("--out: cannot create directory {}: a file of that name exists", o.out);
+  vl::require_scripts("posenc figure");
+  if (svg || png) require_chromium("posenc figure --format " + o.format);
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec || !std::filesystem::is_directory(o.out))
