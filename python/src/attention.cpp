@@ -75,6 +75,7 @@ std::vector<int64_t> mrope_ints(py::handle obj, const char* name, int64_t B, int
 // The temporal rows of (3, n) ids (one per batch element unless shared): the engine's ids.
 std::vector<int64_t> temporal_rows(const std::vector<int64_t>& ids, int64_t n) {
   std::vector<int64_t> t;
+  if (n == 0) return t;  // no tokens: no rows (and no count of batch elements to divide by)
   for (size_t b = 0; b < ids.size() / (3 * n); ++b)
     t.insert(t.end(), ids.begin() + b * 3 * n, ids.begin() + b * 3 * n + n);
   return t;

@@ -163,3 +163,25 @@ def test_equals_cli_attend(cli, tmp_path, rng, dtype):
     )
     out = posenc.attention(q, k, v, causal=True, alibi=True)
     assert np.array_equal(out, np.load(tmp_path / "o.npy"))
+
+
+def test_no_tokens_with_three_row_ids():
+    # T = S = 0 with (3, 0) M-RoPE ids: empty results from the forward, the backward and
+    # posenc.torch, as for one-row ids, not a crash (the ids' rows were split by dividing by T).
+    cfg = posenc.RopeConfig.from_hf(
+        {"head_dim": 8, "rope_scaling": {"type": "mrope", "mrope_section": [1, 2, 1]}})
+    q = np.zeros((0, 4, 8), np.float32)
+    k = np.zeros((0, 2, 8), np.float32)
+    ids = np.zeros((3, 0), np.int64)
+    kw = dict(causal=True, rope=cfg, q_positions=ids, k_positions=ids)
+    out, lse = posenc.attention(q, k, k, return_lse=True, **kw)
+    assert out.shape == (0, 4, 8) and lse.size == 0
+    g = posenc.attention_backward(q, k, k, out, lse, out, **kw)
+    assert g["dq"].shape == (0, 4, 8) and g["dk"].shape == (0, 2, 8)
+    torch = pytest.importorskip("torch")
+    import posenc.torch as pt
+    tq = torch.zeros((0, 4, 8), requires_grad=True)
+    tk = torch.zeros((0, 2, 8), requires_grad=True)
+    tids = torch.zeros((3, 0), dtype=torch.int64)
+    o = pt.attention(tq, tk, tk, causal=True, rope=cfg, q_positions=tids, k_positions=tids)
+    assert tuple(o.shape) == (0, 4, 8)
