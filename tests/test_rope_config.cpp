@@ -1005,6 +1005,43 @@ TEST(RopeLayers, NopeLayersAndTemperatureTuning) {
   EXPECT_THROW(hf_layer_plan(j), invalid_argument);
 }
 
+// Full-attention layers without RoPE, read from the attention classes of transformers c49429ed:
+// Cohere2Attention and Exaone4Attention apply apply_rotary_pos_emb only when the layer is sliding
+// (Exaone4: or when the config has no sliding window at all). Expected values from that rule
+// applied by hand to the layer types below, not from posenc.
+TEST(RopeLayers, FullLayersOfCohere2AndExaone4HaveNoRope) {
+  // Command R7B's shape: Cohere2Config's default pattern, every 4th layer full (layers 3, 7).
+  nlohmann::json c = {{"model_type", "cohere2"},  {"hidden_size", 512},
+                      {"num_attention_heads", 4}, {"num_hidden_layers", 8},
+                      {"rope_theta", 50000.0},    {"sliding_window", 4096}};
+  auto p = hf_layer_plan(c);
+  ASSERT_EQ(p.layer_types.size(), 8u);
+  EXPECT_EQ(p.rope_layers, (std::vector<bool>{true, true, true, false, true, true, true, false}));
+  EXPECT_NE(p.nope_source.find("Cohere2Attention"), std::string::npos) << p.nope_source;
+  // Without sliding_window (the class default, 4096): the same.
+  c.erase("sliding_window");
+  EXPECT_EQ(hf_layer_plan(c).rope_layers, p.rope_layers);
+  // sliding_window null: no layer has a window, so none rotates.
+  c["sliding_window"] = nullptr;
+  EXPECT_EQ(hf_layer_plan(c).rope_layers, std::vector<bool>(8, false));
+
+  // EXAONE 4.0: layer_types as published (three sliding, one full).
+  nlohmann::json e = {
+      {"model_type", "exaone4"},
+      {"hidden_size", 512},
+      {"num_attention_heads", 4},
+      {"num_hidden_layers", 4},
+      {"rope_theta", 1000000.0},
+      {"sliding_window", 4096},
+      {"layer_types",
+       {"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"}}};
+  EXPECT_EQ(hf_layer_plan(e).rope_layers, (std::vector<bool>{true, true, true, false}));
+  // EXAONE 4.0 1.2B: no sliding window, every layer full and rotated.
+  e["sliding_window"] = nullptr;
+  e["layer_types"] = std::vector<std::string>(4, "full_attention");
+  EXPECT_TRUE(hf_layer_plan(e).rope_layers.empty());
+}
+
 TEST(RopeLayers, MropeSectionsFromConfig) {
   std::vector<std::string> w;
   auto c = load("qwen2_vl_7b.json", &w);

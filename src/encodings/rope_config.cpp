@@ -232,6 +232,26 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
         fmt::format("no_rope_layer_interval = {}{}", iv, interval ? "" : " (transformers default)");
   }
 
+  // Layers whose attention class does not rotate q and k although the model has a rotary
+  // embedding (read from the attention classes, transformers c49429ed):
+  //   cohere2   Cohere2Attention rotates only when the layer has a sliding window, that is a
+  //             sliding_attention layer of a config whose sliding_window is not null: its full
+  //             layers have no position at all (Command R7B);
+  //   exaone4   Exaone4Attention rotates every layer when sliding_window is null, else only the
+  //             sliding_attention layers ("global NoPE for hybrid attention", EXAONE 4.0).
+  // A sliding_window left out is the class default (4096 in both), not null.
+  if (p.rope_layers.empty() && !p.layer_types.empty() && (mt == "cohere2" || mt == "exaone4")) {
+    const bool windowed = !(j.contains("sliding_window") && j.at("sliding_window").is_null());
+    if (mt == "cohere2" || windowed) {
+      for (const auto& t : p.layer_types)
+        p.rope_layers.push_back(windowed && t == "sliding_attention");
+      p.nope_source =
+          fmt::format("{} rotates only its sliding_attention layers{} (transformers c49429ed)",
+                      mt == "cohere2" ? "Cohere2Attention" : "Exaone4Attention",
+                      windowed ? "" : ", and sliding_window is null: none");
+    }
+  }
+
   // Llama 4's attention temperature tuning on NoPE layers.
   if (present(j, "attn_temperature_tuning")) {
     const json& t = j.at("attn_temperature_tuning");
