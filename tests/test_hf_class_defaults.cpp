@@ -187,6 +187,58 @@ TEST(HfClassDefaults, OtherClasses) {
                invalid_argument);
 }
 
+// OLMo 3: Olmo3Config keeps a RoPE block per layer type (models/olmo3/configuration_olmo3.py
+// at transformers 008e5743, convert_rope_params_to_dict): a legacy rope_scaling (YaRN in the
+// published Olmo-3 configs) updates the full_attention block only, the sliding_attention block
+// stays default RoPE; rope_theta goes to the full block and the sliding block takes the class
+// default 500000; layer_types defaults to every 4th layer full. Expected values from that code,
+// read by hand.
+TEST(HfClassDefaults, Olmo3ScalesOnlyItsFullAttentionLayers) {
+  json cfg = {{"model_type", "olmo3"},
+              {"hidden_size", 4096},
+              {"num_attention_heads", 32},
+              {"num_hidden_layers", 8},
+              {"max_position_embeddings", 65536},
+              {"rope_theta", 500000},
+              {"sliding_window", 4096},
+              {"rope_scaling",
+               {{"rope_type", "yarn"},
+                {"factor", 8.0},
+                {"original_max_position_embeddings", 8192},
+                {"attention_factor", 1.2079441541679836},
+                {"beta_fast", 32},
+                {"beta_slow", 1}}}};
+  std::vector<std::string> w;
+  const rope_config full = rope_config_from_json(cfg, "full_attention", &w);
+  EXPECT_EQ(full.type, rope_type::yarn);
+  EXPECT_EQ(full.factor, 8.0);
+  EXPECT_EQ(full.attention_factor, 1.2079441541679836);
+  EXPECT_EQ(full.theta, 500000.0);
+  const rope_config sliding = rope_config_from_json(cfg, "sliding_attention", &w);
+  EXPECT_EQ(sliding.type, rope_type::default_);
+  EXPECT_FALSE(sliding.attention_factor.has_value());  // no YaRN factor: 1
+  EXPECT_EQ(sliding.theta, 500000.0);
+  EXPECT_EQ(sliding.head_dim, 128);
+  const rope_layer_plan plan = hf_layer_plan(cfg);
+  ASSERT_EQ(plan.layer_types.size(), 8u);
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_EQ(plan.layer_types[i], (i + 1) % 4 != 0 ? "sliding_attention" : "full_attention") << i;
+  EXPECT_NE(plan.source.find("Olmo3Config"), std::string::npos) << plan.source;
+  // rope_theta reaches the full layers only.
+  cfg["rope_theta"] = 10000;
+  EXPECT_EQ(rope_config_from_json(cfg, "full_attention", &w).theta, 10000.0);
+  EXPECT_EQ(rope_config_from_json(cfg, "sliding_attention", &w).theta, 500000.0);
+  // One flat block is not what the class builds from: refused by name.
+  cfg.erase("rope_scaling");
+  cfg["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000}};
+  try {
+    rope_config_from_json(cfg, "full_attention", &w);
+    ADD_FAILURE() << "a flat rope_parameters block for olmo3 was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("olmo3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HfClassDefaults, TableMatchesTheClassesRunAtTheirCommit) {
   // tests/golden/transformers/class_defaults.json: what each class itself builds when
   // instantiated with nothing, and with hidden_size 1536 / 12 heads (how head_dim is derived),

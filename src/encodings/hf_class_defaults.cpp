@@ -384,6 +384,72 @@ void filler::layer_keys() {
   }
 }
 
+// OLMo 3 (Olmo3Config, models/olmo3/configuration_olmo3.py, read at transformers 008e5743;
+// not in kTable, whose rows are held against the classes run at c49429ed): the class keeps one
+// RoPE block per layer type, built by convert_rope_params_to_dict.
+//   - A legacy rope_scaling updates the full_attention block alone; the sliding_attention block
+//     stays {rope_type: default}, so YaRN and its attention factor apply to the full layers only.
+//   - rope_theta goes to the full_attention block (default 500000). The sliding_attention block
+//     takes the class default 500000 whatever rope_theta says: the class pops rope_theta from
+//     its keyword arguments for the full block, and its second pop, for the sliding block, finds
+//     it gone. Given per-layer-type blocks keep their own rope_theta.
+//   - layer_types, when missing: every 4th layer full_attention, the others sliding_attention
+//     (num_hidden_layers default 32).
+// A flat rope_parameters block (one RoPE for every layer) is not what the class builds from:
+// refused by name.
+void olmo3_per_layer_rope(json& j, bool layers, std::vector<std::string>* notes) {
+  constexpr double kTheta = 500000.0;
+  const auto note = [&](const std::string& what) {
+    if (notes) notes->push_back(what + " (Olmo3Config, model_type olmo3, transformers 008e5743)");
+  };
+  const json* block = scaling_block(j);
+  const bool full_theta_given = has(j, "rope_theta");
+  if (has(j, "rope_parameters") && !is_nested(j.at("rope_parameters")))
+    fail(
+        "model_type olmo3: rope_parameters must hold one block per layer type "
+        "(full_attention, sliding_attention), as Olmo3Config builds it; got {}",
+        j.at("rope_parameters").dump());
+  json rp = block && is_nested(*block) ? *block : json::object();
+  if (!rp.contains("full_attention") || !rp.at("full_attention").is_object())
+    rp["full_attention"] = {{"rope_type", "default"}};
+  if (!rp.contains("sliding_attention") || !rp.at("sliding_attention").is_object())
+    rp["sliding_attention"] = {{"rope_type", "default"}};
+  if (has(j, "rope_scaling") && !is_nested(j.at("rope_scaling"))) {
+    if (!j.at("rope_scaling").is_object())
+      fail("rope_scaling must be an object, got {}", j.at("rope_scaling").dump());
+    rp["full_attention"].update(j.at("rope_scaling"));
+    note(
+        "rope_scaling applies to the full_attention layers only; the sliding_attention layers "
+        "keep default RoPE");
+  }
+  if (!has(rp.at("full_attention"), "rope_theta")) {
+    rp["full_attention"]["rope_theta"] = full_theta_given ? j.at("rope_theta") : json(kTheta);
+    if (!full_theta_given) note("rope_theta is missing; took 500000 for the full_attention layers");
+  }
+  if (!has(rp.at("sliding_attention"), "rope_theta")) {
+    rp["sliding_attention"]["rope_theta"] = kTheta;
+    note("the sliding_attention layers take rope_theta 500000, the class default");
+  }
+  j.erase("rope_scaling");
+  j["rope_parameters"] = rp;
+  if (layers && !has(j, "layer_types")) {
+    if (!has(j, "num_hidden_layers")) {
+      j["num_hidden_layers"] = 32;
+      note("num_hidden_layers is missing; took 32");
+    }
+    const json& n = j.at("num_hidden_layers");
+    if (n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() <= (int64_t{1} << 20)) {
+      std::vector<std::string> types;
+      for (int64_t i = 0; i < n.get<int64_t>(); ++i)
+        types.push_back((i + 1) % 4 != 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+      note(
+          "layer_types is missing; took the default pattern (every 4th layer full, the others "
+          "sliding)");
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::string& outer_type,
@@ -397,6 +463,7 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
   } else if (const char* t = text_class_of(outer_type)) {
     mt = t;
   }
+  if (mt == "olmo3") olmo3_per_layer_rope(j, layers, notes);
   const hf_class_defaults* d = hf_class_defaults_for(mt);
   if (!d) return j;
   filler f{j, d, notes};

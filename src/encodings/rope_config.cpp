@@ -166,10 +166,13 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
     if (n_layers && static_cast<int64_t>(p.layer_types.size()) != L)
       fail("layer_types must have num_hidden_layers = {} entries, got {}", L, p.layer_types.size());
     p.source = "layer_types";
-    if (!stated_types)
+    if (!stated_types) {
       if (const hf_class_defaults* d = hf_class_defaults_for(mt))
         p.source = fmt::format("{}'s default pattern ({}, period {}; transformers c49429ed)",
                                d->class_name, hf_layer_pattern_name(d->pattern), d->pattern_period);
+      else if (mt == "olmo3")
+        p.source = "Olmo3Config's default pattern (every 4th layer full; transformers 008e5743)";
+    }
   } else if (present(j, "sliding_window_pattern") || (is_gemma3(mt) && n_layers)) {
     const int64_t pattern = get_int(j, "sliding_window_pattern", "").value_or(6);
     if (pattern < 1) fail("sliding_window_pattern must be >= 1, got {}", pattern);
