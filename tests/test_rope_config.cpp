@@ -1132,3 +1132,60 @@ TEST(RopeLayers, Llama4EqualFreqFactors) {
   ASSERT_TRUE(f.hf.has_value());
   for (int i = 0; i < 64; ++i) EXPECT_TRUE(std::isfinite(f.hf->inv_freq[i])) << i;
 }
+
+// Hunyuan's NTK alpha (hunyuan_v1_dense, rope_scaling {"type": "dynamic", "alpha": 1000}):
+// transformers' HunYuanDenseV1RotaryEmbedding sets base = rope_theta * alpha ** (dim / (dim - 2))
+// and inv_freq = 1 / base ** (2i / dim), ignoring factor, up to max_position_embeddings; past it
+// dynamic_rope_update recomputes plain dynamic NTK from rope_theta. Expected values from those
+// formulas evaluated here with std::pow, not from posenc's frequency code.
+TEST(RopeConfig, HunyuanAlphaSetsTheNtkBase) {
+  const nlohmann::json cfg = {
+      {"model_type", "hunyuan_v1_dense"},
+      {"head_dim", 128},
+      {"hidden_size", 4096},
+      {"num_attention_heads", 32},
+      {"rope_theta", 10000.0},
+      {"max_position_embeddings", 32768},
+      {"rope_scaling",
+       {{"type", "dynamic"}, {"alpha", 1000.0}, {"factor", 1.0}, {"beta_fast", 32}}}};
+  std::vector<std::string> w;
+  const rope_config c = rope_config_from_json(cfg, &w);
+  EXPECT_EQ(c.type, rope_type::dynamic);
+  EXPECT_EQ(c.dynamic_alpha, 1000.0);
+  for (const auto& m : w) EXPECT_EQ(m.find("alpha"), std::string::npos) << m;  // alpha is read
+  const double alpha_base = 10000.0 * std::pow(1000.0, 128.0 / 126.0);
+  for (const int64_t seq_len : {int64_t{0}, int64_t{1000}, int64_t{32768}}) {
+    const auto f = rope_frequencies(c, seq_len);
+    ASSERT_EQ(f.inv_freq.size(), 64u);
+    for (size_t i = 0; i < 64; ++i) {
+      const double want = 1.0 / std::pow(alpha_base, static_cast<double>(2 * i) / 128.0);
+      EXPECT_NEAR(f.inv_freq[i], want, 4e-16 * want) << seq_len << " " << i;
+    }
+    EXPECT_EQ(f.attention_factor, 1.0);
+  }
+  // Past max_position_embeddings: plain dynamic NTK from rope_theta (factor 1: L / M).
+  const double ntk_base = 10000.0 * std::pow(65536.0 / 32768.0, 128.0 / 126.0);
+  const auto far = rope_frequencies(c, 65536);
+  for (size_t i = 0; i < 64; ++i) {
+    const double want = 1.0 / std::pow(ntk_base, static_cast<double>(2 * i) / 128.0);
+    EXPECT_NEAR(far.inv_freq[i], want, 4e-16 * want) << i;
+  }
+  // Its float32 pipeline is the default one at that base (the class computes it so).
+  rope_config plain;
+  plain.head_dim = plain.rotary_dim = 128;
+  plain.theta = alpha_base;
+  const auto hf = rope_frequencies(c, 1000).hf, hf_plain = rope_frequencies(plain, 1000).hf;
+  ASSERT_TRUE(hf && hf_plain);
+  EXPECT_EQ(hf->inv_freq, hf_plain->inv_freq);
+  // Written and read back the same.
+  EXPECT_EQ(rope_config_from_json(rope_config_to_json(c), nullptr).dynamic_alpha, 1000.0);
+  // Another class's dynamic NTK does not read alpha: said so, and the base is plain NTK.
+  nlohmann::json llama = cfg;
+  llama["model_type"] = "llama";
+  w.clear();
+  const rope_config l = rope_config_from_json(llama, &w);
+  EXPECT_EQ(l.dynamic_alpha, 0.0);
+  bool said = false;
+  for (const auto& m : w) said = said || m.find("alpha is not used") != std::string::npos;
+  EXPECT_TRUE(said);
+}

@@ -133,6 +133,9 @@ void rope_validate(const rope_config& c) {
         c.head_dim, c.rotary_dim);
   require_finite(c.theta, "rope_theta");
   if (c.theta <= 1) fail("rope_theta must be > 1, got {}", c.theta);
+  if (c.dynamic_alpha != 0 && c.type != rope_type::dynamic)
+    fail("rope_scaling.alpha (Hunyuan's NTK alpha) needs rope_type dynamic, got {}",
+         rope_type_name(c.type));
   const int64_t half = c.rotary_dim / 2;
   if (c.max_position_embeddings < 0)
     fail("max_position_embeddings must be >= 0, got {}", c.max_position_embeddings);
@@ -164,6 +167,14 @@ void rope_validate(const rope_config& c) {
       if (c.rotary_dim < 4)
         fail("rotary_dim must be >= 4 for rope_type dynamic (exponent R/(R-2)), got {}",
              c.rotary_dim);
+      require_finite(c.dynamic_alpha, "rope_scaling.alpha");
+      if (c.dynamic_alpha < 0) fail("rope_scaling.alpha must be > 0, got {}", c.dynamic_alpha);
+      // HunYuanDenseV1RotaryEmbedding takes its exponent and its pairs from head_dim.
+      if (c.dynamic_alpha > 0 && c.rotary_dim != c.head_dim)
+        fail(
+            "rope_scaling.alpha needs rotary_dim = head_dim = {} (Hunyuan rotates every pair), "
+            "got rotary_dim {}",
+            c.head_dim, c.rotary_dim);
       break;
     case rope_type::yarn:
       if (c.original_max_position_embeddings < 1 && c.max_position_embeddings < 1)
@@ -296,8 +307,12 @@ rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len) {
       // base' = base * (s L / M - (s - 1))^(R / (R - 2)), L = max(seq_len, M).
       const double M = static_cast<double>(c.max_position_embeddings);
       const double L = std::max(static_cast<double>(seq_len), M);
-      const double base = c.theta * std::pow(s * L / M - (s - 1),
-                                             static_cast<double>(R) / static_cast<double>(R - 2));
+      const double ex = static_cast<double>(R) / static_cast<double>(R - 2);
+      // Hunyuan's alpha (transformers' HunYuanDenseV1RotaryEmbedding): base * alpha^(R/(R-2))
+      // up to max_position_embeddings; dynamic_rope_update switches to plain NTK past it.
+      const double base = c.dynamic_alpha > 0 && L <= M
+                              ? c.theta * std::pow(c.dynamic_alpha, ex)
+                              : c.theta * std::pow(s * L / M - (s - 1), ex);
       f.inv_freq = default_inv_freq(base, R);
       break;
     }

@@ -626,6 +626,14 @@ void view_reader::read_type_and_factor() {
 }
 
 void view_reader::read_type_params() {
+  // Hunyuan's NTK alpha: read by the Hunyuan rotary classes only (transformers'
+  // HunYuanDenseV1RotaryEmbedding, HunYuanMoEV1RotaryEmbedding); another class's dynamic NTK
+  // does not read it, and a 0 means none there too (`if config.rope_scaling["alpha"]`).
+  const std::string mt = model_class(j);
+  if (c.type == rope_type::dynamic && (mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe")) {
+    known.insert("alpha");
+    if (auto a = get_number(*rs, "alpha", px); a && *a != 0) c.dynamic_alpha = *a;
+  }
   if (c.type == rope_type::yarn) {
     known.insert(
         {"beta_fast", "beta_slow", "truncate", "attention_factor", "mscale", "mscale_all_dim"});
@@ -796,6 +804,11 @@ nlohmann::ordered_json rope_config_to_json(const rope_config& c) {
   rs["factor"] = c.factor;
   if (c.original_max_position_embeddings > 0)
     rs["original_max_position_embeddings"] = c.original_max_position_embeddings;
+  // Only the Hunyuan classes read alpha: the config names one, so that it reads back the same.
+  if (c.dynamic_alpha > 0) {
+    j["model_type"] = "hunyuan_v1_dense";
+    rs["alpha"] = c.dynamic_alpha;
+  }
   switch (c.type) {
     case rope_type::yarn:
       rs["beta_fast"] = c.beta_fast;

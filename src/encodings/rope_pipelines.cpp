@@ -96,7 +96,11 @@ rope_hf_f32 rope_hf_f32_params(const rope_config& c, int64_t seq_len, double a) 
       const int64_t M = c.max_position_embeddings;
       const double ex = static_cast<double>(R) / static_cast<double>(R - 2);
       float base;
-      if (seq_len > M) {
+      if (c.dynamic_alpha > 0 && seq_len <= M) {
+        // HunYuanDenseV1RotaryEmbedding: rope_theta * alpha ** (dim / (dim - 2)), Python floats;
+        // then 1.0 / (base ** (arange(0, dim, 2).float() / dim)), the default's operations.
+        base = F(c.theta * std::pow(c.dynamic_alpha, ex));
+      } else if (seq_len > M) {
         const float t1 = s * static_cast<float>(seq_len);
         const float t2 = t1 / static_cast<float>(M);
         const float t3 = t2 - F(c.factor - 1);

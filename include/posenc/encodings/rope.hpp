@@ -100,6 +100,11 @@ struct rope_config {
   // llama3 (Meta, Llama 3.1): wavelengths above original/low_freq_factor are divided by
   // factor, below original/high_freq_factor kept, smoothly interpolated in between.
   double low_freq_factor = 1, high_freq_factor = 4;
+  // dynamic with Hunyuan's NTK alpha (rope_scaling.alpha of hunyuan_v1_dense / hunyuan_v1_moe;
+  // transformers' HunYuanDenseV1RotaryEmbedding): within max_position_embeddings the base is
+  // theta * alpha^(R / (R - 2)) and factor is not used; past it, dynamic_rope_update recomputes
+  // plain dynamic NTK from theta. 0 = no alpha (plain dynamic NTK at every length).
+  double dynamic_alpha = 0;
   // proportional (transformers' Gemma 4 family): every one of the D/2 pairs carries a
   // frequency (rotary_dim = head_dim), but only the first rotated_pairs rotate:
   // omega_i = 1 / (factor * theta^(2i/D)) for i < rotated_pairs, 0 (the identity) after.
