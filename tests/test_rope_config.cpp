@@ -718,6 +718,47 @@ TEST(RopeConfig, FilesThatCannotBeReadAreIoErrors) {
   std::fputs("{\"hidden_size\": 4096,", fp);
   std::fclose(fp);
   EXPECT_THROW(rope_config_from_file(p, &w), io_error);
+  // A directory: the reason, not only "cannot read".
+  try {
+    rope_config_from_file(d.path, &w);
+    ADD_FAILURE() << "a directory was read";
+  } catch (const io_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Is a directory"), std::string::npos) << e.what();
+  }
+}
+
+// Python's json module writes non-finite floats as NaN, Infinity and -Infinity (its default,
+// allow_nan=True). Such a config is read, and the key holding one is named with the number it
+// is; the same words inside a string stay a string.
+TEST(RopeConfig, NonFiniteTokensOfPythonJsonNameTheirKey) {
+  test::temp_dir d;
+  const auto message = [&](const std::string& text) {
+    const std::string p = d.file("c.json");
+    FILE* fp = std::fopen(p.c_str(), "w");
+    std::fputs(text.c_str(), fp);
+    std::fclose(fp);
+    try {
+      rope_config_from_file(p, nullptr);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(
+      message(R"({"head_dim": 64, "rope_theta": NaN})").find("rope_theta must be finite, got nan"),
+      std::string::npos);
+  EXPECT_NE(message(R"({"head_dim": 64, "rope_theta": -Infinity})")
+                .find("rope_theta must be finite, got -inf"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"head_dim": 64, "rope_theta": 10000,
+                        "rope_scaling": {"type": "linear", "factor": Infinity}})")
+                .find("rope_scaling.factor must be finite, got inf"),
+            std::string::npos);
+  EXPECT_EQ(message(R"({"head_dim": 64, "rope_theta": 10000, "note": "NaN, Infinity"})"),
+            "accepted");
+  // Not a token of Python's either: still a parse error.
+  EXPECT_NE(message(R"({"head_dim": 64, "rope_theta": nan})").find("not valid JSON"),
+            std::string::npos);
 }
 
 TEST(RopeConfig, ValidateRejectsInconsistentStructs) {

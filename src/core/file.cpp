@@ -53,9 +53,10 @@ std::vector<std::byte> read_file(const std::string& path) {
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0)
     out.insert(out.end(), buf.begin(), buf.begin() + n);
-  bool err = std::ferror(f);
+  const bool err = std::ferror(f);
+  const int e = errno;  // EISDIR for a directory, EIO, ...
   std::fclose(f);
-  if (err) fail_io("cannot read {}", path);
+  if (err) fail_io("cannot read {}: {}", path, std::strerror(e));
   return out;
 }
 

@@ -5,7 +5,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <set>
 
 #include "posenc/core/error.hpp"
@@ -25,7 +28,7 @@ std::optional<double> get_number(const json& o, const char* key, const std::stri
   const json& v = o.at(key);
   if (!v.is_number()) fail("{}{} must be a number, got {}", prefix, key, v.dump());
   const double d = v.get<double>();
-  if (!std::isfinite(d)) fail("{}{} must be finite, got {}", prefix, key, v.dump());
+  if (!std::isfinite(d)) fail("{}{} must be finite, got {}", prefix, key, d);  // nan, inf, -inf
   return d;
 }
 
@@ -38,7 +41,8 @@ std::optional<int64_t> get_int(const json& o, const char* key, const std::string
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15)
       return static_cast<int64_t>(d);
   }
-  fail("{}{} must be an integer, got {}", prefix, key, v.dump());
+  fail("{}{} must be an integer, got {}", prefix, key,
+       v.is_number_float() ? fmt::format("{}", v.get<double>()) : v.dump());  // nan, not null
 }
 
 std::vector<double> get_list(const json& o, const char* key, const std::string& prefix) {
@@ -759,11 +763,70 @@ hf_dca_config hf_dca_config_from_json(const nlohmann::json& config,
   return out;
 }
 
+namespace {
+
+// Python's json module writes a non-finite float as NaN, Infinity or -Infinity (allow_nan, its
+// default, and so transformers' save_pretrained), tokens JSON has no literal for. Outside
+// strings, each becomes a marker string here, and the parsed tree gets the number back, so that
+// the reader names the key that holds it ("rope_theta must be finite, got nan") instead of
+// failing to parse the file.
+constexpr const char* kNonFinite[] = {"-Infinity", "Infinity", "NaN"};
+const std::string kMarker = std::string(1, '\0') + "posenc-nonfinite:";
+
+std::string mark_non_finite(const char* p, const char* end) {
+  std::string out;
+  out.reserve(static_cast<size_t>(end - p));
+  bool in_string = false;
+  while (p < end) {
+    const char ch = *p;
+    if (in_string) {
+      out += ch;
+      if (ch == '\\' && p + 1 < end)
+        out += *++p;
+      else if (ch == '"')
+        in_string = false;
+      ++p;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    bool replaced = false;
+    for (const char* tok : kNonFinite) {
+      const size_t n = std::strlen(tok);
+      if (static_cast<size_t>(end - p) >= n && std::memcmp(p, tok, n) == 0 &&
+          (p + n == end || !std::isalnum(static_cast<unsigned char>(p[n])))) {
+        out += "\"\\u0000posenc-nonfinite:" + std::string(tok) + "\"";
+        p += n;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += *p++;
+  }
+  return out;
+}
+
+void unmark_non_finite(json& v) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.rfind(kMarker, 0) == 0) {
+      const std::string tok = s.substr(kMarker.size());
+      v = tok == "NaN" ? std::numeric_limits<double>::quiet_NaN()
+                       : (tok == "Infinity" ? 1 : -1) * std::numeric_limits<double>::infinity();
+    }
+  } else if (v.is_structured()) {
+    for (auto& e : v) unmark_non_finite(e);
+  }
+}
+
+}  // namespace
+
 nlohmann::json hf_config_read(const std::string& path) {
   const auto bytes = read_file(path);
+  const char* b = reinterpret_cast<const char*>(bytes.data());
   try {
-    return json::parse(reinterpret_cast<const char*>(bytes.data()),
-                       reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+    json j = json::parse(mark_non_finite(b, b + bytes.size()));
+    unmark_non_finite(j);
+    return j;
   } catch (const json::exception& e) {
     fail_io("{} is not valid JSON: {}", path, e.what());
   }

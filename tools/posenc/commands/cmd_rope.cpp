@@ -352,11 +352,7 @@ diff_side make_side(const std::string& name, const std::string& spec, int64_t se
   const std::string prefix = name + ": ";
   if (kind == "hf") {
     s.c = rope_config_from_file(rest, &warnings);
-    const auto bytes = read_file(rest);
-    const auto j =
-        nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
-                              reinterpret_cast<const char*>(bytes.data()) + bytes.size());
-    s.layout = hf_rope_layout(j);
+    s.layout = hf_rope_layout(hf_config_read(rest));
     s.layout_note = s.layout ? "transformers, by model_type" : "config names no model class";
   } else if (kind == "gguf") {
     const auto g = gguf_rope_config(gguf_read(rest), &warnings);
