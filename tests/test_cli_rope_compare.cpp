@@ -246,3 +246,42 @@ TEST(CliRopeCompare, BadInputExitsTwoNamingTheArgument) {
     EXPECT_EQ(r.out, "") << c.msg;
   }
 }
+
+// A per-layer model (Gemma 3's legacy keys: rope_theta 1e6 for the full layers,
+// rope_local_base_freq 1e4 for the sliding ones): --layer-type picks the one to judge by. An
+// engine's sliding layer rotated at 1e4 is ok as sliding_attention and a mismatch as
+// full_attention; --layer-type with neither --hf-config nor --gguf is refused.
+TEST(CliRopeCompare, LayerTypeChoosesThePerLayerConfig) {
+  files f;
+  const std::string cfg = f.d.file("gemma3.json");
+  {
+    FILE* fp = std::fopen(cfg.c_str(), "w");
+    std::fputs(R"({"model_type": "gemma3_text", "head_dim": 128, "num_hidden_layers": 6,
+                   "hidden_size": 1152, "num_attention_heads": 4, "rope_theta": 1000000.0,
+                   "rope_local_base_freq": 10000.0, "max_position_embeddings": 131072})",
+               fp);
+    std::fclose(fp);
+  }
+  const auto a = f.out("sliding.npy", exact_rope(f.xv, f.pv, 10000.0L));
+  const std::vector<std::string> base = {"rope",        "compare", "--actual",    a,  "--x", f.x,
+                                         "--positions", f.pos,     "--hf-config", cfg};
+  auto args = base;
+  args.insert(args.end(), {"--layer-type", "sliding_attention"});
+  auto r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("ok: max error", 0), 0u) << r.out;
+  args = base;
+  args.insert(args.end(), {"--layer-type", "full_attention"});
+  r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("MISMATCH", 0), 0u) << r.out;
+  args = base;
+  args.insert(args.end(), {"--layer-type", "chunked_attention"});
+  r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("sliding_attention"), std::string::npos) << r.err;
+  r = test::run_cli({"rope", "compare", "--actual", a, "--x", f.x, "--positions", f.pos,
+                     "--layer-type", "full_attention"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--layer-type needs --hf-config"), std::string::npos) << r.err;
+}

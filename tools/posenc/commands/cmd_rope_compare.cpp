@@ -25,6 +25,7 @@ namespace {
 struct compare_opts {
   std::string actual, x, positions, expected, layout = "half", angle = "exact";
   std::string hf_config, gguf;
+  std::string layer_type;  // --layer-type: one layer type's RoPE of a per-layer config
   double rtol = -1, atol = 0;
   int64_t head_dim = 0, max_pos = 0, original_max_pos = 0, seq_len = -1;
   double theta = 10000, partial = 1, factor = 1, beta_fast = 32, beta_slow = 1;
@@ -51,10 +52,17 @@ constexpr const char* kRopeFlags[] = {
 std::optional<rope_config> make_config(const compare_opts& o, int64_t D) {
   std::vector<std::string> warnings;
   std::optional<rope_config> c;
+  if (!o.layer_type.empty() && o.hf_config.empty() && o.gguf.empty())
+    fail("--layer-type needs --hf-config (a per-layer config.json) or --gguf");
   if (!o.hf_config.empty()) {
-    c = rope_config_from_file(o.hf_config, &warnings);
+    c = rope_config_from_file(o.hf_config, o.layer_type, &warnings);
   } else if (!o.gguf.empty()) {
-    c = gguf_rope_config(gguf_read(o.gguf), &warnings).config;
+    const auto g = gguf_rope_config(gguf_read(o.gguf), &warnings);
+    try {
+      c = gguf_rope_layer(g, o.layer_type);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(fmt::format("--layer-type: {}: {}", o.gguf, e.what()));
+    }
   } else if (std::any_of(std::begin(kRopeFlags), std::end(kRopeFlags),
                          [&](const char* f) { return given(o, f); })) {
     const int64_t hd = given(o, "--head-dim") ? o.head_dim : D;
@@ -242,7 +250,11 @@ const bool registered_cmd_rope_compare = register_command(32, [](CLI::App& app) 
   std::vector<CLI::Option*> params;
   params.push_back(sub->add_option("--head-dim", o->head_dim, "Head dim D (default: of --actual)"));
   for (auto* f : add_rope_flags(sub, *o)) params.push_back(f);
-  for (auto* p : params) cfg->excludes(p), gg->excludes(p);
+  auto* lt = sub->add_option("--layer-type", o->layer_type,
+                             "Layer type of a per-layer config (e.g. sliding_attention or "
+                             "full_attention; posenc rope layers lists them); needs --hf-config "
+                             "or --gguf");
+  for (auto* p : params) cfg->excludes(p), gg->excludes(p), lt->excludes(p);
   sub->add_option("--seq-len", o->seq_len,
                   "Sequence length for the frequencies (dynamic, longrope; default max position "
                   "+ 1)");
