@@ -312,6 +312,10 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
           [](const rope_config& c) { return c.original_max_position_embeddings; },
           "The pretraining context length (yarn, longrope, llama3); 0 = not given.")
       .def_property_readonly(
+          "alpha", [](const rope_config& c) { return c.dynamic_alpha; },
+          "Hunyuan's NTK alpha (rope_scaling.alpha, dynamic): the base is theta * "
+          "alpha^(R/(R-2)) up to max_position_embeddings; 0 = none.")
+      .def_property_readonly(
           "rotated_pairs",
           [](const rope_config& c) {
             // proportional: the pairs that rotate (the rest have omega 0)
@@ -361,9 +365,10 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
       .def("__repr__", [](const rope_config& c) {
         return fmt::format(
             "RopeConfig(head_dim={}, rotary_dim={}, theta={}, scaling='{}', factor={}, "
-            "max_position_embeddings={}, original_max_position_embeddings={})",
+            "max_position_embeddings={}, original_max_position_embeddings={}{})",
             c.head_dim, c.rotary_dim, c.theta, rope_type_name(c.type), c.factor,
-            c.max_position_embeddings, c.original_max_position_embeddings);
+            c.max_position_embeddings, c.original_max_position_embeddings,
+            c.dynamic_alpha > 0 ? fmt::format(", alpha={}", c.dynamic_alpha) : "");
       });
 }
 

@@ -465,7 +465,17 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
   }
   if (mt == "olmo3") olmo3_per_layer_rope(j, layers, notes);
   const hf_class_defaults* d = hf_class_defaults_for(mt);
-  if (!d) return j;
+  if (!d) {
+    // Say what was checked: a class outside the table may supply keys or change RoPE in ways
+    // this reading does not know (the table is held against the classes themselves).
+    if (!mt.empty() && notes)
+      notes->push_back(fmt::format(
+          "model_type {} is not among the {} model types whose config classes posenc holds "
+          "against transformers c49429ed (tests/golden/transformers/class_defaults.json); "
+          "keys it leaves out are not filled in, and its class may change RoPE",
+          mt, std::size(kTable)));
+    return j;
+  }
   filler f{j, d, notes};
   f.rope_block();
   f.theta();

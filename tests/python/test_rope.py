@@ -225,3 +225,20 @@ def test_hf_f32_matches_pytorch(config):
     assert np.max(np.abs(s - ts)) <= 2.0**-24
     cf, sf = posenc.rope_cos_sin(cfg, pos, angle="f32", dtype=np.float32, seq_len=0)
     assert max(np.max(np.abs(cf - tc)), np.max(np.abs(sf - ts))) > 1e-4
+
+
+def test_hunyuan_alpha_and_the_note_on_unheld_classes():
+    # Hunyuan's rope_scaling.alpha (HunYuanDenseV1RotaryEmbedding): base = theta *
+    # alpha ** (D / (D - 2)) up to max_position_embeddings, computed here with math.pow. Its
+    # class is not among those held against transformers: the config says so.
+    cfg = {"model_type": "hunyuan_v1_dense", "head_dim": 128, "rope_theta": 10000.0,
+           "max_position_embeddings": 32768,
+           "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}
+    with pytest.warns(UserWarning, match="hunyuan_v1_dense is not among the"):
+        c = posenc.RopeConfig.from_hf(cfg)
+    assert c.alpha == 1000.0 and "alpha=1000" in repr(c)
+    base = 10000.0 * math.pow(1000.0, 128 / 126)
+    inv, a = c.frequencies()
+    want = np.array([1.0 / math.pow(base, 2 * i / 128) for i in range(64)])
+    np.testing.assert_allclose(inv, want, rtol=4e-16, atol=0)
+    assert a == 1.0

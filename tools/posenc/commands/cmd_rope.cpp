@@ -133,6 +133,7 @@ void run_freqs(const freqs_opts& o) {
     j["head_dim"] = f.head_dim;
     j["theta"] = c.theta;
     j["factor"] = c.factor;
+    if (c.dynamic_alpha > 0) j["alpha"] = c.dynamic_alpha;
     j["seq_len"] = seq_len;
     if (!o.p.layer_type.empty()) j["layer_type"] = o.p.layer_type;
     std::printf("%s\n", j.dump(2).c_str());
@@ -148,6 +149,9 @@ void run_freqs(const freqs_opts& o) {
         rope_type_name(f.type), static_cast<long long>(f.head_dim),
         static_cast<long long>(f.rotary_dim), num(c.theta).c_str(), num(c.factor).c_str(),
         num(f.attention_factor).c_str(), static_cast<long long>(seq_len));
+    if (c.dynamic_alpha > 0)
+      std::printf("alpha %s: base theta * alpha^(R/(R-2)) up to max_position_embeddings %lld\n",
+                  num(c.dynamic_alpha).c_str(), static_cast<long long>(c.max_position_embeddings));
     if (!o.p.layer_type.empty()) std::printf("layer type %s\n", o.p.layer_type.c_str());
     for (size_t i = 0; i < f.inv_freq.size(); ++i)
       std::printf("%4zu  inv_freq %-24s wavelength %s\n", i, num(f.inv_freq[i]).c_str(),
