@@ -17,7 +17,10 @@ import torch as _torch
 from . import (_attention_opts, _declared_keywords, _named_opts, _posenc, _research_opts,
                _with_named_keywords)
 
-__all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
+__all__ = [
+    "apply_rotary_emb", "apply_rotary_emb_qkv_", "apply_rotary_emb_kv_", "apply_rope",
+    "RotaryEmbedding", "attention",
+]
 
 _HALF_TYPES = (_torch.bfloat16, _torch.float16)
 
@@ -151,6 +154,113 @@ def apply_rotary_emb(
     return _RotaryTables.apply(
         x, cos, sin, bool(interleaved), bool(inplace), _ints(seqlen_offsets), _ints(cu_seqlens)
     )
+
+
+def _qk_views(qkv, num_heads_q):
+    """The q and k parts of a packed qkv, as views of it (FlashAttention's _apply_rotary_emb_qkv):
+    (B, T, 3, H, D) -> qkv[:, :, 0], qkv[:, :, 1]; (B, T, Hq + 2 Hk, D) with num_heads_q ->
+    qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hk]."""
+    if qkv.dim() == 5:
+        if qkv.shape[2] != 3:
+            raise ValueError(f"qkv must have shape (B, T, 3, H, D), got {tuple(qkv.shape)}")
+        return qkv[:, :, 0], qkv[:, :, 1]
+    if qkv.dim() != 4:
+        raise ValueError(
+            "qkv must have shape (B, T, 3, H, D) or (B, T, Hq + 2 Hk, D) with num_heads_q, got "
+            f"{tuple(qkv.shape)}")
+    if num_heads_q is None:
+        raise ValueError("num_heads_q is required for a 4-D qkv (B, T, Hq + 2 Hk, D)")
+    hq = int(num_heads_q)
+    rest = qkv.shape[2] - hq
+    if hq < 1 or rest < 2 or rest % 2 != 0:
+        raise ValueError(
+            f"qkv's {qkv.shape[2]} heads must be num_heads_q + 2 Hk with Hk >= 1, got "
+            f"num_heads_q = {num_heads_q}")
+    return qkv[:, :, :hq], qkv[:, :, hq:hq + rest // 2]
+
+
+class _RotaryQKV(_torch.autograd.Function):
+    # FlashAttention's ApplyRotaryEmbQKV_ (flash_attn/layers/rotary.py): q and k of qkv rotated
+    # in place (k by cos_k, sin_k when given), v untouched, qkv returned unmarked; the backward
+    # rotates dqkv's q and k parts back in place and returns it.
+    @staticmethod
+    def forward(ctx, qkv, cos, sin, cos_k, sin_k, interleaved, seqlen_offsets, num_heads_q):
+        if _overlaps(qkv):
+            raise ValueError("qkv must not have elements sharing memory (an expanded tensor)")
+        q, k = _qk_views(qkv, num_heads_q)
+        ck = cos if cos_k is None else cos_k
+        sk = sin if sin_k is None else sin_k
+        _rotate_tables(q, cos, sin, interleaved, seqlen_offsets, None, inverse=False, inplace=True,
+                       name="qkv")
+        _rotate_tables(k, ck, sk, interleaved, seqlen_offsets, None, inverse=False, inplace=True,
+                       name="qkv")
+        ctx.save_for_backward(cos, sin, ck, sk)
+        ctx.args = (interleaved, seqlen_offsets, num_heads_q)
+        return qkv
+
+    @staticmethod
+    def backward(ctx, dqkv):
+        cos, sin, ck, sk = ctx.saved_tensors
+        interleaved, seqlen_offsets, num_heads_q = ctx.args
+        if _overlaps(dqkv):
+            dqkv = dqkv.clone()  # an expanded gradient cannot be rotated in place
+        dq, dk = _qk_views(dqkv, num_heads_q)
+        _rotate_tables(dq, cos, sin, interleaved, seqlen_offsets, None, inverse=True, inplace=True,
+                       name="grad")
+        _rotate_tables(dk, ck, sk, interleaved, seqlen_offsets, None, inverse=True, inplace=True,
+                       name="grad")
+        return dqkv, None, None, None, None, None, None, None
+
+
+def apply_rotary_emb_qkv_(
+    qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False, seqlen_offsets=0, num_heads_q=None,
+):
+    """FlashAttention's flash_attn.layers.rotary.apply_rotary_emb_qkv_ on the CPU: q and k of a
+    packed qkv rotated in place.
+
+    qkv: (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, num_heads_q + 2 num_heads_k,
+    headdim) with num_heads_q (GQA / MQA). cos, sin: (seqlen_rotary, rotary_dim / 2) for q, and
+    for k unless cos_k, sin_k are given (xPos's scaled tables). seqlen_offsets: int or (batch,).
+    Returns qkv (autograd's view of it, as apply_rotary_emb(inplace=True)); v and the channels
+    past rotary_dim are untouched. The backward rotates the gradient's q and k parts back in
+    place. Arithmetic and bounds: apply_rotary_emb's.
+    """
+    return _RotaryQKV.apply(
+        qkv, cos, sin, cos_k, sin_k, bool(interleaved), _ints(seqlen_offsets), num_heads_q
+    )
+
+
+class _RotaryKV(_torch.autograd.Function):
+    # FlashAttention's ApplyRotaryEmbKV_: k = kv[:, :, 0] rotated in place, v untouched.
+    @staticmethod
+    def forward(ctx, kv, cos, sin, interleaved, seqlen_offsets):
+        if kv.dim() != 5 or kv.shape[2] != 2:
+            raise ValueError(f"kv must have shape (B, T, 2, H, D), got {tuple(kv.shape)}")
+        if _overlaps(kv):
+            raise ValueError("kv must not have elements sharing memory (an expanded tensor)")
+        _rotate_tables(kv[:, :, 0], cos, sin, interleaved, seqlen_offsets, None, inverse=False,
+                       inplace=True, name="kv")
+        ctx.save_for_backward(cos, sin)
+        ctx.args = (interleaved, seqlen_offsets)
+        return kv
+
+    @staticmethod
+    def backward(ctx, dkv):
+        cos, sin = ctx.saved_tensors
+        interleaved, seqlen_offsets = ctx.args
+        if _overlaps(dkv):
+            dkv = dkv.clone()
+        _rotate_tables(dkv[:, :, 0], cos, sin, interleaved, seqlen_offsets, None, inverse=True,
+                       inplace=True, name="grad")
+        return dkv, None, None, None, None
+
+
+def apply_rotary_emb_kv_(kv, cos, sin, interleaved=False, seqlen_offsets=0):
+    """FlashAttention's flash_attn.layers.rotary.apply_rotary_emb_kv_ on the CPU: k of a packed
+    kv (batch, seqlen, 2, nheads, headdim) rotated in place, v untouched; returns kv. cos, sin:
+    (seqlen_rotary, rotary_dim / 2); seqlen_offsets: int or (batch,). The backward rotates the
+    gradient's k part back in place."""
+    return _RotaryKV.apply(kv, cos, sin, bool(interleaved), _ints(seqlen_offsets))
 
 
 class _ApplyRope(_torch.autograd.Function):

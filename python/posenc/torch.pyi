@@ -10,7 +10,14 @@ from torch import Tensor
 
 from . import AxialRope, RopeConfig, _AlibiConvention, _Angle, _KerpleKernel, _Layout
 
-__all__ = ["apply_rotary_emb", "apply_rope", "RotaryEmbedding", "attention"]
+__all__ = [
+    "apply_rotary_emb",
+    "apply_rotary_emb_qkv_",
+    "apply_rotary_emb_kv_",
+    "apply_rope",
+    "RotaryEmbedding",
+    "attention",
+]
 
 # Integer data (positions, offsets, cu_seqlens, masks): a tensor or anything NumPy converts.
 _Ints = Tensor | ArrayLike
@@ -24,6 +31,23 @@ def apply_rotary_emb(
     seqlen_offsets: int | _Ints = 0,
     cu_seqlens: _Ints | None = None,
     max_seqlen: int | None = None,
+) -> Tensor: ...
+def apply_rotary_emb_qkv_(
+    qkv: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    cos_k: Tensor | None = None,
+    sin_k: Tensor | None = None,
+    interleaved: bool = False,
+    seqlen_offsets: int | _Ints = 0,
+    num_heads_q: int | None = None,
+) -> Tensor: ...
+def apply_rotary_emb_kv_(
+    kv: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    interleaved: bool = False,
+    seqlen_offsets: int | _Ints = 0,
 ) -> Tensor: ...
 def apply_rope(
     x: Tensor,

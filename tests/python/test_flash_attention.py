@@ -277,3 +277,79 @@ def test_golden_covers_position_zero_rows():
         pos = positions_of(a["x"].shape, off.numpy() if torch.is_tensor(off) else off, cu)
         rows += int((pos == 0).sum())
     assert rows >= 10
+
+
+# ---- the packed in-place wrappers: apply_rotary_emb_qkv_, apply_rotary_emb_kv_ --------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("packing", ["qkv3", "gqa"])
+@pytest.mark.parametrize("separate_k", [False, True])
+def test_qkv_inplace_rotates_q_and_k_only(dtype, packing, separate_k):
+    # FlashAttention's apply_rotary_emb_qkv_: q and k of the packed tensor rotated in place (k
+    # by cos_k, sin_k when given, as xPos does), v untouched, rows from seqlen_offsets; the
+    # result is qkv's storage; the gradient of a qkv made from a leaf rotates back on q and k
+    # and passes through on v. Each part is held to the exact rotation (rotate_exact).
+    gen = torch.Generator().manual_seed(11)
+    B, T, D, R, hq, hk = 2, 5, 16, 12, 4, 2
+    shape = (B, T, 3, hq, D) if packing == "qkv3" else (B, T, hq + 2 * hk, D)
+    leaf = torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
+    qkv = leaf.clone()
+    before = qkv.detach().clone()
+    cos, sin = tables(T + 3, R, torch.float32)
+    cos_k, sin_k = (cos * 0.5, sin * 0.5) if separate_k else (None, None)
+    kw = dict(num_heads_q=None if packing == "qkv3" else hq)
+    out = pt.apply_rotary_emb_qkv_(qkv, cos, sin, cos_k, sin_k, seqlen_offsets=3, **kw)
+    assert out.data_ptr() == qkv.data_ptr()
+
+    def parts(t):
+        if packing == "qkv3":
+            return t[:, :, 0], t[:, :, 1], t[:, :, 2]
+        return t[:, :, :hq], t[:, :, hq:hq + hk], t[:, :, hq + hk:]
+
+    q0, k0, v0 = parts(before)
+    q1, k1, v1 = parts(qkv.detach())
+    assert_near_exact(q1, q0, cos, sin, False, seqlen_offsets=3)
+    assert_near_exact(k1, k0, cos if cos_k is None else cos_k, sin if sin_k is None else sin_k,
+                      False, seqlen_offsets=3)
+    assert torch.equal(v1, v0)
+    g = torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+    out.backward(g.clone())
+    gq, gk, gv = parts(g)
+    dq, dk, dv = parts(leaf.grad)
+    assert_near_exact(dq, gq, cos, sin, False, seqlen_offsets=3, inverse=True)
+    assert_near_exact(dk, gk, cos if cos_k is None else cos_k, sin if sin_k is None else sin_k,
+                      False, seqlen_offsets=3, inverse=True)
+    assert torch.equal(dv, gv)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_kv_inplace_rotates_k_only(interleaved):
+    gen = torch.Generator().manual_seed(12)
+    B, T, H, D = 2, 6, 3, 16
+    leaf = torch.randn(B, T, 2, H, D, generator=gen, dtype=torch.float64).requires_grad_()
+    kv = leaf.clone()
+    before = kv.detach().clone()
+    cos, sin = tables(T + 2, D, torch.float64)
+    offs = torch.tensor([0, 2])
+    out = pt.apply_rotary_emb_kv_(kv, cos, sin, interleaved=interleaved, seqlen_offsets=offs)
+    assert out.data_ptr() == kv.data_ptr()
+    assert_near_exact(kv.detach()[:, :, 0], before[:, :, 0], cos, sin, interleaved,
+                      seqlen_offsets=offs.numpy())
+    assert torch.equal(kv.detach()[:, :, 1], before[:, :, 1])
+    g = torch.randn(B, T, 2, H, D, generator=gen, dtype=torch.float64)
+    out.backward(g.clone())
+    assert_near_exact(leaf.grad[:, :, 0], g[:, :, 0], cos, sin, interleaved,
+                      seqlen_offsets=offs.numpy(), inverse=True)
+    assert torch.equal(leaf.grad[:, :, 1], g[:, :, 1])
+
+
+def test_packed_wrappers_refuse_wrong_shapes():
+    cos, sin = tables(4, 8, torch.float32)
+    with pytest.raises(ValueError, match="num_heads_q is required"):
+        pt.apply_rotary_emb_qkv_(torch.zeros(1, 4, 6, 8), cos, sin)
+    with pytest.raises(ValueError, match="num_heads_q"):
+        pt.apply_rotary_emb_qkv_(torch.zeros(1, 4, 5, 8), cos, sin, num_heads_q=2)
+    with pytest.raises(ValueError, match=r"\(B, T, 3, H, D\)"):
+        pt.apply_rotary_emb_qkv_(torch.zeros(1, 4, 2, 2, 8), cos, sin)
+    with pytest.raises(ValueError, match=r"\(B, T, 2, H, D\)"):
+        pt.apply_rotary_emb_kv_(torch.zeros(1, 4, 3, 2, 8), cos, sin)
