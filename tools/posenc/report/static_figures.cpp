@@ -60,16 +60,15 @@ std::string quote(const std::string& s) {
   return o + "'";
 }
 
-// The text of `path`, "" when it cannot be read.
-std::string read_all(const fs::path& path) {
-  std::string s;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    char buf[1 << 16];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    std::fclose(f);
+// The text of `path` (posenc's read_file); "" when it cannot be read, for what is only shown
+// in a message (Chromium's stderr).
+std::string read_text_or_empty(const fs::path& path) {
+  try {
+    const auto bytes = read_file(path.string());
+    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+  } catch (const io_error&) {
+    return {};
   }
-  return s;
 }
 
 // The last `n` characters of s, for an error message.
@@ -190,7 +189,8 @@ std::vector<std::string> render_figures(const std::string& dir, const std::strin
   require_chromium("rendering the figures");
   const std::string chromium = chromium_binary();
   const fs::path root = fs::absolute(fs::path(dir)).lexically_normal();
-  std::string html = read_all(root / page);
+  const auto page_bytes = read_file((root / page).string());
+  std::string html(reinterpret_cast<const char*>(page_bytes.data()), page_bytes.size());
   const size_t body_end = html.rfind("</body>");
   if (html.empty() || body_end == std::string::npos)
     fail_io("{}: not a page of posenc's (no </body>)", (root / page).string());
@@ -231,7 +231,7 @@ std::vector<std::string> render_figures(const std::string& dir, const std::strin
   const size_t e = a == std::string::npos ? a : dom.find("</pre>", a);
   if (e == std::string::npos)
     fail_io("{}: headless Chromium ({}) gave no images (exit status {}): {}",
-            (root / page).string(), chromium, status, tail(read_all(err_file)));
+            (root / page).string(), chromium, status, tail(read_text_or_empty(err_file)));
   bool ok = false;
   const std::string text = percent_decode(dom.substr(a + mark.size(), e - a - mark.size()), ok);
   nlohmann::json items = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
