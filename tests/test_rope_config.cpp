@@ -653,8 +653,17 @@ TEST(RopeConfig, LongRopeExplicitFactorWarnsAndWins) {
 TEST(RopeConfig, ErrorsNameTheKey) {
   auto j = llama2_json();
   auto bad = j;
-  bad["partial_rotary_factor"] = 0.3;  // 128 * 0.3 = 38.4
-  EXPECT_NE(expect_invalid(bad).find("partial_rotary_factor"), std::string::npos);
+  bad["model_type"] = "gpt_neox";
+  bad["partial_rotary_factor"] = 0.3;  // 128 * 0.3 = 38.4: transformers' int() gives 38
+  {
+    std::vector<std::string> w;
+    const auto c = rope_config_from_json(bad, &w);
+    EXPECT_EQ(c.rotary_dim, 38);
+    ASSERT_FALSE(w.empty());
+    EXPECT_NE(w[0].find("truncated as transformers does"), std::string::npos) << w[0];
+  }
+  bad["partial_rotary_factor"] = 0.29;  // 128 * 0.29 = 37.12: 37 is odd
+  EXPECT_NE(expect_invalid(bad).find("int(head_dim * partial_rotary_factor)"), std::string::npos);
   bad = j;
   bad["head_dim"] = 80;
   bad["partial_rotary_factor"] = 0.1125;  // 80 * 0.1125 = 9: odd

@@ -18,56 +18,76 @@ namespace {
 using nlohmann::json;
 using lp = hf_layer_pattern;
 
+#include "hf_swept_model_types.inc"
+
 constexpr int64_t derived = 0;  // head_dim = hidden_size / num_attention_heads
 
 // model_type, class, theta, local theta, head_dim, hidden_size, heads, layers, max positions,
-// partial_rotary_factor, layer pattern, pattern period, MLA rotary head (qk_rope_head_dim).
+// partial_rotary_factor, layer pattern, pattern period, MLA rotary head (qk_rope_head_dim), the
+// whole RoPE block the class builds (JSON, nullptr when none). The rows written by hand come
+// first; hf_class_table.inc adds every other swept model type whose class defaults could be
+// measured (scripts/golden/class_table.py).
 // A 0 means the class supplies nothing for that key (partial_rotary_factor: 1, no default).
 const hf_class_defaults kTable[] = {
-    {"llama", "LlamaConfig", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0},
-    {"mistral", "MistralConfig", 10000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0},
-    {"mixtral", "MixtralConfig", 1000000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0},
+    {"llama", "LlamaConfig", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0, nullptr},
+    {"mistral", "MistralConfig", 10000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0,
+     nullptr},
+    {"mixtral", "MixtralConfig", 1000000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0,
+     nullptr},
     {"ministral", "MinistralConfig", 10000, 0, derived, 4096, 32, 32, 131072, 0, lp::all_sliding, 0,
-     0},
-    {"qwen2", "Qwen2Config", 10000, 0, derived, 4096, 32, 32, 32768, 0, lp::qwen_window, 28, 0},
+     0, nullptr},
+    {"qwen2", "Qwen2Config", 10000, 0, derived, 4096, 32, 32, 32768, 0, lp::qwen_window, 28, 0,
+     nullptr},
     {"qwen2_moe", "Qwen2MoeConfig", 10000, 0, derived, 2048, 16, 24, 32768, 0, lp::qwen_window, 28,
-     0},
-    {"qwen3", "Qwen3Config", 10000, 0, 128, 4096, 32, 32, 32768, 0, lp::qwen_window, 28, 0},
-    {"qwen3_moe", "Qwen3MoeConfig", 10000, 0, derived, 2048, 32, 24, 32768, 0, lp::none, 0, 0},
+     0, nullptr},
+    {"qwen3", "Qwen3Config", 10000, 0, 128, 4096, 32, 32, 32768, 0, lp::qwen_window, 28, 0,
+     nullptr},
+    {"qwen3_moe", "Qwen3MoeConfig", 10000, 0, derived, 2048, 32, 24, 32768, 0, lp::none, 0, 0,
+     nullptr},
     {"qwen2_vl_text", "Qwen2VLTextConfig", 1000000, 0, derived, 8192, 64, 80, 32768, 0,
-     lp::qwen_window, 80, 0},
+     lp::qwen_window, 80, 0, nullptr},
     {"qwen2_5_vl_text", "Qwen2_5_VLTextConfig", 1000000, 0, derived, 8192, 64, 80, 32768, 0,
-     lp::qwen_window, 80, 0},
-    {"qwen3_vl_text", "Qwen3VLTextConfig", 500000, 0, 128, 4096, 32, 32, 128000, 0, lp::none, 0, 0},
-    {"gemma", "GemmaConfig", 10000, 0, 256, 3072, 16, 28, 8192, 0, lp::none, 0, 0},
-    {"gemma2", "Gemma2Config", 10000, 0, 256, 2304, 8, 26, 8192, 0, lp::every_nth_full, 2, 0},
+     lp::qwen_window, 80, 0, nullptr},
+    {"qwen3_vl_text", "Qwen3VLTextConfig", 500000, 0, 128, 4096, 32, 32, 128000, 0, lp::none, 0, 0,
+     nullptr},
+    {"gemma", "GemmaConfig", 10000, 0, 256, 3072, 16, 28, 8192, 0, lp::none, 0, 0, nullptr},
+    {"gemma2", "Gemma2Config", 10000, 0, 256, 2304, 8, 26, 8192, 0, lp::every_nth_full, 2, 0,
+     nullptr},
     {"gemma3_text", "Gemma3TextConfig", 1000000, 10000, 256, 2304, 8, 26, 131072, 0,
-     lp::every_nth_full, 6, 0},
+     lp::every_nth_full, 6, 0, nullptr},
     {"gemma4_text", "Gemma4TextConfig", 1000000, 10000, 256, 2304, 8, 30, 131072, 0,
-     lp::every_nth_full_last_full, 6, 0},
-    {"phi", "PhiConfig", 10000, 0, derived, 2048, 32, 24, 2048, 0.5, lp::none, 0, 0},
-    {"phi3", "Phi3Config", 10000, 0, derived, 3072, 32, 32, 4096, 0, lp::none, 0, 0},
-    {"phimoe", "PhimoeConfig", 1000000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0},
-    {"deepseek_v2", "DeepseekV2Config", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 64},
-    {"deepseek_v3", "DeepseekV3Config", 10000, 0, derived, 7168, 128, 61, 4096, 0, lp::none, 0, 64},
-    {"gpt_oss", "GptOssConfig", 150000, 0, 64, 2880, 64, 36, 131072, 0, lp::every_nth_full, 2, 0},
-    {"gpt_neox", "GPTNeoXConfig", 10000, 0, derived, 6144, 64, 44, 2048, 0.25, lp::none, 0, 0},
+     lp::every_nth_full_last_full, 6, 0, nullptr},
+    {"phi", "PhiConfig", 10000, 0, derived, 2048, 32, 24, 2048, 0.5, lp::none, 0, 0, nullptr},
+    {"phi3", "Phi3Config", 10000, 0, derived, 3072, 32, 32, 4096, 0, lp::none, 0, 0, nullptr},
+    {"phimoe", "PhimoeConfig", 1000000, 0, derived, 4096, 32, 32, 131072, 0, lp::none, 0, 0,
+     nullptr},
+    {"deepseek_v2", "DeepseekV2Config", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 64,
+     nullptr},
+    {"deepseek_v3", "DeepseekV3Config", 10000, 0, derived, 7168, 128, 61, 4096, 0, lp::none, 0, 64,
+     nullptr},
+    {"gpt_oss", "GptOssConfig", 150000, 0, 64, 2880, 64, 36, 131072, 0, lp::every_nth_full, 2, 0,
+     nullptr},
+    {"gpt_neox", "GPTNeoXConfig", 10000, 0, derived, 6144, 64, 44, 2048, 0.25, lp::none, 0, 0,
+     nullptr},
     {"gpt_neox_japanese", "GPTNeoXJapaneseConfig", 10000, 0, derived, 2560, 32, 32, 2048, 0,
-     lp::none, 0, 0},
-    {"falcon", "FalconConfig", 10000, 0, derived, 4544, 71, 32, 2048, 0, lp::none, 0, 0},
-    {"olmo", "OlmoConfig", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0},
-    {"olmo2", "Olmo2Config", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0},
+     lp::none, 0, 0, nullptr},
+    {"falcon", "FalconConfig", 10000, 0, derived, 4544, 71, 32, 2048, 0, lp::none, 0, 0, nullptr},
+    {"olmo", "OlmoConfig", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0, nullptr},
+    {"olmo2", "Olmo2Config", 10000, 0, derived, 4096, 32, 32, 2048, 0, lp::none, 0, 0, nullptr},
     {"smollm3", "SmolLM3Config", 2000000, 0, derived, 2048, 16, 36, 32768, 0, lp::nope_sliding, 4,
-     0},
-    {"cohere", "CohereConfig", 500000, 0, derived, 8192, 64, 40, 8192, 0, lp::none, 0, 0},
-    {"cohere2", "Cohere2Config", 10000, 0, derived, 8192, 64, 40, 8192, 0, lp::every_nth_full, 4,
-     0},
-    {"stablelm", "StableLmConfig", 10000, 0, derived, 2560, 32, 32, 4096, 0.25, lp::none, 0, 0},
-    {"glm", "GlmConfig", 10000, 0, 128, 4096, 32, 40, 131072, 0.5, lp::none, 0, 0},
-    {"glm4", "Glm4Config", 10000, 0, 128, 4096, 32, 40, 131072, 0.5, lp::none, 0, 0},
-    {"persimmon", "PersimmonConfig", 10000, 0, derived, 4096, 64, 36, 16384, 0.5, lp::none, 0, 0},
+     0, nullptr},
+    {"cohere", "CohereConfig", 500000, 0, derived, 8192, 64, 40, 8192, 0, lp::none, 0, 0, nullptr},
+    {"cohere2", "Cohere2Config", 10000, 0, derived, 8192, 64, 40, 8192, 0, lp::every_nth_full, 4, 0,
+     nullptr},
+    {"stablelm", "StableLmConfig", 10000, 0, derived, 2560, 32, 32, 4096, 0.25, lp::none, 0, 0,
+     nullptr},
+    {"glm", "GlmConfig", 10000, 0, 128, 4096, 32, 40, 131072, 0.5, lp::none, 0, 0, nullptr},
+    {"glm4", "Glm4Config", 10000, 0, 128, 4096, 32, 40, 131072, 0.5, lp::none, 0, 0, nullptr},
+    {"persimmon", "PersimmonConfig", 10000, 0, derived, 4096, 64, 36, 16384, 0.5, lp::none, 0, 0,
+     nullptr},
     {"llama4_text", "Llama4TextConfig", 500000, 0, 128, 5120, 40, 48, 131072, 0, lp::nope_chunked,
-     4, 0},
+     4, 0, nullptr},
+#include "hf_class_table.inc"
 };
 
 // Composite (multimodal) classes keep the language model in text_config; a text_config that
@@ -121,6 +141,8 @@ const char* hf_layer_pattern_name(hf_layer_pattern p) {
       return "nope_chunked";
     case hf_layer_pattern::nope_sliding:
       return "nope_sliding";
+    case hf_layer_pattern::unmodelled:
+      return "unmodelled";
   }
   return "?";
 }
@@ -140,6 +162,7 @@ std::vector<std::string> hf_default_layer_types(const hf_class_defaults& d, cons
   std::vector<std::string> out;
   switch (d.pattern) {
     case hf_layer_pattern::none:
+    case hf_layer_pattern::unmodelled:
       break;
     case hf_layer_pattern::every_nth_full:
     case hf_layer_pattern::every_nth_full_last_full: {
@@ -243,6 +266,14 @@ void filler::rope_block() {
     take("rope_parameters",
          "{sliding_attention: default, theta 10000; full_attention: proportional, "
          "partial_rotary_factor 0.25, theta 1000000}");
+  } else if (d->rope_block && !scaling_block(j)) {
+    // A class-built block other than a plain default RoPE (generated rows: Apertus' llama3 x8,
+    // Ministral 3's YaRN, Gemma 3n's per-layer-type block); a rope_theta the config states
+    // replaces the block's, as transformers' standardisation folds it in.
+    json block = json::parse(d->rope_block);
+    if (has(j, "rope_theta") && !is_nested(block)) block["rope_theta"] = j.at("rope_theta");
+    j["rope_parameters"] = block;
+    take("rope_parameters", block.dump());
   } else if (mts == "gpt_oss" && !scaling_block(j)) {
     j["rope_parameters"] = {{"rope_type", "yarn"},   {"factor", 32.0},
                             {"beta_fast", 32.0},     {"beta_slow", 1.0},
@@ -290,6 +321,12 @@ void filler::head_dim() {
   if (d->qk_rope_head_dim > 0 && !has(j, "qk_rope_head_dim")) {
     j["qk_rope_head_dim"] = d->qk_rope_head_dim;
     take("qk_rope_head_dim", number(static_cast<double>(d->qk_rope_head_dim)));
+    // MLA whose full q/k head differs from the rotary head (Mistral 4: 128 = 64 + 64 with
+    // partial_rotary_factor 0.5): the class's head_dim goes with its rotary head.
+    if (d->head_dim > 0 && d->head_dim != d->qk_rope_head_dim && !has(j, "head_dim")) {
+      j["head_dim"] = d->head_dim;
+      take("head_dim", number(static_cast<double>(d->head_dim)));
+    }
   } else if (d->qk_rope_head_dim == 0 && !has(j, "head_dim")) {
     if (d->head_dim > 0) {
       j["head_dim"] = d->head_dim;
@@ -348,6 +385,12 @@ void filler::layer_keys() {
     j["num_hidden_layers"] = d->num_hidden_layers;
     take("num_hidden_layers", number(static_cast<double>(d->num_hidden_layers)));
   }
+  if (!has(j, "layer_types") && d->pattern == hf_layer_pattern::unmodelled)
+    fail(
+        "layer_types is missing, and transformers' {} builds its layer pattern in a way posenc "
+        "does not model (tests/golden/transformers/class_table.json); state layer_types in the "
+        "config",
+        d->class_name);
   if (!has(j, "layer_types") && d->pattern != hf_layer_pattern::none) {
     const json& n = j.at("num_hidden_layers");
     if (n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() <= (int64_t{1} << 20)) {
@@ -377,6 +420,7 @@ void filler::layer_keys() {
           rule = "NoPE layers sliding when use_sliding_window, else full";
           break;
         case hf_layer_pattern::none:
+        case hf_layer_pattern::unmodelled:
           break;
       }
       take("layer_types", "pattern (" + rule + ")");
@@ -452,6 +496,11 @@ void olmo3_per_layer_rope(json& j, bool layers, std::vector<std::string>* notes)
 
 }  // namespace
 
+bool hf_swept_model_type(const std::string& model_type) {
+  return std::any_of(std::begin(kSweptModelTypes), std::end(kSweptModelTypes),
+                     [&](const char* t) { return model_type == t; });
+}
+
 nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::string& outer_type,
                                        bool layers, std::vector<std::string>* notes) {
   json j = config;
@@ -468,12 +517,19 @@ nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::
   if (!d) {
     // Say what was checked: a class outside the table may supply keys or change RoPE in ways
     // this reading does not know (the table is held against the classes themselves).
-    if (!mt.empty() && notes)
-      notes->push_back(fmt::format(
-          "model_type {} is not among the {} model types whose config classes posenc holds "
-          "against transformers c49429ed (tests/golden/transformers/class_defaults.json); "
-          "keys it leaves out are not filled in, and its class may change RoPE",
-          mt, std::size(kTable)));
+    if (!mt.empty() && notes) {
+      if (!hf_swept_model_type(mt))
+        notes->push_back(fmt::format(
+            "model_type {} is not among the {} model types held against transformers {:.8} "
+            "(tests/golden/transformers/sweep.json); its class may change RoPE",
+            mt, std::size(kSweptModelTypes), kSweptCommit));
+      else
+        notes->push_back(fmt::format(
+            "model_type {} is held against transformers {:.8} for the keys a config states, "
+            "but its class's defaults are not among the {} posenc fills in; keys it leaves out "
+            "are not filled in",
+            mt, kSweptCommit, std::size(kTable)));
+    }
     return j;
   }
   filler f{j, d, notes};

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "posenc/core/error.hpp"
@@ -113,11 +114,31 @@ std::vector<std::string> nested_types(const json& rp) {
 
 // Multimodal configs (Gemma 3, Llama 4, Qwen2-VL) keep the language model's keys in
 // text_config: used when the top level has no head size of its own.
+// The decoder's part of a config, as transformers' get_text_config(decoder=True) finds it: a
+// text_config object when there is one (whatever the top level also holds: Voxtral's and Music
+// Flamingo's top levels carry an audio tower's sizes), else the config itself.
 const json& text_part(const json& j) {
-  if (present(j, "text_config") && j.at("text_config").is_object() && !present(j, "head_dim") &&
-      !present(j, "hidden_size"))
-    return j.at("text_config");
+  if (present(j, "text_config") && j.at("text_config").is_object()) return j.at("text_config");
   return j;
+}
+
+// Model classes whose rotary embedding posenc does not model, found by the sweep of every
+// rotary model type (tests/golden/transformers/sweep.json, transformers c49429ed): reading
+// them as a plain RoPE would give wrong numbers without a word, so they are refused by name.
+const char* unmodelled_rotary(const std::string& mt) {
+  static const std::map<std::string, const char*> table = {
+      {"cosmos3_edge_text",
+       "Cosmos3EdgeTextRotaryEmbedding keeps three inv_freq tables of head_dim / 2 (one per "
+       "M-RoPE axis, 3 x 64 at head_dim 128), not one"},
+      {"ernie4_5_vl_moe_text",
+       "Ernie4_5_VLMoeTextRotaryEmbedding spreads its frequencies over the three M-RoPE axes in "
+       "its own order (pair 21 gets 1.8e-4 where plain RoPE has 1.3e-2)"},
+      {"minimax_m3_vl_text",
+       "MiniMaxM3VLRotaryEmbedding rotates head_dim * partial_rotary_factor dimensions and "
+       "ignores the config's rotary_dim, so the file names two different widths"},
+  };
+  auto it = table.find(mt);
+  return it == table.end() ? nullptr : it->second;
 }
 
 bool is_gemma2(const std::string& mt) {
@@ -130,11 +151,45 @@ bool is_gemma3(const std::string& mt) {
 // The text part of a config with every key its transformers class supplies filled in (a
 // text_config that names no model_type is given its composite's text class, as transformers
 // does).
+// transformers' attribute_map of the classes that store a RoPE key under another name (the
+// sweep's classes at c49429ed): {model_type, the name transformers reads, the stored name}.
+struct attribute_alias {
+  const char* model_type;
+  const char* key;
+  const char* stored;
+};
+constexpr attribute_alias kAttributeMap[] = {
+    {"bamba", "layer_types", "layers_block_type"},
+    {"falcon_h1", "layer_types", "layers_block_type"},
+    {"dbrx", "num_attention_heads", "n_heads"},
+    {"dbrx", "hidden_size", "d_model"},
+    {"dbrx", "num_hidden_layers", "n_layers"},
+    {"dbrx", "max_position_embeddings", "max_seq_len"},
+    {"glm4_moe_lite", "head_dim", "qk_rope_head_dim"},
+    {"jetmoe", "head_dim", "kv_channels"},
+    {"moonshine", "num_key_value_heads", "decoder_num_key_value_heads"},
+    {"moonshine", "num_attention_heads", "decoder_num_attention_heads"},
+    {"moonshine", "num_hidden_layers", "decoder_num_hidden_layers"},
+    {"recurrent_gemma", "sliding_window", "attention_window_size"},
+};
+
+// The config with each aliased key under the name transformers reads (the stored name stays).
+json with_attribute_map(const json& t) {
+  if (!present(t, "model_type") || !t.at("model_type").is_string()) return t;
+  const std::string mt = t.at("model_type").get<std::string>();
+  json out = t;
+  for (const auto& a : kAttributeMap)
+    if (mt == a.model_type && !present(out, a.key) && present(out, a.stored))
+      out[a.key] = out.at(a.stored);
+  return out;
+}
+
 json filled(const json& config, bool layers, std::vector<std::string>* notes) {
-  const json& t = text_part(config);
+  const json& t0 = text_part(config);
   std::string outer;
-  if (&t != &config && present(config, "model_type") && config.at("model_type").is_string())
+  if (&t0 != &config && present(config, "model_type") && config.at("model_type").is_string())
     outer = config.at("model_type").get<std::string>();
+  const json t = with_attribute_map(t0);
   json j = hf_apply_class_defaults(t, outer, layers, notes);
   if (!present(j, "model_type") && !outer.empty())
     if (const hf_class_defaults* d = hf_class_defaults_for(outer + "_text"))
@@ -149,7 +204,7 @@ rope_config config_from_view(const json& j, std::vector<std::string>* warnings);
 rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
   if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
   rope_layer_plan p;
-  const bool stated_types = present(text_part(config), "layer_types");
+  const bool stated_types = present(with_attribute_map(text_part(config)), "layer_types");
   const json j = filled(config, true, &p.defaults);
   const std::string mt = model_class(j);
   const auto n_layers = get_int(j, "num_hidden_layers", "");
@@ -240,22 +295,58 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
   }
 
   // Layers whose attention class does not rotate q and k although the model has a rotary
-  // embedding (read from the attention classes, transformers c49429ed):
-  //   cohere2   Cohere2Attention rotates only when the layer has a sliding window, that is a
-  //             sliding_attention layer of a config whose sliding_window is not null: its full
-  //             layers have no position at all (Command R7B);
-  //   exaone4   Exaone4Attention rotates every layer when sliding_window is null, else only the
-  //             sliding_attention layers ("global NoPE for hybrid attention", EXAONE 4.0).
-  // A sliding_window left out is the class default (4096 in both), not null.
-  if (p.rope_layers.empty() && !p.layer_types.empty() && (mt == "cohere2" || mt == "exaone4")) {
+  // embedding (read from the attention classes, transformers c49429ed; each found by the sweep,
+  // tests/golden/transformers/sweep.json, running the class's own layers):
+  //   cohere2, cohere2_moe   rotate only a layer that has a sliding window, that is a
+  //             sliding_attention layer of a config whose sliding_window is not null (Command
+  //             R7B's full layers have no position at all). Cohere2MoeAttention also rotates a
+  //             layer whose MLP is dense when prefix_dense_sliding_window_pattern is 1
+  //             (force_rope; mlp_layer_types, else dense for the first first_k_dense_replace);
+  //   exaone4, exaone_moe    rotate every layer when sliding_window is null, else only the
+  //             sliding_attention layers ("global NoPE for hybrid attention", EXAONE 4.0);
+  //   afmoe     AfmoeAttention rotates only its sliding_attention layers, whatever the window;
+  //   any model a linear_attention layer (Qwen3-Next, Qwen 3.5, MiniMax, Granite 4 hybrid): a
+  //             linear (recurrent) mixer, no softmax attention and no RoPE.
+  // A sliding_window left out is the class default (4096 in each), not null.
+  if (p.rope_layers.empty() && !p.layer_types.empty()) {
     const bool windowed = !(j.contains("sliding_window") && j.at("sliding_window").is_null());
-    if (mt == "cohere2" || windowed) {
-      for (const auto& t : p.layer_types)
-        p.rope_layers.push_back(windowed && t == "sliding_attention");
-      p.nope_source =
-          fmt::format("{} rotates only its sliding_attention layers{} (transformers c49429ed)",
-                      mt == "cohere2" ? "Cohere2Attention" : "Exaone4Attention",
-                      windowed ? "" : ", and sliding_window is null: none");
+    const bool cohere = mt == "cohere2" || mt == "cohere2_moe";
+    const bool exaone = mt == "exaone4" || mt == "exaone_moe";
+    std::vector<bool> force(p.layer_types.size(), false);
+    if (mt == "cohere2_moe" &&
+        get_int(j, "prefix_dense_sliding_window_pattern", "").value_or(1) == 1) {
+      if (present(j, "mlp_layer_types") && j.at("mlp_layer_types").is_array()) {
+        const json& ml = j.at("mlp_layer_types");
+        for (size_t i = 0; i < ml.size() && i < force.size(); ++i)
+          force[i] = ml[i].is_string() && ml[i].get<std::string>() == "dense";
+      } else {
+        const int64_t k = get_int(j, "first_k_dense_replace", "").value_or(0);
+        for (size_t i = 0; i < force.size(); ++i) force[i] = static_cast<int64_t>(i) < k;
+      }
+    }
+    const bool linear = std::find(p.layer_types.begin(), p.layer_types.end(), "linear_attention") !=
+                        p.layer_types.end();
+    if (cohere || (exaone && windowed) || mt == "afmoe" || linear) {
+      for (size_t i = 0; i < p.layer_types.size(); ++i) {
+        const std::string& t = p.layer_types[i];
+        bool rope = t != "linear_attention";
+        if (cohere) rope = (windowed && t == "sliding_attention") || force[i];
+        if (exaone || mt == "afmoe") rope = t == "sliding_attention";
+        p.rope_layers.push_back(rope);
+      }
+      if (cohere || exaone || mt == "afmoe") {
+        const char* cls = mt == "cohere2"       ? "Cohere2Attention"
+                          : mt == "cohere2_moe" ? "Cohere2MoeAttention"
+                          : mt == "exaone4"     ? "Exaone4Attention"
+                          : mt == "exaone_moe"  ? "ExaoneMoeAttention"
+                                                : "AfmoeAttention";
+        p.nope_source = fmt::format(
+            "{} rotates only its sliding_attention layers{}{} (transformers c49429ed)", cls,
+            cohere && !windowed ? ", and sliding_window is null: none" : "",
+            mt == "cohere2_moe" ? " and those it forces (dense MLP, prefix pattern 1)" : "");
+      } else {
+        p.nope_source = "linear_attention layers: a linear mixer, no RoPE";
+      }
     }
   }
 
@@ -323,9 +414,47 @@ rope_config rope_config_from_json(const nlohmann::json& config, const std::strin
     view.erase("rope_parameters");
     view["rope_theta"] = j.at("rope_local_base_freq");
   }
-  // Gemma 4: global layers may have their own head dim.
-  if (layer_type == "full_attention" && present(j, "global_head_dim"))
-    view["head_dim"] = j.at("global_head_dim");
+  // Gemma 4: global layers may have their own head dim: per_layer_config (transformers 5's
+  // saved form: {"<layer index>": {"head_dim": ..}}), else global_head_dim, else the class's
+  // default 512 (Gemma4TextConfig and the classes built on it pop global_head_dim with 512).
+  const std::string mt = model_class(j);
+  std::optional<int64_t> layer_head_dim;
+  if (present(j, "per_layer_config")) {
+    const json& plc = j.at("per_layer_config");
+    if (!plc.is_object())
+      fail("per_layer_config must be an object of layer index -> overrides, got {}", plc.dump());
+    std::set<int64_t> dims, plain;
+    for (size_t i = 0; i < plan.layer_types.size(); ++i) {
+      if (plan.layer_types[i] != layer_type) continue;
+      const json* o = nullptr;
+      for (auto it = plc.begin(); it != plc.end(); ++it) {
+        char* end = nullptr;
+        const long long k = std::strtoll(it.key().c_str(), &end, 10);
+        if (end && *end == '\0' && !it.key().empty() && k == static_cast<long long>(i))
+          o = &it.value();
+      }
+      if (o && present(*o, "head_dim"))
+        dims.insert(get_int(*o, "head_dim", "per_layer_config.").value());
+      else
+        plain.insert(static_cast<int64_t>(i));
+    }
+    if (dims.size() > 1 || (dims.size() == 1 && !plain.empty()))
+      fail(
+          "per_layer_config gives the {} layers different head_dim values ({}{}); posenc reads one "
+          "RoPE per layer type",
+          layer_type, fmt::join(dims, ", "), plain.empty() ? "" : " and the top-level one");
+    if (dims.size() == 1) layer_head_dim = *dims.begin();
+  } else if (layer_type == "full_attention" && present(j, "global_head_dim")) {
+    layer_head_dim = get_int(j, "global_head_dim", "");
+  } else if (layer_type == "full_attention" &&
+             (mt == "gemma4_text" || mt == "gemma4_unified_text" || mt == "diffusion_gemma_text")) {
+    layer_head_dim = 512;
+    warnings->push_back(fmt::format(
+        "global_head_dim is missing; took transformers' {} default 512 for the full_attention "
+        "layers (transformers c49429ed)",
+        mt));
+  }
+  if (layer_head_dim) view["head_dim"] = *layer_head_dim;
   try {
     return config_from_view(view, warnings);
   } catch (const invalid_argument& e) {
@@ -395,6 +524,7 @@ class view_reader {
   const json* rs = &empty;  // the scaling block (empty when the config has none)
   std::string px;           // its key with a dot ("rope_parameters."), "" when none
   bool has_block = false;
+  bool mla_rope_head = false;   // head_dim is MLA's qk_rope_head_dim
   std::set<std::string> known;  // the block's keys the rope type reads
   std::string tn;               // the rope type's name
 };
@@ -445,6 +575,7 @@ void view_reader::read_head_dim() {
     c.head_dim = *q;
     if (c.head_dim < 2 || c.head_dim > max_config_head_dim)
       fail("qk_rope_head_dim must be in [2, {}], got {}", max_config_head_dim, c.head_dim);
+    mla_rope_head = true;
   } else if (auto h = get_int(j, "head_dim", "")) {
     c.head_dim = *h;
   } else {
@@ -483,12 +614,36 @@ void view_reader::read_rotary_width() {
     if (present(j, "rotary_dim"))
       warnings->push_back("rotary_dim is not used by rope_type proportional; ignored");
   }
+  const auto full = get_int(j, "head_dim", "");
+  if (mla_rope_head && prf && full && *full != c.head_dim && !c.rotated_pairs) {
+    // MLA with a partial factor and a full q/k head_dim (Mistral 4, DeepSeek V4): the factor
+    // maps head_dim to the rotary head; transformers' rotary takes int(head_dim * factor), which
+    // must be qk_rope_head_dim. It is not applied a second time to the rotary head. (DeepSeek V2
+    // and V3 set head_dim = qk_rope_head_dim: a factor there applies to the rotary head.)
+    const auto r = static_cast<int64_t>(static_cast<double>(*full) * *prf);
+    if (r != c.head_dim)
+      fail("qk_rope_head_dim ({}) disagrees with head_dim * partial_rotary_factor ({} * {} = {})",
+           c.head_dim, *full, *prf, r);
+    prf.reset();
+  }
+  // transformers' width: int(head_dim * partial_rotary_factor), the product of two doubles
+  // truncated (MiMo-V2-Flash: 192 * 0.334 = 64.128 gives 64; Moonshine: 36 * 0.9 gives 32).
   const double rd = c.rotated_pairs ? static_cast<double>(c.rotary_dim)
                                     : static_cast<double>(c.head_dim) * prf.value_or(1.0);
-  if (std::fabs(rd - std::round(rd)) > 1e-9 || static_cast<int64_t>(std::round(rd)) % 2 != 0)
-    fail("partial_rotary_factor ({}) times head_dim ({}) must be an even integer, got {}",
-         prf.value_or(1.0), c.head_dim, rd);
-  c.rotary_dim = static_cast<int64_t>(std::round(rd));
+  const auto width = static_cast<int64_t>(rd);
+  if (width % 2 != 0) {
+    if (!prf) fail("head_dim must be an even integer (RoPE rotates pairs), got {}", c.head_dim);
+    fail(
+        "int(head_dim * partial_rotary_factor) = int({} * {}) = {} must be an even integer (the "
+        "rotary width)",
+        c.head_dim, *prf, width);
+  }
+  if (static_cast<double>(width) != rd)
+    warnings->push_back(fmt::format(
+        "head_dim * partial_rotary_factor = {} * {} = {} is not an integer; rotary_dim = {}, "
+        "truncated as transformers does (int())",
+        c.head_dim, prf.value_or(1.0), rd, width));
+  c.rotary_dim = width;
   // transformers' Llama rotary class computes the default frequencies over head_dim and ignores
   // partial_rotary_factor; GPT-NeoX's and Phi-3's (and the generic scaled types) apply it.
   if (prf && *prf != 1 && scaling_type_name(*rs) == "default") {
@@ -716,6 +871,12 @@ void view_reader::validate_block() {
 
 rope_config config_from_view(const json& j, std::vector<std::string>* warnings) {
   std::vector<std::string> local;
+  const std::string mt = model_class(j);
+  if (const char* why = unmodelled_rotary(mt))
+    fail(
+        "model_type '{}': posenc does not model this class's RoPE ({}); refused rather than "
+        "read as a plain RoPE (transformers c49429ed)",
+        mt, why);
   return view_reader(j, warnings ? warnings : &local).read();
 }
 

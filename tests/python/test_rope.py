@@ -230,12 +230,19 @@ def test_hf_f32_matches_pytorch(config):
 def test_hunyuan_alpha_and_the_note_on_unheld_classes():
     # Hunyuan's rope_scaling.alpha (HunYuanDenseV1RotaryEmbedding): base = theta *
     # alpha ** (D / (D - 2)) up to max_position_embeddings, computed here with math.pow. Its
-    # class is not among those held against transformers: the config says so.
+    # class is swept (tests/golden/transformers/sweep.json, class_table.json): no note; a model
+    # type never swept gets one that says so.
     cfg = {"model_type": "hunyuan_v1_dense", "head_dim": 128, "rope_theta": 10000.0,
            "max_position_embeddings": 32768,
            "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}
-    with pytest.warns(UserWarning, match="hunyuan_v1_dense is not among the"):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         c = posenc.RopeConfig.from_hf(cfg)
+    with pytest.warns(UserWarning, match=r"model_type my_new_model is not among the \d+ model types "
+                                         r"held against transformers c49429ed"):
+        posenc.RopeConfig.from_hf({**cfg, "model_type": "my_new_model", "rope_scaling": None})
     assert c.alpha == 1000.0 and "alpha=1000" in repr(c)
     base = 10000.0 * math.pow(1000.0, 128 / 126)
     inv, a = c.frequencies()

@@ -109,6 +109,8 @@ enum class hf_layer_pattern {
   all_sliding,               // every layer sliding when sliding_window is set (Ministral)
   nope_chunked,              // RoPE layers chunked_attention, NoPE layers full (Llama 4)
   nope_sliding,              // NoPE layers sliding if use_sliding_window, else full (SmolLM3)
+  unmodelled,                // the class builds a pattern posenc does not model: a config
+                             // must state layer_types for a layer plan (generated rows)
 };
 const char* hf_layer_pattern_name(hf_layer_pattern p);
 
@@ -124,9 +126,13 @@ struct hf_class_defaults {
   int64_t pattern_period;    // every_nth_full*: the period; qwen_window: max_window_layers;
                              // nope_*: the default no_rope_layer_interval
   int64_t qk_rope_head_dim;  // MLA's rotary head dim, 0 = not an MLA class
+  const char* rope_block;    // the RoPE block the class builds (JSON), nullptr = a plain default
 };
 std::span<const hf_class_defaults> hf_class_defaults_table();
 const hf_class_defaults* hf_class_defaults_for(const std::string& model_type);  // null: unknown
+// Whether transformers' class of this model type (or decoder text type) is among those swept
+// (tests/golden/transformers/sweep.json): its rotary embedding held against posenc, or refused.
+bool hf_swept_model_type(const std::string& model_type);
 // The class's layer_types for num_layers layers (empty for pattern none); j supplies the keys
 // the pattern reads (sliding_window_pattern, use_sliding_window, max_window_layers,
 // sliding_window).

@@ -852,7 +852,10 @@ void run_layers(const layers_opts& o) {
           "%s + 1\n",
           num(plan.floor_scale).c_str(), num(plan.attn_scale).c_str());
   }
-  for (const auto& d : plan.defaults) std::printf("default: %s\n", d.c_str());
+  // a default the class supplied ("X is missing; took ..."), else a note on what was checked
+  for (const auto& d : plan.defaults)
+    std::printf("%s: %s\n", d.find(" is missing; took ") != std::string::npos ? "default" : "note",
+                d.c_str());
 }
 
 const bool registered_cmd_rope = register_command(30, [](CLI::App& app) {
