@@ -266,7 +266,8 @@ TEST(HfClassDefaults, TableMatchesTheClassesRunAtTheirCommit) {
   ASSERT_EQ(table.at("transformers_commit").get<std::string>().substr(0, 8), "c49429ed");
   std::map<std::string, json> measured;
   for (const auto& [mt, m] : table.at("model_types").items())
-    if (m.contains("text_model_type")) measured.emplace(m.at("text_model_type").get<std::string>(), m);
+    if (m.contains("text_model_type"))
+      measured.emplace(m.at("text_model_type").get<std::string>(), m);
   const auto hand = table.at("hand_rows").get<std::vector<std::string>>();
   int compared = 0, generated = 0;
   for (const hf_class_defaults& d : hf_class_defaults_table()) {

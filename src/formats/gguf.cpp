@@ -570,6 +570,15 @@ std::optional<std::string> gguf_file::get_string(const std::string& key) const {
   return kv->text;
 }
 
+std::optional<bool> gguf_file::get_bool(const std::string& key) const {
+  const auto* kv = find(key);
+  if (!kv) return std::nullopt;
+  if (kv->type != gguf_type::boolean)
+    fail_io("{}: offset {}: {} must be a bool, got a {}", path, kv->offset, key,
+            gguf_type_name(kv->type));
+  return kv->number != 0;
+}
+
 gguf_file gguf_read(const std::string& path) {
   file_source src(path);
   return parse(src, path);

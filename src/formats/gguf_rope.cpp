@@ -18,69 +18,305 @@ namespace {
 using nlohmann::json;
 constexpr double two_pi = 6.283185307179586476925286766559;
 
-// llama.cpp's rope type per architecture (llama_model_rope_type): NORM rotates adjacent pairs,
-// NEOX the two halves. Architectures whose HF q/k rows the converter permutes for NORM.
+// The tables below were read from llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39 by
+// scripts/golden/llama_cpp_archs.py, which writes tests/golden/llama_cpp/architectures.json;
+// tests/test_gguf_archs.cpp holds every row against that file.
+
+// llama.cpp's rope type per architecture (6dafc14, src/llama-model.cpp llama_model_rope_type):
+// NORM rotates adjacent pairs ("interleaved"), NEOX the two halves ("half"); MROPE and IMROPE
+// rotate the halves too, with M-RoPE sections (IMROPE: interleaved across the pairs, Qwen3-VL).
+// glm4, glm4moe and hunyuan_vl switch to MROPE when the file has rope sections
+// (hparams.use_mrope(): sections 0 and 1 both > 0, src/llama-hparams.cpp). `permuted`: the
+// HF -> GGUF converter (convert_hf_to_gguf.py and its conversion package, 6dafc14) permutes the
+// q/k rows of Hugging Face checkpoints of this architecture (LlamaModel.permute and its copies:
+// HF's halves become adjacent pairs).
+enum class rt { norm, neox, mrope, imrope };
 struct arch_rope {
   const char* arch;
-  rope_layout layout;
+  rt type;                // without rope sections
+  rt type_with_sections;  // with rope sections 0 and 1 > 0
   bool permuted;
 };
 constexpr arch_rope arch_table[] = {
-    {"llama", rope_layout::interleaved, true},
-    {"llama4", rope_layout::interleaved, true},
-    {"deci", rope_layout::interleaved, true},
-    {"baichuan", rope_layout::interleaved, true},
-    {"minicpm", rope_layout::interleaved, true},
-    {"granite", rope_layout::interleaved, true},
-    {"granitemoe", rope_layout::interleaved, true},
-    {"arcee", rope_layout::interleaved, true},
-    {"mistral3", rope_layout::interleaved, true},  // LLM_ARCH_MISTRAL3: NORM; LlamaModel permutes
-    {"command-r", rope_layout::interleaved, false},
-    {"cohere2", rope_layout::interleaved, false},
-    {"deepseek2", rope_layout::interleaved, false},
-    {"falcon", rope_layout::half, false},
-    {"gptneox", rope_layout::half, false},
-    {"stablelm", rope_layout::half, false},
-    {"qwen", rope_layout::half, false},
-    {"qwen2", rope_layout::half, false},
-    {"qwen2moe", rope_layout::half, false},
-    {"qwen3", rope_layout::half, false},
-    {"qwen3moe", rope_layout::half, false},
-    {"phi2", rope_layout::half, false},
-    {"phi3", rope_layout::half, false},
-    {"phimoe", rope_layout::half, false},
-    {"gemma", rope_layout::half, false},
-    {"gemma2", rope_layout::half, false},
-    {"gemma3", rope_layout::half, false},
-    {"starcoder2", rope_layout::half, false},
-    {"olmo2", rope_layout::half, false},
-    {"olmoe", rope_layout::half, false},
-    {"nemotron", rope_layout::half, false},
-    {"exaone", rope_layout::half, false},
-    {"minicpm3", rope_layout::half, false},
-    {"gpt-oss", rope_layout::half, false},
-    {"grok", rope_layout::half, false},
-    {"qwen2vl", rope_layout::half, false},  // ggml MROPE: NEOX pairs, sections per component
+    {"llama", rt::norm, rt::norm, true},
+    {"llama4", rt::norm, rt::norm, false},
+    {"deci", rt::norm, rt::norm, true},
+    {"falcon", rt::neox, rt::neox, false},
+    {"baichuan", rt::norm, rt::norm, true},
+    {"grok", rt::neox, rt::neox, false},
+    {"gptneox", rt::neox, rt::neox, false},
+    {"modern-bert", rt::neox, rt::neox, false},
+    {"nomic-bert", rt::neox, rt::neox, false},
+    {"nomic-bert-moe", rt::neox, rt::neox, false},
+    {"neo-bert", rt::norm, rt::norm, false},
+    {"jina-bert-v3", rt::neox, rt::neox, false},
+    {"eurobert", rt::neox, rt::neox, false},
+    {"stablelm", rt::neox, rt::neox, false},
+    {"qwen", rt::neox, rt::neox, false},
+    {"qwen2", rt::neox, rt::neox, false},
+    {"qwen2moe", rt::neox, rt::neox, false},
+    {"qwen2vl", rt::mrope, rt::mrope, false},
+    {"qwen3", rt::neox, rt::neox, false},
+    {"qwen3moe", rt::neox, rt::neox, false},
+    {"qwen3next", rt::neox, rt::neox, false},
+    {"qwen3vl", rt::imrope, rt::imrope, false},
+    {"qwen3vlmoe", rt::imrope, rt::imrope, false},
+    {"qwen35", rt::imrope, rt::imrope, false},
+    {"qwen35moe", rt::imrope, rt::imrope, false},
+    {"phi2", rt::neox, rt::neox, false},
+    {"phi3", rt::neox, rt::neox, false},
+    {"phimoe", rt::neox, rt::neox, false},
+    {"plamo", rt::neox, rt::neox, false},
+    {"plamo2", rt::neox, rt::neox, false},
+    {"plamo3", rt::neox, rt::neox, false},
+    {"codeshell", rt::neox, rt::neox, false},
+    {"orion", rt::neox, rt::neox, false},
+    {"internlm2", rt::norm, rt::norm, true},
+    {"minicpm", rt::norm, rt::norm, true},
+    {"minicpm3", rt::neox, rt::neox, false},
+    {"gemma", rt::neox, rt::neox, false},
+    {"gemma2", rt::neox, rt::neox, false},
+    {"gemma3", rt::neox, rt::neox, false},
+    {"gemma3n", rt::neox, rt::neox, false},
+    {"gemma4", rt::neox, rt::neox, false},
+    {"gemma4-assistant", rt::neox, rt::neox, false},
+    {"gemma-embedding", rt::neox, rt::neox, false},
+    {"starcoder2", rt::neox, rt::neox, false},
+    {"falcon-h1", rt::neox, rt::neox, false},
+    {"xverse", rt::norm, rt::norm, true},
+    {"command-r", rt::norm, rt::norm, false},
+    {"cohere2", rt::norm, rt::norm, false},
+    {"cohere2moe", rt::norm, rt::norm, false},
+    {"dbrx", rt::neox, rt::neox, false},
+    {"olmo", rt::norm, rt::norm, true},
+    {"olmo2", rt::neox, rt::neox, false},
+    {"olmoe", rt::neox, rt::neox, false},
+    {"openelm", rt::neox, rt::neox, false},
+    {"arctic", rt::norm, rt::norm, true},
+    {"deepseek", rt::norm, rt::norm, true},
+    {"deepseek2", rt::norm, rt::norm, false},
+    {"deepseek2-ocr", rt::norm, rt::norm, false},
+    {"deepseek32", rt::norm, rt::norm, false},
+    {"chatglm", rt::norm, rt::norm, false},
+    {"glm4", rt::norm, rt::mrope, false},
+    {"glm4moe", rt::neox, rt::mrope, false},
+    {"glm-dsa", rt::norm, rt::norm, false},
+    {"bitnet", rt::neox, rt::neox, false},
+    {"jais2", rt::neox, rt::neox, false},
+    {"nemotron", rt::neox, rt::neox, false},
+    {"exaone", rt::neox, rt::neox, false},
+    {"exaone4", rt::neox, rt::neox, false},
+    {"exaone-moe", rt::neox, rt::neox, false},
+    {"granite", rt::norm, rt::norm, true},
+    {"granitemoe", rt::norm, rt::norm, true},
+    {"granitehybrid", rt::norm, rt::norm, true},
+    {"chameleon", rt::norm, rt::norm, true},
+    {"plm", rt::norm, rt::norm, false},
+    {"bailingmoe", rt::norm, rt::norm, true},
+    {"bailingmoe2", rt::neox, rt::neox, false},
+    {"dots1", rt::neox, rt::neox, false},
+    {"arcee", rt::norm, rt::norm, true},
+    {"afmoe", rt::neox, rt::neox, false},
+    {"ernie4_5", rt::norm, rt::norm, false},
+    {"ernie4_5-moe", rt::norm, rt::norm, false},
+    {"hunyuan-moe", rt::neox, rt::neox, false},
+    {"hunyuan-dense", rt::neox, rt::neox, false},
+    {"hunyuan_vl", rt::neox, rt::mrope, false},
+    {"smollm3", rt::norm, rt::norm, true},
+    {"gpt-oss", rt::neox, rt::neox, false},
+    {"lfm2", rt::neox, rt::neox, false},
+    {"lfm2moe", rt::neox, rt::neox, false},
+    {"dream", rt::neox, rt::neox, false},
+    {"smallthinker", rt::neox, rt::neox, false},
+    {"llada", rt::norm, rt::norm, true},
+    {"llada-moe", rt::neox, rt::neox, false},
+    {"seed_oss", rt::neox, rt::neox, false},
+    {"grovemoe", rt::neox, rt::neox, false},
+    {"apertus", rt::neox, rt::neox, false},
+    {"minimax-m2", rt::neox, rt::neox, false},
+    {"cogvlm", rt::neox, rt::neox, false},
+    {"rnd1", rt::neox, rt::neox, false},
+    {"pangu-embedded", rt::neox, rt::neox, false},
+    {"mistral3", rt::norm, rt::norm, true},
+    {"mistral4", rt::norm, rt::norm, false},
+    {"paddleocr", rt::mrope, rt::mrope, false},
+    {"mimo2", rt::neox, rt::neox, false},
+    {"llama-embed", rt::norm, rt::norm, true},
+    {"maincoder", rt::norm, rt::norm, false},
+    {"talkie", rt::neox, rt::neox, false},
+    {"mellum", rt::neox, rt::neox, false},
+    {"eagle3", rt::norm, rt::norm, true},
+    {"dflash", rt::neox, rt::neox, false},
 };
 
-// llama.cpp's sliding-window layers per architecture (src/models/<arch>.cpp
-// load_arch_hparams, llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39): the default period of
-// set_swa_pattern (layer i is sliding when i % P < P - 1), whether the sliding layers' base
-// defaults to freq_base (else llama_hparams' 10000) and share the full layers' scaling (else
-// freq_scale_swa = 1), and whether the pattern exists only with a sliding_window key > 0.
+const char* rt_name(rt t) {
+  switch (t) {
+    case rt::norm:
+      return "NORM";
+    case rt::neox:
+      return "NEOX";
+    case rt::mrope:
+      return "MROPE";
+    case rt::imrope:
+      return "IMROPE";
+  }
+  return "?";
+}
+
+// Architectures llama.cpp (6dafc14) knows whose RoPE posenc does not read, each with the reason:
+// the rope type NONE (src/llama-model.cpp llama_model_rope_type), graphs that rotate no query
+// (src/models/<arch>.cpp), and per-layer rotary widths or bases posenc does not model.
+struct arch_refused {
+  const char* arch;
+  const char* reason;
+};
+constexpr const char* no_rope =
+    "llama.cpp gives it no RoPE (llama_model_rope_type: LLAMA_ROPE_TYPE_NONE)";
+constexpr arch_refused refused_table[] = {
+    {"clip", no_rope},
+    {"gpt2", no_rope},
+    {"gptj", no_rope},
+    {"mpt", no_rope},
+    {"refact", no_rope},
+    {"jina-bert-v2", no_rope},
+    {"bloom", no_rope},
+    {"mamba", no_rope},
+    {"mamba2", no_rope},
+    {"jamba", no_rope},
+    {"t5", no_rope},
+    {"t5encoder", no_rope},
+    {"jais", no_rope},
+    {"nemotron_h", no_rope},
+    {"nemotron_h_moe", no_rope},
+    {"rwkv6", no_rope},
+    {"rwkv6qwen2", no_rope},
+    {"rwkv7", no_rope},
+    {"arwkv7", no_rope},
+    {"wavtokenizer-dec", no_rope},
+    {"kimi-linear", no_rope},
+    {"starcoder",
+     "llama.cpp's rope type is NORM but its graph rotates no query (src/models/starcoder.cpp: "
+     "learned absolute position embeddings)"},
+    {"bert",
+     "llama.cpp's rope type is NEOX but its graph rotates no query for bert (src/models/bert.cpp "
+     "rotates only for nomic-bert, nomic-bert-moe and jina-bert-v3: bert has learned absolute "
+     "position embeddings)"},
+    {"step35",
+     "llama.cpp halves the full-attention layers' rotary width (n_rot_full / 2, "
+     "src/models/step35.cpp) and rotates the sliding layers with the whole width: per-layer "
+     "rotary widths posenc's GGUF reading does not model"},
+    {"deepseek4",
+     "llama.cpp rotates each layer with a base and scale chosen by its compression ratio "
+     "(src/models/deepseek4.cpp: {arch}.attention.compress_rope_freq_base, unscaled otherwise): "
+     "per-layer bases posenc's GGUF reading does not model"},
+};
+
+// llama.cpp's sliding-window layers per architecture (6dafc14, src/models/<arch>.cpp
+// load_arch_hparams and the graph): the pattern set_swa_pattern gives (period P: layer i is sliding
+// when i % P < P - 1; dense_first: when i % P != 0; per_layer: only the per-layer array
+// {arch}.attention.sliding_window_pattern), whether the key may be such an array (read, one
+// entry per layer, nonzero = sliding), when the pattern exists at all, the sliding layers' base
+// (the full layers' freq_base, else llama_hparams' 10000) and scale (the full layers', else 1)
+// as the graph applies them, and whether the graph reads {arch}.rope.freq_base_swa
+// (model.get_rope_freq_base per layer; cohere2, olmo2, exaone-moe, cohere2moe, mellum and dflash
+// pass freq_base to every layer, olmo2 and mellum the scale 1 to the sliding ones).
+enum class swa_kind { period, dense_first, per_layer };
+enum class swa_when { always, window_positive, window_not_zero };
 struct arch_swa {
   const char* arch;
-  uint32_t period;
+  swa_kind kind;
+  uint32_t period;       // the default period (0 for per_layer)
+  bool array_key;        // {arch}.attention.sliding_window_pattern may be a per-layer array
+  swa_when when;         // always; {arch}.attention.sliding_window > 0; absent or > 0
+  uint32_t block_count;  // the pattern only for this {arch}.block_count (exaone4: 64); 0 = any
   bool base_from_full;
   bool scaled;
-  bool needs_window;
+  bool base_key;           // the graph rotates the sliding layers with {arch}.rope.freq_base_swa
+  const char* layer_type;  // the sliding layers' name (llama4: chunked attention)
 };
+using sk = swa_kind;
+using sw = swa_when;
 constexpr arch_swa swa_table[] = {
-    {"gemma2", 2, true, true, false},
-    {"gemma3", 6, false, false, true},
-    {"gpt-oss", 2, true, true, false},
-    {"cohere2", 4, true, true, false},
+    {"gemma2", sk::period, 2, false, sw::always, 0, true, true, true, "sliding_attention"},
+    {"gemma3", sk::period, 6, false, sw::window_positive, 0, false, false, true,
+     "sliding_attention"},
+    {"gemma3n", sk::period, 5, false, sw::always, 0, false, false, true, "sliding_attention"},
+    {"gemma4", sk::per_layer, 0, true, sw::always, 0, false, false, true, "sliding_attention"},
+    {"gemma4-assistant", sk::per_layer, 0, true, sw::always, 0, false, false, true,
+     "sliding_attention"},
+    {"gemma-embedding", sk::period, 6, false, sw::always, 0, false, false, true,
+     "sliding_attention"},
+    {"gpt-oss", sk::period, 2, false, sw::always, 0, true, true, true, "sliding_attention"},
+    {"cohere2", sk::period, 4, false, sw::always, 0, true, true, false, "sliding_attention"},
+    {"cohere2moe", sk::dense_first, 4, true, sw::always, 0, true, true, false, "sliding_attention"},
+    {"olmo2", sk::period, 4, false, sw::window_positive, 0, true, false, false,
+     "sliding_attention"},
+    {"plamo3", sk::period, 8, false, sw::window_positive, 0, false, false, true,
+     "sliding_attention"},
+    {"modern-bert", sk::dense_first, 3, false, sw::window_positive, 0, false, false, true,
+     "sliding_attention"},
+    {"exaone4", sk::period, 4, false, sw::always, 64, true, true, false, "sliding_attention"},
+    {"exaone-moe", sk::period, 4, false, sw::always, 0, true, true, false, "sliding_attention"},
+    {"afmoe", sk::period, 4, false, sw::window_positive, 0, true, true, true, "sliding_attention"},
+    {"llama4", sk::period, 4, false, sw::window_not_zero, 0, true, true, true, "chunked_attention"},
+    {"smallthinker", sk::dense_first, 4, false, sw::window_positive, 0, true, true, true,
+     "sliding_attention"},
+    {"mellum", sk::period, 4, true, sw::window_positive, 0, true, false, false,
+     "sliding_attention"},
+    {"mimo2", sk::per_layer, 0, true, sw::always, 0, false, false, true, "sliding_attention"},
+    {"dflash", sk::per_layer, 0, true, sw::window_positive, 0, true, true, false,
+     "sliding_attention"},
 };
+
+// Layers llama.cpp's graph does not rotate (6dafc14, src/models/<arch>.cpp): sliding_only
+// (the layers that are not sliding get no RoPE while the pattern is on: cohere2, exaone4,
+// exaone-moe), sliding_or_dense_lead (and the first {arch}.leading_dense_block_count layers
+// rotate: cohere2moe), step_plus_one (layer il has none when (il + 1) % step == 0), step (when
+// il % step == 0), with the step n_no_rope_layer_step (llama_hparams' 4) replaced by the block
+// count where the loader says so (llama4 with {arch}.attention.sliding_window = 0, smallthinker
+// without a positive one; smallthinker's graph then rotates every layer), and finetuned_switch
+// (Granite: no layer rotates when {arch}.rope.scaling.finetuned is false).
+enum class nope_rule { sliding_only, sliding_or_dense_lead, step_plus_one, step, finetuned_switch };
+struct arch_nope {
+  const char* arch;
+  nope_rule rule;
+  uint32_t step;
+};
+using nr = nope_rule;
+constexpr arch_nope nope_table[] = {
+    {"cohere2", nr::sliding_only, 0},              // rotates only when is_swa
+    {"exaone4", nr::sliding_only, 0},              // is_swa || swa_type == NONE
+    {"exaone-moe", nr::sliding_only, 0},           // rotates only when is_local_layer
+    {"cohere2moe", nr::sliding_or_dense_lead, 0},  // is_swa || il < n_layer_dense_lead
+    {"llama4", nr::step_plus_one, 4},
+    {"afmoe", nr::step_plus_one, 4},
+    {"smollm3", nr::step_plus_one, 4},
+    {"smallthinker", nr::step, 4},
+    {"granite", nr::finetuned_switch, 0},  // src/models/granite.cpp
+    {"granitemoe", nr::finetuned_switch, 0},
+    {"granitehybrid", nr::finetuned_switch, 0},  // src/models/granite-hybrid.cpp
+    {"minicpm", nr::finetuned_switch, 0},        // llama_model_granite's graph
+};
+
+// Graphs that rotate with fixed arguments instead of the file's (6dafc14, src/models/<arch>.cpp):
+// deepseek2-ocr passes freq_scale 1, ext_factor 0, attn_factor 1; cogvlm calls ggml_rope
+// (base 10000, scale 1).
+struct arch_fixed {
+  const char* arch;
+  double base;  // 0: the file's freq_base
+  const char* source;
+};
+constexpr arch_fixed fixed_table[] = {
+    {"deepseek2-ocr", 0, "src/models/deepseek2.cpp: freq_scale 1, ext_factor 0, attn_factor 1"},
+    {"cogvlm", 10000, "src/models/cogvlm.cpp: ggml_rope, base 10000, scale 1"},
+};
+
+template <class Row, size_t N>
+const Row* find_row(const Row (&table)[N], const std::string& arch) {
+  for (const auto& row : table)
+    if (arch == row.arch) return &row;
+  return nullptr;
+}
 
 // The implicit default constructor is noexcept, as json's is: clang-tidy (14) follows json's into
 // a throw of json_value(value_t) that a null json never reaches.
@@ -181,6 +417,7 @@ class converter {
   }
 
   gguf_rope run() {
+    read_arch();
     read_dims();
     read_base();
     read_type();
@@ -196,6 +433,7 @@ class converter {
     if (!sc_.is_null()) j_["rope_scaling"] = sc_;
     make_config();
     read_sliding();
+    read_nope();
     return std::move(r_);
   }
 
@@ -317,9 +555,10 @@ class converter {
       fail_io("{}: offset {}: {} must sum to rotary_dim / 2 = {} ({} = {}), got {}", f_.path,
               kv->offset, kv->key, R_ / 2, key("rope.dimension_count"), R_, sum);
     warnings_->push_back(fmt::format(
-        "{} = [{}] read (M-RoPE pairs per position component); the frequencies below are the "
+        "{} = [{}] read (M-RoPE pairs per position component{}); the frequencies below are the "
         "1-D RoPE of one component",
-        kv->key, fmt::join(r_.dimension_sections, ", ")));
+        kv->key, fmt::join(r_.dimension_sections, ", "),
+        arch_->type == rt::imrope ? ", interleaved across the pairs: llama.cpp's IMROPE" : ""));
   }
 
   // The rope_scaling block of the scaling type (the rope_freqs tensor aside).
@@ -522,13 +761,63 @@ class converter {
     }
   }
 
+  // The architecture: refused by name (no RoPE in llama.cpp, or one posenc does not model) or
+  // not known to llama.cpp at the pinned commit; Granite's switch that turns RoPE off.
+  void read_arch() {
+    if (const auto* row = find_row(refused_table, r_.arch))
+      fail(
+          "{}: general.architecture = '{}': {}; posenc reads the RoPE of llama.cpp's NORM, NEOX, "
+          "MROPE and IMROPE architectures",
+          f_.path, r_.arch, row->reason);
+    arch_ = find_row(arch_table, r_.arch);
+    if (!arch_) {
+      std::vector<std::string> names;
+      for (const auto& row : arch_table) names.emplace_back(row.arch);
+      fail(
+          "{}: general.architecture = '{}' is not an architecture of llama.cpp "
+          "6dafc14e50e1c248621618f3786f5005767a1d39 (src/llama-arch.cpp); posenc reads the RoPE "
+          "of: {}",
+          f_.path, r_.arch, fmt::join(names, ", "));
+    }
+    nope_ = find_row(nope_table, r_.arch);
+    if (nope_ && nope_->rule == nr::finetuned_switch) {
+      if (auto on = f_.get_bool(key("rope.scaling.finetuned")); on && !*on)
+        fail(
+            "{}: {} = false: llama.cpp's {} graph rotates no layer then (src/models/granite.cpp "
+            "and granite-hybrid.cpp use rope_finetuned as the RoPE switch); there is no RoPE to "
+            "read",
+            f_.path, key("rope.scaling.finetuned"), r_.arch);
+    }
+  }
+
   // The layout of the architecture and the config of the recovered keys.
   void make_config() {
-    for (const auto& row : arch_table)
-      if (r_.arch == row.arch) {
-        r_.layout = row.layout;
-        r_.permuted_from_hf = row.permuted;
+    // hparams.use_mrope(): sections 0 and 1 both > 0.
+    const auto& sec = r_.dimension_sections;
+    const bool mrope = sec.size() >= 2 && sec[0] > 0 && sec[1] > 0;
+    const rt type = mrope ? arch_->type_with_sections : arch_->type;
+    r_.rope_type = rt_name(type);
+    r_.layout = type == rt::norm ? rope_layout::interleaved : rope_layout::half;
+    r_.permuted_from_hf = arch_->permuted;
+    if (type != arch_->type)
+      r_.notes.push_back(fmt::format(
+          "{} has rope sections 0 and 1 > 0: llama.cpp rotates {} as {} (NEOX pairs) instead of {}",
+          key("rope.dimension_sections"), r_.arch, rt_name(type), rt_name(arch_->type)));
+    if (const auto* fx = find_row(fixed_table, r_.arch)) {
+      if (fx->base > 0 && theta_ != fx->base) {
+        warnings_->push_back(
+            fmt::format("{} = {} is not used by llama.cpp's {} graph ({}); base {} taken",
+                        key("rope.freq_base"), theta_, r_.arch, fx->source, fx->base));
+        theta_ = fx->base;
+        j_["rope_theta"] = fx->base;
       }
+      if (j_.contains("rope_scaling")) {
+        warnings_->push_back(fmt::format(
+            "the {} scaling is not applied by llama.cpp's {} graph ({}); dropped",
+            j_["rope_scaling"].value("rope_type", std::string("rope")), r_.arch, fx->source));
+        j_.erase("rope_scaling");
+      }
+    }
     r_.hf_config = j_;
     try {
       r_.config = rope_config_from_json(j_, warnings_);
@@ -537,32 +826,97 @@ class converter {
     }
   }
 
-  // Sliding-window layers, as llama.cpp's loader sets them for this architecture.
-  void read_sliding() {
-    const arch_swa* swa = nullptr;
-    for (const auto& row : swa_table)
-      if (r_.arch == row.arch) swa = &row;
-    if (swa && swa->needs_window) {
-      const auto window = size_key("attention.sliding_window", 0, uint64_t{1} << 53);
-      if (!window || *window == 0) swa = nullptr;  // gemma3 without a window: one RoPE
+  // Whether llama.cpp's loader sets the sliding pattern for this file (the row's condition).
+  bool pattern_on(const arch_swa& swa) {
+    const auto window = size_key("attention.sliding_window", 0, uint64_t{1} << 53);
+    if (swa.when == sw::window_positive && (!window || *window == 0)) return false;
+    if (swa.when == sw::window_not_zero && window && *window == 0) return false;
+    if (swa.block_count) {
+      const auto n = size_key("block_count", 0, uint64_t{1} << 20);
+      if (!n || *n != swa.block_count) {
+        r_.notes.push_back(fmt::format(
+            "llama.cpp sets {}'s sliding-window layers only for {} = {} ({} here): one RoPE for "
+            "every layer",
+            r_.arch, key("block_count"), swa.block_count,
+            n ? std::to_string(*n) : std::string("absent")));
+        return false;
+      }
     }
-    if (!swa) return;
-    uint32_t period = swa->period;
-    std::string source = fmt::format("llama.cpp's {} default period {}", r_.arch, swa->period);
-    if (const auto* kv = f_.find(key("attention.sliding_window_pattern"));
-        kv && kv->type != gguf_type::array) {
-      const auto p = size_key("attention.sliding_window_pattern", 0, uint64_t{1} << 20);
-      period = static_cast<uint32_t>(*p);
-      source = fmt::format("{} = {}", key("attention.sliding_window_pattern"), period);
+    return true;
+  }
+
+  // Each layer's type from the per-layer array {arch}.attention.sliding_window_pattern
+  // (llama_model_loader::get_key_or_arr: one bool, u32 or i32 entry per layer, nonzero =
+  // sliding; a u32 scalar stands for every layer).
+  void read_pattern_array(const gguf_kv& kv, const arch_swa& swa, uint64_t n) {
+    std::vector<bool> sliding;
+    if (kv.type == gguf_type::array) {
+      const bool allowed = kv.elem_type == gguf_type::boolean || kv.elem_type == gguf_type::u32 ||
+                           kv.elem_type == gguf_type::i32;
+      if (!allowed || !kv.numbers_kept || kv.count != n)
+        fail_io("{}: offset {}: {} must be an array of {} = {} bool, u32 or i32 entries, got {} {}",
+                f_.path, kv.offset, kv.key, key("block_count"), n, kv.count,
+                gguf_type_name(kv.elem_type));
+      for (double v : kv.numbers) sliding.push_back(v != 0);
     } else {
+      sliding.assign(n, *f_.get_size(kv.key) != 0);
+    }
+    for (bool s : sliding) r_.layer_types.push_back(s ? swa.layer_type : "full_attention");
+    r_.layer_source = fmt::format("{} (one entry per layer)", kv.key);
+  }
+
+  // Sliding-window layers, as llama.cpp's loader sets them and its graph rotates them.
+  void read_sliding() {
+    const arch_swa* swa = find_row(swa_table, r_.arch);
+    if (!swa || !pattern_on(*swa)) return;
+    const auto n = size_key("block_count", 0, uint64_t{1} << 20);
+    const auto* kv = f_.find(key("attention.sliding_window_pattern"));
+    const bool per_layer = kv && (kv->type == gguf_type::array || swa->kind == sk::per_layer);
+    if (per_layer && swa->array_key) {
+      if (!n)
+        fail_io("{}: {} is a per-layer pattern but {} is absent", f_.path, kv->key,
+                key("block_count"));
+      read_pattern_array(*kv, *swa, *n);
+    } else if (swa->kind == sk::per_layer) {
+      // No array: llama.cpp leaves every layer dense.
       r_.notes.push_back(fmt::format(
-          "{} is {}: llama.cpp's {} default period {} taken (layer i is sliding when i % {} < {})",
-          key("attention.sliding_window_pattern"),
-          kv ? "a per-layer array, which llama.cpp's loader skips for this architecture" : "absent",
-          r_.arch, period, period, period - 1));
+          "{} is absent: llama.cpp's {} reads the sliding layers only from that per-layer array, "
+          "so every layer is full attention with one RoPE",
+          key("attention.sliding_window_pattern"), r_.arch));
+      return;
+    } else {
+      uint32_t period = swa->period;
+      const bool dense_first = swa->kind == sk::dense_first;
+      if (kv && kv->type != gguf_type::array) {
+        const auto p = size_key("attention.sliding_window_pattern", 0, uint64_t{1} << 20);
+        period = static_cast<uint32_t>(*p);
+        r_.layer_source = fmt::format("{} = {}", key("attention.sliding_window_pattern"), period);
+      } else {
+        r_.layer_source = fmt::format("llama.cpp's {} default period {}", r_.arch, period);
+        r_.notes.push_back(fmt::format(
+            "{} is {}: llama.cpp's {} default period {} taken (layer i is {} when {})",
+            key("attention.sliding_window_pattern"),
+            kv ? "a per-layer array, which llama.cpp's loader skips for this architecture"
+               : "absent",
+            r_.arch, period, swa->layer_type,
+            dense_first ? fmt::format("i % {} != 0", period)
+                        : fmt::format("i % {} < {}", period, period - 1)));
+      }
+      if (n)
+        for (uint64_t i = 0; i < *n; ++i) {
+          const bool s = period == 0 || (dense_first ? i % period != 0 : i % period < period - 1);
+          r_.layer_types.push_back(s ? swa->layer_type : "full_attention");
+        }
     }
     double base = swa->base_from_full ? theta_ : 10000.0;
-    if (r_.freq_base_swa) {
+    if (!swa->base_key) {
+      // The graph passes freq_base to the sliding layers (every such row has base_from_full).
+      if (r_.freq_base_swa)
+        warnings_->push_back(fmt::format(
+            "{} = {} is not used by llama.cpp's {} graph, which rotates the sliding layers with "
+            "{} = {}; ignored",
+            key("rope.freq_base_swa"), *r_.freq_base_swa, r_.arch, key("rope.freq_base"), theta_));
+    } else if (r_.freq_base_swa) {
       base = *r_.freq_base_swa;
     } else {
       r_.notes.push_back(
@@ -573,17 +927,82 @@ class converter {
     json sj = j_;
     sj["rope_theta"] = base;
     sj.erase("rope_local_base_freq");
-    if (!swa->scaled) sj.erase("rope_scaling");  // freq_scale_swa = 1: unscaled
+    if (!swa->scaled) sj.erase("rope_scaling");  // freq_scale 1: unscaled
+    // The sliding layers' head and rotary widths (llama_model_base::load_hparams reads them for
+    // every architecture; each defaults to the full layers').
+    if (auto k = size_key("attention.key_length_swa", 2, max_dim)) sj["head_dim"] = *k;
+    if (auto rot = size_key("rope.dimension_count_swa", 2, max_dim)) sj["rotary_dim"] = *rot;
     try {
       r_.sliding = rope_config_from_json(sj, warnings_);
     } catch (const invalid_argument& e) {
       throw invalid_argument(fmt::format("{}: sliding layers: {}", f_.path, e.what()));
     }
-    r_.layer_source = source;
-    if (auto n = size_key("block_count", 0, uint64_t{1} << 20))
+    r_.sliding_type = swa->layer_type;
+  }
+
+  // Layers llama.cpp's graph does not rotate (nope_table).
+  void read_nope() {
+    if (!nope_ || nope_->rule == nr::finetuned_switch) return;
+    const auto n = size_key("block_count", 0, uint64_t{1} << 20);
+    const auto window = size_key("attention.sliding_window", 0, uint64_t{1} << 53);
+    uint64_t step = nope_->step;
+    std::string rule;
+    std::function<bool(uint64_t)> nope;
+    const auto type_of = [&](uint64_t i) {
+      return i < r_.layer_types.size() ? r_.layer_types[i] : std::string();
+    };
+    switch (nope_->rule) {
+      case nr::sliding_only:
+        if (!r_.sliding) return;
+        rule = "the layers that are not sliding";
+        nope = [&](uint64_t i) { return type_of(i) == "full_attention"; };
+        r_.full_nope = true;
+        break;
+      case nr::sliding_or_dense_lead: {
+        if (!r_.sliding) return;
+        const auto lead = size_key("leading_dense_block_count", 0, uint64_t{1} << 20).value_or(0);
+        rule = fmt::format("the full-attention layers from {} = {} on",
+                           key("leading_dense_block_count"), lead);
+        nope = [&, lead](uint64_t i) { return i >= lead && type_of(i) == "full_attention"; };
+        r_.full_nope = lead == 0;
+        break;
+      }
+      case nr::step_plus_one:
+        if (r_.arch == "llama4" && window && *window == 0) {
+          if (!n) return;
+          step = *n;  // llama4's loader: n_no_rope_layer_step = n_layer
+        }
+        rule = fmt::format("layer i when (i + 1) % {} == 0", step);
+        nope = [step](uint64_t i) { return (i + 1) % step == 0; };
+        break;
+      case nr::step:
+        // smallthinker: without a positive window the step is n_layer and every layer rotates.
+        if (!window || *window == 0) return;
+        rule = fmt::format("layer i when i % {} == 0", step);
+        nope = [step](uint64_t i) { return i % step == 0; };
+        break;
+      case nr::finetuned_switch:
+        return;
+    }
+    if (n)
       for (uint64_t i = 0; i < *n; ++i)
-        r_.layer_types.push_back(period == 0 || i % period < period - 1 ? "sliding_attention"
-                                                                        : "full_attention");
+        if (nope(i)) r_.nope_layers.push_back(static_cast<int64_t>(i));
+    // Every full-attention layer without RoPE (afmoe, llama4, smallthinker: the step meets the
+    // period).
+    if (!r_.full_nope && r_.sliding && n) {
+      bool all = false;
+      for (uint64_t i = 0; i < *n; ++i)
+        if (type_of(i) == "full_attention") {
+          all = nope(i);
+          if (!all) break;
+        }
+      r_.full_nope = all;
+    }
+    r_.nope_source = fmt::format("src/models/{}.cpp: no RoPE on {}", r_.arch, rule);
+    r_.notes.push_back(fmt::format(
+        "llama.cpp's {} graph applies no RoPE to {}{}", r_.arch, rule,
+        n ? fmt::format(" (layers {})", fmt::join(r_.nope_layers, ", "))
+          : fmt::format(" ({} is absent: the layers are not listed)", key("block_count"))));
   }
 
   const gguf_file& f_;
@@ -598,6 +1017,8 @@ class converter {
   std::optional<uint64_t> orig_;  // rope.scaling.original_context_length
   std::string type_ = "none";     // rope.scaling.type (or what the legacy keys imply)
   std::optional<double> factor_, attn_;
+  const arch_rope* arch_ = nullptr;  // the row of arch_table
+  const arch_nope* nope_ = nullptr;  // the row of nope_table, if any
 };
 
 gguf_rope convert(const gguf_file& f,
@@ -615,14 +1036,22 @@ rope_config gguf_rope_layer(const gguf_rope& r, const std::string& layer_type) {
   if (!r.sliding)
     fail(
         "layer type '{}': architecture {} has one RoPE for every layer in llama.cpp (no "
-        "sliding-window layer pattern{}); omit the layer type",
+        "sliding-window layer pattern{}{}); omit the layer type",
         layer_type, r.arch,
         r.freq_base_swa ? fmt::format(": {}.rope.freq_base_swa = {} is not read for it", r.arch,
                                       *r.freq_base_swa)
-                        : std::string());
-  if (layer_type == "full_attention") return r.config;
-  if (layer_type == "sliding_attention") return *r.sliding;
-  fail("layer type must be one of sliding_attention, full_attention (architecture {}), got '{}'",
+                        : std::string(),
+        r.nope_source.empty() ? std::string() : "; " + r.nope_source);
+  if (layer_type == "full_attention") {
+    if (r.full_nope)
+      fail(
+          "layer type 'full_attention': llama.cpp applies no RoPE to {}'s full-attention layers "
+          "({})",
+          r.arch, r.nope_source);
+    return r.config;
+  }
+  if (layer_type == r.sliding_type) return *r.sliding;
+  fail("layer type must be one of {}, full_attention (architecture {}), got '{}'", r.sliding_type,
        r.arch, layer_type);
 }
 

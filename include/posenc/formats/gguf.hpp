@@ -94,6 +94,8 @@ struct gguf_file {
   std::optional<double> get_number(const std::string& key) const;
   std::optional<uint64_t> get_size(const std::string& key) const;
   std::optional<std::string> get_string(const std::string& key) const;
+  // A bool key (GGUF type 7; io_error naming the key for another type).
+  std::optional<bool> get_bool(const std::string& key) const;
 };
 
 // Parses the metadata of the GGUF file at `path` (tensor data is not read).
@@ -143,12 +145,31 @@ std::vector<float> gguf_read_f32(const gguf_file& f, const gguf_tensor_info& t,
 //   low_freq_factor 1) and accepted only if they reproduce every entry within 2^-18; otherwise
 //   (and when a magnitude other than 1 comes with it) the tensor becomes per-pair factors in
 //   posenc's longrope form (short_factor = long_factor = the tensor), with a warning.
-// Sliding-window layers, for the architectures whose llama.cpp loader sets a layer pattern
-// (gemma2: period 2, sliding base = freq_base, scaled like the full layers; gemma3 when
-// {arch}.attention.sliding_window > 0: period 6, sliding base 10000, unscaled; gpt-oss: period
-// 2 and cohere2: period 4, both like gemma2): {arch}.attention.sliding_window_pattern (a u32
-// period P; layer i is sliding when i % P < P - 1) and {arch}.rope.freq_base_swa override the
-// defaults, each default taken with a note.
+// Architectures (general.architecture), as llama.cpp 6dafc14e50e1c248621618f3786f5005767a1d39
+// knows them (tests/golden/llama_cpp/architectures.json, read from its source by
+// scripts/golden/llama_cpp_archs.py): the rope type of llama_model_rope_type gives the layout
+// (NORM: interleaved; NEOX, MROPE, IMROPE: half; glm4, glm4moe and hunyuan_vl are MROPE when
+// {arch}.rope.dimension_sections has sections 0 and 1 > 0), the converter's q/k permutation
+// gives permuted_from_hf. invalid_argument naming the architecture and the reason for one
+// llama.cpp gives no RoPE (rope type NONE: gpt2, mamba, t5, rwkv*, ...), whose graph rotates no
+// query (starcoder, bert), whose per-layer rotary widths or bases posenc does not model (step35,
+// deepseek4), a Granite-family file with {arch}.rope.scaling.finetuned = false (llama.cpp's
+// switch that turns RoPE off), and for an architecture llama.cpp does not know (the message
+// lists the known ones). deepseek2-ocr's graph rotates unscaled and cogvlm's with base 10000
+// whatever the file says: posenc follows, with a warning.
+// Sliding-window layers, for the architectures whose llama.cpp loader sets a layer pattern, as
+// its graph rotates them (swa_table in gguf_rope.cpp, e.g. gemma2: period 2, sliding base =
+// freq_base, scaled like the full layers; gemma3 when {arch}.attention.sliding_window > 0:
+// period 6, sliding base 10000, unscaled; olmo2 and mellum: the full layers' base, unscaled;
+// gemma4, mimo2, dflash: the per-layer array only): {arch}.attention.sliding_window_pattern (a
+// u32 period P; layer i is sliding when i % P < P - 1, or i % P != 0 for modern-bert,
+// smallthinker, cohere2moe; a per-layer array where the architecture reads one) and
+// {arch}.rope.freq_base_swa (where the graph reads it; else ignored with a warning) override the
+// defaults, each default taken with a note; {arch}.attention.key_length_swa and
+// {arch}.rope.dimension_count_swa give the sliding layers' widths. Layers the graph does not
+// rotate (cohere2, exaone4, exaone-moe: the full-attention layers; cohere2moe: those after the
+// leading dense blocks; llama4, afmoe, smollm3: layer i when (i + 1) % 4 == 0; smallthinker with
+// a window: i % 4 == 0) are listed in nope_layers with a note.
 // The implicit default constructor is noexcept, as json's is: clang-tidy (14) follows json's into
 // a throw of json_value(value_t) that a null json never reaches.
 // NOLINTNEXTLINE(bugprone-exception-escape)
@@ -162,6 +183,9 @@ struct gguf_rope {
   // converter permutes the HF q/k rows, so interleaved here is HF's half on the original weights.
   std::optional<rope_layout> layout;
   bool permuted_from_hf = false;
+  // llama.cpp's rope type for this file: "NORM", "NEOX", "MROPE" or "IMROPE" (IMROPE: the
+  // dimension_sections are interleaved across the pairs, mrope_components(..., true)).
+  std::string rope_type;
   // {arch}.rope.freq_base_swa: the sliding-window layers' base (also in hf_config as
   // rope_local_base_freq, so its "sliding_attention" layer type reads it).
   std::optional<double> freq_base_swa;
@@ -174,6 +198,13 @@ struct gguf_rope {
   std::optional<rope_config> sliding;
   std::vector<std::string> layer_types;
   std::string layer_source;  // where the pattern came from ("gemma3 default period 6", ...)
+  std::string sliding_type = "sliding_attention";  // llama4: "chunked_attention"
+  // Layers llama.cpp's graph does not rotate (empty when it rotates every layer or the block
+  // count is absent), the rule they follow, and whether every full-attention layer is one
+  // (gguf_rope_layer then refuses "full_attention").
+  std::vector<int64_t> nope_layers;
+  std::string nope_source;
+  bool full_nope = false;
   // {arch}.rope.scaling.yarn_attn_factor as written (the config's attention_factor), and what
   // llama.cpp does with it for this architecture.
   std::optional<double> yarn_attn_factor;
@@ -189,8 +220,10 @@ gguf_rope gguf_rope_config(const gguf_file& f, std::span<const uint8_t> bytes,
                            std::vector<std::string>* warnings);
 
 // The RoPE of one layer type of a GGUF model: "full_attention" (or "") is r.config,
-// "sliding_attention" r.sliding. invalid_argument naming the allowed types for another name,
-// and naming the architecture when llama.cpp has no per-layer RoPE for it.
+// r.sliding_type ("sliding_attention"; llama4's "chunked_attention") r.sliding.
+// invalid_argument naming the allowed types for another name, naming the architecture when
+// llama.cpp has no per-layer RoPE for it, and for "full_attention" when llama.cpp rotates none
+// of those layers (r.full_nope).
 rope_config gguf_rope_layer(const gguf_rope& r, const std::string& layer_type);
 
 }  // namespace posenc
