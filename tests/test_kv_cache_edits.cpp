@@ -124,8 +124,8 @@ TEST(KvCacheEdits, ExactModeEqualsOneAppendAtTheFinalPositions) {
 }
 
 // Rerotate mode: one edit turns each stored key by the change with the rotation alone (the
-// frequencies at magnitude 1, also for YaRN whose a = 0.1 ln 4 + 1 is in the stored key),
-// rounded to the storage format.
+// frequencies at magnitude 1, also for YaRN whose a = 0.1 ln 4 + 1 is in the stored key), the
+// forward kernel at the signed change, rounded to the storage format.
 TEST(KvCacheEdits, RerotateTurnsTheStoredKeyByTheChange) {
   for (rope_type t : {rope_type::default_, rope_type::yarn})
     for (kv_storage st : {kv_storage::f32, kv_storage::f16, kv_storage::bf16})
@@ -146,9 +146,15 @@ TEST(KvCacheEdits, RerotateTurnsTheStoredKeyByTheChange) {
           EXPECT_EQ(after.pos[j], in ? p[j] + delta : p[j]);
           std::vector<float> key(before.k.begin() + j * 32, before.k.begin() + (j + 1) * 32);
           if (in) {
+            // The forward kernel at angle delta omega_i: cos / sin at |delta|, the sine negated
+            // for delta < 0 (as ggml rotates at a negative position; not the transpose kernel,
+            // which fuses the other product: tests/test_kv_shift_llama_cpp.cpp).
             const int64_t d = delta < 0 ? -delta : delta;
-            rope_apply(unit, rope_layout::half, rope_angle::exact, std::span<const int64_t>(&d, 1),
-                       key.data(), 1, 2, 16, delta < 0);
+            std::vector<float> cs(8), sn(8);
+            rope_cos_sin(unit, rope_angle::exact, d, cs.data(), sn.data());
+            if (delta < 0)
+              for (float& x : sn) x = -x;
+            rope_rotate(rope_layout::half, 16, cs.data(), sn.data(), key.data(), 2, 16, false);
           }
           for (int64_t e = 0; e < 32; ++e) {
             const float want =

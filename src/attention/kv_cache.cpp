@@ -54,7 +54,9 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
     if (unit_freqs_->hf) unit_freqs_->hf->attention_factor = 1.0f;
     if (unit_freqs_->ggml) {
       // ggml's rope_yarn multiplies attn_factor by 1 + 0.1 ln(1 / freq_scale) when ext_factor
-      // is on: divided out here, as llama.cpp's K-shift does.
+      // is on: divided out here, so that the turn is the rotation alone. llama.cpp's K-shift
+      // (6dafc14e) does not: it passes the forward's attn_factor, and every K-shift multiplies
+      // all cached keys by the YaRN magnitude once more (tests/test_kv_shift_llama_cpp.cpp).
       auto& g = *unit_freqs_->ggml;
       g.attn_factor =
           g.ext_factor != 0.0f ? 1.0f / std::fma(0.1f, std::log(1.0f / g.freq_scale), 1.0f) : 1.0f;
@@ -262,8 +264,15 @@ void kv_cache<Real>::move(const std::vector<int64_t>& idx, const std::vector<int
       }
       transform_->apply(at, keys.data(), n, hkv_, d_, true, false);
     } else {
-      // The stored key turned by the change: RoPE at |d|, its transpose for d < 0 (every
-      // change of one edit has one sign: shift's delta, divide's floor(p / d) - p <= 0).
+      // The stored key turned by the change d: the forward rotation at angle d omega_i (every
+      // change of one edit has one sign: shift's delta, divide's floor(p / d) - p <= 0). For
+      // d < 0 that is R(-|d|) = M R(|d|) M, M negating the second element v of every pair:
+      // the forward kernel at |d| on the mirrored key, mirrored back. Negation is exact, so
+      // each output is the forward kernel's with the sine negated, u' = fma(u, c, v s),
+      // v' = fma(u, -s, v c), which is what llama.cpp's K-shift computes (ggml_rope_ext at the
+      // negative position: the float32 angle pipelines are odd in the position, cosf / sinf
+      // even / odd), bit for bit with angle ggml_f32 (tests/test_kv_shift_llama_cpp.cpp). The
+      // transpose kernel (inverse) fuses the other product of v' and can differ in the last bit.
       bool back = false;
       for (int64_t t = 0; t < n; ++t) {
         for (int64_t hk = 0; hk < hkv_; ++hk) load_key(idx[t], hk, keys.data() + t * row + hk * d_);
@@ -271,7 +280,23 @@ void kv_cache<Real>::move(const std::vector<int64_t>& idx, const std::vector<int
         back = back || dlt < 0;
         at[t] = dlt < 0 ? -dlt : dlt;
       }
-      (turn_ ? turn_ : transform_)->apply(at, keys.data(), n, hkv_, d_, true, back);
+      if (turn_ && back) {
+        // M on keys (n, Hkv, D): v of pair i is channel 2i + 1 (interleaved) or R/2 + i (half).
+        const int64_t R = unit_freqs_->rotary_dim;
+        const bool half = pos_.rope.layout == rope_layout::half;
+        const auto mirror = [&] {
+          for (int64_t h = 0; h < n * hkv_; ++h)
+            for (int64_t i = 0; i < R / 2; ++i) {
+              Real& v = keys[h * d_ + (half ? R / 2 + i : 2 * i + 1)];
+              v = -v;
+            }
+        };
+        mirror();
+        turn_->apply(at, keys.data(), n, hkv_, d_, true, false);
+        mirror();
+      } else {
+        (turn_ ? turn_ : transform_)->apply(at, keys.data(), n, hkv_, d_, true, back);
+      }
     }
     for (int64_t t = 0; t < n; ++t)
       for (int64_t hk = 0; hk < hkv_; ++hk) store_key(idx[t], hk, keys.data() + t * row + hk * d_);

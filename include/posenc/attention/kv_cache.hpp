@@ -31,12 +31,19 @@
 // key carries hook 1 at its old position, so an edit that moves a position moves the key too,
 // in one of two ways (kv_shift_mode):
 //   rerotate: llama.cpp's K-shift: the stored key (transformed and rounded to the storage
-//     format) is widened, turned by the change d with RoPE at |d| (its transpose, R(|d|)^T =
-//     R(-|d|), when d < 0) and rounded again, so each edit adds a rounding and repeated shifts
-//     drift from keys rotated once at their final positions (kv_shift_drift measures how far).
-//     The turn is the rotation alone: the attention factor a of YaRN or LongRoPE, already in the
-//     stored key, is not applied again (llama.cpp divides its YaRN magnitude out of the K-shift
-//     for the same reason; with angle ggml_f32 the same division in float);
+//     format) is widened, turned by the change d with the forward rotation at angle d omega_i
+//     (for d < 0: the forward kernel with cos / sin at |d| and the sine negated, as ggml rotates
+//     at a negative position) and rounded again, so each edit adds a rounding and repeated
+//     shifts drift from keys rotated once at their final positions (kv_shift_drift measures
+//     how far). The turn is the rotation alone: the attention factor a of YaRN or LongRoPE,
+//     already in the stored key, is not applied again (with angle ggml_f32 ggml's YaRN
+//     magnitude is divided out in float). Against llama.cpp 6dafc14e run on F32 caches
+//     (tests/golden/llama_cpp_kshift, tests/test_kv_shift_llama_cpp.cpp), with angle ggml_f32
+//     seq_add's keys are llama.cpp's bit for bit (NORM and NEOX pairs; unscaled, linear, Llama
+//     3 factors) with two differences that are llama.cpp's: its K-shift passes YaRN's magnitude
+//     again (every shift multiplies all cached keys, moved or not, by 1 + 0.1 ln s), and since
+//     its kv-cell rework (#13706) seq_div turns keys by p - floor(p / d), the opposite of the
+//     change of position; divide here turns by the change;
 //   exact: the cache also keeps every key as appended (before hook 1, in Real) and an edit
 //     transforms it afresh at its new position: after any sequence of edits the stored keys
 //     are bit for bit those of an append at the final positions, at the cost of a second key
