@@ -501,6 +501,11 @@ bool hf_swept_model_type(const std::string& model_type) {
                      [&](const char* t) { return model_type == t; });
 }
 
+bool hf_swept_rotation_interleaved(const std::string& model_type) {
+  return std::any_of(std::begin(kSweptInterleaved), std::end(kSweptInterleaved),
+                     [&](const char* t) { return model_type == t; });
+}
+
 nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::string& outer_type,
                                        bool layers, std::vector<std::string>* notes) {
   json j = config;

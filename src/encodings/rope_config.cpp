@@ -122,6 +122,31 @@ const json& text_part(const json& j) {
   return j;
 }
 
+// Why a config's model applies no RoPE at all although its class has a rotary embedding ("" when
+// it does apply it): position_embedding_type other than "rotary" / "rope" (ESM's default is
+// "absolute", Granite 4 hybrid's null), Zamba2's use_mem_rope false (its default). A key the
+// config leaves out takes its class's default (transformers c49429ed).
+std::string rope_switched_off(const json& j) {
+  const std::string mt = model_class(j);
+  if (j.contains("position_embedding_type") || mt == "esm" || mt == "granitemoehybrid") {
+    json v = j.contains("position_embedding_type") ? j.at("position_embedding_type")
+             : mt == "esm"                         ? json("absolute")
+                                                   : json(nullptr);
+    if (!(v.is_string() && (v.get<std::string>() == "rotary" || v.get<std::string>() == "rope")))
+      return fmt::format("position_embedding_type is {}{}, not \"rotary\" / \"rope\"", v.dump(),
+                         j.contains("position_embedding_type") ? "" : " (the class default)");
+  }
+  if (mt == "zamba2") {
+    const bool on = j.contains("use_mem_rope") && j.at("use_mem_rope").is_boolean() &&
+                    j.at("use_mem_rope").get<bool>();
+    if (!on)
+      return fmt::format("use_mem_rope is {}", j.contains("use_mem_rope")
+                                                   ? j.at("use_mem_rope").dump()
+                                                   : "false (the class default)");
+  }
+  return "";
+}
+
 // Model classes whose rotary embedding posenc does not model, found by the sweep of every
 // rotary model type (tests/golden/transformers/sweep.json, transformers c49429ed): reading
 // them as a plain RoPE would give wrong numbers without a word, so they are refused by name.
@@ -133,6 +158,9 @@ const char* unmodelled_rotary(const std::string& mt) {
       {"ernie4_5_vl_moe_text",
        "Ernie4_5_VLMoeTextRotaryEmbedding spreads its frequencies over the three M-RoPE axes in "
        "its own order (pair 21 gets 1.8e-4 where plain RoPE has 1.3e-2)"},
+      {"xcodec2",
+       "Xcodec2's attention rotates by the head index (arange(num_heads)), not by the token's "
+       "position"},
       {"minimax_m3_vl_text",
        "MiniMaxM3VLRotaryEmbedding rotates head_dim * partial_rotary_factor dimensions and "
        "ignores the config's rotary_dim, so the file names two different widths"},
@@ -350,6 +378,14 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
     }
   }
 
+  if (const std::string off = rope_switched_off(j); !off.empty() && L > 0) {
+    p.rope_layers.assign(static_cast<size_t>(L), false);
+    p.nope_source = off + ": no layer applies RoPE";
+  } else if (mt == "xcodec2" && L > 0) {
+    p.rope_layers.assign(static_cast<size_t>(L), false);
+    p.nope_source = "Xcodec2 rotates by the head index, not by the token's position";
+  }
+
   // Llama 4's attention temperature tuning on NoPE layers.
   if (present(j, "attn_temperature_tuning")) {
     const json& t = j.at("attn_temperature_tuning");
@@ -471,8 +507,12 @@ std::optional<rope_layout> hf_rope_layout(const nlohmann::json& config) {
   if (!config.is_object()) return std::nullopt;
   const std::string mt = model_class(config);
   if (mt.empty()) return std::nullopt;
-  static const std::set<std::string> interleaved = {"gptj",    "codegen",     "cohere",
-                                                    "cohere2", "deepseek_v2", "deepseek_v3"};
+  // A swept model type: as the sweep measured its rotation (hf_swept_rotation_interleaved);
+  // the two older classes whose RoPE is computed inside the attention (no rotary module to
+  // sweep) by hand: GPT-J and CodeGen rotate adjacent pairs.
+  if (hf_swept_model_type(mt))
+    return hf_swept_rotation_interleaved(mt) ? rope_layout::interleaved : rope_layout::half;
+  static const std::set<std::string> interleaved = {"gptj", "codegen"};
   return interleaved.count(mt) ? rope_layout::interleaved : rope_layout::half;
 }
 
@@ -872,6 +912,11 @@ void view_reader::validate_block() {
 rope_config config_from_view(const json& j, std::vector<std::string>* warnings) {
   std::vector<std::string> local;
   const std::string mt = model_class(j);
+  if (const std::string off = rope_switched_off(j); !off.empty())
+    fail(
+        "model_type '{}': {}: the model applies no RoPE (its layers get no position from a "
+        "rotary embedding); nothing to read",
+        mt, off);
   if (const char* why = unmodelled_rotary(mt))
     fail(
         "model_type '{}': posenc does not model this class's RoPE ({}); refused rather than "

@@ -133,6 +133,9 @@ const hf_class_defaults* hf_class_defaults_for(const std::string& model_type);  
 // Whether transformers' class of this model type (or decoder text type) is among those swept
 // (tests/golden/transformers/sweep.json): its rotary embedding held against posenc, or refused.
 bool hf_swept_model_type(const std::string& model_type);
+// Whether that swept class rotates adjacent pairs (2i, 2i + 1) rather than halves, as the sweep
+// measured it by calling the modeling file's own apply function.
+bool hf_swept_rotation_interleaved(const std::string& model_type);
 // The class's layer_types for num_layers layers (empty for pattern none); j supplies the keys
 // the pattern reads (sliding_window_pattern, use_sliding_window, max_window_layers,
 // sliding_window).

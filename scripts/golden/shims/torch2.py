@@ -9,7 +9,14 @@
   the same registration without the serialisation keywords), for transformers' ModelOutput.
 - torch.is_autocast_enabled(device_type): the device argument is new in torch 2.4; 1.13's
   function takes none. With a device: CPU autocast state for "cpu", else the CUDA one.
+- nn.LayerNorm(..., bias=...) (torch >= 2.1): with bias=False the module has no bias
+  parameter (bias is None, the normalisation adds nothing); otherwise 1.13's LayerNorm.
+- nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True) (torch >= 2.4):
+  x / sqrt(mean(x^2 over the normalized dims) + eps) * weight, eps None meaning
+  torch.finfo(x.dtype).eps, as torch 2's documentation gives it.
 """
+
+import inspect
 
 import torch
 from torch import nn
@@ -73,6 +80,46 @@ def install():
         compiler.is_compiling = lambda: False
         torch.compiler = compiler
         done.append("torch.compiler.is_compiling")
+    if "bias" not in inspect.signature(nn.LayerNorm.__init__).parameters:
+        plain_ln = nn.LayerNorm
+
+        class LayerNorm(plain_ln):
+            def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                         device=None, dtype=None):
+                super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine,
+                                 device=device, dtype=dtype)
+                if not bias and self.elementwise_affine:
+                    self.bias = None  # a registered parameter name: set to None, no parameter
+
+        LayerNorm.__name__ = LayerNorm.__qualname__ = "LayerNorm"
+        LayerNorm.__module__ = plain_ln.__module__
+        nn.LayerNorm = LayerNorm
+        done.append("nn.LayerNorm(bias=...)")
+    if not hasattr(nn, "RMSNorm"):
+        import numbers
+
+        class RMSNorm(nn.Module):
+            def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None,
+                         dtype=None):
+                super().__init__()
+                if isinstance(normalized_shape, numbers.Integral):
+                    normalized_shape = (normalized_shape,)
+                self.normalized_shape = tuple(normalized_shape)
+                self.eps = eps
+                self.elementwise_affine = elementwise_affine
+                if elementwise_affine:
+                    self.weight = nn.Parameter(torch.ones(self.normalized_shape, device=device, dtype=dtype))
+                else:
+                    self.register_parameter("weight", None)
+
+            def forward(self, x):
+                eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
+                dims = tuple(range(-len(self.normalized_shape), 0))
+                y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+                return y * self.weight if self.weight is not None else y
+
+        nn.RMSNorm = RMSNorm
+        done.append("nn.RMSNorm")
     return done
 
 

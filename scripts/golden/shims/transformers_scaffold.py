@@ -22,6 +22,14 @@ def _identity_decorator_factory(*args, **kwargs):
     return lambda obj: obj
 
 
+def _identity_class_decorator(experts_class=None, **kwargs):
+    """use_experts_implementation: used bare (@use_experts_implementation, the class itself
+    back) or with keywords (a decorator that gives the class back)."""
+    if experts_class is not None:
+        return experts_class
+    return lambda obj: obj
+
+
 class _AttentionFunctions:
     """ALL_ATTENTION_FUNCTIONS: the eager path only (config._attn_implementation "eager")."""
 
@@ -31,7 +39,11 @@ class _AttentionFunctions:
         return default
 
     def __getitem__(self, name):
-        raise NotImplementedError(f"attention implementation {name!r}: only eager is available")
+        # transformers' registry holds the kernels (sdpa, flash, flex), not eager: a lookup is a
+        # code path that needs one of them
+        raise NotImplementedError(f"ALL_ATTENTION_FUNCTIONS[{name!r}]: the registry of attention "
+                                  f"kernels (sdpa, flash, flex; no eager entry in transformers "
+                                  f"either) is empty here, only eager is available")
 
     def __contains__(self, name):
         return False
@@ -55,7 +67,7 @@ def install(package="transformers"):
         f"{package}.integrations",
         use_kernel_forward_from_hub=_identity_decorator_factory,
         use_kernelized_func=_identity_decorator_factory,
-        use_experts_implementation=_identity_decorator_factory,
+        use_experts_implementation=_identity_class_decorator,
     )
     _stubs.placeholder_module(f"{package}.modeling_utils", ALL_ATTENTION_FUNCTIONS=_AttentionFunctions(),
                               PreTrainedModel=_unused_base("PreTrainedModel", nn.Module))
