@@ -333,7 +333,8 @@ TEST(KvShiftLlamaCpp, YarnKShiftAppliesTheMagnitudeAgain) {
         for (size_t j = 0; j < from.size(); ++j)
           for (int64_t h = 0; h < m.Hkv; ++h)
             for (int64_t i = 0; i < m.freqs.rotary_dim / 2; ++i) {
-              const auto [a, b] = pair_at(m, i);
+              const auto ab = pair_at(m, i);
+              const auto a = ab.first, b = ab.second;  // named (lambdas capture no bindings)
               auto norm = [&](const std::vector<float>& x, int64_t cell) {
                 const size_t o = static_cast<size_t>((cell * m.Hkv + h) * m.D);
                 return std::hypot(static_cast<double>(x[o + a]), static_cast<double>(x[o + b]));
@@ -400,10 +401,11 @@ TEST(KvShiftLlamaCpp, SeqDivTurnsTheOtherWay) {
           once.append(k.data(), v.data(), 1, std::span<const int64_t>(&q, 1));
           const auto ref = stored(once);
           const double tol =
-              static_cast<double>(p + (p - q) + q) * static_cast<double>(R / 2) * kU + 16 * kU;
+              static_cast<double>(p + (p - q) + q) * (static_cast<double>(R) / 2) * kU + 16 * kU;
           for (int64_t h = 0; h < m.Hkv; ++h)
             for (int64_t i = 0; i < R / 2; ++i) {
-              const auto [a, b] = pair_at(m, i);
+              const auto ab = pair_at(m, i);
+              const auto a = ab.first, b = ab.second;  // named (lambdas capture no bindings)
               const size_t o = static_cast<size_t>((static_cast<int64_t>(j) * m.Hkv + h) * m.D);
               const size_t r = static_cast<size_t>(h * m.D);
               // |x - y| over the pair, in double (exact differences of floats).
