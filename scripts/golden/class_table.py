@@ -23,7 +23,6 @@ is instantiated with nothing and with probe arguments, and what it fills in is m
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -32,15 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
-def _load_helpers():
-    spec = importlib.util.spec_from_file_location("golden_transformers",
-                                                  os.path.join(HERE, "transformers.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-golden = _load_helpers()
+from transformers_sweep import golden  # noqa: E402  (scripts/golden/transformers.py's helpers)
 
 
 

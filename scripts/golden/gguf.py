@@ -103,8 +103,10 @@ def write_safetensors(path, name, n):
         f.write(struct.pack("<%df" % n, *([1.0] * n)))
 
 
-def convert(llama_cpp, config_path, tensor_name, out_path):
-    """Runs the converter's metadata path on one config; returns (class name, gguf arch)."""
+def convert(cfg, tensor_name, out_path, n=None):
+    """Runs the converter's metadata path on one config (a dict) with one float32 tensor of n
+    elements (default: the text hidden size); returns (class name, gguf arch). Also used by
+    scripts/golden/gguf_roundtrip.py."""
     import gguf
     import torch
     from conversion import ModelBase, ModelType, get_model_architecture, get_model_class
@@ -114,9 +116,9 @@ def convert(llama_cpp, config_path, tensor_name, out_path):
         # the files reproducible byte for byte.
         d = Path(tmp) / Path(out_path).stem
         d.mkdir()
-        cfg = json.loads(Path(config_path).read_text())
         (d / "config.json").write_text(json.dumps(cfg, indent=2))
-        write_safetensors(d / "model.safetensors", tensor_name, text_hidden_size(cfg))
+        write_safetensors(d / "model.safetensors", tensor_name,
+                          text_hidden_size(cfg) if n is None else n)
         with torch.inference_mode():
             hparams = ModelBase.load_hparams(d, False)
             arch = get_model_architecture(hparams, ModelType.TEXT)
@@ -174,7 +176,7 @@ def main():
         if args.only and name not in args.only:
             continue
         out = args.out / (name + ".gguf")
-        cls, arch = convert(llama, args.configs / cfg, tensor, out)
+        cls, arch = convert(json.loads((args.configs / cfg).read_text()), tensor, out)
         files[name] = {
             "gguf": out.name,
             "config": "configs/" + cfg,

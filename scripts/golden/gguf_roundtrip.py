@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import shutil
-import struct
 import sys
 import tempfile
 import traceback
@@ -97,52 +96,26 @@ def candidates(mt, entry, auto):
     return out
 
 
-def hidden(cfg):
-    t = cfg.get("text_config") or cfg
-    for k in ("hidden_size", "n_embd", "d_model", "dim"):
-        if isinstance(t.get(k), int):
-            return t[k]
-    return 1
+def _golden_gguf():
+    """scripts/golden/gguf.py (its convert and write_safetensors), under a name that is not
+    gguf-py's package's."""
+    import importlib.util
 
-
-def write_safetensors(path, name, n=1):
-    header = {name: {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]},
-              "__metadata__": {"format": "pt"}}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        f.write(struct.pack("<%df" % n, *([1.0] * n)))
+    spec = importlib.util.spec_from_file_location("golden_gguf", HERE / "gguf.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def convert(cfg, tensor_name, out_path):
-    import gguf
-    import torch
-    from conversion import ModelBase, ModelType, get_model_architecture, get_model_class
-
+    """scripts/golden/gguf.py's convert with a one-element tensor, written to a temporary file of
+    the same name (the converter names the model after it) and copied only when it succeeds, so
+    a converter failure leaves no partial file."""
     with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp) / Path(out_path).stem
-        d.mkdir()
-        (d / "config.json").write_text(json.dumps(cfg, indent=2))
-        write_safetensors(d / "model.safetensors", tensor_name, 1)
-        with torch.inference_mode():
-            hparams = ModelBase.load_hparams(d, False)
-            arch = get_model_architecture(hparams, ModelType.TEXT)
-            cls = get_model_class(arch)
-            tmp_out = Path(tmp) / "out.gguf"
-            model = cls(d, gguf.LlamaFileType.ALL_F32, tmp_out, eager=True)
-            impl = getattr(model, "impl", model)
-            impl.prepare_tensors()
-            impl.metadata_override = None
-            ModelBase.prepare_metadata(impl, vocab_only=False)
-            w = impl.gguf_writer
-            w.write_header_to_file(path=tmp_out)
-            w.write_kv_data_to_file()
-            w.write_tensors_to_file(progress=False)
-            w.close()
-            shutil.copyfile(tmp_out, out_path)
-            return type(impl).__qualname__, gguf.MODEL_ARCH_NAMES[impl.model_arch]
+        tmp_out = Path(tmp) / Path(out_path).name
+        result = _golden_gguf().convert(cfg, tensor_name, tmp_out, n=1)
+        shutil.copyfile(tmp_out, out_path)
+        return result
 
 
 def main():
