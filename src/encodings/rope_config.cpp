@@ -459,26 +459,31 @@ rope_config rope_config_from_json(const nlohmann::json& config, const std::strin
     const json& plc = j.at("per_layer_config");
     if (!plc.is_object())
       fail("per_layer_config must be an object of layer index -> overrides, got {}", plc.dump());
-    std::set<int64_t> dims, plain;
-    for (size_t i = 0; i < plan.layer_types.size(); ++i) {
-      if (plan.layer_types[i] != layer_type) continue;
-      const json* o = nullptr;
-      for (auto it = plc.begin(); it != plc.end(); ++it) {
-        char* end = nullptr;
-        const long long k = std::strtoll(it.key().c_str(), &end, 10);
-        if (end && *end == '\0' && !it.key().empty() && k == static_cast<long long>(i))
-          o = &it.value();
-      }
-      if (o && present(*o, "head_dim"))
-        dims.insert(get_int(*o, "head_dim", "per_layer_config.").value());
-      else
-        plain.insert(static_cast<int64_t>(i));
+    // One pass over the overrides ({"<layer index>": {...}}, the index as transformers' int()
+    // reads it): the head_dim of each layer of this type that has one.
+    std::set<int64_t> dims;
+    size_t overridden = 0;
+    for (auto it = plc.begin(); it != plc.end(); ++it) {
+      char* end = nullptr;
+      const long long k = std::strtoll(it.key().c_str(), &end, 10);
+      if (it.key().empty() || *end != '\0' || k < 0 ||
+          static_cast<size_t>(k) >= plan.layer_types.size())
+        fail("per_layer_config keys must be layer indices in [0, {}), got '{}'",
+             plan.layer_types.size(), it.key());
+      if (plan.layer_types[static_cast<size_t>(k)] != layer_type ||
+          !present(it.value(), "head_dim"))
+        continue;
+      dims.insert(get_int(it.value(), "head_dim", "per_layer_config.").value());
+      ++overridden;
     }
-    if (dims.size() > 1 || (dims.size() == 1 && !plain.empty()))
+    const auto of_type = static_cast<size_t>(
+        std::count(plan.layer_types.begin(), plan.layer_types.end(), layer_type));
+    const bool some_plain = overridden < of_type;
+    if (dims.size() > 1 || (dims.size() == 1 && some_plain))
       fail(
           "per_layer_config gives the {} layers different head_dim values ({}{}); posenc reads one "
           "RoPE per layer type",
-          layer_type, fmt::join(dims, ", "), plain.empty() ? "" : " and the top-level one");
+          layer_type, fmt::join(dims, ", "), some_plain ? " and the top-level one" : "");
     if (dims.size() == 1) layer_head_dim = *dims.begin();
   } else if (layer_type == "full_attention" && present(j, "global_head_dim")) {
     layer_head_dim = get_int(j, "global_head_dim", "");

@@ -264,3 +264,18 @@ def test_minimal_config_gets_the_class_defaults(mt, tmt, lt):
     assert np.array_equal(got[~nz], want[~nz])
     rel = np.abs(got[nz] - want[nz]) / want[nz]
     assert rel.max(initial=0) <= (math.log(cfg.theta) + 8) * U64, f"{tmt}/{lt}"
+
+
+def test_per_layer_config_head_dims_are_read_or_refused():
+    # transformers 5 saves Gemma 4's full-layer head_dim as per_layer_config overrides
+    base = {k: v for k, v in TYPES["gemma4_text"]["config"].items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert posenc.RopeConfig.from_hf(base, layer_type="full_attention").head_dim == 512
+        full = [i for i, t in enumerate(base["layer_types"]) if t == "full_attention"]
+        mixed = {**base, "per_layer_config": {**base["per_layer_config"], str(full[0]): {"head_dim": 384}}}
+        with pytest.raises(ValueError, match="different head_dim values"):
+            posenc.RopeConfig.from_hf(mixed, layer_type="full_attention")
+        bad = {**base, "per_layer_config": {"layer5": {"head_dim": 512}}}
+        with pytest.raises(ValueError, match="per_layer_config keys must be layer indices"):
+            posenc.RopeConfig.from_hf(bad, layer_type="full_attention")
