@@ -66,8 +66,8 @@ struct data {
   }
 };
 
-double llama4_scale(int64_t pos, double floor_scale, double attn_scale) {
-  return std::log(std::floor((double(pos) + 1) / floor_scale) + 1) * attn_scale + 1;
+double llama4_scale(int64_t pos, double floor_scale, double attn_scale, double offset = 1) {
+  return std::log(std::floor((double(pos) + offset) / floor_scale) + 1) * attn_scale + 1;
 }
 
 // Causal attention of q against k, v (default positions) with the query temperature
@@ -75,7 +75,7 @@ double llama4_scale(int64_t pos, double floor_scale, double attn_scale) {
 // RoPE frequencies theta^(-2i/D) / factor (linear scaling divides every frequency).
 std::vector<double> naive(std::vector<double> q, std::vector<double> k,
                           const std::vector<double>& v, double floor_scale, double attn_scale,
-                          bool rope, double theta = 10000, double factor = 1) {
+                          bool rope, double theta = 10000, double factor = 1, double offset = 1) {
   auto rot = [&](double* x, int64_t pos) {
     for (int64_t i = 0; i < D / 2; ++i) {
       const double a = double(pos) * std::pow(theta, -2.0 * double(i) / D) / factor;
@@ -89,7 +89,8 @@ std::vector<double> naive(std::vector<double> q, std::vector<double> k,
       double* x = &q[(i * Hq + h) * D];
       if (rope) rot(x, S - T + i);
       if (floor_scale > 0)
-        for (int64_t d = 0; d < D; ++d) x[d] *= llama4_scale(S - T + i, floor_scale, attn_scale);
+        for (int64_t d = 0; d < D; ++d)
+          x[d] *= llama4_scale(S - T + i, floor_scale, attn_scale, offset);
     }
   if (rope)
     for (int64_t j = 0; j < S; ++j) rot(&k[j * D], j);
@@ -189,6 +190,56 @@ TEST(CliAttendTemperature, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// Ministral 3's form: the rotated queries scaled by 1 + beta log(1 + floor(pos / orig)) (offset
+// 0), from the flags after --rope and from a ministral3 config's llama_4_scaling_beta on every
+// layer. At positions 2..5 with orig 2, beta 0.5, s is 1 + 0.5 log 2, 2, 3, 3.
+TEST(CliAttendTemperature, RotatedQueriesScaledAsMinistral3) {
+  data in;
+  const auto want = naive(in.q, in.k, in.v, 2, 0.5, true, 10000, 1, 0);
+  auto r = test::run_cli(in.args({"--rope", "--theta", "10000", "--head-dim", "8", "--layout",
+                                  "half", "--attn-temperature-tuning", "--floor-scale", "2",
+                                  "--attn-scale", "0.5", "--floor-offset", "0"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json::parse(r.out);
+  EXPECT_EQ(j["schemes"], json({"rope", "temperature"}));
+  EXPECT_EQ(j["floor_offset"], 0.0);
+  EXPECT_LE(max_diff(in.dir.file("o.npy"), want), 1e-12);
+  // Llama 4's offset 1 gives another answer at these positions.
+  EXPECT_GT(max_diff(in.dir.file("o.npy"), naive(in.q, in.k, in.v, 2, 0.5, true)), 1e-3);
+
+  const auto cfg = in.dir.file("config.json");
+  json c = {{"model_type", "ministral3"},
+            {"num_hidden_layers", 2},
+            {"hidden_size", Hq * D},
+            {"num_attention_heads", Hq},
+            {"head_dim", D},
+            {"rope_parameters",
+             {{"rope_type", "default"},
+              {"rope_theta", 10000.0},
+              {"llama_4_scaling_beta", 0.5},
+              {"original_max_position_embeddings", 2}}}};
+  std::ofstream(cfg) << c.dump(2);
+  for (const std::vector<std::string>& layer :
+       {std::vector<std::string>{}, std::vector<std::string>{"--layer", "1"}}) {
+    std::vector<std::string> a = {"--rope", "--hf-config", cfg, "--layout", "half"};
+    a.insert(a.end(), layer.begin(), layer.end());
+    r = test::run_cli(in.args(a));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    j = json::parse(r.out);
+    EXPECT_EQ(j["schemes"], json({"rope", "temperature"}));
+    EXPECT_EQ(j["floor_scale"], 2.0);
+    EXPECT_EQ(j["attn_scale"], 0.5);
+    EXPECT_LE(max_diff(in.dir.file("o.npy"), want), 1e-12);
+  }
+  // The config's scale and the flags' are one too many.
+  r = test::run_cli(
+      in.args({"--rope", "--hf-config", cfg, "--layout", "half", "--attn-temperature-tuning"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("the model config already scales the queries (llama_4_scaling_beta 0.5"),
+            std::string::npos)
+      << r.err;
+}
+
 // --layer reads the layer's convention from the config: layers 0..2 rotate (RoPE from the
 // config), layer 3 is NoPE and scales the queries (attn_temperature_tuning); without tuning it
 // is plain attention. Gemma 3's layer types pick their RoPE (as --layer-type does). SmolLM3's
@@ -271,11 +322,15 @@ TEST(CliAttendTemperature, BadInputsExit2WithoutOutput) {
       {{"--attn-temperature-tuning", "--floor-scale", "0"}, "--floor-scale must be finite and > 0"},
       {{"--attn-temperature-tuning", "--floor-scale", "inf"}, "--floor-scale must be finite"},
       {{"--attn-temperature-tuning", "--attn-scale", "-1"}, "--attn-scale must be finite and >= 0"},
-      {{"--floor-scale", "2"}, "--floor-scale and --attn-scale need --attn-temperature-tuning"},
-      {{"--attn-scale", "0.5"}, "--floor-scale and --attn-scale need --attn-temperature-tuning"},
-      {{"--attn-temperature-tuning", "--rope", "--layout", "half"},
-       "rope cannot be combined with temperature"},
-      {{"--attn-temperature-tuning", "--xpos"}, "temperature cannot be combined with xpos"},
+      {{"--attn-temperature-tuning", "--floor-offset", "-1"},
+       "--floor-offset must be finite and >= 0 (Llama 4: 1, Ministral 3: 0), got -1"},
+      {{"--attn-temperature-tuning", "--floor-offset", "nan"}, "--floor-offset must be finite"},
+      {{"--floor-scale", "2"},
+       "--floor-scale, --attn-scale and --floor-offset need --attn-temperature-tuning"},
+      {{"--attn-scale", "0.5"},
+       "--floor-scale, --attn-scale and --floor-offset need --attn-temperature-tuning"},
+      {{"--floor-offset", "0"},
+       "--floor-scale, --attn-scale and --floor-offset need --attn-temperature-tuning"},
       {{"--layer", "1"}, "--layer and --layer-type need --hf-config"},
       {with(rope, {"--layer", "4"}), "--layer must be in [0, 4)"},
       {with(rope, {"--layer", "-1"}), "--layer must be in [0, 4)"},

@@ -70,9 +70,15 @@ TEST(Schemes, OneMessageNamesBoth) {
                 .find("rope cannot be combined with xpos: both map q "
                       "and k at hook 1"),
             std::string::npos);
-  EXPECT_NE(combine_error({"temperature", "mrope"})
-                .find("temperature cannot be combined with "
-                      "mrope"),
+  // The query temperature is a diagonal scale of q: it composes with any q/k transform
+  // (Ministral 3 scales its rotated queries), not with the paths of their own.
+  EXPECT_EQ(combine_error({"temperature", "mrope"}), "");
+  EXPECT_EQ(combine_error({"rope", "temperature"}), "");
+  EXPECT_EQ(combine_error({"xpos", "temperature"}), "");
+  EXPECT_NE(combine_error({"temperature", "cope"}).find("cope cannot be combined with temperature"),
+            std::string::npos);
+  EXPECT_NE(combine_error({"rope", "self_extend", "temperature"})
+                .find("self_extend cannot be combined with temperature"),
             std::string::npos);
   // Score biases, a q/k transform and the relative tables all combine.
   EXPECT_EQ(combine_error({"rope", "alibi", "t5", "kerple", "fire", "shaw"}), "");

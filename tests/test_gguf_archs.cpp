@@ -470,3 +470,61 @@ TEST(GgufArchs, LayersWithoutRopeAsLlamaCppsGraph) {
   }
   EXPECT_GE(with_nope, 8);
 }
+
+// The query scale by position (llama_graph's build_inp_attn_scale): every architecture whose
+// loader reads {arch}.attention.temperature_scale (the golden's query_scale, read from
+// llama.cpp's source) gets it in the RoPE config with the positions per step from where its
+// loader takes them, at offset 0; another architecture's file with the keys says they are not
+// read. llama4's constants (scale 0.1f) are built into its loader and act on its NoPE layers,
+// outside the RoPE config: posenc does not carry them from a GGUF file.
+TEST(GgufArchs, QueryScaleAsLlamaCppsLoader) {
+  int read = 0;
+  for (const auto& [arch, a] : llama_archs().items()) {
+    if (!llama_rotates(arch) || refused_with_rope.count(arch)) continue;
+    SCOPED_TRACE(arch);
+    const json qs = a.contains("query_scale") ? a["query_scale"] : json();
+    const bool reads_key = !qs.is_null() && qs["scale"] == "key:attention.temperature_scale";
+    auto w = arch_writer(arch);
+    const auto& type = a["rope_type"];
+    if (type == "MROPE" || type == "IMROPE") add_sections(w, arch);
+    w.add_f32(arch + ".attention.temperature_scale", 0.25f);
+    w.add_u32(arch + ".attention.temperature_length", 4096);
+    w.add_u32(arch + ".rope.scaling.original_context_length", 2048);
+    std::vector<std::string> warnings;
+    const auto r = read_gguf(w, &warnings);
+    if (!reads_key) {
+      EXPECT_EQ(r.config.llama_4_scaling_beta, 0.0);
+      EXPECT_TRUE(lines_have(warnings, arch +
+                                           ".attention.temperature_scale is not read by "
+                                           "llama.cpp for " +
+                                           arch));
+      continue;
+    }
+    ++read;
+    EXPECT_EQ(qs["offset"], "0.0f");
+    EXPECT_EQ(r.config.llama_4_scaling_beta, 0.25);
+    const std::string floor = qs["floor"];
+    if (floor == "key:attention.temperature_length") {
+      EXPECT_EQ(r.config.llama_4_scaling_floor, 4096);
+    } else {
+      ASSERT_EQ(floor, "hparams.n_ctx_orig_yarn");
+      EXPECT_EQ(r.config.llama_4_scaling_floor, 2048);
+      // n_ctx_orig_yarn is the training context without the key (llama_model_base).
+      auto bare = arch_writer(arch);
+      bare.add_f32(arch + ".attention.temperature_scale", 0.25f);
+      EXPECT_EQ(read_gguf(bare).config.llama_4_scaling_floor, 8192);
+    }
+    // A scale of 0 is none; a scale without its positions per step is refused, as llama.cpp does.
+    auto zero = arch_writer(arch);
+    zero.add_f32(arch + ".attention.temperature_scale", 0.0f);
+    EXPECT_EQ(read_gguf(zero).config.llama_4_scaling_beta, 0.0);
+    if (floor == "key:attention.temperature_length") {
+      auto no_len = arch_writer(arch);
+      no_len.add_f32(arch + ".attention.temperature_scale", 0.25f);
+      EXPECT_TRUE(text_has(refusal(no_len), arch + ".attention.temperature_scale = 0.25 needs " +
+                                                arch + ".attention.temperature_length > 0"))
+          << refusal(no_len);
+    }
+  }
+  EXPECT_EQ(read, 3);  // deepseek2, mistral3, mistral4
+}

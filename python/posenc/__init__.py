@@ -344,7 +344,8 @@ def _attention_opts(
 
 
 def _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma, xpos_scale_base,
-                   xpos_center, cope, attn_temperature_tuning, floor_scale, attn_scale):
+                   xpos_center, cope, attn_temperature_tuning, floor_scale, attn_scale,
+                   floor_offset=1.0):
     """The research schemes' and the query temperature's options (docs/research_schemes.md)."""
     for name, val in (("xpos", xpos), ("attn_temperature_tuning", attn_temperature_tuning)):
         if not isinstance(val, (bool, np.bool_)):
@@ -365,6 +366,7 @@ def _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma, xp
         "attn_temperature_tuning": bool(attn_temperature_tuning),
         "floor_scale": floor_scale,
         "attn_scale": attn_scale,
+        "floor_offset": floor_offset,
     }
 
 
@@ -508,8 +510,11 @@ _ATTENTION_DOC = """
       xpos_gamma 0.4, xpos_scale_base 512, xpos_center 0; excludes rope.
     cope: (npos, D) position embeddings of CoPE (Golovneva et al. 2024); needs causal=True, no
       other position scheme, float k and v.
-    attn_temperature_tuning: Llama 4's query scale log(floor((qpos + 1) / floor_scale) + 1)
-      * attn_scale + 1 (floor_scale 8192, attn_scale 0.1); excludes rope and xpos.
+    attn_temperature_tuning: the query scale log(floor((qpos + floor_offset) / floor_scale) + 1)
+      * attn_scale + 1, after rope / xpos / mrope when on. Llama 4's NoPE layers: floor_scale
+      8192, attn_scale 0.1, floor_offset 1 (the defaults); Ministral 3 and Mistral 4
+      (llama_4_scaling_beta): floor_scale original_max_position_embeddings, attn_scale the beta,
+      floor_offset 0.
     sinks: (Hq,) attention-sink logits, gpt-oss's convention (transformers' s_aux): each row's
       softmax gets one more score sink_h with no value, so its weights sum to less than 1; lse
       includes it; a row that sees no key gives out 0 and lse sink_h. Not with cope.
@@ -560,6 +565,7 @@ def attention(
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
+    floor_offset=1.0,
     sinks=None,
     **named,
 ):
@@ -568,7 +574,7 @@ def attention(
                                      fire, fire_hidden)
     research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
-                              floor_scale, attn_scale)
+                              floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
@@ -632,6 +638,7 @@ def attention_backward(
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
+    floor_offset=1.0,
     sinks=None,
     **named,
 ):
@@ -640,7 +647,7 @@ def attention_backward(
                                      fire, fire_hidden)
     research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
-                              floor_scale, attn_scale)
+                              floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,

@@ -124,6 +124,10 @@ class RopeConfig:
     @property
     def alpha(self) -> float: ...
     @property
+    def llama_4_scaling_beta(self) -> float: ...
+    @property
+    def llama_4_scaling_floor(self) -> int: ...
+    @property
     def rotated_pairs(self) -> int: ...
     @property
     def mrope_section(self) -> list[int] | None: ...
@@ -371,6 +375,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
@@ -430,6 +435,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
@@ -489,6 +495,7 @@ def attention(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
@@ -548,6 +555,7 @@ def attention_backward(
     attn_temperature_tuning: bool = False,
     floor_scale: float = 8192.0,
     attn_scale: float = 0.1,
+    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     sandwich: bool = False,
     sandwich_dim: int = 128,
@@ -661,6 +669,7 @@ class KVCache:
         attn_temperature_tuning: bool = False,
         floor_scale: float = 8192.0,
         attn_scale: float = 0.1,
+        floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
@@ -711,6 +720,7 @@ class KVCache:
         attn_temperature_tuning: bool = False,
         floor_scale: float = 8192.0,
         attn_scale: float = 0.1,
+        floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,
@@ -761,6 +771,7 @@ class KVCache:
         attn_temperature_tuning: bool = False,
         floor_scale: float = 8192.0,
         attn_scale: float = 0.1,
+        floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
         sandwich: bool = False,
         sandwich_dim: int = 128,

@@ -406,7 +406,8 @@ def attention(
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
     return_lse=False, kerple=None, kerple_kernel="log", fire=None, fire_hidden=None, xpos=False,
     xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0, cope=None,
-    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, products="f32", sinks=None,
+    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, floor_offset=1.0,
+    products="f32", sinks=None,
     **named,
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
@@ -435,7 +436,7 @@ def attention(
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     research = _research_opts(None, kerple_kernel, None, xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, None, attn_temperature_tuning,
-                              floor_scale, attn_scale)
+                              floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, None,
         t5_max_distance, t5_bidirectional, None, _ints(q_positions), _ints(k_positions),

@@ -384,11 +384,15 @@ void parse_research(attn_setup& s, const py::dict& opts) {
     if (!(s.xpos.scale_base > 0)) fail("xpos_scale_base must be > 0, got {}", s.xpos.scale_base);
     if (s.D % 2 != 0) fail("xpos needs an even head dim D, got D = {}", s.D);
   }
-  // Llama 4's attention temperature tuning on the queries (NoPE layers).
+  // The query temperature (Llama 4's NoPE layers; Ministral 3's llama_4_scaling_beta after RoPE).
   if (!opt(opts, "attn_temperature_tuning").is_none() &&
       opt(opts, "attn_temperature_tuning").cast<bool>()) {
     s.temperature.floor_scale = float_opt(opts, "floor_scale", 8192.0);
     s.temperature.attn_scale = float_opt(opts, "attn_scale", 0.1);
+    s.temperature.position_offset = float_opt(opts, "floor_offset", 1.0);
+    if (!(s.temperature.position_offset >= 0) || !std::isfinite(s.temperature.position_offset))
+      fail("floor_offset must be finite and >= 0 (Llama 4: 1, Ministral 3: 0), got {}",
+           s.temperature.position_offset);
     if (!(s.temperature.floor_scale > 0))
       fail("floor_scale must be > 0, got {}", s.temperature.floor_scale);
     if (!(s.temperature.attn_scale >= 0))

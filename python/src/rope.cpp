@@ -316,6 +316,18 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
           "Hunyuan's NTK alpha (rope_scaling.alpha, dynamic): the base is theta * "
           "alpha^(R/(R-2)) up to max_position_embeddings; 0 = none.")
       .def_property_readonly(
+          "llama_4_scaling_beta", [](const rope_config& c) { return c.llama_4_scaling_beta; },
+          "Ministral 3's / Mistral 4's query scale (rope_parameters.llama_4_scaling_beta): "
+          "every layer multiplies its rotated queries by 1 + beta * log(1 + floor(pos / "
+          "llama_4_scaling_floor)); posenc.attention(..., attn_temperature_tuning=True, "
+          "floor_scale=llama_4_scaling_floor, attn_scale=beta, floor_offset=0) applies it. 0 = "
+          "none.")
+      .def_property_readonly(
+          "llama_4_scaling_floor", [](const rope_config& c) { return c.llama_4_scaling_floor; },
+          "Positions per step of the query scale: transformers' original_max_position_embeddings; "
+          "from a GGUF file llama.cpp's (n_ctx_orig_yarn for mistral3, "
+          "attention.temperature_length for deepseek2). 0 without a query scale.")
+      .def_property_readonly(
           "rotated_pairs",
           [](const rope_config& c) {
             // proportional: the pairs that rotate (the rest have omega 0)

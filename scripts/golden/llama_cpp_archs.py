@@ -475,6 +475,30 @@ def read_nope_step(f, lo, hi):
     return out
 
 
+def read_query_scale(f, lo, hi):
+    """The loader's query scale by position (llama_graph's build_inp_attn_scale: q *=
+    log(floor((pos + offset) / floor_scale) + 1) * scale + 1): where each of its three
+    hparams comes from, a GGUF key ("key:<suffix>") or an assignment (the expression), or None
+    when the loader sets no scale."""
+    body = f.s[lo:hi]
+    keys = {"LLM_KV_ATTENTION_TEMPERATURE_SCALE": "attention.temperature_scale",
+            "LLM_KV_ATTENTION_TEMPERATURE_LENGTH": "attention.temperature_length"}
+    out = {}
+    for field, name in (("f_attn_temp_scale", "scale"), ("n_attn_temp_floor_scale", "floor"),
+                        ("f_attn_temp_offset", "offset")):
+        for m in re.finditer(r"ml\.get_key\(\s*(LLM_KV_\w+)\s*,\s*hparams\." + field + r"\b",
+                             body):
+            if m.group(1) not in keys:
+                raise Unparsed(f"{f.where(lo + m.start())}: {field} read from {m.group(1)}")
+            out[name] = "key:" + keys[m.group(1)]
+        for m in re.finditer(r"hparams\." + field + r"\s*=\s*([^;]*);", body):
+            out.setdefault(name, norm_ws(m.group(1)))
+    if "scale" not in out:
+        return None
+    out["source"] = f.where(lo + body.find("attn_temp"))
+    return out
+
+
 # ---- the graph: which layers get RoPE -----------------------------------------------------------
 
 # The rotation of the queries: Q... / q... = ggml_rope / ggml_rope_ext / ggml_rope_multi(ctx0, q...
@@ -1052,6 +1076,9 @@ def main():
                     rot = read_rot_changes(f, lo, hi)
                     if rot:
                         entry["rotary_dim_set"] = rot
+                    qs = read_query_scale(f, lo, hi)
+                    if qs:
+                        entry["query_scale"] = qs
             except Unparsed as ex:
                 unparsed.append({"what": f"{name}: sliding-window layers",
                                  "where": entry.get("load_arch_hparams", cls),

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import json
 import math
 import os
@@ -483,6 +484,21 @@ ATTENTION_CASES = {
                    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
         "batch": 1, "seq": 13, "mrope_segments": [[3, 1, 2, 3], [4]], "window": None,
     },
+    # Ministral 3: YaRN, then the rotated queries scaled by 1 + beta log(1 + floor(pos / orig))
+    # (get_llama_4_attn_scale; beta 0.5 and orig 4 so that the scale steps within the batch's
+    # positions, 0..6 and 37..43). The scale is computed in float32 by the model (int64 position
+    # ids divided by an int) and cast to the query dtype, in the float64 run too.
+    "ministral3_query_scale": {
+        "model_type": "ministral3", "attention": "Ministral3Attention", "layer_idx": 0,
+        "config": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "head_dim": 16, "num_hidden_layers": 1, "intermediate_size": 64,
+                   "max_position_embeddings": 64, "sliding_window": None,
+                   "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0,
+                                       "original_max_position_embeddings": 4,
+                                       "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                                       "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5}},
+        "batch": 2, "seq": 7, "start": [0, 37], "window": None,
+    },
 }
 
 
@@ -553,7 +569,11 @@ def attention_goldens(transformers, arrays):
             handles = [getattr(attn, f"{k}_proj").register_forward_hook(keep(k)) for k in "qkv"]
             handles.append(attn.o_proj.register_forward_pre_hook(
                 lambda module, inputs: captured.__setitem__("o", inputs[0])))
-            attn(hidden, position_embeddings=(cos, sin), attention_mask=_mask(B, T, case["window"], dtype))
+            kw = {}
+            if "position_ids" in inspect.signature(attn.forward).parameters:
+                kw["position_ids"] = pos  # Ministral 3's query scale reads them
+            attn(hidden, position_embeddings=(cos, sin),
+                 attention_mask=_mask(B, T, case["window"], dtype), **kw)
             for h in handles:
                 h.remove()
             dout = torch.randn(captured["o"].shape, generator=gen, dtype=torch.float64).to(dtype)

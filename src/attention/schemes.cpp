@@ -33,9 +33,10 @@ constexpr scheme_param kXpos[] = {
     {"xpos_center", "scalar", "float", "0", "position of scale 1"},
 };
 constexpr scheme_param kTemperature[] = {
-    {"attn_temperature_tuning", "scalar", "bool", "False", "Llama 4's query temperature"},
+    {"attn_temperature_tuning", "scalar", "bool", "False", "the query temperature on"},
     {"floor_scale", "scalar", "float", "8192", "positions per temperature step"},
     {"attn_scale", "scalar", "float", "0.1", "temperature slope"},
+    {"floor_offset", "scalar", "float", "1", "added to the position (Llama 4 1, Ministral 3 0)"},
 };
 constexpr scheme_param kAlibi[] = {
     {"alibi", "(Hq,)", "bool | float", "False", "True (slopes for Hq heads) or slopes"},
@@ -116,8 +117,8 @@ const scheme_decl kDecls[] = {
     {"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
     {"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false, true, kMrope},
     {"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
-    {"temperature", "query temperature", "Llama 4 (Meta 2025)", kHook1, false, false, false, true,
-     kTemperature},
+    {"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale, false, false,
+     false, true, kTemperature},
     {"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true, kAlibi},
     {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5},
     {"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true, false,
@@ -146,6 +147,7 @@ std::string points_text(uint32_t p) {
   std::vector<std::string> out;
   if (p & scheme_input) out.push_back("input");
   if (p & scheme_qk_transform) out.push_back("q/k transform (hook 1)");
+  if (p & scheme_query_scale) out.push_back("query scale (hook 1, composes)");
   if (p & scheme_score_bias) out.push_back("score bias (hook 2b)");
   if (p & scheme_relative_keys) out.push_back("relative keys (hook 2a)");
   if (p & scheme_value_term) out.push_back("value term (hook 3)");

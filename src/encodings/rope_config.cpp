@@ -838,6 +838,29 @@ void view_reader::read_type_params() {
     known.insert("alpha");
     if (auto a = get_number(*rs, "alpha", px); a && *a != 0) c.dynamic_alpha = *a;
   }
+  // Ministral 3's and Mistral 4's query scale by position (their attention classes read it from
+  // rope_parameters whatever the rope_type; transformers' config classes put 0.1 there).
+  if (mt == "ministral3" || mt == "mistral4") {
+    known.insert("llama_4_scaling_beta");
+    const auto b = get_number(*rs, "llama_4_scaling_beta", px);
+    if (!b) {
+      warnings->push_back(fmt::format(
+          "{}llama_4_scaling_beta is missing: transformers' {} attention multiplies its queries "
+          "by it and fails on this config; posenc applies no query scale",
+          px, mt));
+    } else if (!std::isfinite(*b) || *b < 0) {
+      fail("{}llama_4_scaling_beta must be finite and >= 0, got {}", px, *b);
+    } else if (*b > 0 && c.original_max_position_embeddings <= 0) {
+      warnings->push_back(fmt::format(
+          "{}llama_4_scaling_beta = {} without original_max_position_embeddings (its positions "
+          "per step): transformers' {} attention fails on this config; posenc applies no query "
+          "scale",
+          px, *b, mt));
+    } else {
+      c.llama_4_scaling_beta = *b;
+      c.llama_4_scaling_floor = c.original_max_position_embeddings;
+    }
+  }
   if (c.type == rope_type::yarn) {
     known.insert(
         {"beta_fast", "beta_slow", "truncate", "attention_factor", "mscale", "mscale_all_dim"});
@@ -1072,16 +1095,26 @@ nlohmann::ordered_json rope_config_to_json(const rope_config& c) {
         static_cast<double>(c.rotary_dim) / static_cast<double>(c.head_dim);
   j["rope_theta"] = c.theta;
   if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
-  if (c.type == rope_type::default_) return j;
+  if (c.type == rope_type::default_ && c.llama_4_scaling_beta == 0) return j;
   nlohmann::ordered_json rs;
   rs["rope_type"] = rope_type_name(c.type);
-  rs["factor"] = c.factor;
+  if (c.type != rope_type::default_) rs["factor"] = c.factor;
   if (c.original_max_position_embeddings > 0)
     rs["original_max_position_embeddings"] = c.original_max_position_embeddings;
   // Only the Hunyuan classes read alpha: the config names one, so that it reads back the same.
   if (c.dynamic_alpha > 0) {
     j["model_type"] = "hunyuan_v1_dense";
     rs["alpha"] = c.dynamic_alpha;
+  }
+  // Likewise only Ministral 3's and Mistral 4's attention reads llama_4_scaling_beta.
+  if (c.llama_4_scaling_beta > 0) {
+    if (c.llama_4_scaling_floor != c.original_max_position_embeddings)
+      fail(
+          "rope_config_to_json: a query scale with {} positions per step (llama_4_scaling_floor) "
+          "other than original_max_position_embeddings = {} has no config.json key",
+          c.llama_4_scaling_floor, c.original_max_position_embeddings);
+    j["model_type"] = "ministral3";
+    rs["llama_4_scaling_beta"] = c.llama_4_scaling_beta;
   }
   switch (c.type) {
     case rope_type::yarn:

@@ -432,6 +432,7 @@ class converter {
     if (const auto* t_freqs = f_.find_tensor("rope_freqs.weight")) read_freqs(*t_freqs);
     if (!sc_.is_null()) j_["rope_scaling"] = sc_;
     make_config();
+    read_query_scale();
     read_sliding();
     read_nope();
     return std::move(r_);
@@ -824,6 +825,53 @@ class converter {
     } catch (const invalid_argument& e) {
       throw invalid_argument(fmt::format("{}: {}", f_.path, e.what()));
     }
+  }
+
+  // The query scale by position (llama_graph's build_inp_attn_scale, offset 0): mistral3 reads
+  // {arch}.attention.temperature_scale with n_ctx_orig_yarn (rope.scaling.original_context_length,
+  // else context_length) as the positions per step; deepseek2 (Mistral Large 3) and mistral4
+  // (deepseek2's loader) the scale and {arch}.attention.temperature_length. Other architectures
+  // do not read the keys (llama4's constants 0.1, 8192, offset 1 are built in and apply to its
+  // NoPE layers, outside the RoPE config).
+  void read_query_scale() {
+    const auto scale_key = key("attention.temperature_scale");
+    const auto length_key = key("attention.temperature_length");
+    const auto scale = f_.get_number(scale_key);
+    const bool reads = r_.arch == "mistral3" || r_.arch == "deepseek2" || r_.arch == "mistral4";
+    if (!reads) {
+      for (const auto& k : {scale_key, length_key})
+        if (f_.find(k))
+          warnings_->push_back(fmt::format(
+              "{} is not read by llama.cpp for {} (only mistral3, deepseek2 and mistral4 read it); "
+              "ignored, as llama.cpp does",
+              k, r_.arch));
+      return;
+    }
+    if (!scale || *scale == 0) return;
+    if (!std::isfinite(*scale) || *scale < 0)
+      fail_io("{}: offset {}: {} must be finite and >= 0, got {}", f_.path,
+              f_.find(scale_key)->offset, scale_key, *scale);
+    uint64_t floor = 0;
+    std::string from;
+    if (r_.arch == "mistral3") {
+      const auto ctx = size_key("context_length", 0, uint64_t{1} << 53);
+      floor = orig_ ? *orig_ : ctx.value_or(0);
+      from = orig_ ? key("rope.scaling.original_context_length") : key("context_length");
+    } else {
+      floor = size_key("attention.temperature_length", 0, uint64_t{1} << 53).value_or(0);
+      from = length_key;
+    }
+    if (floor == 0)
+      fail(
+          "{}: {} = {} needs {} > 0 (the positions per step of the query scale; llama.cpp "
+          "refuses the file)",
+          f_.path, scale_key, *scale, from);
+    r_.config.llama_4_scaling_beta = *scale;
+    r_.config.llama_4_scaling_floor = static_cast<int64_t>(floor);
+    r_.notes.push_back(fmt::format(
+        "{} = {}: llama.cpp scales the rotated queries of every layer by 1 + {} * log(1 + "
+        "floor(pos / {})) ({} = {})",
+        scale_key, *scale, *scale, floor, from, floor));
   }
 
   // Whether llama.cpp's loader sets the sliding pattern for this file (the row's condition).

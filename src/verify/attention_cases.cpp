@@ -250,8 +250,9 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
     f.shaw = shaw_init(c.sch == scheme::all ? 3 : 8, D, c.seed + 2, 0.5);
     p.pos.shaw = f.tabs.shaw_view(f.shaw);
   }
-  if (c.sch == scheme::temperature) {
-    p.pos.temperature = {4.0, 0.5};
+  if (c.sch == scheme::temperature || c.sch == scheme::all) {
+    // all: Ministral 3's form (offset 0) after YaRN's rotation, composed in one hook-1 transform.
+    p.pos.temperature = {4.0, 0.5, c.sch == scheme::all ? 0.0 : 1.0};
     const int64_t qmaxpos =
         f.qpos.empty() ? S - 1 : *std::max_element(f.qpos.begin(), f.qpos.end());
     b.qs = attention_temperature_scale(p.pos.temperature, std::max<int64_t>(qmaxpos, 0));
@@ -522,12 +523,21 @@ void build(fixture<Real>& f, const spec& c) {
 template void build(fixture<float>&, const spec&);
 template void build(fixture<double>&, const spec&);
 
+// 1 when the query temperature scales queries another hook-1 transform has mapped (a second
+// rounding of q'), else 0.
+template <typename Real>
+double composed_scale(const fixture<Real>& f) {
+  const auto& pos = f.p.pos;
+  return pos.temperature.on() && (pos.rope.freqs || pos.xpos.theta > 0 || pos.mrope.freqs) ? 1 : 0;
+}
+
 template <typename Real>
 forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c) {
   const double u = std::numeric_limits<Real>::epsilon() / 2;
   const int64_t K = f.p.pos.has_shaw() ? f.p.pos.shaw.clip : 0;
-  // D + 11: the SIMD path folds the scale into q (one more rounding of u A).
-  const double ds = (c.D + 11) * u * f.A + 2 * u * (f.A + f.B);
+  // D + 11: the SIMD path folds the scale into q (one more rounding of u A); a query
+  // temperature after a rotation rounds q once more (u A).
+  const double ds = (c.D + 11 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B);
   const double ep = 2 * ds + 4 * u * (f.A + f.B) + 2 * u;  // exp: Highway Exp is 1 ulp = 2u
   forward_tolerances t;
   t.out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
@@ -599,7 +609,7 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const double amp = p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : std::sqrt(f.F);
   const double scale = 1.0 / std::sqrt(double(c.D));
   // Forward error terms (the forward derivation).
-  const double e_s = (c.D + 10) * u * f.A + 2 * u * (f.A + f.B);
+  const double e_s = (c.D + 10 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B);
   const double ep = 2 * e_s + 4 * u * (f.A + f.B) + 2 * u;
   const double tol_out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
   double lmax = 0;

@@ -31,6 +31,7 @@ SWEEP = json.loads((HERE / "transformers" / "sweep.json").read_text())
 TYPES = SWEEP["model_types"]
 CONV = MANIFEST["model_types"]
 U64 = 2.0**-53
+U32 = 2.0**-24
 
 # {model type: (change to the swept config that the GGUF carries instead, why)}
 LOSSES = {
@@ -116,6 +117,14 @@ def _differences(got, want):
     for k in ("scaling", "rotary_dim", "theta"):
         if got[k] != want[k]:
             bad.append(f"{k} {got[k]!r} vs {want[k]!r}")
+    # Ministral 3's query scale (transformers' llama_4_scaling_beta over
+    # original_max_position_embeddings; llama.cpp's attention.temperature_scale over
+    # n_ctx_orig_yarn): the float32 key holds the beta rounded once.
+    gb, wb = got.get("llama_4_scaling_beta", 0.0), want.get("llama_4_scaling_beta", 0.0)
+    if abs(gb - wb) > U32 * abs(wb) or (wb and got.get("llama_4_scaling_floor")
+                                          != want.get("llama_4_scaling_floor")):
+        bad.append(f"query scale {gb!r} / {got.get('llama_4_scaling_floor')!r} vs {wb!r} / "
+                   f"{want.get('llama_4_scaling_floor')!r}")
     a = want["attention_factor"]
     if abs(got["attention_factor"] - a) > 8 * U64 * abs(a):
         bad.append(f"attention_factor {got['attention_factor']!r} vs {a!r}")
@@ -136,9 +145,14 @@ def _differences(got, want):
 
 def _transformers(mt, lt):
     g = TYPES[mt]["rope"][lt or "all"]
-    return {"scaling": g["rope_type"], "rotary_dim": g["rotary_dim"],
-            "theta": g["rope_parameters"]["rope_theta"], "attention_factor": g["attention_factor"],
-            "inv_freq": g["inv_freq_f64"]}
+    out = {"scaling": g["rope_type"], "rotary_dim": g["rotary_dim"],
+           "theta": g["rope_parameters"]["rope_theta"], "attention_factor": g["attention_factor"],
+           "inv_freq": g["inv_freq_f64"]}
+    beta = g["rope_parameters"].get("llama_4_scaling_beta")
+    if mt in ("ministral3", "mistral4") and beta:  # the classes that read it
+        out["llama_4_scaling_beta"] = beta
+        out["llama_4_scaling_floor"] = g["rope_parameters"]["original_max_position_embeddings"]
+    return out
 
 
 def _from_config(cfg, lt):
@@ -146,7 +160,9 @@ def _from_config(cfg, lt):
         warnings.simplefilter("ignore")
         c = posenc.RopeConfig.from_hf(cfg, layer_type=lt)
     return {"scaling": c.scaling, "rotary_dim": c.rotary_dim, "theta": c.theta,
-            "attention_factor": c.attention_factor, "inv_freq": c.inv_freq()}
+            "attention_factor": c.attention_factor, "inv_freq": c.inv_freq(),
+            "llama_4_scaling_beta": c.llama_4_scaling_beta,
+            "llama_4_scaling_floor": c.llama_4_scaling_floor}
 
 
 def test_manifest_accounts_for_every_swept_type():

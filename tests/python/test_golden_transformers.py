@@ -352,14 +352,26 @@ def attention_setup(name, dtype):
     angle = "exact" if dtype == np.float64 else "hf_f32"
     opts = dict(causal=True, scale=c["scale"], rope=rope, rope_angle=angle,
                 q_positions=pos, k_positions=pos, window=c["window"])
+    if rope.llama_4_scaling_beta > 0:
+        # Ministral 3: the rotated queries scaled by 1 + beta log(1 + floor(pos / orig)).
+        opts.update(attn_temperature_tuning=True, floor_scale=rope.llama_4_scaling_floor,
+                    attn_scale=rope.llama_4_scaling_beta, floor_offset=0.0)
     return c, arr, (q, k, v), opts
+
+
+def query_scale_max(opts):
+    """The largest query scale s(pos) of the case (1 without one), from its formula."""
+    if not opts.get("attn_temperature_tuning"):
+        return 1.0
+    p = float(np.max(opts["q_positions"]))
+    return 1 + opts["attn_scale"] * math.log(1 + math.floor(p / opts["floor_scale"]))
 
 
 def row_norm(x, D):
     return float(np.linalg.norm(x.reshape(-1, D).astype(np.float64), axis=1).max())
 
 
-def attention_bounds(c, arr, dtype, rope):
+def attention_bounds(c, arr, dtype, rope, opts):
     """Absolute error bounds for out, dq, dk, dv (module docstring; derivation here).
 
     transformers' eager attention takes the softmax in float32 whatever the input dtype
@@ -377,14 +389,18 @@ def attention_bounds(c, arr, dtype, rope):
       dq  = scale dS k, dS = P (dP - rowsum(P dP)), dP = dout v^T (float32 in the softmax's
             backward): |d dS| <= 2 (e + (S + 2) 2^-24) max|dout_row| max|v_row|, so
             |d dq| <= scale S max|k_row| |d dS|, and dk likewise with q.
-    with e = u_soft + 2 Lmax eps_r + 2 Lmax gamma_D + gamma_(2S+8)."""
+    with e = u_soft + 2 Lmax eps_r + 2 Lmax gamma_D + gamma_(2S+8).
+    A query scale s (Ministral 3) multiplies |q_row| by at most smax (in Lmax, dk) and dq by
+    smax; the model computes s in float32 whatever the dtype (int64 ids / int), so against
+    posenc's s rounded once from double it adds Lmax 2^-22 (two float32 roundings of s) to e."""
     D, S = c["head_dim"], c["seq"]
     u = U64 if dtype == np.float64 else U32
 
     def gamma(n):
         return n * u / (1 - n * u)
 
-    qn, kn = row_norm(arr["q"], D), row_norm(arr["k"], D)
+    smax = query_scale_max(opts)
+    qn, kn = smax * row_norm(arr["q"], D), row_norm(arr["k"], D)
     vn, on = row_norm(arr["v"], D), row_norm(arr["dout"], D)
     lmax = c["scale"] * qn * kn
     if dtype == np.float64:
@@ -393,11 +409,13 @@ def attention_bounds(c, arr, dtype, rope):
     else:
         eps_r = 2 * U32
     e = (2 * lmax + S + 3) * U32 + 2 * lmax * eps_r + 2 * lmax * gamma(D) + gamma(2 * S + 8)
+    if smax != 1.0:
+        e += lmax * 4 * U32
     d_ds = 2 * (e + (S + 2) * U32) * on * vn
     return {
         "out": e * float(np.abs(arr["v"]).max()),
         "dv": e * S * float(np.abs(arr["dout"]).max()),
-        "dq": c["scale"] * S * kn * d_ds,
+        "dq": smax * c["scale"] * S * kn * d_ds,
         "dk": c["scale"] * S * qn * d_ds,
     }
 
@@ -409,7 +427,7 @@ def test_attention_forward_and_gradients(name, dtype):
     B, T, H, D = q.shape
     out, lse = posenc.attention(q, k, v, return_lse=True, **opts)
     assert out.dtype == dtype
-    bounds = attention_bounds(c, arr, np.float64, opts["rope"])
+    bounds = attention_bounds(c, arr, np.float64, opts["rope"], opts)
     if dtype == np.float32:
         # FlashAttention's rule: posenc's float32 error may be twice the baseline's own, the
         # baseline being transformers' float32 run and its error measured against its float64

@@ -68,15 +68,20 @@ struct attention_rope {
                               // rotated keys); only q is rotated
 };
 
-// Hook 1 on queries only, Llama 4's attention temperature tuning (Meta 2025; transformers'
-// Llama4TextAttention applies it on the NoPE layers): q'_t = s(qpos_t) q_t with
-//   s(p) = log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1,
-// keys unchanged. s = 1 below floor_scale - 1 and grows like log p after, so that attention
-// over long contexts stays sharp where no rotation separates far keys. A q/k transform: it
-// cannot be combined with RoPE in one call (Llama 4 uses it only where RoPE is off).
+// Hook 1 on queries only, a query temperature by position: q'_t = s(qpos_t) A(qpos_t) q_t with
+//   s(p) = log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1,
+// A the call's other q/k transform (RoPE, xPos, M-RoPE) or the identity; keys unchanged. s = 1
+// below floor_scale - offset and grows like log p after, so that attention over long contexts
+// stays sharp. Two models use it:
+//   Llama 4 (Meta 2025; transformers' Llama4TextAttention, attn_temperature_tuning) on its NoPE
+//     layers: floor_scale 8192, attn_scale 0.1, position_offset 1;
+//   Ministral 3 and Mistral 4 (transformers' get_llama_4_attn_scale, rope_parameters'
+//     llama_4_scaling_beta) on every layer, after RoPE: floor_scale =
+//     original_max_position_embeddings, attn_scale = llama_4_scaling_beta, position_offset 0.
 struct attention_temperature {
-  double floor_scale = 0;  // > 0 switches it on (Llama 4: 8192)
-  double attn_scale = 0;   // Llama 4: 0.1; finite, >= 0
+  double floor_scale = 0;      // > 0 switches it on (Llama 4: 8192)
+  double attn_scale = 0;       // Llama 4: 0.1; finite, >= 0
+  double position_offset = 1;  // Llama 4: 1 (cache_position + 1); Ministral 3: 0
   bool on() const { return floor_scale > 0; }
 };
 // s(pos) of the formula above in double, pos >= 0.

@@ -96,7 +96,8 @@ enum class scheme {
   t5_causal,  // also switches causal masking on
   shaw,
   temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
-  all,          // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw at once
+  all,          // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw + a query temperature
+                // (offset 0, after the rotation: Ministral 3's form) at once
   kerple_log,
   kerple_power,
   fire,  // hidden = 4

@@ -11,8 +11,9 @@
 // The rule, for two schemes a and b on in the same call:
 //   1. a scheme whose positions depend on the content (CoPE: counted gates) runs on a path of
 //      its own that applies no other scheme: it combines with nothing;
-//   2. at most one scheme maps q and k at hook 1 (RoPE, M-RoPE, xPos, the query temperature):
-//      the engine composes no two q/k transforms;
+//   2. at most one scheme maps q and k at hook 1 (RoPE, M-RoPE, xPos): the engine composes no
+//      two q/k transforms; a query scale (the query temperature, scheme_query_scale) is
+//      diagonal and composes with any of them (Ministral 3 scales its rotated queries);
 //   3. at most one scheme owns the relative tables of hooks 2a / 3 (Shaw);
 //   4. a scheme that places RoPE per (query, key) pair (Self-Extend, Dual Chunk Attention) rides
 //      on the scheme it names (rides_on: RoPE) on a path of its own: it needs that scheme on and
@@ -42,6 +43,7 @@ enum scheme_point : uint32_t {
   scheme_own_path = 1u << 5,       // positions from the content, on a path of their own (CoPE)
   scheme_layer_plan = 1u << 6,     // chooses per layer between other schemes (iRoPE)
   scheme_rope_pairs = 1u << 7,     // RoPE at positions chosen per (query, key) pair (own path)
+  scheme_query_scale = 1u << 8,    // hook 1, queries only: q' = s(qpos) A_q(qpos) q, composes
 };
 
 // What a score bias is, as `posenc check` tests it for a scheme reached by name (bit flags).

@@ -105,6 +105,15 @@ struct rope_config {
   // theta * alpha^(R / (R - 2)) and factor is not used; past it, dynamic_rope_update recomputes
   // plain dynamic NTK from theta. 0 = no alpha (plain dynamic NTK at every length).
   double dynamic_alpha = 0;
+  // Ministral 3 and Mistral 4 (rope_parameters.llama_4_scaling_beta, read for those classes
+  // only: transformers' get_llama_4_attn_scale): after RoPE, every layer scales its queries by
+  // 1 + beta * log(1 + floor(pos / original_max_position_embeddings)). Not a frequency: the
+  // attention's query temperature (attention_temperature with floor_scale =
+  // llama_4_scaling_floor, attn_scale = beta, position_offset 0). 0 = none. The floor is
+  // original_max_position_embeddings in transformers; a GGUF file gives llama.cpp's
+  // (n_ctx_orig_yarn for mistral3, attention.temperature_length for deepseek2).
+  double llama_4_scaling_beta = 0;
+  int64_t llama_4_scaling_floor = 0;  // > 0 when llama_4_scaling_beta > 0
   // proportional (transformers' Gemma 4 family): every one of the D/2 pairs carries a
   // frequency (rotary_dim = head_dim), but only the first rotated_pairs rotate:
   // omega_i = 1 / (factor * theta^(2i/D)) for i < rotated_pairs, 0 (the identity) after.

@@ -37,9 +37,10 @@
 // Per-layer configs: --layer-type picks that layer type's RoPE from --hf-config (as `rope freqs
 // --layer-type`); --layer L reads what layer L of the config does: its layer type's RoPE, or no
 // RoPE on a NoPE layer (no_rope_layers, no_rope_layer_interval), where Llama 4 scales the queries
-// instead when the config says attn_temperature_tuning (floor_scale, attn_scale). The same query
-// temperature without a config: --attn-temperature-tuning (a q/k transform, so not with --rope or
-// --xpos).
+// instead when the config says attn_temperature_tuning (floor_scale, attn_scale). Ministral 3's
+// and Mistral 4's configs scale the queries of every layer after RoPE (llama_4_scaling_beta). The
+// same query temperature without a config: --attn-temperature-tuning (--floor-scale,
+// --attn-scale, --floor-offset), alone or after --rope, --xpos or M-RoPE.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -100,7 +101,7 @@ struct attend_opts {
   double xpos_theta = 10000, xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
   // Llama 4's query temperature; the layer of a per-layer config
   bool temperature = false;
-  double floor_scale = 8192, attn_scale = 0.1;
+  double floor_scale = 8192, attn_scale = 0.1, floor_offset = 1;
   int64_t layer = -1;
   std::string layer_type;
   // The schemes reached by name (schemes.hpp): their switches and parameters by declared name,
@@ -175,7 +176,8 @@ struct layer_choice {
   bool given = false;                 // --layer or --layer-type
   std::string type;                   // "" = the config's one RoPE configuration
   bool rope = true;                   // false: a NoPE layer
-  attention_temperature temperature;  // a NoPE layer of a config with attn_temperature_tuning
+  attention_temperature temperature;  // a NoPE layer of a config with attn_temperature_tuning,
+                                      // or a config's llama_4_scaling_beta (every layer)
 };
 
 layer_choice choose_layer(const attend_opts& o) {
@@ -357,7 +359,7 @@ template <typename Real>
 void read_rope(const attend_opts& o, attend_state<Real>& s) {
   auto& p = s.p;
   s.lc = choose_layer(o);
-  const layer_choice& lc = s.lc;
+  layer_choice& lc = s.lc;
   if (lc.given && !o.rope) fail("--layer and --layer-type need --rope (with --hf-config)");
   if (o.rope && lc.given && !lc.rope && s.mrope)
     fail("--layer {} is a NoPE layer: positions of shape (3, n) (M-RoPE) do not apply", o.layer);
@@ -370,6 +372,10 @@ void read_rope(const attend_opts& o, attend_state<Real>& s) {
   } else if (o.rope) {
     if (o.layout.empty()) fail("--rope needs --layout half|interleaved");
     const auto c = make_rope_config(o, s.D, lc.type);
+    if (c.llama_4_scaling_beta > 0) {
+      // Ministral 3 / Mistral 4: every layer scales its rotated queries (read_temperature).
+      lc.temperature = {static_cast<double>(c.llama_4_scaling_floor), c.llama_4_scaling_beta, 0.0};
+    }
     if (given(o, "--seq-len") && o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
     s.freqs = rope_frequencies(c, given(o, "--seq-len") ? o.seq_len : s.S);
     const auto layout = rope_layout_from_name(o.layout, "--layout");
@@ -526,13 +532,21 @@ void read_temperature(const attend_opts& o, attend_state<Real>& s) {
           "--attn-temperature-tuning with --layer or --layer-type: the temperature comes from "
           "--hf-config (attn_temperature_tuning, floor_scale, attn_scale on its NoPE layers); "
           "leave the flags out");
+    if (s.lc.temperature.on())
+      fail(
+          "--attn-temperature-tuning: the model config already scales the queries "
+          "(llama_4_scaling_beta {}, positions per step {}); leave the flags out",
+          s.lc.temperature.attn_scale, s.lc.temperature.floor_scale);
     if (!std::isfinite(o.floor_scale) || o.floor_scale <= 0)
       fail("--floor-scale must be finite and > 0, got {}", o.floor_scale);
     if (!std::isfinite(o.attn_scale) || o.attn_scale < 0)
       fail("--attn-scale must be finite and >= 0, got {}", o.attn_scale);
-    p.pos.temperature = {o.floor_scale, o.attn_scale};
-  } else if (given(o, "--floor-scale") || given(o, "--attn-scale")) {
-    fail("--floor-scale and --attn-scale need --attn-temperature-tuning");
+    if (!std::isfinite(o.floor_offset) || o.floor_offset < 0)
+      fail("--floor-offset must be finite and >= 0 (Llama 4: 1, Ministral 3: 0), got {}",
+           o.floor_offset);
+    p.pos.temperature = {o.floor_scale, o.attn_scale, o.floor_offset};
+  } else if (given(o, "--floor-scale") || given(o, "--attn-scale") || given(o, "--floor-offset")) {
+    fail("--floor-scale, --attn-scale and --floor-offset need --attn-temperature-tuning");
   } else if (s.lc.temperature.on()) {
     p.pos.temperature = s.lc.temperature;
   }
@@ -778,6 +792,7 @@ void print_json(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
   if (p.pos.temperature.on()) {
     j["floor_scale"] = p.pos.temperature.floor_scale;
     j["attn_scale"] = p.pos.temperature.attn_scale;
+    j["floor_offset"] = p.pos.temperature.position_offset;
   }
   j["fully_masked_rows"] = masked_rows;
   if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
@@ -839,9 +854,12 @@ void print_text(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
                 s.lc.type.empty() ? "" : (" (" + s.lc.type + ")").c_str(),
                 s.lc.rope ? "RoPE" : "NoPE (no rotation)");
   if (p.pos.temperature.on())
-    std::printf("query temperature: q *= log(floor((pos + 1) / %s) + 1) * %s + 1\n",
-                num(p.pos.temperature.floor_scale).c_str(),
-                num(p.pos.temperature.attn_scale).c_str());
+    std::printf(
+        "query temperature: q *= log(floor((pos + %s) / %s) + 1) * %s + 1%s\n",
+        num(p.pos.temperature.position_offset).c_str(), num(p.pos.temperature.floor_scale).c_str(),
+        num(p.pos.temperature.attn_scale).c_str(),
+        p.pos.rope.freqs || p.pos.mrope.freqs || p.pos.xpos.theta != 0 ? ", after the rotation"
+                                                                       : "");
   if (!o.dout.empty()) {
     std::string w;
     for (const auto& [path, a] : files)
@@ -1064,12 +1082,17 @@ const bool registered_cmd_attend = register_command(50, [](CLI::App& app) {
       "--cope", o->cope,
       "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
   sub->add_flag("--attn-temperature-tuning", o->temperature,
-                "Llama 4's query temperature (NoPE layers): q *= log(floor((pos + 1) / "
-                "floor_scale) + 1) * attn_scale + 1; not with --rope or --xpos");
+                "Query temperature: q *= log(floor((pos + floor_offset) / floor_scale) + 1) * "
+                "attn_scale + 1, after --rope / --xpos when given (Llama 4's NoPE layers: the "
+                "defaults; Ministral 3: floor_scale original_max_position_embeddings, attn_scale "
+                "llama_4_scaling_beta, floor_offset 0)");
   sub->add_option("--floor-scale", o->floor_scale,
                   "Temperature floor_scale (default 8192, Llama 4's), finite and > 0");
   sub->add_option("--attn-scale", o->attn_scale,
                   "Temperature attn_scale (default 0.1, Llama 4's), finite and >= 0");
+  sub->add_option("--floor-offset", o->floor_offset,
+                  "Temperature floor_offset, added to the position (default 1, Llama 4's; "
+                  "Ministral 3: 0), finite and >= 0");
   sub->add_option("--layer", o->layer,
                   "Layer L of --hf-config: its layer type's RoPE, or none on a NoPE layer (with "
                   "Llama 4's temperature when the config sets attn_temperature_tuning)");

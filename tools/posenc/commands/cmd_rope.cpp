@@ -134,6 +134,10 @@ void run_freqs(const freqs_opts& o) {
     j["theta"] = c.theta;
     j["factor"] = c.factor;
     if (c.dynamic_alpha > 0) j["alpha"] = c.dynamic_alpha;
+    if (c.llama_4_scaling_beta > 0) {
+      j["llama_4_scaling_beta"] = c.llama_4_scaling_beta;
+      j["llama_4_scaling_floor"] = c.llama_4_scaling_floor;
+    }
     j["seq_len"] = seq_len;
     if (!o.p.layer_type.empty()) j["layer_type"] = o.p.layer_type;
     std::printf("%s\n", j.dump(2).c_str());
@@ -152,6 +156,11 @@ void run_freqs(const freqs_opts& o) {
     if (c.dynamic_alpha > 0)
       std::printf("alpha %s: base theta * alpha^(R/(R-2)) up to max_position_embeddings %lld\n",
                   num(c.dynamic_alpha).c_str(), static_cast<long long>(c.max_position_embeddings));
+    if (c.llama_4_scaling_beta > 0)
+      std::printf(
+          "llama_4_scaling_beta %s: attention scales its rotated queries by 1 + beta * log(1 + "
+          "floor(pos / %lld)) (posenc attend --hf-config applies it)\n",
+          num(c.llama_4_scaling_beta).c_str(), static_cast<long long>(c.llama_4_scaling_floor));
     if (!o.p.layer_type.empty()) std::printf("layer type %s\n", o.p.layer_type.c_str());
     for (size_t i = 0; i < f.inv_freq.size(); ++i)
       std::printf("%4zu  inv_freq %-24s wavelength %s\n", i, num(f.inv_freq[i]).c_str(),
@@ -825,6 +834,10 @@ void run_layers(const layers_opts& o) {
       t["head_dim"] = c.head_dim;
       t["rotary_dim"] = c.rotary_dim;
       if (c.rotated_pairs) t["rotated_pairs"] = *c.rotated_pairs;
+      if (c.llama_4_scaling_beta > 0) {
+        t["llama_4_scaling_beta"] = c.llama_4_scaling_beta;
+        t["llama_4_scaling_floor"] = c.llama_4_scaling_floor;
+      }
       types.push_back(t);
     }
     out["types"] = types;
@@ -852,6 +865,15 @@ void run_layers(const layers_opts& o) {
           "%s + 1\n",
           num(plan.floor_scale).c_str(), num(plan.attn_scale).c_str());
   }
+  // Ministral 3 / Mistral 4: every layer scales its rotated queries.
+  for (const auto& c : configs)
+    if (c.llama_4_scaling_beta > 0) {
+      std::printf(
+          "query scale on every layer, after RoPE (llama_4_scaling_beta): q *= 1 + %s * log(1 + "
+          "floor(pos / %lld))\n",
+          num(c.llama_4_scaling_beta).c_str(), static_cast<long long>(c.llama_4_scaling_floor));
+      break;
+    }
   // a default the class supplied ("X is missing; took ..."), else a note on what was checked
   for (const auto& d : plan.defaults)
     std::printf("%s: %s\n", d.find(" is missing; took ") != std::string::npos ? "default" : "note",
