@@ -833,8 +833,19 @@ TEST(RopeConfig, PartialRotaryFactorFollowsTheModelClass) {
   auto c = rope_config_from_json(j, &w);
   EXPECT_EQ(c.rotary_dim, 128);
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_NE(w[0].find("model_type llama: transformers' Llama rotary class ignores "
+  EXPECT_NE(w[0].find("model_type llama: transformers' rotary class ignores "
                       "partial_rotary_factor = 0.5"),
+            std::string::npos)
+      << w[0];
+  // A swept class measured to ignore it (Qwen2, tests/golden/transformers/variants.json's
+  // probe): the whole head, with a note that says where that was measured.
+  j["model_type"] = "qwen2";
+  w.clear();
+  EXPECT_EQ(rope_config_from_json(j, &w).rotary_dim, 128);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("model_type qwen2: transformers' rotary class ignores partial_rotary_factor "
+                      "= 0.5 for rope_type default (GPT-NeoX and Phi-3 apply it; measured at "
+                      "transformers c49429ed"),
             std::string::npos)
       << w[0];
   // The same config as a class that applies it (GPT-NeoX, Phi-3): R = 64, silently.

@@ -83,6 +83,21 @@ def measure(mt, cls):
     plain = flat_block(rp) and rp.get("rope_type", rp.get("type")) == "default" and \
         set(rp) <= {"rope_type", "rope_theta", "type"}
     out["theta"] = rp.get("rope_theta") if flat_block(rp) else None
+    # A config's block without rope_theta takes the class's fallback (the rope_theta field, else
+    # the class's default_theta; RotaryEmbeddingConfigMixin.convert_rope_params_to_dict), which is
+    # not the theta of a block the class builds itself (HiggsAudioV2: 500000 in its llama3 block,
+    # 10000 for a block that states none): measured with a block that states none.
+    if flat_block(rp):
+        try:
+            prp = text_cfg(tcls, rope_parameters={"rope_type": "default"}).rope_parameters
+            if flat_block(prp) and prp.get("rope_theta") is not None:
+                out["theta"] = prp["rope_theta"]
+        except Exception:  # noqa: BLE001  (a class that refuses a bare default block)
+            pass
+    # the class's own block is kept whole when its theta is not that fallback (PeAudioEncoder:
+    # 20000 built, 10000 for a block that states none)
+    if plain and out["theta"] != rp.get("rope_theta"):
+        plain = False
     out["block"] = None if plain else golden.jsonable(rp)
     try:
         hd = getattr(base, "head_dim", None)

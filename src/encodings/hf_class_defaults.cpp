@@ -506,6 +506,15 @@ bool hf_swept_rotation_interleaved(const std::string& model_type) {
                      [&](const char* t) { return model_type == t; });
 }
 
+const char* hf_swept_commit() {
+  return kSweptCommit;
+}
+
+bool hf_swept_ignores_partial(const std::string& model_type) {
+  return std::any_of(std::begin(kSweptIgnorePartial), std::end(kSweptIgnorePartial),
+                     [&](const char* t) { return model_type == t; });
+}
+
 nlohmann::json hf_apply_class_defaults(const nlohmann::json& config, const std::string& outer_type,
                                        bool layers, std::vector<std::string>* notes) {
   json j = config;

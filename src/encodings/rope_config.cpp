@@ -690,17 +690,21 @@ void view_reader::read_rotary_width() {
         c.head_dim, prf.value_or(1.0), rd, width));
   c.rotary_dim = width;
   // transformers' Llama rotary class computes the default frequencies over head_dim and ignores
-  // partial_rotary_factor; GPT-NeoX's and Phi-3's (and the generic scaled types) apply it.
+  // partial_rotary_factor; GPT-NeoX's and Phi-3's (and the generic scaled types) apply it. For
+  // the swept model types, which is measured (hf_swept_ignores_partial).
   if (prf && *prf != 1 && scaling_type_name(*rs) == "default") {
     const std::string mt = model_class(j);
-    if (mt == "llama") {
+    // (recurrent_gemma: transformers drops the factor, the model rotates half the head; posenc
+    // keeps the model's 0.5, tests/python/test_golden_sweep.py's DIVERGES)
+    if (mt == "llama" || (hf_swept_ignores_partial(mt) && mt != "recurrent_gemma")) {
       warnings->push_back(fmt::format(
-          "model_type llama: transformers' Llama rotary class ignores partial_rotary_factor = {} "
-          "for rope_type default (GPT-NeoX and Phi-3 apply it); rotary_dim = head_dim = {}",
-          *prf, c.head_dim));
+          "model_type {}: transformers' rotary class ignores partial_rotary_factor = {} for "
+          "rope_type default (GPT-NeoX and Phi-3 apply it; measured at transformers {}); "
+          "rotary_dim = head_dim = {}",
+          mt, *prf, hf_swept_commit(), c.head_dim));
       prf.reset();
       c.rotary_dim = c.head_dim;
-    } else if (!mt.empty() && !applies_partial(mt)) {
+    } else if (!mt.empty() && !applies_partial(mt) && !hf_swept_model_type(mt)) {
       warnings->push_back(fmt::format(
           "model_type {}: posenc does not know whether this model class applies "
           "partial_rotary_factor = {} for rope_type default; applying it (GPT-NeoX and Phi-3 do, "
@@ -748,8 +752,34 @@ void view_reader::read_type_and_factor() {
     tname = v;
   }
   if (!tname) fail("{}rope_type (or {}type) is missing", px, px);
+  // Class rules on the type (read from the classes at transformers c49429ed): Phi3Config and
+  // Phi4MultimodalConfig read "su" and "yarn" as longrope (backward compatibility) and accept
+  // only default and longrope (validate_rope); RecurrentGemmaRotaryEmbedding only default;
+  // PhimoeConfig.validate_rope needs short_mscale and long_mscale for any other type.
+  const std::string mt = model_class(j);
+  const bool phi3 = mt == "phi3" || mt == "phi4_multimodal";
+  if (phi3 && *tname == "yarn") {
+    warnings->push_back(fmt::format(
+        "{}rope_type 'yarn' is read as longrope: transformers' {} class renames it (its "
+        "backward compatibility with configs that said yarn for Phi-3's longrope)",
+        px, mt));
+    tname = "longrope";
+  }
   c.type = rope_type_from_name(*tname, px + "rope_type");
   tn = rope_type_name(c.type);
+  if (phi3 && c.type != rope_type::default_ && c.type != rope_type::longrope)
+    fail("{}rope_type must be default or longrope for model_type {} (transformers' {}), got '{}'",
+         px, mt, mt == "phi3" ? "Phi3Config" : "Phi4MultimodalConfig", tn);
+  if (mt == "recurrent_gemma" && c.type != rope_type::default_)
+    fail(
+        "{}rope_type must be default for model_type recurrent_gemma "
+        "(RecurrentGemmaRotaryEmbedding supports no other), got '{}'",
+        px, tn);
+  if (mt == "phimoe" && c.type != rope_type::default_)
+    for (const char* k : {"short_mscale", "long_mscale"})
+      if (!present(*rs, k) || !rs->at(k).is_number())
+        fail("{}{} must be a number for rope_type {} of model_type phimoe (PhimoeConfig), got {}",
+             px, k, tn, present(*rs, k) ? rs->at(k).dump() : std::string("nothing"));
 
   known = {"rope_type",     "type",
            "rope_theta",    "partial_rotary_factor",

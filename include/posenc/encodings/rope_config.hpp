@@ -136,6 +136,10 @@ bool hf_swept_model_type(const std::string& model_type);
 // Whether that swept class rotates adjacent pairs (2i, 2i + 1) rather than halves, as the sweep
 // measured it by calling the modeling file's own apply function.
 bool hf_swept_rotation_interleaved(const std::string& model_type);
+// Whether the swept model type's default rotary rotates the whole head_dim although the config
+// says partial_rotary_factor (measured: tests/golden/transformers/variants.json's probe).
+bool hf_swept_ignores_partial(const std::string& model_type);
+const char* hf_swept_commit();  // the transformers commit the sweep ran
 // The class's layer_types for num_layers layers (empty for pattern none); j supplies the keys
 // the pattern reads (sliding_window_pattern, use_sliding_window, max_window_layers,
 // sliding_window).
