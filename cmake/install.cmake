@@ -11,10 +11,11 @@ install(TARGETS posenc_lib EXPORT posenc-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # The headers of the library; not those of the verification scaffolding (posenc_verify, not
-# installed): the case tables, the property checks and the model's gradient checks.
+# installed, include/posenc/verify/): the case tables, the property checks and the model's
+# gradient checks.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/posenc
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp"
-        PATTERN "*_cases.hpp" EXCLUDE PATTERN "gradcheck.hpp" EXCLUDE PATTERN "verify" EXCLUDE)
+        PATTERN "verify" EXCLUDE)
 if(POSENC_BUILD_CLI)
   install(TARGETS posenc RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

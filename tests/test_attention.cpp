@@ -6,7 +6,7 @@
 // D = 20 padded to the vector length, the decode path below 16 tile rows, MHA/GQA/MQA).
 //
 // The table-driven tests run the groups of the library's case table (full_cases() of
-// include/posenc/attention/attention_cases.hpp, which also feeds `posenc check` and `posenc
+// include/posenc/verify/attention_cases.hpp, which also feeds `posenc check` and `posenc
 // bench`) through its check mode; the tolerances are derived in that header.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -18,7 +18,6 @@
 
 #include "case_tables.hpp"
 #include "posenc/attention/attention.hpp"
-#include "posenc/attention/attention_cases.hpp"
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
@@ -26,6 +25,7 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/positions/positions.hpp"
+#include "posenc/verify/attention_cases.hpp"
 
 using namespace posenc;
 using namespace posenc::attention_cases;

@@ -1,5 +1,5 @@
 // The attention backward pass, over the library's case table (full_cases() of
-// include/posenc/attention/attention_cases.hpp, which also feeds `posenc check` and `posenc
+// include/posenc/verify/attention_cases.hpp, which also feeds `posenc check` and `posenc
 // bench`; the tolerances and the finite-difference bound are derived in that header):
 //   1. the double reference backward against central finite differences of the double reference
 //      forward (grad mode), for every scheme x mask x head shape (MHA, GQA, MQA), every input and
@@ -16,11 +16,11 @@
 
 #include "case_tables.hpp"
 #include "posenc/attention/attention.hpp"
-#include "posenc/attention/attention_cases.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/positions/positions.hpp"
+#include "posenc/verify/attention_cases.hpp"
 
 using namespace posenc;
 using namespace posenc::attention_cases;

@@ -12,7 +12,7 @@
 #include "posenc/core/file.hpp"
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "test_gguf_writer.hpp"
 #include "test_support.hpp"
 

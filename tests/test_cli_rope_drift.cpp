@@ -8,7 +8,7 @@
 
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;

@@ -15,8 +15,8 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "test_gguf_writer.hpp"
 #include "test_support.hpp"
 

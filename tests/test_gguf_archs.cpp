@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "posenc/core/error.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "test_gguf_writer.hpp"
 
 using namespace posenc;

@@ -1,7 +1,7 @@
-// transformers' config-class defaults (rope_config.hpp, "transformers' class defaults"): the keys
-// published configs leave out are filled in as the class fills them, each with a note. The
-// configs below are the published text_config blocks of google/gemma-3-4b-it, -12b-it and
-// -27b-it (only their RoPE-relevant keys), which rely on Gemma3TextConfig's defaults; the
+// transformers' config-class defaults (posenc/formats/hf_config.hpp, "transformers' class
+// defaults"): the keys published configs leave out are filled in as the class fills them, each with
+// a note. The configs below are the published text_config blocks of google/gemma-3-4b-it, -12b-it
+// and -27b-it (only their RoPE-relevant keys), which rely on Gemma3TextConfig's defaults; the
 // expected values are the class's own (models/gemma3/configuration_gemma3.py at transformers
 // c49429ed: default_theta {"global": 1e6, "local": 1e4}, head_dim 256, sliding_window_pattern 6).
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "posenc/positions/positions.hpp"
 
 using namespace posenc;

@@ -12,7 +12,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "posenc/lab/extend.hpp"
 #include "test_support.hpp"
 

@@ -15,8 +15,8 @@
 #include "posenc/core/file.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/learned.hpp"
-#include "posenc/encodings/learned_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/learned_cases.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;
@@ -82,7 +82,7 @@ TEST(LearnedInit, BadArguments) {
                                      {"learned table"});
 }
 
-// The case table (include/posenc/encodings/learned_cases.hpp), every case of its full list:
+// The case table (include/posenc/verify/learned_cases.hpp), every case of its full list:
 // lookup and add_positions (out of place and in place) bit for bit against the formulas, the
 // backward within its float accumulation bound, and the backward against finite differences in
 // double with the tolerance derived there.

@@ -13,10 +13,10 @@
 #include "case_tables.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/model/gradcheck.hpp"
 #include "posenc/model/ops.hpp"
-#include "posenc/model/ops_cases.hpp"
 #include "posenc/model/transformer.hpp"
+#include "posenc/verify/gradcheck.hpp"
+#include "posenc/verify/ops_cases.hpp"
 
 using namespace posenc;
 using namespace posenc::model;
@@ -48,7 +48,7 @@ TEST(Gradients, CheckerRejectsAWrongGradient) {
   EXPECT_GT(finite_difference_error(x, f, wrong), 1e-3);
 }
 
-// The rest of the case table (include/posenc/model/ops_cases.hpp): the matmul kernels against a
+// The rest of the case table (include/posenc/verify/ops_cases.hpp): the matmul kernels against a
 // plain long double loop (awkward, strided and accumulating shapes, float32 and float64) and the
 // SIMD GELU against the formula (every tail length) within the bounds derived there; the whole
 // model with RMSNorm for every scheme from a second seed.

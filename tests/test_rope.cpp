@@ -22,7 +22,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "posenc/verify/checks.hpp"
 
 using namespace posenc;

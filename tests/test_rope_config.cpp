@@ -11,7 +11,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "test_support.hpp"
 
 using namespace posenc;

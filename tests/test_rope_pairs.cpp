@@ -22,7 +22,7 @@
 #include "posenc/attention/schemes.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 using namespace posenc;
 using json = nlohmann::json;

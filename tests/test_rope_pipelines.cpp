@@ -23,7 +23,7 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 using namespace posenc;
 using nlohmann::json;

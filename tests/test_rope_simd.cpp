@@ -5,7 +5,7 @@
 // at large positions; the fused q-and-k entry point; the POSENC_REFERENCE=1 switch.
 //
 // The kernel-against-reference tests run the groups of the library's case table (full_cases()
-// of include/posenc/encodings/rope_cases.hpp, which also feeds `posenc check --group rope` and
+// of include/posenc/verify/rope_cases.hpp, which also feeds `posenc check --group rope` and
 // `posenc bench`) through its check mode; the bounds are derived in that header (per element of
 // a pair (x_u, x_v): 5.5 u a (|x_u| + |x_v|) for double, (3 u_f + 5.5 u) a (|x_u| + |x_v|) for
 // float against the reference; 4 u_T (|x_u| + |x_v|) between the SIMD and plain rotate loops;
@@ -28,7 +28,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_cases.hpp"
+#include "posenc/verify/rope_cases.hpp"
 
 using namespace posenc;
 

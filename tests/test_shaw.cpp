@@ -12,8 +12,8 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/shaw.hpp"
-#include "posenc/encodings/shaw_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/shaw_cases.hpp"
 
 using namespace posenc;
 
@@ -77,7 +77,7 @@ TEST(ShawOps, HandWorkedExample) {
   EXPECT_EQ(sf, (std::vector<float>{0.75f, 2.5f, 4.5f, 2.25f, 0.25f, 3.f}));
 }
 
-// The case table (include/posenc/encodings/shaw_cases.hpp), every case of its full list: grad
+// The case table (include/posenc/verify/shaw_cases.hpp), every case of its full list: grad
 // mode (both float64 backwards, every input, against central differences with the tolerance
 // derived there) and check mode (float32 against float64 within one rounding; a second backward
 // call doubles the gradients).

@@ -13,8 +13,8 @@
 #include "case_tables.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/t5_bias.hpp"
-#include "posenc/encodings/t5_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/t5_cases.hpp"
 
 using namespace posenc;
 
@@ -160,7 +160,7 @@ TEST(T5Table, DenseIsAGather) {
   }
 }
 
-// The case table's grad mode (include/posenc/encodings/t5_cases.hpp): t5_bias_backward against
+// The case table's grad mode (include/posenc/verify/t5_cases.hpp): t5_bias_backward against
 // central differences in double, every table entry, exact steps on a 2^-10 weight grid, with the
 // tolerance derived there; tiny tables (every bucket reached) and (16, 40) at T 17, S 29.
 TEST(T5Table, BackwardMatchesFiniteDifferences) {

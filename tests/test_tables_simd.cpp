@@ -23,8 +23,8 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/encodings/t5_bias.hpp"
-#include "posenc/encodings/t5_cases.hpp"
-#include "posenc/encodings/table_cases.hpp"
+#include "posenc/verify/t5_cases.hpp"
+#include "posenc/verify/table_cases.hpp"
 
 using namespace posenc;
 
@@ -44,7 +44,7 @@ int run_section(const std::string& section) {
 
 }  // namespace
 
-// The case table (include/posenc/encodings/table_cases.hpp): widths 2, 6, 10, 18, 64, 130, 1024
+// The case table (include/posenc/verify/table_cases.hpp): widths 2, 6, 10, 18, 64, 130, 1024
 // x both layouts x both denominators at the awkward positions up to 2^53 (seed 1), float64 and
 // float32, within 2 sinusoidal_entry_error_bound (+ 2^-25 for float32).
 TEST(TablesSimd, SinusoidalMatchesReferenceWithinBound) {
@@ -120,7 +120,7 @@ TEST(TablesSimd, T5GoldenThresholds) {
   EXPECT_EQ(plan.gt, want);
 }
 
-// The T5 case table's check mode (include/posenc/encodings/t5_cases.hpp), bit for bit:
+// The T5 case table's check mode (include/posenc/verify/t5_cases.hpp), bit for bit:
 // t5_bucket_row against t5_bucket for every parameter set tried (offsets near +-2^62), and
 // t5_bias_row written and accumulated against t5_bias_dense, across the 256-entry chunk and
 // on rows just past, at and before the last threshold (the one-bucket shortcut).

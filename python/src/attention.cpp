@@ -19,7 +19,7 @@
 #include "posenc/attention/schemes.hpp"
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/axial_rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 namespace posenc::py_bind {
 

@@ -19,7 +19,7 @@
 #include "common.hpp"
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/core/half.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 namespace posenc::py_bind {
 

@@ -11,7 +11,7 @@
 #include "posenc/core/threads.hpp"
 #include "posenc/encodings/axial_rope.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "posenc/positions/positions.hpp"
 
 namespace posenc::py_bind {

@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """posenc's table of transformers' config-class defaults for every swept model type, read from
-the classes themselves: writes src/encodings/hf_class_table.inc and
+the classes themselves: writes src/formats/hf_class_table.inc and
 tests/golden/transformers/class_table.json.
 
     scripts/golden/class_table.py --transformers /path/to/transformers [--transformers-commit SHA]
 
 The model types are those of tests/golden/transformers/sweep.json (run
 scripts/golden/transformers_sweep.py first) that posenc's hand-written rows
-(src/encodings/hf_class_defaults.cpp, kTable) do not cover. For each, the decoder's config class
+(src/formats/hf_class_defaults.cpp, kTable) do not cover. For each, the decoder's config class
 is instantiated with nothing and with probe arguments, and what it fills in is measured:
 
 - rope_theta (the flat block's), the whole RoPE block where the class builds one that is not a
@@ -36,7 +36,7 @@ from transformers_sweep import golden  # noqa: E402  (scripts/golden/transformer
 
 
 def hand_rows():
-    src = open(os.path.join(ROOT, "src", "encodings", "hf_class_defaults.cpp")).read()
+    src = open(os.path.join(ROOT, "src", "formats", "hf_class_defaults.cpp")).read()
     import re
 
     body = src[src.index("const hf_class_defaults kTable[] = {"):]
@@ -200,7 +200,7 @@ def main():
            "// that the hand-written rows above do not cover); do not edit. Columns as kTable's, then",
            "// the RoPE block the class builds when it is not a plain default RoPE (JSON).",
            *rows, ""]
-    with open(os.path.join(ROOT, "src", "encodings", "hf_class_table.inc"), "w") as f:
+    with open(os.path.join(ROOT, "src", "formats", "hf_class_table.inc"), "w") as f:
         f.write("\n".join(inc))
     print(f"class_table: {len(rows)} generated rows; {len(hand)} hand rows; "
           f"{sum('unclassified' in m for m in measured.values())} unclassified; "

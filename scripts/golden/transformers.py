@@ -148,7 +148,7 @@ def field_defaults(cls):
     return out
 
 
-# Model types posenc names (src/encodings/rope_config.cpp, src/formats/, python/) and those of
+# Model types posenc names (src/formats/hf_config.cpp, src/formats/, python/) and those of
 # the golden configs; class_defaults.json holds one entry per type.
 CLASS_DEFAULT_TYPES = [
     "llama", "llama4", "llama4_text", "mistral", "ministral", "mistral3", "mixtral", "qwen2",

@@ -9,8 +9,8 @@
 #include <tuple>
 
 #include "posenc/core/error.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 namespace posenc {
 namespace {

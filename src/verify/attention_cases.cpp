@@ -1,6 +1,6 @@
 // The attention case table: inputs, derived tolerances, the check and grad modes, and the named
-// lists (include/posenc/attention/attention_cases.hpp holds the derivations).
-#include "posenc/attention/attention_cases.hpp"
+// lists (include/posenc/verify/attention_cases.hpp holds the derivations).
+#include "posenc/verify/attention_cases.hpp"
 
 #include <fmt/format.h>
 
@@ -820,7 +820,7 @@ check_result case_result(const spec& c, const tracker& tr, const std::string& pa
                   passes, types, describe(c)),
       tr.worst, 1.0,
       fmt::format("max_error is the worst |tiled - reference| / tolerance; per quantity: {}; "
-                  "worst at {}; tolerances derived in include/posenc/attention/attention_cases.hpp",
+                  "worst at {}; tolerances derived in include/posenc/verify/attention_cases.hpp",
                   summary(tr), tr.at));
 }
 
@@ -926,7 +926,7 @@ check_result grad_case(const spec& c) {
       tr.worst, 1.0,
       fmt::format("max_error is the worst |FD - g| / tol, tol = |FD(2h) - FD(h)| + rounding, "
                   "h = 1e-3 (1e-5 for CoPE); per quantity: {}; worst at {}; derivation in "
-                  "include/posenc/attention/attention_cases.hpp",
+                  "include/posenc/verify/attention_cases.hpp",
                   summary(tr), tr.at));
 }
 

@@ -4,7 +4,7 @@
 // Tolerance used by every "equal" check (double, u = 2^-53). Two runs of the tiled kernel on
 // the same problem presented differently (permuted, shifted, packed, padded, cached) each
 // differ from the exact result by at most (derivation in
-// include/posenc/attention/attention_cases.hpp)
+// include/posenc/verify/attention_cases.hpp)
 //   bound = (2 e_p + (2S + 2K + 8) u) V,   e_p = 2 ds + 4u (A + B) + u,
 //   ds = (D + 10) u A + 2u (A + B) + 4 t A,
 // where A = scale a^2 max|q| (max|k| + max|a^K|) bounds the scaled dot products, B bounds the
@@ -14,7 +14,7 @@
 // exceeds 1000 times that rounding bound: the change is structural, not rounding.
 //
 // After these come the results of the case table's small list (check_cases() of
-// include/posenc/attention/attention_cases.hpp): the tiled forward and backward against the
+// include/posenc/verify/attention_cases.hpp): the tiled forward and backward against the
 // reference in float32 and float64, and the reference backward against finite differences, with
 // the tolerances derived in that header.
 #include <fmt/format.h>
@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
-#include "posenc/attention/attention_cases.hpp"
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/attention/schemes.hpp"
 #include "posenc/core/machine.hpp"
@@ -37,6 +36,7 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/positions/positions.hpp"
+#include "posenc/verify/attention_cases.hpp"
 #include "posenc/verify/checks.hpp"
 #include "src/attention/attention_plan.hpp"
 

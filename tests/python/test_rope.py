@@ -19,7 +19,7 @@ def rope_tol(x, positions, inv_freq, R, layout, dtype, a=1.0):
 
     reference (float64): (p omega + 4) u a (|x_u| + |x_v|) (reference.rope_rotate), plus
       2 p omega u for omega within 1 ulp on either side;
-    posenc float64: 5.5 u a (|x_u| + |x_v|) (include/posenc/encodings/rope_cases.hpp);
+    posenc float64: 5.5 u a (|x_u| + |x_v|) (include/posenc/verify/rope_cases.hpp);
     posenc float32: (3 u_f + 5.5 u) a (|x_u| + |x_v|) on the float32 input.
     """
     pw = float(np.max(positions)) * float(np.max(inv_freq))

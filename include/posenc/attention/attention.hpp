@@ -388,7 +388,7 @@ template <typename Real>
 void attention_reference(const attention_params<Real>& p);
 
 // The fast path: tiled online softmax, threads over (kv head, query block). Agrees with the
-// reference to the tolerances derived in include/posenc/attention/attention_cases.hpp: for double
+// reference to the tolerances derived in include/posenc/verify/attention_cases.hpp: for double
 // about 1e-13 relative to max|v| (+ max|a^V|); for float a few times (D + S) * 2^-24 times the
 // score magnitude, relative to max|v|.
 template <typename Real>

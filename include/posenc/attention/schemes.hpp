@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 namespace posenc {
 
@@ -133,9 +133,9 @@ double rope_pairs_score_factor(const scheme_decl& d, std::span<const double> arg
 std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_decl& d);
 
 // The `dca` parameters, named as its declaration names them, that a config.json's
-// dual_chunk_attention_config gives (hf_dca_config_from_json, rope_config.hpp): chunk_size,
-// local_size and original_max_position_embeddings, in the declaration's order. What `posenc
-// attend --hf-config` and Python's posenc.hf_dca turn on.
+// dual_chunk_attention_config gives (hf_dca_config_from_json, posenc/formats/hf_config.hpp):
+// chunk_size, local_size and original_max_position_embeddings, in the declaration's order. What
+// `posenc attend --hf-config` and Python's posenc.hf_dca turn on.
 std::vector<std::pair<std::string, double>> hf_dca_scheme_params(const hf_dca_config& c);
 
 // The score bias of a scheme reached by name, in double (the specification), and its bound

@@ -1,6 +1,6 @@
 // posenc/verify/checks.hpp: the property checks of each family, the groups of `posenc check`.
 // Like the case tables (include/posenc/*/..._cases.hpp) and the model's gradient checks
-// (posenc/model/gradcheck.hpp), they are verification scaffolding: built into posenc_verify,
+// (posenc/verify/gradcheck.hpp), they are verification scaffolding: built into posenc_verify,
 // which the CLI and the tests link, not into the installed library (libposenc.a), and not
 // installed. Each returns one check_result per property, with how its tolerance was derived.
 #pragma once
@@ -16,7 +16,7 @@ std::vector<check_result> sinusoidal_checks();
 // Group "learned": reproducible init, statistics of N(0, 0.02), lookup/backward adjoint
 // identity, save/load round trip, corruption detected.
 std::vector<check_result> learned_checks();
-// Group "rope" (src/encodings/rope_checks.cpp gives each derivation).
+// Group "rope" (src/verify/rope_checks.cpp gives each derivation).
 std::vector<check_result> rope_checks();
 // Groups "alibi", "t5" and "shaw".
 std::vector<check_result> alibi_checks();

@@ -16,7 +16,7 @@
 // word "attention" so that `--filter attention` (bench/compare_torch.py) leaves it out.
 //
 // The shapes are the perf list of the attention case table (perf_cases() of
-// include/posenc/attention/attention_cases.hpp), whose names are these cases' names; the inputs
+// include/posenc/verify/attention_cases.hpp), whose names are these cases' names; the inputs
 // are that table's fixture. Validation (before timing): the table's check mode on the reduced
 // problem perf_validation_case() gives (the same scheme and seed; the last 16 queries against
 // all S keys for the forward, the T = S = 192 prefix for the backward, since the reference at
@@ -34,9 +34,9 @@
 
 #include "bench.hpp"
 #include "posenc/attention/attention.hpp"
-#include "posenc/attention/attention_cases.hpp"
 #include "posenc/core/page_buffer.hpp"
 #include "posenc/core/threads.hpp"
+#include "posenc/verify/attention_cases.hpp"
 
 namespace posenc::cli {
 namespace {

@@ -4,7 +4,7 @@
 //                                      sequences of 64 tokens; flops = 2 M K N (limit: peak)
 //   model/gelu/n=524288                gelu_forward, float32: its activation; bytes = n read +
 //                                      n written (limit: bandwidth, probe of that footprint)
-// The shapes are perf_cases() of the model ops case table (include/posenc/model/ops_cases.hpp),
+// The shapes are perf_cases() of the model ops case table (include/posenc/verify/ops_cases.hpp),
 // whose names are these cases' names, validated before timing by its check_case on the case
 // itself: the matmul against a plain long double loop, the GELU against the formula, within the
 // bounds derived there.
@@ -15,7 +15,7 @@
 
 #include "bench.hpp"
 #include "posenc/model/ops.hpp"
-#include "posenc/model/ops_cases.hpp"
+#include "posenc/verify/ops_cases.hpp"
 
 namespace posenc::cli {
 namespace {

@@ -3,7 +3,7 @@
 // T = 1 (decode). Bytes counted: q and k each read once and written once, 2 x 2 x T H D x 4.
 //
 // The shapes are the perf list of the RoPE case table (perf_cases() of
-// include/posenc/encodings/rope_cases.hpp), whose names are these cases' names. Validation
+// include/posenc/verify/rope_cases.hpp), whose names are these cases' names. Validation
 // (before timing): the table's reference mode on perf_validation_case() of the shape that runs
 // (the tokens 0, T/3, T/2 and T-1 at their positions, same shape, layout and seed): rope_apply_qk
 // against the binary128 rope_apply_reference within the bound derived in that header. The timed
@@ -16,7 +16,7 @@
 
 #include "bench.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_cases.hpp"
+#include "posenc/verify/rope_cases.hpp"
 
 namespace posenc::cli {
 namespace {

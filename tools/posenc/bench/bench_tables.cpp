@@ -5,11 +5,11 @@
 //   bias_row/t5/H=32/S=262144        t5_bias_row likewise (32 buckets, max_distance 128);
 //                                    bytes = rows written (H S 4) + key ids read per head (H S 8).
 // The sinusoidal and ALiBi cases are perf_cases() of the case table
-// (include/posenc/encodings/table_cases.hpp), whose names are these cases' names, and are
+// (include/posenc/verify/table_cases.hpp), whose names are these cases' names, and are
 // validated before timing by its check on perf_validation_case(): the table's rows 0, 1, N/3 and
 // N-1 against the long double reference within 2 bound + 2^-25; every ALiBi head and key bit for
 // bit against alibi_bias rounded to float. The T5 case is perf_cases() of the T5 case table
-// (include/posenc/encodings/t5_cases.hpp), validated by its check_case on the case itself: every
+// (include/posenc/verify/t5_cases.hpp), validated by its check_case on the case itself: every
 // head and key's bucket and bias bit for bit against t5_bucket and t5_bias_dense.
 #include <algorithm>
 #include <cmath>
@@ -22,8 +22,8 @@
 #include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/encodings/t5_bias.hpp"
-#include "posenc/encodings/t5_cases.hpp"
-#include "posenc/encodings/table_cases.hpp"
+#include "posenc/verify/t5_cases.hpp"
+#include "posenc/verify/table_cases.hpp"
 
 namespace posenc::cli {
 namespace {

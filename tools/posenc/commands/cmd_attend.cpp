@@ -56,8 +56,8 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/alibi.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "posenc/positions/positions.hpp"
 #include "rope_json.hpp"
 

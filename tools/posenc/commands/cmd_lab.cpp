@@ -25,7 +25,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "posenc/lab/extend.hpp"
 #include "posenc/lab/lab.hpp"
 

@@ -16,8 +16,8 @@
 #include "posenc/core/file.hpp"
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "rope_json.hpp"
 
 namespace posenc::cli {

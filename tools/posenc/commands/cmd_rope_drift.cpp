@@ -14,8 +14,8 @@
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "rope_json.hpp"
 
 namespace posenc::cli {

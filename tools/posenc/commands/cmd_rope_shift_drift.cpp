@@ -11,8 +11,8 @@
 #include "cli.hpp"
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/core/error.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 #include "rope_json.hpp"
 
 namespace posenc::cli {

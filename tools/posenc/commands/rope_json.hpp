@@ -13,8 +13,8 @@
 
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
-#include "posenc/encodings/rope_config.hpp"
 #include "posenc/formats/gguf.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 namespace posenc::cli {
 

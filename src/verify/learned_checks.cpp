@@ -1,7 +1,7 @@
 // Learned table: the property checks of group "learned" (learned_checks()). Each check is one
 // function (two where they share their data), called in order by learned_checks(); after them come
 // the results of the case table's small list (check_cases() of
-// include/posenc/encodings/learned_cases.hpp: lookup, add and backward against their formulas,
+// include/posenc/verify/learned_cases.hpp: lookup, add and backward against their formulas,
 // and the backward against finite differences). `posenc check`, the report and the tests all read
 // this one list.
 #include "posenc/encodings/learned.hpp"
@@ -16,8 +16,8 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
 #include "posenc/core/rng.hpp"
-#include "posenc/encodings/learned_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/learned_cases.hpp"
 
 namespace posenc {
 

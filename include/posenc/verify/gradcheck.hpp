@@ -1,4 +1,4 @@
-// posenc/model/gradcheck.hpp: finite-difference gradient checks in double for every op of the
+// posenc/verify/gradcheck.hpp: finite-difference gradient checks in double for every op of the
 // lab's transformer and for the whole model with each position scheme (`posenc check
 // --gradients`, tests/test_model_grad.cpp).
 //
@@ -42,7 +42,7 @@ batch gradcheck_batch();
 // uniform and every path carries gradient).
 double model_gradient_error(const model_config& c, uint64_t seed);
 
-// Group "gradients": the model ops case table's check list (include/posenc/model/ops_cases.hpp)
+// Group "gradients": the model ops case table's check list (include/posenc/verify/ops_cases.hpp)
 // on one thread: linear, LayerNorm, RMSNorm, GELU, embedding, cross-entropy, the matmul adjoint
 // identities and the whole model for every scheme and both norms in grad mode, float-vs-double
 // agreement of the forward, and the matmul and GELU fast paths against their references.

@@ -1,4 +1,4 @@
-// posenc/encodings/t5_cases.hpp: the T5 bias family's one case table (the vectorised bucket and
+// posenc/verify/t5_cases.hpp: the T5 bias family's one case table (the vectorised bucket and
 // bias rows of src/encodings/tables_simd.cpp against the scalar bucket and the dense reference,
 // and the table gradient against finite differences).
 //

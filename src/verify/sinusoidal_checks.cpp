@@ -2,7 +2,7 @@
 // is one function (two where they share their data), called in order by sinusoidal_checks();
 // `posenc check`, the report and the tests all read this one list. After the properties come the
 // results of the table kernels' small list (check_cases() of
-// include/posenc/encodings/table_cases.hpp, group "sinusoidal"): the fast table against the long
+// include/posenc/verify/table_cases.hpp, group "sinusoidal"): the fast table against the long
 // double reference within the bound derived in that header.
 #include "posenc/encodings/sinusoidal.hpp"
 
@@ -17,8 +17,8 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/table_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/table_cases.hpp"
 
 namespace posenc {
 

@@ -1,4 +1,4 @@
-// posenc/encodings/table_cases.hpp: the table kernels' one case table (the sinusoidal table's
+// posenc/verify/table_cases.hpp: the table kernels' one case table (the sinusoidal table's
 // fast path and the ALiBi bias rows of src/encodings/tables_simd.cpp against their scalar
 // specifications).
 //

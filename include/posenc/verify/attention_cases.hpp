@@ -1,4 +1,4 @@
-// posenc/attention/attention_cases.hpp: the attention family's one case table.
+// posenc/verify/attention_cases.hpp: the attention family's one case table.
 //
 // A case is a shape (T, S, D, Hq, Hkv), a position scheme, a mask and a seed; build() draws its
 // inputs and the magnitudes A (max scaled score), B (max bias) and V (max |v| + max |a^V|) that

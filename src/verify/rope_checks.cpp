@@ -1,7 +1,7 @@
 // RoPE: the property checks of group "rope" (rope_checks()). Each check is one function
 // (two where they share their data), called in order by rope_checks(); `posenc check`,
 // the report and the tests all read this one list. After the properties come the results of
-// the case table's small list (check_cases() of include/posenc/encodings/rope_cases.hpp): the
+// the case table's small list (check_cases() of include/posenc/verify/rope_cases.hpp): the
 // SIMD apply kernels against the binary128 reference and the plain loops, and the fused q-and-k
 // path against two applies, with the bounds derived in that header.
 #include "posenc/encodings/rope.hpp"
@@ -17,8 +17,8 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/encodings/rope_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/rope_cases.hpp"
 
 namespace posenc {
 

@@ -1,4 +1,4 @@
-// posenc/model/ops_cases.hpp: the lab model's ops family's one case table (ops.hpp: matmuls,
+// posenc/verify/ops_cases.hpp: the lab model's ops family's one case table (ops.hpp: matmuls,
 // linear, norms, GELU, embedding, cross-entropy; and the whole model per position scheme).
 //
 // A case is an op, its shape and a seed (and, for the whole model, a scheme and a norm). The

@@ -1,6 +1,6 @@
 // T5 bias: the property checks of group "t5" (t5_checks()). Each check is one function
 // (two where they share their data), called in order by t5_checks(); after them come the results
-// of the case table's small list (check_cases() of include/posenc/encodings/t5_cases.hpp: the
+// of the case table's small list (check_cases() of include/posenc/verify/t5_cases.hpp: the
 // vectorised rows bit for bit against the scalar bucket and the dense reference, and the table
 // gradient against finite differences). `posenc check`, the report and the tests all read this
 // one list.
@@ -13,8 +13,8 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
-#include "posenc/encodings/t5_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/t5_cases.hpp"
 
 namespace posenc {
 

@@ -1,6 +1,6 @@
 // The T5 bias case table: the checks of both modes and the named lists
-// (include/posenc/encodings/t5_cases.hpp holds the derivations).
-#include "posenc/encodings/t5_cases.hpp"
+// (include/posenc/verify/t5_cases.hpp holds the derivations).
+#include "posenc/verify/t5_cases.hpp"
 
 #include <fmt/format.h>
 
@@ -150,7 +150,7 @@ check_result grad_case(const spec& c) {
       worst, 1,
       fmt::format("max_error is the worst |analytic - fd| / tol, tol = n u Labs / eps + (u_f + "
                   "2 n u) gabs (eps = 2^-3, exact steps; derived in "
-                  "include/posenc/encodings/t5_cases.hpp); worst at {}",
+                  "include/posenc/verify/t5_cases.hpp); worst at {}",
                   at));
 }
 

@@ -1,6 +1,6 @@
-// Reading a RoPE configuration from a Hugging Face config.json (see rope_config.hpp for the
-// keys and the precedence rules).
-#include "posenc/encodings/rope_config.hpp"
+// Reading a RoPE configuration from a Hugging Face config.json (see posenc/formats/hf_config.hpp
+// for the keys and the precedence rules).
+#include "posenc/formats/hf_config.hpp"
 
 #include <fmt/ranges.h>
 

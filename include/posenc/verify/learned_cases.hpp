@@ -1,4 +1,4 @@
-// posenc/encodings/learned_cases.hpp: the learned table family's one case table (lookup,
+// posenc/verify/learned_cases.hpp: the learned table family's one case table (lookup,
 // add_positions and the lookup's backward).
 //
 // The family has no separate fast path: learned_lookup, add_positions and

@@ -1,6 +1,6 @@
 // The model ops case table: inputs, both modes and the named lists
-// (include/posenc/model/ops_cases.hpp holds the derivations).
-#include "posenc/model/ops_cases.hpp"
+// (include/posenc/verify/ops_cases.hpp holds the derivations).
+#include "posenc/verify/ops_cases.hpp"
 
 #include <fmt/format.h>
 
@@ -13,8 +13,8 @@
 #include <utility>
 
 #include "posenc/core/rng.hpp"
-#include "posenc/model/gradcheck.hpp"
 #include "posenc/model/ops.hpp"
+#include "posenc/verify/gradcheck.hpp"
 
 namespace posenc::model::ops_cases {
 
@@ -65,7 +65,7 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 const char* k_fd_detail =
     "central differences h = 1e-6 in double; error normalised by max(max|g|, 1e-3) per tensor; "
     "rounding 4 eps |f| / 2h ~ 7e-10 plus truncation h^2 |f'''| / 6 ~ 2e-10 give <~ 1e-6, "
-    "tolerance 1e-5 (include/posenc/model/gradcheck.hpp)";
+    "tolerance 1e-5 (include/posenc/verify/gradcheck.hpp)";
 
 }  // namespace
 
@@ -219,7 +219,7 @@ check_result check_case(const spec& c) {
       detail =
           "max_error is the worst |c - reference| / tol, tol = (gamma_{K+1}(u_T) + "
           "gamma_{K+1}(2^-64)) (|c0| + sum |a||b|) (derived in "
-          "include/posenc/model/ops_cases.hpp)";
+          "include/posenc/verify/ops_cases.hpp)";
       break;
     case op::gelu:
       if (c.dtypes & f32) check_gelu<float>(c, w);
@@ -230,7 +230,7 @@ check_result check_case(const spec& c) {
           c.N);
       detail =
           "max_error is the worst |err| / tol, tol 8u|x| (forward), 32u(1 + x^2)|dy| + 2u "
-          "(backward, accumulating into 0.25) (derived in include/posenc/model/ops_cases.hpp)";
+          "(backward, accumulating into 0.25) (derived in include/posenc/verify/ops_cases.hpp)";
       break;
     case op::model_float:
       check_model_float(c, w);

@@ -1,10 +1,10 @@
-// posenc/encodings/shaw_cases.hpp: the Shaw family's one case table (the single-head relative
+// posenc/verify/shaw_cases.hpp: the Shaw family's one case table (the single-head relative
 // key and value ops of shaw.hpp, forward and backward).
 //
 // The family has no separate fast path: shaw_scores, shaw_values and their backwards are the
 // reference (double accumulation), instantiated for float and double; the fused Shaw path of the
 // attention engine is checked against them by the attention case table
-// (include/posenc/attention/attention_cases.hpp). So check mode compares the float32
+// (include/posenc/verify/attention_cases.hpp). So check mode compares the float32
 // instantiation, the one the models run, with the double one on the same float-valued inputs,
 // and grad mode checks the double backwards against finite differences.
 //

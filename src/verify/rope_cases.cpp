@@ -1,6 +1,6 @@
 // The RoPE case table: inputs, the derived bounds, check mode and the named lists
-// (include/posenc/encodings/rope_cases.hpp holds the derivations).
-#include "posenc/encodings/rope_cases.hpp"
+// (include/posenc/verify/rope_cases.hpp holds the derivations).
+#include "posenc/verify/rope_cases.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -354,7 +354,7 @@ check_result check_case(const spec& c) {
   }
   return measured_check("rope", c.name, claim, tr.worst, tol,
                         fmt::format("{}; per quantity: {}; worst at {}; bounds derived in "
-                                    "include/posenc/encodings/rope_cases.hpp",
+                                    "include/posenc/verify/rope_cases.hpp",
                                     how, tr.summary(), tr.at));
 }
 

@@ -1,6 +1,6 @@
 // The table kernels' case table: inputs, the derived bounds, the check and the named lists
-// (include/posenc/encodings/table_cases.hpp holds the derivations).
-#include "posenc/encodings/table_cases.hpp"
+// (include/posenc/verify/table_cases.hpp holds the derivations).
+#include "posenc/verify/table_cases.hpp"
 
 #include <fmt/format.h>
 
@@ -123,7 +123,7 @@ check_result check_sinusoidal(const spec& c, const fixture& fx) {
       worst, 1,
       fmt::format("max_error is the worst |fast - reference| / tol, tol = {} (+ 2^-25 for "
                   "float32); per type: {}; worst at {}; bounds derived in "
-                  "include/posenc/encodings/table_cases.hpp",
+                  "include/posenc/verify/table_cases.hpp",
                   c.abs_tol > 0 ? "13 * 2^-53" : "2 sinusoidal_entry_error_bound", per, at));
 }
 

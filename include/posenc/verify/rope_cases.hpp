@@ -1,4 +1,4 @@
-// posenc/encodings/rope_cases.hpp: the RoPE family's one case table (the apply kernels).
+// posenc/verify/rope_cases.hpp: the RoPE family's one case table (the apply kernels).
 //
 // A case is a shape (T tokens, H heads, Hk key heads for rope_apply_qk, head dim D, rotary
 // width R), a layout, a direction, the frequencies (theta, yarn factor), the positions and a

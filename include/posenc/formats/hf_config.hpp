@@ -1,4 +1,4 @@
-// posenc/encodings/rope_config.hpp: a RoPE configuration from a Hugging Face config.json.
+// posenc/formats/hf_config.hpp: a RoPE configuration from a Hugging Face config.json.
 //
 // Keys read (top level unless noted):
 //   rope_theta (alias rotary_emb_base, GPT-NeoX), default 10000
@@ -100,7 +100,7 @@ rope_config rope_config_from_file(const std::string& path, const std::string& la
 // partial_rotary_factor, max_position_embeddings, num_hidden_layers, layer_types (the class's
 // pattern), and the whole rope_parameters block where the class builds one (gpt-oss's YaRN,
 // Gemma 4's per-layer-type block). Values read from transformers c49429ed (2026-08-16),
-// src/encodings/hf_class_defaults.cpp; a model_type not in the table gets nothing filled in.
+// src/formats/hf_class_defaults.cpp; a model_type not in the table gets nothing filled in.
 enum class hf_layer_pattern {
   none,                      // the class builds no layer_types (or none that changes RoPE)
   every_nth_full,            // layer i full when (i + 1) % period == 0, else sliding

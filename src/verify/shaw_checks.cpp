@@ -1,7 +1,7 @@
 // Shaw relative positions: the property checks of group "shaw" (shaw_checks()). Each check is one
 // function (two where they share their data), called in order by shaw_checks(); after them come
 // the results of the case table's small list (check_cases() of
-// include/posenc/encodings/shaw_cases.hpp: float32 against float64, and the backwards against
+// include/posenc/verify/shaw_cases.hpp: float32 against float64, and the backwards against
 // finite differences). `posenc check`, the report and the tests all read this one list.
 #include "posenc/encodings/shaw.hpp"
 
@@ -11,8 +11,8 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
-#include "posenc/encodings/shaw_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/shaw_cases.hpp"
 
 namespace posenc {
 

@@ -1,6 +1,6 @@
 // The learned table case table: inputs, both modes and the named lists
-// (include/posenc/encodings/learned_cases.hpp holds the derivations).
-#include "posenc/encodings/learned_cases.hpp"
+// (include/posenc/verify/learned_cases.hpp holds the derivations).
+#include "posenc/verify/learned_cases.hpp"
 
 #include <fmt/format.h>
 
@@ -106,7 +106,7 @@ check_result check_case(const spec& c) {
       worst, 1,
       fmt::format("max_error is the worst |error| / tol (exact parts: infinity on any "
                   "difference); backward tol = k u_f (|G0| + sum |terms|), k the row's "
-                  "positions (derived in include/posenc/encodings/learned_cases.hpp); worst: {}",
+                  "positions (derived in include/posenc/verify/learned_cases.hpp); worst: {}",
                   at));
 }
 
@@ -165,7 +165,7 @@ check_result grad_case(const spec& c) {
       worst, 1,
       fmt::format("max_error is the worst |analytic - fd| / tol, tol = n u Labs / eps + k u_f "
                   "gabs (eps = 2^-3, exact steps on a 2^-10 grid; derived in "
-                  "include/posenc/encodings/learned_cases.hpp); worst at {}",
+                  "include/posenc/verify/learned_cases.hpp); worst at {}",
                   at));
 }
 

@@ -1,7 +1,7 @@
 // ALiBi: the property checks of group "alibi" (alibi_checks()). Each check is one function
 // (two where they share their data), called in order by alibi_checks(); `posenc check`,
 // the report and the tests all read this one list. After the properties come the results of the
-// table kernels' small list (check_cases() of include/posenc/encodings/table_cases.hpp, group
+// table kernels' small list (check_cases() of include/posenc/verify/table_cases.hpp, group
 // "alibi"): alibi_bias_row against the scalar formula, bit for bit.
 #include "posenc/encodings/alibi.hpp"
 
@@ -11,8 +11,8 @@
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
-#include "posenc/encodings/table_cases.hpp"
 #include "posenc/verify/checks.hpp"
+#include "posenc/verify/table_cases.hpp"
 
 namespace posenc {
 

@@ -1,6 +1,6 @@
 // Finite-difference gradient checks in double (see gradcheck.hpp for the error bound); the
-// group "gradients" runs the model ops case table (include/posenc/model/ops_cases.hpp).
-#include "posenc/model/gradcheck.hpp"
+// group "gradients" runs the model ops case table (include/posenc/verify/ops_cases.hpp).
+#include "posenc/verify/gradcheck.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
-#include "posenc/model/ops_cases.hpp"
+#include "posenc/verify/ops_cases.hpp"
 
 namespace posenc::model {
 

@@ -1,6 +1,6 @@
 // The Shaw case table: inputs, both modes and the named lists
-// (include/posenc/encodings/shaw_cases.hpp holds the derivations).
-#include "posenc/encodings/shaw_cases.hpp"
+// (include/posenc/verify/shaw_cases.hpp holds the derivations).
+#include "posenc/verify/shaw_cases.hpp"
 
 #include <fmt/format.h>
 
@@ -168,7 +168,7 @@ check_result check_case(const spec& c) {
       w.r, 1,
       fmt::format("max_error is the worst |float32 - float64| / (2^-24 |float64| + 2^-150) over "
                   "every output and gradient (one rounding of the same double sum; derived in "
-                  "include/posenc/encodings/shaw_cases.hpp); worst at {}",
+                  "include/posenc/verify/shaw_cases.hpp); worst at {}",
                   w.at));
 }
 
@@ -266,7 +266,7 @@ check_result grad_case(const spec& c) {
       w.r, 1,
       fmt::format("max_error is the worst |analytic - fd| / tol_e, tol_e = n_L u Labs / eps + "
                   "gabs_e u ((|x_e| + eps) / eps + T S + D + 4), eps = 2^-10 (linear in each "
-                  "entry: no truncation; derived in include/posenc/encodings/shaw_cases.hpp); "
+                  "entry: no truncation; derived in include/posenc/verify/shaw_cases.hpp); "
                   "worst at {}",
                   w.at));
 }

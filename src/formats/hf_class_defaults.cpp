@@ -1,5 +1,5 @@
 // The defaults transformers' config classes supply for the RoPE keys a published config.json may
-// leave out (see rope_config.hpp, hf_class_defaults). Read from the class definitions
+// leave out (see posenc/formats/hf_config.hpp, hf_class_defaults). Read from the class definitions
 // (models/<family>/configuration_<family>.py: the dataclass field defaults, default_theta and
 // __post_init__) of transformers upstream main c49429ed1f8b89749de77c0ec930ef19685c9ae5
 // (2026-08-16). tests/golden/transformers/class_defaults.json holds the same quantities as the
@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "posenc/core/error.hpp"
-#include "posenc/encodings/rope_config.hpp"
+#include "posenc/formats/hf_config.hpp"
 
 namespace posenc {
 namespace {
