@@ -20,11 +20,16 @@
 //             [0, s L) (Zhu et al. 2024; lab_options::pose_target).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "posenc/attention/attention.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/lab/lab.hpp"
 
@@ -74,5 +79,56 @@ struct longrope_search_result {
 // distribution. Throws invalid_argument for a bad option.
 longrope_search_result longrope_search(const model::transformer<float>& m, const lab_options& o,
                                        const task& t, const longrope_search_options& so);
+
+// ---- `posenc lab --preset extend`: the protocol ---------------------------------------------
+// RoPE, ALiBi and Kerple models trained at L on a text task, then the RoPE models run at
+// L..16L with each extension method's config for 8L (extend_factor), zero-shot and after a short
+// fine-tune. Phases, each a set of runs (concurrent, or over MPI ranks, as every lab run):
+//   1. train rope, alibi and kerple at L (the rope runs are the `none` rows);
+//   2. per rope seed, LongRoPE's search on held-out bytes after the scored ones;
+//   3. zero-shot: the trained weights under each method's config, 0 steps;
+//   4. fine-tune: each method from the trained weights for finetune_steps steps of
+//      extend_tokens tokens at 8L (batch extend_tokens / 8L), PoSE at L (batch extend_tokens /
+//      L) with positions skipped over [0, 8L); peak learning rate lr / 3, warm-up F / 10.
+// Evaluation: bits per byte over non-overlapping windows of the first base.eval_chars held-out
+// bytes. The per-pair RoPE schemes (Self-Extend, DCA, StreamingLLM) run zero-shot on the trained
+// RoPE weights (extend_pair_schemes).
+constexpr int64_t extend_factor = 8;
+constexpr int64_t extend_tokens = 1024;  // per fine-tuning step, every method
+constexpr int64_t extend_search_chars = 8192;
+
+struct extend_preset_options {
+  lab_options base;        // model, training and evaluation options; train length, eval lengths,
+                           // schemes and sliding evaluation are set by the protocol
+  int64_t train_len = 64;  // L >= 2, dividing extend_tokens / extend_factor
+  int64_t seeds = 3;       // >= 1
+  int64_t finetune_steps = 100;  // [1, 10^6]
+  int64_t search_budget = 48;    // LongRoPE candidates, [3, 10^5]
+  std::string checkpoint_root;   // "" = none; else <root>/checkpoints/<scheme>-L<L>
+};
+
+// What the protocol reports of its progress: a phase starting (with its run count, or -1 for a
+// LongRoPE search) and each run's progress.
+struct extend_progress {
+  std::function<void(const std::string& what, int64_t runs)> phase;
+  std::function<progress_fn()> runs;  // a fresh callback per phase (null = none)
+};
+
+// The per-pair schemes with their parameters for a model trained at L, target 8L:
+//   self_extend    w = L/2 neighbours, G = 16: grouped distances reach (L - w) G + w = 8.5 L
+//                  before they leave the trained range (Jin et al. 2024's rule for G and w);
+//   dca            chunk_size = L, local_size = L/4, original_max_position_embeddings = L as
+//                  Qwen2.5-1M's config sets it to its chunk_size (vLLM's length scaling);
+//   streaming_llm  4 sink tokens and a window of L - 4, a cache of L (Xiao et al. 2024).
+std::vector<named_scheme> extend_pair_schemes(int64_t L);
+
+// Runs the protocol on t (a text task with at least base.eval_chars + 8L + 1 held-out bytes)
+// and returns the results document (results.json): "preset", "task", "config", "results" (one
+// row per scheme, extension, fine-tune, seed and eval length), "summary" (mean and std over
+// seeds) and "runs" (training time per run). Every rank returns it; with dist (size > 1) every
+// rank takes part in every run. Throws invalid_argument for a bad option.
+nlohmann::ordered_json run_extend_preset(const extend_preset_options& o, const task& t,
+                                         std::shared_ptr<const distribution> dist,
+                                         const extend_progress& progress = {});
 
 }  // namespace posenc::lab

@@ -524,52 +524,15 @@ void run_press(lab_cli c, CLI::App* sub) {
 
 // ---- --preset extend -------------------------------------------------------------------------
 //
-// Extending a trained RoPE model's context (posenc/lab/extend.hpp; docs/lab.md, "Extending the
-// context"): RoPE, ALiBi and Kerple models trained at L on the Jane Austen corpus, then the RoPE
-// models run at L..16L with each extension method's config for 8L, zero-shot and after a short
-// fine-tune. Phases, each a set of runs (concurrent, or over MPI ranks, as every lab run):
-//   1. train rope, alibi and kerple at L (extend_steps; the rope runs are the `none` rows);
-//   2. per rope seed, LongRoPE's search on held-out bytes after the scored ones;
-//   3. zero-shot: the trained weights under each method's config, 0 steps;
-//   4. fine-tune: each method from the trained weights for F steps of extend_tokens tokens at
-//      8L (batch extend_tokens / 8L), PoSE at L (batch extend_tokens / L) with positions
-//      skipped over [0, 8L); peak learning rate lr / 3, warm-up F / 10, cosine decay.
-// Evaluation: bits per byte over non-overlapping windows of the first eval_chars held-out bytes
-// (the sliding windows are left out of this preset: at 16L they cost 16 times the tokens).
-constexpr int64_t extend_factor = 8;
+// Extending a trained RoPE model's context: the protocol is the library's
+// (posenc/lab/extend.hpp, run_extend_preset); here the preset's defaults, the corpus, MPI, the
+// progress bars and the printing.
 constexpr int64_t extend_steps = 500, extend_quick_steps = 250;
 constexpr int64_t extend_finetune = 100, extend_quick_finetune = 30;
 constexpr int64_t extend_budget = 48, extend_quick_budget = 12;
-constexpr int64_t extend_tokens = 1024;  // per fine-tuning step, every method
-constexpr int64_t extend_search_chars = 8192;
 
-// The schemes that place RoPE per pair, run zero-shot on the trained RoPE weights at every
-// evaluation length, with parameters for a model trained at L and the target 8L:
-//   self_extend    w = L/2 neighbours, G = 16: grouped distances reach (L - w) G + w = 8.5 L
-//                  before they leave the trained range (Jin et al. 2024's rule for G and w);
-//   dca            chunk_size = L (the trained window), local_size = L/4, and
-//                  original_max_position_embeddings = L as Qwen2.5-1M's config sets it to its
-//                  chunk_size (vLLM's length scaling of the scores past L);
-//   streaming_llm  4 sink tokens and a window of L - 4, a cache of L (Xiao et al. 2024).
-std::vector<named_scheme> extend_pair_schemes(int64_t L) {
-  const int64_t half = L / 2, quarter = L / 4;  // token counts, rounded down
-  return {{"self_extend", {{"self_extend_group", 16}, {"self_extend_window", double(half)}}},
-          {"dca",
-           {{"dca_chunk_size", double(L)},
-            {"dca_local_size", double(quarter)},
-            {"dca_original_max_position_embeddings", double(L)}}},
-          {"streaming_llm", {{"streaming_sink_tokens", 4}, {"streaming_window", double(L - 4)}}}};
-}
-
-struct extend_row {  // one run of phases 3-4 (or a phase-1 run)
-  std::string scheme, ext;
-  bool finetuned = false;
-  int64_t seed = 0;
-  size_t run = 0;  // index into the phase's results
-};
-
-void run_extend(lab_cli c, CLI::App* sub) {
-  using J = nlohmann::ordered_json;
+// The preset's options from the flags (its defaults where a flag is not given).
+lab::extend_preset_options extend_options(lab_cli& c, CLI::App* sub) {
   if (!unset(sub, "--task") && c.task != "text")
     fail("--preset extend is a --task text preset, got --task {}", c.task);
   for (const char* f : {"--eval-lens", "--schemes", "--randomized-positions"})
@@ -596,27 +559,62 @@ void run_extend(lab_cli c, CLI::App* sub) {
     c.finetune_steps = c.quick ? extend_quick_finetune : extend_finetune;
   if (unset(sub, "--search-budget"))
     c.search_budget = c.quick ? extend_quick_budget : extend_budget;
-  if (c.finetune_steps < 1 || c.finetune_steps > 1000000)
-    fail("--finetune-steps must be in [1, 10^6], got {}", c.finetune_steps);
-  if (c.search_budget < 3 || c.search_budget > 100000)
-    fail("--search-budget must be in [3, 10^5], got {}", c.search_budget);
-  int64_t L = 64;
+  lab::extend_preset_options o;
+  o.train_len = 64;
   if (!unset(sub, "--train-len")) {
     const auto v = parse_ints(c.train_len, "--train-len");
     if (v.size() != 1 || v[0] < 2)
       fail("--preset extend: --train-len must be one length L >= 2, got '{}'", c.train_len);
-    L = v[0];
+    o.train_len = v[0];
   }
-  if (c.eval_chars < 1) fail("--preset extend: --eval-chars must be >= 1, got {}", c.eval_chars);
-  const int64_t target = extend_factor * L;
-  if (extend_tokens % target != 0 || extend_tokens % L != 0)
-    fail("--preset extend: --train-len {} must divide {} / {} (the tokens of a fine-tuning step)",
-         L, extend_tokens, extend_factor);
   c.schemes = "rope";
-  lab::lab_options base = to_options(c);
-  base.train_min = base.train_max = L;
-  base.eval_lens = {L, 2 * L, 4 * L, 8 * L, 16 * L};
-  base.sliding_eval = false;
+  o.base = to_options(c);
+  o.seeds = c.seeds;
+  o.finetune_steps = c.finetune_steps;
+  o.search_budget = c.search_budget;
+  o.checkpoint_root = c.out;
+  return o;
+}
+
+// The summary as a table: one line per scheme / extension, a column per evaluation length.
+void print_extend_text(const lab_cli& c, const nlohmann::ordered_json& doc) {
+  const auto& cfg = doc["config"];
+  const int64_t L = cfg["train_len"].get<int64_t>();
+  std::printf(
+      "extend preset: byte-level LM on %s, held out %s (first %lld bytes); trained at L = %lld "
+      "for %lld steps, extended to %lld; fine-tunes of %lld steps x %lld tokens; %lld seed(s); "
+      "bits per byte, mean +- std over seeds\n",
+      c.file.c_str(), c.eval_file.c_str(), static_cast<long long>(cfg["eval_chars"].get<int64_t>()),
+      static_cast<long long>(L), static_cast<long long>(cfg["steps"].get<int64_t>()),
+      static_cast<long long>(cfg["target_len"].get<int64_t>()),
+      static_cast<long long>(c.finetune_steps), static_cast<long long>(lab::extend_tokens),
+      static_cast<long long>(c.seeds));
+  std::string head = fmt::format("{:<26}", "scheme / extension");
+  for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>13}", fmt::format("@{}", m * L));
+  std::printf("%s\n", head.c_str());
+  std::string last;
+  for (const auto& row : doc["summary"]) {
+    const std::string name = fmt::format("{} {}{}", row["scheme"].get<std::string>(),
+                                         row["extension"].get<std::string>(),
+                                         row["finetune_steps"].get<int64_t>() > 0 ? " +ft" : "");
+    if (name != last) {
+      if (!last.empty()) std::printf("\n");
+      std::printf("%-26s", name.c_str());
+      last = name;
+    }
+    const auto& m = row["bits_per_byte_mean"];
+    const auto& sd = row["bits_per_byte_std"];
+    std::printf(" %13s",
+                (cell(m) + (sd.is_null() || m.is_null() ? "" : "+-" + cell(sd, 2))).c_str());
+  }
+  std::printf("\nwall time %.0f s on %d threads\n", cfg["wall_seconds"].get<double>(),
+              num_threads());
+  if (!c.out.empty()) std::printf("wrote %s/results.json\n", c.out.c_str());
+}
+
+void run_extend(lab_cli c, CLI::App* sub) {
+  using J = nlohmann::ordered_json;
+  const lab::extend_preset_options o = extend_options(c, sub);
   const auto dist = mpi_start();
   const bool writer = dist->rank == 0;
   if (!c.out.empty()) {
@@ -626,299 +624,39 @@ void run_extend(lab_cli c, CLI::App* sub) {
       fail_io("cannot create output directory {}: {}", c.out, ec.message());
   }
   const lab::task t = lab::make_task(lab::task_kind::text, c.file, c.eval_file);
-  const int64_t ne = static_cast<int64_t>(t.eval_text.size());
-  const int64_t scored = std::min(c.eval_chars, ne);
-  const int64_t search_end = std::min(ne, scored + extend_search_chars);
-  if (search_end - scored < target + 1)
-    fail_io("--preset extend: {} has {} bytes; the LongRoPE search needs {} after the {} scored",
-            c.eval_file, ne, target + 1, scored);
-  const auto t0 = std::chrono::steady_clock::now();
-  // Each phase needs the previous one's weights on every rank, so over MPI every rank takes
-  // part in every run (one at a time, each step's shards spread over the ranks: bitwise the
-  // numbers of one process) rather than run_specs_mpi's groups of ranks.
-  auto run_phase = [&](std::vector<lab::run_spec> specs, const char* what) {
-    if (writer && !c.no_progress)
-      std::fprintf(stderr, "extend: %s (%zu runs)\n", what, specs.size());
-    progress_bar bar;
-    lab::progress_fn cb;
-    if (!c.no_progress && writer) cb = [&bar](const lab::progress& p) { bar(p); };
-    if (dist->size > 1)
-      for (auto& s : specs) s.options.dist = dist;
-    return lab::run_specs(specs, t, cb);
-  };
-
-  // 1. Training at L.
-  std::vector<lab::run_spec> train;
-  const model::pos_scheme trained[] = {model::pos_scheme::rope, model::pos_scheme::alibi,
-                                       model::pos_scheme::kerple};
-  for (model::pos_scheme s : trained)
-    for (int64_t k = 0; k < c.seeds; ++k) {
-      lab::lab_options o = base;
-      o.schemes = {s};
-      if (!c.out.empty())
-        o.checkpoint_dir =
-            fmt::format("{}/checkpoints/{}-L{}", c.out, model::pos_scheme_name(s), L);
-      lab::validate(o, t);
-      train.push_back({o, s, k});
-    }
-  const std::vector<lab::run_result> trained_runs = run_phase(train, "training at L");
-  std::vector<const lab::run_result*> rope_runs;
-  for (size_t i = 0; i < train.size(); ++i)
-    if (train[i].scheme == model::pos_scheme::rope) rope_runs.push_back(&trained_runs[i]);
-
-  // 2. LongRoPE's search per seed.
-  const int64_t D = base.d_model / base.n_heads;
-  std::vector<lab::longrope_search_result> searches;
-  for (int64_t k = 0; k < c.seeds; ++k) {
-    if (writer && !c.no_progress)
-      std::fprintf(stderr, "extend: LongRoPE search, seed %lld (%lld candidates at %lld)\n",
-                   static_cast<long long>(k), static_cast<long long>(c.search_budget),
-                   static_cast<long long>(target));
-    lab::lab_options o = base;
-    o.dist = dist->size > 1 ? dist : nullptr;
-    model::transformer<float> m(lab::lab_model_config(o, t, model::pos_scheme::rope));
-    m.params() = rope_runs[k]->final_params;
-    lab::longrope_search_options so;
-    so.train_len = L;
-    so.factor = extend_factor;
-    so.budget = c.search_budget;
-    so.begin = scored;
-    so.end = search_end;
-    so.seed = static_cast<uint64_t>(k);
-    searches.push_back(lab::longrope_search(m, o, t, so));
+  progress_bar bar;
+  lab::extend_progress progress;
+  if (writer && !c.no_progress) {
+    progress.phase = [](const std::string& what, int64_t runs) {
+      if (runs >= 0)
+        std::fprintf(stderr, "extend: %s (%lld runs)\n", what.c_str(),
+                     static_cast<long long>(runs));
+      else
+        std::fprintf(stderr, "extend: %s\n", what.c_str());
+    };
+    progress.runs = [&bar]() -> lab::progress_fn {
+      bar = progress_bar();
+      return [&bar](const lab::progress& p) { bar(p); };
+    };
   }
-
-  // 3-4. Each method, zero-shot and fine-tuned.
-  std::vector<lab::run_spec> ext_specs;
-  std::vector<extend_row> rows;
-  for (bool ft : {false, true})
-    for (lab::extension e : lab::extensions()) {
-      if (!ft && (e == lab::extension::none || e == lab::extension::pose))
-        continue;  // none zero-shot is the trained run; PoSE is a fine-tune of linear's config
-      for (int64_t k = 0; k < c.seeds; ++k) {
-        lab::lab_options o = base;
-        o.schemes = {model::pos_scheme::rope};
-        o.rope = lab::extension_config(e, D, 10000, L, extend_factor, searches[k].long_factor);
-        o.init_params = rope_runs[k]->final_params;
-        o.checkpoint_dir.clear();
-        o.steps = 0;
-        if (ft) {
-          o.steps = c.finetune_steps;
-          o.lr = base.lr / 3;
-          o.warmup = std::max<int64_t>(1, c.finetune_steps / 10);
-          const bool pose = e == lab::extension::pose;
-          o.train_min = o.train_max = pose ? L : target;
-          o.batch_size = extend_tokens / o.train_max;
-          o.pose_target = pose ? target : 0;
-        }
-        lab::validate(o, t);
-        rows.push_back({"rope", lab::extension_name(e), ft, k, ext_specs.size()});
-        ext_specs.push_back({o, model::pos_scheme::rope, k});
-      }
-    }
-  // The per-pair schemes, zero-shot: the trained frequencies, the trained weights.
-  for (const named_scheme& n : extend_pair_schemes(L))
-    for (int64_t k = 0; k < c.seeds; ++k) {
-      lab::lab_options o = base;
-      o.schemes = {model::pos_scheme::rope};
-      o.rope_pairs = {n};
-      o.init_params = rope_runs[k]->final_params;
-      o.checkpoint_dir.clear();
-      o.steps = 0;
-      lab::validate(o, t);
-      rows.push_back({"rope", n.name, false, k, ext_specs.size()});
-      ext_specs.push_back({o, model::pos_scheme::rope, k});
-    }
-  const std::vector<lab::run_result> ext_runs =
-      run_phase(ext_specs, "zero-shot and fine-tuned extensions");
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const J doc = lab::run_extend_preset(o, t, dist, progress);
   if (!writer) return;
-
-  // results.json: one row per (scheme, extension, fine-tune, seed, eval length).
-  const double ln2 = std::log(2.0);
-  J results = J::array();
-  auto add_rows = [&](const std::string& scheme, const std::string& ext, int64_t ft_steps,
-                      int64_t seed, const lab::run_result& r) {
-    for (const lab::eval_metrics& e : r.evals) {
-      J row;
-      row["scheme"] = scheme;
-      row["extension"] = ext;
-      row["finetune_steps"] = ft_steps;
-      row["train_len"] = L;
-      row["eval_len"] = e.length;
-      row["seed"] = seed;
-      row["bits_per_byte"] = e.defined && std::isfinite(e.loss) ? J(e.loss / ln2) : J(nullptr);
-      row["in_distribution"] = e.length == L;
-      results.push_back(row);
-    }
-  };
-  for (size_t i = 0; i < train.size(); ++i)
-    add_rows(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i]);
-  for (const extend_row& r : rows)
-    add_rows(r.scheme, r.ext, r.finetuned ? c.finetune_steps : 0, r.seed, ext_runs[r.run]);
-  // runs: the training and fine-tuning time of each run (PoSE's point is its cost).
-  J runs_j = J::array();
-  auto add_run = [&](const std::string& scheme, const std::string& ext, int64_t ft_steps,
-                     int64_t seed, const lab::run_result& r, int64_t len) {
-    J row;
-    row["scheme"] = scheme;
-    row["extension"] = ext;
-    row["finetune_steps"] = ft_steps;
-    row["seed"] = seed;
-    row["steps"] = r.steps_done;
-    row["sequence_length"] = len;
-    row["train_seconds"] = r.train_seconds;
-    row["tokens_per_second"] = r.tokens_per_second;
-    runs_j.push_back(row);
-  };
-  for (size_t i = 0; i < train.size(); ++i)
-    add_run(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i], L);
-  for (const extend_row& r : rows)
-    if (r.finetuned)
-      add_run(r.scheme, r.ext, c.finetune_steps, r.seed, ext_runs[r.run],
-              ext_specs[r.run].options.train_max);
-  // summary: mean and sample std over seeds per (scheme, extension, finetune_steps, eval_len).
-  J summary = J::array();
-  {
-    std::vector<std::string> keys;
-    std::map<std::string, std::vector<const J*>> groups;
-    for (const J& row : results) {
-      const std::string key = fmt::format(
-          "{}|{}|{}|{}", row["scheme"].get<std::string>(), row["extension"].get<std::string>(),
-          row["finetune_steps"].get<int64_t>(), row["eval_len"].get<int64_t>());
-      if (!groups.count(key)) keys.push_back(key);
-      groups[key].push_back(&row);
-    }
-    for (const std::string& key : keys) {
-      const auto& g = groups[key];
-      double sum = 0;
-      bool all = true;
-      for (const J* r : g) {
-        if ((*r)["bits_per_byte"].is_null())
-          all = false;
-        else
-          sum += (*r)["bits_per_byte"].get<double>();
-      }
-      const double n = static_cast<double>(g.size());
-      J row;
-      for (const char* k : {"scheme", "extension", "finetune_steps", "train_len", "eval_len"})
-        row[k] = (*g[0])[k];
-      row["seeds"] = g.size();
-      if (all) {
-        const double mean = sum / n;
-        double ss = 0;
-        for (const J* r : g) ss += std::pow((*r)["bits_per_byte"].get<double>() - mean, 2);
-        row["bits_per_byte_mean"] = mean;
-        row["bits_per_byte_std"] = g.size() > 1 ? J(std::sqrt(ss / (n - 1))) : J(nullptr);
-      } else {
-        row["bits_per_byte_mean"] = nullptr;
-        row["bits_per_byte_std"] = nullptr;
-      }
-      summary.push_back(row);
-    }
-  }
-  J doc;
-  doc["preset"] = "extend";
-  doc["task"] = "text";
-  J cfg;
-  cfg["file"] = c.file;
-  cfg["eval_file"] = c.eval_file;
-  cfg["eval_chars"] = scored;
-  cfg["search_bytes"] = {scored, search_end};
-  cfg["train_len"] = L;
-  cfg["target_len"] = target;
-  cfg["eval_lens"] = base.eval_lens;
-  cfg["evaluation"] = "bits per byte over non-overlapping windows (no sliding windows)";
-  cfg["steps"] = base.steps;
-  cfg["finetune_steps"] = c.finetune_steps;
-  cfg["finetune_tokens_per_step"] = extend_tokens;
-  cfg["finetune_lr"] = base.lr / 3;
-  cfg["search_budget"] = c.search_budget;
-  cfg["seeds"] = c.seeds;
-  cfg["batch_size"] = base.batch_size;
-  cfg["d_model"] = base.d_model;
-  cfg["n_layers"] = base.n_layers;
-  cfg["n_heads"] = base.n_heads;
-  cfg["d_ff"] = base.d_ff;
-  cfg["lr"] = base.lr;
-  cfg["threads"] = num_threads();
-  cfg["ranks"] = dist->size;
-  cfg["wall_seconds"] = wall;
-  // Each method's config as config.json keys (posenc rope freqs --hf-config reads them back);
-  // LongRoPE's per seed.
-  J methods = J::object();
-  for (lab::extension e : lab::extensions()) {
-    if (e == lab::extension::longrope) continue;
-    methods[lab::extension_name(e)] =
-        rope_config_to_json(lab::extension_config(e, D, 10000, L, extend_factor));
-  }
-  J lr = J::array();
-  for (int64_t k = 0; k < c.seeds; ++k) {
-    J s;
-    s["seed"] = k;
-    s["config"] = rope_config_to_json(lab::extension_config(
-        lab::extension::longrope, D, 10000, L, extend_factor, searches[k].long_factor));
-    s["search_bits_per_byte"] = searches[k].loss / ln2;
-    s["linear_bits_per_byte"] = searches[k].linear_loss / ln2;
-    s["candidates"] = searches[k].evaluated;
-    lr.push_back(s);
-  }
-  methods["longrope"] = lr;
-  cfg["rope_configs"] = methods;
-  // The per-pair schemes' parameters (posenc attend's flags and posenc.attention's keywords).
-  J pairs = J::object();
-  for (const named_scheme& n : extend_pair_schemes(L)) {
-    J ps = J::object();
-    for (const auto& [name, value] : n.params) ps[name] = static_cast<int64_t>(value);
-    pairs[n.name] = ps;
-  }
-  cfg["rope_pair_schemes"] = pairs;
-  doc["config"] = cfg;
-  doc["results"] = results;
-  doc["summary"] = summary;
-  doc["runs"] = runs_j;
   if (!c.out.empty()) write_file_atomic(c.out + "/results.json", doc.dump(2) + "\n");
   if (c.format == out_format::json) {
     std::printf("%s\n", doc.dump(2).c_str());
   } else if (c.format == out_format::csv) {
     std::printf("scheme,extension,finetune_steps,train_len,eval_len,seed,bits_per_byte\n");
-    for (const J& row : results)
+    for (const J& row : doc["results"])
       std::printf(
           "%s,%s,%lld,%lld,%lld,%lld,%s\n", row["scheme"].get<std::string>().c_str(),
           row["extension"].get<std::string>().c_str(),
-          static_cast<long long>(row["finetune_steps"].get<int64_t>()), static_cast<long long>(L),
+          static_cast<long long>(row["finetune_steps"].get<int64_t>()),
+          static_cast<long long>(row["train_len"].get<int64_t>()),
           static_cast<long long>(row["eval_len"].get<int64_t>()),
           static_cast<long long>(row["seed"].get<int64_t>()),
           row["bits_per_byte"].is_null() ? "" : num(row["bits_per_byte"].get<double>()).c_str());
   } else {
-    std::printf(
-        "extend preset: byte-level LM on %s, held out %s (first %lld bytes); trained at L = %lld "
-        "for %lld steps, extended to %lld; fine-tunes of %lld steps x %lld tokens; %lld seed(s); "
-        "bits per byte, mean +- std over seeds\n",
-        c.file.c_str(), c.eval_file.c_str(), static_cast<long long>(scored),
-        static_cast<long long>(L), static_cast<long long>(base.steps),
-        static_cast<long long>(target), static_cast<long long>(c.finetune_steps),
-        static_cast<long long>(extend_tokens), static_cast<long long>(c.seeds));
-    std::string head = fmt::format("{:<26}", "scheme / extension");
-    for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>13}", fmt::format("@{}", m * L));
-    std::printf("%s\n", head.c_str());
-    std::string last;
-    for (const J& row : summary) {
-      const std::string name = fmt::format("{} {}{}", row["scheme"].get<std::string>(),
-                                           row["extension"].get<std::string>(),
-                                           row["finetune_steps"].get<int64_t>() > 0 ? " +ft" : "");
-      if (name != last) {
-        if (!last.empty()) std::printf("\n");
-        std::printf("%-26s", name.c_str());
-        last = name;
-      }
-      const auto& m = row["bits_per_byte_mean"];
-      const auto& sd = row["bits_per_byte_std"];
-      std::printf(" %13s",
-                  (cell(m) + (sd.is_null() || m.is_null() ? "" : "+-" + cell(sd, 2))).c_str());
-    }
-    std::printf("\nwall time %.0f s on %d threads\n", wall, num_threads());
-    if (!c.out.empty()) std::printf("wrote %s/results.json\n", c.out.c_str());
+    print_extend_text(c, doc);
   }
   std::fflush(stdout);
 }
