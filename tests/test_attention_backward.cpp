@@ -117,7 +117,7 @@ TEST(AttentionBackward, FullyMaskedRowsGiveZeroNotNan) {
 
 // A key whose probability is subnormal (s - lse = -95: P = 5.5e-42, below FLT_MIN) contributes
 // exactly 0 to the float32 gradients, not a subnormal: every FMA that meets a subnormal costs a
-// microcode assist on Intel CPUs (the ALiBi backward ran 3x slower; docs/design.md).
+// microcode assist on Intel CPUs (the ALiBi backward ran 3x slower; docs/decisions.md).
 TEST(AttentionBackward, SubnormalProbabilitiesGiveNoSubnormalGradients) {
   const int64_t T = 1, S = 2, H = 1, D = 8;
   std::vector<float> q(D, 0.0f), k(S * D, 0.0f), v(S * D), dO(D), out(D), lse(1);

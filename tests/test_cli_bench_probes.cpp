@@ -1,5 +1,5 @@
 // `posenc bench` probes the machine's limits before the cases and again after them, and every
-// fraction divides by the higher of the two readings (docs/design.md, "Probes before and after
+// fraction divides by the higher of the two readings (docs/decisions.md, "Probes before and after
 // the cases"): a host that got busy during the first probe must not make a kernel look faster
 // than the machine. These tests read the JSON a small run writes and check that the reported
 // limits are the maxima of the two readings and that each fraction is its rate over them.

@@ -1,4 +1,4 @@
-// The FMA-peak probe's structure (docs/design.md, "The FMA-peak probe"): it runs in the widest
+// The FMA-peak probe's structure (docs/decisions.md, "The FMA-peak probe"): it runs in the widest
 // vectors the CPU has, with enough independent chains to cover FMA latency x ports and few
 // enough to stay in registers, and the flops it reports are the lanes and chains its loop
 // actually computes. No timing is asserted: the rates are only checked to be rates.

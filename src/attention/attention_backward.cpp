@@ -262,7 +262,7 @@ namespace {
 
 // x, or 0 where |x| is below the smallest normal number: P and dS as the float32 block
 // (softmax_backward_block_f32) has them, so that no path feeds subnormals to the dK, dV and dQ
-// products (a microcode assist per FMA on Intel CPUs; docs/design.md).
+// products (a microcode assist per FMA on Intel CPUs; docs/decisions.md).
 template <typename Real>
 Real no_subnormal(Real x) {
   return std::abs(x) < std::numeric_limits<Real>::min() ? Real(0) : x;

@@ -87,7 +87,7 @@ namespace posenc::detail {
 // Keys per block of the float32 forward: 128 (64 before), so that each row's per-block work of
 // the online softmax (two horizontal reductions, a libm exp, the masks' bookkeeping, the bias
 // call) and each P V call's accumulator load, rescale and store serve twice the keys
-// (docs/design.md, "Where the forward's time goes"). It is also the width of a chunk of a
+// (docs/decisions.md, "Where the forward's time goes"). It is also the width of a chunk of a
 // chunked A (kAChunk), so that the score block s is one chunk for P V.
 #ifndef POSENC_SIMD_BK
 #define POSENC_SIMD_BK 128
@@ -98,7 +98,7 @@ constexpr int64_t kBwdBk = 64;  // keys per block of the backward (attention_bac
 constexpr int64_t kBf16Bk = 128;
 constexpr int64_t kSimdRows = 64;  // target tile rows per work item
 // Packed (prefill) calls: tiles of up to kPackTileRows rows, doubled from kSimdRows while they
-// leave kMinPackItems items or more (docs/design.md, "Prefill on an Intel Xeon").
+// leave kMinPackItems items or more (docs/decisions.md, "Prefill on an Intel Xeon").
 #ifndef POSENC_PACK_TILE_ROWS
 #define POSENC_PACK_TILE_ROWS 256
 #endif
@@ -141,7 +141,7 @@ constexpr int64_t kSplitItems = 64;
 constexpr int64_t kPackRows = POSENC_PACK_ROWS;
 // Keys ahead of the one being scored whose key and value rows the decode path prefetches, and
 // whether it prefetches head-major (contiguous) rows too: the knobs the measurements in
-// docs/design.md turned (build attention_simd.cpp with -DPOSENC_PF_KEYS=N, -DPOSENC_PF_CONTIG=0).
+// docs/decisions.md turned (build attention_simd.cpp with -DPOSENC_PF_KEYS=N, -DPOSENC_PF_CONTIG=0).
 #ifndef POSENC_PF_KEYS
 #define POSENC_PF_KEYS 16
 #endif
@@ -160,7 +160,7 @@ constexpr int64_t kPrefetchKeys = POSENC_PF_KEYS;
 // The items that pack their key blocks (kPackRows rows or more: MQA, speculative steps) spend a
 // long block product between the reads of two blocks, so their stream runs a whole block ahead
 // (64 keys: 64 KiB of float32 K and V at D = 128) and fills L2 rather than L1, which would
-// evict the block in use (docs/design.md, "Decode: chunk length by shape").
+// evict the block in use (docs/decisions.md, "Decode: chunk length by shape").
 #ifndef POSENC_PACK_PF_KEYS
 #define POSENC_PACK_PF_KEYS 64
 #endif
@@ -313,7 +313,7 @@ using detail::SplitChunk;
 using detail::StreamPrefetch;
 using detail::vb_row;
 
-// Register blocking per target (docs/design.md, "Register blocking per target"): DF is the
+// Register blocking per target (docs/decisions.md, "Register blocking per target"): DF is the
 // vector of the block products, kMR x kNV their accumulator block, each chosen by measurement (the
 // macros are the knob those builds turned). AVX-512 (32 registers): full 512-bit vectors,
 // POSENC_AVX3_MR x POSENC_AVX3_NV = 6 x 2 (of 6 x 2, 8 x 2, 12 x 2, 6 x 4 and 4 x 4 the fastest or
@@ -486,7 +486,7 @@ HWY_INLINE void KeyRow(const simd_problem& pr, int64_t j, int64_t hk, float* HWY
 // chunk). Chunked, the micro-kernel addresses its MR rows from one pointer at constant
 // displacements (r * 256 B); strided, it needs MR pointer registers, and with 12 or more rows the
 // compiler spills them into the K loop (vmovq xmm -> gpr and stack reloads in the loop body on
-// an Intel Xeon; docs/design.md, "Prefill on an Intel Xeon").
+// an Intel Xeon; docs/decisions.md, "Prefill on an Intel Xeon").
 enum class a_layout { kStrided, kChunked };
 static_assert(kAChunk == kSimdBk, "the score block s (rows, Bk) is one chunk of A for P V");
 
@@ -779,7 +779,7 @@ HWY_INLINE void Reduce4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Ve
 #endif
 }
 
-// The decode path's register blocks (docs/design.md, "Decode: dot products in register
+// The decode path's register blocks (docs/decisions.md, "Decode: dot products in register
 // blocks"): kDecRows8 rows against a group of 8 keys, kDecRows4 rows against a last group of 4;
 // RB x 4 KG accumulators plus the group's key vectors and a q vector fit the target's registers
 // (32 with AVX-512, else 16), and at least 8 independent chains cover FMA latency x 2 ports.

@@ -18,7 +18,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // on Zen 2/3. Each chain holds one register and the loop two more (multiplier, addend), so the
 // count also has to fit the register file without spills: 12 + 2 of the 16 vector registers of
 // SSE/AVX2, 16 + 2 of the 32 of AVX-512 (and of NEON/SVE), where more chains leave more margin
-// for a longer latency. Measured against a -march=native probe in docs/design.md ("The FMA-peak
+// for a longer latency. Measured against a -march=native probe in docs/decisions.md ("The FMA-peak
 // probe").
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
 constexpr int kChains = 12;

@@ -12,7 +12,7 @@ import posenc
 
 
 def test_keys_in_eight_key_blocks_and_rows(rng):
-    # D a multiple of 8: keys in 8-key blocks (docs/design.md "Keys in 8-key blocks"), the
+    # D a multiple of 8: keys in 8-key blocks (docs/decisions.md "Keys in 8-key blocks"), the
     # layout written out here from its definition; else rows. Values are rows either way.
     for D, blocked in ((16, True), (12, False)):
         Hkv, n, cap = 3, 13, 13

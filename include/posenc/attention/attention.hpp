@@ -291,7 +291,7 @@ struct attention_params {
   //   hk * kv_head_stride + (j / 8) * 8 D + (e / 8) * 64 + (j % 8) * 8 + e % 8
   // (k_index), so the 8 keys' elements [8c, 8c + 8) are 64 consecutive elements; values stay
   // rows. A decode step's dot products read 8 keys at a time, and in this layout those reads run
-  // in address order (docs/design.md, "Keys in 8-key blocks"). kv_head_stride must then be
+  // in address order (docs/decisions.md, "Keys in 8-key blocks"). kv_head_stride must then be
   // >= ceil(S / 8) * 8 D (a last, partial block is a whole block; its unused slots are never
   // read). The same results, bit for bit, as the same keys in rows. Forward only.
   bool k_blocked = false;

@@ -116,7 +116,7 @@ class kv_cache {
   // runs (attention_params::kv_head_stride). Values are rows: value j of head hk at
   // row_offset(j, hk) = (hk * head_capacity() + j) * D. Keys are rows as well when
   // keys_blocked() is false; when D is a multiple of 8 they are stored in 8-key blocks
-  // (attention_params::k_blocked, docs/design.md "Keys in 8-key blocks"): element e of key j of
+  // (attention_params::k_blocked, docs/decisions.md "Keys in 8-key blocks"): element e of key j of
   // head hk at key_offset(j, hk, e). Rows or blocks, the keys hold the same values and attention
   // returns the same bits. With half-precision storage keys() and values() are null and keys16()
   // and values16() hold the stored bits (and the other way round).

@@ -178,7 +178,7 @@ case_result run_case(const bench_spec& s, const bench_options& bo, const bench_o
 
 // The limits again, after the cases: a probe that another tenant of the host slowed reads low,
 // and a low limit inflates every fraction. Both readings are kept; the fractions divide by the
-// higher, since interference can only lower a reading (docs/design.md, "Probes before and
+// higher, since interference can only lower a reading (docs/decisions.md, "Probes before and
 // after the cases").
 void probe_again(const bench_opts& o, const std::vector<case_result>& results, machine_limits& m) {
   m.fma1_before = m.fma1, m.fman_before = m.fman;
