@@ -187,42 +187,47 @@ py::object kv_cache_attend(py::handle obj, const py::array& q, const py::dict& o
   });
 }
 
-void bind_kv_cache(py::module_& m) {
-  py::class_<py_kv_cache>(m, "_KVCache", "The library's KV cache (posenc.KVCache wraps it).")
-      .def(py::init(
-               [](int64_t Hkv, int64_t D, int64_t capacity, const std::string& dtype,
+namespace {
+
+// Binds _KVCache's constructor.
+void bind_kv_cache_init(py::class_<py_kv_cache>& cls) {
+  cls.def(
+      py::init([](int64_t Hkv, int64_t D, int64_t capacity, const std::string& dtype,
                   const py::object& kv_dtype, const py::object& rope, const std::string& layout,
                   const std::string& angle, const py::object& seq_len, int64_t start,
                   const std::optional<std::array<double, 4>>& xp, const std::string& shift_mode) {
-                 // xp: xPos's (theta, gamma, scale_base, center), None = off
-                 attention_xpos xpos;
-                 if (xp)
-                   xpos.theta = (*xp)[0], xpos.gamma = (*xp)[1], xpos.scale_base = (*xp)[2],
-                   xpos.center = (*xp)[3];
-                 auto box = std::make_unique<py_kv_cache>();
-                 const kv_storage storage = storage_from(kv_dtype);
-                 const kv_shift_mode mode = kv_shift_mode_from_name(shift_mode, "shift_mode");
-                 if (dtype == "float32")
-                   box->f = make_cache<float>(*box, Hkv, D, capacity, storage, rope, layout, angle,
-                                              seq_len, start, xpos, mode);
-                 else if (dtype == "float64")
-                   box->d = make_cache<double>(*box, Hkv, D, capacity, storage, rope, layout, angle,
-                                               seq_len, start, xpos, mode);
-                 else
-                   type_fail("dtype must be float32 or float64, got " + dtype);
-                 return box;
-               }),
-           py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("capacity"), py::arg("dtype"),
-           py::arg("kv_dtype"), py::arg("rope"), py::arg("rope_layout"), py::arg("rope_angle"),
-           py::arg("rope_seq_len"), py::arg("start_position"), py::arg("xpos"),
-           py::arg("shift_mode"))
-      .def(
-          "append",
-          [](py_kv_cache& box, py::handle k, py::handle v, py::handle positions) {
-            return box.f ? append(box, *box.f, k, v, positions)
-                         : append(box, *box.d, k, v, positions);
-          },
-          py::arg("k"), py::arg("v"), py::arg("positions") = py::none())
+        // xp: xPos's (theta, gamma, scale_base, center), None = off
+        attention_xpos xpos;
+        if (xp)
+          xpos.theta = (*xp)[0], xpos.gamma = (*xp)[1], xpos.scale_base = (*xp)[2],
+          xpos.center = (*xp)[3];
+        auto box = std::make_unique<py_kv_cache>();
+        const kv_storage storage = storage_from(kv_dtype);
+        const kv_shift_mode mode = kv_shift_mode_from_name(shift_mode, "shift_mode");
+        if (dtype == "float32")
+          box->f = make_cache<float>(*box, Hkv, D, capacity, storage, rope, layout, angle, seq_len,
+                                     start, xpos, mode);
+        else if (dtype == "float64")
+          box->d = make_cache<double>(*box, Hkv, D, capacity, storage, rope, layout, angle, seq_len,
+                                      start, xpos, mode);
+        else
+          type_fail("dtype must be float32 or float64, got " + dtype);
+        return box;
+      }),
+      py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("capacity"), py::arg("dtype"),
+      py::arg("kv_dtype"), py::arg("rope"), py::arg("rope_layout"), py::arg("rope_angle"),
+      py::arg("rope_seq_len"), py::arg("start_position"), py::arg("xpos"), py::arg("shift_mode"));
+}
+
+// Binds _KVCache's mutators: append, clear, edit.
+void bind_kv_cache_mutators(py::class_<py_kv_cache>& cls) {
+  cls.def(
+         "append",
+         [](py_kv_cache& box, py::handle k, py::handle v, py::handle positions) {
+           return box.f ? append(box, *box.f, k, v, positions)
+                        : append(box, *box.d, k, v, positions);
+         },
+         py::arg("k"), py::arg("v"), py::arg("positions") = py::none())
       .def("clear",
            [](py_kv_cache& box) {
              py::gil_scoped_release nogil;
@@ -243,12 +248,16 @@ void bind_kv_cache(py::module_& m) {
             };
             return box.f ? run(*box.f) : run(*box.d);
           },
-          py::arg("op"), py::arg("p0"), py::arg("p1"), py::arg("arg"))
-      .def_property_readonly("shift_mode",
-                             [](const py_kv_cache& b) {
-                               return std::string(kv_shift_mode_name(
-                                   b.visit([](const auto& c) { return c.shift_mode(); })));
-                             })
+          py::arg("op"), py::arg("p0"), py::arg("p1"), py::arg("arg"));
+}
+
+// Binds _KVCache's readers of the stored tokens: shift_mode, keys, values, ids, stored, key_index.
+void bind_kv_cache_contents(py::class_<py_kv_cache>& cls) {
+  cls.def_property_readonly("shift_mode",
+                            [](const py_kv_cache& b) {
+                              return std::string(kv_shift_mode_name(
+                                  b.visit([](const auto& c) { return c.shift_mode(); })));
+                            })
       .def("keys",
            [](const py_kv_cache& b) {
              std::shared_lock l(b.lock);
@@ -275,23 +284,26 @@ void bind_kv_cache(py::module_& m) {
              const auto& b = self.cast<const py_kv_cache&>();
              return b.visit([&](const auto& c) { return storage_view(c, keys, self); });
            })
-      .def("key_index",
-           [](const py_kv_cache& b, int64_t j, int64_t hk, int64_t e) {
-             return b.visit([&](const auto& c) {
-               if (j < 0 || j >= c.head_capacity() || hk < 0 || hk >= c.kv_heads() || e < 0 ||
-                   e >= c.head_dim())
-                 fail(
-                     "key_index: (j, hk, e) must lie in [0, {}) x [0, {}) x [0, {}), got ({}, "
-                     "{}, {})",
-                     c.head_capacity(), c.kv_heads(), c.head_dim(), j, hk, e);
-               return c.key_offset(j, hk, e) - hk * c.head_stride();
-             });
-           })
-      .def_property_readonly("size",
-                             [](const py_kv_cache& b) {
-                               std::shared_lock l(b.lock);
-                               return b.visit([](const auto& c) { return c.size(); });
-                             })
+      .def("key_index", [](const py_kv_cache& b, int64_t j, int64_t hk, int64_t e) {
+        return b.visit([&](const auto& c) {
+          if (j < 0 || j >= c.head_capacity() || hk < 0 || hk >= c.kv_heads() || e < 0 ||
+              e >= c.head_dim())
+            fail(
+                "key_index: (j, hk, e) must lie in [0, {}) x [0, {}) x [0, {}), got ({}, "
+                "{}, {})",
+                c.head_capacity(), c.kv_heads(), c.head_dim(), j, hk, e);
+          return c.key_offset(j, hk, e) - hk * c.head_stride();
+        });
+      });
+}
+
+// Binds _KVCache's size and shape properties.
+void bind_kv_cache_properties(py::class_<py_kv_cache>& cls) {
+  cls.def_property_readonly("size",
+                            [](const py_kv_cache& b) {
+                              std::shared_lock l(b.lock);
+                              return b.visit([](const auto& c) { return c.size(); });
+                            })
       .def_property_readonly("next_position",
                              [](const py_kv_cache& b) {
                                std::shared_lock l(b.lock);
@@ -333,6 +345,16 @@ void bind_kv_cache(py::module_& m) {
                  static_cast<int64_t>(stored_dtype(c).itemsize());
         });
       });
+}
+
+}  // namespace
+
+void bind_kv_cache(py::module_& m) {
+  py::class_<py_kv_cache> cls(m, "_KVCache", "The library's KV cache (posenc.KVCache wraps it).");
+  bind_kv_cache_init(cls);
+  bind_kv_cache_mutators(cls);
+  bind_kv_cache_contents(cls);
+  bind_kv_cache_properties(cls);
 }
 
 }  // namespace posenc::py_bind

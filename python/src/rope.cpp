@@ -267,19 +267,15 @@ void rotate_with_tables(const token_layout& L, const py::array& cos_a, const py:
       16);
 }
 
-// RopeConfig: construction from a config.json or parameters, its properties and frequencies.
-void bind_rope_config(py::module_& m) {
-  py::class_<rope_config>(m, "RopeConfig", R"doc(
-A RoPE configuration: head_dim, rotary_dim, theta and the scaling (HF rope_type) with its
-parameters. Build it with RopeConfig.from_hf(path_or_dict) from a Hugging Face config.json, or
-with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)doc")
-      .def(py::init([](const py::kwargs& kw) {
-             // RopeConfig(head_dim=..., theta=..., scaling=..., ...): posenc.rope_config
-             // builds the config.json these name and parses it like from_hf.
-             return py::module_::import("posenc").attr("rope_config")(**kw).cast<rope_config>();
-           }),
-           "RopeConfig(head_dim=..., rotary_dim=None, theta=10000, scaling='default', "
-           "factor=None, ...): see posenc.rope_config.")
+// RopeConfig's constructors: from keyword parameters, a config.json text or a file.
+void bind_rope_config_constructors(py::class_<rope_config>& cls) {
+  cls.def(py::init([](const py::kwargs& kw) {
+            // RopeConfig(head_dim=..., theta=..., scaling=..., ...): posenc.rope_config
+            // builds the config.json these name and parses it like from_hf.
+            return py::module_::import("posenc").attr("rope_config")(**kw).cast<rope_config>();
+          }),
+          "RopeConfig(head_dim=..., rotary_dim=None, theta=10000, scaling='default', "
+          "factor=None, ...): see posenc.rope_config.")
       .def_static("_from_json", &config_from_json_text, py::arg("text"), py::arg("layer_type") = "")
       .def_static(
           "_from_file",
@@ -289,9 +285,13 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
             emit_warnings(warnings);
             return c;
           },
-          py::arg("path"), py::arg("layer_type") = "")
-      .def_property_readonly(
-          "head_dim", [](const rope_config& c) { return c.head_dim; }, "D, the head dim.")
+          py::arg("path"), py::arg("layer_type") = "");
+}
+
+// RopeConfig's read-only properties.
+void bind_rope_config_properties(py::class_<rope_config>& cls) {
+  cls.def_property_readonly(
+         "head_dim", [](const rope_config& c) { return c.head_dim; }, "D, the head dim.")
       .def_property_readonly(
           "rotary_dim", [](const rope_config& c) { return c.rotary_dim; },
           "R, the rotated channels (head_dim * partial_rotary_factor; even).")
@@ -345,20 +345,24 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
       .def_property_readonly(
           "mrope_interleaved", [](const rope_config& c) { return c.mrope_interleaved; },
           "M-RoPE components interleaved t h w t h w ... (Qwen3-VL) instead of contiguous "
-          "sections.")
-      .def(
-          "frequencies",
-          [](const rope_config& c, std::optional<int64_t> seq_len) {
-            if (seq_len && *seq_len < 0) fail("seq_len must be >= 0, got {}", *seq_len);
-            const auto f = rope_frequencies(c, seq_len.value_or(0));
-            py::array_t<double> inv(static_cast<py::ssize_t>(f.inv_freq.size()));
-            std::memcpy(inv.mutable_data(), f.inv_freq.data(), f.inv_freq.size() * sizeof(double));
-            return py::make_tuple(inv, f.attention_factor);
-          },
-          py::arg("seq_len") = py::none(),
-          "(inv_freq (R/2,) float64, attention_factor): transformers' "
-          "ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len). seq_len None = 0 (HF at "
-          "initialisation: dynamic unscaled, longrope short_factor).")
+          "sections.");
+}
+
+// RopeConfig's methods: frequencies, hf_inv_freq and __repr__.
+void bind_rope_config_methods(py::class_<rope_config>& cls) {
+  cls.def(
+         "frequencies",
+         [](const rope_config& c, std::optional<int64_t> seq_len) {
+           if (seq_len && *seq_len < 0) fail("seq_len must be >= 0, got {}", *seq_len);
+           const auto f = rope_frequencies(c, seq_len.value_or(0));
+           py::array_t<double> inv(static_cast<py::ssize_t>(f.inv_freq.size()));
+           std::memcpy(inv.mutable_data(), f.inv_freq.data(), f.inv_freq.size() * sizeof(double));
+           return py::make_tuple(inv, f.attention_factor);
+         },
+         py::arg("seq_len") = py::none(),
+         "(inv_freq (R/2,) float64, attention_factor): transformers' "
+         "ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len). seq_len None = 0 (HF at "
+         "initialisation: dynamic unscaled, longrope short_factor).")
       .def(
           "hf_inv_freq",
           [](const rope_config& c, std::optional<int64_t> seq_len) {
@@ -384,8 +388,19 @@ with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)do
       });
 }
 
-// rope_cos_sin, apply_rope and the FlashAttention-style tables.
-void bind_rope_apply(py::module_& m) {
+// RopeConfig: construction from a config.json or parameters, its properties and frequencies.
+void bind_rope_config(py::module_& m) {
+  py::class_<rope_config> cls(m, "RopeConfig", R"doc(
+A RoPE configuration: head_dim, rotary_dim, theta and the scaling (HF rope_type) with its
+parameters. Build it with RopeConfig.from_hf(path_or_dict) from a Hugging Face config.json, or
+with posenc.RopeConfig(head_dim=..., theta=..., scaling=..., ...). Immutable.)doc");
+  bind_rope_config_constructors(cls);
+  bind_rope_config_properties(cls);
+  bind_rope_config_methods(cls);
+}
+
+// rope_cos_sin: cos and sin tables of a RopeConfig.
+void bind_rope_cos_sin(py::module_& m) {
   m.def(
       "rope_cos_sin",
       [](const rope_config& c, py::handle positions, const std::string& angle_name,
@@ -429,7 +444,10 @@ void bind_rope_apply(py::module_& m) {
 factor. hf_inv_freq (angle "hf_f32" only): the engine's own float32 inv_freq buffer
 (transformers' rotary_emb.inv_freq) in place of posenc's model of it (RopeConfig.hf_inv_freq;
 the model rounds torch's float32 pow correctly, torch's SLEEF pow can differ in the last bit).)doc");
+}
 
+// apply_rope: rotate x by a RopeConfig at its positions.
+void bind_apply_rope(py::module_& m) {
   m.def(
       "apply_rope",
       [](py::handle x_obj, py::handle positions, const rope_config& c,
@@ -459,7 +477,10 @@ the model rounds torch's float32 pow correctly, torch's SLEEF pow can differ in 
       py::arg("layout") = "half", py::arg("angle") = "exact", py::arg("seqlen_offsets") = 0,
       py::arg("cu_seqlens") = py::none(), py::arg("inplace") = false, py::arg("inverse") = false,
       py::arg("seq_len") = py::none(), py::arg("hf_inv_freq") = py::none());
+}
 
+// _rotary_tables: rotate x by given cos and sin tables (FlashAttention's apply_rotary_emb).
+void bind_rotary_tables(py::module_& m) {
   m.def(
       "_rotary_tables",
       [](py::handle x_obj, py::handle cos_obj, py::handle sin_obj, bool interleaved, bool inplace,
@@ -489,6 +510,13 @@ the model rounds torch's float32 pow correctly, torch's SLEEF pow can differ in 
       py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("interleaved") = false,
       py::arg("inplace") = false, py::arg("seqlen_offsets") = 0, py::arg("cu_seqlens") = py::none(),
       py::arg("inverse") = false);
+}
+
+// rope_cos_sin, apply_rope and the FlashAttention-style tables.
+void bind_rope_apply(py::module_& m) {
+  bind_rope_cos_sin(m);
+  bind_apply_rope(m);
+  bind_rotary_tables(m);
 }
 
 // hf_layer_plan.

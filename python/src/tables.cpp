@@ -56,9 +56,8 @@ t5_bias_table t5_table_arg(py::handle table, int64_t max_distance, bool bidirect
   return t;
 }
 
-}  // namespace
-
-void bind_tables(py::module_& m) {
+// Binds sinusoidal_table, alibi_slopes and alibi_bias.
+void bind_sinusoidal_alibi(py::module_& m) {
   m.def(
       "sinusoidal_table",
       [](py::handle positions, int64_t width, double base, const std::string& layout,
@@ -142,7 +141,10 @@ power of two, else the first P = 2^floor(log2 n_heads) and the odd terms of the 
 positions i and key positions j (each an int N, meaning 0 .. N-1, or (N,) integers): m_h (j - i)
 when causal (the signed distance; attention's causal mask removes the keys after the query),
 else -m_h |i - j|. posenc.attention adds the same bias without forming this tensor.)doc");
+}
 
+// Binds t5_buckets and t5_bias.
+void bind_t5(py::module_& m) {
   m.def(
       "t5_buckets",
       [](py::handle offsets, bool bidirectional, int64_t num_buckets, int64_t max_distance) {
@@ -184,7 +186,10 @@ bidirectional: keys after the query share bucket 0.)doc");
       R"doc(The dense T5 bias (H, T, S) float32: table[bucket(j - i), h] for a table (num_buckets,
 H) (float32 or float64, read as float32) at query positions i and key positions j (an int N or
 (N,) integers); buckets as t5_buckets.)doc");
+}
 
+// Binds the learned-table helpers (_learned_load, _learned_lookup, _learned_save).
+void bind_learned(py::module_& m) {
   m.def(
       "_learned_load",
       [](const std::string& path) {
@@ -238,6 +243,14 @@ H) (float32 or float64, read as float32) at query positions i and key positions 
         learned_save(path, t);
       },
       py::arg("path"), py::arg("weights"));
+}
+
+}  // namespace
+
+void bind_tables(py::module_& m) {
+  bind_sinusoidal_alibi(m);
+  bind_t5(m);
+  bind_learned(m);
 }
 
 }  // namespace posenc::py_bind

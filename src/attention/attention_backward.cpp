@@ -135,6 +135,153 @@ void transform_backward(const attention_params<Real>& p, const detail::attention
 }  // namespace
 
 // ---- reference ------------------------------------------------------------------------------
+namespace {
+
+// The reference's buffers, all double: the inputs (q', k' after hook 1), the relative tables,
+// the gradients (dq', dk' in the transformed frame) and one head's (T, S) matrices.
+struct ref_buffers {
+  std::vector<double> q, k, v, dO;          // (T, Hq, D), (S, Hkv, D), (S, Hkv, D), (T, Hq, D)
+  std::vector<double> ak, av;               // (C, D) each; empty without relative tables
+  std::vector<double> dq, dk, dv;           // (T, Hq, D), (S, Hkv, D), (S, Hkv, D)
+  std::vector<double> P, dS, psink, dsink;  // (T, S), (T, S), (T,), (Hq,)
+  std::vector<uint8_t> vis;                 // (T, S): key j visible to query i
+};
+
+// Head h's forward: the visibility, P and the sink's probability of each row.
+template <typename Real>
+void ref_probabilities(const attention_params<Real>& p, const attention_grads<Real>& g,
+                       const detail::attention_plan& pl, const detail::engine_terms<Real>& terms,
+                       ref_buffers& buf, int64_t h) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  const auto* rel = terms.relative.get();
+  const int64_t hk = h / pl.group;
+  auto c_of = [&](int64_t i, int64_t j) { return rel->index(pl.qpos[i], pl.kpos[j]); };
+  const auto& q = buf.q;
+  const auto& k = buf.k;
+  const auto& ak = buf.ak;
+  auto& P = buf.P;
+  auto& psink = buf.psink;
+  auto& vis = buf.vis;
+  // Forward: P.
+  for (int64_t i = 0; i < T; ++i) {
+    const double* qi = &q[(i * Hq + h) * D];
+    double* Pi = &P[i * S];
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < S; ++j) {
+      vis[i * S + j] = detail::attention_visible(pl, p.causal, p.window, T, S, i, j);
+      if (!vis[i * S + j]) continue;
+      const double* kj = &k[(j * Hkv + hk) * D];
+      const double* akc = rel ? &ak[c_of(i, j) * D] : nullptr;
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (akc ? akc[d] : 0));
+      double sc = pl.scale * dot;
+      for (const auto& b : terms.biases) sc += b->value(h, pl.qpos[i], pl.kpos[j]);
+      Pi[j] = sc;
+      m = std::max(m, sc);
+    }
+    // A sink (attention_params::sinks): one more score with no value in the denominator.
+    const bool sink = !p.sinks.empty();
+    const double sk = sink ? double(p.sinks[h]) : 0.0;
+    if (sink && sk > m) m = sk;
+    double l = sink ? std::exp(sk - m) : 0.0;
+    for (int64_t j = 0; j < S; ++j) {
+      Pi[j] = vis[i * S + j] ? std::exp(Pi[j] - m) : 0.0;
+      l += Pi[j];
+    }
+    for (int64_t j = 0; j < S; ++j) Pi[j] = l > 0 ? Pi[j] / l : 0.0;
+    if (g.dsinks) psink[i] = sink ? std::exp(sk - m) / l : 0.0;
+  }
+}
+
+// Head h's dP, D_i and dS (in buf.dS), and the sink's gradient.
+template <typename Real>
+void ref_score_grads(const attention_params<Real>& p, const attention_grads<Real>& g,
+                     const detail::attention_plan& pl, const detail::engine_terms<Real>& terms,
+                     ref_buffers& buf, int64_t h) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  const auto* rel = terms.relative.get();
+  const int64_t hk = h / pl.group;
+  auto c_of = [&](int64_t i, int64_t j) { return rel->index(pl.qpos[i], pl.kpos[j]); };
+  const auto& v = buf.v;
+  const auto& dO = buf.dO;
+  const auto& av = buf.av;
+  const auto& P = buf.P;
+  const auto& psink = buf.psink;
+  const auto& vis = buf.vis;
+  auto& dS = buf.dS;
+  auto& dsink = buf.dsink;
+  // dP, D_i, dS.
+  for (int64_t i = 0; i < T; ++i) {
+    const double* doi = &dO[(i * Hq + h) * D];
+    double Di = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      if (!vis[i * S + j]) {
+        dS[i * S + j] = 0;
+        continue;
+      }
+      const double* vj = &v[(j * Hkv + hk) * D];
+      const double* avc = rel ? &av[c_of(i, j) * D] : nullptr;
+      double dp = 0;
+      for (int64_t d = 0; d < D; ++d) dp += doi[d] * (vj[d] + (avc ? avc[d] : 0));
+      dS[i * S + j] = dp;
+      Di += P[i * S + j] * dp;
+    }
+    for (int64_t j = 0; j < S; ++j)
+      if (vis[i * S + j]) dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - Di);
+    if (g.dsinks) dsink[h] -= psink[i] * Di;
+  }
+}
+
+// Head h's accumulation into dq', dk', dv and the parameter gradients.
+template <typename Real>
+void ref_accumulate(const attention_params<Real>& p, const detail::attention_plan& pl,
+                    const detail::engine_terms<Real>& terms, ref_buffers& buf, param_grads& pg,
+                    int64_t h) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  const auto* rel = terms.relative.get();
+  const int64_t hk = h / pl.group;
+  auto c_of = [&](int64_t i, int64_t j) { return rel->index(pl.qpos[i], pl.kpos[j]); };
+  const auto& q = buf.q;
+  const auto& k = buf.k;
+  const auto& dO = buf.dO;
+  const auto& ak = buf.ak;
+  const auto& P = buf.P;
+  const auto& dS = buf.dS;
+  const auto& vis = buf.vis;
+  auto& dq = buf.dq;
+  auto& dk = buf.dk;
+  auto& dv = buf.dv;
+  // Accumulate.
+  for (int64_t i = 0; i < T; ++i) {
+    const double* qi = &q[(i * Hq + h) * D];
+    const double* doi = &dO[(i * Hq + h) * D];
+    double* dqi = &dq[(i * Hq + h) * D];
+    for (int64_t j = 0; j < S; ++j) {
+      if (!vis[i * S + j]) continue;
+      const double pij = P[i * S + j], ds = dS[i * S + j];
+      const double* kj = &k[(j * Hkv + hk) * D];
+      double* dkj = &dk[(j * Hkv + hk) * D];
+      double* dvj = &dv[(j * Hkv + hk) * D];
+      const int64_t c = rel ? c_of(i, j) : 0;
+      for (int64_t d = 0; d < D; ++d) {
+        dvj[d] += pij * doi[d];
+        dqi[d] += pl.scale * ds * (kj[d] + (rel ? ak[c * D + d] : 0));
+        dkj[d] += pl.scale * ds * qi[d];
+      }
+      if (rel)
+        for (int64_t d = 0; d < D; ++d) {
+          pg.dav[c * D + d] += pij * doi[d];
+          pg.dak[c * D + d] += pl.scale * ds * qi[d];
+        }
+      for (size_t b = 0; b < terms.biases.size(); ++b)
+        if (!pg.bias[b].empty())
+          terms.biases[b]->add_grad(h, pl.qpos[i], pl.kpos[j], ds, pg.bias[b].data());
+    }
+  }
+}
+
+}  // namespace
+
 // Per head h (plain loops, double throughout; c = the relative tables' row of the pair):
 //   s_ij  = scale q'_i . (k'_j + a^K_c) + sum of biases, visible j only
 //   P_ij  = exp(s_ij - m_i) / l_i                   (two-pass softmax, as the forward reference)
@@ -150,111 +297,43 @@ void attention_backward_reference(const attention_params<Real>& p, const attenti
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   const auto* rel = terms.relative.get();
 
-  std::vector<double> q(p.q, p.q + T * Hq * D), k(p.k, p.k + S * Hkv * D),
-      v(p.v, p.v + S * Hkv * D), dO(g.dout, g.dout + T * Hq * D);
+  ref_buffers buf;
+  buf.q.assign(p.q, p.q + T * Hq * D);
+  buf.k.assign(p.k, p.k + S * Hkv * D);
+  buf.v.assign(p.v, p.v + S * Hkv * D);
+  buf.dO.assign(g.dout, g.dout + T * Hq * D);
   if (const auto* tr = terms.transform.get()) {
-    tr->apply(pl.qpos_safe, q.data(), T, Hq, D, false, false);
-    if (!tr->keys_transformed) tr->apply(pl.kpos_safe, k.data(), S, Hkv, D, true, false);
+    tr->apply(pl.qpos_safe, buf.q.data(), T, Hq, D, false, false);
+    if (!tr->keys_transformed) tr->apply(pl.kpos_safe, buf.k.data(), S, Hkv, D, true, false);
   }
-  std::vector<double> ak, av;
   if (rel) {
-    ak.assign(rel->keys, rel->keys + rel->C * D);
-    av.assign(rel->values, rel->values + rel->C * D);
+    buf.ak.assign(rel->keys, rel->keys + rel->C * D);
+    buf.av.assign(rel->values, rel->values + rel->C * D);
   }
-  std::vector<double> dq(T * Hq * D, 0.0), dk(S * Hkv * D, 0.0), dv(S * Hkv * D, 0.0);
+  buf.dq.assign(T * Hq * D, 0.0);
+  buf.dk.assign(S * Hkv * D, 0.0);
+  buf.dv.assign(S * Hkv * D, 0.0);
   param_grads pg = make_param_grads(terms, D);
-  std::vector<double> P(T * S), dS(T * S), psink(T), dsink(Hq, 0.0);
-  std::vector<uint8_t> vis(T * S);
+  buf.P.resize(T * S);
+  buf.dS.resize(T * S);
+  buf.psink.resize(T);
+  buf.dsink.assign(Hq, 0.0);
+  buf.vis.resize(T * S);
 
   for (int64_t h = 0; h < Hq; ++h) {
-    const int64_t hk = h / pl.group;
-    auto c_of = [&](int64_t i, int64_t j) { return rel->index(pl.qpos[i], pl.kpos[j]); };
-    // Forward: P.
-    for (int64_t i = 0; i < T; ++i) {
-      const double* qi = &q[(i * Hq + h) * D];
-      double* Pi = &P[i * S];
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < S; ++j) {
-        vis[i * S + j] = detail::attention_visible(pl, p.causal, p.window, T, S, i, j);
-        if (!vis[i * S + j]) continue;
-        const double* kj = &k[(j * Hkv + hk) * D];
-        const double* akc = rel ? &ak[c_of(i, j) * D] : nullptr;
-        double dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (akc ? akc[d] : 0));
-        double sc = pl.scale * dot;
-        for (const auto& b : terms.biases) sc += b->value(h, pl.qpos[i], pl.kpos[j]);
-        Pi[j] = sc;
-        m = std::max(m, sc);
-      }
-      // A sink (attention_params::sinks): one more score with no value in the denominator.
-      const bool sink = !p.sinks.empty();
-      const double sk = sink ? double(p.sinks[h]) : 0.0;
-      if (sink && sk > m) m = sk;
-      double l = sink ? std::exp(sk - m) : 0.0;
-      for (int64_t j = 0; j < S; ++j) {
-        Pi[j] = vis[i * S + j] ? std::exp(Pi[j] - m) : 0.0;
-        l += Pi[j];
-      }
-      for (int64_t j = 0; j < S; ++j) Pi[j] = l > 0 ? Pi[j] / l : 0.0;
-      if (g.dsinks) psink[i] = sink ? std::exp(sk - m) / l : 0.0;
-    }
-    // dP, D_i, dS.
-    for (int64_t i = 0; i < T; ++i) {
-      const double* doi = &dO[(i * Hq + h) * D];
-      double Di = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        if (!vis[i * S + j]) {
-          dS[i * S + j] = 0;
-          continue;
-        }
-        const double* vj = &v[(j * Hkv + hk) * D];
-        const double* avc = rel ? &av[c_of(i, j) * D] : nullptr;
-        double dp = 0;
-        for (int64_t d = 0; d < D; ++d) dp += doi[d] * (vj[d] + (avc ? avc[d] : 0));
-        dS[i * S + j] = dp;
-        Di += P[i * S + j] * dp;
-      }
-      for (int64_t j = 0; j < S; ++j)
-        if (vis[i * S + j]) dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - Di);
-      if (g.dsinks) dsink[h] -= psink[i] * Di;
-    }
-    // Accumulate.
-    for (int64_t i = 0; i < T; ++i) {
-      const double* qi = &q[(i * Hq + h) * D];
-      const double* doi = &dO[(i * Hq + h) * D];
-      double* dqi = &dq[(i * Hq + h) * D];
-      for (int64_t j = 0; j < S; ++j) {
-        if (!vis[i * S + j]) continue;
-        const double pij = P[i * S + j], ds = dS[i * S + j];
-        const double* kj = &k[(j * Hkv + hk) * D];
-        double* dkj = &dk[(j * Hkv + hk) * D];
-        double* dvj = &dv[(j * Hkv + hk) * D];
-        const int64_t c = rel ? c_of(i, j) : 0;
-        for (int64_t d = 0; d < D; ++d) {
-          dvj[d] += pij * doi[d];
-          dqi[d] += pl.scale * ds * (kj[d] + (rel ? ak[c * D + d] : 0));
-          dkj[d] += pl.scale * ds * qi[d];
-        }
-        if (rel)
-          for (int64_t d = 0; d < D; ++d) {
-            pg.dav[c * D + d] += pij * doi[d];
-            pg.dak[c * D + d] += pl.scale * ds * qi[d];
-          }
-        for (size_t b = 0; b < terms.biases.size(); ++b)
-          if (!pg.bias[b].empty())
-            terms.biases[b]->add_grad(h, pl.qpos[i], pl.kpos[j], ds, pg.bias[b].data());
-      }
-    }
+    ref_probabilities(p, g, pl, terms, buf, h);
+    ref_score_grads(p, g, pl, terms, buf, h);
+    ref_accumulate(p, pl, terms, buf, pg, h);
   }
-  transform_backward(p, pl, terms, dq.data(), dk.data());
-  for (int64_t x = 0; x < T * Hq * D; ++x) g.dq[x] = static_cast<Real>(dq[x]);
+  transform_backward(p, pl, terms, buf.dq.data(), buf.dk.data());
+  for (int64_t x = 0; x < T * Hq * D; ++x) g.dq[x] = static_cast<Real>(buf.dq[x]);
   for (int64_t x = 0; x < S * Hkv * D; ++x) {
-    g.dk[x] = static_cast<Real>(dk[x]);
-    g.dv[x] = static_cast<Real>(dv[x]);
+    g.dk[x] = static_cast<Real>(buf.dk[x]);
+    g.dv[x] = static_cast<Real>(buf.dv[x]);
   }
   store_param_grads(terms, pg);
   if (g.dsinks)
-    for (int64_t h = 0; h < Hq; ++h) g.dsinks[h] = static_cast<Real>(dsink[h]);
+    for (int64_t h = 0; h < Hq; ++h) g.dsinks[h] = static_cast<Real>(buf.dsink[h]);
 }
 
 // ---- tiled ----------------------------------------------------------------------------------
@@ -633,6 +712,64 @@ void backward_item(const bwd_problem<Real>& pr, bwd_scratch<Real>& sc, int64_t h
   }
 }
 
+// D_i = dO_i . o_i per row (T, Hq) (FlashAttention-2's rowsum(dO * O)), accumulated in double.
+template <typename Real>
+std::vector<Real> row_dout_dot_out(const attention_params<Real>& p,
+                                   const attention_grads<Real>& g) {
+  const int64_t T = p.T, Hq = p.Hq, D = p.D;
+  std::vector<Real> Drow(T * Hq);
+  for (int64_t x = 0; x < T * Hq; ++x) {
+    double acc = 0;
+    for (int64_t d = 0; d < D; ++d) acc += double(g.dout[x * D + d]) * double(g.out[x * D + d]);
+    Drow[x] = static_cast<Real>(acc);
+  }
+  return Drow;
+}
+
+// One scratch per thread, sized for pr and R tile rows.
+template <typename Real>
+std::vector<bwd_scratch<Real>> make_bwd_scratch(const bwd_problem<Real>& pr, int64_t R, int nth) {
+  std::vector<bwd_scratch<Real>> scratch(nth);
+  for (auto& sc : scratch) {
+    sc.kT.resize(pr.nkb * pr.Dp * kBk);
+    sc.vT.resize(pr.nkb * pr.Dp * kBk);
+    sc.kr.resize(pr.Sp * pr.Dp);
+    sc.dK.resize(pr.Sp * pr.Dp);
+    sc.dV.resize(pr.Sp * pr.Dp);
+    sc.Qs.resize(R * pr.Dp);
+    sc.dO.resize(R * pr.Dp);
+    sc.dQ.resize(R * pr.Dp);
+    sc.s.resize(R * kBk);
+    sc.dp.resize(R * kBk);
+    sc.lse_r.resize(R);
+    sc.D_r.resize(R);
+    sc.jlo.resize(R);
+    sc.jhi.resize(R);
+    sc.qa.resize(R * pr.C);
+    sc.doa.resize(R * pr.C);
+    sc.wds.resize(R * pr.C);
+    sc.wp.resize(R * pr.C);
+    sc.cidx.assign(pr.C > 0 ? R * kBk : 0, 0);
+  }
+  return scratch;
+}
+
+// Adds the per-kv-head partials of the parameter gradients (dbias, dak, dav of
+// attention_backward_tiled) into pg, in head order.
+void reduce_param_grads(param_grads& pg, const std::vector<std::vector<double>>& dbias,
+                        const std::vector<double>& dak, const std::vector<double>& dav, int64_t Hkv,
+                        int64_t C, int64_t D) {
+  for (size_t b = 0; b < dbias.size(); ++b)
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (size_t x = 0; x < pg.bias[b].size(); ++x)
+        pg.bias[b][x] += dbias[b][hk * pg.bias[b].size() + x];
+  for (int64_t hk = 0; hk < Hkv; ++hk)
+    for (size_t x = 0; x < pg.dak.size(); ++x) {
+      pg.dak[x] += dak[hk * C * D + x];
+      pg.dav[x] += dav[hk * C * D + x];
+    }
+}
+
 }  // namespace
 
 template <typename Real>
@@ -668,13 +805,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
       k = k_t.data();
     }
   }
-  // D_i = dO_i . o_i (FlashAttention-2's rowsum(dO * O)), accumulated in double.
-  std::vector<Real> Drow(T * Hq);
-  for (int64_t x = 0; x < T * Hq; ++x) {
-    double acc = 0;
-    for (int64_t d = 0; d < D; ++d) acc += double(g.dout[x * D + d]) * double(g.out[x * D + d]);
-    Drow[x] = static_cast<Real>(acc);
-  }
+  const std::vector<Real> Drow = row_dout_dot_out(p, g);  // (T, Hq): D_i = dO_i . o_i
 
   bwd_problem<Real> pr;
   pr.p = &p, pr.g = &g, pr.pl = &pl, pr.terms = &terms, pr.q = q, pr.k = k, pr.dq = g.dq,
@@ -705,28 +836,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
                   static_cast<unsigned long long>(pr.C), 4, sizeof(double));
 
   const int nth = static_cast<int>(std::min<int64_t>(num_threads(), Hkv));
-  std::vector<bwd_scratch<Real>> scratch(nth);
-  for (auto& sc : scratch) {
-    sc.kT.resize(pr.nkb * pr.Dp * kBk);
-    sc.vT.resize(pr.nkb * pr.Dp * kBk);
-    sc.kr.resize(pr.Sp * pr.Dp);
-    sc.dK.resize(pr.Sp * pr.Dp);
-    sc.dV.resize(pr.Sp * pr.Dp);
-    sc.Qs.resize(R * pr.Dp);
-    sc.dO.resize(R * pr.Dp);
-    sc.dQ.resize(R * pr.Dp);
-    sc.s.resize(R * kBk);
-    sc.dp.resize(R * kBk);
-    sc.lse_r.resize(R);
-    sc.D_r.resize(R);
-    sc.jlo.resize(R);
-    sc.jhi.resize(R);
-    sc.qa.resize(R * pr.C);
-    sc.doa.resize(R * pr.C);
-    sc.wds.resize(R * pr.C);
-    sc.wp.resize(R * pr.C);
-    sc.cidx.assign(pr.C > 0 ? R * kBk : 0, 0);
-  }
+  std::vector<bwd_scratch<Real>> scratch = make_bwd_scratch(pr, R, nth);
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       auto [b, e] = thread_range(Hkv, static_cast<int>(t), nth);
@@ -737,15 +847,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
   transform_backward(p, pl, terms, g.dq, g.dk);
   // The per-kv-head partials of the parameter gradients, in head order.
   param_grads pg = make_param_grads(terms, D);
-  for (size_t b = 0; b < dbias.size(); ++b)
-    for (int64_t hk = 0; hk < Hkv; ++hk)
-      for (size_t x = 0; x < pg.bias[b].size(); ++x)
-        pg.bias[b][x] += dbias[b][hk * pg.bias[b].size() + x];
-  for (int64_t hk = 0; hk < Hkv; ++hk)
-    for (size_t x = 0; x < pg.dak.size(); ++x) {
-      pg.dak[x] += dak[hk * pr.C * D + x];
-      pg.dav[x] += dav[hk * pr.C * D + x];
-    }
+  reduce_param_grads(pg, dbias, dak, dav, Hkv, pr.C, D);
   store_param_grads(terms, pg);
   sink_grads(p, g);
 }

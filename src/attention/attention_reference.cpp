@@ -11,9 +11,11 @@
 
 namespace posenc {
 namespace detail {
+namespace {
 
+// Checks the shapes and sizes, the q, k and v storage and pointers, the sinks and the products.
 template <typename Real>
-attention_plan make_attention_plan(const attention_params<Real>& p) {
+void validate_attention_inputs(const attention_params<Real>& p) {
   if (p.T < 0) fail("attention: T must be >= 0, got {}", p.T);
   if (p.S < 0) fail("attention: S must be >= 0, got {}", p.S);
   if (p.Hq < 1) fail("attention: Hq must be >= 1, got {}", p.Hq);
@@ -70,6 +72,11 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
     if (p.S > 0 && (!p.k16 || !p.v16))
       fail("attention: k16 and v16 must not be null when kv = {} and S = {}", name(p.kv), p.S);
   }
+}
+
+// Checks the window and the key / value layout (kv_head_stride, k_blocked).
+template <typename Real>
+void validate_attention_kv_layout(const attention_params<Real>& p) {
   if (p.window < 0) fail("attention: window must be >= 0 (0 = none), got {}", p.window);
   if (p.kv_head_stride != 0) {
     if (p.kv_head_stride < p.S * p.D || p.kv_head_stride % p.D != 0)
@@ -95,17 +102,13 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
           "blocks), got {}",
           need, p.kv_head_stride);
   }
+}
 
-  attention_plan pl;
-  pl.group = p.Hq / p.Hkv;
-  pl.scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
-  if (!std::isfinite(pl.scale)) fail("attention: scale must be finite, got {}", pl.scale);
-
+// The documents of the queries and keys (pl.qdoc, pl.kdoc; none when p packs none); returns
+// the default key positions.
+template <typename Real>
+std::vector<int64_t> attention_plan_documents(const attention_params<Real>& p, attention_plan& pl) {
   const int64_t T = p.T, S = p.S;
-  if (!p.key_padding.empty() && static_cast<int64_t>(p.key_padding.size()) != S)
-    fail("key_padding must have shape (S,) = ({},), got ({},)", S, p.key_padding.size());
-
-  // Documents.
   std::vector<int64_t> kdef;  // default key positions
   const bool have_cu = !p.cu_seqlens.empty();
   const bool have_ids = !p.q_doc_ids.empty() || !p.k_doc_ids.empty();
@@ -131,8 +134,15 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
   } else {
     kdef = positions_fresh(S, 0);
   }
+  return kdef;
+}
 
-  // Positions.
+// The query and key positions (pl.qpos, pl.kpos: given, else the defaults kdef), their
+// validity and their pad-free copies.
+template <typename Real>
+void attention_plan_positions(const attention_params<Real>& p, attention_plan& pl,
+                              const std::vector<int64_t>& kdef) {
+  const int64_t T = p.T, S = p.S;
   if (!p.k_positions.empty()) {
     validate_positions(p.k_positions, S, "k_positions", true);
     pl.kpos.assign(p.k_positions.begin(), p.k_positions.end());
@@ -162,7 +172,26 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
     pl.kvalid[j] = pl.kpos[j] != pad_position && (p.key_padding.empty() || p.key_padding[j]);
     if (pl.kpos[j] == pad_position) pl.kpos_safe[j] = 0;
   }
+}
 
+}  // namespace
+
+template <typename Real>
+attention_plan make_attention_plan(const attention_params<Real>& p) {
+  validate_attention_inputs(p);
+  validate_attention_kv_layout(p);
+
+  attention_plan pl;
+  pl.group = p.Hq / p.Hkv;
+  pl.scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(p.D));
+  if (!std::isfinite(pl.scale)) fail("attention: scale must be finite, got {}", pl.scale);
+
+  const int64_t S = p.S;
+  if (!p.key_padding.empty() && static_cast<int64_t>(p.key_padding.size()) != S)
+    fail("key_padding must have shape (S,) = ({},), got ({},)", S, p.key_padding.size());
+
+  const std::vector<int64_t> kdef = attention_plan_documents(p, pl);  // default key positions
+  attention_plan_positions(p, pl, kdef);
   return pl;
 }
 

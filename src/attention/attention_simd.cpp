@@ -141,7 +141,8 @@ constexpr int64_t kSplitItems = 64;
 constexpr int64_t kPackRows = POSENC_PACK_ROWS;
 // Keys ahead of the one being scored whose key and value rows the decode path prefetches, and
 // whether it prefetches head-major (contiguous) rows too: the knobs the measurements in
-// docs/decisions.md turned (build attention_simd.cpp with -DPOSENC_PF_KEYS=N, -DPOSENC_PF_CONTIG=0).
+// docs/decisions.md turned (build attention_simd.cpp with -DPOSENC_PF_KEYS=N,
+// -DPOSENC_PF_CONTIG=0).
 #ifndef POSENC_PF_KEYS
 #define POSENC_PF_KEYS 16
 #endif

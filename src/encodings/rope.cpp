@@ -269,6 +269,106 @@ double yarn_correction_dim(double rotations, int64_t R, double base, double orig
   return static_cast<double>(R) * std::log(orig / (rotations * 2 * kPi)) / (2 * std::log(base));
 }
 
+// Dynamic NTK's frequencies for seq_len positions (f.inv_freq).
+void dynamic_freqs(const rope_config& c, int64_t seq_len, rope_freqs& f) {
+  const int64_t R = c.rotary_dim;
+  const double s = c.factor;
+  // Dynamic NTK (bloc97 / emozilla 2023; HF _compute_dynamic_ntk_parameters):
+  // base' = base * (s L / M - (s - 1))^(R / (R - 2)), L = max(seq_len, M).
+  const double M = static_cast<double>(c.max_position_embeddings);
+  const double L = std::max(static_cast<double>(seq_len), M);
+  const double ex = static_cast<double>(R) / static_cast<double>(R - 2);
+  // Hunyuan's alpha (transformers' HunYuanDenseV1RotaryEmbedding): base * alpha^(R/(R-2))
+  // up to max_position_embeddings; dynamic_rope_update switches to plain NTK past it.
+  const double base = c.dynamic_alpha > 0 && L <= M ? c.theta * std::pow(c.dynamic_alpha, ex)
+                                                    : c.theta * std::pow(s * L / M - (s - 1), ex);
+  f.inv_freq = default_inv_freq(base, R);
+}
+
+// YaRN's frequencies and attention factor (f.inv_freq, f.attention_factor).
+void yarn_freqs(const rope_config& c, rope_freqs& f) {
+  const int64_t R = c.rotary_dim, half = R / 2;
+  const double s = c.factor;
+  // YaRN (Peng et al. 2023, eq. 18-20; HF _compute_yarn_parameters): pairs with many
+  // rotations inside the original context are extrapolated (kept), pairs with few are
+  // interpolated (divided by s), with a linear ramp between correction dims low and high.
+  const double orig = static_cast<double>(c.original_max_position_embeddings > 0
+                                              ? c.original_max_position_embeddings
+                                              : c.max_position_embeddings);
+  double low = yarn_correction_dim(c.beta_fast, R, c.theta, orig);
+  double high = yarn_correction_dim(c.beta_slow, R, c.theta, orig);
+  if (c.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(R - 1));
+  if (low == high) high += 0.001;  // HF linear_ramp_factor: avoid 0 / 0
+  const auto pf = pos_freqs(c.theta, R);
+  f.inv_freq.resize(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    // HF: interp * (1 - extrap_factor) + extrap * extrap_factor, extrap_factor = 1 - ramp.
+    const double extrap = 1.0 / pf[i], interp = 1.0 / (s * pf[i]);
+    const double ef = 1 - ramp;
+    f.inv_freq[i] = interp * (1 - ef) + extrap * ef;
+  }
+  if (c.attention_factor) {
+    f.attention_factor = *c.attention_factor;
+  } else if (c.mscale && c.mscale_all_dim && *c.mscale != 0 && *c.mscale_all_dim != 0) {
+    // DeepSeek-V2 style ratio (HF: used only when both are given and nonzero).
+    f.attention_factor = yarn_get_mscale(s, *c.mscale) / yarn_get_mscale(s, *c.mscale_all_dim);
+  } else {
+    f.attention_factor = yarn_get_mscale(s, 1.0);
+  }
+}
+
+// LongRoPE's frequencies for seq_len positions and its attention factor (f.inv_freq,
+// f.attention_factor).
+void longrope_freqs(const rope_config& c, int64_t seq_len, rope_freqs& f) {
+  const int64_t R = c.rotary_dim, half = R / 2;
+  const double s = c.factor;
+  // LongRoPE (Ding et al. 2024; HF _compute_longrope_parameters): omega_i = 1 / (lambda_i
+  // base^(2i/R)), lambda = long_factor beyond the original context, else short_factor.
+  const int64_t orig = c.original_max_position_embeddings > 0 ? c.original_max_position_embeddings
+                                                              : c.max_position_embeddings;
+  const auto& ext = seq_len > orig ? c.long_factor : c.short_factor;
+  f.inv_freq = pos_freqs(c.theta, R);
+  for (int64_t i = 0; i < half; ++i) f.inv_freq[i] = 1.0 / (ext[i] * f.inv_freq[i]);
+  if (c.attention_factor) {
+    f.attention_factor = *c.attention_factor;
+  } else {
+    f.attention_factor =
+        s <= 1 ? 1.0 : std::sqrt(1 + std::log(s) / std::log(static_cast<double>(orig)));
+  }
+}
+
+// Llama 3.1's frequencies (f.inv_freq).
+void llama3_freqs(const rope_config& c, rope_freqs& f) {
+  const int64_t R = c.rotary_dim;
+  const double s = c.factor;
+  // Llama 3.1 (Meta 2024, "The Llama 3 Herd of Models"; HF _compute_llama3_parameters):
+  // wavelength lambda = 2 pi / omega; lambda < orig/high: kept; lambda > orig/low: omega/s;
+  // between: (1 - g) omega / s + g omega, g = (orig / lambda - low) / (high - low).
+  f.inv_freq = default_inv_freq(c.theta, R);
+  const double orig = static_cast<double>(c.original_max_position_embeddings);
+  const double low_wavelen = orig / c.low_freq_factor;
+  const double high_wavelen = orig / c.high_freq_factor;
+  for (auto& w : f.inv_freq) {
+    const double wavelen = 2 * kPi / w;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen || c.high_freq_factor == c.low_freq_factor) {
+      // (equal factors: the band is the single wavelength orig, where HF's 0 / 0 smoothing
+      // is not a number; posenc divides there too, as just beyond it)
+      w = w / s;
+    } else {
+      const double g =
+          (orig / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
+      w = (1 - g) * w / s + g * w;
+    }
+  }
+}
+
 }  // namespace
 
 void rope_set_hf_inv_freq(rope_freqs& f, std::span<const float> inv_freq, const char* arg) {
@@ -302,95 +402,18 @@ rope_freqs rope_frequencies(const rope_config& c, int64_t seq_len) {
       f.inv_freq = default_inv_freq(c.theta, R);
       for (auto& w : f.inv_freq) w /= s;
       break;
-    case rope_type::dynamic: {
-      // Dynamic NTK (bloc97 / emozilla 2023; HF _compute_dynamic_ntk_parameters):
-      // base' = base * (s L / M - (s - 1))^(R / (R - 2)), L = max(seq_len, M).
-      const double M = static_cast<double>(c.max_position_embeddings);
-      const double L = std::max(static_cast<double>(seq_len), M);
-      const double ex = static_cast<double>(R) / static_cast<double>(R - 2);
-      // Hunyuan's alpha (transformers' HunYuanDenseV1RotaryEmbedding): base * alpha^(R/(R-2))
-      // up to max_position_embeddings; dynamic_rope_update switches to plain NTK past it.
-      const double base = c.dynamic_alpha > 0 && L <= M
-                              ? c.theta * std::pow(c.dynamic_alpha, ex)
-                              : c.theta * std::pow(s * L / M - (s - 1), ex);
-      f.inv_freq = default_inv_freq(base, R);
+    case rope_type::dynamic:
+      dynamic_freqs(c, seq_len, f);
       break;
-    }
-    case rope_type::yarn: {
-      // YaRN (Peng et al. 2023, eq. 18-20; HF _compute_yarn_parameters): pairs with many
-      // rotations inside the original context are extrapolated (kept), pairs with few are
-      // interpolated (divided by s), with a linear ramp between correction dims low and high.
-      const double orig = static_cast<double>(c.original_max_position_embeddings > 0
-                                                  ? c.original_max_position_embeddings
-                                                  : c.max_position_embeddings);
-      double low = yarn_correction_dim(c.beta_fast, R, c.theta, orig);
-      double high = yarn_correction_dim(c.beta_slow, R, c.theta, orig);
-      if (c.truncate) {
-        low = std::floor(low);
-        high = std::ceil(high);
-      }
-      low = std::max(low, 0.0);
-      high = std::min(high, static_cast<double>(R - 1));
-      if (low == high) high += 0.001;  // HF linear_ramp_factor: avoid 0 / 0
-      const auto pf = pos_freqs(c.theta, R);
-      f.inv_freq.resize(static_cast<size_t>(half));
-      for (int64_t i = 0; i < half; ++i) {
-        const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
-        // HF: interp * (1 - extrap_factor) + extrap * extrap_factor, extrap_factor = 1 - ramp.
-        const double extrap = 1.0 / pf[i], interp = 1.0 / (s * pf[i]);
-        const double ef = 1 - ramp;
-        f.inv_freq[i] = interp * (1 - ef) + extrap * ef;
-      }
-      if (c.attention_factor) {
-        f.attention_factor = *c.attention_factor;
-      } else if (c.mscale && c.mscale_all_dim && *c.mscale != 0 && *c.mscale_all_dim != 0) {
-        // DeepSeek-V2 style ratio (HF: used only when both are given and nonzero).
-        f.attention_factor = yarn_get_mscale(s, *c.mscale) / yarn_get_mscale(s, *c.mscale_all_dim);
-      } else {
-        f.attention_factor = yarn_get_mscale(s, 1.0);
-      }
+    case rope_type::yarn:
+      yarn_freqs(c, f);
       break;
-    }
-    case rope_type::longrope: {
-      // LongRoPE (Ding et al. 2024; HF _compute_longrope_parameters): omega_i = 1 / (lambda_i
-      // base^(2i/R)), lambda = long_factor beyond the original context, else short_factor.
-      const int64_t orig = c.original_max_position_embeddings > 0
-                               ? c.original_max_position_embeddings
-                               : c.max_position_embeddings;
-      const auto& ext = seq_len > orig ? c.long_factor : c.short_factor;
-      f.inv_freq = pos_freqs(c.theta, R);
-      for (int64_t i = 0; i < half; ++i) f.inv_freq[i] = 1.0 / (ext[i] * f.inv_freq[i]);
-      if (c.attention_factor) {
-        f.attention_factor = *c.attention_factor;
-      } else {
-        f.attention_factor =
-            s <= 1 ? 1.0 : std::sqrt(1 + std::log(s) / std::log(static_cast<double>(orig)));
-      }
+    case rope_type::longrope:
+      longrope_freqs(c, seq_len, f);
       break;
-    }
-    case rope_type::llama3: {
-      // Llama 3.1 (Meta 2024, "The Llama 3 Herd of Models"; HF _compute_llama3_parameters):
-      // wavelength lambda = 2 pi / omega; lambda < orig/high: kept; lambda > orig/low: omega/s;
-      // between: (1 - g) omega / s + g omega, g = (orig / lambda - low) / (high - low).
-      f.inv_freq = default_inv_freq(c.theta, R);
-      const double orig = static_cast<double>(c.original_max_position_embeddings);
-      const double low_wavelen = orig / c.low_freq_factor;
-      const double high_wavelen = orig / c.high_freq_factor;
-      for (auto& w : f.inv_freq) {
-        const double wavelen = 2 * kPi / w;
-        if (wavelen < high_wavelen) continue;
-        if (wavelen > low_wavelen || c.high_freq_factor == c.low_freq_factor) {
-          // (equal factors: the band is the single wavelength orig, where HF's 0 / 0 smoothing
-          // is not a number; posenc divides there too, as just beyond it)
-          w = w / s;
-        } else {
-          const double g =
-              (orig / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
-          w = (1 - g) * w / s + g * w;
-        }
-      }
+    case rope_type::llama3:
+      llama3_freqs(c, f);
       break;
-    }
     case rope_type::proportional: {
       // transformers' _compute_proportional_rope_parameters (Gemma 4 family): the exponent's
       // denominator is the full head dim D (= R here), not the rotated width, so the rotated

@@ -326,11 +326,8 @@ constexpr ggml_block ggml_blocks[ggml_type_count] = {
     {0, 0},    {0, 0},    {256, 54}, {256, 66},  {0, 0},     {0, 0},     {0, 0},     {32, 17},
 };
 
-gguf_file parse(byte_source& src, const std::string& name) {
-  gguf_file f;
-  f.path = name;
-  f.file_size = src.size();
-  cursor c(src, name);
+// Reads and checks the magic and the version (2 or 3); leaves the cursor at the tensor count.
+uint32_t gguf_read_version(cursor& c) {
   char magic[4];
   c.bytes(magic, 4, "magic");
   if (std::memcmp(magic, "GGUF", 4) != 0) {
@@ -353,26 +350,11 @@ gguf_file parse(byte_source& src, const std::string& name) {
     c.error("version", fmt::format("unsupported GGUF version {} (2 and 3 are supported)", version));
   }
   c.seek(8);
-  f.version = version;
-  const auto n_tensors = c.le<uint64_t>("tensor_count");
-  const auto n_kv = c.le<uint64_t>("kv_count");
-  // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at
-  // least 8 + 4 + 8 + 4 + 8.
-  if (n_kv > c.left() / 13) {
-    c.seek(16);
-    c.error("kv_count", fmt::format("{} key-value pairs cannot fit in the {} bytes left (each "
-                                    "takes at least 13)",
-                                    n_kv, f.file_size - 24));
-  }
-  if (n_tensors > c.left() / 32) {
-    c.seek(8);
-    c.error("tensor_count", fmt::format("{} tensor infos cannot fit in the {} bytes left (each "
-                                        "takes at least 32)",
-                                        n_tensors, f.file_size - 24));
-  }
-  f.kvs.resize(n_kv);
-  for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, f.kvs[i], i);
+  return version;
+}
 
+// Reads general.alignment into f.alignment when the file has it (a u32 power of two).
+void gguf_read_alignment(cursor& c, gguf_file& f) {
   if (const auto* a = f.find("general.alignment")) {
     if (a->type != gguf_type::u32 || a->integer == 0 || (a->integer & (a->integer - 1)) != 0) {
       c.seek(a->offset);
@@ -382,46 +364,49 @@ gguf_file parse(byte_source& src, const std::string& name) {
     }
     f.alignment = static_cast<uint64_t>(a->integer);
   }
+}
 
-  f.tensors.resize(n_tensors);
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    auto& t = f.tensors[i];
-    t.info_offset = c.pos();
-    t.name = c.str(fmt::format("tensor[{}] name", i));
-    const std::string field = fmt::format("tensor[{}] ({})", i, t.name);
-    const uint64_t at = c.pos();
-    const auto n_dims = c.le<uint32_t>(field + " n_dims");
-    if (n_dims < 1 || n_dims > 4) {
-      c.seek(at);
-      c.error(field + " n_dims", fmt::format("must be in [1, 4], got {}", n_dims));
-    }
-    t.ne.resize(n_dims);
-    unsigned __int128 elems = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      t.ne[d] = c.le<uint64_t>(fmt::format("{} ne[{}]", field, d));
-      elems *= t.ne[d];
-      if (elems > (static_cast<unsigned __int128>(1) << 62))
-        c.error(field, fmt::format("dimensions overflow (ne[{}] = {})", d, t.ne[d]));
-    }
-    const uint64_t tat = c.pos();
-    t.ggml_type = c.le<uint32_t>(field + " type");
-    if (t.ggml_type >= ggml_type_count) {
-      c.seek(tat);
-      c.error(field + " type", fmt::format("unknown ggml type {}", t.ggml_type));
-    }
-    const uint64_t oat = c.pos();
-    t.offset = c.le<uint64_t>(field + " offset");
-    if (t.offset % f.alignment != 0) {
-      c.seek(oat);
-      c.error(field + " offset",
-              fmt::format("{} is not a multiple of the alignment {}", t.offset, f.alignment));
-    }
+// Reads tensor info i (name, dims, ggml type, offset) into t; the offset must be a multiple of
+// the alignment.
+void gguf_read_tensor_info(cursor& c, gguf_tensor_info& t, uint64_t i, uint64_t alignment) {
+  t.info_offset = c.pos();
+  t.name = c.str(fmt::format("tensor[{}] name", i));
+  const std::string field = fmt::format("tensor[{}] ({})", i, t.name);
+  const uint64_t at = c.pos();
+  const auto n_dims = c.le<uint32_t>(field + " n_dims");
+  if (n_dims < 1 || n_dims > 4) {
+    c.seek(at);
+    c.error(field + " n_dims", fmt::format("must be in [1, 4], got {}", n_dims));
   }
-  f.data_offset = (c.pos() + f.alignment - 1) / f.alignment * f.alignment;
+  t.ne.resize(n_dims);
+  unsigned __int128 elems = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    t.ne[d] = c.le<uint64_t>(fmt::format("{} ne[{}]", field, d));
+    elems *= t.ne[d];
+    if (elems > (static_cast<unsigned __int128>(1) << 62))
+      c.error(field, fmt::format("dimensions overflow (ne[{}] = {})", d, t.ne[d]));
+  }
+  const uint64_t tat = c.pos();
+  t.ggml_type = c.le<uint32_t>(field + " type");
+  if (t.ggml_type >= ggml_type_count) {
+    c.seek(tat);
+    c.error(field + " type", fmt::format("unknown ggml type {}", t.ggml_type));
+  }
+  const uint64_t oat = c.pos();
+  t.offset = c.le<uint64_t>(field + " offset");
+  if (t.offset % alignment != 0) {
+    c.seek(oat);
+    c.error(field + " offset",
+            fmt::format("{} is not a multiple of the alignment {}", t.offset, alignment));
+  }
+}
+
+// Checks that every tensor's data lies inside the file.
+void gguf_check_tensor_extents(const gguf_file& f, const std::string& name) {
   // llama.cpp's loader refuses a tensor whose data does not lie inside the file
   // (llama_tensor_weight: offs + ggml_nbytes(tensor) > file->size): check every extent here,
   // so a file cut short inside the tensor data is an error, not a model.
-  for (uint64_t i = 0; i < n_tensors; ++i) {
+  for (uint64_t i = 0; i < f.tensors.size(); ++i) {
     const auto& t = f.tensors[i];
     const std::string what =
         fmt::format("{}: offset {}: tensor[{}] ({})", name, t.info_offset, i, t.name);
@@ -441,6 +426,39 @@ gguf_file parse(byte_source& src, const std::string& name) {
           n, t.ggml_type, dims, t.offset, f.data_offset, f.file_size);
     }
   }
+}
+
+gguf_file parse(byte_source& src, const std::string& name) {
+  gguf_file f;
+  f.path = name;
+  f.file_size = src.size();
+  cursor c(src, name);
+  f.version = gguf_read_version(c);
+  const auto n_tensors = c.le<uint64_t>("tensor_count");
+  const auto n_kv = c.le<uint64_t>("kv_count");
+  // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at
+  // least 8 + 4 + 8 + 4 + 8.
+  if (n_kv > c.left() / 13) {
+    c.seek(16);
+    c.error("kv_count", fmt::format("{} key-value pairs cannot fit in the {} bytes left (each "
+                                    "takes at least 13)",
+                                    n_kv, f.file_size - 24));
+  }
+  if (n_tensors > c.left() / 32) {
+    c.seek(8);
+    c.error("tensor_count", fmt::format("{} tensor infos cannot fit in the {} bytes left (each "
+                                        "takes at least 32)",
+                                        n_tensors, f.file_size - 24));
+  }
+  f.kvs.resize(n_kv);
+  for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, f.kvs[i], i);
+
+  gguf_read_alignment(c, f);
+
+  f.tensors.resize(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) gguf_read_tensor_info(c, f.tensors[i], i, f.alignment);
+  f.data_offset = (c.pos() + f.alignment - 1) / f.alignment * f.alignment;
+  gguf_check_tensor_extents(f, name);
   return f;
 }
 

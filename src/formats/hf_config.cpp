@@ -225,21 +225,11 @@ json filled(const json& config, bool layers, std::vector<std::string>* notes) {
   return j;
 }
 
-rope_config config_from_view(const json& j, std::vector<std::string>* warnings);
-
-}  // namespace
-
-rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
-  if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
-  rope_layer_plan p;
-  const bool stated_types = present(with_attribute_map(text_part(config)), "layer_types");
-  const json j = filled(config, true, &p.defaults);
-  const std::string mt = model_class(j);
-  const auto n_layers = get_int(j, "num_hidden_layers", "");
-  if (n_layers && (*n_layers < 0 || *n_layers > (int64_t{1} << 20)))
-    fail("num_hidden_layers must be in [0, 2^20], got {}", *n_layers);
-  const int64_t L = n_layers.value_or(0);
-
+// The plan's layer types (p.layer_types, p.types, p.source) from layer_types,
+// sliding_window_pattern, the Gemma 2 / Gemma 3 defaults, rope_parameters or
+// rope_local_base_freq.
+void plan_layer_types(const json& j, const std::string& mt, std::optional<int64_t> n_layers,
+                      int64_t L, bool stated_types, rope_layer_plan& p) {
   // Layer types: layer_types, else sliding_window_pattern (Gemma 3: every pattern-th layer is
   // global, the others sliding), else Gemma 3's default pattern 6, else Gemma 2's alternation
   // (even layers sliding, odd global).
@@ -287,7 +277,12 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
     p.types = {"sliding_attention", "full_attention"};
     p.source = "rope_local_base_freq";
   }
+}
 
+// The plan's NoPE layers (p.rope_layers, p.nope_source) from no_rope_layers or
+// no_rope_layer_interval.
+void plan_nope_layers(const json& j, const std::string& mt, std::optional<int64_t> n_layers,
+                      int64_t L, rope_layer_plan& p) {
   // NoPE layers (SmolLM3, Llama 4): no_rope_layers[i] = 1 means layer i applies RoPE, 0 that it
   // does not; without the list, transformers generates it from no_rope_layer_interval
   // (default 4): layer i is NoPE when (i + 1) % interval == 0. Only these two model classes
@@ -321,7 +316,11 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
     p.nope_source =
         fmt::format("no_rope_layer_interval = {}{}", iv, interval ? "" : " (transformers default)");
   }
+}
 
+// The NoPE layers an attention class implies (p.rope_layers, p.nope_source) when no list or
+// interval named them and the layer types are known.
+void plan_class_nope_layers(const json& j, const std::string& mt, rope_layer_plan& p) {
   // Layers whose attention class does not rotate q and k although the model has a rotary
   // embedding (read from the attention classes, transformers c49429ed; each found by the sweep,
   // tests/golden/transformers/sweep.json, running the class's own layers):
@@ -377,6 +376,79 @@ rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
       }
     }
   }
+}
+
+// The head dim of the layers of type layer_type when they have their own (nullopt when they take
+// the config's head_dim).
+std::optional<int64_t> layer_type_head_dim(const json& j, const rope_layer_plan& plan,
+                                           const std::string& layer_type,
+                                           std::vector<std::string>* warnings) {
+  // Gemma 4: global layers may have their own head dim: per_layer_config (transformers 5's
+  // saved form: {"<layer index>": {"head_dim": ..}}), else global_head_dim, else the class's
+  // default 512 (Gemma4TextConfig and the classes built on it pop global_head_dim with 512).
+  const std::string mt = model_class(j);
+  std::optional<int64_t> layer_head_dim;
+  if (present(j, "per_layer_config")) {
+    const json& plc = j.at("per_layer_config");
+    if (!plc.is_object())
+      fail("per_layer_config must be an object of layer index -> overrides, got {}", plc.dump());
+    // One pass over the overrides ({"<layer index>": {...}}, the index as transformers' int()
+    // reads it): the head_dim of each layer of this type that has one.
+    std::set<int64_t> dims;
+    size_t overridden = 0;
+    for (auto it = plc.begin(); it != plc.end(); ++it) {
+      char* end = nullptr;
+      const long long k = std::strtoll(it.key().c_str(), &end, 10);
+      if (it.key().empty() || *end != '\0' || k < 0 ||
+          static_cast<size_t>(k) >= plan.layer_types.size())
+        fail("per_layer_config keys must be layer indices in [0, {}), got '{}'",
+             plan.layer_types.size(), it.key());
+      if (plan.layer_types[static_cast<size_t>(k)] != layer_type ||
+          !present(it.value(), "head_dim"))
+        continue;
+      dims.insert(get_int(it.value(), "head_dim", "per_layer_config.").value());
+      ++overridden;
+    }
+    const auto of_type = static_cast<size_t>(
+        std::count(plan.layer_types.begin(), plan.layer_types.end(), layer_type));
+    const bool some_plain = overridden < of_type;
+    if (dims.size() > 1 || (dims.size() == 1 && some_plain))
+      fail(
+          "per_layer_config gives the {} layers different head_dim values ({}{}); posenc reads one "
+          "RoPE per layer type",
+          layer_type, fmt::join(dims, ", "), some_plain ? " and the top-level one" : "");
+    if (dims.size() == 1) layer_head_dim = *dims.begin();
+  } else if (layer_type == "full_attention" && present(j, "global_head_dim")) {
+    layer_head_dim = get_int(j, "global_head_dim", "");
+  } else if (layer_type == "full_attention" &&
+             (mt == "gemma4_text" || mt == "gemma4_unified_text" || mt == "diffusion_gemma_text")) {
+    layer_head_dim = 512;
+    warnings->push_back(fmt::format(
+        "global_head_dim is missing; took transformers' {} default 512 for the full_attention "
+        "layers (transformers c49429ed)",
+        mt));
+  }
+  return layer_head_dim;
+}
+
+rope_config config_from_view(const json& j, std::vector<std::string>* warnings);
+
+}  // namespace
+
+rope_layer_plan hf_layer_plan(const nlohmann::json& config) {
+  if (!config.is_object()) fail("config must be a JSON object, got {}", config.type_name());
+  rope_layer_plan p;
+  const bool stated_types = present(with_attribute_map(text_part(config)), "layer_types");
+  const json j = filled(config, true, &p.defaults);
+  const std::string mt = model_class(j);
+  const auto n_layers = get_int(j, "num_hidden_layers", "");
+  if (n_layers && (*n_layers < 0 || *n_layers > (int64_t{1} << 20)))
+    fail("num_hidden_layers must be in [0, 2^20], got {}", *n_layers);
+  const int64_t L = n_layers.value_or(0);
+
+  plan_layer_types(j, mt, n_layers, L, stated_types, p);
+  plan_nope_layers(j, mt, n_layers, L, p);
+  plan_class_nope_layers(j, mt, p);
 
   if (const std::string off = rope_switched_off(j); !off.empty() && L > 0) {
     p.rope_layers.assign(static_cast<size_t>(L), false);
@@ -450,51 +522,7 @@ rope_config rope_config_from_json(const nlohmann::json& config, const std::strin
     view.erase("rope_parameters");
     view["rope_theta"] = j.at("rope_local_base_freq");
   }
-  // Gemma 4: global layers may have their own head dim: per_layer_config (transformers 5's
-  // saved form: {"<layer index>": {"head_dim": ..}}), else global_head_dim, else the class's
-  // default 512 (Gemma4TextConfig and the classes built on it pop global_head_dim with 512).
-  const std::string mt = model_class(j);
-  std::optional<int64_t> layer_head_dim;
-  if (present(j, "per_layer_config")) {
-    const json& plc = j.at("per_layer_config");
-    if (!plc.is_object())
-      fail("per_layer_config must be an object of layer index -> overrides, got {}", plc.dump());
-    // One pass over the overrides ({"<layer index>": {...}}, the index as transformers' int()
-    // reads it): the head_dim of each layer of this type that has one.
-    std::set<int64_t> dims;
-    size_t overridden = 0;
-    for (auto it = plc.begin(); it != plc.end(); ++it) {
-      char* end = nullptr;
-      const long long k = std::strtoll(it.key().c_str(), &end, 10);
-      if (it.key().empty() || *end != '\0' || k < 0 ||
-          static_cast<size_t>(k) >= plan.layer_types.size())
-        fail("per_layer_config keys must be layer indices in [0, {}), got '{}'",
-             plan.layer_types.size(), it.key());
-      if (plan.layer_types[static_cast<size_t>(k)] != layer_type ||
-          !present(it.value(), "head_dim"))
-        continue;
-      dims.insert(get_int(it.value(), "head_dim", "per_layer_config.").value());
-      ++overridden;
-    }
-    const auto of_type = static_cast<size_t>(
-        std::count(plan.layer_types.begin(), plan.layer_types.end(), layer_type));
-    const bool some_plain = overridden < of_type;
-    if (dims.size() > 1 || (dims.size() == 1 && some_plain))
-      fail(
-          "per_layer_config gives the {} layers different head_dim values ({}{}); posenc reads one "
-          "RoPE per layer type",
-          layer_type, fmt::join(dims, ", "), some_plain ? " and the top-level one" : "");
-    if (dims.size() == 1) layer_head_dim = *dims.begin();
-  } else if (layer_type == "full_attention" && present(j, "global_head_dim")) {
-    layer_head_dim = get_int(j, "global_head_dim", "");
-  } else if (layer_type == "full_attention" &&
-             (mt == "gemma4_text" || mt == "gemma4_unified_text" || mt == "diffusion_gemma_text")) {
-    layer_head_dim = 512;
-    warnings->push_back(fmt::format(
-        "global_head_dim is missing; took transformers' {} default 512 for the full_attention "
-        "layers (transformers c49429ed)",
-        mt));
-  }
+  const std::optional<int64_t> layer_head_dim = layer_type_head_dim(j, plan, layer_type, warnings);
   if (layer_head_dim) view["head_dim"] = *layer_head_dim;
   try {
     return config_from_view(view, warnings);
@@ -559,6 +587,9 @@ class view_reader {
   void read_rotary_width();     // partial_rotary_factor, rotary_pct, rotary_dim, proportional
   void read_lengths();          // max_position_embeddings, original_max_position_embeddings
   void read_type_and_factor();  // rope_type, mrope_section, factor
+  void read_type();             // rope_type or type, and the class rules on it
+  void read_mrope_section();    // mrope_section, mrope_interleaved
+  void read_factor();           // factor, or max / original max position embeddings
   void read_type_params();      // yarn, longrope and llama3 parameters
   void validate_block();        // unused keys, then rope_validate with the block's key names
 
@@ -738,6 +769,17 @@ void view_reader::read_lengths() {
 }
 
 void view_reader::read_type_and_factor() {
+  read_type();
+  known = {"rope_type",     "type",
+           "rope_theta",    "partial_rotary_factor",
+           "factor",        "original_max_position_embeddings",
+           "mrope_section", "mrope_interleaved"};
+  read_mrope_section();
+  read_factor();
+}
+
+// The block's rope_type (or type), with the class rules on it: sets c.type and tn.
+void view_reader::read_type() {
   std::optional<std::string> tname;
   for (const char* key : {"rope_type", "type"}) {
     if (!present(*rs, key)) continue;
@@ -780,11 +822,10 @@ void view_reader::read_type_and_factor() {
       if (!present(*rs, k) || !rs->at(k).is_number())
         fail("{}{} must be a number for rope_type {} of model_type phimoe (PhimoeConfig), got {}",
              px, k, tn, present(*rs, k) ? rs->at(k).dump() : std::string("nothing"));
+}
 
-  known = {"rope_type",     "type",
-           "rope_theta",    "partial_rotary_factor",
-           "factor",        "original_max_position_embeddings",
-           "mrope_section", "mrope_interleaved"};
+// M-RoPE's mrope_section and mrope_interleaved, when the block has them.
+void view_reader::read_mrope_section() {
   // M-RoPE (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with mrope_interleaved): pairs per position
   // component, checked to sum to rotary_dim / 2.
   if (present(*rs, "mrope_section")) {
@@ -807,6 +848,10 @@ void view_reader::read_type_and_factor() {
       throw invalid_argument(px + e.what());
     }
   }
+}
+
+// The block's factor, or the one the lengths imply, as c.type needs it.
+void view_reader::read_factor() {
   auto factor = get_number(*rs, "factor", px);
   if (factor && *factor < 1) fail("{}factor must be >= 1, got {}", px, *factor);
   const bool have_ratio = c.max_position_embeddings > 0 && c.original_max_position_embeddings > 0;

@@ -1397,28 +1397,31 @@ std::vector<spec> make_check() {
   return v;
 }
 
-std::vector<spec> make_perf() {
-  std::vector<spec> v;
-  auto add = [&](const char* kind, int64_t T, int64_t S, int64_t Hkv, int64_t D, scheme s,
-                 const char* sname, unsigned passes, bool extended = false) {
-    spec c{T, S, D, 32, Hkv, s, mask::causal, 11};
-    c.passes = passes;
-    c.dtypes = f32;
-    c.group = kind;
-    c.extended = extended;
-    c.name = fmt::format("{}/T={}/S={}/Hq=32/Hkv={}/D={}/scheme={}", kind, T, S, Hkv, D, sname);
-    v.push_back(c);
-  };
+// Appends one perf case to v: kind (the check group) at T queries against S keys, Hq = 32 and
+// Hkv heads of dim D, scheme s (named sname), causal, float32.
+void add_perf(std::vector<spec>& v, const char* kind, int64_t T, int64_t S, int64_t Hkv, int64_t D,
+              scheme s, const char* sname, unsigned passes, bool extended = false) {
+  spec c{T, S, D, 32, Hkv, s, mask::causal, 11};
+  c.passes = passes;
+  c.dtypes = f32;
+  c.group = kind;
+  c.extended = extended;
+  c.name = fmt::format("{}/T={}/S={}/Hq=32/Hkv={}/D={}/scheme={}", kind, T, S, Hkv, D, sname);
+  v.push_back(c);
+}
+
+// The prefill cases: every fast-row scheme, bfloat16, other head dims, longer sequences.
+void add_prefill_perf(std::vector<spec>& v) {
   // Prefill at T = S = 2048 (GQA 32/8, D = 128) with every scheme that has a fast row.
-  add("attention", 2048, 2048, 8, 128, scheme::none, "none", forward);
-  add("attention", 2048, 2048, 8, 128, scheme::rope_half, "rope", forward);
-  add("attention", 2048, 2048, 8, 128, scheme::alibi, "alibi", forward);
-  add("attention", 2048, 2048, 8, 128, scheme::t5_causal, "t5", forward);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::none, "none", forward);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::rope_half, "rope", forward);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::alibi, "alibi", forward);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::t5_causal, "t5", forward);
   // The same prefill with bfloat16 q, k, v and bfloat16 products (attention_products::bf16:
   // vdpbf16ps where the CPU has it), against its float32 twins above.
   for (auto [s, sname] : {std::pair{scheme::none, "none"}, std::pair{scheme::rope_half, "rope"},
                           std::pair{scheme::alibi, "alibi"}}) {
-    add("attention", 2048, 2048, 8, 128, s, sname, forward);
+    add_perf(v, "attention", 2048, 2048, 8, 128, s, sname, forward);
     v.back().kv = kv_storage::bf16;
     v.back().q_half = true;
     v.back().products = attention_products::bf16;
@@ -1426,36 +1429,44 @@ std::vector<spec> make_perf() {
   }
   // Other head dims (D = 80 is not a multiple of 16 lanes), then longer sequences.
   for (int64_t D : {64, 80, 96, 256})
-    add("attention", 2048, 2048, 8, D, scheme::none, "none", forward);
-  add("attention", 8192, 8192, 8, 128, scheme::none, "none", forward, true);
-  add("attention", 16384, 16384, 8, 128, scheme::none, "none", forward, true);
+    add_perf(v, "attention", 2048, 2048, 8, D, scheme::none, "none", forward);
+  add_perf(v, "attention", 8192, 8192, 8, 128, scheme::none, "none", forward, true);
+  add_perf(v, "attention", 16384, 16384, 8, 128, scheme::none, "none", forward, true);
+}
+
+// The decode cases with token-major keys and values, float32 and float16.
+void add_decode_perf(std::vector<spec>& v) {
   // Decode: one query (and four, speculative decoding) against a long cache; GQA 32/8, MHA
   // 32/32, MQA 32/1.
-  add("attention", 1, 8192, 8, 128, scheme::none, "none", forward);
-  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
-  add("attention", 1, 8192, 32, 128, scheme::none, "none", forward);
-  add("attention", 1, 8192, 1, 128, scheme::none, "none", forward);
+  add_perf(v, "attention", 1, 8192, 8, 128, scheme::none, "none", forward);
+  add_perf(v, "attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+  add_perf(v, "attention", 1, 8192, 32, 128, scheme::none, "none", forward);
+  add_perf(v, "attention", 1, 8192, 1, 128, scheme::none, "none", forward);
   // The same decode steps reading float16 keys and values (half the bytes).
   for (int64_t Hkv : {8, 32, 1}) {
-    add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
+    add_perf(v, "attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
     v.back().kv = kv_storage::f16;
     v.back().name += "/kv=f16";
   }
-  add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+  add_perf(v, "attention", 4, 8192, 8, 128, scheme::none, "none", forward);
   v.back().kv = kv_storage::f16;
   v.back().name += "/kv=f16";
+}
+
+// The decode cases with head-major and blocked keys and values, and at 65536 keys.
+void add_decode_layout_perf(std::vector<spec>& v) {
   // The same decode steps reading K and V head-major in rows (kv_head_stride: each head's keys
   // one contiguous run; the KV cache's layout when D is not a multiple of 8), float32 and
   // float16: extended, to compare with the blocked layout below.
   for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
     for (int64_t Hkv : {8, 32, 1}) {
-      add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward, true);
+      add_perf(v, "attention", 1, 8192, Hkv, 128, scheme::none, "none", forward, true);
       v.back().kv = kv;
       v.back().head_major = true;
       v.back().name += kv == kv_storage::f32 ? "/layout=head" : "/layout=head/kv=f16";
     }
   for (kv_storage kv : {kv_storage::f32, kv_storage::f16}) {
-    add("attention", 4, 8192, 8, 128, scheme::none, "none", forward, true);
+    add_perf(v, "attention", 4, 8192, 8, 128, scheme::none, "none", forward, true);
     v.back().kv = kv;
     v.back().head_major = true;
     v.back().name += kv == kv_storage::f32 ? "/layout=head" : "/layout=head/kv=f16";
@@ -1464,44 +1475,57 @@ std::vector<spec> make_perf() {
   // for D a multiple of 8): the decode dot products read each group of 8 keys in address order.
   for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
     for (int64_t Hkv : {8, 32, 1}) {
-      add("attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
+      add_perf(v, "attention", 1, 8192, Hkv, 128, scheme::none, "none", forward);
       v.back().kv = kv;
       v.back().head_major = v.back().k_blocked = true;
       v.back().name += kv == kv_storage::f32 ? "/layout=blocked" : "/layout=blocked/kv=f16";
     }
   for (kv_storage kv : {kv_storage::f32, kv_storage::f16}) {
-    add("attention", 4, 8192, 8, 128, scheme::none, "none", forward);
+    add_perf(v, "attention", 4, 8192, 8, 128, scheme::none, "none", forward);
     v.back().kv = kv;
     v.back().head_major = v.back().k_blocked = true;
     v.back().name += kv == kv_storage::f32 ? "/layout=blocked" : "/layout=blocked/kv=f16";
   }
-  add("attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
-  add("attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
-  add("attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
+  add_perf(v, "attention", 1, 65536, 8, 128, scheme::none, "none", forward, true);
+  add_perf(v, "attention", 1, 65536, 32, 128, scheme::none, "none", forward, true);
+  add_perf(v, "attention", 1, 65536, 1, 128, scheme::none, "none", forward, true);
   for (int64_t Hkv : {8, 32, 1}) {
-    add("attention", 1, 65536, Hkv, 128, scheme::none, "none", forward, true);
+    add_perf(v, "attention", 1, 65536, Hkv, 128, scheme::none, "none", forward, true);
     v.back().head_major = true;
     v.back().name += "/layout=head";
   }
   for (int64_t Hkv : {8, 32}) {
-    add("attention", 1, 65536, Hkv, 128, scheme::none, "none", forward, true);
+    add_perf(v, "attention", 1, 65536, Hkv, 128, scheme::none, "none", forward, true);
     v.back().head_major = v.back().k_blocked = true;
     v.back().name += "/layout=blocked";
   }
+}
+
+// The research schemes' cases and each scheme reached by name, at T = S = 2048.
+void add_scheme_perf(std::vector<spec>& v) {
   // The research schemes' rows at T = S = 2048. Kerple's row is a slice of a per-call table
   // (as ALiBi's, about its cost): a default case. FIRE's runs its MLP per pair in double (about
   // 1.5x ALiBi's time); xPos and M-RoPE are q/k transforms on copies: extended.
-  add("attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward);
-  add("attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
-  add("attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
-  add("attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
   // Each scheme reached by name, at T = S = 2048: a bias's row is a table slice (a default
   // case); a per-pair RoPE scheme runs its own path (double scores, no tiles): extended.
   for (int s = kSchemes; s < scheme_count(); ++s)
-    add("attention", 2048, 2048, 8, 128, static_cast<scheme>(s), name(static_cast<scheme>(s)),
-        forward, named_decl(static_cast<scheme>(s))->pairs != nullptr);
-  add("attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
-  add("attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
+    add_perf(v, "attention", 2048, 2048, 8, 128, static_cast<scheme>(s),
+             name(static_cast<scheme>(s)), forward,
+             named_decl(static_cast<scheme>(s))->pairs != nullptr);
+}
+
+std::vector<spec> make_perf() {
+  std::vector<spec> v;
+  add_prefill_perf(v);
+  add_decode_perf(v);
+  add_decode_layout_perf(v);
+  add_scheme_perf(v);
+  add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
+  add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
   return v;
 }
 

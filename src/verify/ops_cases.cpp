@@ -250,135 +250,169 @@ check_result check_case(const spec& c) {
 
 // ---- grad mode ------------------------------------------------------------------------------
 
+namespace {
+
+// One gradient check's result.
+check_result ops_grad_result(const spec& c, const std::string& claim, double e, double t,
+                             const std::string& detail) {
+  return measured_check("gradients", c.name, claim, e, t, detail);
+}
+
+// y = x W + b, loss <y, w>: linear_backward against central differences.
+check_result ops_grad_linear(const spec& c, rng& r) {
+  const int64_t n = c.M, in = c.K, o = c.N;
+  auto x = randn(r, n * in), wt = randn(r, in * o), b = randn(r, o), wy = randn(r, n * o);
+  std::vector<double> y(n * o), dx(n * in, 0), dw(in * o, 0), db(o, 0);
+  auto f = [&] {
+    linear_forward(x.data(), wt.data(), b.data(), y.data(), n, in, o);
+    return dot(y, wy);
+  };
+  linear_backward(x.data(), wt.data(), wy.data(), dx.data(), dw.data(), db.data(), n, in, o);
+  const double e = std::max({finite_difference_error(x, f, dx), finite_difference_error(wt, f, dw),
+                             finite_difference_error(b, f, db)});
+  return ops_grad_result(c, "linear_backward matches central differences of y = x W + b", e,
+                         gradcheck_tolerance, k_fd_detail);
+}
+
+// layernorm_backward or rmsnorm_backward (c.o) against central differences.
+check_result ops_grad_norm(const spec& c, rng& r) {
+  const bool ln = c.o == op::layernorm;
+  const int64_t n = c.M, ch = c.N;
+  auto x = randn(r, n * ch, 2.0), g = randn(r, ch), bb = randn(r, ch), wy = randn(r, n * ch);
+  for (auto& v : x) v += 0.5;  // nonzero mean
+  std::vector<double> y(n * ch), mean(n), rstd(n), dx(n * ch, 0), dg(ch, 0), db(ch, 0);
+  auto f = [&] {
+    if (ln)
+      layernorm_forward(x.data(), g.data(), bb.data(), y.data(), mean.data(), rstd.data(), n, ch,
+                        1e-5);
+    else
+      rmsnorm_forward(x.data(), g.data(), y.data(), rstd.data(), n, ch, 1e-5);
+    return dot(y, wy);
+  };
+  f();
+  if (ln)
+    layernorm_backward(x.data(), g.data(), mean.data(), rstd.data(), wy.data(), dx.data(),
+                       dg.data(), db.data(), n, ch);
+  else
+    rmsnorm_backward(x.data(), g.data(), rstd.data(), wy.data(), dx.data(), dg.data(), n, ch);
+  double e = std::max(finite_difference_error(x, f, dx), finite_difference_error(g, f, dg));
+  if (ln) e = std::max(e, finite_difference_error(bb, f, db));
+  return ops_grad_result(c,
+                         ln ? "layernorm_backward matches central differences (x, gain, bias)"
+                            : "rmsnorm_backward matches central differences (x, gain)",
+                         e, gradcheck_tolerance, k_fd_detail);
+}
+
+// gelu_backward against central differences at N points spread over [-3, 4].
+check_result ops_grad_gelu(const spec& c, rng& r) {
+  const int64_t n = c.N;
+  std::vector<double> u(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    u[static_cast<size_t>(i)] =
+        n == 1 ? 0.3 : -3.0 + 7.0 * static_cast<double>(i) / static_cast<double>(n - 1);
+  auto wy = randn(r, n);
+  std::vector<double> y(n), du(n, 0);
+  auto f = [&] {
+    gelu_forward(u.data(), y.data(), n);
+    return dot(y, wy);
+  };
+  gelu_backward(u.data(), wy.data(), du.data(), n);
+  return ops_grad_result(c, "gelu_backward matches central differences on [-3, 4]",
+                         finite_difference_error(u, f, du), gradcheck_tolerance, k_fd_detail);
+}
+
+// M indices into K rows of N channels, one index repeated: embedding_backward against
+// central differences.
+check_result ops_grad_embedding(const spec& c, rng& r) {
+  const int64_t rows = c.K, ch = c.N, n = c.M;
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (auto& i : idx) i = static_cast<int64_t>(r.below(static_cast<uint64_t>(rows)));
+  if (n > 2) idx[2] = idx[0];
+  auto table = randn(r, rows * ch), wy = randn(r, n * ch);
+  std::vector<double> y(n * ch), dt(rows * ch, 0);
+  auto f = [&] {
+    embedding_forward(table.data(), idx.data(), y.data(), n, ch, false);
+    return dot(y, wy);
+  };
+  embedding_backward(idx.data(), wy.data(), dt.data(), n, ch);
+  return ops_grad_result(c, "embedding_backward sums repeated rows (central differences)",
+                         finite_difference_error(table, f, dt), gradcheck_tolerance, k_fd_detail);
+}
+
+// M rows of N classes, row 1 unscored: cross_entropy_backward against central differences.
+check_result ops_grad_cross_entropy(const spec& c, rng& r) {
+  const int64_t n = c.M, v = c.N;
+  std::vector<int64_t> tg(static_cast<size_t>(n));
+  for (auto& t : tg) t = static_cast<int64_t>(r.below(static_cast<uint64_t>(v)));
+  if (n > 1) tg[1] = -1;
+  int64_t scored = 0;
+  for (auto t : tg) scored += t >= 0;
+  auto logits = randn(r, n * v, 2.0);
+  std::vector<double> p(n * v), nll(n), dl(n * v);
+  auto f = [&] {
+    return cross_entropy_forward(logits.data(), tg.data(), p.data(), nll.data(), n, v);
+  };
+  f();
+  cross_entropy_backward(p.data(), tg.data(), dl.data(), n, v,
+                         1.0 / static_cast<double>(std::max<int64_t>(scored, 1)));
+  return ops_grad_result(
+      c, "cross_entropy_backward = (softmax - onehot) / #scored (central differences)",
+      finite_difference_error(logits, f, dl), gradcheck_tolerance, k_fd_detail);
+}
+
+// The adjoint identity <A B, C> = <B, A^T C> = <A, C B^T> of matmul nn, tn and nt.
+check_result ops_grad_matmul_adjoint(const spec& c, rng& r) {
+  const int64_t M = c.M, K = c.K, N = c.N;
+  auto A = randn(r, M * K), B = randn(r, K * N), C = randn(r, M * N);
+  std::vector<double> AB(M * N), AtC(K * N), CBt(M * K);
+  matmul_nn(A.data(), K, B.data(), N, AB.data(), N, M, K, N, false);
+  matmul_tn(A.data(), K, C.data(), N, AtC.data(), N, K, M, N, false);
+  matmul_nt(C.data(), N, B.data(), N, CBt.data(), K, M, N, K, false);
+  const double lhs = dot(AB, C);
+  // Each side is a double computation of sum_{i,j,k} A_ik B_kj C_ij: an inner sum of K, M or
+  // N products, then an outer dot of M N, K N or M K terms, so each errs by <= gamma_n mag
+  // with n = max(K + M N, M + K N, N + M K) + 1 and mag = sum |A_ik| |B_kj| |C_ij|; the
+  // difference of two sides by <= 2 gamma_n mag.
+  double mag = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[i * K + k] * B[k * N + j] * C[i * N + j]);
+  const int64_t n = std::max({K + M * N, M + K * N, N + M * K}) + 1;
+  const double e = std::max(std::abs(lhs - dot(B, AtC)), std::abs(lhs - dot(A, CBt))) / mag;
+  return ops_grad_result(
+      c, "<A B, C> = <B, A^T C> = <A, C B^T> (nn, tn, nt)", e, 2 * gamma(n, kU),
+      fmt::format("double; max |difference| / sum |A_ik B_kj C_ij| against 2 gamma_n, "
+                  "n = max(K + M N, M + K N, N + M K) + 1 = {}",
+                  n));
+}
+
+}  // namespace
+
 check_result grad_case(const spec& c) {
   rng r(c.seed);
-  const double tol = gradcheck_tolerance;
-  auto make = [&](const std::string& claim, double e, double t, const std::string& detail) {
-    return measured_check("gradients", c.name, claim, e, t, detail);
-  };
-  const int64_t M = c.M, K = c.K, N = c.N;
   switch (c.o) {
-    case op::linear: {  // y = x W + b, loss <y, w>
-      const int64_t n = M, in = K, o = N;
-      auto x = randn(r, n * in), wt = randn(r, in * o), b = randn(r, o), wy = randn(r, n * o);
-      std::vector<double> y(n * o), dx(n * in, 0), dw(in * o, 0), db(o, 0);
-      auto f = [&] {
-        linear_forward(x.data(), wt.data(), b.data(), y.data(), n, in, o);
-        return dot(y, wy);
-      };
-      linear_backward(x.data(), wt.data(), wy.data(), dx.data(), dw.data(), db.data(), n, in, o);
-      const double e =
-          std::max({finite_difference_error(x, f, dx), finite_difference_error(wt, f, dw),
-                    finite_difference_error(b, f, db)});
-      return make("linear_backward matches central differences of y = x W + b", e, tol,
-                  k_fd_detail);
-    }
+    case op::linear:
+      return ops_grad_linear(c, r);
     case op::layernorm:
-    case op::rmsnorm: {
-      const bool ln = c.o == op::layernorm;
-      const int64_t n = M, ch = N;
-      auto x = randn(r, n * ch, 2.0), g = randn(r, ch), bb = randn(r, ch), wy = randn(r, n * ch);
-      for (auto& v : x) v += 0.5;  // nonzero mean
-      std::vector<double> y(n * ch), mean(n), rstd(n), dx(n * ch, 0), dg(ch, 0), db(ch, 0);
-      auto f = [&] {
-        if (ln)
-          layernorm_forward(x.data(), g.data(), bb.data(), y.data(), mean.data(), rstd.data(), n,
-                            ch, 1e-5);
-        else
-          rmsnorm_forward(x.data(), g.data(), y.data(), rstd.data(), n, ch, 1e-5);
-        return dot(y, wy);
-      };
-      f();
-      if (ln)
-        layernorm_backward(x.data(), g.data(), mean.data(), rstd.data(), wy.data(), dx.data(),
-                           dg.data(), db.data(), n, ch);
-      else
-        rmsnorm_backward(x.data(), g.data(), rstd.data(), wy.data(), dx.data(), dg.data(), n, ch);
-      double e = std::max(finite_difference_error(x, f, dx), finite_difference_error(g, f, dg));
-      if (ln) e = std::max(e, finite_difference_error(bb, f, db));
-      return make(ln ? "layernorm_backward matches central differences (x, gain, bias)"
-                     : "rmsnorm_backward matches central differences (x, gain)",
-                  e, tol, k_fd_detail);
-    }
-    case op::gelu: {  // N points spread over [-3, 4]
-      const int64_t n = N;
-      std::vector<double> u(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i)
-        u[static_cast<size_t>(i)] =
-            n == 1 ? 0.3 : -3.0 + 7.0 * static_cast<double>(i) / static_cast<double>(n - 1);
-      auto wy = randn(r, n);
-      std::vector<double> y(n), du(n, 0);
-      auto f = [&] {
-        gelu_forward(u.data(), y.data(), n);
-        return dot(y, wy);
-      };
-      gelu_backward(u.data(), wy.data(), du.data(), n);
-      return make("gelu_backward matches central differences on [-3, 4]",
-                  finite_difference_error(u, f, du), tol, k_fd_detail);
-    }
-    case op::embedding: {  // M indices into K rows of N channels, one index repeated
-      const int64_t rows = K, ch = N, n = M;
-      std::vector<int64_t> idx(static_cast<size_t>(n));
-      for (auto& i : idx) i = static_cast<int64_t>(r.below(static_cast<uint64_t>(rows)));
-      if (n > 2) idx[2] = idx[0];
-      auto table = randn(r, rows * ch), wy = randn(r, n * ch);
-      std::vector<double> y(n * ch), dt(rows * ch, 0);
-      auto f = [&] {
-        embedding_forward(table.data(), idx.data(), y.data(), n, ch, false);
-        return dot(y, wy);
-      };
-      embedding_backward(idx.data(), wy.data(), dt.data(), n, ch);
-      return make("embedding_backward sums repeated rows (central differences)",
-                  finite_difference_error(table, f, dt), tol, k_fd_detail);
-    }
-    case op::cross_entropy: {  // M rows of N classes, row 1 unscored
-      const int64_t n = M, v = N;
-      std::vector<int64_t> tg(static_cast<size_t>(n));
-      for (auto& t : tg) t = static_cast<int64_t>(r.below(static_cast<uint64_t>(v)));
-      if (n > 1) tg[1] = -1;
-      int64_t scored = 0;
-      for (auto t : tg) scored += t >= 0;
-      auto logits = randn(r, n * v, 2.0);
-      std::vector<double> p(n * v), nll(n), dl(n * v);
-      auto f = [&] {
-        return cross_entropy_forward(logits.data(), tg.data(), p.data(), nll.data(), n, v);
-      };
-      f();
-      cross_entropy_backward(p.data(), tg.data(), dl.data(), n, v,
-                             1.0 / static_cast<double>(std::max<int64_t>(scored, 1)));
-      return make("cross_entropy_backward = (softmax - onehot) / #scored (central differences)",
-                  finite_difference_error(logits, f, dl), tol, k_fd_detail);
-    }
-    case op::matmul_adjoint: {  // <A B, C> = <B, A^T C> = <A, C B^T>
-      auto A = randn(r, M * K), B = randn(r, K * N), C = randn(r, M * N);
-      std::vector<double> AB(M * N), AtC(K * N), CBt(M * K);
-      matmul_nn(A.data(), K, B.data(), N, AB.data(), N, M, K, N, false);
-      matmul_tn(A.data(), K, C.data(), N, AtC.data(), N, K, M, N, false);
-      matmul_nt(C.data(), N, B.data(), N, CBt.data(), K, M, N, K, false);
-      const double lhs = dot(AB, C);
-      // Each side is a double computation of sum_{i,j,k} A_ik B_kj C_ij: an inner sum of K, M or
-      // N products, then an outer dot of M N, K N or M K terms, so each errs by <= gamma_n mag
-      // with n = max(K + M N, M + K N, N + M K) + 1 and mag = sum |A_ik| |B_kj| |C_ij|; the
-      // difference of two sides by <= 2 gamma_n mag.
-      double mag = 0;
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j)
-          for (int64_t k = 0; k < K; ++k)
-            mag += std::fabs(A[i * K + k] * B[k * N + j] * C[i * N + j]);
-      const int64_t n = std::max({K + M * N, M + K * N, N + M * K}) + 1;
-      const double e = std::max(std::abs(lhs - dot(B, AtC)), std::abs(lhs - dot(A, CBt))) / mag;
-      return make("<A B, C> = <B, A^T C> = <A, C B^T> (nn, tn, nt)", e, 2 * gamma(n, kU),
-                  fmt::format("double; max |difference| / sum |A_ik B_kj C_ij| against 2 gamma_n, "
-                              "n = max(K + M N, M + K N, N + M K) + 1 = {}",
-                              n));
-    }
+    case op::rmsnorm:
+      return ops_grad_norm(c, r);
+    case op::gelu:
+      return ops_grad_gelu(c, r);
+    case op::embedding:
+      return ops_grad_embedding(c, r);
+    case op::cross_entropy:
+      return ops_grad_cross_entropy(c, r);
+    case op::matmul_adjoint:
+      return ops_grad_matmul_adjoint(c, r);
     case op::model: {
       const bool ln = c.norm == norm_kind::layernorm;
-      return make(fmt::format("whole-model backward with {} matches central differences for "
-                              "every parameter (2 layers, {})",
-                              pos_scheme_name(c.scheme), ln ? "LayerNorm" : "RMSNorm"),
-                  model_gradient_error(gradcheck_model_config(c.scheme, c.norm), c.seed), tol,
-                  k_fd_detail);
+      return ops_grad_result(
+          c,
+          fmt::format("whole-model backward with {} matches central differences for "
+                      "every parameter (2 layers, {})",
+                      pos_scheme_name(c.scheme), ln ? "LayerNorm" : "RMSNorm"),
+          model_gradient_error(gradcheck_model_config(c.scheme, c.norm), c.seed),
+          gradcheck_tolerance, k_fd_detail);
     }
     default:
       return measured_check("gradients", c.name, describe(c) + " has no grad mode",

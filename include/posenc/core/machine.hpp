@@ -6,9 +6,9 @@
 // write-allocate traffic counted, as STREAM does); read sums a fourth array, in 2 MiB pages
 // (page_buffer.hpp), 8 bytes read per element: the limit of a kernel that only reads (a decode step
 // reads K and V and writes a few rows; STREAM's copy, which also writes and, with write-allocate,
-// reads its destination, reads low for it: docs/decisions.md, "A read probe for the kernels that only
-// read"). Arrays of `bytes_per_array` each, far larger than the last-level cache for a DRAM figure,
-// or of a given footprint for a cache-level figure.
+// reads its destination, reads low for it: docs/decisions.md, "A read probe for the kernels that
+// only read"). Arrays of `bytes_per_array` each, far larger than the last-level cache for a DRAM
+// figure, or of a given footprint for a cache-level figure.
 //
 // FMA peak: independent fused multiply-add chains in the widest vector unit Highway finds at
 // run time (dynamic dispatch), enough chains to cover FMA latency x FMA ports, float32. Checked

@@ -981,141 +981,171 @@ void run_attend(const attend_opts& o) {
     run_typed<double>(o, qa, ka, va, kv);
 }
 
+// The inputs, outputs, mask and score scale: --q, --k, --v, --out and their options.
+void add_attend_io_flags(CLI::App* sub, attend_opts& o) {
+  add_format_option(sub, o.format);
+  sub->add_option("--q", o.q,
+                  "Queries Q.npy (T, Hq, D), float32 or float64, or 16-bit in the dtype of --k")
+      ->required();
+  sub->add_option("--k", o.k,
+                  "Keys K.npy (S, Hkv, D): float32, float64, float16, or bfloat16 bits as uint16 "
+                  "(with --kv-dtype bf16)")
+      ->required();
+  sub->add_option("--v", o.v, "Values V.npy (S, Hkv, D), the dtype of --k")->required();
+  sub->add_option("--kv-dtype", o.kv_dtype,
+                  "How 16-bit --k/--v are read: f16 (the default for float16 files) or bf16 "
+                  "(uint16 files holding bfloat16 bits); computed in float32");
+  sub->add_option("--products", o.products,
+                  "Operands of the two block products: f32 (default) or bf16 (q', k', p and v "
+                  "rounded to bfloat16, float32 accumulation: vdpbf16ps where the CPU has it; "
+                  "float32 calls, forward only)");
+  sub->add_option("--out", o.out, "Output O.npy (T, Hq, D) in Q's dtype (float32 for 16-bit Q)")
+      ->required();
+  sub->add_option("--lse-out", o.lse_out, "Also write the per-row log-sum-exp (T, Hq)");
+  sub->add_flag("--causal", o.causal, "Causal mask, aligned bottom-right (j <= S - T + i)");
+  sub->add_option("--scale", o.scale, "Score scale (default 1/sqrt(D))");
+}
+
+// RoPE: the switch, a config file (--hf-config, --gguf) or its parameters one by one.
+void add_attend_rope_flags(CLI::App* sub, attend_opts& o) {
+  sub->add_flag("--rope", o.rope, "Rotate q and k at their positions (RoPE)");
+  sub->add_option("--hf-config", o.hf_config, "RoPE from a Hugging Face config.json");
+  sub->add_option("--gguf", o.gguf, "RoPE from a GGUF file's metadata (llama.cpp)");
+  sub->add_option("--rope-layout,--layout", o.layout, "RoPE pair layout: half or interleaved");
+  sub->add_option("--rope-angle,--angle", o.angle,
+                  "RoPE angle mode: exact (default), f32, hf_f32 or ggml_f32 (compat_f32 = f32)");
+  sub->add_option("--head-dim", o.head_dim,
+                  "RoPE head dim (optional: D of --q; an error when it disagrees)");
+  sub->add_option("--theta", o.theta, "rope_theta (default 10000)");
+  sub->add_option("--partial", o.partial, "partial_rotary_factor (default 1)");
+  sub->add_option("--scaling", o.scaling,
+                  "rope_type: default, linear, dynamic, yarn, longrope, llama3");
+  sub->add_option("--factor", o.factor, "rope_scaling.factor");
+  sub->add_option("--max-pos", o.max_pos, "max_position_embeddings");
+  sub->add_option("--original-max-pos", o.original_max_pos, "original_max_position_embeddings");
+  sub->add_option("--attention-factor", o.attention_factor, "yarn/longrope attention_factor");
+  sub->add_option("--beta-fast", o.beta_fast, "yarn beta_fast (default 32)");
+  sub->add_option("--beta-slow", o.beta_slow, "yarn beta_slow (default 1)");
+  sub->add_option("--truncate", o.truncate, "yarn truncate: true or false (default true)");
+  sub->add_option("--mscale", o.mscale, "yarn mscale");
+  sub->add_option("--mscale-all-dim", o.mscale_all_dim, "yarn mscale_all_dim");
+  sub->add_option("--short-factor", o.short_factor, "longrope short_factor: a,b,c (R/2)");
+  sub->add_option("--long-factor", o.long_factor, "longrope long_factor: a,b,c (R/2)");
+  sub->add_option("--low-freq-factor", o.low_freq_factor, "llama3 low_freq_factor");
+  sub->add_option("--high-freq-factor", o.high_freq_factor, "llama3 high_freq_factor");
+  sub->add_option("--rope-seq-len,--seq-len", o.seq_len,
+                  "Sequence length for dynamic/longrope frequencies (default S)");
+}
+
+// ALiBi and T5 biases, position ids, key masks, sliding window, sinks and Shaw.
+void add_attend_bias_mask_flags(CLI::App* sub, attend_opts& o) {
+  sub->add_flag("--alibi", o.alibi, "ALiBi biases (Press et al. 2022)");
+  sub->add_option("--alibi-max-bias,--max-bias", o.max_bias, "ALiBi max_bias (default 8)");
+  sub->add_option("--alibi-convention", o.alibi_convention,
+                  "ALiBi slopes for non-power-of-two heads: press (default), mpt, geometric");
+  sub->add_option("--t5-table", o.t5_table, "T5 bias table TABLE.npy (num_buckets, Hq)");
+  sub->add_option("--t5-num-buckets,--num-buckets", o.num_buckets, "T5 num_buckets (default 32)");
+  sub->add_option("--t5-max-distance,--max-distance", o.max_distance,
+                  "T5 max_distance (default 128)");
+  sub->add_flag("--t5-bidirectional,--bidirectional", o.bidirectional,
+                "T5 bidirectional buckets (encoder)");
+  sub->add_option("--q-positions", o.q_positions,
+                  "Query position ids P.npy (T,) int64; (3, T) for M-RoPE (with --rope)");
+  sub->add_option("--k-positions", o.k_positions,
+                  "Key position ids P.npy (S,) int64; (3, S) for M-RoPE (with --rope)");
+  sub->add_option("--key-padding", o.key_padding, "Key mask M.npy (S,) bool/uint8, 1 = real");
+  sub->add_option("--cu-seqlens", o.cu_seqlens, "Packed documents over the keys: 0,5,12");
+  sub->add_option("--window", o.window, "Sliding window W: keys fewer than W tokens behind");
+  sub->add_option("--sinks", o.sinks,
+                  "Attention sinks (gpt-oss): one logit per query head, a,b,c (Hq values), each "
+                  "one more softmax score with no value");
+  sub->add_option("--shaw-keys", o.shaw_keys, "Shaw a^K AK.npy (2K+1, D)");
+  sub->add_option("--shaw-values", o.shaw_values, "Shaw a^V AV.npy (2K+1, D)");
+  sub->add_option("--shaw-clip", o.shaw_clip, "Shaw clip distance K");
+}
+
+// The backward: --dout and the gradients it writes.
+void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
+  sub->add_option("--dout", o.dout, "Run the backward too: dL/dO DO.npy (T, Hq, D)");
+  sub->add_option("--dq", o.dq, "Write dL/dq DQ.npy (T, Hq, D) (needs --dout)");
+  sub->add_option("--dk", o.dk, "Write dL/dk DK.npy (S, Hkv, D) (needs --dout)");
+  sub->add_option("--dv", o.dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
+  sub->add_option("--dt5-table", o.dt5, "Write dL/dTABLE DT.npy (num_buckets, Hq)");
+  sub->add_option("--dshaw-keys", o.dshaw_keys, "Write dL/da^K DAK.npy (2K+1, D)");
+  sub->add_option("--dshaw-values", o.dshaw_values, "Write dL/da^V DAV.npy (2K+1, D)");
+  sub->add_option("--dalibi", o.dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
+}
+
+// Kerple, FIRE, xPos, CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
+void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
+  sub->add_option("--kerple", o.kerple,
+                  "Kerple bias (Chi et al. 2022): parameters KE.npy (2, Hq), rows a1, a2");
+  sub->add_option("--kerple-kernel", o.kerple_kernel, "Kerple kernel: log (default) or power");
+  sub->add_option("--fire", o.fire,
+                  "FIRE bias (Li et al. 2023): per-head MLP parameters F.npy (Hq, 3 M + 3)");
+  sub->add_option("--fire-hidden", o.fire_hidden, "FIRE hidden units M");
+  sub->add_flag("--xpos", o.xpos, "xPos (Sun et al. 2022): RoPE with a decaying scale, --theta");
+  sub->add_option("--xpos-theta", o.xpos_theta, "xPos RoPE base (default --theta)");
+  sub->add_option("--xpos-gamma", o.xpos_gamma, "xPos gamma (default 0.4)");
+  sub->add_flag("--keys-rotated", o.keys_rotated,
+                "--k is already rotated (as a KV cache stores it): only q is rotated");
+  sub->add_option("--xpos-scale-base", o.xpos_scale_base, "xPos scale base (default 512)");
+  sub->add_option("--xpos-center", o.xpos_center, "xPos scale centre (default 0)");
+  sub->add_option(
+      "--cope", o.cope,
+      "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
+  sub->add_flag("--attn-temperature-tuning", o.temperature,
+                "Query temperature: q *= log(floor((pos + floor_offset) / floor_scale) + 1) * "
+                "attn_scale + 1, after --rope / --xpos when given (Llama 4's NoPE layers: the "
+                "defaults; Ministral 3: floor_scale original_max_position_embeddings, attn_scale "
+                "llama_4_scaling_beta, floor_offset 0)");
+  sub->add_option("--floor-scale", o.floor_scale,
+                  "Temperature floor_scale (default 8192, Llama 4's), finite and > 0");
+  sub->add_option("--attn-scale", o.attn_scale,
+                  "Temperature attn_scale (default 0.1, Llama 4's), finite and >= 0");
+  sub->add_option("--floor-offset", o.floor_offset,
+                  "Temperature floor_offset, added to the position (default 1, Llama 4's; "
+                  "Ministral 3: 0), finite and >= 0");
+  sub->add_option("--layer", o.layer,
+                  "Layer L of --hf-config: its layer type's RoPE, or none on a NoPE layer (with "
+                  "Llama 4's temperature when the config sets attn_temperature_tuning)");
+  sub->add_option("--layer-type", o.layer_type,
+                  "Layer type of a per-layer --hf-config (posenc rope layers lists them)");
+  sub->add_flag("--no-dca", o.no_dca,
+                "Leave a --hf-config's dual_chunk_attention_config off (as transformers does); "
+                "by default it turns Dual Chunk Attention on, as vLLM runs the model");
+  sub->add_option("--dcope", o.dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
+  sub->add_option("--dkerple", o.dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
+  sub->add_option("--dfire", o.dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
+}
+
+// The schemes reached by name, from their declarations.
+void add_attend_named_scheme_flags(CLI::App* sub, attend_opts& o) {
+  // The schemes reached by name: a switch and an option per parameter, from the declarations.
+  for (const scheme_decl* d : named_scheme_decls()) {
+    sub->add_flag("--" + flag_name(d->params[0].name), o.named_on[d->name],
+                  fmt::format("{} ({}): {}", d->title, d->citation, d->params[0].doc));
+    for (size_t i = 1; i < d->params.size(); ++i) {
+      const scheme_param& p = d->params[i];
+      sub->add_option(
+             "--" + flag_name(p.name), o.named_values[p.name],
+             fmt::format("{} {}, {}: {} (default {})", d->title, p.name, p.dtype, p.doc, p.def))
+          ->type_name(std::string(p.dtype) == "int" ? "INT" : "FLOAT");
+    }
+  }
+}
+
 const bool registered_cmd_attend = register_command(50, [](CLI::App& app) {
   auto o = std::make_shared<attend_opts>();
   auto* sub = app.add_subcommand(
       "attend", "Multi-head attention with a position scheme on .npy inputs (an oracle)");
   o->sub = sub;
-  add_format_option(sub, o->format);
-  sub->add_option("--q", o->q,
-                  "Queries Q.npy (T, Hq, D), float32 or float64, or 16-bit in the dtype of --k")
-      ->required();
-  sub->add_option("--k", o->k,
-                  "Keys K.npy (S, Hkv, D): float32, float64, float16, or bfloat16 bits as uint16 "
-                  "(with --kv-dtype bf16)")
-      ->required();
-  sub->add_option("--v", o->v, "Values V.npy (S, Hkv, D), the dtype of --k")->required();
-  sub->add_option("--kv-dtype", o->kv_dtype,
-                  "How 16-bit --k/--v are read: f16 (the default for float16 files) or bf16 "
-                  "(uint16 files holding bfloat16 bits); computed in float32");
-  sub->add_option("--products", o->products,
-                  "Operands of the two block products: f32 (default) or bf16 (q', k', p and v "
-                  "rounded to bfloat16, float32 accumulation: vdpbf16ps where the CPU has it; "
-                  "float32 calls, forward only)");
-  sub->add_option("--out", o->out, "Output O.npy (T, Hq, D) in Q's dtype (float32 for 16-bit Q)")
-      ->required();
-  sub->add_option("--lse-out", o->lse_out, "Also write the per-row log-sum-exp (T, Hq)");
-  sub->add_flag("--causal", o->causal, "Causal mask, aligned bottom-right (j <= S - T + i)");
-  sub->add_option("--scale", o->scale, "Score scale (default 1/sqrt(D))");
-  sub->add_flag("--rope", o->rope, "Rotate q and k at their positions (RoPE)");
-  sub->add_option("--hf-config", o->hf_config, "RoPE from a Hugging Face config.json");
-  sub->add_option("--gguf", o->gguf, "RoPE from a GGUF file's metadata (llama.cpp)");
-  sub->add_option("--rope-layout,--layout", o->layout, "RoPE pair layout: half or interleaved");
-  sub->add_option("--rope-angle,--angle", o->angle,
-                  "RoPE angle mode: exact (default), f32, hf_f32 or ggml_f32 (compat_f32 = f32)");
-  sub->add_option("--head-dim", o->head_dim,
-                  "RoPE head dim (optional: D of --q; an error when it disagrees)");
-  sub->add_option("--theta", o->theta, "rope_theta (default 10000)");
-  sub->add_option("--partial", o->partial, "partial_rotary_factor (default 1)");
-  sub->add_option("--scaling", o->scaling,
-                  "rope_type: default, linear, dynamic, yarn, longrope, llama3");
-  sub->add_option("--factor", o->factor, "rope_scaling.factor");
-  sub->add_option("--max-pos", o->max_pos, "max_position_embeddings");
-  sub->add_option("--original-max-pos", o->original_max_pos, "original_max_position_embeddings");
-  sub->add_option("--attention-factor", o->attention_factor, "yarn/longrope attention_factor");
-  sub->add_option("--beta-fast", o->beta_fast, "yarn beta_fast (default 32)");
-  sub->add_option("--beta-slow", o->beta_slow, "yarn beta_slow (default 1)");
-  sub->add_option("--truncate", o->truncate, "yarn truncate: true or false (default true)");
-  sub->add_option("--mscale", o->mscale, "yarn mscale");
-  sub->add_option("--mscale-all-dim", o->mscale_all_dim, "yarn mscale_all_dim");
-  sub->add_option("--short-factor", o->short_factor, "longrope short_factor: a,b,c (R/2)");
-  sub->add_option("--long-factor", o->long_factor, "longrope long_factor: a,b,c (R/2)");
-  sub->add_option("--low-freq-factor", o->low_freq_factor, "llama3 low_freq_factor");
-  sub->add_option("--high-freq-factor", o->high_freq_factor, "llama3 high_freq_factor");
-  sub->add_option("--rope-seq-len,--seq-len", o->seq_len,
-                  "Sequence length for dynamic/longrope frequencies (default S)");
-  sub->add_flag("--alibi", o->alibi, "ALiBi biases (Press et al. 2022)");
-  sub->add_option("--alibi-max-bias,--max-bias", o->max_bias, "ALiBi max_bias (default 8)");
-  sub->add_option("--alibi-convention", o->alibi_convention,
-                  "ALiBi slopes for non-power-of-two heads: press (default), mpt, geometric");
-  sub->add_option("--t5-table", o->t5_table, "T5 bias table TABLE.npy (num_buckets, Hq)");
-  sub->add_option("--t5-num-buckets,--num-buckets", o->num_buckets, "T5 num_buckets (default 32)");
-  sub->add_option("--t5-max-distance,--max-distance", o->max_distance,
-                  "T5 max_distance (default 128)");
-  sub->add_flag("--t5-bidirectional,--bidirectional", o->bidirectional,
-                "T5 bidirectional buckets (encoder)");
-  sub->add_option("--q-positions", o->q_positions,
-                  "Query position ids P.npy (T,) int64; (3, T) for M-RoPE (with --rope)");
-  sub->add_option("--k-positions", o->k_positions,
-                  "Key position ids P.npy (S,) int64; (3, S) for M-RoPE (with --rope)");
-  sub->add_option("--key-padding", o->key_padding, "Key mask M.npy (S,) bool/uint8, 1 = real");
-  sub->add_option("--cu-seqlens", o->cu_seqlens, "Packed documents over the keys: 0,5,12");
-  sub->add_option("--window", o->window, "Sliding window W: keys fewer than W tokens behind");
-  sub->add_option("--sinks", o->sinks,
-                  "Attention sinks (gpt-oss): one logit per query head, a,b,c (Hq values), each "
-                  "one more softmax score with no value");
-  sub->add_option("--shaw-keys", o->shaw_keys, "Shaw a^K AK.npy (2K+1, D)");
-  sub->add_option("--shaw-values", o->shaw_values, "Shaw a^V AV.npy (2K+1, D)");
-  sub->add_option("--shaw-clip", o->shaw_clip, "Shaw clip distance K");
-  sub->add_option("--dout", o->dout, "Run the backward too: dL/dO DO.npy (T, Hq, D)");
-  sub->add_option("--dq", o->dq, "Write dL/dq DQ.npy (T, Hq, D) (needs --dout)");
-  sub->add_option("--dk", o->dk, "Write dL/dk DK.npy (S, Hkv, D) (needs --dout)");
-  sub->add_option("--dv", o->dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
-  sub->add_option("--dt5-table", o->dt5, "Write dL/dTABLE DT.npy (num_buckets, Hq)");
-  sub->add_option("--dshaw-keys", o->dshaw_keys, "Write dL/da^K DAK.npy (2K+1, D)");
-  sub->add_option("--dshaw-values", o->dshaw_values, "Write dL/da^V DAV.npy (2K+1, D)");
-  sub->add_option("--dalibi", o->dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
-  sub->add_option("--kerple", o->kerple,
-                  "Kerple bias (Chi et al. 2022): parameters KE.npy (2, Hq), rows a1, a2");
-  sub->add_option("--kerple-kernel", o->kerple_kernel, "Kerple kernel: log (default) or power");
-  sub->add_option("--fire", o->fire,
-                  "FIRE bias (Li et al. 2023): per-head MLP parameters F.npy (Hq, 3 M + 3)");
-  sub->add_option("--fire-hidden", o->fire_hidden, "FIRE hidden units M");
-  sub->add_flag("--xpos", o->xpos, "xPos (Sun et al. 2022): RoPE with a decaying scale, --theta");
-  sub->add_option("--xpos-theta", o->xpos_theta, "xPos RoPE base (default --theta)");
-  sub->add_option("--xpos-gamma", o->xpos_gamma, "xPos gamma (default 0.4)");
-  sub->add_flag("--keys-rotated", o->keys_rotated,
-                "--k is already rotated (as a KV cache stores it): only q is rotated");
-  sub->add_option("--xpos-scale-base", o->xpos_scale_base, "xPos scale base (default 512)");
-  sub->add_option("--xpos-center", o->xpos_center, "xPos scale centre (default 0)");
-  sub->add_option(
-      "--cope", o->cope,
-      "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
-  sub->add_flag("--attn-temperature-tuning", o->temperature,
-                "Query temperature: q *= log(floor((pos + floor_offset) / floor_scale) + 1) * "
-                "attn_scale + 1, after --rope / --xpos when given (Llama 4's NoPE layers: the "
-                "defaults; Ministral 3: floor_scale original_max_position_embeddings, attn_scale "
-                "llama_4_scaling_beta, floor_offset 0)");
-  sub->add_option("--floor-scale", o->floor_scale,
-                  "Temperature floor_scale (default 8192, Llama 4's), finite and > 0");
-  sub->add_option("--attn-scale", o->attn_scale,
-                  "Temperature attn_scale (default 0.1, Llama 4's), finite and >= 0");
-  sub->add_option("--floor-offset", o->floor_offset,
-                  "Temperature floor_offset, added to the position (default 1, Llama 4's; "
-                  "Ministral 3: 0), finite and >= 0");
-  sub->add_option("--layer", o->layer,
-                  "Layer L of --hf-config: its layer type's RoPE, or none on a NoPE layer (with "
-                  "Llama 4's temperature when the config sets attn_temperature_tuning)");
-  sub->add_option("--layer-type", o->layer_type,
-                  "Layer type of a per-layer --hf-config (posenc rope layers lists them)");
-  sub->add_flag("--no-dca", o->no_dca,
-                "Leave a --hf-config's dual_chunk_attention_config off (as transformers does); "
-                "by default it turns Dual Chunk Attention on, as vLLM runs the model");
-  sub->add_option("--dcope", o->dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
-  sub->add_option("--dkerple", o->dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
-  sub->add_option("--dfire", o->dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
-  // The schemes reached by name: a switch and an option per parameter, from the declarations.
-  for (const scheme_decl* d : named_scheme_decls()) {
-    sub->add_flag("--" + flag_name(d->params[0].name), o->named_on[d->name],
-                  fmt::format("{} ({}): {}", d->title, d->citation, d->params[0].doc));
-    for (size_t i = 1; i < d->params.size(); ++i) {
-      const scheme_param& p = d->params[i];
-      sub->add_option(
-             "--" + flag_name(p.name), o->named_values[p.name],
-             fmt::format("{} {}, {}: {} (default {})", d->title, p.name, p.dtype, p.doc, p.def))
-          ->type_name(std::string(p.dtype) == "int" ? "INT" : "FLOAT");
-    }
-  }
+  add_attend_io_flags(sub, *o);
+  add_attend_rope_flags(sub, *o);
+  add_attend_bias_mask_flags(sub, *o);
+  add_attend_gradient_flags(sub, *o);
+  add_attend_scheme_flags(sub, *o);
+  add_attend_named_scheme_flags(sub, *o);
   sub->callback([o] { run_attend(*o); });
 });
 

@@ -664,6 +664,35 @@ std::vector<std::string> likely_causes(const diff_side& A, const diff_side& B, i
   return out;
 }
 
+// One side of the diff as --format json prints it.
+nlohmann::ordered_json diff_side_json(const diff_side& s) {
+  nlohmann::ordered_json x;
+  x["spec"] = s.spec;
+  x["kind"] = s.kind;
+  x["scaling"] = rope_type_name(s.c.type);
+  x["head_dim"] = s.c.head_dim;
+  x["rotary_dim"] = s.c.rotary_dim;
+  x["theta"] = s.c.theta;
+  x["factor"] = s.c.factor;
+  x["attention_factor"] = s.f.attention_factor;
+  x["layout"] = s.layout ? nlohmann::ordered_json(rope_layout_name(*s.layout)) : nullptr;
+  x["layout_note"] = s.layout_note;
+  return x;
+}
+
+// Each pair's inverse frequency in A and B and their ratio, as --format json prints them.
+nlohmann::ordered_json diff_pairs_json(const diff_side& A, const diff_side& B,
+                                       const std::vector<double>& ratio) {
+  nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < ratio.size(); ++i)
+    pairs.push_back({{"pair", i},
+                     {"a", A.f.inv_freq[i]},
+                     {"b", B.f.inv_freq[i]},
+                     {"ratio", ratio[i]},
+                     {"differs", !close(A.f.inv_freq[i], B.f.inv_freq[i])}});
+  return pairs;
+}
+
 void run_diff(const diff_opts& o) {
   if (o.seq_len < 0) fail("--seq-len must be >= 0, got {}", o.seq_len);
   // Errors name the side they come from.
@@ -699,30 +728,10 @@ void run_diff(const diff_opts& o) {
 
   if (o.format == out_format::json) {
     nlohmann::ordered_json j;
-    for (const auto* s : {&A, &B}) {
-      nlohmann::ordered_json x;
-      x["spec"] = s->spec;
-      x["kind"] = s->kind;
-      x["scaling"] = rope_type_name(s->c.type);
-      x["head_dim"] = s->c.head_dim;
-      x["rotary_dim"] = s->c.rotary_dim;
-      x["theta"] = s->c.theta;
-      x["factor"] = s->c.factor;
-      x["attention_factor"] = s->f.attention_factor;
-      x["layout"] = s->layout ? nlohmann::ordered_json(rope_layout_name(*s->layout)) : nullptr;
-      x["layout_note"] = s->layout_note;
-      j[s->name] = x;
-    }
+    for (const auto* s : {&A, &B}) j[s->name] = diff_side_json(*s);
     j["seq_len"] = o.seq_len;
     j["tolerance"] = f32_rel;
-    nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
-    for (size_t i = 0; i < n; ++i)
-      pairs.push_back({{"pair", i},
-                       {"a", A.f.inv_freq[i]},
-                       {"b", B.f.inv_freq[i]},
-                       {"ratio", ratio[i]},
-                       {"differs", !close(A.f.inv_freq[i], B.f.inv_freq[i])}});
-    j["pairs"] = pairs;
+    j["pairs"] = diff_pairs_json(A, B, ratio);
     j["pairs_differing"] = n_diff;
     j["max_rel_difference"] = worst_rel;
     j["attention_factor_same"] = attn_same;

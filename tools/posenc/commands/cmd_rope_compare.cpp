@@ -110,6 +110,35 @@ nlohmann::ordered_json fit_json(const rope_compare_fit& f) {
   return j;
 }
 
+// rope_compare's result as --format json prints it.
+nlohmann::ordered_json compare_result_json(const rope_compare_result& r) {
+  nlohmann::ordered_json j;
+  j["ok"] = r.ok;
+  j["verdict"] = r.verdict;
+  // null when nothing matched (a const char* null would be read as a string).
+  const char* pipeline =
+      r.match ? rope_angle_name(r.match->angle) : (r.ok ? rope_angle_name(r.reference) : nullptr);
+  j["pipeline"] = pipeline ? nlohmann::ordered_json(pipeline) : nlohmann::ordered_json(nullptr);
+  j["reference"] = rope_angle_name(r.reference);
+  j["max_error"] = r.max_error;
+  j["max_ratio"] = r.max_ratio;
+  j["tolerance"] = r.tolerance;
+  j["rtol"] = r.rtol;
+  j["atol"] = r.atol;
+  j["angle_rtol"] = r.angle_rtol;
+  j["worst"] = r.worst;
+  j["worst_position"] = r.worst_position ? nlohmann::ordered_json(*r.worst_position) : nullptr;
+  j["worst_pair"] = r.worst_pair ? nlohmann::ordered_json(*r.worst_pair) : nullptr;
+  j["match"] = r.match ? fit_json(*r.match) : nlohmann::ordered_json(nullptr);
+  j["pipelines"] = nlohmann::ordered_json::array();
+  for (const auto& p : r.pipelines) j["pipelines"].push_back(fit_json(p));
+  j["hint_fits"] = nlohmann::ordered_json::array();
+  for (const auto& h : r.hints) j["hint_fits"].push_back(fit_json(h));
+  j["hints"] = rope_compare_hints(r);
+  j["ratio_by_t"] = r.ratio_by_t;
+  return j;
+}
+
 void run_compare(const compare_opts& o) {
   const auto layout = rope_layout_from_name(o.layout, "--layout");
   const auto angle = rope_angle_from_name(o.angle, "--angle");
@@ -173,30 +202,7 @@ void run_compare(const compare_opts& o) {
   const auto r = rope_compare(in);
 
   if (o.format == out_format::json) {
-    nlohmann::ordered_json j;
-    j["ok"] = r.ok;
-    j["verdict"] = r.verdict;
-    // null when nothing matched (a const char* null would be read as a string).
-    const char* pipeline =
-        r.match ? rope_angle_name(r.match->angle) : (r.ok ? rope_angle_name(r.reference) : nullptr);
-    j["pipeline"] = pipeline ? nlohmann::ordered_json(pipeline) : nlohmann::ordered_json(nullptr);
-    j["reference"] = rope_angle_name(r.reference);
-    j["max_error"] = r.max_error;
-    j["max_ratio"] = r.max_ratio;
-    j["tolerance"] = r.tolerance;
-    j["rtol"] = r.rtol;
-    j["atol"] = r.atol;
-    j["angle_rtol"] = r.angle_rtol;
-    j["worst"] = r.worst;
-    j["worst_position"] = r.worst_position ? nlohmann::ordered_json(*r.worst_position) : nullptr;
-    j["worst_pair"] = r.worst_pair ? nlohmann::ordered_json(*r.worst_pair) : nullptr;
-    j["match"] = r.match ? fit_json(*r.match) : nlohmann::ordered_json(nullptr);
-    j["pipelines"] = nlohmann::ordered_json::array();
-    for (const auto& p : r.pipelines) j["pipelines"].push_back(fit_json(p));
-    j["hint_fits"] = nlohmann::ordered_json::array();
-    for (const auto& h : r.hints) j["hint_fits"].push_back(fit_json(h));
-    j["hints"] = rope_compare_hints(r);
-    j["ratio_by_t"] = r.ratio_by_t;
+    const nlohmann::ordered_json j = compare_result_json(r);
     std::printf("%s\n", j.dump(2).c_str());
   } else if (o.format == out_format::csv) {
     std::printf("ok,verdict,pipeline,max_error,max_ratio,pipeline_max_error,pipeline_max_ratio\n");

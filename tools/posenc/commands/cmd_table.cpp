@@ -56,6 +56,76 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The table as JSON: the parameters, the positions and one array of d values per position.
+std::string table_json(const sinusoidal_params& p, const std::vector<int64_t>& pos,
+                       const std::vector<double>& table) {
+  const int64_t n = static_cast<int64_t>(pos.size()), d = p.width;
+  nlohmann::ordered_json j;
+  j["width"] = p.width;
+  j["base"] = p.base;
+  j["layout"] = sin_layout_name(p.layout);
+  j["denominator"] = sin_denominator_name(p.denominator);
+  j["positions"] = pos;
+  auto rows = nlohmann::ordered_json::array();
+  for (int64_t i = 0; i < n; ++i) {
+    auto row = nlohmann::ordered_json::array();
+    for (int64_t c = 0; c < d; ++c) row.push_back(table[static_cast<size_t>(i * d + c)]);
+    rows.push_back(std::move(row));
+  }
+  j["table"] = std::move(rows);
+  return j.dump() + "\n";
+}
+
+// The table as CSV: a row of channel labels ("sin_r0"), then one row per position.
+std::string table_csv(const std::vector<int64_t>& pos, const std::vector<std::string>& label,
+                      const std::vector<double>& table, int64_t d, bool f32) {
+  const int64_t n = static_cast<int64_t>(pos.size());
+  auto val = [&](int64_t i, int64_t c) {
+    const double v = table[static_cast<size_t>(i * d + c)];
+    return f32 ? fmt::format("{}", static_cast<float>(v)) : num(v);
+  };
+  fmt::memory_buffer b;
+  fmt::format_to(std::back_inserter(b), "position");
+  for (const auto& l : label) {
+    std::string h = l;
+    h[3] = '_';  // "sin_r0"
+    fmt::format_to(std::back_inserter(b), ",{}", h);
+  }
+  fmt::format_to(std::back_inserter(b), "\n");
+  for (int64_t i = 0; i < n; ++i) {
+    fmt::format_to(std::back_inserter(b), "{}", pos[static_cast<size_t>(i)]);
+    for (int64_t c = 0; c < d; ++c) fmt::format_to(std::back_inserter(b), ",{}", val(i, c));
+    fmt::format_to(std::back_inserter(b), "\n");
+  }
+  return fmt::to_string(b);
+}
+
+// The table as aligned text columns; dtype names the table's element type in the header.
+std::string table_text(const sinusoidal_params& p, const std::vector<int64_t>& pos,
+                       const std::vector<std::string>& label, const std::vector<double>& table,
+                       const std::string& dtype) {
+  const int64_t n = static_cast<int64_t>(pos.size()), d = p.width;
+  // Aligned columns for reading: a channel-number row, a (sin|cos, pair) row, then one row
+  // per position with 6 decimals. CSV and JSON carry the full precision.
+  fmt::memory_buffer b;
+  fmt::format_to(std::back_inserter(b),
+                 "# sinusoidal positions: width {}, base {}, layout {}, {} ({}), {}\n", d,
+                 num(p.base), sin_layout_name(p.layout), sin_denominator_name(p.denominator),
+                 formula(p.denominator), dtype);
+  fmt::format_to(std::back_inserter(b), "{:>10}", "channel");
+  for (int64_t c = 0; c < d; ++c) fmt::format_to(std::back_inserter(b), " {:>10}", c);
+  fmt::format_to(std::back_inserter(b), "\n{:>10}", "position");
+  for (const auto& l : label) fmt::format_to(std::back_inserter(b), " {:>10}", l);
+  fmt::format_to(std::back_inserter(b), "\n");
+  for (int64_t i = 0; i < n; ++i) {
+    fmt::format_to(std::back_inserter(b), "{:>10}", pos[static_cast<size_t>(i)]);
+    for (int64_t c = 0; c < d; ++c)
+      fmt::format_to(std::back_inserter(b), " {:>10.6f}", table[static_cast<size_t>(i * d + c)]);
+    fmt::format_to(std::back_inserter(b), "\n");
+  }
+  return fmt::to_string(b);
+}
+
 void run_table(const table_opts& o) {
   sinusoidal_params p;
   p.width = o.width;
@@ -98,62 +168,14 @@ void run_table(const table_opts& o) {
     label[static_cast<size_t>(sinusoidal_channel(p, r, false))] = fmt::format("sin r{}", r);
     label[static_cast<size_t>(sinusoidal_channel(p, r, true))] = fmt::format("cos r{}", r);
   }
-  auto val = [&](int64_t i, int64_t c) {
-    const double v = table[static_cast<size_t>(i * d + c)];
-    return f32 ? fmt::format("{}", static_cast<float>(v)) : num(v);
-  };
 
   std::string text;
   if (o.format == out_format::json) {
-    nlohmann::ordered_json j;
-    j["width"] = p.width;
-    j["base"] = p.base;
-    j["layout"] = sin_layout_name(p.layout);
-    j["denominator"] = sin_denominator_name(p.denominator);
-    j["positions"] = pos;
-    auto rows = nlohmann::ordered_json::array();
-    for (int64_t i = 0; i < n; ++i) {
-      auto row = nlohmann::ordered_json::array();
-      for (int64_t c = 0; c < d; ++c) row.push_back(table[static_cast<size_t>(i * d + c)]);
-      rows.push_back(std::move(row));
-    }
-    j["table"] = std::move(rows);
-    text = j.dump() + "\n";
+    text = table_json(p, pos, table);
   } else if (o.format == out_format::csv) {
-    fmt::memory_buffer b;
-    fmt::format_to(std::back_inserter(b), "position");
-    for (const auto& l : label) {
-      std::string h = l;
-      h[3] = '_';  // "sin_r0"
-      fmt::format_to(std::back_inserter(b), ",{}", h);
-    }
-    fmt::format_to(std::back_inserter(b), "\n");
-    for (int64_t i = 0; i < n; ++i) {
-      fmt::format_to(std::back_inserter(b), "{}", pos[static_cast<size_t>(i)]);
-      for (int64_t c = 0; c < d; ++c) fmt::format_to(std::back_inserter(b), ",{}", val(i, c));
-      fmt::format_to(std::back_inserter(b), "\n");
-    }
-    text = fmt::to_string(b);
+    text = table_csv(pos, label, table, d, f32);
   } else {
-    // Aligned columns for reading: a channel-number row, a (sin|cos, pair) row, then one row
-    // per position with 6 decimals. CSV and JSON carry the full precision.
-    fmt::memory_buffer b;
-    fmt::format_to(std::back_inserter(b),
-                   "# sinusoidal positions: width {}, base {}, layout {}, {} ({}), {}\n", d,
-                   num(p.base), sin_layout_name(p.layout), sin_denominator_name(p.denominator),
-                   formula(p.denominator), o.dtype);
-    fmt::format_to(std::back_inserter(b), "{:>10}", "channel");
-    for (int64_t c = 0; c < d; ++c) fmt::format_to(std::back_inserter(b), " {:>10}", c);
-    fmt::format_to(std::back_inserter(b), "\n{:>10}", "position");
-    for (const auto& l : label) fmt::format_to(std::back_inserter(b), " {:>10}", l);
-    fmt::format_to(std::back_inserter(b), "\n");
-    for (int64_t i = 0; i < n; ++i) {
-      fmt::format_to(std::back_inserter(b), "{:>10}", pos[static_cast<size_t>(i)]);
-      for (int64_t c = 0; c < d; ++c)
-        fmt::format_to(std::back_inserter(b), " {:>10.6f}", table[static_cast<size_t>(i * d + c)]);
-      fmt::format_to(std::back_inserter(b), "\n");
-    }
-    text = fmt::to_string(b);
+    text = table_text(p, pos, label, table, o.dtype);
   }
   emit(o.out, text);
 }

@@ -121,6 +121,87 @@ void press_part(report_context& ctx, doc::document& body) {
   }
 }
 
+// A summary row's curve: "scheme/extension".
+std::string extend_curve(const J& row) {
+  return row["scheme"].get<std::string>() + "/" + row["extension"].get<std::string>();
+}
+
+// The extend preset's plot of bits per byte against evaluation length, zero-shot or fine-tuned
+// (ft); no series when the summary has none of its rows.
+vl::line_plot extend_plot(const J& summary, int64_t L, bool ft) {
+  static const std::vector<std::pair<std::string, std::string>> curves = {
+      {"rope/none", "#1f77b4"},    {"rope/linear", "#ff7f0e"},
+      {"rope/dynamic", "#2ca02c"}, {"rope/yarn", "#d62728"},
+      {"rope/llama3", "#9467bd"},  {"rope/longrope", "#8c564b"},
+      {"rope/pose", "#e377c2"},    {"rope/self_extend", "#17becf"},
+      {"rope/dca", "#393b79"},     {"rope/streaming_llm", "#637939"},
+      {"alibi/none", "#7f7f7f"},   {"kerple/none", "#bcbd22"}};
+  vl::line_plot plot;
+  plot.title = ft ? "fine-tuned at the target length" : "zero-shot";
+  plot.x.label = "evaluation length (bytes)";
+  plot.x.kind = vl::scale::log;
+  const double l = static_cast<double>(L);
+  plot.x.ticks = {l, 2 * l, 4 * l, 8 * l, 16 * l};
+  plot.y.label = "bits per byte";
+  plot.width = 560;
+  plot.height = 400;
+  vl::line_series ring;
+  ring.name = "in distribution (L_eval = L)";
+  ring.line = false;
+  ring.markers = true;
+  ring.marker_radius = 7;
+  ring.color = "#000000";
+  for (const auto& [name, color] : curves) {
+    vl::line_series ls;
+    const bool reference = name.rfind("rope/", 0) != 0;
+    ls.name = reference ? name.substr(0, name.find('/')) + " (no extension)"
+                        : name.substr(5) + (ft ? " + fine-tune" : "");
+    ls.markers = true;
+    ls.dashed = reference;
+    ls.color = color;
+    for (const auto& row : summary) {
+      if (extend_curve(row) != name) continue;
+      // The references and the trained RoPE model (none, zero-shot) have no fine-tune.
+      if (!reference && (row["finetune_steps"].get<int64_t>() > 0) != ft) continue;
+      const J& m = row["bits_per_byte_mean"];
+      const double x = row["eval_len"].get<double>(), y = m.is_null() ? NAN : m.get<double>();
+      ls.x.push_back(x);
+      ls.y.push_back(y);
+      if (row["eval_len"] == L && !m.is_null()) {
+        ring.x.push_back(x);
+        ring.y.push_back(y);
+      }
+    }
+    if (!ls.x.empty()) plot.series.push_back(ls);
+  }
+  if (!plot.series.empty()) plot.series.insert(plot.series.begin(), ring);
+  return plot;
+}
+
+// The extend preset's table of means and spreads, one row per method.
+doc::table extend_table(const J& summary, int64_t L) {
+  doc::table table;
+  table.head = {"scheme / extension"};
+  for (int64_t m : {1, 2, 4, 8, 16}) table.head.push_back(fmt::format("{}", m * L));
+  std::map<std::string, std::vector<std::string>> cells;
+  std::vector<std::string> order;
+  for (const auto& row : summary) {
+    const std::string name =
+        extend_curve(row) + (row["finetune_steps"].get<int64_t>() > 0 ? " + fine-tune" : "");
+    if (!cells.count(name)) order.push_back(name);
+    const J& m = row["bits_per_byte_mean"];
+    const J& sd = row["bits_per_byte_std"];
+    cells[name].push_back(fmt_metric(m) +
+                          (sd.is_null() ? "" : " ± " + fmt::format("{:.2f}", sd.get<double>())));
+  }
+  for (const std::string& name : order) {
+    std::vector<std::string> r = {name};
+    r.insert(r.end(), cells[name].begin(), cells[name].end());
+    table.rows.push_back(std::move(r));
+  }
+  return table;
+}
+
 // The context-extension table (`posenc lab --preset extend --out DIR/extend`), when
 // DIR/extend/results.json exists: bits per byte against evaluation length, one curve per
 // method, zero-shot and fine-tuned side by side, ALiBi and Kerple (trained at L, no extension)
@@ -154,58 +235,10 @@ void extend_part(report_context& ctx, doc::document& body) {
       cfg["finetune_steps"].get<int64_t>(), cfg["finetune_tokens_per_step"].get<int64_t>(),
       cfg["target_len"].get<int64_t>(), cfg["target_len"].get<int64_t>(),
       cfg["eval_chars"].get<int64_t>()));
-  static const std::vector<std::pair<std::string, std::string>> curves = {
-      {"rope/none", "#1f77b4"},    {"rope/linear", "#ff7f0e"},
-      {"rope/dynamic", "#2ca02c"}, {"rope/yarn", "#d62728"},
-      {"rope/llama3", "#9467bd"},  {"rope/longrope", "#8c564b"},
-      {"rope/pose", "#e377c2"},    {"rope/self_extend", "#17becf"},
-      {"rope/dca", "#393b79"},     {"rope/streaming_llm", "#637939"},
-      {"alibi/none", "#7f7f7f"},   {"kerple/none", "#bcbd22"}};
-  auto key = [](const J& row) {
-    return row["scheme"].get<std::string>() + "/" + row["extension"].get<std::string>();
-  };
   std::vector<std::pair<doc::chart, std::string>> charts;
   for (bool ft : {false, true}) {
-    vl::line_plot plot;
-    plot.title = ft ? "fine-tuned at the target length" : "zero-shot";
-    plot.x.label = "evaluation length (bytes)";
-    plot.x.kind = vl::scale::log;
-    const double l = static_cast<double>(L);
-    plot.x.ticks = {l, 2 * l, 4 * l, 8 * l, 16 * l};
-    plot.y.label = "bits per byte";
-    plot.width = 560;
-    plot.height = 400;
-    vl::line_series ring;
-    ring.name = "in distribution (L_eval = L)";
-    ring.line = false;
-    ring.markers = true;
-    ring.marker_radius = 7;
-    ring.color = "#000000";
-    for (const auto& [name, color] : curves) {
-      vl::line_series ls;
-      const bool reference = name.rfind("rope/", 0) != 0;
-      ls.name = reference ? name.substr(0, name.find('/')) + " (no extension)"
-                          : name.substr(5) + (ft ? " + fine-tune" : "");
-      ls.markers = true;
-      ls.dashed = reference;
-      ls.color = color;
-      for (const auto& row : j["summary"]) {
-        if (key(row) != name) continue;
-        // The references and the trained RoPE model (none, zero-shot) have no fine-tune.
-        if (!reference && (row["finetune_steps"].get<int64_t>() > 0) != ft) continue;
-        const J& m = row["bits_per_byte_mean"];
-        const double x = row["eval_len"].get<double>(), y = m.is_null() ? NAN : m.get<double>();
-        ls.x.push_back(x);
-        ls.y.push_back(y);
-        if (row["eval_len"] == L && !m.is_null()) {
-          ring.x.push_back(x);
-          ring.y.push_back(y);
-        }
-      }
-      if (!ls.x.empty()) plot.series.push_back(ls);
-    }
+    const vl::line_plot plot = extend_plot(j["summary"], L, ft);
     if (plot.series.empty()) continue;
-    plot.series.insert(plot.series.begin(), ring);
     const char* file = ft ? "lab_extend_finetuned.vl.json" : "lab_extend_zeroshot.vl.json";
     charts.emplace_back(
         doc::save_chart(ctx.out_dir, file,
@@ -221,26 +254,7 @@ void extend_part(report_context& ctx, doc::document& body) {
       row.figures.push_back({{chart}, doc::markup(caption)});
     body.add(row);
   }
-  doc::table table;
-  table.head = {"scheme / extension"};
-  for (int64_t m : {1, 2, 4, 8, 16}) table.head.push_back(fmt::format("{}", m * L));
-  std::map<std::string, std::vector<std::string>> cells;
-  std::vector<std::string> order;
-  for (const auto& row : j["summary"]) {
-    const std::string name =
-        key(row) + (row["finetune_steps"].get<int64_t>() > 0 ? " + fine-tune" : "");
-    if (!cells.count(name)) order.push_back(name);
-    const J& m = row["bits_per_byte_mean"];
-    const J& sd = row["bits_per_byte_std"];
-    cells[name].push_back(fmt_metric(m) +
-                          (sd.is_null() ? "" : " ± " + fmt::format("{:.2f}", sd.get<double>())));
-  }
-  for (const std::string& name : order) {
-    std::vector<std::string> r = {name};
-    r.insert(r.end(), cells[name].begin(), cells[name].end());
-    table.rows.push_back(std::move(r));
-  }
-  body.add(std::move(table));
+  body.add(extend_table(j["summary"], L));
 }
 
 report_section lab_section(report_context& ctx) {

@@ -125,6 +125,75 @@ std::string palette_color(size_t i) {
 // Line plot: one row per point {series, x, y}; a line layer (series with lines), a point layer
 // (markers, and the hover targets of every series), the reference line.
 
+namespace {
+
+// The line plot's legend; adds the rows it takes below the plot to height when it goes there.
+json line_plot_legend(const line_plot& p, const std::vector<std::string>& names, int& height) {
+  // One legend: colour and dash share the field, the title and the domain, so Vega-Lite merges
+  // them and every entry shows its series' colour and dash. On the right, unless the names would
+  // take more than a third of the width (about 7 pixels a character): then below, in two columns
+  // where they fit.
+  size_t longest = 0;
+  for (const auto& n : names) longest = std::max(longest, n.size());
+  json legend = {{"symbolType", "stroke"}, {"symbolStrokeWidth", 2.5}};
+  if (7.0 * static_cast<double>(longest) > p.width / 3.0) {
+    const int columns = 2 * (7.0 * static_cast<double>(longest) + 40) < p.width ? 2 : 1;
+    legend["orient"] = "bottom";
+    legend["direction"] = "vertical";
+    legend["columns"] = columns;
+    // Room for the legend's rows (about 17 pixels each) below a plot of the requested height.
+    height += 17 * static_cast<int>((names.size() + columns - 1) / columns) + 12;
+  }
+  return legend;
+}
+
+// Markers: one layer per marker size, in the order of the series (the first drawn underneath).
+void add_line_marker_layers(json& layers, const line_plot& p, const json& x, const json& y,
+                            const json& color) {
+  for (size_t si = 0; si < p.series.size(); ++si) {
+    const auto& s = p.series[si];
+    if (!s.markers || (si > 0 && std::any_of(p.series.begin(), p.series.begin() + si, [&](auto& e) {
+                         return e.markers && e.marker_radius == s.marker_radius;
+                       })))
+      continue;
+    std::vector<std::string> same;
+    for (const auto& e : p.series)
+      if (e.markers && e.marker_radius == s.marker_radius) same.push_back(e.name);
+    layers.push_back(
+        {{"transform", json::array({{{"filter", {{"field", "series"}, {"oneOf", same}}}}})},
+         {"mark",
+          {{"type", "point"},
+           {"filled", true},
+           {"opacity", 1},
+           {"size", std::numbers::pi * s.marker_radius * s.marker_radius},  // area, px^2
+           {"clip", true}}},
+         {"encoding", {{"x", x}, {"y", y}, {"color", color}}}});
+  }
+}
+
+// Every point is a hover target: the one nearest the pointer is shown, with its values.
+void add_line_hover_layer(json& layers, const json& x, const json& y, const json& color,
+                          const json& tooltip) {
+  layers.push_back(
+      {{"mark", {{"type", "point"}, {"filled", true}, {"size", 60}, {"clip", true}}},
+       {"encoding",
+        {{"x", x},
+         {"y", y},
+         {"color", color},
+         {"opacity",
+          {{"condition", {{"param", "hover"}, {"empty", false}, {"value", 1}}}, {"value", 0}}},
+         {"tooltip", tooltip}}},
+       {"params", json::array({{{"name", "hover"},
+                                {"select",
+                                 {{"type", "point"},
+                                  {"on", "pointerover"},
+                                  {"nearest", true},
+                                  {"clear", "pointerout"}}}},
+                               zoom({"x", "y"})})}});
+}
+
+}  // namespace
+
 json spec(const line_plot& p) {
   validate_size("line plot", p.title, p.width, p.height);
   if (p.series.empty()) fail("line plot '{}' has no series", p.title);
@@ -169,22 +238,8 @@ json spec(const line_plot& p) {
       fail("line plot '{}': the log axis '{}' needs a positive fixed range", p.title, a->label);
 
   const json x = position("x", p.x, false), y = position("y", p.y, true);
-  // One legend: colour and dash share the field, the title and the domain, so Vega-Lite merges
-  // them and every entry shows its series' colour and dash. On the right, unless the names would
-  // take more than a third of the width (about 7 pixels a character): then below, in two columns
-  // where they fit.
-  size_t longest = 0;
-  for (const auto& n : names) longest = std::max(longest, n.size());
-  json legend = {{"symbolType", "stroke"}, {"symbolStrokeWidth", 2.5}};
   int height = p.height;
-  if (7.0 * static_cast<double>(longest) > p.width / 3.0) {
-    const int columns = 2 * (7.0 * static_cast<double>(longest) + 40) < p.width ? 2 : 1;
-    legend["orient"] = "bottom";
-    legend["direction"] = "vertical";
-    legend["columns"] = columns;
-    // Room for the legend's rows (about 17 pixels each) below a plot of the requested height.
-    height += 17 * static_cast<int>((names.size() + columns - 1) / columns) + 12;
-  }
+  const json legend = line_plot_legend(p, names, height);
   const json color = {{"field", "series"},
                       {"type", "nominal"},
                       {"title", nullptr},
@@ -209,43 +264,8 @@ json spec(const line_plot& p) {
            {"strokeCap", "round"},
            {"clip", true}}},
          {"encoding", {{"x", x}, {"y", y}, {"color", color}, {"strokeDash", dash}}}});
-  // Markers: one layer per marker size, in the order of the series (the first drawn underneath).
-  for (size_t si = 0; si < p.series.size(); ++si) {
-    const auto& s = p.series[si];
-    if (!s.markers || (si > 0 && std::any_of(p.series.begin(), p.series.begin() + si, [&](auto& e) {
-                         return e.markers && e.marker_radius == s.marker_radius;
-                       })))
-      continue;
-    std::vector<std::string> same;
-    for (const auto& e : p.series)
-      if (e.markers && e.marker_radius == s.marker_radius) same.push_back(e.name);
-    layers.push_back(
-        {{"transform", json::array({{{"filter", {{"field", "series"}, {"oneOf", same}}}}})},
-         {"mark",
-          {{"type", "point"},
-           {"filled", true},
-           {"opacity", 1},
-           {"size", std::numbers::pi * s.marker_radius * s.marker_radius},  // area, px^2
-           {"clip", true}}},
-         {"encoding", {{"x", x}, {"y", y}, {"color", color}}}});
-  }
-  // Every point is a hover target: the one nearest the pointer is shown, with its values.
-  layers.push_back(
-      {{"mark", {{"type", "point"}, {"filled", true}, {"size", 60}, {"clip", true}}},
-       {"encoding",
-        {{"x", x},
-         {"y", y},
-         {"color", color},
-         {"opacity",
-          {{"condition", {{"param", "hover"}, {"empty", false}, {"value", 1}}}, {"value", 0}}},
-         {"tooltip", tooltip}}},
-       {"params", json::array({{{"name", "hover"},
-                                {"select",
-                                 {{"type", "point"},
-                                  {"on", "pointerover"},
-                                  {"nearest", true},
-                                  {"clear", "pointerout"}}}},
-                               zoom({"x", "y"})})}});
+  add_line_marker_layers(layers, p, x, y, color);
+  add_line_hover_layer(layers, x, y, color, tooltip);
   if (p.ref) add_reference(layers, *p.ref);
 
   json s = frame(p.title, p.width, height);
@@ -353,6 +373,27 @@ json spec(const heatmap& h) {
 // Bar chart: one row per bar {category, series, value}; bars, their value labels, "n/a" where a
 // value is missing, the reference line.
 
+namespace {
+
+// The bar chart's x encoding: the categories in their order.
+json bar_category_axis(const bar_chart& b) {
+  // Category labels are turned when the longest does not fit its slot (about 6.6 pixels per
+  // character at 11 pixels; the plot takes about 80% of the width).
+  size_t longest = 0;
+  for (const auto& c : b.categories) longest = std::max(longest, c.size());
+  const bool turn = static_cast<double>(longest) * 6.6 >
+                    0.8 * b.width / static_cast<double>(b.categories.size()) - 6;
+  json x = {{"field", "category"},
+            {"type", "nominal"},
+            {"title", b.x_label.empty() ? json(nullptr) : json(b.x_label)},
+            {"sort", b.categories},
+            {"axis", {{"labelAngle", turn ? -30 : 0}, {"labelLimit", 0}}}};
+  if (turn) x["axis"]["labelAlign"] = "right";
+  return x;
+}
+
+}  // namespace
+
 json spec(const bar_chart& b) {
   validate_size("bar chart", b.title, b.width, b.height);
   if (b.categories.empty()) fail("bar chart '{}' has no categories", b.title);
@@ -387,18 +428,7 @@ json spec(const bar_chart& b) {
   if (!any) fail("bar chart '{}' has no finite value", b.title);
   if (b.ref) check_reference("bar chart", b.title, *b.ref, logy);
 
-  // Category labels are turned when the longest does not fit its slot (about 6.6 pixels per
-  // character at 11 pixels; the plot takes about 80% of the width).
-  size_t longest = 0;
-  for (const auto& c : b.categories) longest = std::max(longest, c.size());
-  const bool turn = static_cast<double>(longest) * 6.6 >
-                    0.8 * b.width / static_cast<double>(b.categories.size()) - 6;
-  json x = {{"field", "category"},
-            {"type", "nominal"},
-            {"title", b.x_label.empty() ? json(nullptr) : json(b.x_label)},
-            {"sort", b.categories},
-            {"axis", {{"labelAngle", turn ? -30 : 0}, {"labelLimit", 0}}}};
-  if (turn) x["axis"]["labelAlign"] = "right";
+  const json x = bar_category_axis(b);
   const json x_offset = {{"field", "series"}, {"type", "nominal"}, {"sort", names}};
   json y = position("value", b.y, true);
   if (!logy) y["scale"]["zero"] = true;  // bars start at 0
