@@ -58,30 +58,26 @@ struct tiled_problem {
   bool kpos_contiguous = false;                         // kpos[j] == j for every key
 };
 
-// One work item: key/value head hk, query rows [i0, i1) of all G = Hq / Hkv query heads that
-// read it (GQA: the transposed key block is shared by the G * nq rows). Tile row r holds query
-// head hk * G + r / nq, query i0 + r % nq.
+// The rows of one work item: tile row r holds query head hk * G + r / nq and query i0 + r % nq.
+struct tile_rows {
+  int64_t hk, i0, nq, G, rows;
+  int64_t head(int64_t r) const { return hk * G + r / nq; }
+  int64_t query(int64_t r) const { return i0 + r % nq; }
+};
+
+// An item's start: m = -inf, l = 0, acc = 0, and hook 2a's scale q . a^K for every table row.
 template <typename Real>
-void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t hk, int64_t i0,
-                  int64_t i1) {
+inline void tile_begin(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, const tile_rows& it) {
   const auto& p = *pr.p;
-  const auto& pl = *pr.pl;
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, C = pr.C;
-  const int64_t nq = i1 - i0, rows = pl.group * nq;
-  auto head_of = [&](int64_t r) { return hk * pl.group + r / nq; };
-  auto query_of = [&](int64_t r) { return i0 + r % nq; };
-  const Real scale = static_cast<Real>(pl.scale);
+  const int64_t Hq = p.Hq, D = p.D, C = pr.C, rows = it.rows;
+  const Real scale = static_cast<Real>(pr.pl->scale);
   const Real neg_inf = -std::numeric_limits<Real>::infinity();
-  Real* kT = sc.kT.data();
-  Real* s = sc.s.data();
   Real* acc = sc.acc.data();
   Real* m = sc.m.data();
   Real* l = sc.l.data();
   Real* qa = sc.qa.data();
   Real* w = sc.w.data();
-  int64_t* cidx = sc.c.data();
   const auto* rel = pr.rel;
-  const auto& biases = pr.terms->biases;
 
   for (int64_t ii = 0; ii < rows; ++ii) {
     m[ii] = neg_inf;
@@ -92,7 +88,7 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
     std::fill(w, w + rows * C, Real(0));
     // qa[ii][c] = scale * q_i . a^K_c: hook 2a's score term for all C rows at once.
     for (int64_t ii = 0; ii < rows; ++ii) {
-      const Real* qi = pr.q + (query_of(ii) * Hq + head_of(ii)) * D;
+      const Real* qi = pr.q + (it.query(ii) * Hq + it.head(ii)) * D;
       for (int64_t c = 0; c < C; ++c) {
         const Real* ak = rel->keys + c * D;
         Real dot = 0;
@@ -101,82 +97,125 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
       }
     }
   }
+}
 
-  // Key range any row of this block may see by token index (causal and window rules).
-  int64_t j_begin = 0, j_end = S;
-  if (p.causal) j_end = std::clamp<int64_t>(S - T + i1, 0, S);  // last row sees j <= S-T+i1-1
-  if (p.window > 0) j_begin = std::clamp<int64_t>(S - T + i0 - p.window + 1, 0, S);
+// Steps 1 and 2 of the key block [j0, j0 + nb): s(rows, nb) = q_blk . k_blk^T, then the score
+// mod (scale, hook 2a, hook 2b, masks).
+template <typename Real>
+inline void tile_scores(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, const tile_rows& it,
+                        int64_t j0, int64_t nb) {
+  const auto& p = *pr.p;
+  const auto& pl = *pr.pl;
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, C = pr.C;
+  const int64_t hk = it.hk, rows = it.rows;
+  const Real scale = static_cast<Real>(pl.scale);
+  const Real neg_inf = -std::numeric_limits<Real>::infinity();
+  Real* kT = sc.kT.data();
+  Real* s = sc.s.data();
+  Real* qa = sc.qa.data();
+  int64_t* cidx = sc.c.data();
+  const auto* rel = pr.rel;
+  const auto& biases = pr.terms->biases;
 
-  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBk) {
-    const int64_t nb = std::min(kBk, j_end - j0);
-    // 1. QK^T block.
-    for (int64_t jj = 0; jj < nb; ++jj) {
-      const Real* kj = pr.k + ((j0 + jj) * Hkv + hk) * D;
-      for (int64_t d = 0; d < D; ++d) kT[d * kBk + jj] = kj[d];
-    }
-    for (int64_t ii = 0; ii < rows; ++ii) {
-      const Real* qi = pr.q + (query_of(ii) * Hq + head_of(ii)) * D;
-      Real* srow = s + ii * kBk;
-      for (int64_t jj = 0; jj < nb; ++jj) srow[jj] = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        const Real qd = qi[d];
-        const Real* kd = kT + d * kBk;
-        for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += qd * kd[jj];
-      }
-    }
-    // 2. Score mod: scale, hook 2a, hook 2b, masks.
-    for (int64_t ii = 0; ii < rows; ++ii) {
-      const int64_t i = query_of(ii), h = head_of(ii);
-      const int64_t qp = pl.qpos[i];
-      Real* srow = s + ii * kBk;
-      for (int64_t jj = 0; jj < nb; ++jj) srow[jj] *= scale;
-      if (rel) {
-        rel->index_row(qp, pl.kpos.data() + j0, nb, cidx);
-        for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += qa[ii * C + cidx[jj]];
-      }
-      for (const auto& b : biases)
-        b->add_row(h, qp, pl.kpos.data() + j0, nb, pr.kpos_contiguous, srow);
-      for (int64_t jj = 0; jj < nb; ++jj)
-        if (!detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj))
-          srow[jj] = neg_inf;
-    }
-    // 3. Online softmax and 4. PV block, row by row.
-    for (int64_t ii = 0; ii < rows; ++ii) {
-      Real* srow = s + ii * kBk;
-      Real mx = neg_inf;
-      for (int64_t jj = 0; jj < nb; ++jj) mx = std::max(mx, srow[jj]);
-      const Real m_new = std::max(m[ii], mx);
-      if (m_new == neg_inf) continue;              // nothing visible yet in this row
-      const Real alpha = std::exp(m[ii] - m_new);  // exp(-inf) = 0 on the first visible block
-      Real sum = 0;
-      for (int64_t jj = 0; jj < nb; ++jj) {
-        srow[jj] = std::exp(srow[jj] - m_new);  // masked: exp(-inf) = 0
-        sum += srow[jj];
-      }
-      l[ii] = alpha * l[ii] + sum;
-      m[ii] = m_new;
-      Real* arow = acc + ii * D;
-      if (alpha != Real(1))
-        for (int64_t d = 0; d < D; ++d) arow[d] *= alpha;
-      for (int64_t jj = 0; jj < nb; ++jj) {
-        const Real pj = srow[jj];
-        if (pj == Real(0)) continue;
-        const Real* vj = p.v + ((j0 + jj) * Hkv + hk) * D;
-        for (int64_t d = 0; d < D; ++d) arow[d] += pj * vj[d];
-      }
-      if (rel) {
-        Real* wrow = w + ii * C;
-        if (alpha != Real(1))
-          for (int64_t c = 0; c < C; ++c) wrow[c] *= alpha;
-        rel->index_row(pl.qpos[query_of(ii)], pl.kpos.data() + j0, nb, cidx);
-        for (int64_t jj = 0; jj < nb; ++jj) wrow[cidx[jj]] += srow[jj];
-      }
+  // 1. QK^T block.
+  for (int64_t jj = 0; jj < nb; ++jj) {
+    const Real* kj = pr.k + ((j0 + jj) * Hkv + hk) * D;
+    for (int64_t d = 0; d < D; ++d) kT[d * kBk + jj] = kj[d];
+  }
+  for (int64_t ii = 0; ii < rows; ++ii) {
+    const Real* qi = pr.q + (it.query(ii) * Hq + it.head(ii)) * D;
+    Real* srow = s + ii * kBk;
+    for (int64_t jj = 0; jj < nb; ++jj) srow[jj] = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const Real qd = qi[d];
+      const Real* kd = kT + d * kBk;
+      for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += qd * kd[jj];
     }
   }
+  // 2. Score mod: scale, hook 2a, hook 2b, masks.
+  for (int64_t ii = 0; ii < rows; ++ii) {
+    const int64_t i = it.query(ii), h = it.head(ii);
+    const int64_t qp = pl.qpos[i];
+    Real* srow = s + ii * kBk;
+    for (int64_t jj = 0; jj < nb; ++jj) srow[jj] *= scale;
+    if (rel) {
+      rel->index_row(qp, pl.kpos.data() + j0, nb, cidx);
+      for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += qa[ii * C + cidx[jj]];
+    }
+    for (const auto& b : biases)
+      b->add_row(h, qp, pl.kpos.data() + j0, nb, pr.kpos_contiguous, srow);
+    for (int64_t jj = 0; jj < nb; ++jj)
+      if (!detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj)) srow[jj] = neg_inf;
+  }
+}
+
+// Steps 3 and 4 of the key block [j0, j0 + nb): the online softmax and the PV block, row by row
+// (s becomes the probabilities; m, l, acc and w are updated).
+template <typename Real>
+inline void tile_softmax_pv(const tiled_problem<Real>& pr, tile_scratch<Real>& sc,
+                            const tile_rows& it, int64_t j0, int64_t nb) {
+  const auto& p = *pr.p;
+  const auto& pl = *pr.pl;
+  const int64_t Hkv = p.Hkv, D = p.D, C = pr.C, hk = it.hk, rows = it.rows;
+  const Real neg_inf = -std::numeric_limits<Real>::infinity();
+  Real* s = sc.s.data();
+  Real* acc = sc.acc.data();
+  Real* m = sc.m.data();
+  Real* l = sc.l.data();
+  Real* w = sc.w.data();
+  int64_t* cidx = sc.c.data();
+  const auto* rel = pr.rel;
+
+  // 3. Online softmax and 4. PV block, row by row.
+  for (int64_t ii = 0; ii < rows; ++ii) {
+    Real* srow = s + ii * kBk;
+    Real mx = neg_inf;
+    for (int64_t jj = 0; jj < nb; ++jj) mx = std::max(mx, srow[jj]);
+    const Real m_new = std::max(m[ii], mx);
+    if (m_new == neg_inf) continue;              // nothing visible yet in this row
+    const Real alpha = std::exp(m[ii] - m_new);  // exp(-inf) = 0 on the first visible block
+    Real sum = 0;
+    for (int64_t jj = 0; jj < nb; ++jj) {
+      srow[jj] = std::exp(srow[jj] - m_new);  // masked: exp(-inf) = 0
+      sum += srow[jj];
+    }
+    l[ii] = alpha * l[ii] + sum;
+    m[ii] = m_new;
+    Real* arow = acc + ii * D;
+    if (alpha != Real(1))
+      for (int64_t d = 0; d < D; ++d) arow[d] *= alpha;
+    for (int64_t jj = 0; jj < nb; ++jj) {
+      const Real pj = srow[jj];
+      if (pj == Real(0)) continue;
+      const Real* vj = p.v + ((j0 + jj) * Hkv + hk) * D;
+      for (int64_t d = 0; d < D; ++d) arow[d] += pj * vj[d];
+    }
+    if (rel) {
+      Real* wrow = w + ii * C;
+      if (alpha != Real(1))
+        for (int64_t c = 0; c < C; ++c) wrow[c] *= alpha;
+      rel->index_row(pl.qpos[it.query(ii)], pl.kpos.data() + j0, nb, cidx);
+      for (int64_t jj = 0; jj < nb; ++jj) wrow[cidx[jj]] += srow[jj];
+    }
+  }
+}
+
+// An item's end: out = (acc + w a^V) / l and lse = m + log l (zeros and -inf when l = 0).
+template <typename Real>
+inline void tile_end(const tiled_problem<Real>& pr, const tile_scratch<Real>& sc,
+                     const tile_rows& it) {
+  const auto& p = *pr.p;
+  const int64_t Hq = p.Hq, D = p.D, C = pr.C, rows = it.rows;
+  const Real neg_inf = -std::numeric_limits<Real>::infinity();
+  const Real* acc = sc.acc.data();
+  const Real* m = sc.m.data();
+  const Real* l = sc.l.data();
+  const Real* w = sc.w.data();
+  const auto* rel = pr.rel;
 
   // Epilogue: normalise, add hook 3 (sum_j p_ij a^V_c = sum_c w_c a^V_c / l).
   for (int64_t ii = 0; ii < rows; ++ii) {
-    const int64_t i = query_of(ii), h = head_of(ii);
+    const int64_t i = it.query(ii), h = it.head(ii);
     Real* out = p.out + (i * Hq + h) * D;
     Real inv, lse = Real(0);
     if (!p.sinks.empty()) {
@@ -206,6 +245,32 @@ void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t
     for (int64_t d = 0; d < D; ++d) out[d] *= inv;
     if (p.lse) p.lse[i * Hq + h] = lse;
   }
+}
+
+// One work item: key/value head hk, query rows [i0, i1) of all G = Hq / Hkv query heads that
+// read it (GQA: the transposed key block is shared by the G * nq rows). Tile row r holds query
+// head hk * G + r / nq, query i0 + r % nq.
+template <typename Real>
+void attend_block(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, int64_t hk, int64_t i0,
+                  int64_t i1) {
+  const auto& p = *pr.p;
+  const int64_t T = p.T, S = p.S;
+  const tile_rows it{hk, i0, i1 - i0, pr.pl->group, pr.pl->group * (i1 - i0)};
+
+  tile_begin(pr, sc, it);
+
+  // Key range any row of this block may see by token index (causal and window rules).
+  int64_t j_begin = 0, j_end = S;
+  if (p.causal) j_end = std::clamp<int64_t>(S - T + i1, 0, S);  // last row sees j <= S-T+i1-1
+  if (p.window > 0) j_begin = std::clamp<int64_t>(S - T + i0 - p.window + 1, 0, S);
+
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBk) {
+    const int64_t nb = std::min(kBk, j_end - j0);
+    tile_scores(pr, sc, it, j0, nb);
+    tile_softmax_pv(pr, sc, it, j0, nb);
+  }
+
+  tile_end(pr, sc, it);
 }
 
 }  // namespace

@@ -216,6 +216,71 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
 // per thread O(kPairsRows (S (copies + 1) + Hq D copies)), no T x S matrix.
 constexpr int64_t kPairsRows = 32;
 
+// The regions of the pairs of queries [i0, i0 + rows) (reg: (rows, Sl), -2 where the pair is
+// not visible, -1 in no region), and the column range [lo[u], hi[u]) where product u occurs and
+// [vlo, vhi) where any does (the ranges come in empty: lo = vlo = Sp, hi = vhi = 0).
+inline void pairs_block_regions(const attention_params<float>& p, const attention_plan& pl,
+                                const engine_terms<float>& t, const std::vector<int>& prod_of,
+                                int64_t i0, int64_t rows, int64_t Sl, int8_t* reg,
+                                std::vector<int64_t>& lo, std::vector<int64_t>& hi, int64_t& vlo,
+                                int64_t& vhi) {
+  const int64_t T = p.T, S = p.S;
+  for (int64_t ii = 0; ii < rows; ++ii)
+    for (int64_t j = 0; j < S; ++j) {
+      int8_t r = -2;
+      if (attention_visible(pl, p.causal, p.window, T, S, i0 + ii, j)) {
+        r = static_cast<int8_t>(pair_region(t, pl, i0 + ii, j));
+        if (r >= 0) {
+          const int u = prod_of[r];
+          lo[u] = std::min(lo[u], j), hi[u] = std::max(hi[u], j + 1);
+          vlo = std::min(vlo, j), vhi = std::max(vhi, j + 1);
+        }
+      }
+      reg[ii * Sl + j] = r;
+    }
+}
+
+// Head h's softmax over the columns [c0, c1) of the block's rows (queries [i0, i0 + rows)): P
+// (rows, Sl) from the products' scores G (np x (kPairsRows, Sl)) and the regions reg; writes lse,
+// and out = 0 for a row that sees no key.
+inline void pairs_softmax_rows_f32(const attention_params<float>& p, const pairs_input<float>& in,
+                                   const std::vector<int>& prod_of, const float* G,
+                                   const int8_t* reg, float* P, int64_t h, int64_t i0, int64_t rows,
+                                   int64_t Sl, int64_t c0, int64_t c1) {
+  const int64_t S = p.S, Hq = p.Hq, D = p.D;
+  const bool sink = !p.sinks.empty();
+  for (int64_t ii = 0; ii < rows; ++ii) {
+    float* Pi = &P[ii * Sl];
+    // The columns P V reads: each pair's score from its region's product, -inf where the
+    // pair is not attended.
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    float m = neg_inf;
+    for (int64_t j = c0; j < c1; ++j) {
+      const int8_t r = reg[ii * Sl + j];
+      Pi[j] = j >= S || r < 0 ? neg_inf
+                              : static_cast<float>(in.row_scale[i0 + ii] *
+                                                   G[(prod_of[r] * kPairsRows + ii) * Sl + j]);
+      m = std::max(m, Pi[j]);
+    }
+    const int64_t i = i0 + ii;
+    float* out = p.out + (i * Hq + h) * D;
+    const double sk = sink ? double(p.sinks[h]) : 0.0;
+    if (m == neg_inf) {
+      std::fill(Pi + c0, Pi + c1, 0.f);
+      std::fill(out, out + D, 0.f);
+      if (p.lse) p.lse[i * Hq + h] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    const double M = sink ? std::max(double(m), sk) : double(m);
+    const auto Mf = static_cast<float>(M);  // M is m or the sink (float32 either way)
+    // Exp over the row in the engine's vectors (a -inf score gives exactly 0).
+    const double l = (sink ? std::exp(sk - M) : 0.0) + double(exp_row_f32(Pi + c0, c1 - c0, Mf));
+    const float inv = static_cast<float>(1.0 / l);
+    for (int64_t j = c0; j < c1; ++j) Pi[j] *= inv;
+    if (p.lse) p.lse[i * Hq + h] = static_cast<float>(M + std::log(l));
+  }
+}
+
 void pairs_forward_f32(const attention_params<float>& p, const attention_plan& pl,
                        const engine_terms<float>& t, const pairs_input<float>& in,
                        const pairs_rotated<float>& rot) {
@@ -248,7 +313,6 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
     for (int64_t j = 0; j < S; ++j)
       std::copy_n(&in.v[(j * Hkv + hk) * D], D, &vp[(hk * Sp + j) * Dp]);
   const int64_t nqb = (T + kPairsRows - 1) / kPairsRows;
-  const bool sink = !p.sinks.empty();
   // Work item: a block of queries, all heads (the regions do not depend on the head).
   parallel_for(nqb, [&](int64_t b, int64_t e) {
     std::vector<float> G(np * kPairsRows * Sl), P(kPairsRows * Sl), O(kPairsRows * Dp);
@@ -261,19 +325,7 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
       // Regions of the block's pairs (-2 = not visible) and each product's column range.
       std::vector<int64_t> lo(np, Sp), hi(np, 0);
       int64_t vlo = Sp, vhi = 0;
-      for (int64_t ii = 0; ii < rows; ++ii)
-        for (int64_t j = 0; j < S; ++j) {
-          int8_t r = -2;
-          if (attention_visible(pl, p.causal, p.window, T, S, i0 + ii, j)) {
-            r = static_cast<int8_t>(pair_region(t, pl, i0 + ii, j));
-            if (r >= 0) {
-              const int u = prod_of[r];
-              lo[u] = std::min(lo[u], j), hi[u] = std::max(hi[u], j + 1);
-              vlo = std::min(vlo, j), vhi = std::max(vhi, j + 1);
-            }
-          }
-          reg[ii * Sl + j] = r;
-        }
+      pairs_block_regions(p, pl, t, prod_of, i0, rows, Sl, reg.data(), lo, hi, vlo, vhi);
       const int64_t c0 = vlo >= vhi ? 0 : vlo / 8 * 8,
                     c1 = vlo >= vhi ? 0 : std::min(Sp, (vhi + 7) / 8 * 8);
       // Rotated at the map's query positions with the call's RoPE (the bits of a rotation of
@@ -296,39 +348,8 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
                    kT[prods[u].second].data() + hk * D * Sl + g0, Sl,
                    G.data() + u * kPairsRows * Sl + g0, Sl, D, nullptr);
         }
-        for (int64_t ii = 0; ii < rows; ++ii) {
-          float* Pi = &P[ii * Sl];
-          // The columns P V reads: each pair's score from its region's product, -inf where the
-          // pair is not attended.
-          const float neg_inf = -std::numeric_limits<float>::infinity();
-          float m = neg_inf;
-          for (int64_t j = c0; j < c1; ++j) {
-            const int8_t r = reg[ii * Sl + j];
-            Pi[j] = j >= S || r < 0
-                        ? neg_inf
-                        : static_cast<float>(in.row_scale[i0 + ii] *
-                                             G[(prod_of[r] * kPairsRows + ii) * Sl + j]);
-            m = std::max(m, Pi[j]);
-          }
-          const int64_t i = i0 + ii;
-          float* out = p.out + (i * Hq + h) * D;
-          const double sk = sink ? double(p.sinks[h]) : 0.0;
-          if (m == neg_inf) {
-            std::fill(Pi + c0, Pi + c1, 0.f);
-            std::fill(out, out + D, 0.f);
-            if (p.lse)
-              p.lse[i * Hq + h] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
-            continue;
-          }
-          const double M = sink ? std::max(double(m), sk) : double(m);
-          const auto Mf = static_cast<float>(M);  // M is m or the sink (float32 either way)
-          // Exp over the row in the engine's vectors (a -inf score gives exactly 0).
-          const double l =
-              (sink ? std::exp(sk - M) : 0.0) + double(exp_row_f32(Pi + c0, c1 - c0, Mf));
-          const float inv = static_cast<float>(1.0 / l);
-          for (int64_t j = c0; j < c1; ++j) Pi[j] *= inv;
-          if (p.lse) p.lse[i * Hq + h] = static_cast<float>(M + std::log(l));
-        }
+        pairs_softmax_rows_f32(p, in, prod_of, G.data(), reg.data(), P.data(), h, i0, rows, Sl, c0,
+                               c1);
         if (c1 > c0)
           gemm_f32(rows, Dp, P.data() + c0, Sl, vp.data() + (hk * Sp + c0) * Dp, Dp, O.data(), Dp,
                    c1 - c0, nullptr);

@@ -143,6 +143,91 @@ struct score_sums {
   std::vector<double> by_pos;  // (T) nll summed over the scored tokens at window position j
 };
 
+// Scores batch b, just run forward on rm, into q: nll, argmax hits and whole-sequence hits of
+// the scored targets (V: vocabulary; lm: also the nll of the last 64 positions).
+void score_batch_into(const model::transformer<float>& rm, const model::batch& b, int64_t V,
+                      bool lm, score_sums& q) {
+  const int64_t L = b.T;
+  const auto& probs = rm.probs();
+  const auto& nll = rm.nll();
+  for (int64_t s = 0; s < b.B; ++s) {
+    bool all = true;
+    for (int64_t j = 0; j < L; ++j) {
+      const int64_t i = s * L + j;
+      const int64_t tg = b.targets[i];
+      if (tg < 0) continue;
+      const float* p = probs.data() + i * V;
+      const int64_t arg = std::max_element(p, p + V) - p;
+      q.loss += nll[i];
+      ++q.scored;
+      if (arg == tg)
+        ++q.correct;
+      else
+        all = false;
+      if (lm && j >= L - 64) {
+        q.last += nll[i];
+        ++q.last_n;
+      }
+      if (q.by_pos.empty()) q.by_pos.assign(L, 0.0);
+      q.by_pos[j] += nll[i];
+    }
+    q.exact += all;
+  }
+}
+
+// Distributed: gives every rank the sums of all batches; this rank holds those of [b0, b1).
+void gather_score_sums(const std::vector<model::batch>& batches, int64_t b0, int64_t b1,
+                       const distribution& dist, std::vector<score_sums>& part) {
+  const int64_t nb = static_cast<int64_t>(batches.size());
+  // The fields of score_sums as doubles (counts are exact below 2^53), then by_pos.
+  const int64_t T = nb > 0 ? batches[0].T : 0;
+  const int64_t k = 6 + T;
+  std::vector<int64_t> counts(dist.size);
+  for (int r = 0; r < dist.size; ++r) {
+    const auto [r0, r1] = thread_range(nb, r, dist.size);
+    counts[r] = (r1 - r0) * k;
+  }
+  std::vector<double> mine((b1 - b0) * k), all(nb * k);
+  for (int64_t c = b0; c < b1; ++c) {
+    const score_sums& q = part[c];
+    double* d = mine.data() + (c - b0) * k;
+    d[0] = q.loss;
+    d[1] = q.last;
+    d[2] = static_cast<double>(q.scored);
+    d[3] = static_cast<double>(q.correct);
+    d[4] = static_cast<double>(q.exact);
+    d[5] = static_cast<double>(q.last_n);
+    for (int64_t j = 0; j < static_cast<int64_t>(q.by_pos.size()); ++j) d[6 + j] = q.by_pos[j];
+  }
+  dist.gather_doubles(mine.data(), all.data(), counts);
+  for (int64_t c = 0; c < nb; ++c) {
+    const double* d = all.data() + c * k;
+    part[c] = {d[0],
+               d[1],
+               static_cast<int64_t>(d[2]),
+               static_cast<int64_t>(d[3]),
+               static_cast<int64_t>(d[4]),
+               static_cast<int64_t>(d[5]),
+               std::vector<double>(d + 6, d + k)};
+  }
+}
+
+// The per-batch sums added in batch order.
+score_sums add_score_sums(const std::vector<score_sums>& part) {
+  score_sums total;
+  for (const score_sums& q : part) {
+    if (total.by_pos.size() < q.by_pos.size()) total.by_pos.resize(q.by_pos.size(), 0.0);
+    for (size_t j = 0; j < q.by_pos.size(); ++j) total.by_pos[j] += q.by_pos[j];
+    total.loss += q.loss;
+    total.last += q.last;
+    total.scored += q.scored;
+    total.correct += q.correct;
+    total.exact += q.exact;
+    total.last_n += q.last_n;
+  }
+  return total;
+}
+
 // Runs the batches forward and sums nll, argmax hits, whole-sequence hits and (LM tasks) the
 // nll of the last 64 positions. The batches run concurrently on replicas of m and the sums are
 // added in batch order: the numbers do not depend on the thread count.
@@ -169,7 +254,6 @@ score_sums score_batches(const model::transformer<float>& m,
       auto [c0, c1] = thread_range(b1 - b0, static_cast<int>(w), static_cast<int>(nrep));
       for (int64_t c = b0 + c0; c < b0 + c1; ++c) {
         const model::batch& b = batches[c];
-        const int64_t L = b.T;
         score_sums& q = part[c];
         try {
           rm.forward(b);
@@ -177,81 +261,14 @@ score_sums score_batches(const model::transformer<float>& m,
           error[c] = std::current_exception();
           continue;
         }
-        const auto& probs = rm.probs();
-        const auto& nll = rm.nll();
-        for (int64_t s = 0; s < b.B; ++s) {
-          bool all = true;
-          for (int64_t j = 0; j < L; ++j) {
-            const int64_t i = s * L + j;
-            const int64_t tg = b.targets[i];
-            if (tg < 0) continue;
-            const float* p = probs.data() + i * V;
-            const int64_t arg = std::max_element(p, p + V) - p;
-            q.loss += nll[i];
-            ++q.scored;
-            if (arg == tg)
-              ++q.correct;
-            else
-              all = false;
-            if (lm && j >= L - 64) {
-              q.last += nll[i];
-              ++q.last_n;
-            }
-            if (q.by_pos.empty()) q.by_pos.assign(L, 0.0);
-            q.by_pos[j] += nll[i];
-          }
-          q.exact += all;
-        }
+        score_batch_into(rm, b, V, lm, q);
       }
     }
   });
   for (const auto& x : error)
     if (x) std::rethrow_exception(x);
-  if (spread) {
-    // The fields of score_sums as doubles (counts are exact below 2^53), then by_pos.
-    const int64_t T = nb > 0 ? batches[0].T : 0;
-    const int64_t k = 6 + T;
-    std::vector<int64_t> counts(dist->size);
-    for (int r = 0; r < dist->size; ++r) {
-      const auto [r0, r1] = thread_range(nb, r, dist->size);
-      counts[r] = (r1 - r0) * k;
-    }
-    std::vector<double> mine((b1 - b0) * k), all(nb * k);
-    for (int64_t c = b0; c < b1; ++c) {
-      const score_sums& q = part[c];
-      double* d = mine.data() + (c - b0) * k;
-      d[0] = q.loss;
-      d[1] = q.last;
-      d[2] = static_cast<double>(q.scored);
-      d[3] = static_cast<double>(q.correct);
-      d[4] = static_cast<double>(q.exact);
-      d[5] = static_cast<double>(q.last_n);
-      for (int64_t j = 0; j < static_cast<int64_t>(q.by_pos.size()); ++j) d[6 + j] = q.by_pos[j];
-    }
-    dist->gather_doubles(mine.data(), all.data(), counts);
-    for (int64_t c = 0; c < nb; ++c) {
-      const double* d = all.data() + c * k;
-      part[c] = {d[0],
-                 d[1],
-                 static_cast<int64_t>(d[2]),
-                 static_cast<int64_t>(d[3]),
-                 static_cast<int64_t>(d[4]),
-                 static_cast<int64_t>(d[5]),
-                 std::vector<double>(d + 6, d + k)};
-    }
-  }
-  score_sums total;
-  for (const score_sums& q : part) {
-    if (total.by_pos.size() < q.by_pos.size()) total.by_pos.resize(q.by_pos.size(), 0.0);
-    for (size_t j = 0; j < q.by_pos.size(); ++j) total.by_pos[j] += q.by_pos[j];
-    total.loss += q.loss;
-    total.last += q.last;
-    total.scored += q.scored;
-    total.correct += q.correct;
-    total.exact += q.exact;
-    total.last_n += q.last_n;
-  }
-  return total;
+  if (spread) gather_score_sums(batches, b0, b1, *dist, part);
+  return add_score_sums(part);
 }
 
 // Windows of length L over the first E bytes of the held-out text, in batches of `chunk`.
@@ -617,6 +634,58 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
   return e;
 }
 
+namespace {
+
+// The run's checkpoint file in o.checkpoint_dir (created if missing); empty without one.
+std::string lab_checkpoint_path(const lab_options& o, pos_scheme s, int64_t seed) {
+  std::string ckpt;
+  if (!o.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec) fail_io("cannot create checkpoint directory {}: {}", o.checkpoint_dir, ec.message());
+    ckpt = fmt::format("{}/{}-{}-seed{}.ckpt", o.checkpoint_dir, task_kind_name(o.task),
+                       model::pos_scheme_name(s), seed);
+  }
+  return ckpt;
+}
+
+// Loads checkpoint ckpt into m, opt and res's curve after checking that it was written by a run
+// with the configuration cfg and the model's parameter count.
+void lab_resume_checkpoint(const std::string& ckpt, const nlohmann::ordered_json& cfg,
+                           const lab_options& o, model::transformer<float>& m,
+                           model::adamw_state& opt, run_result& res) {
+  model::checkpoint c = model::load_checkpoint(ckpt);
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(c.meta);
+  } catch (const std::exception& e) {
+    fail_io("checkpoint {} has unreadable metadata: {}", ckpt, e.what());
+  }
+  if (!meta.contains("config") || !meta.contains("curve"))
+    fail_io("checkpoint {} has metadata without config or curve", ckpt);
+  // Each value compared as a json (objects by key, not by insertion order), the conversion
+  // GCC chose implicitly spelled out: json != ordered_json is ambiguous in C++20 (clang rejects
+  // it).
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+    if (!meta["config"].contains(it.key()) ||
+        meta["config"][it.key()] != nlohmann::json(it.value()))
+      fail("checkpoint {} does not match this run: {} is {} in the checkpoint but {} here", ckpt,
+           it.key(), meta["config"].value(it.key(), nlohmann::json()).dump(), it.value().dump());
+  }
+  if (static_cast<int64_t>(c.params.size()) != m.layout().total || c.opt.step > o.steps)
+    fail(
+        "checkpoint {} does not match this run: {} parameters at step {}, expected {} "
+        "parameters and at most {} steps",
+        ckpt, c.params.size(), c.opt.step, m.layout().total, o.steps);
+  std::copy(c.params.begin(), c.params.end(), m.params().begin());
+  opt = std::move(c.opt);
+  for (const auto& p : meta["curve"])
+    res.curve.push_back({p.at(0).get<int64_t>(), p.at(1).get<double>(), p.at(2).get<double>()});
+  res.resumed = true;
+}
+
+}  // namespace
+
 run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s, int64_t seed,
                               int64_t run_index, int64_t runs, const progress_fn& cb) {
   const model::model_config mc = lab_model_config(o, t, s);
@@ -636,44 +705,8 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
   res.parameters = m.layout().total;
   const nlohmann::ordered_json cfg = config_json(o, mc);
 
-  std::string ckpt;
-  if (!o.checkpoint_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.checkpoint_dir, ec);
-    if (ec) fail_io("cannot create checkpoint directory {}: {}", o.checkpoint_dir, ec.message());
-    ckpt = fmt::format("{}/{}-{}-seed{}.ckpt", o.checkpoint_dir, task_kind_name(o.task),
-                       model::pos_scheme_name(s), seed);
-  }
-  if (o.resume && std::filesystem::exists(ckpt)) {
-    model::checkpoint c = model::load_checkpoint(ckpt);
-    nlohmann::json meta;
-    try {
-      meta = nlohmann::json::parse(c.meta);
-    } catch (const std::exception& e) {
-      fail_io("checkpoint {} has unreadable metadata: {}", ckpt, e.what());
-    }
-    if (!meta.contains("config") || !meta.contains("curve"))
-      fail_io("checkpoint {} has metadata without config or curve", ckpt);
-    // Each value compared as a json (objects by key, not by insertion order), the conversion
-    // GCC chose implicitly spelled out: json != ordered_json is ambiguous in C++20 (clang rejects
-    // it).
-    for (auto it = cfg.begin(); it != cfg.end(); ++it) {
-      if (!meta["config"].contains(it.key()) ||
-          meta["config"][it.key()] != nlohmann::json(it.value()))
-        fail("checkpoint {} does not match this run: {} is {} in the checkpoint but {} here", ckpt,
-             it.key(), meta["config"].value(it.key(), nlohmann::json()).dump(), it.value().dump());
-    }
-    if (static_cast<int64_t>(c.params.size()) != m.layout().total || c.opt.step > o.steps)
-      fail(
-          "checkpoint {} does not match this run: {} parameters at step {}, expected {} "
-          "parameters and at most {} steps",
-          ckpt, c.params.size(), c.opt.step, m.layout().total, o.steps);
-    std::copy(c.params.begin(), c.params.end(), m.params().begin());
-    opt = std::move(c.opt);
-    for (const auto& p : meta["curve"])
-      res.curve.push_back({p.at(0).get<int64_t>(), p.at(1).get<double>(), p.at(2).get<double>()});
-    res.resumed = true;
-  }
+  const std::string ckpt = lab_checkpoint_path(o, s, seed);
+  if (o.resume && std::filesystem::exists(ckpt)) lab_resume_checkpoint(ckpt, cfg, o, m, opt, res);
   auto save = [&] {
     if (ckpt.empty() || (o.dist && o.dist->rank != 0)) return;  // only rank 0 writes
     nlohmann::ordered_json meta;

@@ -101,26 +101,39 @@ struct problem {
   problem(scheme s, bool causal_, uint64_t seed, const scheme_decl* named = nullptr)
       : sch(s), causal(causal_), nd(named) {
     rng r(seed);
-    auto fill = [&](std::vector<double>& x, int64_t n) {
-      x.resize(n);
-      for (auto& e : x) e = r.normal();
-    };
-    fill(q, N * Hq * D);
-    fill(k, N * Hkv * D);
-    fill(v, N * Hkv * D);
+    fill_normal(r, q, N * Hq * D);
+    fill_normal(r, k, N * Hkv * D);
+    fill_normal(r, v, N * Hkv * D);
     double amp = 1, akmax = 0, avmax = 0;
-    if (s == scheme::rope) {
+    init_classic(seed, amp, akmax, avmax);
+    init_research(r, amp);
+    if (s == scheme::rope) trig = kTrig;
+    init_named(amp);
+    if (s == scheme::cope) init_cope(r);
+    recompute_magnitudes(amp, akmax, avmax);
+  }
+
+  // x: n draws of r.normal(), in order.
+  static void fill_normal(rng& r, std::vector<double>& x, int64_t n) {
+    x.resize(n);
+    for (auto& e : x) e = r.normal();
+  }
+
+  // RoPE, ALiBi, T5 and Shaw: their tables and bounds (amp scales q and k; akmax and avmax
+  // bound Shaw's key and value embeddings).
+  void init_classic(uint64_t seed, double& amp, double& akmax, double& avmax) {
+    if (sch == scheme::rope) {
       rope_config c;
       c.head_dim = D;
       c.rotary_dim = D;
       freqs = rope_frequencies(c);
       pos.rope.freqs = &freqs;
       amp = freqs.attention_factor;
-    } else if (s == scheme::alibi) {
+    } else if (sch == scheme::alibi) {
       slopes = alibi_slopes(Hq);
       pos.alibi = slopes;
       B = slopes[0] * 2 * N;  // |qpos - kpos| < 2N in every check below
-    } else if (s == scheme::t5) {
+    } else if (sch == scheme::t5) {
       t5_params tp;
       tp.bidirectional = !causal;
       tp.num_buckets = 16;
@@ -128,7 +141,7 @@ struct problem {
       t5 = t5_init(tp, Hq, seed + 1, 1.0);
       pos.t5 = tabs.t5_view(t5);
       for (float w : t5.weights) B = std::max(B, std::abs(double(w)));
-    } else if (s == scheme::shaw) {
+    } else if (sch == scheme::shaw) {
       shaw = shaw_init(4, D, seed + 2, 0.5);
       pos.shaw = tabs.shaw_view(shaw);
       K = 4;
@@ -139,20 +152,24 @@ struct problem {
       }
       for (float x : shaw.values) avmax = std::max(avmax, std::abs(double(x)));
     }
+  }
+
+  // Kerple, FIRE and xPos: their parameters, drawn from r, and bounds.
+  void init_research(rng& r, double& amp) {
     // The research schemes. Bounds on the bias (distances below 2N, as for ALiBi): Kerple log
     // r1 log(1 + r2 2N) (Chi et al. 2022); FIRE |b2| + sum |w2| (|w1| X + |b1|) with
     // X = psi(2N) / psi(L) (Li et al. 2023).
     auto softplus = [](double a) {
       return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
     };
-    if (s == scheme::kerple) {
-      fill(kerple, 2 * Hq);
+    if (sch == scheme::kerple) {
+      fill_normal(r, kerple, 2 * Hq);
       pos.kerple = {kerple_kernel::log, kerple};
       for (int64_t h = 0; h < Hq; ++h)
         B = std::max(B, softplus(kerple[h]) * std::log1p(softplus(kerple[Hq + h]) * 2 * N));
-    } else if (s == scheme::fire) {
+    } else if (sch == scheme::fire) {
       const int64_t m = kFireHidden, W = 3 * m + 3;
-      fill(fire, Hq * W);
+      fill_normal(r, fire, Hq * W);
       for (int64_t h = 0; h < Hq; ++h) {
         double* w = &fire[h * W];
         w[3 * m + 2] = 100;  // L = softplus(100) = 100: every check's query sits below it
@@ -164,7 +181,7 @@ struct problem {
         B = std::max(B, b);
       }
       pos.fire = {m, fire};
-    } else if (s == scheme::xpos) {
+    } else if (sch == scheme::xpos) {
       pos.xpos = {10000.0, 0.4, kXposBase, 0.0};
       // |q'_n . k'_m| <= zeta^((n - m) / B) |q||k| with every zeta < 1: at most 1 when causal,
       // zeta_0^(-N / B) otherwise (positions within N of each other).
@@ -174,8 +191,11 @@ struct problem {
       // zeta^(e) through pow: a few ulp.
       trig = kTrig + 2 * kU * (N + 1000) + 8 * kU;
     }
-    if (s == scheme::rope) trig = kTrig;
-    if (s == scheme::named && nd->pairs) {
+  }
+
+  // A scheme reached by name (nd): its arguments and bounds.
+  void init_named(double& amp) {
+    if (sch == scheme::named && nd->pairs) {
       // A per-pair RoPE scheme at the case-table parameters (every region within 20 positions)
       // over RoPE (theta 10000, half layout): a rotation, no bias; the score factor of DCA's
       // length scaling (at most 1.2 for N = 20 against its 6) enters A below.
@@ -189,7 +209,7 @@ struct problem {
       pos.named = {{nd->name, given}};
       trig = kTrig;
       amp = std::sqrt(1.5);
-    } else if (s == scheme::named) {
+    } else if (sch == scheme::named) {
       // B: the declared bound when the bias is bounded, else the largest |bias| at distances
       // below 2N (every check below).
       nargs = named_scheme_args(*nd, {}, Hq);
@@ -203,25 +223,26 @@ struct problem {
           B = std::max(B, std::abs(named_bias_value(*nd, nargs, h, Hq, 2 * N, 2 * N + d)));
       }
     }
-    if (s == scheme::cope) {
-      // |interpolated q . e| <= |q| max|e_t| enters the scores like a bias.
-      fill(cope, 8 * D);
-      for (auto& e : cope) e *= 0.5;
-      pos.cope = {8, cope};
-      double qn = 0, en = 0;
-      for (int64_t t = 0; t < N * Hq; ++t) {
-        double n = 0;
-        for (int64_t d = 0; d < D; ++d) n += q[t * D + d] * q[t * D + d];
-        qn = std::max(qn, std::sqrt(n));
-      }
-      for (int64_t t = 0; t < 8; ++t) {
-        double n = 0;
-        for (int64_t d = 0; d < D; ++d) n += cope[t * D + d] * cope[t * D + d];
-        en = std::max(en, std::sqrt(n));
-      }
-      B = qn * en;
+  }
+
+  // CoPE: its position embeddings, drawn from r, and the bias bound.
+  void init_cope(rng& r) {
+    // |interpolated q . e| <= |q| max|e_t| enters the scores like a bias.
+    fill_normal(r, cope, 8 * D);
+    for (auto& e : cope) e *= 0.5;
+    pos.cope = {8, cope};
+    double qn = 0, en = 0;
+    for (int64_t t = 0; t < N * Hq; ++t) {
+      double n = 0;
+      for (int64_t d = 0; d < D; ++d) n += q[t * D + d] * q[t * D + d];
+      qn = std::max(qn, std::sqrt(n));
     }
-    recompute_magnitudes(amp, akmax, avmax);
+    for (int64_t t = 0; t < 8; ++t) {
+      double n = 0;
+      for (int64_t d = 0; d < D; ++d) n += cope[t * D + d] * cope[t * D + d];
+      en = std::max(en, std::sqrt(n));
+    }
+    B = qn * en;
   }
 
   void recompute_magnitudes(double amp, double akmax, double avmax) {

@@ -46,10 +46,11 @@ namespace posenc::cli {
 inline constexpr int64_t figure_max_width = 512;
 inline constexpr int64_t figure_max_positions = 1024;
 
-// See report.hpp.
-std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& widths,
-                                                  int64_t positions, double base, sin_layout layout,
-                                                  sin_denominator denominator) {
+namespace {
+
+// Throws invalid_argument naming the option when sinusoidal_figures' arguments are out of range.
+void sinusoidal_figure_validate(const std::vector<int64_t>& widths, int64_t positions,
+                                double base) {
   if (widths.empty()) fail("--width is required (repeat it to compare widths, e.g. 20 and 50)");
   for (size_t a = 0; a < widths.size(); ++a) {
     const int64_t w = widths[a];
@@ -61,6 +62,85 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
   if (positions < 2 || positions > figure_max_positions)
     fail("--positions must be in 2..{} for a figure, got {}", figure_max_positions, positions);
   if (!std::isfinite(base) || !(base > 1)) fail("--base must be finite and > 1, got {}", base);
+}
+
+// The heatmap of the table PE(i, j) ((positions, d) row-major) of width d.
+sinusoidal_figure sinusoidal_table_figure(const std::vector<double>& table, int64_t d,
+                                          int64_t positions, sin_layout layout) {
+  vl::heatmap h;
+  h.title = fmt::format("Sinusoidal table, width d = {} ({} layout)", d, sin_layout_name(layout));
+  h.x_label = "channel j";
+  h.y_label = "position i";
+  h.value_label = "PE(i, j)";
+  h.rows = positions;
+  h.cols = d;
+  h.values = table;
+  h.map = vl::colormap::diverging;
+  h.vmin = -1;
+  h.vmax = 1;
+  h.width = 760;
+  h.height = std::clamp<int>(static_cast<int>(positions) * 7 + 110, 360, 760);
+  return {fmt::format("sinusoidal_table_d{}.vl.json", d),
+          fmt::format("sinusoidal table, width {}", d), vl::spec(h),
+          fmt::format("Width {}: every row is one position's {}-channel vector; red is "
+                      "+1, blue -1. Left-hand channels change from row to row (fast "
+                      "pairs), right-hand channels hardly change over {} positions "
+                      "(slow pairs).",
+                      d, d, positions)};
+}
+
+// The first channel pairs' curves over position of width d (table as above, omega the pairs'
+// frequencies).
+sinusoidal_figure sinusoidal_curves_figure(const sinusoidal_params& p,
+                                           const std::vector<double>& table,
+                                           const std::vector<double>& omega, int64_t d,
+                                           int64_t positions) {
+  // The first two pairs' curves: sine solid, cosine dashed, one colour per pair. Pair 0 is
+  // sin(i), cos(i) at every width; pair 1 (channels 2, 3) is where widths differ.
+  vl::line_plot c;
+  // At most 32 positions: the fastest pair (1 radian per position) then makes about five
+  // turns, which still reads as a curve; more would be a blur of zig-zags.
+  const int64_t curve_n = std::min<int64_t>(positions, 32);
+  const int64_t pairs = std::min<int64_t>(d / 2, 2);
+  c.title = fmt::format("First {} over positions 0-{}, width d = {}",
+                        pairs == 1 ? "channel pair" : "two channel pairs", curve_n - 1, d);
+  c.x.label = "position i";
+  c.y.label = "PE(i, j)";
+  c.y.min = -1.1;
+  c.y.max = 1.1;
+  c.y.ticks = {-1, -0.5, 0, 0.5, 1};
+  for (int64_t r = 0; r < pairs; ++r) {
+    for (const bool is_cos : {false, true}) {
+      const int64_t j = sinusoidal_channel(p, r, is_cos);
+      vl::line_series s;
+      s.name = fmt::format("channel {} ({} ω = {:.4g})", j, is_cos ? "cos," : "sin,",
+                           omega[static_cast<size_t>(r)]);
+      s.dashed = is_cos;
+      s.markers = true;
+      s.color = vl::palette_color(static_cast<size_t>(r));
+      for (int64_t i = 0; i < curve_n; ++i) {
+        s.x.push_back(static_cast<double>(i));
+        s.y.push_back(table[static_cast<size_t>(i * d + j)]);
+      }
+      c.series.push_back(std::move(s));
+    }
+  }
+  return {fmt::format("sinusoidal_curves_d{}.vl.json", d),
+          fmt::format("first channel pairs over position, width {}", d), vl::spec(c),
+          fmt::format("Width {}: the first {} channel pairs at integer positions (dots; "
+                      "solid = sine, dashed = cosine). "
+                      "Sine and cosine of one pair share a colour and a frequency; "
+                      "later pairs turn more slowly.",
+                      d, pairs)};
+}
+
+}  // namespace
+
+// See report.hpp.
+std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& widths,
+                                                  int64_t positions, double base, sin_layout layout,
+                                                  sin_denominator denominator) {
+  sinusoidal_figure_validate(widths, positions, base);
 
   std::vector<int64_t> pos(static_cast<size_t>(positions));
   for (int64_t i = 0; i < positions; ++i) pos[static_cast<size_t>(i)] = i;
@@ -85,64 +165,9 @@ std::vector<sinusoidal_figure> sinusoidal_figures(const std::vector<int64_t>& wi
     const auto table = sinusoidal_table(p, pos);  // (positions, d) row-major
     const auto omega = sinusoidal_frequencies(p);
 
-    vl::heatmap h;
-    h.title = fmt::format("Sinusoidal table, width d = {} ({} layout)", d, sin_layout_name(layout));
-    h.x_label = "channel j";
-    h.y_label = "position i";
-    h.value_label = "PE(i, j)";
-    h.rows = positions;
-    h.cols = d;
-    h.values = table;
-    h.map = vl::colormap::diverging;
-    h.vmin = -1;
-    h.vmax = 1;
-    h.width = 760;
-    h.height = std::clamp<int>(static_cast<int>(positions) * 7 + 110, 360, 760);
-    out.push_back({fmt::format("sinusoidal_table_d{}.vl.json", d),
-                   fmt::format("sinusoidal table, width {}", d), vl::spec(h),
-                   fmt::format("Width {}: every row is one position's {}-channel vector; red is "
-                               "+1, blue -1. Left-hand channels change from row to row (fast "
-                               "pairs), right-hand channels hardly change over {} positions "
-                               "(slow pairs).",
-                               d, d, positions)});
+    out.push_back(sinusoidal_table_figure(table, d, positions, layout));
 
-    // The first two pairs' curves: sine solid, cosine dashed, one colour per pair. Pair 0 is
-    // sin(i), cos(i) at every width; pair 1 (channels 2, 3) is where widths differ.
-    vl::line_plot c;
-    // At most 32 positions: the fastest pair (1 radian per position) then makes about five
-    // turns, which still reads as a curve; more would be a blur of zig-zags.
-    const int64_t curve_n = std::min<int64_t>(positions, 32);
-    const int64_t pairs = std::min<int64_t>(d / 2, 2);
-    c.title = fmt::format("First {} over positions 0-{}, width d = {}",
-                          pairs == 1 ? "channel pair" : "two channel pairs", curve_n - 1, d);
-    c.x.label = "position i";
-    c.y.label = "PE(i, j)";
-    c.y.min = -1.1;
-    c.y.max = 1.1;
-    c.y.ticks = {-1, -0.5, 0, 0.5, 1};
-    for (int64_t r = 0; r < pairs; ++r) {
-      for (const bool is_cos : {false, true}) {
-        const int64_t j = sinusoidal_channel(p, r, is_cos);
-        vl::line_series s;
-        s.name = fmt::format("channel {} ({} ω = {:.4g})", j, is_cos ? "cos," : "sin,",
-                             omega[static_cast<size_t>(r)]);
-        s.dashed = is_cos;
-        s.markers = true;
-        s.color = vl::palette_color(static_cast<size_t>(r));
-        for (int64_t i = 0; i < curve_n; ++i) {
-          s.x.push_back(static_cast<double>(i));
-          s.y.push_back(table[static_cast<size_t>(i * d + j)]);
-        }
-        c.series.push_back(std::move(s));
-      }
-    }
-    out.push_back({fmt::format("sinusoidal_curves_d{}.vl.json", d),
-                   fmt::format("first channel pairs over position, width {}", d), vl::spec(c),
-                   fmt::format("Width {}: the first {} channel pairs at integer positions (dots; "
-                               "solid = sine, dashed = cosine). "
-                               "Sine and cosine of one pair share a colour and a frequency; "
-                               "later pairs turn more slowly.",
-                               d, pairs)});
+    out.push_back(sinusoidal_curves_figure(p, table, omega, d, positions));
 
     vl::line_series f;
     f.name = fmt::format("width d = {}", d);
