@@ -39,6 +39,7 @@ import argparse
 import ast
 import copy
 import glob
+import inspect
 import json
 import os
 import re
@@ -178,6 +179,53 @@ def run_variant(mt, cfg_cls, d, arrays, prefix):
     return golden.rope_goldens(rot_cls, text, arrays, prefix), hd
 
 
+MROPE_T = 8  # tokens of the M-RoPE probe
+
+
+def mrope_probe(mt, cfg_cls, saved, arrays):
+    """The class's own M-RoPE, measured: the rotary module of the saved config run on (3, 1, T)
+    ids whose rows differ (temporal p, height 2p + 1, width 3p + 2), and for each pair the row
+    whose angle gives its cos / sin at every token (in float32, as the module computes them).
+    None when the rotary module takes no (3, ...) ids or the config is per layer type."""
+    import numpy as np
+    import torch
+
+    text = golden.text_config_of(cfg_cls.from_dict(copy.deepcopy(saved)))
+    modeling = golden.modeling_module(text)
+    rot_cls = sweep.rotary_class(modeling, text)
+    sweep._mark_mrope(rot_cls, text)
+    if not getattr(rot_cls, "_posenc_mrope", False):
+        return None
+    rot = rot_cls(text)
+    if isinstance(getattr(rot, "rope_type", None), dict):
+        return None
+    p = torch.arange(MROPE_T, dtype=torch.int64)
+    ids = torch.stack([p, 2 * p + 1, 3 * p + 2])[:, None, :]  # (3, 1, T)
+    x = torch.zeros(1, MROPE_T, 8, dtype=torch.float32)
+    cos, sin = rot(x, ids)
+    if cos.dim() == 4:
+        raise RuntimeError("the module returned one table per component")
+    cos, sin = cos[0].numpy(), sin[0].numpy()  # (T, R) float32
+    inv = rot.inv_freq.numpy().astype(np.float32)
+    half = inv.size
+    layout = "half" if np.array_equal(cos[:, :half], cos[:, half:]) else "interleaved"
+    pc = cos[:, :half] if layout == "half" else cos[:, 0::2]
+    rows = ids[:, 0, :].numpy().astype(np.float32)  # (3, T)
+    assign = []  # the row of each pair; -1 none matches, -2 several (a low frequency)
+    for i in range(half):
+        hit = [r for r in range(3) if np.max(np.abs(np.cos(rows[r] * inv[i]) - pc[:, i])) <= 2e-7]
+        assign.append(hit[0] if len(hit) == 1 else (-1 if not hit else -2))
+    arrays[f"{mt}/probe:mrope_ids/cos"] = pc
+    arrays[f"{mt}/probe:mrope_ids/sin"] = sin[:, :half] if layout == "half" else sin[:, 0::2]
+    src = inspect.getsource(rot_cls)
+    m = re.search(r'get\(\s*"mrope_section"\s*,\s*\[([0-9,\s]+)\]\s*\)', src)
+    return {"ids": ids[:, 0, :].tolist(), "layout": layout, "pairs": half,
+            "component_per_pair": assign,
+            "class_default_section": [int(v) for v in m.group(1).split(",")] if m else None,
+            "rope_parameters": golden.jsonable(text.rope_parameters),
+            "rotary_class": rot_cls.__name__}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--transformers", required=True)
@@ -202,6 +250,7 @@ def main():
     logging.disable(logging.WARNING)
     common = common_variants(args.transformers)
     result, arrays, counts = {}, {}, {"variants": 0, "run": 0, "refused_by_transformers": 0}
+    mrope = {}
     for mt, e in sorted(swept["model_types"].items()):
         if args.only and mt not in args.only:
             continue
@@ -232,6 +281,12 @@ def main():
                 counts["refused_by_transformers"] += 1
             counts["variants"] += 1
             entry[name] = golden.jsonable(rec)
+        try:
+            probe = mrope_probe(mt, cfg_cls, e["config"], arrays)
+        except Exception as ex:  # noqa: BLE001  (recorded)
+            probe = {"error": f"{type(ex).__name__}: {ex}"[:300]}
+        if probe is not None:
+            mrope[mt] = golden.jsonable(probe)
         result[mt] = entry
         print(f"variants: {mt}: {len(entry)}", file=sys.stderr)
     import numpy as np
@@ -240,7 +295,7 @@ def main():
         "transformers_commit": commit, "transformers_version": transformers.__version__,
         "generator": "scripts/golden/transformers_variants.py",
         "environment": golden.ENVIRONMENT, "positions": golden.POSITIONS, "counts": counts,
-        "model_types": result})
+        "model_types": result, "mrope_probe": mrope})
     np.savez_compressed(os.path.join(out, "transformers", "variants_cos_sin.npz"), **arrays)
 
 

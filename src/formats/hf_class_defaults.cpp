@@ -506,6 +506,17 @@ bool hf_swept_rotation_interleaved(const std::string& model_type) {
                      [&](const char* t) { return model_type == t; });
 }
 
+bool hf_swept_mrope_default(const std::string& model_type, std::array<int64_t, 3>* section,
+                            bool* interleaved) {
+  for (const auto& m : kSweptMrope)
+    if (model_type == m.model_type) {
+      *section = {m.section[0], m.section[1], m.section[2]};
+      *interleaved = m.interleaved;
+      return true;
+    }
+  return false;
+}
+
 const char* hf_swept_commit() {
   return kSweptCommit;
 }

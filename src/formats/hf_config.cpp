@@ -827,7 +827,30 @@ void view_reader::read_type() {
 // M-RoPE's mrope_section and mrope_interleaved, when the block has them.
 void view_reader::read_mrope_section() {
   // M-RoPE (Qwen2-VL, Qwen2.5-VL; Qwen3-VL with mrope_interleaved): pairs per position
-  // component, checked to sum to rotary_dim / 2.
+  // component, checked to sum to rotary_dim / 2. A class whose rotary module has sections of its
+  // own (Qwen3-VL, Qwen3.5, GLM-OCR: hf_swept_mrope_default) applies them when the block states
+  // none, interleaved or not as the class does when the block does not say.
+  std::array<int64_t, 3> class_section{};
+  bool class_interleaved = false;
+  const std::string mt = model_class(j);
+  const bool has_class = hf_swept_mrope_default(mt, &class_section, &class_interleaved);
+  if (!present(*rs, "mrope_section") && has_class) {
+    c.mrope_section.assign(class_section.begin(), class_section.end());
+    c.mrope_interleaved = class_interleaved;
+    if (present(*rs, "mrope_interleaved") && rs->at("mrope_interleaved").is_boolean())
+      c.mrope_interleaved = rs->at("mrope_interleaved").get<bool>();
+    warnings->push_back(fmt::format(
+        "{}mrope_section is missing; took transformers' {} rotary default [{}, {}, {}]{} "
+        "(measured at transformers {})",
+        px, mt, class_section[0], class_section[1], class_section[2],
+        c.mrope_interleaved ? ", interleaved" : "", hf_swept_commit()));
+    try {
+      (void)mrope_components(c.mrope_section, c.mrope_interleaved, c.rotary_dim / 2);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(px + e.what());
+    }
+    return;
+  }
   if (present(*rs, "mrope_section")) {
     const json& ms = rs->at("mrope_section");
     if (!ms.is_array()) fail("{}mrope_section must be a list of integers, got {}", px, ms.dump());
@@ -841,6 +864,12 @@ void view_reader::read_mrope_section() {
         fail("{}mrope_interleaved must be true or false, got {}", px,
              rs->at("mrope_interleaved").dump());
       c.mrope_interleaved = rs->at("mrope_interleaved").get<bool>();
+    } else if (has_class && class_interleaved) {
+      c.mrope_interleaved = true;
+      warnings->push_back(fmt::format(
+          "{}mrope_interleaved is missing; transformers' {} rotary interleaves the sections "
+          "(measured at transformers {})",
+          px, mt, hf_swept_commit()));
     }
     try {
       (void)mrope_components(c.mrope_section, c.mrope_interleaved, c.rotary_dim / 2);

@@ -41,8 +41,11 @@ LOSSES = {
                "the converter writes rope.scaling.type linear, factor 1 (identity) for every BitNet"),
     # GlmOCRModel inherits Glm4Model's partial_rotary_factor = 0.5 when rope_parameters names
     # none and writes rope.dimension_count = 64 * 0.5; GlmOcrTextConfig's default rotates the
-    # whole head (transformers: rotary_dim 64)
-    "glm_ocr": ({"text_config": {"partial_rotary_factor": 0.5}},
+    # whole head (transformers: rotary_dim 64). What the GGUF carries is the config read with no
+    # class (model_type null: 1-D RoPE over 32 dims, without GLM-OCR's own M-RoPE sections, which
+    # would not fit them; transformers' GLM-OCR fails on factor 0.5)
+    "glm_ocr": ({"model_type": None,
+                 "text_config": {"partial_rotary_factor": 0.5, "model_type": None}},
                 "rope.dimension_count 32: the converter's GLM-4 default factor 0.5, not the class's 1"),
     # yarn truncate false: GGUF has no key for it; llama.cpp always rounds the correction range
     # (truncate true)

@@ -54,11 +54,6 @@ TRANSFORMERS_FAILS = {
                      "to_dict writes (_name_or_path); not a RoPE matter")
        for v in ("common:default", "common:linear", "common:dynamic", "common:yarn",
                  "probe:partial_rotary_factor")},
-    **{(mt, "probe:partial_rotary_factor"): (
-        "split_with_sizes expects split_sizes to sum exactly to 16",
-        "GlmOcr's rotary module splits by its built-in mrope_section [8, 12, 12] (32 pairs), which "
-        "a rotary width halved to 32 cannot hold; the config states no sections and posenc reads "
-        "a 1-D RoPE (the same for text positions)") for mt in ("glm_ocr", "glm_ocr_text")},
     ("zaya", "tests/models/zaya/test_modeling_zaya.py:140"): (
         "KeyError: 'hybrid'",
         "the test's block names hybrid_sliding, a layer type the default config (every layer "
@@ -77,7 +72,14 @@ _TINY_SECTIONS = ("mrope_section must sum to rotary_dim / 2",
 _NEGATIVE_FACTOR = ("factor must be >= 1",
                     "the family's test checks that transformers only warns on a negative factor; its "
                     "rotary module then divides by -999; posenc refuses")
+_CLASS_SECTIONS = ("mrope_section must sum to rotary_dim / 2",
+                   "the class's own M-RoPE sections [11, 11, 10] cover 32 pairs and factor 0.5 "
+                   "makes 64: transformers' interleaving turns the rest at the temporal id, posenc "
+                   "refuses sections that do not sum to the pairs (GLM-OCR's split fails in "
+                   "transformers too, so it is a plain refusal)")
 VARIANT_REFUSED = {
+    **{(mt, "probe:partial_rotary_factor"): _CLASS_SECTIONS
+       for mt in ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text")},
     ("diffllama", "tests/models/diffllama/test_modeling_diffllama.py:300"): _NEGATIVE_FACTOR,
     ("eurobert", "tests/models/eurobert/test_modeling_eurobert.py:327"): _NEGATIVE_FACTOR,
     **{(mt, f"common:{t}"): _TYPE_TWICE for mt in ("ministral3", "mistral4")
@@ -225,3 +227,52 @@ def _layer_types(mt, name):
     if rp and all(isinstance(v, dict) for v in rp.values()):
         return list(rp)
     return [None]
+
+
+# ---------------------------------------------------------------------------------------------
+# M-RoPE sections a rotary class applies of its own (variants.json's mrope_probe): the module
+# run on (3, T) ids whose rows differ. posenc reads the swept config (which states no sections)
+# with the class's sections (hf_swept_mrope_default) and must give the module's float32 cos /
+# sin of every pair within 2 ulp (hf_f32 angles; the module's cos / sin are torch's, 1 ulp from
+# the correctly rounded values, which posenc's are), or refuse (3, T) ids by name where the
+# class's sections do not fit the config's rotary width.
+MROPE = {mt: p for mt, p in VARIANTS["mrope_probe"].items() if "error" not in p}
+
+
+@pytest.mark.parametrize("mt", sorted(MROPE))
+def test_class_mrope_sections_on_distinct_ids(mt):
+    p = MROPE[mt]
+    ids = np.array(p["ids"], dtype=np.int64)  # (3, T)
+    if mt in REFUSED:
+        with pytest.raises(ValueError):
+            _read_sweep(mt)
+        return
+    cfg = _read_sweep(mt)
+    sec = p["class_default_section"]
+    fits = bool(sec) and sum(sec) == p["pairs"] and "mrope_section" not in p["rope_parameters"]
+    assert (cfg.mrope_section is not None) == fits, (
+        f"{mt}: posenc's sections {cfg.mrope_section}, the class's {sec} over {p['pairs']} pairs")
+    if fits:
+        assert cfg.mrope_section == sec, f"{mt}: {cfg.mrope_section} vs the class's {sec}"
+    if cfg.mrope_section is None:
+        # the class's sections do not fill this config's rotary width: M-RoPE ids are refused
+        x = np.zeros((ids.shape[1], 1, cfg.head_dim))
+        with pytest.raises(ValueError, match="mrope_section|M-RoPE"):
+            posenc.mrope_apply(x, ids, cfg=cfg, angle="hf_f32")
+        return
+    half = cfg.rotary_dim // 2
+    x = np.zeros((ids.shape[1], 1, cfg.head_dim), dtype=np.float32)
+    x[:, :, :half] = 1
+    out = posenc.mrope_apply(x, ids, cfg=cfg, layout="half", angle="hf_f32")[:, 0, :]
+    for name, got in (("cos", out[:, :half]), ("sin", out[:, half:2 * half])):
+        want = COS_SIN[f"{mt}/probe:mrope_ids/{name}"]
+        assert got.shape == want.shape, f"{mt}: {got.shape} vs {want.shape}"
+        d = np.abs(got.astype(np.float32).view(np.int32).astype(np.int64)
+                   - want.view(np.int32).astype(np.int64))
+        assert d.max() <= 2, f"{mt}: {name} {d.max()} ulp from the module at pair {int(np.argmax(d.max(0)))}"
+
+
+def _read_sweep(mt):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return posenc.RopeConfig.from_hf(TYPES[mt]["config"])

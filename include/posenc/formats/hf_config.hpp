@@ -22,6 +22,7 @@
 // >= 1, got 0.5"); nothing is guessed silently.
 #pragma once
 
+#include <array>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -140,6 +141,11 @@ bool hf_swept_rotation_interleaved(const std::string& model_type);
 // says partial_rotary_factor (measured: tests/golden/transformers/variants.json's probe).
 bool hf_swept_ignores_partial(const std::string& model_type);
 const char* hf_swept_commit();  // the transformers commit the sweep ran
+// The M-RoPE sections the swept class's rotary module applies when the config states none, and
+// whether it interleaves them (measured on (3, T) ids: tests/golden/transformers/variants.json's
+// mrope_probe). false when the class has none.
+bool hf_swept_mrope_default(const std::string& model_type, std::array<int64_t, 3>* section,
+                            bool* interleaved);
 // The class's layer_types for num_layers layers (empty for pattern none); j supplies the keys
 // the pattern reads (sliding_window_pattern, use_sliding_window, max_window_layers,
 // sliding_window).
