@@ -834,24 +834,9 @@ void view_reader::read_mrope_section() {
   bool class_interleaved = false;
   const std::string mt = model_class(j);
   const bool has_class = hf_swept_mrope_default(mt, &class_section, &class_interleaved);
-  if (!present(*rs, "mrope_section") && has_class) {
-    c.mrope_section.assign(class_section.begin(), class_section.end());
-    c.mrope_interleaved = class_interleaved;
-    if (present(*rs, "mrope_interleaved") && rs->at("mrope_interleaved").is_boolean())
-      c.mrope_interleaved = rs->at("mrope_interleaved").get<bool>();
-    warnings->push_back(fmt::format(
-        "{}mrope_section is missing; took transformers' {} rotary default [{}, {}, {}]{} "
-        "(measured at transformers {})",
-        px, mt, class_section[0], class_section[1], class_section[2],
-        c.mrope_interleaved ? ", interleaved" : "", hf_swept_commit()));
-    try {
-      (void)mrope_components(c.mrope_section, c.mrope_interleaved, c.rotary_dim / 2);
-    } catch (const invalid_argument& e) {
-      throw invalid_argument(px + e.what());
-    }
-    return;
-  }
-  if (present(*rs, "mrope_section")) {
+  const bool given = present(*rs, "mrope_section");
+  if (!given && !has_class) return;
+  if (given) {
     const json& ms = rs->at("mrope_section");
     if (!ms.is_array()) fail("{}mrope_section must be a list of integers, got {}", px, ms.dump());
     for (size_t i = 0; i < ms.size(); ++i) {
@@ -859,23 +844,32 @@ void view_reader::read_mrope_section() {
         fail("{}mrope_section[{}] must be an integer, got {}", px, i, ms[i].dump());
       c.mrope_section.push_back(ms[i].get<int64_t>());
     }
-    if (present(*rs, "mrope_interleaved")) {
-      if (!rs->at("mrope_interleaved").is_boolean())
-        fail("{}mrope_interleaved must be true or false, got {}", px,
-             rs->at("mrope_interleaved").dump());
-      c.mrope_interleaved = rs->at("mrope_interleaved").get<bool>();
-    } else if (has_class && class_interleaved) {
-      c.mrope_interleaved = true;
-      warnings->push_back(fmt::format(
-          "{}mrope_interleaved is missing; transformers' {} rotary interleaves the sections "
-          "(measured at transformers {})",
-          px, mt, hf_swept_commit()));
-    }
-    try {
-      (void)mrope_components(c.mrope_section, c.mrope_interleaved, c.rotary_dim / 2);
-    } catch (const invalid_argument& e) {
-      throw invalid_argument(px + e.what());
-    }
+  } else {
+    c.mrope_section.assign(class_section.begin(), class_section.end());
+  }
+  if (present(*rs, "mrope_interleaved")) {
+    if (!rs->at("mrope_interleaved").is_boolean())
+      fail("{}mrope_interleaved must be true or false, got {}", px,
+           rs->at("mrope_interleaved").dump());
+    c.mrope_interleaved = rs->at("mrope_interleaved").get<bool>();
+  } else if (has_class) {
+    c.mrope_interleaved = class_interleaved;
+  }
+  if (!given)
+    warnings->push_back(fmt::format(
+        "{}mrope_section is missing; took transformers' {} rotary default [{}, {}, {}]{} "
+        "(measured at transformers {})",
+        px, mt, class_section[0], class_section[1], class_section[2],
+        c.mrope_interleaved ? ", interleaved" : "", hf_swept_commit()));
+  else if (has_class && class_interleaved && !present(*rs, "mrope_interleaved"))
+    warnings->push_back(fmt::format(
+        "{}mrope_interleaved is missing; transformers' {} rotary interleaves the sections "
+        "(measured at transformers {})",
+        px, mt, hf_swept_commit()));
+  try {
+    (void)mrope_components(c.mrope_section, c.mrope_interleaved, c.rotary_dim / 2);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(px + e.what());
   }
 }
 

@@ -141,6 +141,45 @@ def test_layer_plan_matches_the_layers_run(mt):
         assert plan["layer_types"] == types_, f"{mt}: layer types differ"
 
 
+def assert_rope_matches(cfg, g, key):
+    """posenc's reading cfg against a rotary module's golden g (rope_type, rotary_dim, theta,
+    attention factor, float64 inv_freq), with the bounds of the module docstring."""
+    assert cfg.scaling == g["rope_type"], f"{key}: rope_type {cfg.scaling} != {g['rope_type']}"
+    assert cfg.rotary_dim == g["rotary_dim"], f"{key}: rotary_dim {cfg.rotary_dim} != {g['rotary_dim']}"
+    assert cfg.theta == g["rope_parameters"]["rope_theta"], f"{key}: theta"
+    a = g["attention_factor"]
+    assert abs(cfg.attention_factor - a) <= 8 * U64 * abs(a), (
+        f"{key}: attention factor {cfg.attention_factor!r} != {a!r}")
+    want = np.array(g["inv_freq_f64"])
+    got = cfg.inv_freq()
+    assert got.shape == want.shape, f"{key}: {got.shape} frequencies, transformers {want.shape}"
+    zero = want == 0
+    assert np.array_equal(got[zero], want[zero])
+    rel = np.zeros_like(want)
+    rel[~zero] = np.abs(got[~zero] - want[~zero]) / want[~zero]
+    bound = (math.log(cfg.theta) + 8) * U64
+    worst = int(np.argmax(rel))
+    assert rel[worst] <= bound, (f"{key}: inv_freq[{worst}] {got[worst]!r} vs transformers' "
+                                 f"{want[worst]!r} ({rel[worst]:.2e} > {bound:.2e})")
+
+
+def assert_cos_sin_match(cfg, g, key, positions, inv, module):
+    """posenc's float32 cos / sin (angle hf_f32, given transformers' float32 buffer inv) at
+    positions: the correctly rounded values of transformers' float32 angles times the attention
+    factor, and within 1 ulp (2 with a factor) of the module's output module[name]."""
+    pos = np.array(positions, dtype=np.int64)
+    inv = np.array(inv, dtype=np.float32)
+    cos, sin = posenc.rope_cos_sin(cfg, pos, angle="hf_f32", dtype=np.float32, hf_inv_freq=inv)
+    angle = inv[None, :] * pos.astype(np.float32)[:, None]
+    a = np.float32(g["attention_factor"])
+    limit = 1 if g["attention_factor"] == 1.0 else 2
+    for name, got, fn in (("cos", cos, np.cos), ("sin", sin, np.sin)):
+        exact = fn(angle.astype(np.float64)).astype(np.float32) * a
+        assert np.array_equal(got, exact), f"{key}: {name} differs from transformers' float32 angles"
+        d = _ulps(got, module[name])
+        assert d.max(initial=0) <= limit, f"{key}: {name} {d.max()} ulp from the module's output"
+
+
 @pytest.mark.parametrize("mt,lt", layer_cases())
 def test_rope_parameters_and_inv_freq(mt, lt):
     g = TYPES[mt]["rope"][lt or "all"]
@@ -153,23 +192,7 @@ def test_rope_parameters_and_inv_freq(mt, lt):
             assert getattr(cfg, k) == v, f"{mt}: posenc's {k} {getattr(cfg, k)} != {v} ({why})"
             assert g[k] != v, f"{mt}: transformers now gives {k} = {v}: drop the divergence"
         return
-    assert cfg.scaling == g["rope_type"], f"{mt}/{lt}: rope_type {cfg.scaling} != {g['rope_type']}"
-    assert cfg.rotary_dim == g["rotary_dim"], f"{mt}/{lt}: rotary_dim {cfg.rotary_dim} != {g['rotary_dim']}"
-    assert cfg.theta == g["rope_parameters"]["rope_theta"], f"{mt}/{lt}: theta"
-    a = g["attention_factor"]
-    assert abs(cfg.attention_factor - a) <= 8 * U64 * abs(a), (
-        f"{mt}/{lt}: attention factor {cfg.attention_factor!r} != {a!r}")
-    want = np.array(g["inv_freq_f64"])
-    got = cfg.inv_freq()
-    assert got.shape == want.shape, f"{mt}/{lt}: {got.shape} frequencies, transformers {want.shape}"
-    zero = want == 0
-    assert np.array_equal(got[zero], want[zero])
-    rel = np.zeros_like(want)
-    rel[~zero] = np.abs(got[~zero] - want[~zero]) / want[~zero]
-    bound = (math.log(cfg.theta) + 8) * U64
-    worst = int(np.argmax(rel))
-    assert rel[worst] <= bound, (f"{mt}/{lt}: inv_freq[{worst}] {got[worst]!r} vs transformers' "
-                                 f"{want[worst]!r} ({rel[worst]:.2e} > {bound:.2e})")
+    assert_rope_matches(cfg, g, f"{mt}/{lt}")
 
 
 def _ulps(got, want):
@@ -182,20 +205,9 @@ def test_cos_sin_float32(mt, lt):
     cfg = _refusal(mt, lambda: _read(mt, lt))
     if cfg is None or mt in DIVERGES:
         return
-    pos = np.array(g["positions"], dtype=np.int64)
-    inv = np.array(g["inv_freq_f32_forward"], dtype=np.float32)
-    cos, sin = posenc.rope_cos_sin(cfg, pos, angle="hf_f32", dtype=np.float32, hf_inv_freq=inv)
-    angle = inv[None, :] * pos.astype(np.float32)[:, None]
-    a = np.float32(g["attention_factor"])
-    limit = 1 if g["attention_factor"] == 1.0 else 2
     key = f"{mt}/{lt or 'all'}"
-    for name, got, fn in (("cos", cos, np.cos), ("sin", sin, np.sin)):
-        exact = fn(angle.astype(np.float64)).astype(np.float32) * a
-        d = _ulps(got, exact)
-        assert d.max(initial=0) == 0, f"{key}: {name} differs from transformers' float32 angles"
-        module = COS_SIN[f"{key}/{name}"]
-        d = _ulps(got, module)
-        assert d.max(initial=0) <= limit, f"{key}: {name} {d.max()} ulp from the module's output"
+    module = {n: COS_SIN[f"{key}/{n}"] for n in ("cos", "sin")}
+    assert_cos_sin_match(cfg, g, key, g["positions"], g["inv_freq_f32_forward"], module)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ it too, or the case is in TRANSFORMERS_FAILS with the reason posenc reads it.
 
 import copy
 import json
-import math
 import pathlib
 import warnings
 
@@ -23,7 +22,8 @@ import numpy as np
 import pytest
 
 import posenc
-from test_golden_sweep import DIVERGES, REFUSED, TYPES
+from test_golden_sweep import (DIVERGES, REFUSED, TYPES, assert_cos_sin_match,
+                               assert_rope_matches)
 
 GOLD = pathlib.Path(__file__).resolve().parents[1] / "golden" / "transformers"
 VARIANTS = json.loads((GOLD / "variants.json").read_text())
@@ -176,33 +176,11 @@ def test_variant_reads_as_transformers(mt, name, lt):
             assert getattr(cfg, k) == v, f"{mt}/{name}: posenc's {k} {getattr(cfg, k)} != {v} ({why})"
         return
     key = f"{mt}/{name}/{lt or 'all'}"
-    assert cfg.scaling == g["rope_type"], f"{key}: rope_type {cfg.scaling} != {g['rope_type']}"
-    assert cfg.rotary_dim == g["rotary_dim"], f"{key}: rotary_dim {cfg.rotary_dim} != {g['rotary_dim']}"
-    assert cfg.theta == g["rope_parameters"]["rope_theta"], f"{key}: theta"
-    a = g["attention_factor"]
-    assert abs(cfg.attention_factor - a) <= 8 * U64 * abs(a), (
-        f"{key}: attention factor {cfg.attention_factor!r} != {a!r}")
-    want = np.array(g["inv_freq_f64"])
-    got = cfg.inv_freq()
-    assert got.shape == want.shape, f"{key}: {got.shape} frequencies, transformers {want.shape}"
-    zero = want == 0
-    assert np.array_equal(got[zero], want[zero])
-    rel = np.abs(got[~zero] - want[~zero]) / want[~zero]
-    bound = (math.log(cfg.theta) + 8) * U64
-    assert rel.max(initial=0) <= bound, f"{key}: inv_freq {rel.max():.2e} relative > {bound:.2e}"
+    assert_rope_matches(cfg, g, key)
     # float32 cos / sin of the module's forward (the buffer it used for the positions)
-    pos = np.array(VARIANTS["positions"], dtype=np.int64)
-    inv = np.array(g.get("inv_freq_f32_forward", g["inv_freq_f32"]), dtype=np.float32)
-    cos, sin = posenc.rope_cos_sin(cfg, pos, angle="hf_f32", dtype=np.float32, hf_inv_freq=inv)
-    angle = inv[None, :] * pos.astype(np.float32)[:, None]
-    af = np.float32(a)
-    limit = 1 if a == 1.0 else 2
-    for nm, mine, fn in (("cos", cos, np.cos), ("sin", sin, np.sin)):
-        exact = fn(angle.astype(np.float64)).astype(np.float32) * af
-        assert np.array_equal(mine, exact), f"{key}: {nm} differs from transformers' float32 angles"
-        module = COS_SIN[f"{key}/{nm}"]
-        d = np.abs(mine.view(np.int32).astype(np.int64) - module.view(np.int32).astype(np.int64))
-        assert d.max(initial=0) <= limit, f"{key}: {nm} {d.max()} ulp from the module's output"
+    module = {n: COS_SIN[f"{key}/{n}"] for n in ("cos", "sin")}
+    assert_cos_sin_match(cfg, g, key, VARIANTS["positions"],
+                         g.get("inv_freq_f32_forward", g["inv_freq_f32"]), module)
 
 
 @pytest.mark.parametrize("mt,name", failed_cases())
