@@ -407,20 +407,23 @@ def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_
 
 
 # The schemes reached by name (posenc.schemes(): "named"), whose keywords come from their
-# declarations alone: a switch named as the scheme (bool) and numeric parameters.
+# declarations alone: a switch named as the scheme (bool, or a tensor that turns it on when
+# given), numeric parameters and tensor parameters.
 _NAMED = [d for d in json.loads(_posenc._schemes_json()) if d["named"]]
 
 
 def _named_default(p):
+    if p["dtype"] == "tensor":
+        return None
     return False if p["dtype"] == "bool" else (int(p["default"]) if p["dtype"] == "int"
                                                 else float(p["default"]))
 
 
 def _named_opts(kwargs, fn):
     """The keywords of the schemes reached by name in kwargs, as the binding takes them:
-    [(scheme, {param: value})] for every scheme switched on. TypeError for any other keyword
-    (naming the allowed ones) or a value of the wrong type; ValueError for a parameter given
-    without its switch."""
+    [(scheme, {param: value}, {tensor param: array})] for every scheme switched on. TypeError
+    for any other keyword (naming the allowed ones) or a value of the wrong type; ValueError for a
+    parameter given without its switch."""
     allowed = [p["name"] for d in _NAMED for p in d["params"]]
     for key in kwargs:
         if key not in allowed:
@@ -428,33 +431,50 @@ def _named_opts(kwargs, fn):
                             f"the schemes reached by name are {', '.join(allowed) or 'none'})")
     out = []
     for d in _NAMED:
-        switch, params = d["params"][0]["name"], d["params"][1:]
-        on = kwargs.get(switch, False)
-        if not isinstance(on, (bool, np.bool_)):
-            raise TypeError(f"{switch} must be a bool, got {type(on).__name__}")
+        first, params = d["params"][0], d["params"][1:]
+        switch = first["name"]
+        tensors = {}
+        if first["dtype"] == "tensor":
+            on = kwargs.get(switch) is not None
+            if on:
+                tensors[switch] = kwargs[switch]
+        else:
+            on = kwargs.get(switch, False)
+            if not isinstance(on, (bool, np.bool_)):
+                raise TypeError(f"{switch} must be a bool, got {type(on).__name__}")
         given = {}
         for p in params:
-            if p["name"] not in kwargs:
+            if kwargs.get(p["name"]) is None:
                 continue
             x = kwargs[p["name"]]
+            if p["dtype"] == "tensor":
+                tensors[p["name"]] = x
+                continue
             if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
                                                                      np.floating)):
                 kind = "an int" if p["dtype"] == "int" else "a float"
                 raise TypeError(f"{p['name']} must be {kind}, got {type(x).__name__}")
             given[p["name"]] = float(x)
         if on:
-            out.append((d["name"], given))
-        elif given:
-            raise ValueError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} "
-                             f"{switch}=True")
+            out.append((d["name"], given, tensors))
+        elif given or len(tensors) > 0:
+            extra = list(given) + [t for t in tensors if t != switch]
+            how = f"{switch}=..." if first["dtype"] == "tensor" else f"{switch}=True"
+            raise ValueError(f"{', '.join(extra)} need{'s' if len(extra) == 1 else ''} {how}")
     return out
 
 
 def _named_doc():
     lines = []
     for d in _NAMED:
-        lines.append(f"    {d['name']}: True for {d['title']} ({d['citation']}), "
-                     f"{d['params'][0]['doc']}.")
+        first = d["params"][0]
+        if first["dtype"] == "tensor":
+            lines.append(f"    {d['name']}: {d['title']} ({d['citation']}): {first['doc']}, "
+                         f"an array {first['shape']} (a row per token: (B, ...) with batched q)"
+                         + (f"; its gradient d{first['name']}" if d["learned"] else "") + ".")
+        else:
+            lines.append(f"    {d['name']}: True for {d['title']} ({d['citation']}), "
+                         f"{first['doc']}.")
         for p in d["params"][1:]:
             lines.append(f"      {p['name']} ({p['dtype']}, default {p['default']}): {p['doc']}.")
     return "\n".join(lines) + ("\n" if lines else "")

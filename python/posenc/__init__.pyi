@@ -2,9 +2,10 @@
 # The runtime is python/posenc/__init__.py over the pybind11 module posenc._posenc
 # (python/src/*.cpp); each string option is a Literal of the values the library's parser takes
 # (aliases included), so a misspelt option is a type error before it is a ValueError.
-# The keywords of the schemes reached by name (sandwich, self_extend, dca, ...) come from the library's
-# scheme declarations at run time; they are written out here, and tests/python/test_typing.py
-# checks every declared attention keyword and its default against these signatures.
+# The keywords of the schemes reached by name (sandwich, fox, self_extend, dca, ...) come from the
+# library's scheme declarations: each marker line "# posenc: the keywords of the schemes reached
+# by name" below is replaced by them at build time (scripts/gen-stubs, run by
+# python/CMakeLists.txt), and tests/python/test_typing.py checks the built stubs against them.
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, overload
@@ -377,18 +378,7 @@ def attention(
     attn_scale: float = 0.1,
     floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
-    sandwich: bool = False,
-    sandwich_dim: int = 128,
-    self_extend: bool = False,
-    self_extend_group: int = 4,
-    self_extend_window: int = 512,
-    dca: bool = False,
-    dca_chunk_size: int = 262144,
-    dca_local_size: int = 8192,
-    dca_original_max_position_embeddings: int = 0,
-    streaming_llm: bool = False,
-    streaming_sink_tokens: int = 4,
-    streaming_window: int = 1020,
+    # posenc: the keywords of the schemes reached by name
 ) -> NDArray[Any]: ...
 @overload
 def attention(
@@ -437,18 +427,7 @@ def attention(
     attn_scale: float = 0.1,
     floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
-    sandwich: bool = False,
-    sandwich_dim: int = 128,
-    self_extend: bool = False,
-    self_extend_group: int = 4,
-    self_extend_window: int = 512,
-    dca: bool = False,
-    dca_chunk_size: int = 262144,
-    dca_local_size: int = 8192,
-    dca_original_max_position_embeddings: int = 0,
-    streaming_llm: bool = False,
-    streaming_sink_tokens: int = 4,
-    streaming_window: int = 1020,
+    # posenc: the keywords of the schemes reached by name
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
 @overload
 def attention(
@@ -497,18 +476,7 @@ def attention(
     attn_scale: float = 0.1,
     floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
-    sandwich: bool = False,
-    sandwich_dim: int = 128,
-    self_extend: bool = False,
-    self_extend_group: int = 4,
-    self_extend_window: int = 512,
-    dca: bool = False,
-    dca_chunk_size: int = 262144,
-    dca_local_size: int = 8192,
-    dca_original_max_position_embeddings: int = 0,
-    streaming_llm: bool = False,
-    streaming_sink_tokens: int = 4,
-    streaming_window: int = 1020,
+    # posenc: the keywords of the schemes reached by name
 ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
 def attention_backward(
     q: ArrayLike,
@@ -557,18 +525,7 @@ def attention_backward(
     attn_scale: float = 0.1,
     floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
-    sandwich: bool = False,
-    sandwich_dim: int = 128,
-    self_extend: bool = False,
-    self_extend_group: int = 4,
-    self_extend_window: int = 512,
-    dca: bool = False,
-    dca_chunk_size: int = 262144,
-    dca_local_size: int = 8192,
-    dca_original_max_position_embeddings: int = 0,
-    streaming_llm: bool = False,
-    streaming_sink_tokens: int = 4,
-    streaming_window: int = 1020,
+    # posenc: the keywords of the schemes reached by name
 ) -> dict[str, NDArray[Any]]: ...
 
 class KVCache:
@@ -671,18 +628,7 @@ class KVCache:
         attn_scale: float = 0.1,
         floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
-        sandwich: bool = False,
-        sandwich_dim: int = 128,
-        self_extend: bool = False,
-        self_extend_group: int = 4,
-        self_extend_window: int = 512,
-        dca: bool = False,
-        dca_chunk_size: int = 262144,
-        dca_local_size: int = 8192,
-        dca_original_max_position_embeddings: int = 0,
-        streaming_llm: bool = False,
-        streaming_sink_tokens: int = 4,
-        streaming_window: int = 1020,
+        # posenc: the keywords of the schemes reached by name
     ) -> NDArray[Any]: ...
     @overload
     def attend(
@@ -722,18 +668,7 @@ class KVCache:
         attn_scale: float = 0.1,
         floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
-        sandwich: bool = False,
-        sandwich_dim: int = 128,
-        self_extend: bool = False,
-        self_extend_group: int = 4,
-        self_extend_window: int = 512,
-        dca: bool = False,
-        dca_chunk_size: int = 262144,
-        dca_local_size: int = 8192,
-        dca_original_max_position_embeddings: int = 0,
-        streaming_llm: bool = False,
-        streaming_sink_tokens: int = 4,
-        streaming_window: int = 1020,
+        # posenc: the keywords of the schemes reached by name
     ) -> tuple[NDArray[Any], NDArray[Any]]: ...
     @overload
     def attend(
@@ -773,18 +708,7 @@ class KVCache:
         attn_scale: float = 0.1,
         floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
-        sandwich: bool = False,
-        sandwich_dim: int = 128,
-        self_extend: bool = False,
-        self_extend_group: int = 4,
-        self_extend_window: int = 512,
-        dca: bool = False,
-        dca_chunk_size: int = 262144,
-        dca_local_size: int = 8192,
-        dca_original_max_position_embeddings: int = 0,
-        streaming_llm: bool = False,
-        streaming_sink_tokens: int = 4,
-        streaming_window: int = 1020,
+        # posenc: the keywords of the schemes reached by name
     ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
 
 def bf16_products_native() -> bool:

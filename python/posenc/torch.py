@@ -329,12 +329,19 @@ class RotaryEmbedding(_torch.nn.Module):
 
 class _Attention(_torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope, sinks, opts):
+    def forward(ctx, q, k, v, slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope, sinks, opts,
+                *named):
         cd = _compute_dtype(q, "q")
         for t, name in ((k, "k"), (v, "v")):
             if _compute_dtype(t, name) != cd:
                 raise TypeError(f"{name} must have the dtype of q ({q.dtype}), got {t.dtype}")
         o = dict(opts)
+        # The named schemes' tensors (torch tensors, autograd inputs after opts) into their slots.
+        keys = o.pop("_named_keys", [])
+        o["named"] = [(n, g, {}) for n, g, _ in o.get("named", [])]
+        for (i, pname), t in zip(keys, named):
+            o["named"][i][2][pname] = _np(t, cd)
+        ctx.named = list(zip(keys, named))
         if slopes is not None:
             o["alibi"] = slopes.detach().to(_torch.float64).contiguous().numpy()
         if t5_table is not None:
@@ -375,7 +382,7 @@ class _Attention(_torch.autograd.Function):
         o = {key: val for key, val in o.items() if key != "products"}
         slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope, sinks = ctx.tables
         want = ctx.needs_input_grad
-        params = any(want[3:11])
+        params = any(want[3:11]) or any(want[12:])
         g = _posenc._attention_backward(qn, kn, vn, out, lse, _np(dout, ctx.cd), o, params)
         qd, kd, vd = ctx.dtypes
         res = [
@@ -395,6 +402,10 @@ class _Attention(_torch.autograd.Function):
                                        (sinks, "dsinks"))):
             if want[7 + i]:
                 res[7 + i] = _torch.from_numpy(g[name]).to(t.dtype)
+        for j, ((_, pname), t) in enumerate(ctx.named):
+            d = g.get("d" + pname)
+            res.append(_torch.from_numpy(d).to(t.dtype) if want[12 + j] and d is not None
+                       else None)
         return tuple(res)
 
 
@@ -443,13 +454,23 @@ def attention(
         _ints(key_padding), _ints(cu_seqlens), window, research=research,
     )
     opts["shaw"] = clip
-    opts["named"] = _named_opts(named, "attention")
+    named_opts = _named_opts(named, "attention")
+    # A named scheme's tensors (Forgetting Attention's gates) are autograd inputs of their own.
+    ntensors, nkeys = [], []
+    for i, (_, _, tens) in enumerate(named_opts):
+        for pname, t in tens.items():
+            if not isinstance(t, _torch.Tensor):
+                raise TypeError(f"{pname} must be a torch.Tensor, got {type(t).__name__}")
+            ntensors.append(t)
+            nkeys.append((i, pname))
+    opts["named"] = [(n, g, {}) for n, g, _ in named_opts]
     opts["products"] = products
     opts_fn = dict(opts)
+    opts_fn["_named_keys"] = nkeys
     if clip is None:
         opts_fn.pop("shaw")
     out, lse = _Attention.apply(q, k, v, slopes, t5_table, shaw_k, shaw_v, kerple, fire, cope,
-                                sinks, _Opts(opts_fn))
+                                sinks, _Opts(opts_fn), *ntensors)
     return (out, lse) if return_lse else out
 
 

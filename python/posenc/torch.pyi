@@ -1,7 +1,8 @@
 # Type stubs of posenc.torch (runtime: python/posenc/torch.py): posenc's kernels as autograd
 # Functions on CPU tensors. The attention keywords are posenc.attention's (tables as tensors,
-# no kv_dtype), the schemes reached by name included; tests/python/test_typing.py checks them
-# against the library's scheme declarations.
+# no kv_dtype), the schemes reached by name included: their keywords replace each marker line
+# "# posenc: the keywords of the schemes reached by name" at build time (scripts/gen-stubs, run
+# by python/CMakeLists.txt); tests/python/test_typing.py checks them against the declarations.
 from typing import Any, Literal, overload
 
 import torch as _torch
@@ -125,18 +126,7 @@ def attention(
     floor_offset: float = 1.0,
     products: Literal["f32", "bf16"] = "f32",
     sinks: Tensor | None = None,
-    sandwich: bool = False,
-    sandwich_dim: int = 128,
-    self_extend: bool = False,
-    self_extend_group: int = 4,
-    self_extend_window: int = 512,
-    dca: bool = False,
-    dca_chunk_size: int = 262144,
-    dca_local_size: int = 8192,
-    dca_original_max_position_embeddings: int = 0,
-    streaming_llm: bool = False,
-    streaming_sink_tokens: int = 4,
-    streaming_window: int = 1020,
+    # posenc: the keywords of the schemes reached by name
 ) -> Tensor: ...
 @overload
 def attention(
@@ -184,18 +174,7 @@ def attention(
     floor_offset: float = 1.0,
     products: Literal["f32", "bf16"] = "f32",
     sinks: Tensor | None = None,
-    sandwich: bool = False,
-    sandwich_dim: int = 128,
-    self_extend: bool = False,
-    self_extend_group: int = 4,
-    self_extend_window: int = 512,
-    dca: bool = False,
-    dca_chunk_size: int = 262144,
-    dca_local_size: int = 8192,
-    dca_original_max_position_embeddings: int = 0,
-    streaming_llm: bool = False,
-    streaming_sink_tokens: int = 4,
-    streaming_window: int = 1020,
+    # posenc: the keywords of the schemes reached by name
 ) -> tuple[Tensor, Tensor]: ...
 @overload
 def attention(
@@ -243,16 +222,5 @@ def attention(
     floor_offset: float = 1.0,
     products: Literal["f32", "bf16"] = "f32",
     sinks: Tensor | None = None,
-    sandwich: bool = False,
-    sandwich_dim: int = 128,
-    self_extend: bool = False,
-    self_extend_group: int = 4,
-    self_extend_window: int = 512,
-    dca: bool = False,
-    dca_chunk_size: int = 262144,
-    dca_local_size: int = 8192,
-    dca_original_max_position_embeddings: int = 0,
-    streaming_llm: bool = False,
-    streaming_sink_tokens: int = 4,
-    streaming_window: int = 1020,
+    # posenc: the keywords of the schemes reached by name
 ) -> Tensor | tuple[Tensor, Tensor]: ...

@@ -14,6 +14,8 @@
 #include <limits>
 #include <optional>
 
+#include <fmt/ranges.h>
+
 #include "common.hpp"
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/schemes.hpp"
@@ -61,7 +63,7 @@ std::vector<int64_t> mrope_ints(py::handle obj, const char* name, int64_t B, int
     fail("{} must have shape (3, {}) = (3, {}){} for an M-RoPE rope config, got {}", name, nname, n,
          batched ? fmt::format(" or (B, 3, {}) = ({}, 3, {})", nname, B, n) : "", shape_str(a));
   require_min(v, name, -1);
-  for (size_t b = 0; b < v.size() / (3 * n); ++b)
+  for (size_t b = 0; n > 0 && b < v.size() / (3 * n); ++b)
     for (int64_t j = 0; j < n; ++j) {
       const int64_t* id = v.data() + b * 3 * n + j;
       const int pads = (id[0] < 0) + (id[n] < 0) + (id[2 * n] < 0);
@@ -118,6 +120,10 @@ struct attn_setup {
   // The schemes reached by name (schemes.hpp): (name, {param: value}) pairs from opts["named"],
   // validated by the engine against their declarations.
   std::vector<named_scheme> named;
+  // Their tensor arguments, per scheme in named's order: (parameter, array as given). A tensor
+  // with a row per token (declared (S, ...) or (T, ...)) takes a leading batch dimension when q
+  // is batched: (B, S, Hq) for (S, Hq); the others are shared by the batch.
+  std::vector<std::vector<std::pair<std::string, py::object>>> named_tensors;
 };
 
 // A finite float option, or `fallback` when absent or None.
@@ -440,15 +446,106 @@ void parse_options(attn_setup& s, const py::dict& opts) {
       for (const auto& [key, value] : pair[1].cast<py::dict>())
         n.params.emplace_back(key.cast<std::string>(), value.cast<double>());
       s.named.push_back(std::move(n));
+      s.named_tensors.emplace_back();
+      if (pair.size() > 2)
+        for (const auto& [key, value] : pair[2].cast<py::dict>())
+          s.named_tensors.back().emplace_back(key.cast<std::string>(),
+                                              py::reinterpret_borrow<py::object>(value));
     }
   // Which schemes may be on together (schemes.hpp's one rule) is checked by the engine, which
   // sees every scheme of the call (M-RoPE included).
 }
 
 // Real copies of the tables (small) and the params of batch element b.
+// A tensor argument of a scheme reached by name, as its declaration shapes it for this call:
+// the shape, whether it has a row per token (and so a batch dimension with batched q), and its
+// values in Real.
+template <typename Real>
+struct named_arg {
+  std::string scheme, name;
+  std::vector<int64_t> shape;
+  bool per_token = false, learned = false;
+  py::array_t<Real, py::array::c_style> values;
+  int64_t count() const {
+    int64_t n = 1;
+    for (int64_t e : shape) n *= e;
+    return n;
+  }
+};
+
+template <typename Real>
+std::vector<named_arg<Real>> named_args(const attn_setup& s) {
+  std::vector<named_arg<Real>> out;
+  for (size_t i = 0; i < s.named.size(); ++i) {
+    const scheme_decl& d = scheme_decl_of(s.named[i].name);
+    for (const auto& [pname, obj] : s.named_tensors[i]) {
+      const scheme_param* prm = nullptr;
+      for (const auto& x : d.params)
+        if (is_tensor_param(x) && pname == x.name) prm = &x;
+      if (!prm) fail("{}: no tensor parameter '{}'", d.name, pname);
+      named_arg<Real> a;
+      a.scheme = d.name, a.name = pname, a.learned = d.learned;
+      a.shape = tensor_param_shape(*prm, s.T, s.S, s.Hq, s.Hkv, s.D);
+      const std::string decl = prm->shape;
+      a.per_token = decl.rfind("(S", 0) == 0 || decl.rfind("(T", 0) == 0;
+      const py::array arr = float_table(obj, pname.c_str());
+      std::vector<int64_t> want = a.shape;
+      if (a.per_token && s.batched) want.insert(want.begin(), s.B);
+      bool same = arr.ndim() == static_cast<py::ssize_t>(want.size());
+      for (size_t e = 0; same && e < want.size(); ++e) same = arr.shape(e) == want[e];
+      if (!same)
+        fail("{} must have shape {} = ({}){}, got {}", pname, prm->shape, fmt::join(want, ", "),
+             a.per_token && s.batched ? " (a row per token of each batch element)" : "",
+             shape_str(arr));
+      a.values = contiguous_as<Real>(arr);
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
+// The gradients of the named schemes' learned tensors: per batch element, then written per
+// element (a row per token) or summed over the batch in order (shared).
+template <typename Real>
+struct named_grads {
+  const std::vector<named_arg<Real>>& args;
+  std::vector<std::vector<Real>> one;    // per argument, of one batch element (empty: not wanted)
+  std::vector<std::vector<double>> all;  // per argument, every element's or the sum
+  named_grads(const std::vector<named_arg<Real>>& a, bool param_grads, int64_t B) : args(a) {
+    for (const auto& x : args) {
+      const bool want = param_grads && x.learned;
+      one.emplace_back(want ? x.count() : 0);
+      all.emplace_back(want ? (x.per_token ? B : 1) * x.count() : 0, 0.0);
+    }
+  }
+  void bind(attention_grads<Real>& g) {
+    for (size_t x = 0; x < args.size(); ++x)
+      if (!one[x].empty()) g.named.push_back({args[x].name, one[x]});
+  }
+  void add(int64_t b) {
+    for (size_t x = 0; x < args.size(); ++x) {
+      if (one[x].empty()) continue;
+      double* to = all[x].data() + (args[x].per_token ? b * args[x].count() : 0);
+      for (size_t e = 0; e < one[x].size(); ++e) to[e] += one[x][e];
+    }
+  }
+  // r["d<name>"]: (B, shape) for a per-token tensor with batched q, else shape.
+  template <typename ToArray>
+  void put(py::dict& r, bool batched, const ToArray& to_array) const {
+    for (size_t x = 0; x < args.size(); ++x) {
+      if (all[x].empty()) continue;
+      std::vector<py::ssize_t> shape(args[x].shape.begin(), args[x].shape.end());
+      if (args[x].per_token && batched)
+        shape.insert(shape.begin(), static_cast<py::ssize_t>(all[x].size() / args[x].count()));
+      r[("d" + args[x].name).c_str()] = to_array(all[x], shape, true);
+    }
+  }
+};
+
 template <typename Real>
 struct attn_call {
   py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, kerple, fire, cope, sinks;
+  std::vector<named_arg<Real>> named;
   attention_params<Real> p;
 
   attn_call(const attn_setup& s) {
@@ -502,6 +599,23 @@ struct attn_call {
     p.pos.xpos = s.xpos;
     p.pos.temperature = s.temperature;
     p.pos.named = s.named;
+    named = named_args<Real>(s);
+  }
+
+  // The named tensors of batch element b into p.pos.named.
+  void select_named(int64_t b) {
+    for (auto& n : p.pos.named) n.tensors.clear();
+    for (const auto& a : named) {
+      const int64_t n = a.count();
+      const Real* x = a.values.data() + (a.per_token ? b * n : 0);
+      named_tensor t{a.name, a.shape, {}, {}};
+      if constexpr (std::is_same_v<Real, float>)
+        t.f32 = std::span<const float>(x, n);
+      else
+        t.f64 = std::span<const double>(x, n);
+      for (auto& ns : p.pos.named)
+        if (ns.name == a.scheme) ns.tensors.push_back(t);
+    }
   }
 
   // Positions (and M-RoPE's ids) and padding of batch element b.
@@ -519,6 +633,7 @@ struct attn_call {
     p.key_padding =
         s.pad.empty() ? std::span<const uint8_t>()
                       : std::span<const uint8_t>(s.pad.data() + (s.pad_shared ? 0 : b * s.S), s.S);
+    select_named(b);
   }
 };
 
@@ -593,11 +708,9 @@ py::object forward_half(const py::array& q0, const py::array& k0, const py::arra
   return py::object(out);
 }
 
-template <typename Real>
-py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
-                  const py::array& out0, const py::array& lse0, const py::array& dout0,
-                  const py::dict& opts, bool param_grads) {
-  const attn_setup s = setup(q0, k0, v0, opts);
+// out, dout and lse have q's dtype and shape (lse without D).
+void check_backward_inputs(const py::array& q0, const py::array& out0, const py::array& lse0,
+                           const py::array& dout0) {
   for (auto [a, name] : {std::pair{&out0, "out"}, std::pair{&dout0, "dout"}}) {
     if (!a->dtype().is(q0.dtype()))
       type_fail(std::string(name) + " must have the dtype of q (" + dtype_str(q0) + "), got " +
@@ -612,6 +725,14 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   for (py::ssize_t i = 0; lse_ok && i < lse0.ndim(); ++i) lse_ok = lse0.shape(i) == q0.shape(i);
   if (!lse_ok)
     fail("lse must have shape {} (q's without D), got {}", shape_str(q0), shape_str(lse0));
+}
+
+template <typename Real>
+py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
+                  const py::array& out0, const py::array& lse0, const py::array& dout0,
+                  const py::dict& opts, bool param_grads) {
+  const attn_setup s = setup(q0, k0, v0, opts);
+  check_backward_inputs(q0, out0, lse0, dout0);
 
   const auto q = contiguous_as<Real>(q0), k = contiguous_as<Real>(k0), v = contiguous_as<Real>(v0);
   const auto out = contiguous_as<Real>(out0), lse = contiguous_as<Real>(lse0),
@@ -638,6 +759,7 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   std::vector<double> dke(dke_b.size(), 0.0), dfi(dfi_b.size(), 0.0), dco(dco_b.size(), 0.0);
   std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
   std::vector<double> dsi(dsi_b.size(), 0.0);
+  named_grads<Real> ng(c.named, param_grads, s.B);
   const int64_t qn = s.T * s.Hq * s.D, kn = s.S * s.Hkv * s.D;
   Real* dqp = dq.mutable_data();
   Real* dkp = dk.mutable_data();
@@ -660,7 +782,9 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_fire) g.dfire = dfi_b.data();
       if (want_cope) g.dcope = dco_b.data();
       if (want_sinks) g.dsinks = dsi_b.data();
+      ng.bind(g);
       attention_backward(c.p, g);
+      ng.add(b);
       for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
       for (size_t i = 0; i < dke.size(); ++i) dke[i] += dke_b[i];
       for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
@@ -692,6 +816,7 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   if (want_fire) r["dfire"] = to_array(dfi, {s.Hq, fire_w}, true);
   if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   if (want_sinks) r["dsinks"] = to_array(dsi, {s.Hq}, true);
+  ng.put(r, s.batched, to_array);
   return r;
 }
 

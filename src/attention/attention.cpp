@@ -142,8 +142,7 @@ inline void tile_scores(const tiled_problem<Real>& pr, tile_scratch<Real>& sc, c
       rel->index_row(qp, pl.kpos.data() + j0, nb, cidx);
       for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += qa[ii * C + cidx[jj]];
     }
-    for (const auto& b : biases)
-      b->add_row(h, qp, pl.kpos.data() + j0, nb, pr.kpos_contiguous, srow);
+    for (const auto& b : biases) bias_add_row(*b, pl, pr.kpos_contiguous, h, i, j0, nb, srow);
     for (int64_t jj = 0; jj < nb; ++jj)
       if (!detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj)) srow[jj] = neg_inf;
   }

@@ -175,7 +175,7 @@ void ref_probabilities(const attention_params<Real>& p, const attention_grads<Re
       double dot = 0;
       for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (akc ? akc[d] : 0));
       double sc = pl.scale * dot;
-      for (const auto& b : terms.biases) sc += b->value(h, pl.qpos[i], pl.kpos[j]);
+      for (const auto& b : terms.biases) sc += bias_value(*b, pl, h, i, j);
       Pi[j] = sc;
       m = std::max(m, sc);
     }
@@ -275,7 +275,7 @@ void ref_accumulate(const attention_params<Real>& p, const detail::attention_pla
         }
       for (size_t b = 0; b < terms.biases.size(); ++b)
         if (!pg.bias[b].empty())
-          terms.biases[b]->add_grad(h, pl.qpos[i], pl.kpos[j], ds, pg.bias[b].data());
+          bias_add_grad(*terms.biases[b], pl, h, i, j, ds, pg.bias[b].data());
     }
   }
 }
@@ -539,7 +539,7 @@ inline void softmax_block_simple(bwd_item<Real>& it, const bwd_rows& rw, int64_t
           dprow[jj] += sc.doa[r * C + cr[jj]];
         }
       }
-      for (const auto& b : biases) b->add_row(h, qp, kp, n, pr.kpos_contiguous, srow);
+      for (const auto& b : biases) bias_add_row(*b, pl, pr.kpos_contiguous, h, i, j0 + lo, n, srow);
     }
   if constexpr (std::is_same_v<Real, float>) {
     detail::softmax_backward_block_f32(R, s, dp, sc.jlo.data(), sc.jhi.data(), sc.lse_r.data(),
@@ -555,11 +555,11 @@ inline void softmax_block_simple(bwd_item<Real>& it, const bwd_rows& rw, int64_t
   }
   if (it.want_params)  // parameter gradients from dS (and P for hook 3)
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t i = rw.query_of(r), h = rw.head_of(r), qp = pl.qpos[i];
+      const int64_t i = rw.query_of(r), h = rw.head_of(r);
       const int64_t lo = sc.jlo[r], n = sc.jhi[r] - lo;
-      const int64_t* kp = pl.kpos.data() + j0 + lo;
       for (size_t b = 0; b < biases.size(); ++b)
-        if (it.dbias[b]) biases[b]->grad_row(h, qp, kp, n, dp + r * kBk + lo, it.dbias[b]);
+        if (it.dbias[b])
+          bias_grad_row(*biases[b], pl, h, i, j0 + lo, n, dp + r * kBk + lo, it.dbias[b]);
       if (rel) {
         const int64_t* cr = sc.cidx.data() + r * kBk + lo;
         for (int64_t jj = 0; jj < n; ++jj) {
@@ -601,7 +601,7 @@ inline void softmax_block_general(bwd_item<Real>& it, const bwd_rows& rw, int64_
         dprow[jj] += sc.doa[r * C + cr[jj]];
       }
     }
-    for (const auto& b : biases) b->add_row(h, qp, kp, nb, pr.kpos_contiguous, srow);
+    for (const auto& b : biases) bias_add_row(*b, pl, pr.kpos_contiguous, h, i, j0, nb, srow);
     for (int64_t jj = 0; jj < kBk; ++jj) {
       if (jj >= nb || !detail::attention_visible(pl, p.causal, p.window, T, S, i, j0 + jj)) {
         srow[jj] = 0;
@@ -613,7 +613,7 @@ inline void softmax_block_general(bwd_item<Real>& it, const bwd_rows& rw, int64_
       srow[jj] = pij;
     }
     for (size_t b = 0; b < biases.size(); ++b)
-      if (it.dbias[b]) biases[b]->grad_row(h, qp, kp, nb, dprow, it.dbias[b]);
+      if (it.dbias[b]) bias_grad_row(*biases[b], pl, h, i, j0, nb, dprow, it.dbias[b]);
     if (rel)
       for (int64_t jj = 0; jj < nb; ++jj) {
         sc.wds[r * C + cr[jj]] += double(dprow[jj]);

@@ -23,7 +23,44 @@ struct attention_plan {
   std::vector<int64_t> qdoc, kdoc;  // (T,), (S,) document ids; empty = one document
   std::vector<uint8_t> qvalid;      // (T,) 0 = pad query: sees nothing
   std::vector<uint8_t> kvalid;      // (S,) 0 = pad key (key_padding or pad position)
+  std::vector<int64_t> ktok;        // (S,) 0, 1, ..., S - 1 when a scheme is reached by name
+                                    // (a by_token bias reads it); else empty
 };
+
+// A bias's coordinates for query i and keys [j, j + n): the positions, or the token indices for
+// a by_token bias (score_bias::by_token). contiguous: pl.kpos[j] == j for every key.
+template <typename Real>
+inline void bias_add_row(const score_bias<Real>& b, const attention_plan& pl, bool contiguous,
+                         int64_t h, int64_t i, int64_t j, int64_t n, Real* row) {
+  if (b.by_token)
+    b.add_row(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, pl.ktok.data() + j, n,
+              true, row);
+  else
+    b.add_row(h, pl.qpos[i], pl.kpos.data() + j, n, contiguous, row);
+}
+template <typename Real>
+inline void bias_grad_row(const score_bias<Real>& b, const attention_plan& pl, int64_t h, int64_t i,
+                          int64_t j, int64_t n, const Real* ds, double* grad) {
+  if (b.by_token)
+    b.grad_row(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, pl.ktok.data() + j, n,
+               ds, grad);
+  else
+    b.grad_row(h, pl.qpos[i], pl.kpos.data() + j, n, ds, grad);
+}
+template <typename Real>
+inline double bias_value(const score_bias<Real>& b, const attention_plan& pl, int64_t h, int64_t i,
+                         int64_t j) {
+  if (b.by_token) return b.value(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, j);
+  return b.value(h, pl.qpos[i], pl.kpos[j]);
+}
+template <typename Real>
+inline void bias_add_grad(const score_bias<Real>& b, const attention_plan& pl, int64_t h, int64_t i,
+                          int64_t j, double ds, double* grad) {
+  if (b.by_token)
+    b.add_grad(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, j, ds, grad);
+  else
+    b.add_grad(h, pl.qpos[i], pl.kpos[j], ds, grad);
+}
 
 // Validates p (everything but the position schemes, which make_engine_terms validates) and
 // resolves defaults (see attention.hpp for the rules).

@@ -192,6 +192,10 @@ attention_plan make_attention_plan(const attention_params<Real>& p) {
 
   const std::vector<int64_t> kdef = attention_plan_documents(p, pl);  // default key positions
   attention_plan_positions(p, pl, kdef);
+  if (!p.pos.named.empty()) {
+    pl.ktok.resize(S);
+    for (int64_t j = 0; j < S; ++j) pl.ktok[j] = j;
+  }
   return pl;
 }
 
@@ -256,7 +260,7 @@ void attention_reference(const attention_params<Real>& p) {
         double dot = 0;
         for (int64_t d = 0; d < D; ++d) dot += qi[d] * (kj[d] + (ak ? double(ak[d]) : 0.0));
         double sc = pl.scale * dot;
-        for (const auto& b : terms.biases) sc += b->value(h, pl.qpos[i], pl.kpos[j]);
+        for (const auto& b : terms.biases) sc += bias_value(*b, pl, h, i, j);
         s[j] = sc;
         if (sc > m) m = sc;
       }

@@ -1224,7 +1224,7 @@ void AttendItem(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t i0
         for (int64_t jj = lo_j; jj < hi_j; ++jj) srow[jj] += qa[r * C + cidx[jj - lo_j]];
       }
       for (const auto& b : biases)
-        b->add_row(h, qp, kp, hi_j - lo_j, pr.kpos_contiguous, srow + lo_j);
+        bias_add_row(*b, pl, pr.kpos_contiguous, h, i, j0 + lo_j, hi_j - lo_j, srow + lo_j);
       // Masks: outside [lo_j, hi_j) (and the padded columns), pad keys, other documents.
       for (int64_t jj = 0; jj < lo_j; ++jj) srow[jj] = neg_inf;
       for (int64_t jj = hi_j; jj < ncols; ++jj) srow[jj] = neg_inf;

@@ -101,6 +101,11 @@ class score_bias {
   }
   // Rounds the summed gradient into the caller's buffer.
   virtual void store_grad(const double* grad) const { (void)grad; }
+  // false: qp and kpos above are the tokens' positions. true: they are token indices instead,
+  // query i being token S - T + i of the key sequence and key j token j (a bias of values the
+  // tokens carry, Forgetting Attention's gates, rather than of where they sit); contiguous is
+  // then always true. The kernels read it through attention_plan.hpp's bias_* helpers.
+  bool by_token = false;
 };
 
 // Hooks 2a and 3: tables a^K, a^V (C, D) in the element type of the call, shared by all heads,

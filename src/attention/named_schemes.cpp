@@ -8,6 +8,8 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "hooks.hpp"
@@ -21,8 +23,11 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
                                       int64_t Hq) {
   if (!d.reached_by_name())
     fail("{} is not a scheme reached by name (attention_position::named)", d.name);
-  std::vector<std::string> names;
-  for (size_t i = 1; i < d.params.size(); ++i) names.push_back(d.params[i].name);
+  std::vector<std::string> names;  // the numeric parameters after the switch
+  std::vector<const scheme_param*> decl;
+  for (size_t i = 1; i < d.params.size(); ++i)
+    if (!is_tensor_param(d.params[i]))
+      names.push_back(d.params[i].name), decl.push_back(&d.params[i]);
   std::vector<double> args(names.size());
   std::vector<bool> set(names.size(), false);
   for (const auto& [name, value] : given) {
@@ -36,17 +41,56 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
     args[i] = value;
   }
   for (size_t i = 0; i < names.size(); ++i) {
-    const scheme_param& p = d.params[i + 1];
+    const scheme_param& p = *decl[i];
     if (!set[i]) args[i] = std::stod(p.def);
     if (std::string(p.dtype) == "int" &&
         (!std::isfinite(args[i]) || args[i] != std::floor(args[i]) || std::abs(args[i]) > 0x1p53))
       fail("{} must be an integer, got {}", p.name, args[i]);
   }
-  if (d.named)
-    d.named->check(args, Hq);
-  else
+  if (d.named) {
+    if (d.named->check) d.named->check(args, Hq);
+  } else {
     d.pairs->check(args);
+  }
   return args;
+}
+
+bool is_tensor_param(const scheme_param& p) {
+  return std::string(p.dtype) == "tensor";
+}
+
+bool is_tensor_scheme(const scheme_decl& d) {
+  for (const auto& p : d.params)
+    if (is_tensor_param(p)) return true;
+  return false;
+}
+
+std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                        int64_t Hkv, int64_t D) {
+  std::string text = p.shape;
+  std::vector<int64_t> out;
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')')
+    fail("{}: declared shape '{}' is not a tuple of symbols", p.name, p.shape);
+  text = text.substr(1, text.size() - 2);
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string sym = text.substr(at, end - at);
+    sym.erase(0, sym.find_first_not_of(' '));
+    sym.erase(sym.find_last_not_of(' ') + 1);
+    at = end + 1;
+    if (sym.empty()) continue;
+    const std::pair<const char*, int64_t> known[] = {
+        {"T", T}, {"S", S}, {"Hq", Hq}, {"Hkv", Hkv}, {"D", D}};
+    bool found = false;
+    for (const auto& [name, value] : known)
+      if (sym == name) out.push_back(value), found = true;
+    if (!found)
+      fail("{}: declared shape '{}' has symbol '{}'; the known ones are T, S, Hq, Hkv, D", p.name,
+           p.shape, sym);
+  }
+  return out;
 }
 
 namespace {
@@ -107,13 +151,63 @@ std::pair<int64_t, int64_t> rope_pairs_positions(const scheme_decl& d, std::span
   return {x.query_pos(args, r, qpos), x.key_pos(args, r, kpos)};
 }
 
+namespace {
+
+const detail::named_bias& scalar_bias_of(const scheme_decl& d) {
+  if (!d.named) fail("{} is no score bias reached by name", d.name);
+  if (!d.named->value)
+    fail("{}: its bias depends on its tensor parameters; build it per call (named_bias_spec)",
+         d.name);
+  return *d.named;
+}
+
+}  // namespace
+
 double named_bias_value(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq,
                         int64_t qpos, int64_t kpos) {
-  return d.named->value(args, h, Hq, qpos, kpos);
+  return scalar_bias_of(d).value(args, h, Hq, qpos, kpos);
 }
 
 double named_bias_bound(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq) {
-  return d.named->bound(args, h, Hq);
+  return scalar_bias_of(d).bound(args, h, Hq);
+}
+
+bool named_bias_by_token(const scheme_decl& d) {
+  return d.named && d.named->by_token;
+}
+
+double named_tensor_draw(const scheme_decl& d, int tensor, double z) {
+  if (!d.named || !d.named->draw) fail("{} has no tensor parameters to draw", d.name);
+  return d.named->draw(tensor, z);
+}
+
+double named_bias_grad_bound(const scheme_decl& d) {
+  if (!d.named || !d.named->draw) fail("{} has no tensor parameters", d.name);
+  return d.named->grad_bound;
+}
+
+namespace detail {
+template <typename Real>
+named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int64_t T, int64_t S,
+                               int64_t Hq, int64_t Hkv, int64_t D, const attention_grads<Real>* g,
+                               std::span<const double> args);
+}  // namespace detail
+
+std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_decl& d,
+                                                                 const named_scheme& n, int64_t T,
+                                                                 int64_t S, int64_t Hq, int64_t Hkv,
+                                                                 int64_t D) {
+  if (!d.named) fail("{} is no score bias reached by name", d.name);
+  auto args = named_scheme_args(d, n.params, Hq);
+  if (!d.named->term_f64) {
+    const detail::named_bias* b = d.named;
+    return [b, args = std::move(args), Hq](int64_t h, int64_t qp, int64_t kp) {
+      return b->value(args, h, Hq, qp, kp);
+    };
+  }
+  const auto c = detail::named_call_of<double>(d, n, T, S, Hq, Hkv, D, nullptr, args);
+  std::shared_ptr<detail::score_bias<double>> term = d.named->term_f64(c);
+  return [term](int64_t h, int64_t a, int64_t b) { return term->value(h, a, b); };
 }
 
 namespace detail {
@@ -193,6 +287,14 @@ std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_de
         "{} places RoPE per pair at inference time over a model trained with rope; it is no "
         "scheme a model trains with (evaluate a rope model with it instead)",
         d.name);
+  if (d.named && d.named->hook_f32) {
+    if constexpr (std::is_same_v<S, float>)
+      return d.named->hook_f32(id, o, shape);
+    else
+      return d.named->hook_f64(id, o, shape);
+  }
+  if (is_tensor_scheme(d))
+    fail("{}: its tensor parameters have no model hook to compute them", d.name);
   std::vector<std::pair<std::string, double>> mine;
   for (const auto& [name, value] : o.named_params)
     for (size_t i = 1; i < d.params.size(); ++i)
@@ -243,9 +345,95 @@ void add_pairs_terms(const attention_params<Real>& p, const scheme_decl& d,
   t.pairs_args = std::move(args);
 }
 
+// The tensors of n for a call of element type Real, in d's declaration order, each checked
+// against its declared shape; and their gradient outputs in g (null = not wanted).
+template <typename Real>
+named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int64_t T, int64_t S,
+                               int64_t Hq, int64_t Hkv, int64_t D, const attention_grads<Real>* g,
+                               std::span<const double> args) {
+  named_call<Real> c;
+  c.args = args;
+  c.T = T, c.S = S, c.Hq = Hq;
+  for (const auto& x : n.tensors) {
+    bool declared = false;
+    for (const auto& prm : d.params) declared |= is_tensor_param(prm) && x.name == prm.name;
+    if (!declared) fail("pos.named: {} has no tensor parameter '{}'", d.name, x.name);
+  }
+  for (const auto& prm : d.params) {
+    if (!is_tensor_param(prm)) continue;
+    const named_tensor* x = nullptr;
+    for (const auto& y : n.tensors)
+      if (y.name == prm.name) {
+        if (x) fail("pos.named: {}: tensor {} given twice", d.name, prm.name);
+        x = &y;
+      }
+    if (!x) fail("{}: tensor parameter {} {} is required", d.name, prm.name, prm.shape);
+    const auto want = tensor_param_shape(prm, T, S, Hq, Hkv, D);
+    if (x->shape != want)
+      fail("{} must have shape {} = ({}), got ({})", prm.name, prm.shape, fmt::join(want, ", "),
+           fmt::join(x->shape, ", "));
+    int64_t count = 1;
+    for (int64_t e : want) count *= e;
+    std::span<const Real> v;
+    if constexpr (std::is_same_v<Real, float>)
+      v = x->f32;
+    else
+      v = x->f64;
+    if (static_cast<int64_t>(v.size()) != count)
+      fail("{}: a {} call needs {} {} values (named_tensor::{}), got {}", prm.name,
+           std::is_same_v<Real, float> ? "float32" : "float64", count,
+           std::is_same_v<Real, float> ? "float32" : "float64",
+           std::is_same_v<Real, float> ? "f32" : "f64", v.size());
+    c.tensors.push_back(v);
+    Real* grad = nullptr;
+    if (g)
+      for (const auto& gr : g->named)
+        if (gr.name == prm.name) {
+          if (static_cast<int64_t>(gr.data.size()) != count)
+            fail("d{} must have shape {} = ({}), i.e. {} values, got {}", prm.name, prm.shape,
+                 fmt::join(want, ", "), count, gr.data.size());
+          grad = gr.data.data();
+        }
+    c.grads.push_back(grad);
+  }
+  return c;
+}
+
+template <typename Real>
+std::unique_ptr<score_bias<Real>> make_tensor_term(const attention_params<Real>& p,
+                                                   const attention_grads<Real>* g,
+                                                   const scheme_decl& d, const named_scheme& n) {
+  const auto args = named_scheme_args(d, n.params, p.Hq);
+  const auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
+  if constexpr (std::is_same_v<Real, float>)
+    return d.named->term_f32(c);
+  else
+    return d.named->term_f64(c);
+}
+
+// Every gradient asked for in g->named names a tensor parameter of a scheme on in the call, once.
+template <typename Real>
+void check_named_grads(const attention_params<Real>& p, const attention_grads<Real>* g) {
+  if (!g) return;
+  for (size_t i = 0; i < g->named.size(); ++i) {
+    const std::string& want = g->named[i].name;
+    for (size_t j = 0; j < i; ++j)
+      if (g->named[j].name == want) fail("attention backward: d{} requested twice", want);
+    bool on = false;
+    for (const auto& n : p.pos.named)
+      for (const auto& prm : scheme_decl_of(n.name).params)
+        on |= is_tensor_param(prm) && want == prm.name && scheme_decl_of(n.name).learned;
+    if (!on)
+      fail(
+          "attention backward: d{} was requested but no scheme on in this call (pos.named) has a "
+          "learned tensor parameter {}",
+          want, want);
+  }
+}
+
 template <typename Real>
 void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
-                     const attention_grads<Real>*, engine_terms<Real>& t) {
+                     const attention_grads<Real>* g, engine_terms<Real>& t) {
   for (size_t i = 0; i < p.pos.named.size(); ++i) {
     const named_scheme& n = p.pos.named[i];
     const scheme_decl& d = scheme_decl_of(n.name);
@@ -263,9 +451,20 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
       add_pairs_terms(p, d, named_scheme_args(d, n.params, p.Hq), t);
       continue;
     }
+    if (d.causal_only && !p.causal)
+      fail(
+          "{} needs causal attention (causal = true): it is defined for keys behind the query ({})",
+          d.name, d.citation);
+    if (d.named->term_f32) {
+      t.biases.push_back(make_tensor_term(p, g, d, n));
+      continue;
+    }
+    if (!n.tensors.empty())
+      fail("pos.named: {} has no tensor parameters, got '{}'", d.name, n.tensors[0].name);
     t.biases.push_back(
         std::make_unique<named_bias_term<Real>>(d, named_scheme_args(d, n.params, p.Hq), p.Hq, pl));
   }
+  check_named_grads(p, g);
 }
 POSENC_INSTANTIATE_TERMS(named)
 

@@ -13,9 +13,35 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 namespace posenc::detail {
+
+template <typename Real>
+class score_bias;  // engine_terms.hpp
+}  // namespace posenc::detail
+namespace posenc {
+template <typename S>
+class position_hook;  // posenc/attention/position_hook.hpp
+struct position_options;
+struct position_shape;
+enum class pos_scheme;
+}  // namespace posenc
+namespace posenc::detail {
+
+// What a score bias with tensor parameters gets of one call, its arguments checked against the
+// declaration: the numeric parameters (named_scheme_args), each declared tensor parameter in
+// declaration order (shape checked against the declared one) and its gradient output (null =
+// not wanted), and the call's shape.
+template <typename Real>
+struct named_call {
+  std::span<const double> args;
+  std::vector<std::span<const Real>> tensors;
+  std::vector<Real*> grads;
+  int64_t T = 0, S = 0, Hq = 0;
+};
 
 // args: the scheme's numeric parameters, in declaration order after the switch, defaults filled
 // (named_scheme_args). Hq: the call's query heads; h in [0, Hq).
@@ -32,6 +58,29 @@ struct named_bias {
   // bits of value(). null: the engine fills the table from value().
   void (*offset_table)(std::span<const double> args, int64_t Hq, int64_t lo, int64_t hi,
                        double* out) = nullptr;
+  // A bias with tensor parameters (Forgetting Attention's gates) builds a term of its own per
+  // call instead: check, value and bound above are then null, and the term's value() is the
+  // specification. It validates the tensors' values (their shapes are checked already), reads
+  // them once and holds what it derives (running sums, tables); its gradient, when grads are
+  // given, goes to the tensors' gradient outputs.
+  std::unique_ptr<score_bias<float>> (*term_f32)(const named_call<float>& c) = nullptr;
+  std::unique_ptr<score_bias<double>> (*term_f64)(const named_call<double>& c) = nullptr;
+  // The term's coordinates are token indices rather than positions (score_bias::by_token).
+  bool by_token = false;
+  // A value of tensor parameter `tensor` (its index among the declared tensors) for the case
+  // tables and checks, from a standard normal draw z: where the scheme's values live (log gates
+  // of sigmoid(1 + 2 z)). Required with term_f32 / term_f64.
+  double (*draw)(int tensor, double z) = nullptr;
+  // A bound on |d bias / d x| for one pair, over every entry x of every tensor (the case tables'
+  // gradient tolerance, as Kerple's and FIRE's G).
+  double grad_bound = 0;
+  // The model's hook (the lab), for a bias whose tensors the model computes (Forgetting
+  // Attention's gates from each layer's input); null: the generic hook of named_schemes.cpp,
+  // which passes the numeric parameters alone.
+  std::unique_ptr<position_hook<float>> (*hook_f32)(pos_scheme id, const position_options& o,
+                                                    const position_shape& shape) = nullptr;
+  std::unique_ptr<position_hook<double>> (*hook_f64)(pos_scheme id, const position_options& o,
+                                                     const position_shape& shape) = nullptr;
 };
 
 // A scheme that places RoPE per pair: each visible pair (query at qpos, key at kpos) falls in

@@ -167,7 +167,24 @@ std::vector<P*> transformer<S>::hook_ptrs(P* base, int64_t l) const {
 // hook. qkv: (N, 3C) rows [q heads | k heads | v heads]; out: (N, C) = (B, T, H, D).
 // Saves q, k, v (N, C) and the per-row log-sum-exp (N, H) for the backward.
 template <typename S>
-void transformer<S>::attention_forward(int64_t l, const S* qkv, S* out) {
+void transformer<S>::bind_token_tensor(int64_t l, int64_t b, attention_position<S>& pos,
+                                       attention_grads<S>* g) {
+  const int64_t w = hook_->token_cols();
+  if (w == 0) return;
+  if (pos.named.empty() || pos.named.back().tensors.size() != 1)
+    fail("position hook: a per-token tensor needs one tensor argument in pos.named");
+  named_tensor& t = pos.named.back().tensors[0];
+  t.shape = {T_, w};
+  const S* rows = acts_[l].tok.data() + b * T_ * w;
+  if constexpr (std::is_same_v<S, float>)
+    t.f32 = std::span<const float>(rows, T_ * w);
+  else
+    t.f64 = std::span<const double>(rows, T_ * w);
+  if (g) g->named = {{t.name, std::span<S>(dtok_.data() + b * T_ * w, T_ * w)}};
+}
+
+template <typename S>
+void transformer<S>::attention_forward(int64_t l, const S* x, const S* qkv, S* out) {
   auto& a = acts_[l];
   const int64_t B = B_, T = T_, H = cfg_.n_heads, C = cfg_.d_model, D = C / H;
   a.q.resize(N_ * C);
@@ -181,13 +198,16 @@ void transformer<S>::attention_forward(int64_t l, const S* qkv, S* out) {
     std::copy(row + 2 * C, row + 3 * C, a.v.data() + n * C);
   }
   const auto t = hook_ptrs(static_cast<const S*>(params_.data()), l);
-  const attention_position<S> pos = hook_->layer_attention(l, t.data());
+  attention_position<S> pos = hook_->layer_attention(l, t.data());
+  a.tok.resize(N_ * hook_->token_cols());
+  hook_->token_forward(t.data(), x, N_, C, a.tok.data());
   for (int64_t b = 0; b < B; ++b) {
     attention_params<S> p;
     p.q = a.q.data() + b * T * C;
     p.k = a.k.data() + b * T * C;
     p.v = a.v.data() + b * T * C;
     p.out = out + b * T * C;
+    bind_token_tensor(l, b, pos, nullptr);
     p.lse = a.lse.data() + b * T * H;
     p.T = p.S = T;
     p.Hq = p.Hkv = H;
@@ -210,7 +230,8 @@ void transformer<S>::attention_backward(int64_t l, const S* dout, S* dqkv) {
   dv_.resize(N_ * C);
   const auto t = hook_ptrs(static_cast<const S*>(params_.data()), l);
   const auto tg = hook_ptrs(grads_.data(), l);
-  const attention_position<S> pos = hook_->layer_attention(l, t.data());
+  attention_position<S> pos = hook_->layer_attention(l, t.data());
+  dtok_.resize(N_ * hook_->token_cols());
   dhook_.resize(layout_.hook_tensors.size());
   std::vector<S*> dt(dhook_.size());
   for (size_t i = 0; i < dhook_.size(); ++i) {
@@ -238,6 +259,8 @@ void transformer<S>::attention_backward(int64_t l, const S* dout, S* dqkv) {
     g.dk = dk_.data() + b * T * C;
     g.dv = dv_.data() + b * T * C;
     hook_->bind_grads(dt.data(), g);
+    bind_token_tensor(l, b, pos, &g);
+    p.pos = pos;
     posenc::attention_backward(p, g);
     for (int i : bound)
       for (size_t x = 0; x < dhook_[i].size(); ++x) tg[i][x] += dhook_[i][x];
@@ -304,7 +327,7 @@ double transformer<S>::forward(const batch& bt) {
     a.g.resize(N_ * F);
     norm_forward(a.xin.data(), ly.ln1_g, ly.ln1_b, a.n1.data(), a.mean1.data(), a.rstd1.data());
     linear_forward(a.n1.data(), P + ly.wqkv, P + ly.bqkv, a.qkv.data(), N_, C, 3 * C);
-    attention_forward(l, a.qkv.data(), a.att.data());
+    attention_forward(l, a.n1.data(), a.qkv.data(), a.att.data());
     // x_mid = x_in + att W_o + b_o
     linear_forward(a.att.data(), P + ly.wo, P + ly.bo, a.xmid.data(), N_, C, C);
     for (int64_t i = 0; i < N_ * C; ++i) a.xmid[i] += a.xin[i];
@@ -373,6 +396,8 @@ void transformer<S>::backward() {
     std::fill(dn_.begin(), dn_.end(), S(0));
     linear_backward(a.n1.data(), P + ly.wqkv, dqkv_.data(), dn_.data(), G + ly.wqkv, G + ly.bqkv,
                     N_, C, 3 * C);
+    hook_->token_backward(hook_ptrs(static_cast<const S*>(P), l).data(), a.n1.data(), dtok_.data(),
+                          N_, C, hook_ptrs(G, l).data(), dn_.data());
     norm_backward(a.xin.data(), ly.ln1_g, ly.ln1_b, a.mean1.data(), a.rstd1.data(), dn_.data(),
                   dx_.data());
   }

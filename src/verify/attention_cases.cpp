@@ -338,6 +338,53 @@ double draw_fire(fixture<Real>& f, const spec& c, rng& r, double dmax) {
   return kbias;
 }
 
+// A tensor scheme reached by name: each declared tensor drawn from r through the declaration
+// (named_tensor_draw), its largest |bias| over the pairs a causal call may see (returned), and
+// f.G from the declared bound on its derivatives.
+template <typename Real>
+double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_decl& d) {
+  named_scheme n{d.name};
+  f.named.clear();
+  for (const auto& prm : d.params) {
+    if (!is_tensor_param(prm)) continue;
+    const auto shape = tensor_param_shape(prm, c.T, c.S, c.Hq, c.Hkv, c.D);
+    int64_t count = 1;
+    for (int64_t e : shape) count *= e;
+    std::vector<Real> x(static_cast<size_t>(count));
+    const int which = static_cast<int>(f.named.size());
+    for (auto& e : x) e = static_cast<Real>(named_tensor_draw(d, which, r.normal()));
+    f.named.push_back(std::move(x));
+    n.tensors.push_back({prm.name, shape, {}, {}});
+  }
+  for (size_t x = 0; x < f.named.size(); ++x) {
+    if constexpr (std::is_same_v<Real, float>)
+      n.tensors[x].f32 = f.named[x];
+    else
+      n.tensors[x].f64 = f.named[x];
+  }
+  f.p.pos.named = {n};
+  f.G = std::max(f.G, named_bias_grad_bound(d));
+  // Token coordinates (query i is token S - T + i) or the positions; every causal pair.
+  named_scheme wide{d.name};
+  std::vector<std::vector<double>> w(f.named.size());
+  for (size_t x = 0; x < f.named.size(); ++x) {
+    w[x].assign(f.named[x].begin(), f.named[x].end());
+    wide.tensors.push_back({n.tensors[x].name, n.tensors[x].shape, {}, w[x]});
+  }
+  const auto bias = named_bias_spec(d, wide, c.T, c.S, c.Hq, c.Hkv, c.D);
+  const bool tok = named_bias_by_token(d);
+  double kbias = 0;
+  for (int64_t h = 0; h < c.Hq; ++h)
+    for (int64_t i = 0; i < c.T; ++i)
+      for (int64_t j = 0; j < c.S && j <= c.S - c.T + i; ++j) {
+        const int64_t a = tok ? c.S - c.T + i : (f.qpos.empty() ? c.S - c.T + i : f.qpos[i]);
+        const int64_t k = tok ? j : (f.kpos.empty() ? j : f.kpos[j]);
+        if (a < 0 || k < 0) continue;
+        kbias = std::max(kbias, std::abs(bias(h, a, k)));
+      }
+  return kbias;
+}
+
 // M-RoPE: Qwen2-VL's sections scaled to R/2 pairs (16, 24, 24 of 64: height and width 3/8
 // each), or Qwen3-VL's interleaved ones (24, 20, 20 of 64: height and width a third each). The
 // ids of a token: temporal = its 1-D position (or a draw for a pad), height and width that plus
@@ -424,6 +471,10 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
       p.pos.rope.freqs = &f.freqs;
       p.pos.named = {{d.name, rope_pairs_case_params(d)}};
       b.amp = std::sqrt(2.0);
+      return;
+    }
+    if (is_tensor_scheme(d)) {
+      b.kbias = draw_named_tensors(f, c, r, d);
       return;
     }
     p.pos.named = {{d.name, {}}};
@@ -782,6 +833,9 @@ void check_backward(tracker& tr, const spec& c) {
   if (p.pos.has_kerple()) compare<Real>(tr, ty + "dkerple", fast.dke, ref.dke, t.dpar, u);
   if (p.pos.has_fire()) compare<Real>(tr, ty + "dfire", fast.dfi, ref.dfi, t.dpar, u);
   if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
+  for (size_t x = 0; x < f.named.size(); ++x)
+    compare<Real>(tr, ty + "d" + p.pos.named[0].tensors[x].name, fast.dnamed[x], ref.dnamed[x],
+                  t.dpar, u);
   if (!p.sinks.empty()) {
     // dsinks_h = -sum_i p_i,sink D_i: the tiled backward reads D_i = dO_i . o_i and p_i,sink =
     // exp(sink - lse_i) from the forward's out and lse, the reference recomputes both in double.
@@ -918,6 +972,9 @@ check_result grad_case(const spec& c) {
   if (p.pos.has_fire()) check(f.fire.data(), f.fire.size(), ref.dfi.data(), "dfire");
   if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   if (!p.sinks.empty()) check(f.sinks.data(), f.sinks.size(), ref.dsi.data(), "dsinks");
+  for (size_t x = 0; x < f.named.size(); ++x)
+    check(f.named[x].data(), f.named[x].size(), ref.dnamed[x].data(),
+          ("d" + p.pos.named[0].tensors[x].name).c_str());
   return measured_check(
       "attention", "backward_vs_fd/" + c.name,
       fmt::format("attention_backward_reference (float64) agrees with central differences of the "
@@ -946,6 +1003,10 @@ std::string short_name(const spec& c) {
 }
 
 spec make(std::string group, spec c, unsigned passes, unsigned dtypes) {
+  // A bias of tokens (Forgetting Attention's gates) has its queries the last T of the S key
+  // tokens: T <= S, so the case runs with the two swapped.
+  if (c.T > c.S && named_decl(c.sch) && named_bias_by_token(*named_decl(c.sch)))
+    std::swap(c.T, c.S);
   c.passes = passes;
   c.dtypes = dtypes;
   c.group = std::move(group);
@@ -1556,6 +1617,11 @@ spec perf_validation_case(const spec& c) {
   }
   r.name = fmt::format("{}/validation_T{}_S{}", c.name, r.T, r.S);
   return r;
+}
+
+bool needs_t_within_s(const spec& c) {
+  return c.msk == mask::cu_seqlens || c.msk == mask::everything ||
+         (named_decl(c.sch) && named_bias_by_token(*named_decl(c.sch)));
 }
 
 }  // namespace posenc::attention_cases

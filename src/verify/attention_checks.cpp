@@ -97,6 +97,10 @@ struct problem {
   int64_t K = 0;
   const scheme_decl* nd = nullptr;  // scheme::named: its declaration, at its default parameters
   std::vector<double> nargs;
+  // A tensor scheme reached by name: its tensors (declaration order, drawn through the
+  // declaration) and its bias in double (named_bias_spec; token indices = positions here).
+  std::vector<std::vector<double>> ntens;
+  std::function<double(int64_t, int64_t, int64_t)> nbias;
 
   problem(scheme s, bool causal_, uint64_t seed, const scheme_decl* named = nullptr)
       : sch(s), causal(causal_), nd(named) {
@@ -108,7 +112,7 @@ struct problem {
     init_classic(seed, amp, akmax, avmax);
     init_research(r, amp);
     if (s == scheme::rope) trig = kTrig;
-    init_named(amp);
+    init_named(r, amp);
     if (s == scheme::cope) init_cope(r);
     recompute_magnitudes(amp, akmax, avmax);
   }
@@ -193,9 +197,27 @@ struct problem {
     }
   }
 
-  // A scheme reached by name (nd): its arguments and bounds.
-  void init_named(double& amp) {
-    if (sch == scheme::named && nd->pairs) {
+  // A scheme reached by name (nd): its arguments and bounds; a tensor scheme's tensors from r.
+  void init_named(rng& r, double& amp) {
+    if (sch == scheme::named && is_tensor_scheme(*nd)) {
+      named_scheme n{nd->name};
+      for (const auto& prm : nd->params) {
+        if (!is_tensor_param(prm)) continue;
+        const auto shape = tensor_param_shape(prm, N, N, Hq, Hkv, D);
+        int64_t count = 1;
+        for (int64_t e : shape) count *= e;
+        const int which = static_cast<int>(ntens.size());
+        ntens.emplace_back(static_cast<size_t>(count));
+        for (auto& e : ntens.back()) e = named_tensor_draw(*nd, which, r.normal());
+        n.tensors.push_back({prm.name, shape, {}, {}});
+      }
+      for (size_t x = 0; x < ntens.size(); ++x) n.tensors[x].f64 = ntens[x];
+      pos.named = {n};
+      nbias = named_bias_spec(*nd, n, N, N, Hq, Hkv, D);
+      for (int64_t h = 0; h < Hq; ++h)  // every pair a causal call sees
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = 0; j <= i; ++j) B = std::max(B, std::abs(nbias(h, i, j)));
+    } else if (sch == scheme::named && nd->pairs) {
       // A per-pair RoPE scheme at the case-table parameters (every region within 20 positions)
       // over RoPE (theta 10000, half layout): a rotation, no bias; the score factor of DCA's
       // length scaling (at most 1.2 for N = 20 against its 6) enters A below.
@@ -268,6 +290,28 @@ struct problem {
     const double ds = (D + 10) * kU * A + 2 * kU * (A + B) + 4 * t * A;
     const double ep = 2 * ds + 4 * kU * (A + B) + kU;
     return 2 * (2 * ep + (2 * S + 2 * K + 8) * kU) * V;
+  }
+
+  // pos for a call whose token t is this problem's token rows[t] (-1: a pad slot): each tensor
+  // of a tensor scheme with a row per key token (declared shape (S, ...)) gathered row by row
+  // into keep, a pad row a valid draw (z = 1.5) that must not matter. Else pos itself.
+  attention_position<double> pos_rows(const std::vector<int64_t>& rows,
+                                      std::vector<std::vector<double>>& keep) const {
+    attention_position<double> out = pos;
+    if (ntens.empty()) return out;
+    keep.assign(ntens.size(), {});
+    for (size_t x = 0; x < ntens.size(); ++x) {
+      auto& t = out.named[0].tensors[x];
+      if (t.shape.empty() || t.shape[0] != N) continue;
+      const int64_t w = static_cast<int64_t>(ntens[x].size()) / N;
+      for (int64_t row : rows)
+        for (int64_t c = 0; c < w; ++c)
+          keep[x].push_back(row >= 0 ? ntens[x][row * w + c]
+                                     : named_tensor_draw(*nd, static_cast<int>(x), 1.5));
+      t.shape[0] = static_cast<int64_t>(rows.size());
+      t.f64 = keep[x];
+    }
+    return out;
   }
 
   attention_params<double> params(const double* qp, const double* kp, const double* vp, double* out,
@@ -351,6 +395,13 @@ double shift_deviation(const problem& pr, int64_t c) {
   return max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size()));
 }
 
+// first, first + 1, ..., first + n - 1.
+std::vector<int64_t> iota_rows(int64_t first, int64_t n) {
+  std::vector<int64_t> r(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) r[t] = first + t;
+  return r;
+}
+
 // Packed documents (cu_seqlens, positions restart) vs each document run alone.
 double packed_deviation(const problem& pr, const std::vector<int64_t>& cu) {
   const auto packed = pr.run([&](auto& p) { p.cu_seqlens = cu; });
@@ -360,6 +411,8 @@ double packed_deviation(const problem& pr, const std::vector<int64_t>& cu) {
     std::vector<double> out(n * pr.Hq * pr.D);
     auto p = pr.params(&pr.q[b * pr.Hq * pr.D], &pr.k[b * pr.Hkv * pr.D], &pr.v[b * pr.Hkv * pr.D],
                        out.data(), n, n);
+    std::vector<std::vector<double>> keep;
+    p.pos = pr.pos_rows(iota_rows(b, n), keep);
     attention_forward(p);
     m = std::max(m, max_abs_diff(out.data(), &packed[b * pr.Hq * pr.D], n * pr.Hq * pr.D));
   }
@@ -384,8 +437,13 @@ double padded_deviation(const problem& pr, int64_t n, bool left) {
   auto p = pr.params(q.data(), k.data(), v.data(), padded.data(), N, N);
   p.q_positions = p.k_positions = pos;
   p.key_padding = mask;
+  std::vector<int64_t> rows(N, -1);
+  for (int64_t t = 0; t < n; ++t) rows[off + t] = t;
+  std::vector<std::vector<double>> keep, keep_plain;
+  p.pos = pr.pos_rows(rows, keep);
   attention_forward(p);
   auto u = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), plain.data(), n, n);
+  u.pos = pr.pos_rows(iota_rows(0, n), keep_plain);
   attention_forward(u);
   double m = max_abs_diff(&padded[off * Hq * D], plain.data(), n * Hq * D);
   for (int64_t t = 0; t < N; ++t)
@@ -404,7 +462,9 @@ double cache_deviation(const problem& pr) {
     cache.append(&pr.k[t * pr.Hkv * pr.D], &pr.v[t * pr.Hkv * pr.D], 1);
     attention_params<double> p;
     p.q = &pr.q[t * pr.Hq * pr.D], p.out = &out[t * pr.Hq * pr.D];
-    p.T = 1, p.Hq = pr.Hq, p.D = pr.D, p.causal = true, p.pos = pr.pos;
+    p.T = 1, p.Hq = pr.Hq, p.D = pr.D, p.causal = true;
+    std::vector<std::vector<double>> keep;  // a per-token tensor: the rows of the cached tokens
+    p.pos = pr.pos_rows(iota_rows(0, t + 1), keep);
     attention_forward_cached(p, cache);
   }
   return max_abs_diff(out.data(), full.data(), static_cast<int64_t>(out.size()));
@@ -785,7 +845,7 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
     const auto& a = ps.nargs;
     const int64_t H = ps.Hq;
     auto bias = [&](int64_t h, int64_t qp, int64_t kp) {
-      return named_bias_value(*d, a, h, H, qp, kp);
+      return ps.nbias ? ps.nbias(h, qp, kp) : named_bias_value(*d, a, h, H, qp, kp);
     };
     // Pairs over a window of 64 positions, shifted far (1000003, 2^40): bits, not a tolerance.
     const int64_t shifts[] = {1, 1000003, int64_t{1} << 40};
@@ -846,7 +906,7 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
                               dev, ps.tolerance(ps.N),
                               "causal, N = 20, 4 query heads, 2 kv heads"));
     }
-    {
+    if (!d->causal_only) {
       problem pb(scheme::named, false, seed, d);
       r.push_back(
           breaks_check(n + "_breaks_permutation",
@@ -860,6 +920,12 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
                                   "unchanged",
                               shift_deviation(ps, 1000003), ps.tolerance(ps.N),
                               "causal; the bias depends on kpos - qpos only"));
+    if (named_bias_by_token(*d))
+      r.push_back(equal_check(n + "_positions_do_not_matter",
+                              n + ": its bias is of the tokens, not of their positions: shifting "
+                                  "every position by c = 1000003 leaves the outputs unchanged",
+                              shift_deviation(ps, 1000003), ps.tolerance(ps.N),
+                              "causal; the bias reads token indices (score_bias::by_token)"));
     packed_and_padded_checks(r, n, ps);
     r.push_back(equal_check(
         n + "_cache_equals_full",

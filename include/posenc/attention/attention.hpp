@@ -189,9 +189,26 @@ struct attention_cope {
 // its numeric parameters by their declared names (a parameter left out takes its declared
 // default; an unknown name is an error that lists the declared ones). Such a scheme is declared
 // once, in its declaration, and needs nothing here.
+// Its tensor parameters (declared with dtype "tensor", e.g. Forgetting Attention's `fox`) are
+// named_tensors: a view in the call's element type (f32 for a float call, f64 for a double one),
+// with the shape as given, checked against the declared shape.
+struct named_tensor {
+  std::string name;             // the declared parameter: "fox"
+  std::vector<int64_t> shape;   // as given: (S, Hq) -> {S, Hq}
+  std::span<const float> f32;   // the values of a float call
+  std::span<const double> f64;  // the values of a double call
+};
 struct named_scheme {
-  std::string name;                                    // "sandwich"
-  std::vector<std::pair<std::string, double>> params;  // {"sandwich_dim", 128}, ...
+  std::string name;                                         // "sandwich"
+  std::vector<std::pair<std::string, double>> params = {};  // {"sandwich_dim", 128}, ...
+  std::vector<named_tensor> tensors = {};                   // {"fox", {S, Hq}, ...}
+};
+// The gradient of a named scheme's tensor parameter (attention_grads::named): `name` is the
+// parameter's ("fox"), data its shape's element count in the call's type, overwritten.
+template <typename Real>
+struct named_grad {
+  std::string name;
+  std::span<Real> data;
 };
 
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
@@ -432,6 +449,8 @@ struct attention_grads {
   // (Hq,): gradient of the sink logits, -sum_i p_i,sink (dO_i . O_i) (the sink carries no
   // value, so dP of its column is 0 and dS = p_sink (0 - D_i)).
   Real* dsinks = nullptr;
+  // Gradients of the tensor parameters of schemes reached by name (pos.named), by parameter.
+  std::vector<named_grad<Real>> named;
 };
 
 // The dispatcher: attention_backward_tiled, or attention_backward_reference when

@@ -123,6 +123,21 @@ class position_hook {
     (void)layer;
     return attention(t);
   }
+  // A tensor argument of the engine computed per token from the layer's normalised input x
+  // (N, C), the input of its q, k, v projections (Forgetting Attention's log forget gates,
+  // log sigmoid(x w + b)): token_cols() > 0 columns per token. attention() then names it in
+  // pos.named with an empty view, and the model points the view at each sequence's rows of
+  // token_forward's output (shape (T, token_cols())), and the gradient output of that name at
+  // the same rows of the gradient that token_backward reads. token_backward adds into dt (the
+  // layer's tensors' gradients) and dx (the gradient of x).
+  virtual int64_t token_cols() const { return 0; }
+  virtual void token_forward(const S* const* t, const S* x, int64_t N, int64_t C, S* out) const {
+    (void)t, (void)x, (void)N, (void)C, (void)out;
+  }
+  virtual void token_backward(const S* const* t, const S* x, const S* dout, int64_t N, int64_t C,
+                              S* const* dt, S* dx) const {
+    (void)t, (void)x, (void)dout, (void)N, (void)C, (void)dt, (void)dx;
+  }
   // Points the engine's parameter-gradient outputs at dt (the engine overwrites them).
   virtual void bind_grads(S* const*, attention_grads<S>&) const {}
   // Which tensors bind_grads writes (the model adds those buffers into its gradients).

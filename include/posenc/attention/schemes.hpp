@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -61,7 +62,11 @@ struct named_pairs;  // src/attention/named_schemes.hpp: a scheme's per-pair RoP
 struct scheme_param {
   const char* name;   // as Python spells it; the CLI flag is --name with dashes
   const char* shape;  // "(Hq,)", "(num_buckets, Hq)", "scalar", ...
-  const char* dtype;  // "float", "int", "bool", "str", "RopeConfig", ...
+  const char* dtype;  // "float", "int", "bool", "str", "RopeConfig", "tensor", ...
+                      // "tensor": a named scheme's tensor parameter (named_tensor) of the
+                      // shape above in symbols (S, T, Hq, Hkv, D), in the call's element type;
+                      // in a learned scheme it has a gradient output (attention_grads::named),
+                      // `d<name>` in the CLI and in Python
   const char* def;    // default, as text ("" = required when the scheme is on)
   const char* doc;    // one line
 };
@@ -78,8 +83,9 @@ struct scheme_decl {
   std::span<const scheme_param> params;
   // A scheme reached by name (attention_position::named) rather than by a member: its score bias,
   // defined in its hook file (src/attention/hook_<name>.cpp), and what posenc check tests of it.
-  // Its first parameter is its switch (named as the scheme, bool: `--sandwich`, `sandwich=True`),
-  // the others are numbers (int or float) with numeric defaults. From this alone come its engine
+  // Its first parameter is its switch (named as the scheme, bool: `--sandwich`, `sandwich=True`,
+  // or a tensor that turns it on when given: `--fox gates.npy`, `fox=gates`), the others are
+  // numbers (int or float) with numeric defaults or tensors. From this alone come its engine
   // terms, its flags in `posenc attend` and `posenc lab`, its keywords in Python, its model hook,
   // its rows in the case tables and its `posenc check` group. null for the other schemes.
   const detail::named_bias* named = nullptr;
@@ -138,11 +144,35 @@ std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_
 // `posenc attend --hf-config` and Python's posenc.hf_dca turn on.
 std::vector<std::pair<std::string, double>> hf_dca_scheme_params(const hf_dca_config& c);
 
+// Whether a declared parameter is a tensor (dtype "tensor"), and its shape for a call of T
+// queries, S keys, Hq and Hkv heads of dim D (the declared symbols resolved; throws for a symbol
+// it does not know). A scheme reached by name whose parameters include a tensor is a tensor
+// scheme: its bias is built per call from the tensors (named_bias_spec below).
+bool is_tensor_param(const scheme_param& p);
+bool is_tensor_scheme(const scheme_decl& d);
+std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                        int64_t Hkv, int64_t D);
+
 // The score bias of a scheme reached by name, in double (the specification), and its bound
-// (bias_bounded): what posenc check and the case tables read. args from named_scheme_args.
+// (bias_bounded): what posenc check and the case tables read. args from named_scheme_args. For
+// a tensor scheme (which has no bias without its tensors) both throw: use named_bias_spec.
 double named_bias_value(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq,
                         int64_t qpos, int64_t kpos);
 double named_bias_bound(const scheme_decl& d, std::span<const double> args, int64_t h, int64_t Hq);
+// The bias of a scheme reached by name for one call (n: its arguments, tensors included, in
+// double; T queries, S keys, Hq query heads, Hkv kv heads of dim D), in double: bias(h, a, b), a
+// and b the query's and the key's positions, or their token indices (query i is token S - T + i)
+// for a bias of tokens (named_bias_by_token: Forgetting Attention). Validates n as the engine does.
+std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_decl& d,
+                                                                 const named_scheme& n, int64_t T,
+                                                                 int64_t S, int64_t Hq, int64_t Hkv,
+                                                                 int64_t D);
+bool named_bias_by_token(const scheme_decl& d);
+// For a tensor scheme: a value of its tensor parameter `tensor` (index among its tensors) from a
+// standard normal draw z, as the case tables and checks draw them; and the bound on the
+// derivative of one pair's bias by any tensor entry.
+double named_tensor_draw(const scheme_decl& d, int tensor, double z);
+double named_bias_grad_bound(const scheme_decl& d);
 
 // The declarations as a Markdown table (docs/schemes.md) or JSON.
 std::string schemes_markdown();

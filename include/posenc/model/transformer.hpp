@@ -149,9 +149,14 @@ class transformer {
   // (B, T, H, D); lse: (N, H) the engine's per-row log-sum-exp.
   struct layer_acts {
     std::vector<S> xin, n1, mean1, rstd1, qkv, q, k, v, lse, att, xmid, n2, mean2, rstd2, u, g;
+    std::vector<S> tok;  // (N, hook token_cols()): the hook's per-token tensor of this layer
   };
-  void attention_forward(int64_t l, const S* qkv, S* out);
+  // x: the layer's normalised input (N, C), which a hook with a per-token tensor reads.
+  void attention_forward(int64_t l, const S* x, const S* qkv, S* out);
+  // dtok_ receives the gradient of the hook's per-token tensor.
   void attention_backward(int64_t l, const S* dout, S* dqkv);
+  // The hook's per-token tensor (if any) of layer l into the engine's arguments of sequence b.
+  void bind_token_tensor(int64_t l, int64_t b, attention_position<S>& pos, attention_grads<S>* g);
   void norm_forward(const S* x, int64_t g, int64_t bb, S* y, S* mean, S* rstd);
   void norm_backward(const S* x, int64_t g, int64_t bb, const S* mean, const S* rstd, const S* dy,
                      S* dx);
@@ -172,7 +177,7 @@ class transformer {
   std::vector<S> xf_, nf_, meanf_, rstdf_, logits_, probs_, nll_;
   int64_t scored_ = 0;
   // Backward scratch.
-  std::vector<S> dx_, dn_, dqkv_, dattn_, du_, dg_, dlogits_, dq_, dk_, dv_;
+  std::vector<S> dx_, dn_, dqkv_, dattn_, du_, dg_, dlogits_, dq_, dk_, dv_, dtok_;
   std::vector<std::vector<S>> dhook_;  // (per hook tensor) the engine's parameter gradients
 };
 

@@ -205,6 +205,9 @@ struct fixture {
   std::vector<Real> cope;          // CoPE embeddings (npos, D)
   std::vector<Real> sinks;         // spec::sinks: the sink logits (Hq,)
   std::vector<int64_t> mq, mk;     // M-RoPE ids (3, T) and (3, S)
+  // A tensor scheme reached by name (schemes.hpp, is_tensor_scheme): each declared tensor's
+  // values, in declaration order (p.pos.named[0].tensors views them).
+  std::vector<std::vector<Real>> named;
   double G = 0;  // bound on |d bias / d parameter| over the pairs (Kerple, FIRE; else 0)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
 };
@@ -231,6 +234,7 @@ template <typename Real>
 struct grads {
   std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi, dco, dsi;
   std::vector<double> dal;
+  std::vector<std::vector<Real>> dnamed;  // a tensor scheme's tensors, as fixture::named
   attention_grads<Real> g;
   grads(const fixture<Real>& f, const Real* out, const Real* lse, const Real* dout) {
     const auto& p = f.p;
@@ -268,6 +272,11 @@ struct grads {
     if (!p.sinks.empty()) {
       dsi.assign(p.sinks.size(), Real(-7));
       g.dsinks = dsi.data();
+    }
+    dnamed.resize(f.named.size());
+    for (size_t x = 0; x < f.named.size(); ++x) {
+      dnamed[x].assign(f.named[x].size(), Real(-7));
+      g.named.push_back({p.pos.named[0].tensors[x].name, dnamed[x]});
     }
   }
 };
@@ -307,6 +316,10 @@ const std::vector<spec>& check_cases();
 // Everything ctest covers: the sections (group) of tests/test_attention.cpp and
 // tests/test_attention_backward.cpp, with their shapes and seeds.
 const std::vector<spec>& full_cases();
+// Whether case c needs T <= S (its queries the last T of its keys): cu_seqlens and "everything"
+// (which includes it) align queries with the last keys, and a bias of tokens (named_bias_by_token:
+// Forgetting Attention's gates) reads the query's token in the key sequence.
+bool needs_t_within_s(const spec& c);
 // The shapes of `posenc bench` (float32, causal, Hq = 32, Hkv = 8, D = 128), named as its cases:
 // forward T = S = 2048 with none / rope / alibi / t5, decode T = 1 against S = 8192, backward
 // T = S = 2048 with none / alibi.

@@ -48,6 +48,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <type_traits>
 
 #include "cli.hpp"
@@ -109,6 +110,8 @@ struct attend_opts {
   bool no_dca = false;  // leave a config's dual_chunk_attention_config off (as transformers)
   std::map<std::string, bool> named_on;
   std::map<std::string, double> named_values;
+  std::map<std::string, std::string> named_files;  // tensor parameters: .npy paths
+  std::map<std::string, std::string> named_grads;  // their gradients' output paths (--d<name>)
   // Backward
   std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire, dcope;
   CLI::App* sub = nullptr;
@@ -267,7 +270,8 @@ struct attend_state {
   std::vector<double> slopes;                                       // (Hq,)
   std::vector<Real> t5w, shaw_k, shaw_v, kerple_w, fire_w, cope_e;  // as read, in Q's dtype
   std::vector<Real> sinks;                                          // (Hq,) --sinks
-  std::vector<std::string> schemes;  // the names of the schemes on, in order
+  std::vector<std::vector<Real>> named_w;  // tensor parameters of schemes reached by name, as read
+  std::vector<std::string> schemes;        // the names of the schemes on, in order
   attention_params<Real> p;
 
   attend_state() = default;
@@ -575,18 +579,40 @@ void read_xpos(const attend_opts& o, attend_state<Real>& s) {
 
 // The schemes reached by name: each switch given puts its scheme in pos.named with the
 // parameters given (the others take their declared defaults, checked by the engine).
+// A tensor parameter's file, checked against its declared shape, into s.named_w (viewed by n
+// once every file is read).
+template <typename Real>
+void read_named_tensor(const attend_opts& o, attend_state<Real>& s, const scheme_param& prm,
+                       named_scheme& n) {
+  const std::string flag = "--" + flag_name(prm.name);
+  const auto a = read_npy(o.named_files.at(prm.name));
+  require_float(a, flag);
+  const auto want = tensor_param_shape(prm, s.T, s.S, s.Hq, s.Hkv, s.D);
+  require_shape(a, flag, want, fmt::format("{} = ({})", prm.shape, fmt::join(want, ", ")));
+  note_rounding<Real>(a, flag);
+  s.named_w.push_back(as_real<Real>(a));
+  n.tensors.push_back({prm.name, want, {}, {}});
+}
+
 template <typename Real>
 void read_named(const attend_opts& o, attend_state<Real>& s) {
   for (const scheme_decl* d : named_scheme_decls()) {
     named_scheme n{d->name, {}};
     std::vector<std::string> flags;
+    const bool tensor_switch = is_tensor_param(d->params[0]);
     for (size_t i = 1; i < d->params.size(); ++i) {
       const std::string flag = "--" + flag_name(d->params[i].name);
       if (!given(o, flag.c_str())) continue;
       flags.push_back(flag);
-      n.params.emplace_back(d->params[i].name, o.named_values.at(d->params[i].name));
+      if (is_tensor_param(d->params[i]))
+        read_named_tensor(o, s, d->params[i], n);
+      else
+        n.params.emplace_back(d->params[i].name, o.named_values.at(d->params[i].name));
     }
-    if (o.named_on.at(d->name)) {
+    const bool on =
+        tensor_switch ? !o.named_files.at(d->params[0].name).empty() : o.named_on.at(d->name);
+    if (on && tensor_switch) read_named_tensor(o, s, d->params[0], n);
+    if (on) {
       (void)named_scheme_args(*d, n.params, s.Hq);  // errors name the flag's parameter
       s.p.pos.named.push_back(std::move(n));
       s.schemes.push_back(d->name);
@@ -595,6 +621,14 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
            flag_name(d->params[0].name));
     }
   }
+  size_t x = 0;  // every file read: the views
+  for (auto& n : s.p.pos.named)
+    for (auto& t : n.tensors) {
+      if constexpr (std::is_same_v<Real, float>)
+        t.f32 = s.named_w[x++];
+      else
+        t.f64 = s.named_w[x++];
+    }
 }
 
 // Qwen2.5-1M's dual_chunk_attention_config in --hf-config turns Dual Chunk Attention on, as vLLM
@@ -648,6 +682,9 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
     for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
                           "--dalibi", "--dkerple", "--dfire", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
+    for (const auto& [name, path] : o.named_grads)
+      if (!path.empty())
+        fail("--d{} needs --dout (the gradient of the loss with respect to O)", flag_name(name));
     return;
   }
   if (o.dq.empty() || o.dk.empty() || o.dv.empty())
@@ -659,7 +696,15 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   if (!o.dkerple.empty() && !p.pos.has_kerple()) fail("--dkerple needs --kerple");
   if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
   if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
+  for (const auto& [name, path] : o.named_grads) {
+    bool on = false;
+    for (const auto& n : p.pos.named)
+      for (const auto& t : n.tensors) on |= !path.empty() && t.name == name;
+    if (!path.empty() && !on) fail("--d{} needs --{}", flag_name(name), flag_name(name));
+  }
   std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
+  for (const auto& [name, path] : o.named_grads)
+    if (!path.empty()) outs.push_back(path);
   for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple,
                         &o.dfire, &o.dcope})
     if (!x->empty()) outs.push_back(*x);
@@ -674,6 +719,8 @@ template <typename Real>
 struct attend_gradients {
   std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
   std::vector<double> dal;  // (Hq,), float64 whatever Q's dtype
+  // The named tensors' gradients asked for: (output path, shape, values).
+  std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<Real>>> dnamed;
 };
 
 // attention_backward into buffers sized for the outputs asked for.
@@ -714,6 +761,19 @@ void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_grad
     d.dco.resize(s.cope_e.size());
     g.dcope = d.dco.data();
   }
+  for (const auto& n : s.p.pos.named)
+    for (const auto& t : n.tensors) {
+      const std::string& path = o.named_grads.at(t.name);
+      if (path.empty()) continue;
+      int64_t count = 1;
+      for (int64_t e : t.shape) count *= e;
+      d.dnamed.emplace_back(path, t.shape, std::vector<Real>(count));
+    }
+  size_t x = 0;
+  for (const auto& n : s.p.pos.named)
+    for (const auto& t : n.tensors)
+      if (!o.named_grads.at(t.name).empty())
+        g.named.push_back({t.name, std::get<2>(d.dnamed[x++])});
   attention_backward(s.p, g);
 }
 
@@ -747,6 +807,8 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
     std::copy(d.dal.begin(), d.dal.end(), a.template as<double>());
     files.emplace_back(o.dalibi, std::move(a));
   }
+  for (const auto& [path, shape, values] : d.dnamed)
+    files.emplace_back(path, as_npy(values, shape));
   return files;
 }
 
@@ -1123,10 +1185,25 @@ void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
 void add_attend_named_scheme_flags(CLI::App* sub, attend_opts& o) {
   // The schemes reached by name: a switch and an option per parameter, from the declarations.
   for (const scheme_decl* d : named_scheme_decls()) {
-    sub->add_flag("--" + flag_name(d->params[0].name), o.named_on[d->name],
-                  fmt::format("{} ({}): {}", d->title, d->citation, d->params[0].doc));
+    o.named_on[d->name] = false;
+    for (const scheme_param& p : d->params) {
+      if (!is_tensor_param(p)) continue;
+      // A tensor: a .npy file; learned, its gradient's output path too.
+      sub->add_option("--" + flag_name(p.name), o.named_files[p.name],
+                      fmt::format("{} ({}): {}, a .npy {}", d->title, d->citation, p.doc, p.shape))
+          ->type_name("FILE.npy");
+      o.named_grads[p.name];
+      if (d->learned)
+        sub->add_option("--d" + flag_name(p.name), o.named_grads[p.name],
+                        fmt::format("Write dL/d{} {} (needs --dout)", p.name, p.shape))
+            ->type_name("FILE.npy");
+    }
+    if (!is_tensor_param(d->params[0]))
+      sub->add_flag("--" + flag_name(d->params[0].name), o.named_on[d->name],
+                    fmt::format("{} ({}): {}", d->title, d->citation, d->params[0].doc));
     for (size_t i = 1; i < d->params.size(); ++i) {
       const scheme_param& p = d->params[i];
+      if (is_tensor_param(p)) continue;
       sub->add_option(
              "--" + flag_name(p.name), o.named_values[p.name],
              fmt::format("{} {}, {}: {} (default {})", d->title, p.name, p.dtype, p.doc, p.def))
