@@ -67,6 +67,10 @@ constexpr scheme_param kSandwich[] = {
     {"sandwich", "scalar", "bool", "False", "switch Sandwich on (nothing to learn)"},
     {"sandwich_dim", "scalar", "int", "128", "d', the sinusoidal embedding's dimension (even)"},
 };
+constexpr scheme_param kFox[] = {
+    {"fox", "(S, Hq)", "tensor", "None",
+     "log forget gates log f_t <= 0 of the key tokens (the queries are the last T)"},
+};
 constexpr scheme_param kSelfExtend[] = {
     {"self_extend", "scalar", "bool", "False", "switch Self-Extend on (RoPE's positions per pair)"},
     {"self_extend_group", "scalar", "int", "4", "G: positions beyond the window divided by G"},
@@ -106,6 +110,7 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
+extern const named_bias fox_bias_decl;              // hook_fox.cpp
 extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
 extern const named_pairs dca_pairs_decl;            // hook_dca.cpp
 extern const named_pairs streaming_llm_pairs_decl;  // hook_streaming_llm.cpp
@@ -133,6 +138,8 @@ const scheme_decl kDecls[] = {
      kDca, nullptr, 0, &detail::dca_pairs_decl, "rope"},
     {"streaming_llm", "StreamingLLM", "Xiao et al. 2024", scheme_rope_pairs, false, true, true,
      true, kStreamingLlm, nullptr, 0, &detail::streaming_llm_pairs_decl, "rope"},
+    {"fox", "Forgetting Attention", "Lin et al. 2025", scheme_score_bias, true, true, false, true,
+     kFox, &detail::fox_bias_decl},
     {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
     {"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
     {"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false, false,
