@@ -129,6 +129,11 @@ float exp_row_f32(float* x, int64_t n, float m);
 // of a per-call table (hook 2b). The same bits as the scalar loop (one rounding per element).
 void add_row_f32(float* row, const float* src, int64_t n);
 
+// row[j] += float(c - src[j]) for 0 <= j < n: a difference of two doubles rounded once (a bias
+// that is a row term minus a column term, Forgetting Attention's), in the dispatched target's
+// vectors; the bits of the scalar loop.
+void add_diff_row_f32(float* row, double c, const double* src, int64_t n);
+
 // The same for either precision: float rows through add_row_f32, double rows by the loop.
 template <typename Real>
 inline void add_slice(Real* row, const Real* src, int64_t n) {

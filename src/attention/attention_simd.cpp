@@ -1406,6 +1406,21 @@ void AddRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT src, int64_t n) {
   for (; j < n; ++j) row[j] += src[j];
 }
 
+// row[j] += float(c - src[j]): the difference in double, rounded once to float (DemoteTo rounds
+// to nearest even, as the cast does), then added: the scalar loop's bits.
+void AddDiffRow(float* HWY_RESTRICT row, double c, const double* HWY_RESTRICT src, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vc = hn::Set(dd, c);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto diff = hn::DemoteTo(df, hn::Sub(vc, hn::LoadU(dd, src + j)));
+    hn::StoreU(hn::Add(hn::LoadU(df, row + j), diff), df, row + j);
+  }
+  for (; j < n; ++j) row[j] += static_cast<float>(c - src[j]);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace posenc
 HWY_AFTER_NAMESPACE();
@@ -1417,6 +1432,7 @@ HWY_EXPORT(PackBf16);
 HWY_EXPORT(TargetIsAvx3);
 HWY_EXPORT(WidenRows);
 HWY_EXPORT(AttendItems);
+HWY_EXPORT(AddDiffRow);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
@@ -1802,6 +1818,10 @@ float exp_row_f32(float* x, int64_t n, float m) {
 
 void add_row_f32(float* row, const float* src, int64_t n) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(AddRow)(row, src, n);
+}
+
+void add_diff_row_f32(float* row, double c, const double* src, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(AddDiffRow)(row, c, src, n);
 }
 
 }  // namespace posenc::detail

@@ -4,6 +4,7 @@
 // The bias is of token indices (score_bias::by_token): query i is token S - T + i.
 #include <cmath>
 
+#include "attention_plan.hpp"
 #include "engine_terms.hpp"
 #include "named_schemes.hpp"
 #include "posenc/attention/position_hook.hpp"
@@ -36,7 +37,10 @@ class fox_bias_term final : public score_bias<Real> {
     if (n <= 0) return;
     const double cq = c_[h * S_ + qt];
     const double* ck = c_.data() + h * S_ + kt[0];  // by_token: kt[j] = kt[0] + j
-    for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(cq - ck[j]);
+    if constexpr (std::is_same_v<Real, float>)
+      add_diff_row_f32(row, cq, ck, n);  // the loop below in vectors, its bits
+    else
+      for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(cq - ck[j]);
   }
   int64_t grad_size() const override { return dgates_ ? S_ * Hq_ : 0; }
   void add_grad(int64_t h, int64_t qt, int64_t kt, double ds, double* grad) const override {
