@@ -2,7 +2,7 @@
 # The runtime is python/posenc/__init__.py over the pybind11 module posenc._posenc
 # (python/src/*.cpp); each string option is a Literal of the values the library's parser takes
 # (aliases included), so a misspelt option is a type error before it is a ValueError.
-# The keywords of the schemes reached by name (sandwich, fox, self_extend, dca, ...) come from the
+# The keywords of the schemes reached by name come from the
 # library's scheme declarations: each marker line "# posenc: the keywords of the schemes reached
 # by name" below is replaced by them at build time (scripts/gen-stubs, run by
 # python/CMakeLists.txt), and tests/python/test_typing.py checks the built stubs against them.

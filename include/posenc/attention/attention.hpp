@@ -185,26 +185,26 @@ struct attention_cope {
 };
 
 // A scheme reached by its declared name rather than by a member of attention_position: any
-// declaration with an engine of its own (schemes.hpp, scheme_decl::named; e.g. Sandwich), with
+// declaration with an engine of its own (schemes.hpp, scheme_decl::named), with
 // its numeric parameters by their declared names (a parameter left out takes its declared
 // default; an unknown name is an error that lists the declared ones). Such a scheme is declared
 // once, in its declaration, and needs nothing here.
-// Its tensor parameters (declared with dtype "tensor", e.g. Forgetting Attention's `fox`) are
+// Its tensor parameters (declared with dtype "tensor") are
 // named_tensors: a view in the call's element type (f32 for a float call, f64 for a double one),
 // with the shape as given, checked against the declared shape.
 struct named_tensor {
-  std::string name;             // the declared parameter: "fox"
+  std::string name;             // the declared parameter's name
   std::vector<int64_t> shape;   // as given: (S, Hq) -> {S, Hq}
   std::span<const float> f32;   // the values of a float call
   std::span<const double> f64;  // the values of a double call
 };
 struct named_scheme {
-  std::string name;                                         // "sandwich"
-  std::vector<std::pair<std::string, double>> params = {};  // {"sandwich_dim", 128}, ...
-  std::vector<named_tensor> tensors = {};                   // {"fox", {S, Hq}, ...}
+  std::string name;                                         // the declared name
+  std::vector<std::pair<std::string, double>> params = {};  // {parameter, value}, ...
+  std::vector<named_tensor> tensors = {};                   // {parameter, shape, view}, ...
 };
 // The gradient of a named scheme's tensor parameter (attention_grads::named): `name` is the
-// parameter's ("fox"), data its shape's element count in the call's type, overwritten.
+// parameter's, data its shape's element count in the call's type, overwritten.
 template <typename Real>
 struct named_grad {
   std::string name;

@@ -79,7 +79,7 @@ struct position_options {
   double xpos_gamma = 0.4;       // xpos: zeta offset and scale base (Sun et al. 2022), theta
   double xpos_scale_base = 512;  //       from rope_theta
   int64_t cope_npos = 64;        // cope: position embeddings (npos, D) per layer
-  // The parameters of the schemes reached by name, by their declared names ({"sandwich_dim",
+  // The parameters of the schemes reached by name, by their declared names ({"<parameter>",
   // 64}); each such scheme's hook takes those it declares, the others take their defaults.
   std::vector<std::pair<std::string, double>> named_params;
 };

@@ -83,8 +83,8 @@ struct scheme_decl {
   std::span<const scheme_param> params;
   // A scheme reached by name (attention_position::named) rather than by a member: its score bias,
   // defined in its hook file (src/attention/hook_<name>.cpp), and what posenc check tests of it.
-  // Its first parameter is its switch (named as the scheme, bool: `--sandwich`, `sandwich=True`,
-  // or a tensor that turns it on when given: `--fox gates.npy`, `fox=gates`), the others are
+  // Its first parameter is its switch (named as the scheme, bool: `--<name>`, `<name>=True`, or
+  // a tensor that turns it on when given: `--<name> FILE.npy`, `<name>=array`), the others are
   // numbers (int or float) with numeric defaults or tensors. From this alone come its engine
   // terms, its flags in `posenc attend` and `posenc lab`, its keywords in Python, its model hook,
   // its rows in the case tables and its `posenc check` group. null for the other schemes.
