@@ -91,7 +91,6 @@ std::unique_ptr<position_hook<S>> make_alibi_hook(const position_options&,
                                                   const position_shape& shape) {
   return std::make_unique<alibi_hook<S>>(shape.n_heads);
 }
-POSENC_INSTANTIATE_HOOK(alibi)
 
 template <typename Real>
 void add_alibi_terms(const attention_params<Real>& p, const attention_plan& pl,
@@ -112,6 +111,15 @@ void add_alibi_terms(const attention_params<Real>& p, const attention_plan& pl,
   t.biases.push_back(
       std::make_unique<alibi_bias_term<Real>>(slopes, p.causal, pl, g ? g->dalibi : nullptr));
 }
-POSENC_INSTANTIATE_TERMS(alibi)
+
+// What the declaration of alibi points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool alibi_on(const attention_position<Real>& p) {
+  return !p.alibi.empty();
+}
+extern const scheme_impl alibi_impl;
+const scheme_impl alibi_impl = {
+    &alibi_on<float>, &alibi_on<double>, &add_alibi_terms<float>, &add_alibi_terms<double>,
+    nullptr,          nullptr,           &make_alibi_hook<float>, &make_alibi_hook<double>};
 
 }  // namespace posenc::detail

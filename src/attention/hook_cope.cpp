@@ -37,7 +37,6 @@ std::unique_ptr<position_hook<S>> make_cope_hook(const position_options& o,
     fail("cope_npos must be in [1, 2^20], got {}", o.cope_npos);
   return std::make_unique<cope_hook<S>>(o.cope_npos, shape.d_model / shape.n_heads);
 }
-POSENC_INSTANTIATE_HOOK(cope)
 
 template <typename Real>
 void add_cope_terms(const attention_params<Real>& p, const attention_plan&,
@@ -75,6 +74,15 @@ void add_cope_terms(const attention_params<Real>& p, const attention_plan&,
   // No other scheme is on: make_engine_terms checked the declarations' rule (schemes.hpp)
   // before this hook runs.
 }
-POSENC_INSTANTIATE_TERMS(cope)
+
+// What the declaration of cope points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool cope_on(const attention_position<Real>& p) {
+  return p.has_cope();
+}
+extern const scheme_impl cope_impl;
+const scheme_impl cope_impl = {
+    &cope_on<float>, &cope_on<double>, &add_cope_terms<float>, &add_cope_terms<double>,
+    nullptr,         nullptr,          &make_cope_hook<float>, &make_cope_hook<double>};
 
 }  // namespace posenc::detail

@@ -161,7 +161,6 @@ std::unique_ptr<position_hook<S>> make_fire_hook(const position_options& o,
     fail("fire_hidden must be in [1, 4096], got {}", o.fire_hidden);
   return std::make_unique<fire_hook<S>>(o.fire_hidden, shape.n_heads);
 }
-POSENC_INSTANTIATE_HOOK(fire)
 
 template <typename Real>
 void add_fire_terms(const attention_params<Real>& p, const attention_plan& pl,
@@ -184,6 +183,15 @@ void add_fire_terms(const attention_params<Real>& p, const attention_plan& pl,
       fail("fire params must be finite, got {} at ({}, {})", double(f.params[x]), x / W, x % W);
   t.biases.push_back(std::make_unique<fire_bias_term<Real>>(f, p.Hq, pl, g ? g->dfire : nullptr));
 }
-POSENC_INSTANTIATE_TERMS(fire)
+
+// What the declaration of fire points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool fire_on(const attention_position<Real>& p) {
+  return p.has_fire();
+}
+extern const scheme_impl fire_impl;
+const scheme_impl fire_impl = {
+    &fire_on<float>, &fire_on<double>, &add_fire_terms<float>, &add_fire_terms<double>,
+    nullptr,         nullptr,          &make_fire_hook<float>, &make_fire_hook<double>};
 
 }  // namespace posenc::detail

@@ -61,6 +61,16 @@ std::unique_ptr<position_hook<S>> make_irope_hook(const position_options& o,
   if (o.irope_floor_scale > 0) t = {o.irope_floor_scale, o.irope_attn_scale};
   return std::make_unique<irope_hook<S>>(std::move(freqs), o.irope_interval, t);
 }
-POSENC_INSTANTIATE_HOOK(irope)
+
+// What the declaration of irope points at (schemes.cpp; hooks.hpp, scheme_impl).
+extern const scheme_impl irope_impl;
+const scheme_impl irope_impl = {nullptr,
+                                nullptr,
+                                nullptr,
+                                nullptr,
+                                nullptr,
+                                nullptr,
+                                &make_irope_hook<float>,
+                                &make_irope_hook<double>};
 
 }  // namespace posenc::detail

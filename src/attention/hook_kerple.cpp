@@ -113,7 +113,6 @@ std::unique_ptr<position_hook<S>> make_kerple_hook(const position_options& o,
                                                    const position_shape& shape) {
   return std::make_unique<kerple_hook<S>>(o.kerple_power, shape.n_heads);
 }
-POSENC_INSTANTIATE_HOOK(kerple)
 
 template <typename Real>
 void add_kerple_terms(const attention_params<Real>& p, const attention_plan& pl,
@@ -138,6 +137,20 @@ void add_kerple_terms(const attention_params<Real>& p, const attention_plan& pl,
   t.biases.push_back(
       std::make_unique<kerple_bias_term<Real>>(k, p.Hq, pl, g ? g->dkerple : nullptr));
 }
-POSENC_INSTANTIATE_TERMS(kerple)
+
+// What the declaration of kerple points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool kerple_on(const attention_position<Real>& p) {
+  return p.has_kerple();
+}
+extern const scheme_impl kerple_impl;
+const scheme_impl kerple_impl = {&kerple_on<float>,
+                                 &kerple_on<double>,
+                                 &add_kerple_terms<float>,
+                                 &add_kerple_terms<double>,
+                                 nullptr,
+                                 nullptr,
+                                 &make_kerple_hook<float>,
+                                 &make_kerple_hook<double>};
 
 }  // namespace posenc::detail

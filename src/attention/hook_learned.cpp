@@ -54,6 +54,16 @@ std::unique_ptr<position_hook<S>> make_learned_hook(const position_options& o,
     fail("max_positions must be in [1, 2^24], got {}", o.max_positions);
   return std::make_unique<learned_hook<S>>(o.max_positions, shape.d_model);
 }
-POSENC_INSTANTIATE_HOOK(learned)
+
+// What the declaration of learned points at (schemes.cpp; hooks.hpp, scheme_impl).
+extern const scheme_impl learned_impl;
+const scheme_impl learned_impl = {nullptr,
+                                  nullptr,
+                                  nullptr,
+                                  nullptr,
+                                  nullptr,
+                                  nullptr,
+                                  &make_learned_hook<float>,
+                                  &make_learned_hook<double>};
 
 }  // namespace posenc::detail

@@ -153,7 +153,6 @@ void add_mrope_terms(const attention_params<Real>& p, const attention_plan&,
       m.keys_rotated ? std::span<const int64_t>{} : m.k_positions);
   t.transform->keys_transformed = m.keys_rotated;
 }
-POSENC_INSTANTIATE_TERMS(mrope)
 
 template <typename Real>
 std::unique_ptr<qk_transform> make_mrope_key_transform(const attention_position<Real>& pos,
@@ -164,6 +163,20 @@ std::unique_ptr<qk_transform> make_mrope_key_transform(const attention_position<
   return std::make_unique<mrope_transform>(m, std::move(component), std::span<const int64_t>{},
                                            std::span<const int64_t>{});
 }
-POSENC_INSTANTIATE_KEY_TRANSFORM(mrope)
+
+// What the declaration of mrope points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool mrope_on(const attention_position<Real>& p) {
+  return p.mrope.freqs != nullptr;
+}
+extern const scheme_impl mrope_impl;
+const scheme_impl mrope_impl = {&mrope_on<float>,
+                                &mrope_on<double>,
+                                &add_mrope_terms<float>,
+                                &add_mrope_terms<double>,
+                                &make_mrope_key_transform<float>,
+                                &make_mrope_key_transform<double>,
+                                nullptr,
+                                nullptr};
 
 }  // namespace posenc::detail

@@ -16,6 +16,16 @@ template <typename S>
 std::unique_ptr<position_hook<S>> make_nope_hook(const position_options&, const position_shape&) {
   return std::make_unique<nope_hook<S>>();
 }
-POSENC_INSTANTIATE_HOOK(nope)
+
+// What the declaration of nope points at (schemes.cpp; hooks.hpp, scheme_impl).
+extern const scheme_impl nope_impl;
+const scheme_impl nope_impl = {nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               &make_nope_hook<float>,
+                               &make_nope_hook<double>};
 
 }  // namespace posenc::detail

@@ -92,7 +92,6 @@ std::unique_ptr<position_hook<S>> make_rope_hook(const position_options& o,
   check_scheme_combination(on);
   return std::make_unique<rope_hook<S>>(lab_rope_freqs(o, shape, "rope"), o.rope_pairs);
 }
-POSENC_INSTANTIATE_HOOK(rope)
 
 rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who) {
   const int64_t D = shape.d_model / shape.n_heads;
@@ -126,7 +125,6 @@ void add_rope_terms(const attention_params<Real>& p, const attention_plan&,
   t.transform = std::make_unique<rope_transform>(r);
   t.transform->keys_transformed = r.keys_rotated;
 }
-POSENC_INSTANTIATE_TERMS(rope)
 
 template <typename Real>
 std::unique_ptr<qk_transform> make_rope_key_transform(const attention_position<Real>& pos,
@@ -136,6 +134,20 @@ std::unique_ptr<qk_transform> make_rope_key_transform(const attention_position<R
   validate_rope(r, D, who);
   return std::make_unique<rope_transform>(r);
 }
-POSENC_INSTANTIATE_KEY_TRANSFORM(rope)
+
+// What the declaration of rope points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool rope_on(const attention_position<Real>& p) {
+  return p.rope.freqs != nullptr;
+}
+extern const scheme_impl rope_impl;
+const scheme_impl rope_impl = {&rope_on<float>,
+                               &rope_on<double>,
+                               &add_rope_terms<float>,
+                               &add_rope_terms<double>,
+                               &make_rope_key_transform<float>,
+                               &make_rope_key_transform<double>,
+                               &make_rope_hook<float>,
+                               &make_rope_hook<double>};
 
 }  // namespace posenc::detail

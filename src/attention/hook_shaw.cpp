@@ -54,7 +54,6 @@ std::unique_ptr<position_hook<S>> make_shaw_hook(const position_options& o,
     fail("shaw_clip must be in [0, 4096], got {}", o.shaw_clip);
   return std::make_unique<shaw_hook<S>>(o.shaw_clip, shape.d_model / shape.n_heads);
 }
-POSENC_INSTANTIATE_HOOK(shaw)
 
 template <typename Real>
 void add_shaw_terms(const attention_params<Real>& p, const attention_plan&,
@@ -87,7 +86,16 @@ void add_shaw_terms(const attention_params<Real>& p, const attention_plan&,
   }
   t.relative = std::move(r);
 }
-POSENC_INSTANTIATE_TERMS(shaw)
+
+// What the declaration of shaw points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool shaw_on(const attention_position<Real>& p) {
+  return p.has_shaw();
+}
+extern const scheme_impl shaw_impl;
+const scheme_impl shaw_impl = {
+    &shaw_on<float>, &shaw_on<double>, &add_shaw_terms<float>, &add_shaw_terms<double>,
+    nullptr,         nullptr,          &make_shaw_hook<float>, &make_shaw_hook<double>};
 
 }  // namespace posenc::detail
 

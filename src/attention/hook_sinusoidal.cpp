@@ -37,6 +37,16 @@ std::unique_ptr<position_hook<S>> make_sinusoidal_hook(const position_options& o
     fail("sinusoidal input amplitude must be finite, got {}", o.input_amplitude);
   return std::make_unique<sinusoidal_hook<S>>(o.input_amplitude, shape.d_model);
 }
-POSENC_INSTANTIATE_HOOK(sinusoidal)
+
+// What the declaration of sinusoidal points at (schemes.cpp; hooks.hpp, scheme_impl).
+extern const scheme_impl sinusoidal_impl;
+const scheme_impl sinusoidal_impl = {nullptr,
+                                     nullptr,
+                                     nullptr,
+                                     nullptr,
+                                     nullptr,
+                                     nullptr,
+                                     &make_sinusoidal_hook<float>,
+                                     &make_sinusoidal_hook<double>};
 
 }  // namespace posenc::detail

@@ -111,7 +111,6 @@ std::unique_ptr<position_hook<S>> make_t5_hook(const position_options& o,
   t5_validate(tp);
   return std::make_unique<t5_hook<S>>(tp, shape.n_heads);
 }
-POSENC_INSTANTIATE_HOOK(t5)
 
 template <typename Real>
 void add_t5_terms(const attention_params<Real>& p, const attention_plan& pl,
@@ -131,7 +130,16 @@ void add_t5_terms(const attention_params<Real>& p, const attention_plan& pl,
          t5.params.num_buckets, p.Hq, want, t5.weights.size());
   t.biases.push_back(std::make_unique<t5_bias_term<Real>>(t5, p.Hq, pl, g ? g->dt5 : nullptr));
 }
-POSENC_INSTANTIATE_TERMS(t5)
+
+// What the declaration of t5 points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool t5_on(const attention_position<Real>& p) {
+  return p.has_t5();
+}
+extern const scheme_impl t5_impl;
+const scheme_impl t5_impl = {
+    &t5_on<float>, &t5_on<double>, &add_t5_terms<float>, &add_t5_terms<double>,
+    nullptr,       nullptr,        &make_t5_hook<float>, &make_t5_hook<double>};
 
 }  // namespace posenc::detail
 

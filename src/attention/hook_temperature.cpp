@@ -112,7 +112,21 @@ void add_temperature_terms(const attention_params<Real>& p, const attention_plan
   // Called after the other hook-1 schemes (position_hook.cpp): it wraps theirs.
   t.transform = std::make_unique<temperature_transform>(a, p.D, std::move(t.transform));
 }
-POSENC_INSTANTIATE_TERMS(temperature)
+
+// What the declaration of temperature points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool temperature_on(const attention_position<Real>& p) {
+  return p.temperature.on();
+}
+extern const scheme_impl temperature_impl;
+const scheme_impl temperature_impl = {&temperature_on<float>,
+                                      &temperature_on<double>,
+                                      &add_temperature_terms<float>,
+                                      &add_temperature_terms<double>,
+                                      nullptr,
+                                      nullptr,
+                                      nullptr,
+                                      nullptr};
 
 }  // namespace detail
 }  // namespace posenc

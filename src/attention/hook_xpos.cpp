@@ -135,7 +135,6 @@ std::unique_ptr<position_hook<S>> make_xpos_hook(const position_options& o,
   validate_xpos(x, shape.d_model / shape.n_heads);
   return std::make_unique<xpos_hook<S>>(x);
 }
-POSENC_INSTANTIATE_HOOK(xpos)
 
 template <typename Real>
 void add_xpos_terms(const attention_params<Real>& p, const attention_plan&,
@@ -147,7 +146,6 @@ void add_xpos_terms(const attention_params<Real>& p, const attention_plan&,
   t.transform = std::make_unique<xpos_transform>(x, p.D);
   t.transform->keys_transformed = x.keys_rotated;
 }
-POSENC_INSTANTIATE_TERMS(xpos)
 
 template <typename Real>
 std::unique_ptr<qk_transform> make_xpos_key_transform(const attention_position<Real>& pos,
@@ -161,6 +159,20 @@ std::unique_ptr<qk_transform> make_xpos_key_transform(const attention_position<R
   }
   return std::make_unique<xpos_transform>(x, D);
 }
-POSENC_INSTANTIATE_KEY_TRANSFORM(xpos)
+
+// What the declaration of xpos points at (schemes.cpp; hooks.hpp, scheme_impl).
+template <typename Real>
+bool xpos_on(const attention_position<Real>& p) {
+  return p.xpos.theta != 0;
+}
+extern const scheme_impl xpos_impl;
+const scheme_impl xpos_impl = {&xpos_on<float>,
+                               &xpos_on<double>,
+                               &add_xpos_terms<float>,
+                               &add_xpos_terms<double>,
+                               &make_xpos_key_transform<float>,
+                               &make_xpos_key_transform<double>,
+                               &make_xpos_hook<float>,
+                               &make_xpos_hook<double>};
 
 }  // namespace posenc::detail

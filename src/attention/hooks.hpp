@@ -1,9 +1,7 @@
 // src/attention/hooks.hpp (private): what each scheme's file src/attention/hook_<scheme>.cpp
-// defines, for the registry in position_hook.cpp:
-//   make_<scheme>_hook   the model's view (position_hook): tensors, input side, engine hook
-//   add_<scheme>_terms   the engine's view: validates the scheme's member of attention_position
-//                        (and its gradient outputs in attention_grads) and adds its terms
-//                        (engine_terms.hpp); does nothing when the scheme is off
+// registers (scheme_impl, which its declaration in schemes.cpp points at) for the registry in
+// position_hook.cpp, and what the hook files share (the RoPE family's lab frequencies, the
+// offset table of a bias of the offset alone, softplus and sigmoid).
 #pragma once
 
 #include <cmath>
@@ -18,66 +16,46 @@
 
 namespace posenc::detail {
 
-#define POSENC_DECLARE_HOOK(name)                                                 \
-  template <typename S>                                                           \
-  std::unique_ptr<position_hook<S>> make_##name##_hook(const position_options& o, \
-                                                       const position_shape& shape);
-POSENC_DECLARE_HOOK(nope)
-POSENC_DECLARE_HOOK(sinusoidal)
-POSENC_DECLARE_HOOK(learned)
-POSENC_DECLARE_HOOK(rope)
-POSENC_DECLARE_HOOK(alibi)
-POSENC_DECLARE_HOOK(t5)
-POSENC_DECLARE_HOOK(shaw)
-POSENC_DECLARE_HOOK(irope)
-POSENC_DECLARE_HOOK(kerple)
-POSENC_DECLARE_HOOK(fire)
-POSENC_DECLARE_HOOK(xpos)
-POSENC_DECLARE_HOOK(cope)
-#undef POSENC_DECLARE_HOOK
+// What a scheme's hook file registers, and its declaration points at (scheme_decl::impl,
+// schemes.cpp): whether the scheme is on in a call's attention_position, its engine terms
+// (validates its member of attention_position and its gradient outputs in attention_grads, adds
+// its terms to t; nothing when off), its q/k transform for a KV cache's keys (null when off),
+// and the model's view of it (position_hook: tensors, input side, engine hook). The registry
+// (position_hook.cpp) walks the declarations; null = the scheme has no such part. The schemes
+// reached by name have none: their declaration's named_bias / named_pairs are read instead
+// (named_schemes.cpp).
+struct scheme_impl {
+  bool (*on_f32)(const attention_position<float>& p);
+  bool (*on_f64)(const attention_position<double>& p);
+  void (*terms_f32)(const attention_params<float>& p, const attention_plan& pl,
+                    const attention_grads<float>* g, engine_terms<float>& t);
+  void (*terms_f64)(const attention_params<double>& p, const attention_plan& pl,
+                    const attention_grads<double>* g, engine_terms<double>& t);
+  std::unique_ptr<qk_transform> (*key_f32)(const attention_position<float>& pos, int64_t D,
+                                           const char* who);
+  std::unique_ptr<qk_transform> (*key_f64)(const attention_position<double>& pos, int64_t D,
+                                           const char* who);
+  std::unique_ptr<position_hook<float>> (*hook_f32)(const position_options& o,
+                                                    const position_shape& shape);
+  std::unique_ptr<position_hook<double>> (*hook_f64)(const position_options& o,
+                                                     const position_shape& shape);
+};
+
 // The hook of a scheme reached by name (named_schemes.cpp), for every such scheme.
 template <typename S>
 std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_decl& d,
                                                   const position_options& o,
                                                   const position_shape& shape);
-
-// Explicit instantiation of a factory for float and double.
-#define POSENC_INSTANTIATE_HOOK(name)                                         \
-  template std::unique_ptr<position_hook<float>> make_##name##_hook<float>(   \
-      const position_options&, const position_shape&);                        \
-  template std::unique_ptr<position_hook<double>> make_##name##_hook<double>( \
-      const position_options&, const position_shape&);
-
-// The engine terms of the schemes that act inside attention.
-#define POSENC_DECLARE_TERMS(name)                                                   \
-  template <typename Real>                                                           \
-  void add_##name##_terms(const attention_params<Real>& p, const attention_plan& pl, \
-                          const attention_grads<Real>* g, engine_terms<Real>& t);
-POSENC_DECLARE_TERMS(rope)
-POSENC_DECLARE_TERMS(alibi)
-POSENC_DECLARE_TERMS(t5)
-POSENC_DECLARE_TERMS(shaw)
-POSENC_DECLARE_TERMS(temperature)
-POSENC_DECLARE_TERMS(kerple)
-POSENC_DECLARE_TERMS(fire)
-POSENC_DECLARE_TERMS(xpos)
-POSENC_DECLARE_TERMS(cope)
-POSENC_DECLARE_TERMS(mrope)
-POSENC_DECLARE_TERMS(named)  // every scheme reached by name (named_schemes.cpp)
-#undef POSENC_DECLARE_TERMS
-
-#define POSENC_INSTANTIATE_TERMS(name)                                                             \
-  template void add_##name##_terms<float>(const attention_params<float>&, const attention_plan&,   \
-                                          const attention_grads<float>*, engine_terms<float>&);    \
-  template void add_##name##_terms<double>(const attention_params<double>&, const attention_plan&, \
-                                           const attention_grads<double>*, engine_terms<double>&);
+// The engine terms of every scheme reached by name in p.pos.named (named_schemes.cpp).
+template <typename Real>
+void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
+                     const attention_grads<Real>* g, engine_terms<Real>& t);
 
 // For a KV cache that stores keys after hook 1 (kv_cache.cpp):
 //   make_key_transform        pos's hook 1 alone, validated against the head dim D (`who`
 //                             prefixes the error); null = identity. Built in position_hook.cpp
-//                             from make_<scheme>_key_transform of each scheme with a q/k
-//                             transform (hook_rope.cpp, hook_xpos.cpp, hook_mrope.cpp), each null
-//                             when its scheme is off.
+//                             from the key transform (scheme_impl::key_*) of every declared
+//                             scheme that has one, each null when its scheme is off.
 //   position_for_cached_keys  the position of a call against the cache's keys: `call` with
 //                             the cache's hook 1, marked as already applied to keys; an error
 //                             when `call` sets a different hook 1 of its own. query_ids: (rows,
@@ -90,20 +68,6 @@ template <typename Real>
 attention_position<Real> position_for_cached_keys(attention_position<Real> call,
                                                   const attention_position<Real>& cache,
                                                   std::span<const int64_t> query_ids);
-#define POSENC_DECLARE_KEY_TRANSFORM(name)                                                       \
-  template <typename Real>                                                                       \
-  std::unique_ptr<qk_transform> make_##name##_key_transform(const attention_position<Real>& pos, \
-                                                            int64_t D, const char* who);
-POSENC_DECLARE_KEY_TRANSFORM(rope)
-POSENC_DECLARE_KEY_TRANSFORM(xpos)
-POSENC_DECLARE_KEY_TRANSFORM(mrope)
-#undef POSENC_DECLARE_KEY_TRANSFORM
-#define POSENC_INSTANTIATE_KEY_TRANSFORM(name)                                \
-  template std::unique_ptr<qk_transform> make_##name##_key_transform<float>(  \
-      const attention_position<float>&, int64_t, const char*);                \
-  template std::unique_ptr<qk_transform> make_##name##_key_transform<double>( \
-      const attention_position<double>&, int64_t, const char*);
-
 // Shared by the lab hooks of the RoPE family (rope, irope): the model's frequencies, half layout,
 // rotary width = head dim = d_model / n_heads, theta = rope_theta; or, with o.rope set, that
 // config's frequencies at seq_len o.rope_seq_len (head_dim and rotary_dim 0 meaning D). `who`

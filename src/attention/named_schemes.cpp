@@ -466,7 +466,10 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
   }
   check_named_grads(p, g);
 }
-POSENC_INSTANTIATE_TERMS(named)
+template void add_named_terms<float>(const attention_params<float>&, const attention_plan&,
+                                     const attention_grads<float>*, engine_terms<float>&);
+template void add_named_terms<double>(const attention_params<double>&, const attention_plan&,
+                                      const attention_grads<double>*, engine_terms<double>&);
 
 }  // namespace detail
 }  // namespace posenc

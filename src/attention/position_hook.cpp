@@ -1,11 +1,14 @@
-// The registry of position hooks: names, the model's factories, and the engine's terms. Adding a
-// scheme adds its hook file (hook_<scheme>.cpp) and its lines here.
+// The registry of position hooks: names, the model's factories, and the engine's terms, each
+// walked over the declarations (schemes.cpp), which point at what each hook file registers
+// (hooks.hpp, scheme_impl). No scheme is named here but in pos_scheme's names.
 #include "posenc/attention/position_hook.hpp"
 
 #include "posenc/attention/schemes.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <type_traits>
 
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
@@ -58,40 +61,19 @@ std::unique_ptr<position_hook<S>> make_position_hook(pos_scheme s, const positio
   if (shape.n_heads < 1 || shape.d_model < 1 || shape.d_model % shape.n_heads != 0)
     fail("position hook: d_model = {} must be a positive multiple of n_heads = {}", shape.d_model,
          shape.n_heads);
-  switch (s) {
-    case pos_scheme::nope:
-      return detail::make_nope_hook<S>(o, shape);
-    case pos_scheme::sinusoidal:
-      return detail::make_sinusoidal_hook<S>(o, shape);
-    case pos_scheme::learned:
-      return detail::make_learned_hook<S>(o, shape);
-    case pos_scheme::rope:
-      return detail::make_rope_hook<S>(o, shape);
-    case pos_scheme::alibi:
-      return detail::make_alibi_hook<S>(o, shape);
-    case pos_scheme::t5:
-      return detail::make_t5_hook<S>(o, shape);
-    case pos_scheme::shaw:
-      return detail::make_shaw_hook<S>(o, shape);
-    case pos_scheme::irope:
-      return detail::make_irope_hook<S>(o, shape);
-    case pos_scheme::kerple:
-      return detail::make_kerple_hook<S>(o, shape);
-    case pos_scheme::fire:
-      return detail::make_fire_hook<S>(o, shape);
-    case pos_scheme::xpos:
-      return detail::make_xpos_hook<S>(o, shape);
-    case pos_scheme::cope:
-      return detail::make_cope_hook<S>(o, shape);
-    case pos_scheme::count:
-      break;
+  const int i = static_cast<int>(s), n = static_cast<int>(pos_scheme::count);
+  if (i >= n && i < pos_scheme_count())
+    return detail::make_named_hook<S>(s, *model_named_decls()[i - n], o, shape);
+  if (i < 0 || i >= n) fail("position hook: unknown scheme {}", i);
+  // The declaration's hook file registered the model's view (scheme_impl::hook_*).
+  const scheme_decl& d = scheme_decl_of(k_names[i]);
+  if constexpr (std::is_same_v<S, float>) {
+    if (d.impl && d.impl->hook_f32) return d.impl->hook_f32(o, shape);
+  } else {
+    if (d.impl && d.impl->hook_f64) return d.impl->hook_f64(o, shape);
   }
-  const int i = static_cast<int>(s) - static_cast<int>(pos_scheme::count);
-  if (i >= 0 && i < static_cast<int>(model_named_decls().size()))
-    return detail::make_named_hook<S>(s, *model_named_decls()[i], o, shape);
-  fail("position hook: unknown scheme {}", static_cast<int>(s));
+  fail("position hook: {} registers no model hook", d.name);
 }
-
 template std::unique_ptr<position_hook<float>> make_position_hook<float>(pos_scheme,
                                                                          const position_options&,
                                                                          const position_shape&);
@@ -108,17 +90,19 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   // once here for every entry point, before any hook reads its member.
   check_scheme_combination(schemes_on(p.pos));
   engine_terms<Real> t;
-  add_rope_terms(p, pl, g, t);
-  add_xpos_terms(p, pl, g, t);
-  add_mrope_terms(p, pl, g, t);
-  add_alibi_terms(p, pl, g, t);  // biases are summed in this order
-  add_t5_terms(p, pl, g, t);
-  add_shaw_terms(p, pl, g, t);
-  add_temperature_terms(p, pl, g, t);
-  add_kerple_terms(p, pl, g, t);
-  add_fire_terms(p, pl, g, t);
-  add_cope_terms(p, pl, g, t);   // validation only: CoPE has its own path
-  add_named_terms(p, pl, g, t);  // the schemes reached by name, in the order of pos.named
+  // Every declared scheme with a member of attention_position adds its terms (its hook file's
+  // scheme_impl), in declaration order: q/k transforms, the query temperature that wraps them,
+  // then the score biases, summed in this order (ALiBi, T5, Kerple, FIRE), Shaw's tables and
+  // CoPE's validation; then the schemes reached by name, in the order of pos.named.
+  for (const scheme_decl& d : scheme_decls()) {
+    if (!d.impl) continue;
+    if constexpr (std::is_same_v<Real, float>) {
+      if (d.impl->terms_f32) d.impl->terms_f32(p, pl, g, t);
+    } else {
+      if (d.impl->terms_f64) d.impl->terms_f64(p, pl, g, t);
+    }
+  }
+  add_named_terms(p, pl, g, t);
   return t;
 }
 
@@ -127,9 +111,13 @@ std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>&
                                                  const char* who) {
   check_scheme_combination(schemes_on(pos));
   std::unique_ptr<qk_transform> t;
-  for (auto* make : {&make_rope_key_transform<Real>, &make_xpos_key_transform<Real>,
-                     &make_mrope_key_transform<Real>}) {
-    auto u = make(pos, D, who);
+  for (const scheme_decl& d : scheme_decls()) {
+    std::unique_ptr<qk_transform> u;
+    if constexpr (std::is_same_v<Real, float>) {
+      if (d.impl && d.impl->key_f32) u = d.impl->key_f32(pos, D, who);
+    } else {
+      if (d.impl && d.impl->key_f64) u = d.impl->key_f64(pos, D, who);
+    }
     if (u && t) fail("{}two q/k transforms are on; at most one is allowed", who);
     if (u) t = std::move(u);
   }

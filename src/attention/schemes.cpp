@@ -6,7 +6,9 @@
 #include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
+#include "hooks.hpp"
 #include "posenc/core/error.hpp"
 
 namespace posenc {
@@ -109,6 +111,10 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 
 }  // namespace
 namespace detail {
+// What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
+extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, t5_impl,
+    shaw_impl, kerple_impl, fire_impl, cope_impl, nope_impl, sinusoidal_impl, learned_impl,
+    irope_impl;
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
 extern const named_bias fox_bias_decl;              // hook_fox.cpp
 extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
@@ -117,19 +123,40 @@ extern const named_pairs streaming_llm_pairs_decl;  // hook_streaming_llm.cpp
 }  // namespace detail
 namespace {
 
+// A declaration of a scheme with a member of attention_position (or the model's alone), with
+// what its hook file registers.
+scheme_decl with_impl(scheme_decl d, const detail::scheme_impl* impl) {
+  d.impl = impl;
+  return d;
+}
+
 // name, title, citation, points, learned, causal only, float K/V only, attention level, params.
 const scheme_decl kDecls[] = {
-    {"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
-    {"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false, true, kMrope},
-    {"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
-    {"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale, false, false,
-     false, true, kTemperature},
-    {"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true, kAlibi},
-    {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5},
-    {"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true, false,
-     false, true, kShaw},
-    {"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true, kKerple},
-    {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire},
+    with_impl({"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
+              &detail::rope_impl),
+    with_impl({"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false, true,
+               kMrope},
+              &detail::mrope_impl),
+    with_impl({"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
+              &detail::xpos_impl),
+    with_impl({"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale, false,
+               false, false, true, kTemperature},
+              &detail::temperature_impl),
+    with_impl({"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true,
+               kAlibi},
+              &detail::alibi_impl),
+    with_impl({"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false,
+               true, kT5},
+              &detail::t5_impl),
+    with_impl({"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true,
+               false, false, true, kShaw},
+              &detail::shaw_impl),
+    with_impl({"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true,
+               kKerple},
+              &detail::kerple_impl),
+    with_impl(
+        {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire},
+        &detail::fire_impl),
     {"sandwich", "Sandwich", "Chi et al. 2023", scheme_score_bias, false, false, false, true,
      kSandwich, &detail::sandwich_bias_decl, bias_offset_only | bias_symmetric | bias_bounded},
     {"self_extend", "Self-Extend", "Jin et al. 2024", scheme_rope_pairs, false, true, true, true,
@@ -140,14 +167,20 @@ const scheme_decl kDecls[] = {
      true, kStreamingLlm, nullptr, 0, &detail::streaming_llm_pairs_decl, "rope"},
     {"fox", "Forgetting Attention", "Lin et al. 2025", scheme_score_bias, true, true, false, true,
      kFox, &detail::fox_bias_decl},
-    {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
-    {"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
-    {"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false, false,
-     kSinusoidal},
-    {"learned", "learned absolute", "Gehring et al. 2017", scheme_input, true, false, false, false,
-     kLearned},
-    {"irope", "iRoPE", "Llama 4 (Meta 2025)", scheme_layer_plan, false, false, false, false,
-     kIrope},
+    with_impl(
+        {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
+        &detail::cope_impl),
+    with_impl({"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
+              &detail::nope_impl),
+    with_impl({"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false,
+               false, kSinusoidal},
+              &detail::sinusoidal_impl),
+    with_impl({"learned", "learned absolute", "Gehring et al. 2017", scheme_input, true, false,
+               false, false, kLearned},
+              &detail::learned_impl),
+    with_impl({"irope", "iRoPE", "Llama 4 (Meta 2025)", scheme_layer_plan, false, false, false,
+               false, kIrope},
+              &detail::irope_impl),
 };
 
 std::string points_text(uint32_t p) {
@@ -242,18 +275,18 @@ void check_scheme_combination(std::span<const std::string> on) {
 
 template <typename Real>
 std::vector<std::string> schemes_on(const attention_position<Real>& p) {
-  // One line per member of attention_position: the only place that maps members to names.
+  // Each declared scheme with a member of attention_position says whether it is on (its hook
+  // file's scheme_impl::on_*), in declaration order; then the schemes reached by name.
   std::vector<std::string> on;
-  if (p.rope.freqs) on.push_back("rope");
-  if (p.mrope.freqs) on.push_back("mrope");
-  if (p.xpos.theta != 0) on.push_back("xpos");
-  if (p.temperature.on()) on.push_back("temperature");
-  if (!p.alibi.empty()) on.push_back("alibi");
-  if (p.has_t5()) on.push_back("t5");
-  if (p.has_shaw()) on.push_back("shaw");
-  if (p.has_kerple()) on.push_back("kerple");
-  if (p.has_fire()) on.push_back("fire");
-  if (p.has_cope()) on.push_back("cope");
+  for (const auto& d : kDecls) {
+    if (!d.impl) continue;
+    bool is_on = false;
+    if constexpr (std::is_same_v<Real, float>)
+      is_on = d.impl->on_f32 && d.impl->on_f32(p);
+    else
+      is_on = d.impl->on_f64 && d.impl->on_f64(p);
+    if (is_on) on.push_back(d.name);
+  }
   for (const auto& n : p.named) on.push_back(n.name);  // (scheme_decl_of checks each name)
   return on;
 }

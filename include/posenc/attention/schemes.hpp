@@ -57,6 +57,8 @@ enum scheme_bias_property : uint32_t {
 namespace detail {
 struct named_bias;   // src/attention/named_schemes.hpp: a scheme's score bias, defined in its hook
 struct named_pairs;  // src/attention/named_schemes.hpp: a scheme's per-pair RoPE positions
+struct scheme_impl;  // src/attention/hooks.hpp: a member scheme's engine terms, key transform,
+                     // model hook, registered by its hook file
 }  // namespace detail
 
 struct scheme_param {
@@ -96,6 +98,11 @@ struct scheme_decl {
   const detail::named_pairs* pairs = nullptr;
   // The scheme this one needs on and is the only one it combines with (rule 4); null = none.
   const char* rides_on = nullptr;
+  // A scheme with a member of attention_position, or one the model alone applies (NoPE,
+  // sinusoidal, learned, iRoPE): what its hook file registers (its engine terms, key transform,
+  // model hook), which the engine's and the model's registries walk in declaration order. null
+  // for the schemes reached by name.
+  const detail::scheme_impl* impl = nullptr;
   bool reached_by_name() const { return named || pairs; }
 };
 
