@@ -866,6 +866,7 @@ py::object attend_cached(const py::array& q0, const py::dict& opts, int64_t S, i
   py::array_t<Real> out(std::vector<py::ssize_t>{s.T, s.Hq, s.D}),
       lse(std::vector<py::ssize_t>{s.T, s.Hq});
   attn_call<Real> c(s);
+  c.select_named(0);       // a named scheme's tensors (a row per cached token: (S, ...))
   c.p.S = 0, c.p.Hkv = 0;  // the cache's
   c.p.q = q.data(), c.p.out = out.mutable_data(), c.p.lse = lse.mutable_data();
   c.p.q_positions = qpos;
