@@ -27,39 +27,44 @@ struct attention_plan {
                                     // (a by_token bias reads it); else empty
 };
 
-// A bias's coordinates for query i and keys [j, j + n): the positions, or the token indices for
-// a by_token bias (score_bias::by_token). contiguous: pl.kpos[j] == j for every key.
+// A bias's coordinates for query i and keys from j on: the positions, or for a by_token bias
+// (score_bias::by_token) the token indices (query i is token S - T + i, key j token j).
+// contiguous: the keys' coordinates are j, j + 1, ... (pl.kpos[j] == j for every key, or tokens).
+struct bias_coords {
+  int64_t q;
+  const int64_t* k;
+  bool contiguous;
+};
+template <typename Real>
+inline bias_coords coords_of(const score_bias<Real>& b, const attention_plan& pl, bool contiguous,
+                             int64_t i, int64_t j) {
+  if (b.by_token)
+    return {static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, pl.ktok.data() + j, true};
+  return {pl.qpos[i], pl.kpos.data() + j, contiguous};
+}
 template <typename Real>
 inline void bias_add_row(const score_bias<Real>& b, const attention_plan& pl, bool contiguous,
                          int64_t h, int64_t i, int64_t j, int64_t n, Real* row) {
-  if (b.by_token)
-    b.add_row(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, pl.ktok.data() + j, n,
-              true, row);
-  else
-    b.add_row(h, pl.qpos[i], pl.kpos.data() + j, n, contiguous, row);
+  const bias_coords c = coords_of(b, pl, contiguous, i, j);
+  b.add_row(h, c.q, c.k, n, c.contiguous, row);
 }
 template <typename Real>
 inline void bias_grad_row(const score_bias<Real>& b, const attention_plan& pl, int64_t h, int64_t i,
                           int64_t j, int64_t n, const Real* ds, double* grad) {
-  if (b.by_token)
-    b.grad_row(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, pl.ktok.data() + j, n,
-               ds, grad);
-  else
-    b.grad_row(h, pl.qpos[i], pl.kpos.data() + j, n, ds, grad);
+  const bias_coords c = coords_of(b, pl, false, i, j);
+  b.grad_row(h, c.q, c.k, n, ds, grad);
 }
 template <typename Real>
 inline double bias_value(const score_bias<Real>& b, const attention_plan& pl, int64_t h, int64_t i,
                          int64_t j) {
-  if (b.by_token) return b.value(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, j);
-  return b.value(h, pl.qpos[i], pl.kpos[j]);
+  const bias_coords c = coords_of(b, pl, false, i, j);
+  return b.value(h, c.q, c.k[0]);
 }
 template <typename Real>
 inline void bias_add_grad(const score_bias<Real>& b, const attention_plan& pl, int64_t h, int64_t i,
                           int64_t j, double ds, double* grad) {
-  if (b.by_token)
-    b.add_grad(h, static_cast<int64_t>(pl.kpos.size() - pl.qpos.size()) + i, j, ds, grad);
-  else
-    b.add_grad(h, pl.qpos[i], pl.kpos[j], ds, grad);
+  const bias_coords c = coords_of(b, pl, false, i, j);
+  b.add_grad(h, c.q, c.k[0], ds, grad);
 }
 
 // Validates p (everything but the position schemes, which make_engine_terms validates) and

@@ -113,13 +113,9 @@ void add_alibi_terms(const attention_params<Real>& p, const attention_plan& pl,
 }
 
 // What the declaration of alibi points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool alibi_on(const attention_position<Real>& p) {
-  return !p.alibi.empty();
-}
+POSENC_SCHEME_ON(alibi, !p.alibi.empty())
 extern const scheme_impl alibi_impl;
-const scheme_impl alibi_impl = {
-    &alibi_on<float>, &alibi_on<double>, &add_alibi_terms<float>, &add_alibi_terms<double>,
-    nullptr,          nullptr,           &make_alibi_hook<float>, &make_alibi_hook<double>};
+const scheme_impl alibi_impl = {POSENC_BOTH(alibi_on), POSENC_BOTH(add_alibi_terms), POSENC_NONE,
+                                POSENC_BOTH(make_alibi_hook)};
 
 }  // namespace posenc::detail

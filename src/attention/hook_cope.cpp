@@ -76,13 +76,9 @@ void add_cope_terms(const attention_params<Real>& p, const attention_plan&,
 }
 
 // What the declaration of cope points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool cope_on(const attention_position<Real>& p) {
-  return p.has_cope();
-}
+POSENC_SCHEME_ON(cope, p.has_cope())
 extern const scheme_impl cope_impl;
-const scheme_impl cope_impl = {
-    &cope_on<float>, &cope_on<double>, &add_cope_terms<float>, &add_cope_terms<double>,
-    nullptr,         nullptr,          &make_cope_hook<float>, &make_cope_hook<double>};
+const scheme_impl cope_impl = {POSENC_BOTH(cope_on), POSENC_BOTH(add_cope_terms), POSENC_NONE,
+                               POSENC_BOTH(make_cope_hook)};
 
 }  // namespace posenc::detail

@@ -185,13 +185,9 @@ void add_fire_terms(const attention_params<Real>& p, const attention_plan& pl,
 }
 
 // What the declaration of fire points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool fire_on(const attention_position<Real>& p) {
-  return p.has_fire();
-}
+POSENC_SCHEME_ON(fire, p.has_fire())
 extern const scheme_impl fire_impl;
-const scheme_impl fire_impl = {
-    &fire_on<float>, &fire_on<double>, &add_fire_terms<float>, &add_fire_terms<double>,
-    nullptr,         nullptr,          &make_fire_hook<float>, &make_fire_hook<double>};
+const scheme_impl fire_impl = {POSENC_BOTH(fire_on), POSENC_BOTH(add_fire_terms), POSENC_NONE,
+                               POSENC_BOTH(make_fire_hook)};
 
 }  // namespace posenc::detail

@@ -64,13 +64,7 @@ std::unique_ptr<position_hook<S>> make_irope_hook(const position_options& o,
 
 // What the declaration of irope points at (schemes.cpp; hooks.hpp, scheme_impl).
 extern const scheme_impl irope_impl;
-const scheme_impl irope_impl = {nullptr,
-                                nullptr,
-                                nullptr,
-                                nullptr,
-                                nullptr,
-                                nullptr,
-                                &make_irope_hook<float>,
-                                &make_irope_hook<double>};
+const scheme_impl irope_impl = {POSENC_NONE, POSENC_NONE, POSENC_NONE,
+                                POSENC_BOTH(make_irope_hook)};
 
 }  // namespace posenc::detail

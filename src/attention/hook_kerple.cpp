@@ -139,18 +139,9 @@ void add_kerple_terms(const attention_params<Real>& p, const attention_plan& pl,
 }
 
 // What the declaration of kerple points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool kerple_on(const attention_position<Real>& p) {
-  return p.has_kerple();
-}
+POSENC_SCHEME_ON(kerple, p.has_kerple())
 extern const scheme_impl kerple_impl;
-const scheme_impl kerple_impl = {&kerple_on<float>,
-                                 &kerple_on<double>,
-                                 &add_kerple_terms<float>,
-                                 &add_kerple_terms<double>,
-                                 nullptr,
-                                 nullptr,
-                                 &make_kerple_hook<float>,
-                                 &make_kerple_hook<double>};
+const scheme_impl kerple_impl = {POSENC_BOTH(kerple_on), POSENC_BOTH(add_kerple_terms), POSENC_NONE,
+                                 POSENC_BOTH(make_kerple_hook)};
 
 }  // namespace posenc::detail

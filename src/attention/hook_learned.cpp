@@ -57,13 +57,7 @@ std::unique_ptr<position_hook<S>> make_learned_hook(const position_options& o,
 
 // What the declaration of learned points at (schemes.cpp; hooks.hpp, scheme_impl).
 extern const scheme_impl learned_impl;
-const scheme_impl learned_impl = {nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  &make_learned_hook<float>,
-                                  &make_learned_hook<double>};
+const scheme_impl learned_impl = {POSENC_NONE, POSENC_NONE, POSENC_NONE,
+                                  POSENC_BOTH(make_learned_hook)};
 
 }  // namespace posenc::detail

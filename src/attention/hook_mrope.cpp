@@ -165,18 +165,9 @@ std::unique_ptr<qk_transform> make_mrope_key_transform(const attention_position<
 }
 
 // What the declaration of mrope points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool mrope_on(const attention_position<Real>& p) {
-  return p.mrope.freqs != nullptr;
-}
+POSENC_SCHEME_ON(mrope, p.mrope.freqs != nullptr)
 extern const scheme_impl mrope_impl;
-const scheme_impl mrope_impl = {&mrope_on<float>,
-                                &mrope_on<double>,
-                                &add_mrope_terms<float>,
-                                &add_mrope_terms<double>,
-                                &make_mrope_key_transform<float>,
-                                &make_mrope_key_transform<double>,
-                                nullptr,
-                                nullptr};
+const scheme_impl mrope_impl = {POSENC_BOTH(mrope_on), POSENC_BOTH(add_mrope_terms),
+                                POSENC_BOTH(make_mrope_key_transform), POSENC_NONE};
 
 }  // namespace posenc::detail

@@ -136,18 +136,9 @@ std::unique_ptr<qk_transform> make_rope_key_transform(const attention_position<R
 }
 
 // What the declaration of rope points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool rope_on(const attention_position<Real>& p) {
-  return p.rope.freqs != nullptr;
-}
+POSENC_SCHEME_ON(rope, p.rope.freqs != nullptr)
 extern const scheme_impl rope_impl;
-const scheme_impl rope_impl = {&rope_on<float>,
-                               &rope_on<double>,
-                               &add_rope_terms<float>,
-                               &add_rope_terms<double>,
-                               &make_rope_key_transform<float>,
-                               &make_rope_key_transform<double>,
-                               &make_rope_hook<float>,
-                               &make_rope_hook<double>};
+const scheme_impl rope_impl = {POSENC_BOTH(rope_on), POSENC_BOTH(add_rope_terms),
+                               POSENC_BOTH(make_rope_key_transform), POSENC_BOTH(make_rope_hook)};
 
 }  // namespace posenc::detail

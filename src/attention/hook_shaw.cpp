@@ -88,14 +88,10 @@ void add_shaw_terms(const attention_params<Real>& p, const attention_plan&,
 }
 
 // What the declaration of shaw points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool shaw_on(const attention_position<Real>& p) {
-  return p.has_shaw();
-}
+POSENC_SCHEME_ON(shaw, p.has_shaw())
 extern const scheme_impl shaw_impl;
-const scheme_impl shaw_impl = {
-    &shaw_on<float>, &shaw_on<double>, &add_shaw_terms<float>, &add_shaw_terms<double>,
-    nullptr,         nullptr,          &make_shaw_hook<float>, &make_shaw_hook<double>};
+const scheme_impl shaw_impl = {POSENC_BOTH(shaw_on), POSENC_BOTH(add_shaw_terms), POSENC_NONE,
+                               POSENC_BOTH(make_shaw_hook)};
 
 }  // namespace posenc::detail
 

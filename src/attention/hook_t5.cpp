@@ -132,14 +132,10 @@ void add_t5_terms(const attention_params<Real>& p, const attention_plan& pl,
 }
 
 // What the declaration of t5 points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool t5_on(const attention_position<Real>& p) {
-  return p.has_t5();
-}
+POSENC_SCHEME_ON(t5, p.has_t5())
 extern const scheme_impl t5_impl;
-const scheme_impl t5_impl = {
-    &t5_on<float>, &t5_on<double>, &add_t5_terms<float>, &add_t5_terms<double>,
-    nullptr,       nullptr,        &make_t5_hook<float>, &make_t5_hook<double>};
+const scheme_impl t5_impl = {POSENC_BOTH(t5_on), POSENC_BOTH(add_t5_terms), POSENC_NONE,
+                             POSENC_BOTH(make_t5_hook)};
 
 }  // namespace posenc::detail
 

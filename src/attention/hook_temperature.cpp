@@ -114,19 +114,10 @@ void add_temperature_terms(const attention_params<Real>& p, const attention_plan
 }
 
 // What the declaration of temperature points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool temperature_on(const attention_position<Real>& p) {
-  return p.temperature.on();
-}
+POSENC_SCHEME_ON(temperature, p.temperature.on())
 extern const scheme_impl temperature_impl;
-const scheme_impl temperature_impl = {&temperature_on<float>,
-                                      &temperature_on<double>,
-                                      &add_temperature_terms<float>,
-                                      &add_temperature_terms<double>,
-                                      nullptr,
-                                      nullptr,
-                                      nullptr,
-                                      nullptr};
+const scheme_impl temperature_impl = {POSENC_BOTH(temperature_on),
+                                      POSENC_BOTH(add_temperature_terms), POSENC_NONE, POSENC_NONE};
 
 }  // namespace detail
 }  // namespace posenc

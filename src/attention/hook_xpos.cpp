@@ -161,18 +161,9 @@ std::unique_ptr<qk_transform> make_xpos_key_transform(const attention_position<R
 }
 
 // What the declaration of xpos points at (schemes.cpp; hooks.hpp, scheme_impl).
-template <typename Real>
-bool xpos_on(const attention_position<Real>& p) {
-  return p.xpos.theta != 0;
-}
+POSENC_SCHEME_ON(xpos, p.xpos.theta != 0)
 extern const scheme_impl xpos_impl;
-const scheme_impl xpos_impl = {&xpos_on<float>,
-                               &xpos_on<double>,
-                               &add_xpos_terms<float>,
-                               &add_xpos_terms<double>,
-                               &make_xpos_key_transform<float>,
-                               &make_xpos_key_transform<double>,
-                               &make_xpos_hook<float>,
-                               &make_xpos_hook<double>};
+const scheme_impl xpos_impl = {POSENC_BOTH(xpos_on), POSENC_BOTH(add_xpos_terms),
+                               POSENC_BOTH(make_xpos_key_transform), POSENC_BOTH(make_xpos_hook)};
 
 }  // namespace posenc::detail

@@ -41,6 +41,18 @@ struct scheme_impl {
                                                      const position_shape& shape);
 };
 
+// In a hook file: POSENC_SCHEME_ON(name, expr) defines name_on(p), "is the scheme on in p" (an
+// expression of p, its attention_position); POSENC_BOTH(f) is f's float and double instances,
+// the pairs of a scheme_impl; POSENC_NONE a pair the scheme does not have.
+#define POSENC_SCHEME_ON(name, expr)                  \
+  template <typename Real>                            \
+  bool name##_on(const attention_position<Real>& p) { \
+    return expr;                                      \
+  }
+// NOLINTNEXTLINE(bugprone-macro-parentheses): f names a function template, not an expression
+#define POSENC_BOTH(f) &f<float>, &f<double>
+#define POSENC_NONE nullptr, nullptr
+
 // The hook of a scheme reached by name (named_schemes.cpp), for every such scheme.
 template <typename S>
 std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_decl& d,
