@@ -3,7 +3,10 @@ posenc.axial_rope_nd (FLUX's axes_dim) against rotations written here from the p
 (transformers' PixtralRotaryEmbedding: the 1-D frequencies, even ones for the patch row and odd
 ones for its column, rotate_half; diffusers' FluxPosEmbed / EmbedND: each axis its own block of
 channels at theta^(-2i / dim), interleaved pairs), posenc.attention with an AxialRope against
-attention of the rotated q and k, and the errors."""
+attention of the rotated q and k, `posenc attend --axial-rope` against posenc.attention, and the
+errors."""
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -113,3 +116,53 @@ def test_errors():
         posenc.axial_rope_2d(18)
     with pytest.raises(TypeError, match="rope must be a posenc.RopeConfig, a posenc.AxialRope"):
         posenc.attention(q, q, q, rope="pixtral")
+
+
+# --- posenc attend --axial-rope: the CLI's call is posenc.attention's, bit for bit ------------
+
+@pytest.mark.parametrize("argv,make", [
+    (["--axial-rope", "2d", "--theta", "100"],
+     lambda D: posenc.axial_rope_2d(D, theta=100.0)),
+    (["--axial-rope", "2d", "--rope-layout", "interleaved"],
+     lambda D: posenc.axial_rope_2d(D, layout="interleaved")),
+    (["--axial-rope", "nd", "--axes-dim", "4,6,6", "--theta", "1000"],
+     lambda D: posenc.axial_rope_nd([4, 6, 6], theta=[1000.0])),
+])
+def test_cli_axial_rope_equals_python(cli, tmp_path, rng, argv, make):
+    D = 16
+    ids = posenc.axial_grid_ids(3, 4, frame=1)
+    n = ids.shape[1]
+    q = rng.standard_normal((n, 4, D)).astype(np.float32)
+    k = rng.standard_normal((n, 2, D)).astype(np.float32)
+    v = rng.standard_normal((n, 2, D)).astype(np.float32)
+    for name, x in (("q", q), ("k", k), ("v", v), ("ids", ids)):
+        np.save(tmp_path / f"{name}.npy", x)
+    r = subprocess.run([str(cli), "attend", "--q", str(tmp_path / "q.npy"), "--k",
+                        str(tmp_path / "k.npy"), "--v", str(tmp_path / "v.npy"), "--q-positions",
+                        str(tmp_path / "ids.npy"), "--k-positions", str(tmp_path / "ids.npy"),
+                        "--out", str(tmp_path / "o.npy")] + argv, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    want = posenc.attention(q, k, v, rope=make(D), q_positions=ids, k_positions=ids)
+    assert np.array_equal(np.load(tmp_path / "o.npy"), want)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--axial-rope", "3d"], "--axial-rope must be 2d or nd, got '3d'"),
+    (["--axial-rope", "nd"], "--axial-rope nd needs --axes-dim"),
+    (["--axial-rope", "nd", "--axes-dim", "4,4"], "--axes-dim must sum to the head dim D = 16"),
+    (["--axial-rope", "2d", "--rope"], "--axial-rope and --rope exclude each other"),
+    (["--axes-dim", "8,8"], "--axes-dim needs --axial-rope nd"),
+    (["--axial-rope", "2d", "--angle", "hf_f32"], "--angle must be exact or f32"),
+])
+def test_cli_axial_rope_errors(cli, tmp_path, argv, message):
+    ids = posenc.axial_grid_ids(2, 2)
+    x = np.zeros((4, 2, 16), np.float32)
+    for name, a in (("x", x), ("ids", ids)):
+        np.save(tmp_path / f"{name}.npy", a)
+    x_path, ids_path = str(tmp_path / "x.npy"), str(tmp_path / "ids.npy")
+    r = subprocess.run([str(cli), "attend", "--q", x_path, "--k", x_path, "--v", x_path,
+                        "--q-positions", ids_path, "--k-positions", ids_path,
+                        "--out", str(tmp_path / "o.npy")] + argv, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert not (tmp_path / "o.npy").exists()

@@ -18,7 +18,9 @@
 //     [--cope E.npy] [--dcope DE.npy]
 //     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
 //     [--rope --hf-config FILE (--layer L | --layer-type TYPE) --layout ...]
+//     [--axial-rope 2d|nd [--axes-dim A,B,C] [--theta B] --q-positions IDS.npy (3, n) ...]
 //     [--sandwich [--sandwich-dim 128]]   and every other scheme reached by name, e.g.
+//     [--causal --fox GATES.npy [--dfox DG.npy]]   (a tensor parameter: a .npy of its shape)
 //     [--rope ... --causal --self-extend [--self-extend-group 4] [--self-extend-window 512]]
 //     [--rope ... --causal --dca [--dca-chunk-size C] [--dca-local-size L]
 //      [--dca-original-max-position-embeddings L0]]   (--hf-config with Qwen2.5-1M's
@@ -57,6 +59,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/npy.hpp"
 #include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/axial_rope.hpp"
 #include "posenc/formats/gguf.hpp"
 #include "posenc/formats/hf_config.hpp"
 #include "posenc/positions/positions.hpp"
@@ -74,6 +77,7 @@ struct attend_opts {
   bool rope = false;
   std::string hf_config, gguf, layout, angle = "exact", scaling = "default", truncate = "true",
                                        short_factor, long_factor;
+  std::string axial_rope, axes_dim;  // --axial-rope 2d|nd, --axes-dim A,B[,C] (nd)
   double theta = 10000, partial = 1, factor = 1, attention_factor = 1, beta_fast = 32,
          beta_slow = 1, low_freq_factor = 1, high_freq_factor = 4, mscale = 1, mscale_all_dim = 1;
   int64_t max_pos = 0, original_max_pos = 0, seq_len = -1, head_dim = 0;
@@ -358,12 +362,71 @@ void read_positions_and_masks(const attend_opts& o, attend_state<Real>& s) {
   }
 }
 
+// Axial RoPE (posenc/encodings/axial_rope.hpp): Pixtral's 2-D (--axial-rope 2d, --theta,
+// --rope-layout half as transformers or interleaved as mistral-inference and vLLM) or FLUX's
+// N-axis (--axial-rope nd --axes-dim A,B[,C], --theta for every axis, interleaved pairs), on the
+// engine's M-RoPE hook with (3, n) ids in --q-positions and --k-positions (row a = axis a).
+template <typename Real>
+void read_axial_rope(const attend_opts& o, attend_state<Real>& s) {
+  auto& p = s.p;
+  if (o.rope) fail("--axial-rope and --rope exclude each other (both rotate q and k at hook 1)");
+  if (!o.hf_config.empty() || !o.gguf.empty())
+    fail("--axial-rope takes --theta and --axes-dim, not --hf-config or --gguf");
+  if (!s.mrope)
+    fail(
+        "--axial-rope needs --q-positions and --k-positions of shape (3, n): one id per axis "
+        "(posenc.axial_grid_ids)");
+  const auto angle = rope_angle_from_name(o.angle, "--angle");
+  if (angle != rope_angle::exact && angle != rope_angle::f32)
+    fail(
+        "--angle must be exact or f32 with --axial-rope (the engines' pipelines model 1-D "
+        "configs), got {}",
+        o.angle);
+  axial_rope a;
+  if (o.axial_rope == "2d") {
+    if (given(o, "--axes-dim")) fail("--axes-dim is for --axial-rope nd");
+    a = axial_rope_2d(
+        s.D, o.theta,
+        o.layout.empty() ? rope_layout::half : rope_layout_from_name(o.layout, "--rope-layout"));
+  } else if (o.axial_rope == "nd") {
+    if (o.axes_dim.empty()) fail("--axial-rope nd needs --axes-dim A,B[,C] (channels per axis)");
+    if (!o.layout.empty() &&
+        rope_layout_from_name(o.layout, "--rope-layout") != rope_layout::interleaved)
+      fail(
+          "--axial-rope nd rotates interleaved pairs (FLUX); --rope-layout must be left out or "
+          "interleaved, got {}",
+          o.layout);
+    const auto dims = parse_ints(o.axes_dim, "--axes-dim");
+    const double theta[] = {o.theta};
+    a = axial_rope_nd(dims, theta);
+    if (a.freqs.head_dim != s.D)
+      fail("--axes-dim must sum to the head dim D = {}, got {}", s.D, a.freqs.head_dim);
+  } else {
+    fail("--axial-rope must be 2d or nd, got '{}'", o.axial_rope);
+  }
+  s.freqs = a.freqs;
+  p.pos.mrope.freqs = &s.freqs;
+  p.pos.mrope.section = a.section;
+  p.pos.mrope.interleaved = false;
+  p.pos.mrope.layout = a.layout;
+  p.pos.mrope.angle = angle;
+  p.pos.mrope.q_positions = s.qpos;
+  p.pos.mrope.k_positions = s.kpos;
+  s.schemes.push_back("mrope");
+}
+
 // The layer of a per-layer config, and RoPE or M-RoPE (none on a NoPE layer).
 template <typename Real>
 void read_rope(const attend_opts& o, attend_state<Real>& s) {
   auto& p = s.p;
   s.lc = choose_layer(o);
   layer_choice& lc = s.lc;
+  if (!o.axial_rope.empty()) {
+    if (lc.given) fail("--layer and --layer-type need --rope (with --hf-config)");
+    read_axial_rope(o, s);
+    return;
+  }
+  if (given(o, "--axes-dim")) fail("--axes-dim needs --axial-rope nd");
   if (lc.given && !o.rope) fail("--layer and --layer-type need --rope (with --hf-config)");
   if (o.rope && lc.given && !lc.rope && s.mrope)
     fail("--layer {} is a NoPE layer: positions of shape (3, n) (M-RoPE) do not apply", o.layer);
@@ -1071,6 +1134,11 @@ void add_attend_io_flags(CLI::App* sub, attend_opts& o) {
 // RoPE: the switch, a config file (--hf-config, --gguf) or its parameters one by one.
 void add_attend_rope_flags(CLI::App* sub, attend_opts& o) {
   sub->add_flag("--rope", o.rope, "Rotate q and k at their positions (RoPE)");
+  sub->add_option("--axial-rope", o.axial_rope,
+                  "Axial RoPE over (3, n) ids in --q-positions / --k-positions: 2d (Pixtral; "
+                  "--theta, --rope-layout) or nd (FLUX; --axes-dim, --theta)");
+  sub->add_option("--axes-dim", o.axes_dim,
+                  "--axial-rope nd: channels per axis A,B[,C] (even, summing to D)");
   sub->add_option("--hf-config", o.hf_config, "RoPE from a Hugging Face config.json");
   sub->add_option("--gguf", o.gguf, "RoPE from a GGUF file's metadata (llama.cpp)");
   sub->add_option("--rope-layout,--layout", o.layout, "RoPE pair layout: half or interleaved");
