@@ -139,6 +139,11 @@ void add_row_f32(float* row, const float* src, int64_t n);
 // vectors; the bits of the scalar loop.
 void add_diff_row_f32(float* row, double c, const double* src, int64_t n);
 
+// FIRE's per-key MLP (hook_fire.cpp) in the dispatched target's double vectors: acc[j] = b2 +
+// sum_u w2[u] max(0, w1[u] (psi[j] / pm) + b1[u]), u in order, for 0 <= j < n; w is one head's
+// parameters [w1 (m) | b1 (m) | w2 (m) | b2]. The bits of the scalar loop (no fused multiply-add).
+void fire_mlp_f64(const double* psi, int64_t n, double pm, const double* w, int64_t m, double* acc);
+
 // The same for either precision: float rows through add_row_f32, double rows by the loop.
 template <typename Real>
 inline void add_slice(Real* row, const Real* src, int64_t n) {

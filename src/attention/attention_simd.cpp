@@ -1406,6 +1406,33 @@ void AddRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT src, int64_t n) {
   for (; j < n; ++j) row[j] += src[j];
 }
 
+// FIRE's MLP over n keys: x[j] = psi[j] / pm, acc[j] = b2 + sum_u w2[u] max(0, w1[u] x[j] +
+// b1[u]) for u = 0 .. m-1 in order, each operation rounded as the scalar loop rounds it (no fused
+// multiply-add; Max(t, 0) gives +0 for t = -0 as std::max(0.0, t) does): the bits of FIRE's
+// value() at every key.
+void FireMlp(const double* HWY_RESTRICT psi, int64_t n, double pm, const double* HWY_RESTRICT w,
+             int64_t m, double* HWY_RESTRICT acc) {
+  const hn::ScalableTag<double> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vpm = hn::Set(d, pm), zero = hn::Zero(d), b2 = hn::Set(d, w[3 * m]);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto x = hn::Div(hn::LoadU(d, psi + j), vpm);
+    auto a = b2;
+    for (int64_t u = 0; u < m; ++u) {
+      const auto t = hn::Max(hn::Add(hn::Mul(hn::Set(d, w[u]), x), hn::Set(d, w[m + u])), zero);
+      a = hn::Add(a, hn::Mul(hn::Set(d, w[2 * m + u]), t));
+    }
+    hn::StoreU(a, d, acc + j);
+  }
+  for (; j < n; ++j) {
+    const double x = psi[j] / pm;
+    double a = w[3 * m];
+    for (int64_t u = 0; u < m; ++u) a += w[2 * m + u] * std::max(0.0, w[u] * x + w[m + u]);
+    acc[j] = a;
+  }
+}
+
 // row[j] += float(c - src[j]): the difference in double, rounded once to float (DemoteTo rounds
 // to nearest even, as the cast does), then added: the scalar loop's bits.
 void AddDiffRow(float* HWY_RESTRICT row, double c, const double* HWY_RESTRICT src, int64_t n) {
@@ -1433,6 +1460,7 @@ HWY_EXPORT(TargetIsAvx3);
 HWY_EXPORT(WidenRows);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(AddDiffRow);
+HWY_EXPORT(FireMlp);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
@@ -1822,6 +1850,11 @@ void add_row_f32(float* row, const float* src, int64_t n) {
 
 void add_diff_row_f32(float* row, double c, const double* src, int64_t n) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(AddDiffRow)(row, c, src, n);
+}
+
+void fire_mlp_f64(const double* psi, int64_t n, double pm, const double* w, int64_t m,
+                  double* acc) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(FireMlp)(psi, n, pm, w, m, acc);
 }
 
 }  // namespace posenc::detail

@@ -58,26 +58,21 @@ class fire_bias_term final : public score_bias<Real> {
     const double M = L > double(qp) ? L : double(qp);
     const double pm = std::max(std::log1p(c * M), 1e-300);
     constexpr int64_t kB = 64;
-    double x[kB], acc[kB];
+    double p[kB], acc[kB];
     for (int64_t j0 = 0; j0 < n; j0 += kB) {
       const int64_t nb = std::min(kB, n - j0);
-      // d = 0: psi = 0, x = 0 as in input(); past the table (a pad key, masked anyway): input().
+      // d = 0: psi = 0, x = 0 as in input(); past the table (a pad key, masked anyway): input(),
+      // whose x = p / pm with p = x pm would not round back, so those blocks run the scalar MLP.
       const int64_t r0 = kpos[j0] - qp;  // consecutive keys: offsets r0, r0 + 1, ...
       if (contiguous && std::llabs(r0) <= dmax_ && std::llabs(r0 + nb - 1) <= dmax_) {
-        // Keys behind the query (d = -r decreasing), then at or ahead of it (d = r): no branch.
+        // Keys behind the query (d = -r decreasing), then at or ahead of it (d = r): no branch;
+        // x = psi / pm and the MLP in vectors (fire_mlp_f64: value()'s operations and bits).
         const int64_t behind = std::clamp<int64_t>(-r0, 0, nb);
-        for (int64_t j = 0; j < behind; ++j) x[j] = psi[-r0 - j] / pm;
-        for (int64_t j = behind; j < nb; ++j) x[j] = psi[r0 + j] / pm;
+        for (int64_t j = 0; j < behind; ++j) p[j] = psi[-r0 - j];
+        for (int64_t j = behind; j < nb; ++j) p[j] = psi[r0 + j];
+        fire_mlp_f64(p, nb, pm, w, m_, acc);
       } else {
-        for (int64_t j = 0; j < nb; ++j) {
-          const int64_t d = std::llabs(qp - kpos[j0 + j]);
-          x[j] = d <= dmax_ ? psi[d] / pm : input(w, qp, kpos[j0 + j]).x;
-        }
-      }
-      for (int64_t j = 0; j < nb; ++j) acc[j] = w[3 * m_];
-      for (int64_t u = 0; u < m_; ++u) {
-        const double w1 = w[u], b1 = w[m_ + u], w2 = w[2 * m_ + u];
-        for (int64_t j = 0; j < nb; ++j) acc[j] += w2 * std::max(0.0, w1 * x[j] + b1);
+        for (int64_t j = 0; j < nb; ++j) acc[j] = value(h, qp, kpos[j0 + j]);
       }
       for (int64_t j = 0; j < nb; ++j) row[j0 + j] += static_cast<Real>(acc[j]);
     }
