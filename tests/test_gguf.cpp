@@ -369,6 +369,42 @@ TEST(GgufErrors, EachNamesOffsetAndField) {
 // llama.cpp's loader refuses a file whose tensor data ends before the extents its tensor infos
 // declare (offset + ggml_nbytes by type and dims, from the aligned data section); so does posenc,
 // for a file on disk and an image, naming the tensor, its extent and the file size.
+// A key or a tensor name given twice is refused, as llama.cpp's loader refuses it: the second
+// is named at its offset, with the first. Names with control bytes are escaped in every message.
+TEST(GgufErrors, DuplicateKeysAndTensorNamesAreRefused) {
+  {
+    gguf_writer w;
+    w.add_string("general.architecture", "gptneox");
+    w.add_u32("gptneox.rope.dimension_count", 32);
+    w.add_u32("gptneox.rope.dimension_count", 0x5a5a5a5a);
+    const size_t kv2 = 24 + (8 + 20 + 4 + 8 + 7) + (8 + 28 + 4 + 4);
+    const auto m = parse_error(w.bytes());
+    for (const std::string& part :
+         {fmt::format("offset {}", kv2), std::string("kv[2] (gptneox.rope.dimension_count)"),
+          std::string("duplicate key: kv[1] at offset 71 has it already"),
+          std::string("llama.cpp refuses a file with a duplicate key")})
+      EXPECT_NE(m.find(part), std::string::npos) << m;
+  }
+  {
+    gguf_writer w;
+    w.add_string("general.architecture", "llama");
+    w.add_tensor_f32("rope_freqs.weight", {2}, {1, 2});
+    w.add_tensor_f32("rope_freqs.weight", {2}, {3, 4});
+    const auto m = parse_error(w.bytes());
+    EXPECT_NE(m.find("tensor[1] (rope_freqs.weight): duplicate tensor name: tensor[0]"),
+              std::string::npos)
+        << m;
+  }
+  {  // a key of control bytes, twice: escaped, one printable line
+    gguf_writer w;
+    w.add_u32(std::string("a\x01\n\x00", 4), 1);
+    w.add_u32(std::string("a\x01\n\x00", 4), 2);
+    const auto m = parse_error(w.bytes());
+    EXPECT_NE(m.find("kv[1] (a\\x01\\x0a\\x00)"), std::string::npos) << m;
+    for (const char ch : m) EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << m;
+  }
+}
+
 TEST(GgufErrors, FileCutInsideTheTensorDataIsRefused) {
   gguf_writer w = base_writer("llama", 4096, 32, 64, 500000.0f, 8192);
   std::vector<float> d(32, 1.0f);
@@ -438,6 +474,26 @@ TEST(GgufErrors, FileCutInsideTheTensorDataIsRefused) {
   }
   EXPECT_EQ(gguf_tensor_bytes(30, {7, 3}, "bf16"), 42u);
   EXPECT_EQ(gguf_tensor_bytes(39, {64}, "mxfp4"), 34u);
+}
+
+// An architecture name of NUL bytes, or of 4096 bytes, names no architecture of llama.cpp: one
+// printable message, quoted and cut, instead of a message that stops at the first NUL.
+TEST(GgufErrors, ArchitectureNamesThatAreNoNamesAreQuotedAndRefused) {
+  for (const std::string& arch : {std::string(4, '\0'), std::string(4096, 'x'), std::string("")}) {
+    gguf_writer w;
+    w.add_string("general.architecture", arch);
+    const auto b = w.bytes();
+    try {
+      gguf_rope_config(gguf_parse(b, "t.gguf"), b, nullptr);
+      ADD_FAILURE() << "expected io_error";
+    } catch (const io_error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("general.architecture = '"), std::string::npos) << m;
+      EXPECT_NE(m.find("is not an architecture name"), std::string::npos) << m;
+      EXPECT_LT(m.size(), 300u) << m;
+      for (const char ch : m) EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << m;
+    }
+  }
 }
 
 TEST(GgufErrors, RopeKeysOfTheWrongShape) {

@@ -21,4 +21,25 @@ unsigned long long checked_bytes(const char* what, unsigned long long a, unsigne
   return n;
 }
 
+std::string printable_bytes(std::string_view s, size_t max_bytes) {
+  std::string out;
+  const size_t n = s.size() < max_bytes ? s.size() : max_bytes;
+  for (size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b >= 0x20 && b < 0x7f && b != '\\' && b != '\'')
+      out += static_cast<char>(b);
+    else
+      out += fmt::format("\\x{:02x}", b);
+  }
+  if (s.size() > n) out += fmt::format(" ... ({} more bytes)", s.size() - n);
+  return out;
+}
+
+std::string quote_bytes(std::string_view s, size_t max_bytes) {
+  const size_t n = s.size() < max_bytes ? s.size() : max_bytes;
+  std::string out = "'" + printable_bytes(s.substr(0, n), max_bytes) + "'";
+  if (s.size() > n) out += fmt::format(" ... ({} more bytes)", s.size() - n);
+  return out;
+}
+
 }  // namespace posenc

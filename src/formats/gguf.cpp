@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <string_view>
+#include <unordered_map>
 
 #include "posenc/core/error.hpp"
 
@@ -282,7 +284,7 @@ void skip_array(cursor& c, gguf_type et, uint64_t count, const std::string& fiel
 void read_kv(cursor& c, gguf_kv& kv, uint64_t index) {
   kv.offset = c.pos();
   kv.key = c.str(fmt::format("kv[{}] key", index));
-  const std::string field = fmt::format("kv[{}] ({})", index, kv.key);
+  const std::string field = fmt::format("kv[{}] ({})", index, printable_bytes(kv.key));
   kv.type = read_type(c, field + " type");
   if (kv.type == gguf_type::string) {
     kv.text = c.str(field + " value");
@@ -371,7 +373,7 @@ void gguf_read_alignment(cursor& c, gguf_file& f) {
 void gguf_read_tensor_info(cursor& c, gguf_tensor_info& t, uint64_t i, uint64_t alignment) {
   t.info_offset = c.pos();
   t.name = c.str(fmt::format("tensor[{}] name", i));
-  const std::string field = fmt::format("tensor[{}] ({})", i, t.name);
+  const std::string field = fmt::format("tensor[{}] ({})", i, printable_bytes(t.name));
   const uint64_t at = c.pos();
   const auto n_dims = c.le<uint32_t>(field + " n_dims");
   if (n_dims < 1 || n_dims > 4) {
@@ -428,6 +430,24 @@ void gguf_check_tensor_extents(const gguf_file& f, const std::string& name) {
   }
 }
 
+// Throws naming the second of two entries with the same name (a key, a tensor name), at its
+// offset, and the first.
+template <typename Name, typename Offset>
+void refuse_duplicates(cursor& c, size_t n, const Name& name, const Offset& offset,
+                       const char* what, const char* noun) {
+  std::unordered_map<std::string_view, size_t> seen;
+  seen.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto [it, fresh] = seen.emplace(name(i), i);
+    if (fresh) continue;
+    c.seek(offset(i));
+    c.error(fmt::format("{}[{}] ({})", what, i, printable_bytes(name(i))),
+            fmt::format("duplicate {}: {}[{}] at offset {} has it already; llama.cpp refuses a "
+                        "file with a duplicate {}",
+                        noun, what, it->second, offset(it->second), noun));
+  }
+}
+
 gguf_file parse(byte_source& src, const std::string& name) {
   gguf_file f;
   f.path = name;
@@ -452,11 +472,20 @@ gguf_file parse(byte_source& src, const std::string& name) {
   }
   f.kvs.resize(n_kv);
   for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, f.kvs[i], i);
+  // A key given twice is an error, as llama.cpp's loader makes it (gguf_init_from_file: a
+  // duplicate key fails the read): a reader that took the first or the last would give the same
+  // file two meanings.
+  refuse_duplicates(
+      c, f.kvs.size(), [&](size_t i) -> const std::string& { return f.kvs[i].key; },
+      [&](size_t i) { return f.kvs[i].offset; }, "kv", "key");
 
   gguf_read_alignment(c, f);
 
   f.tensors.resize(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) gguf_read_tensor_info(c, f.tensors[i], i, f.alignment);
+  refuse_duplicates(
+      c, f.tensors.size(), [&](size_t i) -> const std::string& { return f.tensors[i].name; },
+      [&](size_t i) { return f.tensors[i].info_offset; }, "tensor", "tensor name");
   f.data_offset = (c.pos() + f.alignment - 1) / f.alignment * f.alignment;
   gguf_check_tensor_extents(f, name);
   return f;

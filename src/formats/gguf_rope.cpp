@@ -3,6 +3,7 @@
 // "GGUF").
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -412,6 +413,19 @@ class converter {
       : f_(f), read_(read), warnings_(warnings) {
     const auto arch = f.get_string("general.architecture");
     if (!arch) fail_io("{}: general.architecture is missing (every GGUF model names it)", f.path);
+    // Every key of the model is named after it: one that is empty, longer than 64 bytes or holds
+    // bytes outside printable ASCII names no architecture of llama.cpp (which refuses it as
+    // unknown), and would make every later message unreadable.
+    const bool printable =
+        !arch->empty() && arch->size() <= 64 &&
+        std::all_of(arch->begin(), arch->end(), [](char ch) {
+          return static_cast<unsigned char>(ch) >= 0x21 && static_cast<unsigned char>(ch) < 0x7f;
+        });
+    if (!printable)
+      fail_io(
+          "{}: offset {}: general.architecture = {} is not an architecture name: llama.cpp's are "
+          "1 to 64 printable ASCII bytes without spaces (llama, qwen2, gptneox, ...)",
+          f.path, f.find("general.architecture")->offset, quote_bytes(*arch));
     r_.arch = *arch;
     k_ = r_.arch + ".";
   }

@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -36,6 +37,14 @@ template <typename... Args>
 [[noreturn]] void fail_io(fmt::format_string<Args...> f, Args&&... args) {
   throw io_error(fmt::format(f, std::forward<Args>(args)...));
 }
+
+// A string from a file (a GGUF key, an architecture name, an .npy header) as a message may quote
+// it: in single quotes, every byte outside printable ASCII (and the backslash and the quote) as
+// \xNN, and past max_bytes of input cut with " ... (N more bytes)": a message stays one
+// printable line of bounded length whatever the file holds.
+std::string quote_bytes(std::string_view s, size_t max_bytes = 64);
+// The same without the quotes (a name inside a field label: kv[3] (general.name)).
+std::string printable_bytes(std::string_view s, size_t max_bytes = 64);
 
 // Memory cap for any single table or tensor the library allocates on a caller's behalf
 // (default 8 GiB). Requests above it are rejected with invalid_argument before allocating.
