@@ -112,6 +112,48 @@ TEST(Npy, MalformedFilesAreClearErrors) {
   EXPECT_THROW(read_npy(d.file("missing.npy")), io_error);
 }
 
+// numpy.lib.format's header, and nothing else: each file below is refused with the reason, where
+// an earlier, regex-based reader took a first match and went on. Replacements are padded with
+// spaces to the replaced length, so that the header length field stays right.
+TEST(Npy, HeadersNumPyRefusesAreRefused) {
+  const auto bytes = serialize_npy(make_npy<float>({4, 2}));
+  const std::string h(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  auto with = [&](const std::string& from, std::string to) {
+    std::string s = h;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    to.resize(from.size(), ' ');
+    s.replace(at, from.size(), to);
+    std::vector<std::byte> b(s.size());
+    std::memcpy(b.data(), s.data(), s.size());
+    return b;
+  };
+  auto refused = [&](const std::vector<std::byte>& b, const std::string& needle) {
+    try {
+      parse_npy(b, "x.npy");
+      ADD_FAILURE() << "accepted, expected " << needle;
+    } catch (const io_error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+      for (const char ch : m) EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << m;
+    }
+  };
+  EXPECT_EQ(parse_npy(bytes, "x.npy").shape, (std::vector<int64_t>{4, 2}));
+  refused(with("), }", "), "), "a key as a quoted string, found the end");  // no closing brace
+  refused(with("'fortran_order': False", "'descr': '<f8',"), "key 'descr' given twice");
+  auto v11 = bytes;
+  v11[7] = std::byte{1};
+  refused(v11, "unsupported format version 1.1");
+  refused(with("'fortran_order'", std::string("'fortran") + '\0' + "order'"),
+          "a key of printable characters, found '\\x00order\\x27");
+  refused(with("'fortran_order': False", "'fortran_order': 0"), "True or False");
+  refused(with("'descr'", "'dtype'"), "unknown key 'dtype'");
+  refused(with("(4, 2)", "[4, 2]"), "the value of 'shape' as a tuple");
+  refused(with("(4, 2)", "(8)"), "a one-entry shape written (n,)");
+  refused(with("(4, 2)", "(4 2)"), "',' between the entries of 'shape'");
+  refused(with("'descr': '<f4', ", "'shape': (8,), "), "key 'shape' given twice");
+}
+
 TEST(Errors, CheckedBytes) {
   EXPECT_EQ(checked_bytes("t", 10, 10, 1, 8), 800u);
   EXPECT_THROW(checked_bytes("t", 1ull << 40, 1ull << 40, 1, 8), invalid_argument);

@@ -1,8 +1,9 @@
 #include "posenc/core/npy.hpp"
 
 #include <cstring>
+#include <functional>
 #include <limits>
-#include <regex>
+#include <stdexcept>
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
@@ -192,59 +193,174 @@ std::vector<int64_t> npy_array::to_i64() const {
   return out;
 }
 
+namespace {
+
+// The header dict as numpy.lib.format writes and reads it: a Python dict literal with exactly the
+// keys 'descr' (a string), 'fortran_order' (True or False) and 'shape' (a tuple of non-negative
+// integers; versions 1.0 and 2.0 may suffix an integer with L, as Python 2 wrote them), each
+// once, in any order, a trailing comma allowed; whitespace around every token; nothing but
+// whitespace after the closing brace (numpy pads with spaces and ends with a newline). Anything
+// else, a NUL byte included, is refused: numpy's literal evaluation would refuse it too, and a
+// file posenc reads must mean to posenc what it means to NumPy.
+struct npy_header {
+  std::string descr;
+  bool fortran = false;
+  std::vector<int64_t> shape;
+};
+
+class header_parser {
+ public:
+  header_parser(const std::string& h, int major, const std::function<void(const std::string&)>& bad)
+      : h_(h), major_(major), bad_(bad) {}
+
+  npy_header parse() {
+    npy_header out;
+    bool seen[3] = {false, false, false};
+    ws();
+    expect('{', "the header must be a dict literal starting with '{'");
+    ws();
+    while (!at('}')) {
+      const std::string key = string_literal("a key");
+      ws();
+      expect(':', "':' after key " + quote_bytes(key));
+      ws();
+      int k = key == "descr" ? 0 : key == "fortran_order" ? 1 : key == "shape" ? 2 : -1;
+      if (k < 0)
+        fail_here("unknown key " + quote_bytes(key) +
+                  "; the header has exactly 'descr', 'fortran_order' and 'shape'");
+      if (seen[k]) fail_here("key " + quote_bytes(key) + " given twice");
+      seen[k] = true;
+      if (k == 0) out.descr = string_literal("the value of 'descr'");
+      if (k == 1) out.fortran = boolean();
+      if (k == 2) out.shape = tuple();
+      ws();
+      if (at(',')) {
+        ++i_;
+        ws();
+      } else if (!at('}')) {
+        fail_here("',' or '}' after the value of " + quote_bytes(key));
+      }
+    }
+    ++i_;  // '}'
+    ws();
+    if (i_ != h_.size()) fail_here("only whitespace may follow the dict's closing '}'");
+    for (int k = 0; k < 3; ++k)
+      if (!seen[k])
+        bad_(fmt::format("header has no '{}' (it needs 'descr', 'fortran_order' and 'shape')",
+                         k == 0   ? "descr"
+                         : k == 1 ? "fortran_order"
+                                  : "shape"));
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail_here(const std::string& what) {
+    bad_(fmt::format("header byte {}: {}, found {}", i_, what,
+                     i_ < h_.size() ? quote_bytes(h_.substr(i_, 16)) : std::string("the end")));
+    throw std::logic_error("unreachable");  // bad_ throws
+  }
+  bool at(char ch) const { return i_ < h_.size() && h_[i_] == ch; }
+  void ws() {
+    while (i_ < h_.size() && (h_[i_] == ' ' || h_[i_] == '\t' || h_[i_] == '\n' || h_[i_] == '\r'))
+      ++i_;
+  }
+  void expect(char ch, const std::string& what) {
+    if (!at(ch)) fail_here(what);
+    ++i_;
+  }
+  std::string string_literal(const std::string& what) {
+    if (!at('\'') && !at('"')) fail_here(what + " as a quoted string");
+    const char q = h_[i_++];
+    std::string out;
+    while (i_ < h_.size() && h_[i_] != q) {
+      const auto c = static_cast<unsigned char>(h_[i_]);
+      if (c < 0x20 || c >= 0x7f || c == '\\') fail_here(what + " of printable characters");
+      out += h_[i_++];
+    }
+    if (i_ == h_.size()) fail_here(what + ": a closing quote");
+    ++i_;
+    return out;
+  }
+  bool boolean() {
+    for (const char* word : {"True", "False"})
+      if (h_.compare(i_, std::strlen(word), word) == 0) {
+        i_ += std::strlen(word);
+        return word[0] == 'T';
+      }
+    fail_here("the value of 'fortran_order' as True or False");
+  }
+  std::vector<int64_t> tuple() {
+    expect('(', "the value of 'shape' as a tuple");
+    std::vector<int64_t> out;
+    ws();
+    bool comma = true;
+    while (!at(')')) {
+      if (!comma) fail_here("',' between the entries of 'shape'");
+      size_t j = i_;
+      while (j < h_.size() && h_[j] >= '0' && h_[j] <= '9') ++j;
+      if (j == i_) fail_here("a non-negative integer in 'shape'");
+      if (j - i_ > 12) fail_here("a shape entry below 10^12");
+      out.push_back(std::stoll(h_.substr(i_, j - i_)));
+      i_ = j;
+      if (major_ < 3 && at('L')) ++i_;  // Python 2's long suffix, as numpy filters it
+      ws();
+      comma = at(',');
+      if (comma) {
+        ++i_;
+        ws();
+      }
+    }
+    if (out.size() == 1 && !comma) fail_here("a one-entry shape written (n,) as Python does");
+    ++i_;  // ')'
+    return out;
+  }
+
+  const std::string& h_;
+  size_t i_ = 0;
+  int major_;
+  const std::function<void(const std::string&)>& bad_;
+};
+
+}  // namespace
+
 npy_array parse_npy(const std::vector<std::byte>& bytes, const std::string& name) {
-  auto bad = [&](const std::string& why) { fail_io("{} is not a valid .npy file: {}", name, why); };
+  const std::function<void(const std::string&)> bad = [&](const std::string& why) {
+    fail_io("{} is not a valid .npy file: {}", name, why);
+  };
   const unsigned char* b = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0)
     bad("wrong magic (expected \\x93NUMPY)");
-  int major = b[6];
-  size_t header_len, offset;
+  const int major = b[6], minor = b[7];
+  size_t header_len = 0, offset = 0;
+  if (minor != 0 || major < 1 || major > 3)
+    bad(fmt::format("unsupported format version {}.{} (numpy.lib.format has 1.0, 2.0 and 3.0)",
+                    major, minor));
   if (major == 1) {
     header_len = b[8] | (b[9] << 8);
     offset = 10;
-  } else if (major == 2 || major == 3) {
+  } else {
     if (bytes.size() < 12) bad("truncated header");
     header_len = size_t(b[8]) | (size_t(b[9]) << 8) | (size_t(b[10]) << 16) | (size_t(b[11]) << 24);
     offset = 12;
-  } else {
-    bad(fmt::format("unsupported format version {}.{}", major, int(b[7])));
   }
   if (bytes.size() < offset + header_len) bad("truncated header");
-  std::string header(reinterpret_cast<const char*>(b + offset), header_len);
-  std::smatch m;
-  static const std::regex descr_re(R"('descr'\s*:\s*'([^']*)')");
-  static const std::regex fortran_re(R"('fortran_order'\s*:\s*(True|False))");
-  static const std::regex shape_re(R"('shape'\s*:\s*\(([^)]*)\))");
-  if (!std::regex_search(header, m, descr_re)) bad("header has no 'descr'");
-  std::string descr = m[1];
-  if (!std::regex_search(header, m, fortran_re)) bad("header has no 'fortran_order'");
-  if (m[1] == "True") bad("Fortran order is not supported; save with np.ascontiguousarray");
-  if (!std::regex_search(header, m, shape_re)) bad("header has no 'shape'");
-  std::string shape_s = m[1];
+  const std::string header(reinterpret_cast<const char*>(b + offset), header_len);
+  const npy_header hd = header_parser(header, major, bad).parse();
+  if (hd.fortran) bad("Fortran order is not supported; save with np.ascontiguousarray");
   npy_array a;
   bool found = false;
   for (const auto& i : kTypes) {
-    if (descr == i.descr ||
-        (i.size == 1 && descr.size() == 3 && descr.substr(1) == std::string(i.descr).substr(1))) {
+    if (hd.descr == i.descr || (i.size == 1 && hd.descr.size() == 3 &&
+                                hd.descr.substr(1) == std::string(i.descr).substr(1))) {
       a.type = i.t;
       found = true;
     }
   }
   if (!found)
-    bad(fmt::format("unsupported dtype '{}' (supported: <f4, <f8, <f2, <i8, <i4, <u2, |u1, |b1)",
-                    descr));
-  static const std::regex dim_re(R"(\s*(\d+)\s*)");
-  size_t pos = 0;
+    bad(fmt::format("unsupported dtype {} (supported: <f4, <f8, <f2, <i8, <i4, <u2, |u1, |b1)",
+                    quote_bytes(hd.descr)));
   uint64_t count = 1;
-  while (pos < shape_s.size()) {
-    size_t comma = shape_s.find(',', pos);
-    std::string tok =
-        shape_s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? shape_s.size() : comma + 1;
-    if (tok.find_first_not_of(" \t") == std::string::npos) continue;
-    if (!std::regex_match(tok, m, dim_re)) bad(fmt::format("bad shape entry '{}'", tok));
-    if (m[1].length() > 12) bad("shape entry too large");
-    int64_t d = std::stoll(m[1]);
+  for (const int64_t d : hd.shape) {
     if (d != 0 && count > (1ull << 40) / static_cast<uint64_t>(d)) bad("shape too large");
     count *= static_cast<uint64_t>(d);
     a.shape.push_back(d);
