@@ -218,6 +218,8 @@ TEST(CliAttend, BadInputsExit2WithoutOutput) {
   write_npy(in.dir.file("pf.npy"), pf);
   auto k3 = make_npy<float>({S, 3, D});
   write_npy(in.dir.file("k3.npy"), k3);
+  auto z = make_npy<float>({5, 0, 8});  // no heads: an empty model, not a shape
+  write_npy(in.dir.file("z.npy"), z);
   struct bad {
     std::vector<std::string> extra;
     std::string msg;
@@ -226,6 +228,8 @@ TEST(CliAttend, BadInputsExit2WithoutOutput) {
       {{"--q", in.dir.file("bad.npy")}, "bad.npy"},
       {{"--v", in.dir.file("v2.npy")}, "--v must have the shape of --k"},
       {{"--k", in.dir.file("k3.npy"), "--v", in.dir.file("k3.npy")}, "multiple of --k heads"},
+      {{"--q", in.dir.file("z.npy"), "--k", in.dir.file("z.npy"), "--v", in.dir.file("z.npy")},
+       "--q has shape (5, 0, 8): its heads Hq and head dim D must be >= 1 (T may be 0)"},
       {{"--t5-table", in.dir.file("t5.npy")}, "--t5-table must have shape (num_buckets, Hq)"},
       {{"--key-padding", in.dir.file("m.npy")}, "--key-padding must hold 0 (pad) or 1"},
       {{"--q-positions", in.dir.file("pf.npy")}, "--q-positions must be int64"},

@@ -603,7 +603,34 @@ def attention(
     opts["named"] = _named_opts(named, "attention")
     opts["products"] = products
     opts["sinks"] = sinks
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _warn_nonfinite(name, x)
     return _posenc._attention_forward(q, k, v, opts, bool(return_lse))
+
+
+def _warn_nonfinite(name, x):
+    """A RuntimeWarning when float32 / float64 / float16 x holds NaN or infinite values, or values
+    whose square overflows its dtype (|x| > 2^64 in float32 and float16, which compute in float32;
+    2^512 in float64): attention over them means nothing, though it is still computed (engines
+    propagate NaN). Other inputs (bfloat16 bits, a KV cache) are not looked at."""
+    import warnings
+
+    a = np.asarray(x) if not hasattr(x, "dtype") else x
+    if not isinstance(a, np.ndarray) or a.dtype not in (np.float16, np.float32, np.float64):
+        return
+    bad = ~np.isfinite(a)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        warnings.warn(f"{name} holds {int(bad.sum())} NaN or infinite value(s) (the first at "
+                      f"{first}): the output of attention over them means nothing",
+                      RuntimeWarning, stacklevel=3)
+    big = 2.0 ** 512 if a.dtype == np.float64 else 2.0 ** 64
+    huge = np.isfinite(a) & (np.abs(a.astype(np.float64)) > big)
+    if huge.any():
+        first = tuple(int(i) for i in np.argwhere(huge)[0])
+        warnings.warn(f"{name} holds {int(huge.sum())} value(s) beyond {big:.3g} in magnitude (the "
+                      f"first at {first}): the product of two overflows, so scores are infinite",
+                      RuntimeWarning, stacklevel=3)
 
 
 _with_named_keywords(attention, (

@@ -1,5 +1,7 @@
 """Bad input: each wrong call raises the right exception, naming the argument and the value."""
 
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -148,3 +150,24 @@ def test_no_output_from_garbage():
     with pytest.raises(ValueError):
         posenc.apply_rope(x, np.array([0, -5]), cfg=CFG, inplace=True)
     assert np.all(x == 1)
+
+
+def test_nonfinite_and_overflowing_inputs_are_warned_about_and_still_computed(cli, tmp_path):
+    q = np.ones((4, 2, 8), np.float32)
+    q[2, 1, 3] = np.nan
+    with pytest.warns(RuntimeWarning, match=r"q holds 1 NaN or infinite value\(s\) \(the first at "
+                      r"\(2, 1, 3\)\)"):
+        out = posenc.attention(q, q, q)
+    assert np.isnan(out).any()  # computed all the same: the engine propagates NaN
+    q[2, 1, 3] = 1e30
+    with pytest.warns(RuntimeWarning, match=r"beyond 1.84e\+19 in magnitude"):
+        posenc.attention(q, np.ones_like(q), np.ones_like(q))
+    np.save(tmp_path / "q.npy", q)
+    np.save(tmp_path / "k.npy", np.ones_like(q))
+    r = subprocess.run([str(cli), "attend", "--q", str(tmp_path / "q.npy"), "--k",
+                        str(tmp_path / "k.npy"), "--v", str(tmp_path / "k.npy"), "--out",
+                        str(tmp_path / "o.npy")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert ("posenc: warning: --q holds 1 value beyond 2^64 in magnitude (the first at (2, 1, 3))"
+            in r.stderr)
+    assert (tmp_path / "o.npy").exists()

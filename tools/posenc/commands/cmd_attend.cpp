@@ -1035,6 +1035,58 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
     print_text(o, s, kv, files, masked_rows);
 }
 
+// Non-finite inputs, and values whose square overflows the dtype the call computes in (|x| >
+// 2^64 for float32, 2^512 for float64: a score of two of them is infinite), make an oracle's
+// output meaningless: said on stderr with the count and the first index; the result is still
+// computed and written (engines do propagate NaN).
+void note_nonfinite(const npy_array& a, const std::string& arg, bool bf16_bits, bool f64_call) {
+  const double big = f64_call ? 0x1p512 : 0x1p64;
+  int64_t bad = 0, huge = 0, first_bad = -1, first_huge = -1;
+  auto see = [&](int64_t i, double x) {
+    if (!std::isfinite(x)) {
+      if (bad++ == 0) first_bad = i;
+    } else if (std::abs(x) > big) {
+      if (huge++ == 0) first_huge = i;
+    }
+  };
+  const int64_t n = a.numel();
+  if (a.type == dtype::f32) {
+    const float* x = a.as<float>();
+    for (int64_t i = 0; i < n; ++i) see(i, x[i]);
+  } else if (a.type == dtype::f64) {
+    const double* x = a.as<double>();
+    for (int64_t i = 0; i < n; ++i) see(i, x[i]);
+  } else if (a.type == dtype::f16 || a.type == dtype::u16) {
+    const uint16_t* x = a.bits16();
+    for (int64_t i = 0; i < n; ++i)
+      see(i, bf16_bits ? double(bf16_to_float(x[i])) : double(f16_to_float(x[i])));
+  } else {
+    return;
+  }
+  auto where = [&](int64_t i) {
+    std::vector<int64_t> idx(a.shape.size());
+    for (size_t d = a.shape.size(); d-- > 0;) {
+      idx[d] = a.shape[d] > 0 ? i % a.shape[d] : 0;
+      i = a.shape[d] > 0 ? i / a.shape[d] : 0;
+    }
+    return fmt::format("({})", fmt::join(idx, ", "));
+  };
+  if (bad > 0)
+    std::fprintf(stderr,
+                 "posenc: warning: %s holds %lld NaN or infinite value%s (the first at %s): the "
+                 "output of attention over them means nothing; it is written all the same\n",
+                 arg.c_str(), static_cast<long long>(bad), bad == 1 ? "" : "s",
+                 where(first_bad).c_str());
+  if (huge > 0)
+    std::fprintf(stderr,
+                 "posenc: warning: %s holds %lld value%s beyond %s in magnitude (the first at "
+                 "%s): the product of two overflows %s, so scores are infinite; the output is "
+                 "written all the same\n",
+                 arg.c_str(), static_cast<long long>(huge), huge == 1 ? "" : "s",
+                 f64_call ? "2^512" : "2^64", where(first_huge).c_str(),
+                 f64_call ? "float64" : "float32");
+}
+
 void run_attend(const attend_opts& o) {
   const auto qa = read_npy(o.q);
   const auto ka = read_npy(o.k);
@@ -1086,6 +1138,12 @@ void run_attend(const attend_opts& o) {
   }
   if (qa.shape.size() != 3) fail("--q must have shape (T, Hq, D), got {}", qa.shape_str());
   if (ka.shape.size() != 3) fail("--k must have shape (S, Hkv, D), got {}", ka.shape_str());
+  // T and S may be 0 (no tokens); a head count or head dim of 0 is an empty model, not a shape.
+  if (qa.shape[1] < 1 || qa.shape[2] < 1)
+    fail("--q has shape {}: its heads Hq and head dim D must be >= 1 (T may be 0)", qa.shape_str());
+  if (ka.shape[1] < 1 || ka.shape[2] < 1)
+    fail("--k has shape {}: its heads Hkv and head dim D must be >= 1 (S may be 0)",
+         ka.shape_str());
   const int64_t D = qa.shape[2];
   if (ka.shape[2] != D)
     fail("--k must have shape (S, Hkv, D) with D = {} as in --q, got {}", D, ka.shape_str());
@@ -1100,6 +1158,10 @@ void run_attend(const attend_opts& o) {
         "float64 end to end): give float32 or 16-bit inputs, or --products f32");
   if (o.products == "bf16" && !o.dout.empty())
     fail("--products bf16 is forward-only; the backward (--dout) runs float32 products");
+  const bool f64_call = qa.type == dtype::f64, bf16 = kv == kv_storage::bf16;
+  note_nonfinite(qa, "--q", bf16, f64_call);
+  note_nonfinite(ka, "--k", bf16, f64_call);
+  note_nonfinite(va, "--v", bf16, f64_call);
   if (qa.type != dtype::f64)
     run_typed<float>(o, qa, ka, va, kv);
   else
