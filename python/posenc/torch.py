@@ -15,7 +15,7 @@ import numpy as np
 import torch as _torch
 
 from . import (_attention_opts, _declared_keywords, _named_opts, _posenc, _research_opts,
-               _with_named_keywords)
+               _warn_nonfinite, _with_named_keywords)
 
 __all__ = [
     "apply_rotary_emb", "apply_rotary_emb_qkv_", "apply_rotary_emb_kv_", "apply_rope",
@@ -454,6 +454,10 @@ def attention(
         _ints(key_padding), _ints(cu_seqlens), window, research=research,
     )
     opts["shaw"] = clip
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if isinstance(t, _torch.Tensor) and t.dtype in (_torch.float16, _torch.float32,
+                                                        _torch.float64):
+            _warn_nonfinite(name, t.detach().numpy())
     named_opts = _named_opts(named, "attention")
     # A named scheme's tensors (Forgetting Attention's gates) are autograd inputs of their own.
     ntensors, nkeys = [], []

@@ -171,3 +171,13 @@ def test_nonfinite_and_overflowing_inputs_are_warned_about_and_still_computed(cl
     assert ("posenc: warning: --q holds 1 value beyond 2^64 in magnitude (the first at (2, 1, 3))"
             in r.stderr)
     assert (tmp_path / "o.npy").exists()
+
+
+def test_torch_attention_warns_of_nonfinite_inputs_too():
+    torch = pytest.importorskip("torch")
+    import posenc.torch as pt
+    q = torch.ones((3, 2, 8))
+    q[1, 0, 4] = float("inf")
+    with pytest.warns(RuntimeWarning, match=r"q holds 1 NaN or infinite value\(s\) \(the first at "
+                      r"\(1, 0, 4\)\)"):
+        pt.attention(q, torch.ones((3, 2, 8)), torch.ones((3, 2, 8)))
