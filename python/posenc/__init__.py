@@ -618,14 +618,15 @@ def _warn_nonfinite(name, x):
     a = np.asarray(x) if not hasattr(x, "dtype") else x
     if not isinstance(a, np.ndarray) or a.dtype not in (np.float16, np.float32, np.float64):
         return
-    bad = ~np.isfinite(a)
+    finite = np.isfinite(a)
+    bad = ~finite
     if bad.any():
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         warnings.warn(f"{name} holds {int(bad.sum())} NaN or infinite value(s) (the first at "
                       f"{first}): the output of attention over them means nothing",
                       RuntimeWarning, stacklevel=3)
     big = 2.0 ** 512 if a.dtype == np.float64 else 2.0 ** 64
-    huge = np.isfinite(a) & (np.abs(a.astype(np.float64)) > big)
+    huge = finite & (np.abs(a) > big)  # in a's dtype: no float64 copy of q, k, v per call
     if huge.any():
         first = tuple(int(i) for i in np.argwhere(huge)[0])
         warnings.warn(f"{name} holds {int(huge.sum())} value(s) beyond {big:.3g} in magnitude (the "

@@ -181,3 +181,41 @@ def test_torch_attention_warns_of_nonfinite_inputs_too():
     with pytest.warns(RuntimeWarning, match=r"q holds 1 NaN or infinite value\(s\) \(the first at "
                       r"\(1, 0, 4\)\)"):
         pt.attention(q, torch.ones((3, 2, 8)), torch.ones((3, 2, 8)))
+
+
+# The owner of the format, run unchanged beside posenc: every malformed .npy header posenc refuses
+# (tests/test_core.cpp, Npy.HeadersNumPyRefusesAreRefused) NumPy's own np.load refuses too, and
+# posenc attend exits 2 on it naming the file.
+@pytest.mark.parametrize("frm,to", [
+    ("), }", "), "),
+    ("'fortran_order': False", "'descr': '<f8',"),
+    ("'fortran_order'", "'fortran\0order'"),
+    ("'fortran_order': False", "'fortran_order': 0"),
+    ("'descr'", "'dtype'"),
+    ("(4, 2)", "[4, 2]"),
+    ("(4, 2)", "(8)"),
+    ("(4, 2)", "(4 2)"),
+    ("'descr': '<f4', ", "'shape': (8,), "),
+    (None, None),  # version 1.1
+])
+def test_npy_headers_numpy_refuses_are_refused(cli, tmp_path, frm, to):
+    import io
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((4, 2), np.float32))
+    b = buf.getvalue()
+    if frm is None:
+        bad = b[:7] + b"\x01" + b[8:]
+    else:
+        h = b.decode("latin1")
+        bad = h.replace(frm, to.ljust(len(frm)), 1).encode("latin1")
+        assert len(bad) == len(b)
+    with pytest.raises(Exception):
+        np.load(io.BytesIO(bad))
+    (tmp_path / "bad.npy").write_bytes(bad)
+    good = tmp_path / "x.npy"
+    np.save(good, np.zeros((4, 2, 8), np.float32))
+    r = subprocess.run([str(cli), "attend", "--q", str(tmp_path / "bad.npy"), "--k", str(good),
+                        "--v", str(good), "--out", str(tmp_path / "o.npy")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "bad.npy is not a valid .npy file" in r.stderr, r.stderr
+    assert not (tmp_path / "o.npy").exists()
