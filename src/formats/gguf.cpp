@@ -472,7 +472,7 @@ gguf_file parse(byte_source& src, const std::string& name) {
   }
   f.kvs.resize(n_kv);
   for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, f.kvs[i], i);
-  // A key given twice is an error, as llama.cpp's loader makes it (ggml/src/gguf.cpp at
+  // A key given twice is an error, as llama.cpp's loader makes it (ggml's gguf reader at
   // 6dafc14e, gguf_init_from_file_impl: "duplicate key" and "duplicate tensor name" fail the
   // read): a reader that took the first or the last would give the same file two meanings.
   refuse_duplicates(
