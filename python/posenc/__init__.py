@@ -343,19 +343,13 @@ def _attention_opts(
     return opts
 
 
-def _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma, xpos_scale_base,
-                   xpos_center, cope, attn_temperature_tuning, floor_scale, attn_scale,
-                   floor_offset=1.0):
+def _research_opts(fire, xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, cope,
+                   attn_temperature_tuning, floor_scale, attn_scale, floor_offset=1.0):
     """The research schemes' and the query temperature's options (docs/research_schemes.md)."""
     for name, val in (("xpos", xpos), ("attn_temperature_tuning", attn_temperature_tuning)):
         if not isinstance(val, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, got {type(val).__name__}")
-    if not isinstance(kerple_kernel, str):
-        raise TypeError(f"kerple_kernel must be \"log\" or \"power\", got "
-                        f"{type(kerple_kernel).__name__}")
     return {
-        "kerple": kerple,
-        "kerple_kernel": kerple_kernel,
         "fire": fire,
         "xpos": bool(xpos),
         "xpos_theta": xpos_theta,
@@ -415,6 +409,8 @@ _NAMED = [d for d in json.loads(_posenc._schemes_json()) if d["named"]]
 def _named_default(p):
     if p["dtype"] == "tensor":
         return None
+    if p["dtype"] == "str":
+        return p["default"]
     return False if p["dtype"] == "bool" else (int(p["default"]) if p["dtype"] == "int"
                                                 else float(p["default"]))
 
@@ -450,6 +446,16 @@ def _named_opts(kwargs, fn):
             if p["dtype"] == "tensor":
                 tensors[p["name"]] = x
                 continue
+            if p["dtype"] == "str":  # a choice: passed on as its index among the choices
+                if not isinstance(x, str):
+                    raise TypeError(f"{p['name']} must be a str, one of "
+                                    f"{', '.join(p['choices'])}, got {type(x).__name__}")
+                if x not in p["choices"]:
+                    raise ValueError(f"{p['name']} must be {' or '.join(p['choices'])}, "
+                                     f"got '{x}'")
+                if x != p["default"]:
+                    given[p["name"]] = float(p["choices"].index(x))
+                continue
             if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
                                                                      np.floating)):
                 kind = "an int" if p["dtype"] == "int" else "a float"
@@ -476,7 +482,8 @@ def _named_doc():
             lines.append(f"    {d['name']}: True for {d['title']} ({d['citation']}), "
                          f"{first['doc']}.")
         for p in d["params"][1:]:
-            lines.append(f"      {p['name']} ({p['dtype']}, default {p['default']}): {p['doc']}.")
+            kind = " or ".join(f'"{c}"' for c in p["choices"]) if "choices" in p else p["dtype"]
+            lines.append(f"      {p['name']} ({kind}, default {p['default']}): {p['doc']}.")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -520,8 +527,6 @@ _ATTENTION_DOC = """
     (posenc.bf16_products_native()), float32 products on the exact values elsewhere. Float32
     or 16-bit inputs, forward only; the error bound is in attention_cases.hpp.
     Research schemes (docs/research_schemes.md), d = |qpos - kpos|:
-    kerple: (2, Hq) rows a1, a2 (Chi et al. 2022); kerple_kernel "log": -r1 log(1 + r2 d),
-      "power": -r1 d^r2, with r1 = softplus(a1), r2 = softplus(a2) (log) or 2 sigmoid(a2).
     fire: (Hq, 3m + 3), per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L] (Li et al. 2023;
       fire_hidden m is checked against the width when given):
       bias = w2 . relu(w1 x + b1) + b2, x = log(c d + 1) / log(c max(L, qpos) + 1),
@@ -572,8 +577,6 @@ def attention(
     return_lse=False,
     kv_dtype=None,
     products="f32",
-    kerple=None,
-    kerple_kernel="log",
     fire=None,
     fire_hidden=None,
     xpos=False,
@@ -592,7 +595,7 @@ def attention(
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
                                      t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
                                      fire, fire_hidden)
-    research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
+    research = _research_opts(fire, xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
@@ -673,8 +676,6 @@ def attention_backward(
     cu_seqlens=None,
     window=None,
     param_grads=True,
-    kerple=None,
-    kerple_kernel="log",
     fire=None,
     fire_hidden=None,
     xpos=False,
@@ -693,7 +694,7 @@ def attention_backward(
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
                                      t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
                                      fire, fire_hidden)
-    research = _research_opts(kerple, kerple_kernel, fire, xpos, xpos_theta, xpos_gamma,
+    research = _research_opts(fire, xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
@@ -710,7 +711,7 @@ _with_named_keywords(attention_backward, (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
-    "    dt5_table, dshaw_keys, dshaw_values, dkerple (2, Hq), dfire (Hq, 3m + 3), dsinks\n"
+    "    dt5_table, dshaw_keys, dshaw_values, dfire (Hq, 3m + 3), dsinks\n"
     "    (Hq,) (with sinks), dcope\n"
     "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
 ))
@@ -746,7 +747,7 @@ class KVCache:
       xPos keys stored transformed; excludes rope.
     start_position: the position of the first token (default 0).
     attend takes posenc.attention's keywords for the other schemes (alibi, t5_table, shaw,
-    kerple, fire, cope, window, scale, attn_temperature_tuning, ...); the q/k transform is the
+    fire, cope, window, scale, attn_temperature_tuning, ...); the q/k transform is the
     cache's (an xPos given to attend must equal the cache's).
 
     shift_mode: how remove / shift / divide move the stored keys (the engines' position edits,
@@ -904,7 +905,7 @@ class KVCache:
         """Attention of q (T, Hq, D) over the cache (the library's attention_forward_cached).
         q_positions default to the positions (M-RoPE: the (3, T) ids) of the last T tokens
         appended; (T,) or, with M-RoPE, (3, T) ids otherwise. Other keywords as
-        posenc.attention (alibi, t5_table, window, kerple, ...), except those that belong to
+        posenc.attention (alibi, t5_table, window, fire, ...), except those that belong to
         the cache: rope and its options, keys_rotated, k_positions, kv_dtype."""
         for name in ("rope", "rope_layout", "rope_angle", "rope_seq_len", "keys_rotated",
                      "k_positions", "kv_dtype"):

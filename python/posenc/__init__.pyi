@@ -60,7 +60,6 @@ _RopeScalingName = Literal[
     "default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"
 ]
 _AlibiConvention = Literal["press", "mpt", "geometric"]
-_KerpleKernel = Literal["log", "power"]
 # M-RoPE position rule (mrope_rule_from_name).
 _MropeRule = Literal["transformers_v5", "v5", "transformers_v4", "v4"]
 _SinLayout = Literal["interleaved", "halves"]
@@ -363,8 +362,6 @@ def attention(
     return_lse: Literal[False] = False,
     kv_dtype: _KVDtype | None = None,
     products: _Products = "f32",
-    kerple: ArrayLike | None = None,
-    kerple_kernel: _KerpleKernel = "log",
     fire: ArrayLike | None = None,
     fire_hidden: int | None = None,
     xpos: bool = False,
@@ -412,8 +409,6 @@ def attention(
     return_lse: Literal[True],
     kv_dtype: _KVDtype | None = None,
     products: _Products = "f32",
-    kerple: ArrayLike | None = None,
-    kerple_kernel: _KerpleKernel = "log",
     fire: ArrayLike | None = None,
     fire_hidden: int | None = None,
     xpos: bool = False,
@@ -461,8 +456,6 @@ def attention(
     return_lse: bool = False,
     kv_dtype: _KVDtype | None = None,
     products: _Products = "f32",
-    kerple: ArrayLike | None = None,
-    kerple_kernel: _KerpleKernel = "log",
     fire: ArrayLike | None = None,
     fire_hidden: int | None = None,
     xpos: bool = False,
@@ -510,8 +503,6 @@ def attention_backward(
     cu_seqlens: ArrayLike | None = None,
     window: int | None = None,
     param_grads: bool = True,
-    kerple: ArrayLike | None = None,
-    kerple_kernel: _KerpleKernel = "log",
     fire: ArrayLike | None = None,
     fire_hidden: int | None = None,
     xpos: bool = False,
@@ -613,8 +604,6 @@ class KVCache:
         cu_seqlens: ArrayLike | None = None,
         window: int | None = None,
         return_lse: Literal[False] = False,
-        kerple: ArrayLike | None = None,
-        kerple_kernel: _KerpleKernel = "log",
         fire: ArrayLike | None = None,
         fire_hidden: int | None = None,
         xpos: bool = False,
@@ -653,8 +642,6 @@ class KVCache:
         cu_seqlens: ArrayLike | None = None,
         window: int | None = None,
         return_lse: Literal[True],
-        kerple: ArrayLike | None = None,
-        kerple_kernel: _KerpleKernel = "log",
         fire: ArrayLike | None = None,
         fire_hidden: int | None = None,
         xpos: bool = False,
@@ -693,8 +680,6 @@ class KVCache:
         cu_seqlens: ArrayLike | None = None,
         window: int | None = None,
         return_lse: bool = False,
-        kerple: ArrayLike | None = None,
-        kerple_kernel: _KerpleKernel = "log",
         fire: ArrayLike | None = None,
         fire_hidden: int | None = None,
         xpos: bool = False,

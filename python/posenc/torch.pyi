@@ -9,7 +9,7 @@ import torch as _torch
 from numpy.typing import ArrayLike
 from torch import Tensor
 
-from . import AxialRope, RopeConfig, _AlibiConvention, _Angle, _KerpleKernel, _Layout
+from . import AxialRope, RopeConfig, _AlibiConvention, _Angle, _Layout
 
 __all__ = [
     "apply_rotary_emb",
@@ -110,8 +110,6 @@ def attention(
     cu_seqlens: _Ints | None = None,
     window: int | None = None,
     return_lse: Literal[False] = False,
-    kerple: Tensor | None = None,
-    kerple_kernel: _KerpleKernel = "log",
     fire: Tensor | None = None,
     fire_hidden: int | None = None,
     xpos: bool = False,
@@ -158,8 +156,6 @@ def attention(
     cu_seqlens: _Ints | None = None,
     window: int | None = None,
     return_lse: Literal[True],
-    kerple: Tensor | None = None,
-    kerple_kernel: _KerpleKernel = "log",
     fire: Tensor | None = None,
     fire_hidden: int | None = None,
     xpos: bool = False,
@@ -206,8 +202,6 @@ def attention(
     cu_seqlens: _Ints | None = None,
     window: int | None = None,
     return_lse: bool = False,
-    kerple: Tensor | None = None,
-    kerple_kernel: _KerpleKernel = "log",
     fire: Tensor | None = None,
     fire_hidden: int | None = None,
     xpos: bool = False,

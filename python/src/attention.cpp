@@ -110,9 +110,8 @@ struct attn_setup {
   py::object t5_table, shaw_keys, shaw_values;
   int64_t shaw_clip = 0;
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
-  py::object kerple, fire, cope;  // (2, Hq), (Hq, 3m + 3), (npos, D); None = off
-  py::object sinks;               // (Hq,) sink logits (gpt-oss); None = off
-  kerple_kernel kernel = kerple_kernel::log;
+  py::object fire, cope;  // (Hq, 3m + 3), (npos, D); None = off
+  py::object sinks;       // (Hq,) sink logits (gpt-oss); None = off
   int64_t fire_hidden = 0;
   attention_xpos xpos;  // theta 0 = off
   attention_temperature temperature;
@@ -350,23 +349,6 @@ void parse_research(attn_setup& s, const py::dict& opts) {
            shape_str(a));
     s.sinks = a;
   }
-  // Kerple (Chi et al. 2022): per-head a1, a2 (rows of a (2, Hq) table).
-  if (!opt(opts, "kerple").is_none()) {
-    const py::array a = float_table(opt(opts, "kerple"), "kerple");
-    if (a.ndim() != 2 || a.shape(0) != 2 || a.shape(1) != s.Hq)
-      fail("kerple must have shape (2, Hq) = (2, {}) (rows a1, a2 per head), got {}", s.Hq,
-           shape_str(a));
-    s.kerple = a;
-    const std::string kernel = opt(opts, "kerple_kernel").is_none()
-                                   ? "log"
-                                   : opt(opts, "kerple_kernel").cast<std::string>();
-    if (kernel != "log" && kernel != "power")
-      fail("kerple_kernel must be \"log\" or \"power\", got \"{}\"", kernel);
-    s.kernel = kernel == "power" ? kerple_kernel::power : kerple_kernel::log;
-  } else if (!opt(opts, "kerple_kernel").is_none() &&
-             opt(opts, "kerple_kernel").cast<std::string>() != "log") {
-    fail("kerple_kernel needs kerple (the (2, Hq) parameters)");
-  }
   // FIRE (Li et al. 2023): per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L]; m from the width.
   if (!opt(opts, "fire").is_none()) {
     const py::array a = float_table(opt(opts, "fire"), "fire");
@@ -544,7 +526,7 @@ struct named_grads {
 
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, kerple, fire, cope, sinks;
+  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, fire, cope, sinks;
   std::vector<named_arg<Real>> named;
   attention_params<Real> p;
 
@@ -578,10 +560,6 @@ struct attn_call {
       shaw_v = contiguous_as<Real>(s.shaw_values);
       p.pos.shaw = {s.shaw_clip, std::span<const Real>(shaw_k.data(), shaw_k.size()),
                     std::span<const Real>(shaw_v.data(), shaw_v.size())};
-    }
-    if (s.kerple) {
-      kerple = contiguous_as<Real>(s.kerple);
-      p.pos.kerple = {s.kernel, std::span<const Real>(kerple.data(), kerple.size())};
     }
     if (s.fire) {
       fire = contiguous_as<Real>(s.fire);
@@ -744,8 +722,8 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   const bool want_alibi = param_grads && !s.slopes.empty();
   const bool want_t5 = param_grads && s.t5_table;
   const bool want_shaw = param_grads && s.shaw_keys;
-  const bool want_kerple = param_grads && s.kerple, want_fire = param_grads && s.fire,
-             want_cope = param_grads && s.cope, want_sinks = param_grads && s.sinks;
+  const bool want_fire = param_grads && s.fire, want_cope = param_grads && s.cope,
+             want_sinks = param_grads && s.sinks;
   const int64_t nb = s.t5p.num_buckets, rows = 2 * s.shaw_clip + 1;
   const int64_t fire_w = 3 * s.fire_hidden + 3,
                 npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
@@ -754,9 +732,8 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   std::vector<Real> dt5_b(want_t5 ? nb * s.Hq : 0), dshk_b(want_shaw ? rows * s.D : 0),
       dshv_b(want_shaw ? rows * s.D : 0);
   std::vector<double> dt5(dt5_b.size(), 0.0), dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
-  std::vector<Real> dke_b(want_kerple ? 2 * s.Hq : 0), dfi_b(want_fire ? s.Hq * fire_w : 0),
-      dco_b(want_cope ? npos * s.D : 0);
-  std::vector<double> dke(dke_b.size(), 0.0), dfi(dfi_b.size(), 0.0), dco(dco_b.size(), 0.0);
+  std::vector<Real> dfi_b(want_fire ? s.Hq * fire_w : 0), dco_b(want_cope ? npos * s.D : 0);
+  std::vector<double> dfi(dfi_b.size(), 0.0), dco(dco_b.size(), 0.0);
   std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
   std::vector<double> dsi(dsi_b.size(), 0.0);
   named_grads<Real> ng(c.named, param_grads, s.B);
@@ -778,7 +755,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_alibi) g.dalibi = dalibi_b.data();
       if (want_t5) g.dt5 = dt5_b.data();
       if (want_shaw) g.dshaw_keys = dshk_b.data(), g.dshaw_values = dshv_b.data();
-      if (want_kerple) g.dkerple = dke_b.data();
       if (want_fire) g.dfire = dfi_b.data();
       if (want_cope) g.dcope = dco_b.data();
       if (want_sinks) g.dsinks = dsi_b.data();
@@ -786,7 +762,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       attention_backward(c.p, g);
       ng.add(b);
       for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
-      for (size_t i = 0; i < dke.size(); ++i) dke[i] += dke_b[i];
       for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
       for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
@@ -812,7 +787,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     r["dshaw_keys"] = to_array(dshk, {rows, s.D}, true);
     r["dshaw_values"] = to_array(dshv, {rows, s.D}, true);
   }
-  if (want_kerple) r["dkerple"] = to_array(dke, {2, s.Hq}, true);
   if (want_fire) r["dfire"] = to_array(dfi, {s.Hq, fire_w}, true);
   if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   if (want_sinks) r["dsinks"] = to_array(dsi, {s.Hq}, true);

@@ -145,6 +145,7 @@ const named_bias fox_bias_decl = {
     true,
     [](int, double z) { return fox_log_gate(1 + 2 * z) - 0.01; },
     1.0,
+    nullptr,
     &make_hook<float>,
     &make_hook<double>,
 };

@@ -1,16 +1,38 @@
-// Kerple (Chi et al. 2022): the engine's score bias from the logarithmic or power kernel of the
-// distance d = |qpos - kpos| with learned per-head r1, r2, with the gradient of its parameters;
-// and the model's hook: one (2, H) parameter tensor per layer.
+// Kerple (Chi et al. 2022): a score bias reached by name (named_schemes.hpp) whose parameter is
+// the tensor `kerple` (2, Hq) of trained rows a1, a2, with its gradient, and a choice of kernel
+// `kerple_kernel` (log or power) of the distance d = |qpos - kpos|:
 //   log:   bias_h = -r1 log(1 + r2 d),  r1 = softplus(a1), r2 = softplus(a2)
 //   power: bias_h = -r1 d^r2,           r1 = softplus(a1), r2 = 2 sigmoid(a2)   (0 < r2 < 2)
+// The paper keeps r1, r2 positive by clamping them after each step; here a1, a2 are unconstrained
+// reals mapped onto the allowed range, so every finite value is valid and the gradient exact.
+// The model's hook holds one (2, H) tensor per layer.
 #include <cmath>
 #include <cstdlib>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
+#include "posenc/attention/position_hook.hpp"
 #include "posenc/core/error.hpp"
 
 namespace posenc::detail {
 namespace {
+
+// r1, r2 and their derivatives by a1, a2 for one head (log or power kernel).
+struct kerple_head {
+  double r1, r2, dr1, dr2;
+};
+kerple_head kerple_of(bool power, double a1, double a2) {
+  kerple_head k{softplus(a1), 0, sigmoid(a1), 0};
+  if (power) {
+    const double s = sigmoid(a2);
+    k.r2 = 2 * s;
+    k.dr2 = 2 * s * (1 - s);
+  } else {
+    k.r2 = softplus(a2);
+    k.dr2 = sigmoid(a2);
+  }
+  return k;
+}
 
 // Hook 2b. Per head, r1, r2 and their derivatives with respect to a1, a2 are computed once per
 // call in double. The bias depends on the offset r = kpos - qpos alone, so the fast row is a
@@ -20,29 +42,20 @@ namespace {
 template <typename Real>
 class kerple_bias_term final : public score_bias<Real> {
  public:
-  kerple_bias_term(const attention_kerple<Real>& k, int64_t Hq, const attention_plan& pl,
-                   Real* dparams)
-      : power_(k.kernel == kerple_kernel::power), Hq_(Hq), dparams_(dparams) {
-    r1_.resize(Hq), r2_.resize(Hq), dr1_.resize(Hq), dr2_.resize(Hq);
-    for (int64_t h = 0; h < Hq; ++h) {
-      const double a1 = double(k.params[h]), a2 = double(k.params[Hq + h]);
-      r1_[h] = softplus(a1);
-      dr1_[h] = sigmoid(a1);
-      if (power_) {
-        const double s = sigmoid(a2);
-        r2_[h] = 2 * s;
-        dr2_[h] = 2 * s * (1 - s);
-      } else {
-        r2_[h] = softplus(a2);
-        dr2_[h] = sigmoid(a2);
-      }
-    }
-    table_.build(pl, Hq, [&](int64_t h, int64_t r) { return value(h, 0, r); });
+  explicit kerple_bias_term(const named_call<Real>& c)
+      : power_(c.args[0] == 1), Hq_(c.Hq), dparams_(c.grads[0]) {
+    const std::span<const Real> a = c.tensors[0];
+    for (size_t x = 0; x < a.size(); ++x)
+      if (!std::isfinite(double(a[x])))
+        fail("kerple must be finite, got {} at ({}, {})", double(a[x]), x / Hq_, x % Hq_);
+    k_.resize(Hq_);
+    for (int64_t h = 0; h < Hq_; ++h) k_[h] = kerple_of(power_, double(a[h]), double(a[Hq_ + h]));
+    if (c.plan) table_.build(*c.plan, Hq_, [&](int64_t h, int64_t r) { return value(h, 0, r); });
   }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     const double d = double(std::llabs(qp - kp));
-    if (power_) return d == 0 ? 0.0 : -r1_[h] * std::pow(d, r2_[h]);
-    return -r1_[h] * std::log1p(r2_[h] * d);
+    if (power_) return d == 0 ? 0.0 : -k_[h].r1 * std::pow(d, k_[h].r2);
+    return -k_[h].r1 * std::log1p(k_[h].r2 * d);
   }
   void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
                Real* row) const override {
@@ -61,18 +74,19 @@ class kerple_bias_term final : public score_bias<Real> {
   // power: d bias/d r1 = -d^r2,           d bias/d r2 = -r1 d^r2 log d   (0 at d = 0)
   void add_grad(int64_t h, int64_t qp, int64_t kp, double ds, double* grad) const override {
     const double d = double(std::llabs(qp - kp));
+    const kerple_head& k = k_[h];
     double g1, g2;
     if (power_) {
       if (d == 0) return;
-      const double p = std::pow(d, r2_[h]);
+      const double p = std::pow(d, k.r2);
       g1 = -p;
-      g2 = -r1_[h] * p * std::log(d);
+      g2 = -k.r1 * p * std::log(d);
     } else {
-      g1 = -std::log1p(r2_[h] * d);
-      g2 = -r1_[h] * d / (1 + r2_[h] * d);
+      g1 = -std::log1p(k.r2 * d);
+      g2 = -k.r1 * d / (1 + k.r2 * d);
     }
-    grad[h] += ds * g1 * dr1_[h];
-    grad[Hq_ + h] += ds * g2 * dr2_[h];
+    grad[h] += ds * g1 * k.dr1;
+    grad[Hq_ + h] += ds * g2 * k.dr2;
   }
   void store_grad(const double* grad) const override {
     for (int64_t x = 0; x < 2 * Hq_; ++x) dparams_[x] = static_cast<Real>(grad[x]);
@@ -82,66 +96,88 @@ class kerple_bias_term final : public score_bias<Real> {
   bool power_;
   int64_t Hq_;
   Real* dparams_;
-  std::vector<double> r1_, r2_, dr1_, dr2_;  // (Hq,) each
-  offset_table<Real> table_;                 // empty = per pair
+  std::vector<kerple_head> k_;  // (Hq,)
+  offset_table<Real> table_;    // empty = per pair
 };
 
+template <typename Real>
+std::unique_ptr<score_bias<Real>> kerple_term(const named_call<Real>& c) {
+  return std::make_unique<kerple_bias_term<Real>>(c);
+}
+
+// The case tables' draws: per head a1 ~ N(0, 1), a2 ~ N(0, 1) (N(-1, 1) for the power kernel,
+// r2 mostly below 1); the bound on the bias's derivatives over distances d <= dmax (Chi et al.
+// 2022's kernels): log: |db/da1| <= log(1 + r2 dmax), |db/da2| <= r1 min(dmax, 1/r2); power:
+// |db/da1| <= dmax^r2, |db/da2| <= r1 dmax^r2 |log dmax| / 2.
+double kerple_case_draw(std::span<const double> args, int64_t Hq, double dmax,
+                        const std::function<double()>& normal,
+                        std::vector<std::vector<double>>& t) {
+  const bool power = args[0] == 1;
+  t.assign(1, std::vector<double>(static_cast<size_t>(2 * Hq)));
+  for (int64_t h = 0; h < Hq; ++h) {
+    t[0][h] = normal();
+    t[0][Hq + h] = power ? normal() - 1 : normal();
+  }
+  double G = 0;
+  for (int64_t h = 0; h < Hq; ++h) {
+    const kerple_head k = kerple_of(power, t[0][h], t[0][Hq + h]);
+    if (power) {
+      const double pw = dmax > 0 ? std::pow(dmax, k.r2) : 0.0;
+      G = std::max({G, pw, k.r1 * pw * std::abs(std::log(std::max(dmax, 1.0))) / 2});
+    } else {
+      G = std::max({G, std::log1p(k.r2 * dmax), k.r1 * std::min(dmax, 1 / k.r2)});
+    }
+  }
+  return G;
+}
+
+// The model's hook: one (2, H) tensor per layer, the kernel from the options
+// (position_options::named_params: kerple_kernel, the index of log or power).
 template <typename S>
 class kerple_hook final : public position_hook<S> {
  public:
-  kerple_hook(bool power, int64_t H) : power_(power), H_(H) {}
-  pos_scheme scheme() const override { return pos_scheme::kerple; }
+  kerple_hook(pos_scheme id, double kernel, int64_t H) : id_(id), kernel_(kernel), H_(H) {}
+  pos_scheme scheme() const override { return id_; }
   std::vector<position_tensor> tensors() const override { return {{"kerple", 2, H_, true, false}}; }
   attention_position<S> attention(const S* const* t) const override {
     attention_position<S> p;
-    p.kerple = {power_ ? kerple_kernel::power : kerple_kernel::log,
-                std::span<const S>(t[0], 2 * H_)};
+    named_tensor x{"kerple", {2, H_}, {}, {}};
+    if constexpr (std::is_same_v<S, float>)
+      x.f32 = std::span<const float>(t[0], 2 * H_);
+    else
+      x.f64 = std::span<const double>(t[0], 2 * H_);
+    p.named.push_back({"kerple", {{"kerple_kernel", kernel_}}, {x}});
     return p;
   }
-  void bind_grads(S* const* dt, attention_grads<S>& g) const override { g.dkerple = dt[0]; }
+  void bind_grads(S* const* dt, attention_grads<S>& g) const override {
+    g.named.push_back({"kerple", std::span<S>(dt[0], 2 * H_)});
+  }
   std::vector<int> attention_grad_tensors() const override { return {0}; }
 
  private:
-  bool power_;
+  pos_scheme id_;
+  double kernel_;
   int64_t H_;
 };
 
+template <typename S>
+std::unique_ptr<position_hook<S>> kerple_hook_of(pos_scheme id, const position_options& o,
+                                                 const position_shape& shape) {
+  double kernel = 0;
+  for (const auto& [name, value] : o.named_params)
+    if (name == "kerple_kernel") kernel = value;
+  return std::make_unique<kerple_hook<S>>(id, kernel, shape.n_heads);
+}
+
 }  // namespace
 
-template <typename S>
-std::unique_ptr<position_hook<S>> make_kerple_hook(const position_options& o,
-                                                   const position_shape& shape) {
-  return std::make_unique<kerple_hook<S>>(o.kerple_power, shape.n_heads);
-}
-
-template <typename Real>
-void add_kerple_terms(const attention_params<Real>& p, const attention_plan& pl,
-                      const attention_grads<Real>* g, engine_terms<Real>& t) {
-  if (!p.pos.has_kerple()) {
-    if (g && g->dkerple)
-      fail(
-          "attention backward: dkerple was requested but the Kerple hook is off "
-          "(pos.kerple.params is empty)");
-    return;
-  }
-  const auto& k = p.pos.kerple;
-  if (static_cast<int64_t>(k.params.size()) != 2 * p.Hq)
-    fail("kerple params must have shape (2, Hq) = (2, {}), i.e. {} values, got {}", p.Hq, 2 * p.Hq,
-         k.params.size());
-  if (k.kernel != kerple_kernel::log && k.kernel != kerple_kernel::power)
-    fail("kerple kernel must be log or power, got {}", static_cast<int>(k.kernel));
-  for (size_t x = 0; x < k.params.size(); ++x)
-    if (!std::isfinite(double(k.params[x])))
-      fail("kerple params must be finite, got {} at ({}, {})", double(k.params[x]), x / p.Hq,
-           x % p.Hq);
-  t.biases.push_back(
-      std::make_unique<kerple_bias_term<Real>>(k, p.Hq, pl, g ? g->dkerple : nullptr));
-}
-
-// What the declaration of kerple points at (schemes.cpp; hooks.hpp, scheme_impl).
-POSENC_SCHEME_ON(kerple, p.has_kerple())
-extern const scheme_impl kerple_impl;
-const scheme_impl kerple_impl = {POSENC_BOTH(kerple_on), POSENC_BOTH(add_kerple_terms), POSENC_NONE,
-                                 POSENC_BOTH(make_kerple_hook)};
+extern const named_bias kerple_bias_decl;
+const named_bias kerple_bias_decl = {
+    .term_f32 = &kerple_term<float>,
+    .term_f64 = &kerple_term<double>,
+    .case_draw = &kerple_case_draw,
+    .hook_f32 = &kerple_hook_of<float>,
+    .hook_f64 = &kerple_hook_of<double>,
+};
 
 }  // namespace posenc::detail

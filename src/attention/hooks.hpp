@@ -58,10 +58,14 @@ template <typename S>
 std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_decl& d,
                                                   const position_options& o,
                                                   const position_shape& shape);
-// The engine terms of every scheme reached by name in p.pos.named (named_schemes.cpp).
+// The engine terms of the scheme reached by name d when p.pos.named has it (named_schemes.cpp);
+// check_named: p.pos.named names such schemes, each once, and every gradient of g->named a
+// learned tensor of one of them.
 template <typename Real>
 void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
-                     const attention_grads<Real>* g, engine_terms<Real>& t);
+                     const attention_grads<Real>* g, const scheme_decl& d, engine_terms<Real>& t);
+template <typename Real>
+void check_named(const attention_params<Real>& p, const attention_grads<Real>* g);
 
 // For a KV cache that stores keys after hook 1 (kv_cache.cpp):
 //   make_key_transform        pos's hook 1 alone, validated against the head dim D (`who`

@@ -42,6 +42,14 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
   }
   for (size_t i = 0; i < names.size(); ++i) {
     const scheme_param& p = *decl[i];
+    if (p.choices) {
+      const auto c = param_choices(p);
+      if (!set[i]) args[i] = named_choice(d, p.name, p.def);
+      if (!(args[i] >= 0 && args[i] < double(c.size()) && args[i] == std::floor(args[i])))
+        fail("{} must be the index of one of {} (0 .. {}), got {}", p.name, fmt::join(c, ", "),
+             c.size() - 1, args[i]);
+      continue;
+    }
     if (!set[i]) args[i] = std::stod(p.def);
     if (std::string(p.dtype) == "int" &&
         (!std::isfinite(args[i]) || args[i] != std::floor(args[i]) || std::abs(args[i]) > 0x1p53))
@@ -53,6 +61,31 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
     d.pairs->check(args);
   }
   return args;
+}
+
+std::vector<std::string> param_choices(const scheme_param& p) {
+  std::vector<std::string> out;
+  if (!p.choices) return out;
+  std::string text = p.choices;
+  for (size_t at = 0; at <= text.size();) {
+    size_t end = text.find('|', at);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+double named_choice(const scheme_decl& d, const std::string& param, const std::string& value) {
+  for (const auto& p : d.params) {
+    if (param != p.name) continue;
+    const auto c = param_choices(p);
+    if (c.empty()) fail("{}: parameter {} is not a choice of strings", d.name, param);
+    for (size_t i = 0; i < c.size(); ++i)
+      if (c[i] == value) return double(i);
+    fail("{} must be {}, got '{}'", param, fmt::join(c, " or "), printable_bytes(value));
+  }
+  fail("{}: unknown parameter '{}'", d.name, param);
 }
 
 bool is_tensor_param(const scheme_param& p) {
@@ -81,14 +114,20 @@ std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_
     sym.erase(sym.find_last_not_of(' ') + 1);
     at = end + 1;
     if (sym.empty()) continue;
+    if (sym.find_first_not_of("0123456789") == std::string::npos && sym.size() <= 9) {
+      out.push_back(std::stoll(sym));  // a literal extent: (2, Hq)
+      continue;
+    }
     const std::pair<const char*, int64_t> known[] = {
         {"T", T}, {"S", S}, {"Hq", Hq}, {"Hkv", Hkv}, {"D", D}};
     bool found = false;
     for (const auto& [name, value] : known)
       if (sym == name) out.push_back(value), found = true;
     if (!found)
-      fail("{}: declared shape '{}' has symbol '{}'; the known ones are T, S, Hq, Hkv, D", p.name,
-           p.shape, sym);
+      fail(
+          "{}: declared shape '{}' has symbol '{}'; the known ones are T, S, Hq, Hkv, D and "
+          "integers",
+          p.name, p.shape, sym);
   }
   return out;
 }
@@ -181,8 +220,22 @@ double named_tensor_draw(const scheme_decl& d, int tensor, double z) {
   return d.named->draw(tensor, z);
 }
 
-double named_bias_grad_bound(const scheme_decl& d) {
-  if (!d.named || !d.named->draw) fail("{} has no tensor parameters", d.name);
+double named_tensors_draw(const scheme_decl& d, std::span<const double> args, int64_t T, int64_t S,
+                          int64_t Hq, int64_t Hkv, int64_t D, double dmax,
+                          const std::function<double()>& normal,
+                          std::vector<std::vector<double>>& tensors) {
+  if (!d.named || !(d.named->draw || d.named->case_draw))
+    fail("{} has no tensor parameters to draw", d.name);
+  if (d.named->case_draw) return d.named->case_draw(args, Hq, dmax, normal, tensors);
+  tensors.clear();
+  for (const auto& prm : d.params) {
+    if (!is_tensor_param(prm)) continue;
+    int64_t count = 1;
+    for (int64_t e : tensor_param_shape(prm, T, S, Hq, Hkv, D)) count *= e;
+    const int which = static_cast<int>(tensors.size());
+    tensors.emplace_back(static_cast<size_t>(count));
+    for (auto& e : tensors.back()) e = d.named->draw(which, normal());
+  }
   return d.named->grad_bound;
 }
 
@@ -401,10 +454,12 @@ named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int6
 
 template <typename Real>
 std::unique_ptr<score_bias<Real>> make_tensor_term(const attention_params<Real>& p,
+                                                   const attention_plan& pl,
                                                    const attention_grads<Real>* g,
                                                    const scheme_decl& d, const named_scheme& n) {
   const auto args = named_scheme_args(d, n.params, p.Hq);
-  const auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
+  auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
+  c.plan = &pl;
   if constexpr (std::is_same_v<Real, float>)
     return d.named->term_f32(c);
   else
@@ -431,13 +486,13 @@ void check_named_grads(const attention_params<Real>& p, const attention_grads<Re
   }
 }
 
+// pos.named names schemes reached by name, each once; every gradient asked for names a learned
+// tensor of one of them.
 template <typename Real>
-void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
-                     const attention_grads<Real>* g, engine_terms<Real>& t) {
+void check_named(const attention_params<Real>& p, const attention_grads<Real>* g) {
   for (size_t i = 0; i < p.pos.named.size(); ++i) {
     const named_scheme& n = p.pos.named[i];
-    const scheme_decl& d = scheme_decl_of(n.name);
-    if (!d.reached_by_name()) {
+    if (!scheme_decl_of(n.name).reached_by_name()) {
       std::vector<std::string> names;
       for (const auto* x : named_scheme_decls()) names.push_back(x->name);
       fail(
@@ -447,29 +502,42 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
     }
     for (size_t j = 0; j < i; ++j)
       if (p.pos.named[j].name == n.name) fail("pos.named lists {} twice", n.name);
-    if (d.pairs) {
-      add_pairs_terms(p, d, named_scheme_args(d, n.params, p.Hq), t);
-      continue;
-    }
-    if (d.causal_only && !p.causal)
-      fail(
-          "{} needs causal attention (causal = true): it is defined for keys behind the query ({})",
-          d.name, d.citation);
-    if (d.named->term_f32) {
-      t.biases.push_back(make_tensor_term(p, g, d, n));
-      continue;
-    }
-    if (!n.tensors.empty())
-      fail("pos.named: {} has no tensor parameters, got '{}'", d.name, n.tensors[0].name);
-    t.biases.push_back(
-        std::make_unique<named_bias_term<Real>>(d, named_scheme_args(d, n.params, p.Hq), p.Hq, pl));
   }
   check_named_grads(p, g);
 }
+
+template <typename Real>
+void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
+                     const attention_grads<Real>* g, const scheme_decl& d, engine_terms<Real>& t) {
+  const named_scheme* found = nullptr;
+  for (const named_scheme& x : p.pos.named)
+    if (x.name == d.name) found = &x;
+  if (!found) return;
+  const named_scheme& n = *found;
+  if (d.pairs) {
+    add_pairs_terms(p, d, named_scheme_args(d, n.params, p.Hq), t);
+    return;
+  }
+  if (d.causal_only && !p.causal)
+    fail("{} needs causal attention (causal = true): it is defined for keys behind the query ({})",
+         d.name, d.citation);
+  if (d.named->term_f32) {
+    t.biases.push_back(make_tensor_term(p, pl, g, d, n));
+    return;
+  }
+  if (!n.tensors.empty())
+    fail("pos.named: {} has no tensor parameters, got '{}'", d.name, n.tensors[0].name);
+  t.biases.push_back(
+      std::make_unique<named_bias_term<Real>>(d, named_scheme_args(d, n.params, p.Hq), p.Hq, pl));
+}
+template void check_named<float>(const attention_params<float>&, const attention_grads<float>*);
+template void check_named<double>(const attention_params<double>&, const attention_grads<double>*);
 template void add_named_terms<float>(const attention_params<float>&, const attention_plan&,
-                                     const attention_grads<float>*, engine_terms<float>&);
+                                     const attention_grads<float>*, const scheme_decl&,
+                                     engine_terms<float>&);
 template void add_named_terms<double>(const attention_params<double>&, const attention_plan&,
-                                      const attention_grads<double>*, engine_terms<double>&);
+                                      const attention_grads<double>*, const scheme_decl&,
+                                      engine_terms<double>&);
 
 }  // namespace detail
 }  // namespace posenc

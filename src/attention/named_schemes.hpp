@@ -13,12 +13,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 namespace posenc::detail {
 
+struct attention_plan;  // attention_plan.hpp
 template <typename Real>
 class score_bias;  // engine_terms.hpp
 }  // namespace posenc::detail
@@ -41,6 +43,9 @@ struct named_call {
   std::vector<std::span<const Real>> tensors;
   std::vector<Real*> grads;
   int64_t T = 0, S = 0, Hq = 0;
+  // The call's plan (its visible offsets: a per-call table's range); null when the term serves
+  // as the specification alone (named_bias_spec), which then builds no table.
+  const attention_plan* plan = nullptr;
 };
 
 // args: the scheme's numeric parameters, in declaration order after the switch, defaults filled
@@ -48,11 +53,12 @@ struct named_call {
 struct named_bias {
   // Validates args for Hq heads; throws invalid_argument naming the parameter (by its Python
   // name) and the allowed values.
-  void (*check)(std::span<const double> args, int64_t Hq);
+  void (*check)(std::span<const double> args, int64_t Hq) = nullptr;
   // The specification: bias_h(qpos, kpos) in double.
-  double (*value)(std::span<const double> args, int64_t h, int64_t Hq, int64_t qpos, int64_t kpos);
+  double (*value)(std::span<const double> args, int64_t h, int64_t Hq, int64_t qpos,
+                  int64_t kpos) = nullptr;
   // A bound on |bias_h| over every pair (the bias_bounded property; +inf when unbounded).
-  double (*bound)(std::span<const double> args, int64_t h, int64_t Hq);
+  double (*bound)(std::span<const double> args, int64_t h, int64_t Hq) = nullptr;
   // Optional, for a bias of the offset alone: out[h * n + (r - lo)] = value(h, 0, r) for r in
   // [lo, hi], n = hi - lo + 1, every head at once (it may share work between heads), with the
   // bits of value(). null: the engine fills the table from value().
@@ -69,11 +75,18 @@ struct named_bias {
   bool by_token = false;
   // A value of tensor parameter `tensor` (its index among the declared tensors) for the case
   // tables and checks, from a standard normal draw z: where the scheme's values live (log gates
-  // of sigmoid(1 + 2 z)). Required with term_f32 / term_f64.
+  // of sigmoid(1 + 2 z)). Required with term_f32 / term_f64 unless case_draw is given.
   double (*draw)(int tensor, double z) = nullptr;
   // A bound on |d bias / d x| for one pair, over every entry x of every tensor (the case tables'
-  // gradient tolerance, as Kerple's and FIRE's G).
+  // gradient tolerance, as FIRE's G).
   double grad_bound = 0;
+  // Optional, in place of draw and grad_bound where the values' law depends on the arguments or
+  // the bound on the distances: every tensor parameter for a call of Hq heads with args, in
+  // declaration order and row-major, from the standard normal draws normal() gives in turn; it
+  // returns the bound on |d bias / d x| for one pair at distance <= dmax (Kerple's).
+  double (*case_draw)(std::span<const double> args, int64_t Hq, double dmax,
+                      const std::function<double()>& normal,
+                      std::vector<std::vector<double>>& tensors) = nullptr;
   // The model's hook (the lab), for a bias whose tensors the model computes (Forgetting
   // Attention's gates from each layer's input); null: the generic hook of named_schemes.cpp,
   // which passes the numeric parameters alone.

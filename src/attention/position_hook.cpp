@@ -17,7 +17,7 @@ namespace posenc {
 namespace {
 
 constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi", "t5",
-                                   "shaw", "irope",      "kerple",  "fire", "xpos",  "cope"};
+                                   "shaw", "irope",      "fire",    "xpos", "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 // The schemes reached by name that a model trains with: the score biases (a per-pair RoPE
@@ -90,11 +90,16 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   // once here for every entry point, before any hook reads its member.
   check_scheme_combination(schemes_on(p.pos));
   engine_terms<Real> t;
-  // Every declared scheme with a member of attention_position adds its terms (its hook file's
-  // scheme_impl), in declaration order: q/k transforms, the query temperature that wraps them,
-  // then the score biases, summed in this order (ALiBi, T5, Kerple, FIRE), Shaw's tables and
-  // CoPE's validation; then the schemes reached by name, in the order of pos.named.
+  check_named(p, g);
+  // Every declared scheme that is on adds its terms, in declaration order: a member of
+  // attention_position through its hook file's scheme_impl, a scheme reached by name through its
+  // named_bias or named_pairs. So q/k transforms come first, the query temperature that wraps
+  // them, then the score biases, summed in declaration order, Shaw's tables, CoPE's validation.
   for (const scheme_decl& d : scheme_decls()) {
+    if (d.reached_by_name()) {
+      add_named_terms(p, pl, g, d, t);
+      continue;
+    }
     if (!d.impl) continue;
     if constexpr (std::is_same_v<Real, float>) {
       if (d.impl->terms_f32) d.impl->terms_f32(p, pl, g, t);
@@ -102,7 +107,6 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
       if (d.impl->terms_f64) d.impl->terms_f64(p, pl, g, t);
     }
   }
-  add_named_terms(p, pl, g, t);
   return t;
 }
 

@@ -58,8 +58,9 @@ constexpr scheme_param kShaw[] = {
     {"shaw_clip", "scalar", "int", "None", "K: offsets clipped to [-K, K]"},
 };
 constexpr scheme_param kKerple[] = {
-    {"kerple", "(2, Hq)", "float", "None", "rows a1, a2 of the kernel's parameters"},
-    {"kerple_kernel", "scalar", "str", "log", "log: -r1 log(1 + r2 d); power: -r1 d^r2"},
+    {"kerple", "(2, Hq)", "tensor", "None", "rows a1, a2 of the kernel's parameters"},
+    {"kerple_kernel", "scalar", "str", "log", "log: -r1 log(1 + r2 d); power: -r1 d^r2",
+     "log|power"},
 };
 constexpr scheme_param kFire[] = {
     {"fire", "(Hq, 3m + 3)", "float", "None", "per-head MLP [w1 | b1 | w2 | b2, a_c, a_L]"},
@@ -113,8 +114,8 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
 extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, t5_impl,
-    shaw_impl, kerple_impl, fire_impl, cope_impl, nope_impl, sinusoidal_impl, learned_impl,
-    irope_impl;
+    shaw_impl, fire_impl, cope_impl, nope_impl, sinusoidal_impl, learned_impl, irope_impl;
+extern const named_bias kerple_bias_decl;           // hook_kerple.cpp
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
 extern const named_bias fox_bias_decl;              // hook_fox.cpp
 extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
@@ -151,9 +152,8 @@ const scheme_decl kDecls[] = {
     with_impl({"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true,
                false, false, true, kShaw},
               &detail::shaw_impl),
-    with_impl({"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true,
-               kKerple},
-              &detail::kerple_impl),
+    {"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true, kKerple,
+     &detail::kerple_bias_decl, bias_offset_only | bias_symmetric},
     with_impl(
         {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire},
         &detail::fire_impl),
@@ -314,8 +314,10 @@ std::string schemes_markdown() {
   for (const auto& d : kDecls) {
     std::vector<std::string> ps;
     for (const auto& p : d.params)
-      ps.push_back(cell(fmt::format("`{}` {} {}{}: {}", p.name, p.shape, p.dtype,
-                                    *p.def ? fmt::format(" = {}", p.def) : std::string(), p.doc)));
+      ps.push_back(cell(fmt::format(
+          "`{}` {} {}{}{}: {}", p.name, p.shape, p.dtype,
+          p.choices ? fmt::format(" ({})", fmt::join(param_choices(p), ", ")) : std::string(),
+          *p.def ? fmt::format(" = {}", p.def) : std::string(), p.doc)));
     const std::string props = properties_text(d);
     out += fmt::format("| `{}` ({}) | {} | {} | {} | {} | {} | {} |\n", d.name, d.title, d.citation,
                        points_text(d.points) + (props.empty() ? "" : "; " + props),
@@ -350,6 +352,8 @@ std::string schemes_json() {
                     {"dtype", p.dtype},
                     {"default", p.def},
                     {"doc", p.doc}});
+    for (size_t i = 0; i < d.params.size(); ++i)
+      if (d.params[i].choices) ps[i]["choices"] = param_choices(d.params[i]);
     s["params"] = ps;
     std::vector<std::string> conflicts;
     for (const auto& o : kDecls)

@@ -27,11 +27,11 @@ int scheme_count() {
 const char* name(scheme s) {
   if (static_cast<int>(s) >= kSchemes)
     return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
-  const char* n[] = {"none",       "rope_half",    "rope_interleaved_partial",
-                     "alibi",      "t5_bidir",     "t5_causal",
-                     "shaw",       "temperature",  "all",
-                     "kerple_log", "kerple_power", "fire",
-                     "xpos",       "cope",         "mrope"};
+  const char* n[] = {"none",  "rope_half",   "rope_interleaved_partial",
+                     "alibi", "t5_bidir",    "t5_causal",
+                     "shaw",  "temperature", "all",
+                     "fire",  "xpos",        "cope",
+                     "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -60,8 +60,9 @@ int half_kv_scheme_count() {
 
 std::string describe(const spec& c) {
   return fmt::format(
-      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}{}{}{}", c.T,
-      c.S, c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
+      "T={} S={} D={} Hq={} Hkv={} scheme={} mask={} seed={} q_scale={} k_shift={}{}{}{}{}{}{}",
+      c.T, c.S, c.D, c.Hq, c.Hkv, name(c.sch), name(c.msk), c.seed, c.q_scale, c.k_shift,
+      c.choice ? fmt::format(" choice={}", c.choice) : std::string(),
       c.kv == kv_storage::f32 ? "" : " kv=" + name(c.kv), c.q_half ? " q_half" : "",
       c.products == attention_products::f32 ? "" : " products=" + name(c.products),
       c.head_major ? (c.k_blocked ? " head_major k_blocked" : " head_major") : "",
@@ -259,38 +260,6 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
   }
 }
 
-// Kerple's a1, a2 per head from r (a2 - 1 for the power kernel), its bias bound (returned) and
-// the bound f.G on the bias's derivatives, over distances up to dmax.
-template <typename Real>
-double draw_kerple(fixture<Real>& f, const spec& c, rng& r, double dmax) {
-  const int64_t Hq = c.Hq;
-  const bool power = c.sch == scheme::kerple_power;
-  double kbias = 0;
-  f.kerple.resize(2 * Hq);
-  for (int64_t h = 0; h < Hq; ++h) {
-    f.kerple[h] = static_cast<Real>(r.normal());
-    f.kerple[Hq + h] = static_cast<Real>(power ? r.normal() - 1 : r.normal());
-  }
-  // Bounds (Chi et al. 2022's kernels, d <= dmax): log: |b| = r1 log(1 + r2 d),
-  // |db/da1| <= log(1 + r2 dmax), |db/da2| <= r1 min(dmax, 1/r2); power: |b| = r1 d^r2,
-  // |db/da1| <= dmax^r2, |db/da2| <= r1 dmax^r2 |log dmax| / 2.
-  for (int64_t h = 0; h < Hq; ++h) {
-    const double r1 = softplus(double(f.kerple[h]));
-    if (power) {
-      const double r2 = 2 / (1 + std::exp(-double(f.kerple[Hq + h])));
-      const double pw = dmax > 0 ? std::pow(dmax, r2) : 0.0;
-      kbias = std::max(kbias, r1 * pw);
-      f.G = std::max({f.G, pw, r1 * pw * std::abs(std::log(std::max(dmax, 1.0))) / 2});
-    } else {
-      const double r2 = softplus(double(f.kerple[Hq + h]));
-      kbias = std::max(kbias, r1 * std::log1p(r2 * dmax));
-      f.G = std::max({f.G, std::log1p(r2 * dmax), r1 * std::min(dmax, 1 / r2)});
-    }
-  }
-  f.p.pos.kerple = {power ? kerple_kernel::power : kerple_kernel::log, f.kerple};
-  return kbias;
-}
-
 // FIRE's MLP per head from r (hidden 4), its bias bound (returned) and f.G, over distances up
 // to dmax.
 template <typename Real>
@@ -304,7 +273,15 @@ double draw_fire(fixture<Real>& f, const spec& c, rng& r, double dmax) {
     for (int64_t e = 0; e < 3 * m; ++e) w[e] = static_cast<Real>(r.normal());
     w[3 * m] = static_cast<Real>(0.5 * r.normal());
     w[3 * m + 1] = static_cast<Real>(r.normal());
-    w[3 * m + 2] = static_cast<Real>(8 + 4 * r.normal());
+    {
+      // max(L, qpos) has a kink where L meets a query position, an integer: L = softplus(a_L)
+      // stays at least 0.05 from every integer, where the finite differences (steps of 1e-3 and
+      // 2e-3 in a_L, dL/da_L < 1) stay on one side of it.
+      double aL = 8 + 4 * r.normal();
+      const double L = softplus(aL), n = std::round(L);
+      if (std::abs(L - n) < 0.05) aL = std::log(std::expm1(L >= n ? n + 0.05 : n - 0.05));
+      w[3 * m + 2] = static_cast<Real>(aL);
+    }
     {
       // relu has a kink at 0, where finite differences are meaningless: b1 keeps every
       // pre-activation w1 x + b1 at least 0.1 away from 0 for all x in [0, X] (X below),
@@ -338,45 +315,48 @@ double draw_fire(fixture<Real>& f, const spec& c, rng& r, double dmax) {
   return kbias;
 }
 
-// A tensor scheme reached by name: each declared tensor drawn from r through the declaration
-// (named_tensor_draw), its largest |bias| over the pairs a causal call may see (returned), and
-// f.G from the declared bound on its derivatives.
+// A tensor scheme reached by name, at the case's choice (spec::choice) and else its defaults:
+// its tensors drawn from r through the declaration (named_tensors_draw), its largest |bias| over
+// the pairs the call may see (returned), and f.G from the declared bound on its derivatives at
+// distances up to dmax.
 template <typename Real>
-double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_decl& d) {
+double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_decl& d,
+                          double dmax) {
   named_scheme n{d.name};
+  for (const auto& prm : d.params)
+    if (prm.choices && c.choice != 0) n.params.emplace_back(prm.name, double(c.choice));
+  const auto args = named_scheme_args(d, n.params, c.Hq);
+  std::vector<std::vector<double>> w;
+  f.G =
+      std::max(f.G, named_tensors_draw(
+                        d, args, c.T, c.S, c.Hq, c.Hkv, c.D, dmax, [&r] { return r.normal(); }, w));
   f.named.clear();
+  size_t x = 0;
   for (const auto& prm : d.params) {
     if (!is_tensor_param(prm)) continue;
-    const auto shape = tensor_param_shape(prm, c.T, c.S, c.Hq, c.Hkv, c.D);
-    int64_t count = 1;
-    for (int64_t e : shape) count *= e;
-    std::vector<Real> x(static_cast<size_t>(count));
-    const int which = static_cast<int>(f.named.size());
-    for (auto& e : x) e = static_cast<Real>(named_tensor_draw(d, which, r.normal()));
-    f.named.push_back(std::move(x));
-    n.tensors.push_back({prm.name, shape, {}, {}});
+    f.named.emplace_back(w[x].begin(), w[x].end());  // rounded to Real once
+    for (size_t e = 0; e < w[x].size(); ++e) w[x][e] = double(f.named[x][e]);
+    n.tensors.push_back({prm.name, tensor_param_shape(prm, c.T, c.S, c.Hq, c.Hkv, c.D), {}, {}});
+    ++x;
   }
-  for (size_t x = 0; x < f.named.size(); ++x) {
+  // The bias in double of the values as the call has them.
+  named_scheme wide = n;
+  for (size_t y = 0; y < f.named.size(); ++y) {
     if constexpr (std::is_same_v<Real, float>)
-      n.tensors[x].f32 = f.named[x];
+      n.tensors[y].f32 = f.named[y];
     else
-      n.tensors[x].f64 = f.named[x];
+      n.tensors[y].f64 = f.named[y];
+    wide.tensors[y].f64 = w[y];
   }
   f.p.pos.named = {n};
-  f.G = std::max(f.G, named_bias_grad_bound(d));
-  // Token coordinates (query i is token S - T + i) or the positions; every causal pair.
-  named_scheme wide{d.name};
-  std::vector<std::vector<double>> w(f.named.size());
-  for (size_t x = 0; x < f.named.size(); ++x) {
-    w[x].assign(f.named[x].begin(), f.named[x].end());
-    wide.tensors.push_back({n.tensors[x].name, n.tensors[x].shape, {}, w[x]});
-  }
   const auto bias = named_bias_spec(d, wide, c.T, c.S, c.Hq, c.Hkv, c.D);
+  // Token coordinates (query i is token S - T + i; every causal pair) or the positions (every
+  // pair of valid positions).
   const bool tok = named_bias_by_token(d);
   double kbias = 0;
   for (int64_t h = 0; h < c.Hq; ++h)
     for (int64_t i = 0; i < c.T; ++i)
-      for (int64_t j = 0; j < c.S && j <= c.S - c.T + i; ++j) {
+      for (int64_t j = 0; j < c.S && (!tok || j <= c.S - c.T + i); ++j) {
         const int64_t a = tok ? c.S - c.T + i : (f.qpos.empty() ? c.S - c.T + i : f.qpos[i]);
         const int64_t k = tok ? j : (f.kpos.empty() ? j : f.kpos[j]);
         if (a < 0 || k < 0) continue;
@@ -422,14 +402,14 @@ void set_mrope(fixture<Real>& f, const spec& c, rng& r) {
   m.k_positions = f.mk;
 }
 
-// The research schemes (Kerple, FIRE, xPos, M-RoPE, CoPE), their parameters drawn from r
-// (Kerple a1, a2; FIRE per head w1, b1, w2 ~ N(0, 1), b2 ~ N(0, 1/4), a_c ~ N(0, 1),
+// The research schemes (FIRE, xPos, M-RoPE, CoPE), their parameters drawn from r
+// (FIRE per head w1, b1, w2 ~ N(0, 1), b2 ~ N(0, 1/4), a_c ~ N(0, 1),
 // a_L ~ 8 + N(0, 16): L around 8, inside the default positions).
 template <typename Real>
 void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds& b) {
   const int64_t T = c.T, S = c.S, D = c.D;
   auto& p = f.p;
-  // The spread of valid positions bounds every distance d (Kerple, FIRE, xPos).
+  // The spread of valid positions bounds every distance d (FIRE, xPos, the tensor schemes).
   int64_t plo = 0, phi = std::max<int64_t>(std::max(S, T) - 1, 0);
   if (!f.qpos.empty() || !f.kpos.empty()) {
     plo = INT64_MAX, phi = INT64_MIN;
@@ -440,8 +420,6 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     if (plo > phi) plo = phi = 0;
   }
   const double dmax = double(phi - plo);
-  if (c.sch == scheme::kerple_log || c.sch == scheme::kerple_power)
-    b.kbias = draw_kerple(f, c, r, dmax);
   if (c.sch == scheme::fire) b.kbias = draw_fire(f, c, r, dmax);
   if (c.sch == scheme::xpos) {
     // Centred on the middle of the positions (the scales stay near 1); scale_base
@@ -474,7 +452,7 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
       return;
     }
     if (is_tensor_scheme(d)) {
-      b.kbias = draw_named_tensors(f, c, r, d);
+      b.kbias = draw_named_tensors(f, c, r, d, dmax);
       return;
     }
     p.pos.named = {{d.name, {}}};
@@ -830,7 +808,6 @@ void check_backward(tracker& tr, const spec& c) {
     compare<Real>(tr, ty + "dshaw_values", fast.dav, ref.dav, t.dav, u);
   }
   if (!p.pos.alibi.empty()) compare<double>(tr, ty + "dalibi", fast.dal, ref.dal, t.dal, u);
-  if (p.pos.has_kerple()) compare<Real>(tr, ty + "dkerple", fast.dke, ref.dke, t.dpar, u);
   if (p.pos.has_fire()) compare<Real>(tr, ty + "dfire", fast.dfi, ref.dfi, t.dpar, u);
   if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
   for (size_t x = 0; x < f.named.size(); ++x)
@@ -968,7 +945,6 @@ check_result grad_case(const spec& c) {
     check(f.tabs.shaw_values.data(), f.tabs.shaw_values.size(), ref.dav.data(), "dshaw_values");
   }
   if (!p.pos.alibi.empty()) check(f.slopes.data(), f.slopes.size(), ref.dal.data(), "dalibi");
-  if (p.pos.has_kerple()) check(f.kerple.data(), f.kerple.size(), ref.dke.data(), "dkerple");
   if (p.pos.has_fire()) check(f.fire.data(), f.fire.size(), ref.dfi.data(), "dfire");
   if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   if (!p.sinks.empty()) check(f.sinks.data(), f.sinks.size(), ref.dsi.data(), "dsinks");
@@ -1206,9 +1182,7 @@ void add_bf16_product_cases(std::vector<spec>& v) {
       // An odd D only where no rotation needs pairs of dimensions (the bias-only schemes).
       const auto sc = static_cast<scheme>(s);
       const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == scheme::t5_bidir ||
-                             sc == scheme::t5_causal || sc == scheme::shaw ||
-                             sc == scheme::kerple_log || sc == scheme::kerple_power ||
-                             sc == scheme::fire;
+                             sc == scheme::t5_causal || sc == scheme::shaw || sc == scheme::fire;
       if (c.D % 2 && !bias_only) ++c.D;
       c.products = attention_products::bf16;
       const int storage = idx % 3;  // bf16 q, k, v; float32 everything; f16 k, v with f32 q
@@ -1409,8 +1383,6 @@ std::vector<spec> make_check() {
                                            {scheme::t5_causal, mask::window},
                                            {scheme::shaw, mask::causal_window},
                                            {scheme::all, mask::everything},
-                                           {scheme::kerple_log, mask::causal},
-                                           {scheme::kerple_power, mask::padding},
                                            {scheme::fire, mask::causal},
                                            {scheme::xpos, mask::causal},
                                            {scheme::cope, mask::causal}};
@@ -1449,12 +1421,22 @@ std::vector<spec> make_check() {
   add(spec{7, 13, 8, 4, 2, scheme::mrope, mask::positions, 4100}, forward | backward | grad);
   add(spec{7, 13, 10, 4, 2, scheme::mrope, mask::causal, 4103}, forward | backward | grad);
   // Each scheme reached by name: causal, bidirectional with padding, explicit positions (large
-  // offsets, pads).
-  for (int s = kSchemes; s < scheme_count(); ++s)
-    for (mask m : {mask::causal, mask::padding, mask::positions})
-      add(spec{7, 13, 8, 4, 2, static_cast<scheme>(s), m,
-               4200 + 4 * static_cast<uint64_t>(s) + static_cast<uint64_t>(m)},
-          forward | backward | grad);
+  // offsets, pads); a choice parameter takes its values in turn over the three rows.
+  for (int s = kSchemes; s < scheme_count(); ++s) {
+    std::vector<std::string> values = {""};
+    for (const auto& prm : named_decl(static_cast<scheme>(s))->params)
+      if (prm.choices) values = param_choices(prm);
+    int row = 0;
+    for (mask m : {mask::causal, mask::padding, mask::positions}) {
+      spec c{7, 13,
+             8, 4,
+             2, static_cast<scheme>(s),
+             m, 4200 + 4 * static_cast<uint64_t>(s) + static_cast<uint64_t>(m)};
+      c.choice = row++ % static_cast<int>(values.size());
+      add(c, forward | backward | grad);
+      if (c.choice) v.back().name += "_" + values[c.choice];
+    }
+  }
   return v;
 }
 
@@ -1567,7 +1549,6 @@ void add_scheme_perf(std::vector<spec>& v) {
   // The research schemes' rows at T = S = 2048. Kerple's row is a slice of a per-call table
   // (as ALiBi's, about its cost): a default case. FIRE's runs its MLP per pair in double (about
   // 1.5x ALiBi's time); xPos and M-RoPE are q/k transforms on copies: extended.
-  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::kerple_log, "kerple", forward);
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies

@@ -48,13 +48,11 @@ constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
 // named: a scheme reached by name (schemes.hpp), the problem's `nd`.
-enum class scheme { none, rope, alibi, t5, shaw, kerple, fire, xpos, cope, named };
+enum class scheme { none, rope, alibi, t5, shaw, fire, xpos, cope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
     case scheme::cope:
       return "cope";
-    case scheme::kerple:
-      return "kerple";
     case scheme::fire:
       return "fire";
     case scheme::xpos:
@@ -72,9 +70,9 @@ const char* scheme_name(scheme s) {
   }
 }
 constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi, scheme::t5, scheme::shaw};
-// The research schemes: Kerple and xPos are relative (translation invariant), FIRE is not (its
-// normaliser psi(max(L, qpos)) reads the query position).
-constexpr scheme kResearch[] = {scheme::kerple, scheme::fire, scheme::xpos};
+// The research schemes: xPos is relative (translation invariant), FIRE is not (its normaliser
+// psi(max(L, qpos)) reads the query position).
+constexpr scheme kResearch[] = {scheme::fire, scheme::xpos};
 constexpr int64_t kFireHidden = 4;
 constexpr double kXposBase = 16;  // scale_base of the checks: a visible decay over N = 20
 
@@ -86,8 +84,8 @@ struct problem {
   std::vector<double> q, k, v;  // (N, Hq, D), (N, Hkv, D), (N, Hkv, D)
   rope_freqs freqs;
   std::vector<double> slopes;
-  std::vector<double> kerple, fire;  // (2, Hq); (Hq, 3m + 3)
-  std::vector<double> cope;          // (8, D)
+  std::vector<double> fire;  // (Hq, 3m + 3)
+  std::vector<double> cope;  // (8, D)
   t5_bias_table t5;
   shaw_tables shaw;
   attention_tables<double> tabs;  // the tables in double, viewed by pos
@@ -96,14 +94,16 @@ struct problem {
   double trig = 0;  // per-entry error of the q/k transform's cos/sin (RoPE, xPos)
   int64_t K = 0;
   const scheme_decl* nd = nullptr;  // scheme::named: its declaration, at its default parameters
+  int choice = 0;                   // and its choice parameter's value (index), if it has one
   std::vector<double> nargs;
   // A tensor scheme reached by name: its tensors (declaration order, drawn through the
   // declaration) and its bias in double (named_bias_spec; token indices = positions here).
   std::vector<std::vector<double>> ntens;
   std::function<double(int64_t, int64_t, int64_t)> nbias;
 
-  problem(scheme s, bool causal_, uint64_t seed, const scheme_decl* named = nullptr)
-      : sch(s), causal(causal_), nd(named) {
+  problem(scheme s, bool causal_, uint64_t seed, const scheme_decl* named = nullptr,
+          int choice_ = 0)
+      : sch(s), causal(causal_), nd(named), choice(choice_) {
     rng r(seed);
     fill_normal(r, q, N * Hq * D);
     fill_normal(r, k, N * Hkv * D);
@@ -158,20 +158,14 @@ struct problem {
     }
   }
 
-  // Kerple, FIRE and xPos: their parameters, drawn from r, and bounds.
+  // FIRE and xPos: their parameters, drawn from r, and bounds.
   void init_research(rng& r, double& amp) {
-    // The research schemes. Bounds on the bias (distances below 2N, as for ALiBi): Kerple log
-    // r1 log(1 + r2 2N) (Chi et al. 2022); FIRE |b2| + sum |w2| (|w1| X + |b1|) with
-    // X = psi(2N) / psi(L) (Li et al. 2023).
+    // The research schemes. Bound on FIRE's bias (distances below 2N, as for ALiBi):
+    // |b2| + sum |w2| (|w1| X + |b1|) with X = psi(2N) / psi(L) (Li et al. 2023).
     auto softplus = [](double a) {
       return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
     };
-    if (sch == scheme::kerple) {
-      fill_normal(r, kerple, 2 * Hq);
-      pos.kerple = {kerple_kernel::log, kerple};
-      for (int64_t h = 0; h < Hq; ++h)
-        B = std::max(B, softplus(kerple[h]) * std::log1p(softplus(kerple[Hq + h]) * 2 * N));
-    } else if (sch == scheme::fire) {
+    if (sch == scheme::fire) {
       const int64_t m = kFireHidden, W = 3 * m + 3;
       fill_normal(r, fire, Hq * W);
       for (int64_t h = 0; h < Hq; ++h) {
@@ -202,15 +196,14 @@ struct problem {
     if (sch == scheme::named && is_tensor_scheme(*nd)) {
       named_scheme n{nd->name};
       for (const auto& prm : nd->params) {
-        if (!is_tensor_param(prm)) continue;
-        const auto shape = tensor_param_shape(prm, N, N, Hq, Hkv, D);
-        int64_t count = 1;
-        for (int64_t e : shape) count *= e;
-        const int which = static_cast<int>(ntens.size());
-        ntens.emplace_back(static_cast<size_t>(count));
-        for (auto& e : ntens.back()) e = named_tensor_draw(*nd, which, r.normal());
-        n.tensors.push_back({prm.name, shape, {}, {}});
+        if (prm.choices && choice != 0) n.params.emplace_back(prm.name, double(choice));
+        if (is_tensor_param(prm))
+          n.tensors.push_back({prm.name, tensor_param_shape(prm, N, N, Hq, Hkv, D), {}, {}});
       }
+      // Distances below 2N in every check below.
+      nargs = named_scheme_args(*nd, n.params, Hq);
+      named_tensors_draw(
+          *nd, nargs, N, N, Hq, Hkv, D, 2.0 * double(N), [&r] { return r.normal(); }, ntens);
       for (size_t x = 0; x < ntens.size(); ++x) n.tensors[x].f64 = ntens[x];
       pos.named = {n};
       nbias = named_bias_spec(*nd, n, N, N, Hq, Hkv, D);
@@ -505,18 +498,9 @@ void permutation_checks(std::vector<check_result>& r, uint64_t seed) {
   }
 }
 
-// Translation invariance of the relative research schemes (Kerple, xPos; FIRE below its
-// threshold) and where it ends.
+// Translation invariance of the relative research schemes (xPos; FIRE below its threshold) and
+// where it ends.
 void relative_translation_checks(std::vector<check_result>& r, uint64_t seed) {
-  {
-    problem ps(scheme::kerple, true, seed);
-    const int64_t c = 1000003;
-    r.push_back(equal_check(
-        "kerple_translation_invariant",
-        fmt::format("kerple: shifting every position by c = {} leaves the outputs unchanged", c),
-        shift_deviation(ps, c), ps.tolerance(ps.N),
-        "causal; the bias depends on |kpos - qpos| only (Chi et al. 2022)"));
-  }
   {
     // xPos is relative in exact arithmetic; its scales zeta^(pos / B) are not representable far
     // from the centre, so the check shifts positions by 1000 and the centre with them.
@@ -726,7 +710,7 @@ void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
 void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
+                   scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -737,7 +721,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         "causal; positions restart at 0 in each document"));
   }
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
+                   scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -749,7 +733,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::kerple, scheme::fire, scheme::xpos, scheme::cope}) {
+                   scheme::fire, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),
@@ -834,14 +818,15 @@ void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
 // bounded), tested on the bias itself, then the engine: its outputs against attention written
 // out in plain loops from the declared bias, and the translation, packing, padding and cache
 // checks every scheme passes.
-void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
-  for (const scheme_decl* d : named_scheme_decls()) {
-    if (!d->named) {
-      rope_pairs_scheme_checks(r, seed, d);
-      continue;
-    }
-    const std::string n = d->name;
-    problem ps(scheme::named, true, seed, d);
+// Here at the value `choice` of its choice parameter, if it has one (the checks named after the
+// scheme, then the value when not the first).
+void named_bias_scheme_checks(std::vector<check_result>& r, uint64_t seed, const scheme_decl* d,
+                              int choice) {
+  {
+    std::string n = d->name;
+    for (const auto& prm : d->params)
+      if (prm.choices && choice != 0) n += "_" + param_choices(prm)[choice];
+    problem ps(scheme::named, true, seed, d, choice);
     const auto& a = ps.nargs;
     const int64_t H = ps.Hq;
     auto bias = [&](int64_t h, int64_t qp, int64_t kp) {
@@ -907,7 +892,7 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
                               "causal, N = 20, 4 query heads, 2 kv heads"));
     }
     if (!d->causal_only) {
-      problem pb(scheme::named, false, seed, d);
+      problem pb(scheme::named, false, seed, d, choice);
       r.push_back(
           breaks_check(n + "_breaks_permutation",
                        "With " + n + " on, permuting the tokens no longer permutes the outputs",
@@ -931,6 +916,19 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
         n + "_cache_equals_full",
         n + ": decoding token by token with the KV cache equals the full forward",
         cache_deviation(ps), ps.tolerance(ps.N), "causal; positions continue after the prefix"));
+  }
+}
+
+void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
+  for (const scheme_decl* d : named_scheme_decls()) {
+    if (!d->named) {
+      rope_pairs_scheme_checks(r, seed, d);
+      continue;
+    }
+    size_t choices = 1;
+    for (const auto& prm : d->params)
+      if (prm.choices) choices = param_choices(prm).size();
+    for (size_t c = 0; c < choices; ++c) named_bias_scheme_checks(r, seed, d, static_cast<int>(c));
   }
 }
 

@@ -103,20 +103,6 @@ struct attention_shaw {
   std::span<const Real> keys, values;  // (2K+1, D) each, D contiguous; empty = off
 };
 
-// Hook 2b, Kerple (Chi et al. 2022: the logarithmic and power variants of its conditionally
-// positive definite kernels, with learned per-head r1, r2 > 0), with d = |qpos - kpos|:
-//   log:   bias_h = -r1 log(1 + r2 d)
-//   power: bias_h = -r1 d^r2,  0 < r2 <= 2
-// The paper keeps r1, r2 positive by clamping them after each step; here the parameters are
-// unconstrained reals a1, a2 mapped onto the allowed range, so every finite value is valid and
-// the gradient is exact: r1 = softplus(a1), r2 = softplus(a2) (log), r2 = 2 sigmoid(a2) (power).
-enum class kerple_kernel { log, power };
-template <typename Real>
-struct attention_kerple {
-  kerple_kernel kernel = kerple_kernel::log;
-  std::span<const Real> params;  // (2, Hq): row 0 a1, row 1 a2, Hq contiguous; empty = off
-};
-
 // Hook 2b, FIRE (Li et al. 2023: the learned bias with progressive interpolation and threshold):
 // per head h, with d = |qpos - kpos|,
 //   bias_h = f_h( psi(d) / psi(max(L_h, qpos)) ),  psi(x) = log(c_h x + 1),
@@ -219,7 +205,6 @@ struct attention_position {
                                       //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
   attention_t5<Real> t5;              // hook 2b: T5 bias, weights (num_buckets, Hq)
   attention_shaw<Real> shaw;          // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
-  attention_kerple<Real> kerple;      // hook 2b: Kerple parameters (2, Hq)
   attention_fire<Real> fire;          // hook 2b: FIRE parameters (Hq, 3m + 3)
   attention_xpos xpos;                // hook 1: xPos (instead of rope)
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
@@ -230,7 +215,6 @@ struct attention_position {
 
   bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }
-  bool has_kerple() const { return !kerple.params.empty(); }
   bool has_fire() const { return !fire.params.empty(); }
   bool has_cope() const { return !cope.emb.empty(); }
 };
@@ -443,7 +427,6 @@ struct attention_grads {
   Real* dt5 = nullptr;           // (num_buckets, Hq): gradient of the T5 table
   Real* dshaw_keys = nullptr;    // (2K+1, D): gradient of a^K
   Real* dshaw_values = nullptr;  // (2K+1, D): gradient of a^V
-  Real* dkerple = nullptr;       // (2, Hq): gradient of the Kerple parameters a1, a2
   Real* dfire = nullptr;         // (Hq, 3m + 3): gradient of the FIRE parameters
   Real* dcope = nullptr;         // (npos, D): gradient of the CoPE embeddings
   // (Hq,): gradient of the sink logits, -sum_i p_i,sink (dO_i . O_i) (the sink carries no

@@ -71,6 +71,10 @@ struct scheme_param {
                       // `d<name>` in the CLI and in Python
   const char* def;    // default, as text ("" = required when the scheme is on)
   const char* doc;    // one line
+  // dtype "str" of a scheme reached by name: the allowed values, '|'-separated ("log|power");
+  // named_scheme::params carries the index of the value (named_choice), the CLI and Python the
+  // text.
+  const char* choices = nullptr;
 };
 
 struct scheme_decl {
@@ -151,6 +155,12 @@ std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_
 // `posenc attend --hf-config` and Python's posenc.hf_dca turn on.
 std::vector<std::pair<std::string, double>> hf_dca_scheme_params(const hf_dca_config& c);
 
+// The allowed values of a parameter of dtype "str" (its choices), and the index of `value` among
+// them: what named_scheme::params carries for it. Throws invalid_argument naming the parameter
+// and the allowed values.
+std::vector<std::string> param_choices(const scheme_param& p);
+double named_choice(const scheme_decl& d, const std::string& param, const std::string& value);
+
 // Whether a declared parameter is a tensor (dtype "tensor"), and its shape for a call of T
 // queries, S keys, Hq and Hkv heads of dim D (the declared symbols resolved; throws for a symbol
 // it does not know). A scheme reached by name whose parameters include a tensor is a tensor
@@ -176,10 +186,15 @@ std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_de
                                                                  int64_t D);
 bool named_bias_by_token(const scheme_decl& d);
 // For a tensor scheme: a value of its tensor parameter `tensor` (index among its tensors) from a
-// standard normal draw z, as the case tables and checks draw them; and the bound on the
-// derivative of one pair's bias by any tensor entry.
+// standard normal draw z (a pad row's value in the checks); and every tensor for a call with
+// args (T queries, S keys, Hq and Hkv heads of dim D), as the case tables and checks draw them,
+// from the standard normal draws normal() gives in turn, returning the bound on the derivative
+// of one pair's bias (distance <= dmax) by any tensor entry.
 double named_tensor_draw(const scheme_decl& d, int tensor, double z);
-double named_bias_grad_bound(const scheme_decl& d);
+double named_tensors_draw(const scheme_decl& d, std::span<const double> args, int64_t T, int64_t S,
+                          int64_t Hq, int64_t Hkv, int64_t D, double dmax,
+                          const std::function<double()>& normal,
+                          std::vector<std::vector<double>>& tensors);
 
 // The declarations as a Markdown table (docs/schemes.md) or JSON.
 std::string schemes_markdown();

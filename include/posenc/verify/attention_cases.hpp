@@ -98,11 +98,9 @@ enum class scheme {
   temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
   all,          // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw + a query temperature
                 // (offset 0, after the rotation: Ministral 3's form) at once
-  kerple_log,
-  kerple_power,
-  fire,  // hidden = 4
-  xpos,  // scale_base = max(64, spread / 4), centred on the positions
-  cope,  // npos = 8; forces causal masking (CoPE is causal only)
+  fire,         // hidden = 4
+  xpos,         // scale_base = max(64, spread / 4), centred on the positions
+  cope,         // npos = 8; forces causal masking (CoPE is causal only)
   mrope  // M-RoPE, (3, n) ids near the 1-D positions; contiguous sections (Qwen2-VL) for even
          // seeds, interleaved (Qwen3-VL) for odd; half pair layout, interleaved every other pair
          // of seeds
@@ -177,6 +175,9 @@ struct spec {
   // case's seed; the tolerances hold unchanged (the sink only lowers the weights of the values
   // and adds one term to l), and the backward checks dsinks too.
   bool sinks = false;
+  // A scheme reached by name with a choice parameter (dtype "str"): the index of its value
+  // among the declared choices (0 = the first); its default elsewhere.
+  int choice = 0;
 };
 inline constexpr int64_t kHeadMajorPad = 3;
 
@@ -201,14 +202,14 @@ struct fixture {
   attention_params<Real> p;     // out and lse unset
   double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
-  std::vector<Real> kerple, fire;  // Kerple (2, Hq) and FIRE (Hq, 3m + 3) parameters
-  std::vector<Real> cope;          // CoPE embeddings (npos, D)
-  std::vector<Real> sinks;         // spec::sinks: the sink logits (Hq,)
-  std::vector<int64_t> mq, mk;     // M-RoPE ids (3, T) and (3, S)
+  std::vector<Real> fire;       // FIRE (Hq, 3m + 3) parameters
+  std::vector<Real> cope;       // CoPE embeddings (npos, D)
+  std::vector<Real> sinks;      // spec::sinks: the sink logits (Hq,)
+  std::vector<int64_t> mq, mk;  // M-RoPE ids (3, T) and (3, S)
   // A tensor scheme reached by name (schemes.hpp, is_tensor_scheme): each declared tensor's
   // values, in declaration order (p.pos.named[0].tensors views them).
   std::vector<std::vector<Real>> named;
-  double G = 0;  // bound on |d bias / d parameter| over the pairs (Kerple, FIRE; else 0)
+  double G = 0;  // bound on |d bias / d parameter| over the pairs (FIRE, tensor schemes)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
 };
 
@@ -232,7 +233,7 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 // when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dt5, dak, dav, dke, dfi, dco, dsi;
+  std::vector<Real> dq, dk, dv, dt5, dak, dav, dfi, dco, dsi;
   std::vector<double> dal;
   std::vector<std::vector<Real>> dnamed;  // a tensor scheme's tensors, as fixture::named
   attention_grads<Real> g;
@@ -256,10 +257,6 @@ struct grads {
     if (!p.pos.alibi.empty()) {
       dal.assign(p.Hq, -7.0);
       g.dalibi = dal.data();
-    }
-    if (p.pos.has_kerple()) {
-      dke.assign(p.pos.kerple.params.size(), Real(-7));
-      g.dkerple = dke.data();
     }
     if (p.pos.has_fire()) {
       dfi.assign(p.pos.fire.params.size(), Real(-7));

@@ -12,8 +12,7 @@
 //     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
 //     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dt5-table DT.npy]
 //      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]
-//      [--dkerple DKE.npy] [--dfire DF.npy]]
-//     [--kerple KE.npy [--kerple-kernel log|power]] [--fire F.npy --fire-hidden M]
+//      [--dfire DF.npy]] [--fire F.npy --fire-hidden M]
 //     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //     [--cope E.npy] [--dcope DE.npy]
 //     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
@@ -21,6 +20,7 @@
 //     [--axial-rope 2d|nd [--axes-dim A,B,C] [--theta B] --q-positions IDS.npy (3, n) ...]
 //     [--sandwich [--sandwich-dim 128]]   and every other scheme reached by name, e.g.
 //     [--causal --fox GATES.npy [--dfox DG.npy]]   (a tensor parameter: a .npy of its shape)
+//     [--kerple KE.npy [--kerple-kernel log|power] [--dkerple DKE.npy]]   (a choice: its text)
 //     [--rope ... --causal --self-extend [--self-extend-group 4] [--self-extend-window 512]]
 //     [--rope ... --causal --dca [--dca-chunk-size C] [--dca-local-size L]
 //      [--dca-original-max-position-embeddings L0]]   (--hf-config with Qwen2.5-1M's
@@ -99,8 +99,8 @@ struct attend_opts {
   std::string kv_dtype;
   std::string products = "f32";
   int64_t shaw_clip = -1;
-  // Kerple, FIRE, xPos
-  std::string kerple, kerple_kernel = "log", fire, cope;
+  // FIRE, xPos, CoPE
+  std::string fire, cope;
   int64_t fire_hidden = 0;
   bool xpos = false, keys_rotated = false;
   double xpos_theta = 10000, xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
@@ -114,10 +114,11 @@ struct attend_opts {
   bool no_dca = false;  // leave a config's dual_chunk_attention_config off (as transformers)
   std::map<std::string, bool> named_on;
   std::map<std::string, double> named_values;
+  std::map<std::string, std::string> named_texts;  // str parameters: one of their choices
   std::map<std::string, std::string> named_files;  // tensor parameters: .npy paths
   std::map<std::string, std::string> named_grads;  // their gradients' output paths (--d<name>)
   // Backward
-  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dkerple, dfire, dcope;
+  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dfire, dcope;
   CLI::App* sub = nullptr;
 };
 
@@ -271,9 +272,9 @@ struct attend_state {
   bool mrope = false;                   // (3, n) positions
   layer_choice lc;
   rope_freqs freqs;
-  std::vector<double> slopes;                                       // (Hq,)
-  std::vector<Real> t5w, shaw_k, shaw_v, kerple_w, fire_w, cope_e;  // as read, in Q's dtype
-  std::vector<Real> sinks;                                          // (Hq,) --sinks
+  std::vector<double> slopes;                             // (Hq,)
+  std::vector<Real> t5w, shaw_k, shaw_v, fire_w, cope_e;  // as read, in Q's dtype
+  std::vector<Real> sinks;                                // (Hq,) --sinks
   std::vector<std::vector<Real>> named_w;  // tensor parameters of schemes reached by name, as read
   std::vector<std::string> schemes;        // the names of the schemes on, in order
   attention_params<Real> p;
@@ -537,24 +538,6 @@ void read_shaw(const attend_opts& o, attend_state<Real>& s) {
 }
 
 template <typename Real>
-void read_kerple(const attend_opts& o, attend_state<Real>& s) {
-  if (!o.kerple.empty()) {
-    if (o.kerple_kernel != "log" && o.kerple_kernel != "power")
-      fail("--kerple-kernel must be log or power, got '{}'", o.kerple_kernel);
-    const auto a = read_npy(o.kerple);
-    require_float(a, "--kerple");
-    require_shape(a, "--kerple", {2, s.Hq}, fmt::format("(2, Hq) = (2, {}): rows a1, a2", s.Hq));
-    note_rounding<Real>(a, "--kerple");
-    s.kerple_w = as_real<Real>(a);
-    s.p.pos.kerple = {o.kerple_kernel == "power" ? kerple_kernel::power : kerple_kernel::log,
-                      s.kerple_w};
-    s.schemes.push_back("kerple");
-  } else if (given(o, "--kerple-kernel")) {
-    fail("--kerple-kernel needs --kerple");
-  }
-}
-
-template <typename Real>
 void read_fire(const attend_opts& o, attend_state<Real>& s) {
   if (!o.fire.empty()) {
     if (!given(o, "--fire-hidden")) fail("--fire needs --fire-hidden M (the MLP's hidden units)");
@@ -657,6 +640,16 @@ void read_named_tensor(const attend_opts& o, attend_state<Real>& s, const scheme
   n.tensors.push_back({prm.name, want, {}, {}});
 }
 
+// A choice parameter's text, as its index among the declared choices; the flag names the error.
+double choice_index(const scheme_decl& d, const scheme_param& prm, const std::string& flag,
+                    const attend_opts& o) {
+  const std::string& text = o.named_texts.at(prm.name);
+  const auto c = param_choices(prm);
+  if (std::find(c.begin(), c.end(), text) == c.end())
+    fail("{} must be {}, got '{}'", flag, fmt::join(c, " or "), printable_bytes(text));
+  return named_choice(d, prm.name, text);
+}
+
 template <typename Real>
 void read_named(const attend_opts& o, attend_state<Real>& s) {
   for (const scheme_decl* d : named_scheme_decls()) {
@@ -669,6 +662,8 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
       flags.push_back(flag);
       if (is_tensor_param(d->params[i]))
         read_named_tensor(o, s, d->params[i], n);
+      else if (d->params[i].choices)
+        n.params.emplace_back(d->params[i].name, choice_index(*d, d->params[i], flag, o));
       else
         n.params.emplace_back(d->params[i].name, o.named_values.at(d->params[i].name));
     }
@@ -743,7 +738,7 @@ template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
   if (o.dout.empty()) {
     for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
-                          "--dalibi", "--dkerple", "--dfire", "--dcope"})
+                          "--dalibi", "--dfire", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
     for (const auto& [name, path] : o.named_grads)
       if (!path.empty())
@@ -756,7 +751,6 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
     fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
   if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
-  if (!o.dkerple.empty() && !p.pos.has_kerple()) fail("--dkerple needs --kerple");
   if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
   if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
   for (const auto& [name, path] : o.named_grads) {
@@ -768,8 +762,8 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
   for (const auto& [name, path] : o.named_grads)
     if (!path.empty()) outs.push_back(path);
-  for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dkerple,
-                        &o.dfire, &o.dcope})
+  for (const auto* x :
+       {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dfire, &o.dcope})
     if (!x->empty()) outs.push_back(*x);
   for (size_t a = 0; a < outs.size(); ++a)
     for (size_t b = a + 1; b < outs.size(); ++b)
@@ -780,7 +774,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
 // gradient only when its output path is given.
 template <typename Real>
 struct attend_gradients {
-  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dke, dfi, dco;
+  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dfi, dco;
   std::vector<double> dal;  // (Hq,), float64 whatever Q's dtype
   // The named tensors' gradients asked for: (output path, shape, values).
   std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<Real>>> dnamed;
@@ -811,10 +805,6 @@ void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_grad
   if (!o.dalibi.empty()) {
     d.dal.resize(Hq);
     g.dalibi = d.dal.data();
-  }
-  if (!o.dkerple.empty()) {
-    d.dke.resize(s.kerple_w.size());
-    g.dkerple = d.dke.data();
   }
   if (!o.dfire.empty()) {
     d.dfi.resize(s.fire_w.size());
@@ -862,7 +852,6 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
   const int64_t rows = 2 * pos.shaw.clip + 1;
   if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(d.dak, {rows, D}));
   if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(d.dav, {rows, D}));
-  if (!o.dkerple.empty()) files.emplace_back(o.dkerple, as_npy(d.dke, {2, Hq}));
   if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(d.dco, {pos.cope.npos, D}));
   if (!o.dfire.empty()) files.emplace_back(o.dfire, as_npy(d.dfi, {Hq, 3 * pos.fire.hidden + 3}));
   if (!o.dalibi.empty()) {
@@ -1003,13 +992,16 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_alibi(o, s);
   read_t5(o, s);
   read_shaw(o, s);
-  read_kerple(o, s);
   read_fire(o, s);
   read_cope(o, s);
   read_temperature(o, s);
   read_xpos(o, s);
   read_named(o, s);
   read_hf_dca(o, s);
+  // Listed in the engine's order, the declarations' (schemes.hpp): the biases as summed.
+  const auto rank = [](const std::string& x) { return &scheme_decl_of(x) - scheme_decls().data(); };
+  std::stable_sort(s.schemes.begin(), s.schemes.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
   // Which schemes may be on together: the declarations' one rule (schemes.hpp).
   check_scheme_combination(s.schemes);
   check_backward_flags(o, s.p);
@@ -1268,11 +1260,8 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--dalibi", o.dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
 }
 
-// Kerple, FIRE, xPos, CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
+// FIRE, xPos, CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
 void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
-  sub->add_option("--kerple", o.kerple,
-                  "Kerple bias (Chi et al. 2022): parameters KE.npy (2, Hq), rows a1, a2");
-  sub->add_option("--kerple-kernel", o.kerple_kernel, "Kerple kernel: log (default) or power");
   sub->add_option("--fire", o.fire,
                   "FIRE bias (Li et al. 2023): per-head MLP parameters F.npy (Hq, 3 M + 3)");
   sub->add_option("--fire-hidden", o.fire_hidden, "FIRE hidden units M");
@@ -1307,7 +1296,6 @@ void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
                 "Leave a --hf-config's dual_chunk_attention_config off (as transformers does); "
                 "by default it turns Dual Chunk Attention on, as vLLM runs the model");
   sub->add_option("--dcope", o.dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
-  sub->add_option("--dkerple", o.dkerple, "Write dL/dKE DKE.npy (2, Hq) (needs --dout)");
   sub->add_option("--dfire", o.dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
 }
 
@@ -1334,6 +1322,13 @@ void add_attend_named_scheme_flags(CLI::App* sub, attend_opts& o) {
     for (size_t i = 1; i < d->params.size(); ++i) {
       const scheme_param& p = d->params[i];
       if (is_tensor_param(p)) continue;
+      if (p.choices) {  // a choice of strings: its text
+        const auto c = param_choices(p);
+        sub->add_option("--" + flag_name(p.name), o.named_texts[p.name],
+                        fmt::format("{} {}: {} (default {})", d->title, p.name, p.doc, p.def))
+            ->type_name(fmt::format("{}", fmt::join(c, "|")));
+        continue;
+      }
       sub->add_option(
              "--" + flag_name(p.name), o.named_values[p.name],
              fmt::format("{} {}, {}: {} (default {})", d->title, p.name, p.dtype, p.doc, p.def))

@@ -272,8 +272,8 @@ void run_lab_cmd(lab_cli c, CLI::App* sub) {
 // (persuasion) held out (scripts/get-corpus). One row per variant, trained at L in {64, 128} and
 // evaluated at L, 2L, 4L, 8L and 16L in non-overlapping and in sliding windows (stride L).
 // Without --schemes the rows are the nine press_variants; --schemes picks the variants of the
-// schemes it names and adds one plain row for each other scheme it names (kerple, fire, xpos,
-// cope, irope: the model's defaults, as in the passkey runs).
+// schemes it names and adds one plain row for each other scheme it names (the model's defaults,
+// as in the passkey runs).
 // Sizes (docs/lab.md, "Real text"): the default model (width 64, 2 layers, 4 heads), batch 16,
 // press_steps steps, press_eval_chars bytes of the held-out novel; --quick: one seed and
 // press_quick_steps steps, press_quick_eval_chars bytes.
@@ -684,11 +684,14 @@ const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
                   "--preset extend: fine-tuning steps per method (default 100; --quick 30)");
   sub->add_option("--search-budget", o->search_budget,
                   "--preset extend: LongRoPE candidates scored per seed (default 48; --quick 12)");
+  std::vector<std::string> trainable;  // every model scheme, from the registry
+  for (int i = 0; i < pos_scheme_count(); ++i)
+    trainable.emplace_back(pos_scheme_name(static_cast<pos_scheme>(i)));
   sub->add_option("--schemes", o->schemes,
-                  "Comma-separated: nope, sinusoidal, learned, rope, alibi, t5, shaw, irope "
-                  "(RoPE with every 4th layer NoPE; use --layers 4 or more), kerple "
-                  "(logarithmic kernel), fire, xpos, cope. With --preset press: the preset's "
-                  "variants of these schemes, plus one row per scheme it has none of")
+                  fmt::format("Comma-separated, of: {} (posenc schemes describes each; irope "
+                              "needs --layers 4 or more). With --preset press: the preset's "
+                              "variants of these schemes, plus one row per scheme it has none of",
+                              fmt::join(trainable, ", ")))
       ->capture_default_str();
   sub->add_option("--train-len", o->train_len, "Training lengths A:B (inclusive)")
       ->capture_default_str();
@@ -727,8 +730,20 @@ const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
   for (const scheme_decl* d : named_scheme_decls())
     for (size_t i = 1; i < d->params.size(); ++i) {
       const scheme_param& p = d->params[i];
+      if (is_tensor_param(p)) continue;  // the model's own
       std::string flag = std::string("--") + p.name;
       std::replace(flag.begin(), flag.end(), '_', '-');
+      if (p.choices) {  // a choice of strings: its text, passed on as its index
+        sub->add_option_function<std::string>(
+               flag,
+               [o, d, name = std::string(p.name)](const std::string& v) {
+                 o->named_params.emplace_back(name, named_choice(*d, name, v));
+               },
+               fmt::format("{} {}: {} (default {}; with --schemes {})", d->title, p.name, p.doc,
+                           p.def, d->name))
+            ->type_name(fmt::format("{}", fmt::join(param_choices(p), "|")));
+        continue;
+      }
       sub->add_option_function<double>(
              flag,
              [o, name = std::string(p.name)](const double& v) {
