@@ -144,6 +144,11 @@ void add_diff_row_f32(float* row, double c, const double* src, int64_t n);
 // parameters [w1 (m) | b1 (m) | w2 (m) | b2]. The bits of the scalar loop (no fused multiply-add).
 void fire_mlp_f64(const double* psi, int64_t n, double pm, const double* w, int64_t m, double* acc);
 
+// row[j] += float(alpha + gamma * p[j]) for 0 <= j < n, in double (no fused multiply-add),
+// rounded once: a bias linear in a per-key value (FIRE's MLP between two kinks of its relus), in
+// the dispatched target's vectors; the bits of the scalar loop.
+void add_linear_row_f32(float* row, double alpha, double gamma, const double* p, int64_t n);
+
 // The same for either precision: float rows through add_row_f32, double rows by the loop.
 template <typename Real>
 inline void add_slice(Real* row, const Real* src, int64_t n) {

@@ -1448,6 +1448,22 @@ void AddDiffRow(float* HWY_RESTRICT row, double c, const double* HWY_RESTRICT sr
   for (; j < n; ++j) row[j] += static_cast<float>(c - src[j]);
 }
 
+// row[j] += float(alpha + gamma * p[j]): the product and the sum in double (no fused
+// multiply-add, as the scalar loop), rounded once to float, then added: the scalar loop's bits.
+void AddLinearRow(float* HWY_RESTRICT row, double alpha, double gamma, const double* HWY_RESTRICT p,
+                  int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
+  const auto va = hn::Set(dd, alpha), vg = hn::Set(dd, gamma);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto b = hn::DemoteTo(df, hn::Add(va, hn::Mul(vg, hn::LoadU(dd, p + j))));
+    hn::StoreU(hn::Add(hn::LoadU(df, row + j), b), df, row + j);
+  }
+  for (; j < n; ++j) row[j] += static_cast<float>(alpha + gamma * p[j]);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace posenc
 HWY_AFTER_NAMESPACE();
@@ -1461,6 +1477,7 @@ HWY_EXPORT(WidenRows);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(AddDiffRow);
 HWY_EXPORT(FireMlp);
+HWY_EXPORT(AddLinearRow);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
@@ -1855,6 +1872,10 @@ void add_diff_row_f32(float* row, double c, const double* src, int64_t n) {
 void fire_mlp_f64(const double* psi, int64_t n, double pm, const double* w, int64_t m,
                   double* acc) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(FireMlp)(psi, n, pm, w, m, acc);
+}
+
+void add_linear_row_f32(float* row, double alpha, double gamma, const double* p, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(AddLinearRow)(row, alpha, gamma, p, n);
 }
 
 }  // namespace posenc::detail

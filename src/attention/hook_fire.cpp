@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <utility>
+#include <vector>
+
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
 
@@ -15,18 +18,28 @@ namespace posenc::detail {
 namespace {
 
 // Hook 2b. Parameters of head h at params + h (3m + 3): w1 [0, m), b1 [m, 2m), w2 [2m, 3m),
-// b2 3m, a_c 3m + 1, a_L 3m + 2; held in double for the call.
-// The fast row computes what value() computes, operation for operation in double, and rounds
-// once (the same bits): psi(d) = log(c d + 1) comes from a per-call table over the visible
-// distances (where Hq (dmax + 1) <= 2^21), psi(M) once per row, and the MLP runs over 64 keys at
-// a time, hidden unit by hidden unit, so that the loop over keys vectorises while each key's
-// sum keeps value()'s order (b2, then units 0 .. m-1).
+// b2 3m, a_c 3m + 1, a_L 3m + 2; held in double for the call. psi(d) = log(c d + 1) comes from a
+// per-call table over the visible distances (where Hq (dmax + 1) <= 2^21), psi(M) once per row.
+// The float64 row computes what value() computes, operation for operation, and rounds once (the
+// same bits): the MLP runs over 64 keys at a time, hidden unit by hidden unit, so that the loop
+// over keys vectorises while each key's sum keeps value()'s order (b2, then units 0 .. m-1).
+// The float32 row uses that the MLP is piecewise linear in x (Li et al. 2023's f is one relu
+// layer): between two consecutive kinks x_u = -b1_u / w1_u (sorted, per head, once per call) the
+// set of active units is fixed and bias = alpha_s + beta_s x, alpha_s = b2 + sum_active w2 b1,
+// beta_s = sum_active w2 w1. Within a row x = psi(d) / psi(M) is monotone in d on either side of
+// the query, so a run of keys in one segment costs one multiply-add per key in double
+// (alpha_s + (beta_s / psi(M)) psi(d)), rounded once to float; only a run that crosses a kink
+// takes the segment per key. Error against value(): the double sums of alpha, beta and the
+// product differ from value()'s order by at most (m + 4) u_64 S, S = |b2| + sum |w2| (|w1| x +
+// |b1|), so the row is value() rounded to float within 2^-24 |value()| + 2 (m + 4) 2^-53 S
+// (tests/test_attention.cpp, FireFloatRowWithinItsBound).
 template <typename Real>
 class fire_bias_term final : public score_bias<Real> {
  public:
   fire_bias_term(const attention_fire<Real>& f, int64_t Hq, const attention_plan& pl, Real* dparams)
       : m_(f.hidden), W_(3 * f.hidden + 3), Hq_(Hq), dparams_(dparams) {
     w_.assign(f.params.begin(), f.params.end());
+    build_segments();
     int64_t lo = 0, hi = 0;
     if (!visible_offset_range(pl, int64_t{1} << 40, &lo, &hi)) return;  // nothing visible
     const int64_t dmax = std::max(std::abs(lo), std::abs(hi));
@@ -47,6 +60,10 @@ class fire_bias_term final : public score_bias<Real> {
   }
   void add_row(int64_t h, int64_t qp, const int64_t* kpos, int64_t n, bool contiguous,
                Real* row) const override {
+    if constexpr (std::is_same_v<Real, float>)
+      if (!psi_.empty() && contiguous && n > 0 && std::llabs(kpos[0] - qp) <= dmax_ &&
+          std::llabs(kpos[n - 1] - qp) <= dmax_)
+        return add_row_linear(h, qp, kpos[0] - qp, n, row);
     if (psi_.empty()) {
       for (int64_t j = 0; j < n; ++j) row[j] += static_cast<Real>(value(h, qp, kpos[j]));
       return;
@@ -120,11 +137,80 @@ class fire_bias_term final : public score_bias<Real> {
     r.dx_dL = thresh ? -x * c / ((c * M + 1) * pm) : 0.0;
     return r;
   }
+  // Per head, the kinks of its relus sorted (the units with w1 = 0 have none) and the line of each
+  // segment between them: seg_[h] indexes kink_ (K kinks) and line_ (K + 1 pairs alpha, beta).
+  void build_segments() {
+    seg_.assign(static_cast<size_t>(Hq_ + 1), 0);
+    for (int64_t h = 0; h < Hq_; ++h) {
+      const double* w = w_.data() + h * W_;
+      std::vector<double> t;
+      for (int64_t u = 0; u < m_; ++u)
+        if (w[u] != 0) t.push_back(-w[m_ + u] / w[u]);
+      std::sort(t.begin(), t.end());
+      const size_t K = t.size();
+      for (size_t s = 0; s <= K; ++s) {
+        // A point inside segment s decides which units are on there.
+        const double x = K == 0   ? 0.0
+                         : s == 0 ? t[0] - std::max(1.0, std::abs(t[0]))
+                         : s == K ? t[K - 1] + std::max(1.0, std::abs(t[K - 1]))
+                                  : t[s - 1] + 0.5 * (t[s] - t[s - 1]);
+        double alpha = w[3 * m_], beta = 0;
+        for (int64_t u = 0; u < m_; ++u)
+          if (w[u] * x + w[m_ + u] > 0)
+            alpha += w[2 * m_ + u] * w[m_ + u], beta += w[2 * m_ + u] * w[u];
+        line_.push_back(alpha);
+        line_.push_back(beta);
+      }
+      kink_.insert(kink_.end(), t.begin(), t.end());
+      seg_[h + 1] = seg_[h] + static_cast<int64_t>(K);
+    }
+  }
+  // The segment of x for head h: how many of its kinks lie below x.
+  int64_t segment(int64_t h, double x) const {
+    const double* t = kink_.data() + seg_[h];
+    return std::lower_bound(t, t + (seg_[h + 1] - seg_[h]), x) - t;
+  }
+  const double* line(int64_t h, int64_t s) const { return line_.data() + 2 * (seg_[h] + h + s); }
+  // The float32 row over the n consecutive keys at offsets r0, r0 + 1, ... (all in the table):
+  // runs of one segment by add_linear_row_f32, a run across kinks key by key.
+  void add_row_linear(int64_t h, int64_t qp, int64_t r0, int64_t n, float* row) const {
+    const double* w = w_.data() + h * W_;
+    const double* psi = psi_.data() + h * (dmax_ + 1);
+    const double c = softplus(w[3 * m_ + 1]), L = softplus(w[3 * m_ + 2]);
+    const double M = L > double(qp) ? L : double(qp);
+    const double pm = std::max(std::log1p(c * M), 1e-300);
+    constexpr int64_t kB = 64;
+    double p[kB];
+    for (int64_t j0 = 0; j0 < n; j0 += kB) {
+      const int64_t nb = std::min(kB, n - j0), r = r0 + j0;
+      // Keys behind the query (d = -r decreasing), then at or ahead of it (d = r increasing):
+      // x is monotone on each part, so its ends give its segments.
+      const int64_t behind = std::clamp<int64_t>(-r, 0, nb);
+      for (int64_t j = 0; j < behind; ++j) p[j] = psi[-r - j];
+      for (int64_t j = behind; j < nb; ++j) p[j] = psi[r + j];
+      for (auto [a, b] : {std::pair{int64_t{0}, behind}, std::pair{behind, nb}}) {
+        if (a == b) continue;
+        const int64_t s0 = segment(h, p[a] / pm), s1 = segment(h, p[b - 1] / pm);
+        if (s0 == s1) {
+          const double* ln = line(h, s0);
+          add_linear_row_f32(row + j0 + a, ln[0], ln[1] / pm, p + a, b - a);
+          continue;
+        }
+        for (int64_t j = a; j < b; ++j) {
+          const double* ln = line(h, segment(h, p[j] / pm));
+          row[j0 + j] += static_cast<float>(ln[0] + ln[1] / pm * p[j]);
+        }
+      }
+    }
+  }
   int64_t m_, W_, Hq_;
   Real* dparams_;
-  std::vector<double> w_;    // (Hq, 3m + 3)
-  int64_t dmax_ = -1;        // psi_ covers distances 0 .. dmax_
-  std::vector<double> psi_;  // (Hq, dmax + 1): log(c_h d + 1); empty = per pair
+  std::vector<int64_t> seg_;  // (Hq + 1,): head h's kinks are kink_[seg_[h], seg_[h + 1])
+  std::vector<double> kink_;  // sorted per head
+  std::vector<double> line_;  // per head and segment: alpha, beta
+  std::vector<double> w_;     // (Hq, 3m + 3)
+  int64_t dmax_ = -1;         // psi_ covers distances 0 .. dmax_
+  std::vector<double> psi_;   // (Hq, dmax + 1): log(c_h d + 1); empty = per pair
 };
 
 template <typename S>

@@ -39,6 +39,7 @@
 #include "posenc/verify/attention_cases.hpp"
 #include "posenc/verify/checks.hpp"
 #include "src/attention/attention_plan.hpp"
+#include "src/attention/engine_terms.hpp"
 
 namespace posenc {
 namespace {
@@ -995,10 +996,85 @@ void softmax_exp_check(std::vector<check_result>& r) {
                   target, fma ? "FMA" : "no FMA", t.size(), where, bound)));
 }
 
+// FIRE's float32 row (hook_fire.cpp: its MLP as a line per segment between the relus' kinks)
+// against its specification value() in double, within the bound derived there:
+// |row - value| <= 2^-24 |value| + 2 (m + 4) 2^-53 S, S = |b2| + sum_u |w2_u| (|w1_u| x + |b1_u|).
+// Heads of 4 and 32 units drawn from seed (one unit with w1 = 0, one with a kink far out),
+// thresholds L below and above the queries, rows behind, around and ahead of the query in
+// blocks that start anywhere (lengths 1 .. 300).
+void fire_row_check(std::vector<check_result>& r, uint64_t seed) {
+  double worst = 0;
+  int64_t rows = 0;
+  std::string where;
+  for (const int64_t m : {int64_t{4}, int64_t{32}}) {
+    const int64_t Hq = 4, W = 3 * m + 3, S = 300, D = 8;
+    rng g(seed + static_cast<uint64_t>(m));
+    std::vector<float> w(static_cast<size_t>(Hq * W));
+    for (int64_t h = 0; h < Hq; ++h) {
+      float* x = w.data() + h * W;
+      for (int64_t e = 0; e < 3 * m; ++e) x[e] = static_cast<float>(g.normal());
+      x[0] = 0;                         // a unit without a kink
+      x[1] = static_cast<float>(1e-6);  // a kink far out
+      x[3 * m] = static_cast<float>(0.5 * g.normal());
+      x[3 * m + 1] = static_cast<float>(g.normal());
+      x[3 * m + 2] = static_cast<float>(h % 2 == 0 ? 3.0 : 400.0);  // L below / above every qpos
+    }
+    std::vector<float> q(S * Hq * D), kv(S * 2 * D), out(S * Hq * D);
+    attention_params<float> p;
+    p.q = q.data(), p.k = kv.data(), p.v = kv.data(), p.out = out.data();
+    p.T = p.S = S, p.Hq = Hq, p.Hkv = 2, p.D = D;
+    p.pos.fire = {m, w};
+    const auto pl = detail::make_attention_plan(p);
+    const auto terms = detail::make_engine_terms<float>(p, pl, nullptr);
+    const auto& b = *terms.biases.at(0);
+    std::vector<int64_t> kpos(S);
+    for (int64_t j = 0; j < S; ++j) kpos[j] = j;
+    for (int64_t h = 0; h < Hq; ++h)
+      for (const int64_t qp : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{150}, int64_t{299}})
+        for (const auto& [k0, n] :
+             {std::pair{int64_t{0}, S}, std::pair{qp, int64_t{1}}, std::pair{qp / 2, int64_t{65}},
+              std::pair{int64_t{3}, int64_t{64}},
+              std::pair{std::max<int64_t>(qp - 100, 0), int64_t{200}}}) {
+          const int64_t len = std::min(n, S - k0);
+          std::vector<float> row(static_cast<size_t>(len), 0.0f);
+          b.add_row(h, qp, kpos.data() + k0, len, true, row.data());
+          ++rows;
+          const float* x = w.data() + h * W;
+          const double c = std::log1p(std::exp(double(x[3 * m + 1])));
+          const double L = double(x[3 * m + 2]) + std::log1p(std::exp(-double(x[3 * m + 2])));
+          const double pm = std::log1p(c * std::max(L, double(qp)));
+          for (int64_t j = 0; j < len; ++j) {
+            const double v = b.value(h, qp, kpos[k0 + j]);
+            const double xx = std::log1p(c * double(std::llabs(qp - kpos[k0 + j]))) / pm;
+            double sum = std::abs(double(x[3 * m]));
+            for (int64_t u = 0; u < m; ++u)
+              sum += std::abs(double(x[2 * m + u])) *
+                     (std::abs(double(x[u])) * xx + std::abs(double(x[m + u])));
+            const double bound = 0x1p-24 * std::abs(v) + 2.0 * double(m + 4) * 0x1p-53 * sum;
+            const double ratio = std::abs(double(row[j]) - v) / bound;
+            if (!(ratio <= worst)) {
+              worst = ratio;
+              where = fmt::format("m = {}, head {}, qpos {}, kpos {}: {:.9g} vs {:.17g}", m, h, qp,
+                                  kpos[k0 + j], row[j], v);
+            }
+          }
+        }
+  }
+  r.push_back(measured_check(
+      "attention", "fire_float_row_within_bound",
+      "FIRE's float32 row (a line per segment between its relus' kinks) is its double "
+      "specification rounded to float within 2^-24 |b| + 2 (m + 4) 2^-53 S",
+      worst, 1.0,
+      fmt::format("{} rows, m = 4 and 32, 4 heads, L below and above the queries; max error / "
+                  "bound (worst at {}); bound derived in src/attention/hook_fire.cpp",
+                  rows, where)));
+}
+
 std::vector<check_result> attention_checks() {
   std::vector<check_result> r;
   const uint64_t seed = 12345;
   softmax_exp_check(r);
+  fire_row_check(r, seed);
   permutation_checks(r, seed);
   relative_translation_checks(r, seed);
   cope_checks(r, seed);
