@@ -91,7 +91,7 @@ TEST(Npy, MalformedFilesAreClearErrors) {
   };
   auto trunc = bytes;
   trunc.resize(trunc.size() - 3);
-  expect_error(trunc, "truncated data");
+  expect_error(trunc, "data: truncated, shape (4, 2) needs 32 bytes, the file has 29");
   auto magic = bytes;
   magic[1] = std::byte{'X'};
   expect_error(magic, "wrong magic");

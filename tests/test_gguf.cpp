@@ -108,12 +108,12 @@ TEST(GgufFixture, HeaderKeysAndTensorInfosAtTheirOffsets) {
   // f32 value 0x48f42400 = 500000 at 251; the tensor infos from 370 (0x172, right after the
   // last token "b"); data from 480 (0x1e0).
   EXPECT_EQ(f.kvs[0].offset, 24u);
-  EXPECT_EQ(f.kvs[0].text, "llama");
-  EXPECT_EQ(f.kvs[5].key, "llama.rope.freq_base");
+  EXPECT_EQ(f.kvs[0].text(), "llama");
+  EXPECT_EQ(f.kvs[5].key(), "llama.rope.freq_base");
   EXPECT_EQ(f.kvs[5].offset, 218u);
   EXPECT_EQ(f.kvs[5].type, gguf_type::f32);
-  EXPECT_EQ(f.kvs[5].number, 500000.0);
-  EXPECT_EQ(f.kvs[7].key, "tokenizer.ggml.tokens");
+  EXPECT_EQ(f.kvs[5].number(), 500000.0);
+  EXPECT_EQ(f.kvs[7].key(), "tokenizer.ggml.tokens");
   EXPECT_EQ(f.kvs[7].elem_type, gguf_type::string);
   EXPECT_EQ(f.kvs[7].count, 3u);
   EXPECT_EQ(*f.get_size("llama.context_length"), 131072u);
@@ -180,30 +180,28 @@ TEST(GgufRoundTrip, EveryValueTypeBothVersions) {
     w.add_array_u32("a.arr_u32", {1, 2, 3});
     w.add_array_f32("a.arr_f32", {0.5f, 1.5f});
     w.add_array_string("a.arr_str", {"x", "", "yz"});
-    w.add_array_of_u8_arrays("a.arr_arr", {{1, 2}, {}, {3}});
     w.add_string("a.empty", "");
     w.add_tensor_f32("t0", {3}, {1.0f, -2.0f, 0.25f});
     w.add_tensor_f32("t1", {2, 2}, {4, 5, 6, 7});
     const auto b = w.bytes();
     const auto f = gguf_parse(b, "rt.gguf");
     EXPECT_EQ(f.version, version);
-    ASSERT_EQ(f.kvs.size(), 17u);
-    EXPECT_EQ(f.find("a.u8")->integer, 250);
-    EXPECT_EQ(f.find("a.i8")->integer, -7);
-    EXPECT_EQ(f.find("a.u16")->integer, 65000);
-    EXPECT_EQ(f.find("a.i16")->integer, -30000);
-    EXPECT_EQ(f.find("a.u32")->integer, 4000000000);
-    EXPECT_EQ(f.find("a.i32")->integer, -2000000000);
-    EXPECT_EQ(f.find("a.f32")->number, static_cast<double>(0.1f));
-    EXPECT_EQ(f.find("a.bool")->integer, 1);
+    ASSERT_EQ(f.kvs.size(), 16u);
+    EXPECT_EQ(f.find("a.u8")->integer(), 250);
+    EXPECT_EQ(f.find("a.i8")->integer(), -7);
+    EXPECT_EQ(f.find("a.u16")->integer(), 65000);
+    EXPECT_EQ(f.find("a.i16")->integer(), -30000);
+    EXPECT_EQ(f.find("a.u32")->integer(), 4000000000);
+    EXPECT_EQ(f.find("a.i32")->integer(), -2000000000);
+    EXPECT_EQ(f.find("a.f32")->number(), static_cast<double>(0.1f));
+    EXPECT_EQ(f.find("a.bool")->integer(), 1);
     EXPECT_EQ(*f.get_string("a.string"), "hello");
     EXPECT_EQ(*f.get_size("a.u64"), uint64_t{1} << 60);
-    EXPECT_EQ(f.find("a.i64")->integer, -(int64_t{1} << 50));
+    EXPECT_EQ(f.find("a.i64")->integer(), -(int64_t{1} << 50));
     EXPECT_EQ(*f.get_number("a.f64"), 0.1);
-    EXPECT_EQ(f.find("a.arr_u32")->numbers, (std::vector<double>{1, 2, 3}));
-    EXPECT_EQ(f.find("a.arr_f32")->numbers, (std::vector<double>{0.5, 1.5}));
+    EXPECT_EQ(f.find("a.arr_u32")->numbers(), (std::vector<double>{1, 2, 3}));
+    EXPECT_EQ(f.find("a.arr_f32")->numbers(), (std::vector<double>{0.5, 1.5}));
     EXPECT_EQ(f.find("a.arr_str")->count, 3u);
-    EXPECT_EQ(f.find("a.arr_arr")->count, 3u);
     EXPECT_EQ(*f.get_string("a.empty"), "");
     ASSERT_EQ(f.tensors.size(), 2u);
     EXPECT_EQ(f.tensors[1].offset, 32u);  // 12 bytes rounded up to the alignment
@@ -445,13 +443,11 @@ TEST(GgufErrors, FileCutInsideTheTensorDataIsRefused) {
     ADD_FAILURE() << "expected io_error";
   } catch (const io_error& e) {
     const std::string m = e.what();
-    for (const auto& part :
-         {fmt::format("{}: offset {}: tensor[1] (blk.0.attn_q.weight)", path,
-                      f.tensors[1].info_offset),
-          fmt::format("data [{}, {}) (108 bytes of ggml type 2, ne [64, 3], at offset 128 of the "
-                      "data section starting at {})",
-                      f.data_offset + 128, end, f.data_offset),
-          fmt::format("runs past the end of the file ({} bytes)", end - 8)})
+    for (const auto& part : {fmt::format("{}: offset {}: tensor[1] (blk.0.attn_q.weight)", path,
+                                         f.tensors[1].info_offset),
+                             fmt::format("data [{}, {}) (108 bytes: ggml type 2, ne [64, 3])",
+                                         f.data_offset + 128, end),
+                             fmt::format("runs past the end of the file ({} bytes)", end - 8)})
       EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
   }
   // The CLI refuses it (exit 2, the tensor named) where it printed frequencies before.
@@ -474,6 +470,100 @@ TEST(GgufErrors, FileCutInsideTheTensorDataIsRefused) {
   }
   EXPECT_EQ(gguf_tensor_bytes(30, {7, 3}, "bf16"), 42u);
   EXPECT_EQ(gguf_tensor_bytes(39, {64}, "mxfp4"), 34u);
+}
+
+// What llama.cpp's loader (ggml's gguf reader at 6dafc14e) refuses, posenc refuses, each named:
+// an array of arrays, a tensor name of 64 bytes or more, a zero in ne[1..3] (its check divides by
+// them), a tensor offset other than where the tensors before it end (each padded to the
+// alignment), and strings or arrays longer than 2^30 (sparse files of just over 1 GiB: the
+// limits are checked before a byte of them is read).
+TEST(GgufErrors, WhatLlamaCppRefusesIsRefused) {
+  auto expect = [](const std::vector<uint8_t>& b, const std::vector<std::string>& parts) {
+    const auto m = parse_error(b);
+    ASSERT_FALSE(m.empty()) << "expected an error containing " << parts[0];
+    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << m;
+  };
+  {
+    gguf_writer w;
+    w.add_array_of_u8_arrays("x.nested", {{1}, {2, 3}});
+    expect(w.bytes(), {"offset 44", "kv[0] (x.nested) element type", "an array of arrays"});
+  }
+  {
+    gguf_writer w;
+    w.add_tensor_f32(std::string(63, 'n'), {1}, {1});
+    EXPECT_EQ(parse_error(w.bytes()), "");
+    w = gguf_writer();
+    w.add_tensor_f32(std::string(64, 'n'), {1}, {1});
+    expect(w.bytes(), {"offset 32", "tensor[0] name", "64 bytes; llama.cpp's loader refuses"});
+  }
+  {
+    gguf_writer w;
+    w.add_tensor_raw("z", {0}, 0, {});
+    EXPECT_EQ(parse_error(w.bytes()), "");  // ne[0] = 0 is a tensor of no bytes
+    w = gguf_writer();
+    w.add_tensor_raw("z", {4, 0}, 0, {});
+    expect(w.bytes(), {"offset 45", "tensor[0] (z) ne[1]", "cannot read a zero in ne[1..3]"});
+  }
+  {
+    gguf_writer w;
+    w.add_tensor_f32("a", {2}, {1, 2});
+    w.add_tensor_f32("b", {2}, {3, 4});
+    auto b = w.bytes();
+    const auto f = gguf_parse(b, "w");
+    ASSERT_EQ(f.tensors[1].offset, 32u);
+    // b's data moved one alignment further (the file grown to hold it): aligned, inside the
+    // file, and not where llama.cpp's loader expects it.
+    put_u64(b, f.tensors[1].info_offset + 8 + 1 + 4 + 8 + 4, 64);
+    b.resize(b.size() + 32, 0);
+    expect(b, {fmt::format("offset {}: tensor[1] (b) offset: 64, expected 32",
+                           f.tensors[1].info_offset),
+               "llama.cpp's loader refuses another"});
+  }
+  const std::string path = ::testing::TempDir() + "/gguf_limits.gguf";
+  auto sparse = [&](const gguf_writer& w, size_t length_at, uint64_t length) {
+    auto b = w.bytes();
+    put_u64(b, length_at, length);
+    std::ofstream o(path, std::ios::binary);
+    o.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    o.seekp(static_cast<std::streamoff>((uint64_t{1} << 30) + 4096));
+    o.put('\0');
+  };
+  auto read_error = [&] {
+    try {
+      gguf_read(path);
+    } catch (const io_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  {
+    gguf_writer w;
+    w.add_string("s", "x");
+    sparse(w, 24 + 8 + 1 + 4, (uint64_t{1} << 30) + 1);
+    const auto m = read_error();
+    EXPECT_NE(m.find("offset 45: kv[0] (s) value: string of 1073741825 bytes; llama.cpp's loader "
+                     "refuses strings longer than 2^30 bytes"),
+              std::string::npos)
+        << m;
+  }
+  {
+    gguf_writer w;
+    w.add_array_u32("a", {1});
+    auto b = w.bytes();
+    b[24 + 8 + 1 + 4] = 0;  // element type u8
+    std::ofstream o(path, std::ios::binary);
+    put_u64(b, 24 + 8 + 1 + 4 + 4, (uint64_t{1} << 30) + 1);
+    o.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    o.seekp(static_cast<std::streamoff>((uint64_t{1} << 30) + 4096));
+    o.put('\0');
+    o.close();
+    const auto m = read_error();
+    EXPECT_NE(m.find("kv[0] (a): array of 1073741825 elements; llama.cpp's loader refuses arrays "
+                     "of more than 2^30"),
+              std::string::npos)
+        << m;
+  }
+  std::remove(path.c_str());
 }
 
 // An architecture name of NUL bytes, or of 4096 bytes, names no architecture of llama.cpp: one
@@ -577,7 +667,6 @@ std::vector<std::vector<uint8_t>> fuzz_seeds() {
   y.add_f32("qwen2.rope.scaling.factor", 4.0f);
   y.add_u32("qwen2.rope.scaling.original_context_length", 32768);
   y.add_array_string("tokenizer.ggml.tokens", {"a", "bb", "ccc"});
-  y.add_array_of_u8_arrays("x.nested", {{1}, {2, 3}});
   seeds.push_back(y.bytes());
   auto p = base_writer("phi3", 64, 4, 16, 10000.0f, 131072);
   p.add_u32("phi3.rope.scaling.original_context_length", 4096);

@@ -1,6 +1,7 @@
 #include "posenc/core/error.hpp"
 
 #include <limits>
+#include <utility>
 
 namespace posenc {
 
@@ -21,23 +22,36 @@ unsigned long long checked_bytes(const char* what, unsigned long long a, unsigne
   return n;
 }
 
-std::string printable_bytes(std::string_view s, size_t max_bytes) {
+namespace {
+
+// The escaped form of the longest prefix of s whose escaped form has at most max_chars
+// characters (a printable byte is one, an escaped byte four), and the bytes it covers.
+std::pair<std::string, size_t> escaped_prefix(std::string_view s, size_t max_chars) {
   std::string out;
-  const size_t n = s.size() < max_bytes ? s.size() : max_bytes;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+  for (; i < s.size(); ++i) {
     const auto b = static_cast<unsigned char>(s[i]);
-    if (b >= 0x20 && b < 0x7f && b != '\\' && b != '\'')
+    const bool plain = b >= 0x20 && b < 0x7f && b != '\\' && b != '\'';
+    if (out.size() + (plain ? 1 : 4) > max_chars) break;
+    if (plain)
       out += static_cast<char>(b);
     else
       out += fmt::format("\\x{:02x}", b);
   }
+  return {out, i};
+}
+
+}  // namespace
+
+std::string printable_bytes(std::string_view s, size_t max_bytes) {
+  auto [out, n] = escaped_prefix(s, max_bytes);
   if (s.size() > n) out += fmt::format(" ... ({} more bytes)", s.size() - n);
   return out;
 }
 
 std::string quote_bytes(std::string_view s, size_t max_bytes) {
-  const size_t n = s.size() < max_bytes ? s.size() : max_bytes;
-  std::string out = "'" + printable_bytes(s.substr(0, n), max_bytes) + "'";
+  const auto [body, n] = escaped_prefix(s, max_bytes);
+  std::string out = "'" + body + "'";
   if (s.size() > n) out += fmt::format(" ... ({} more bytes)", s.size() - n);
   return out;
 }

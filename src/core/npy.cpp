@@ -246,7 +246,7 @@ class header_parser {
     if (i_ != h_.size()) fail_here("only whitespace may follow the dict's closing '}'");
     for (int k = 0; k < 3; ++k)
       if (!seen[k])
-        bad_(fmt::format("header has no '{}' (it needs 'descr', 'fortran_order' and 'shape')",
+        bad_(fmt::format("header: no '{}' (it needs 'descr', 'fortran_order' and 'shape')",
                          k == 0   ? "descr"
                          : k == 1 ? "fortran_order"
                                   : "shape"));
@@ -328,50 +328,59 @@ npy_array parse_npy(const std::vector<std::byte>& bytes, const std::string& name
     fail_io("{} is not a valid .npy file: {}", name, why);
   };
   const unsigned char* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  if (bytes.size() < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0)
-    bad("wrong magic (expected \\x93NUMPY)");
+  if (bytes.size() < 6 || std::memcmp(b, "\x93NUMPY", 6) != 0)
+    bad("magic: wrong magic (expected \\x93NUMPY)");
+  if (bytes.size() < 8) bad(fmt::format("version: truncated, the file has {} bytes", bytes.size()));
   const int major = b[6], minor = b[7];
   size_t header_len = 0, offset = 0;
   if (minor != 0 || major < 1 || major > 3)
-    bad(fmt::format("unsupported format version {}.{} (numpy.lib.format has 1.0, 2.0 and 3.0)",
-                    major, minor));
-  if (major == 1) {
-    header_len = b[8] | (b[9] << 8);
-    offset = 10;
-  } else {
-    if (bytes.size() < 12) bad("truncated header");
-    header_len = size_t(b[8]) | (size_t(b[9]) << 8) | (size_t(b[10]) << 16) | (size_t(b[11]) << 24);
-    offset = 12;
-  }
-  if (bytes.size() < offset + header_len) bad("truncated header");
+    bad(fmt::format(
+        "version: unsupported format version {}.{} (numpy.lib.format has 1.0, 2.0 and 3.0)", major,
+        minor));
+  offset = major == 1 ? 10 : 12;  // the header length: u16 (1.0), u32 (2.0, 3.0)
+  if (bytes.size() < offset)
+    bad(fmt::format("header length: truncated, the file has {} bytes", bytes.size()));
+  header_len = major == 1 ? size_t(b[8]) | (size_t(b[9]) << 8)
+                          : size_t(b[8]) | (size_t(b[9]) << 8) | (size_t(b[10]) << 16) |
+                                (size_t(b[11]) << 24);
+  if (bytes.size() < offset + header_len)
+    bad(fmt::format("header: truncated header, {} bytes declared, {} in the file", header_len,
+                    bytes.size() - offset));
   const std::string header(reinterpret_cast<const char*>(b + offset), header_len);
   const npy_header hd = header_parser(header, major, bad).parse();
-  if (hd.fortran) bad("Fortran order is not supported; save with np.ascontiguousarray");
+  if (hd.fortran)
+    bad("fortran_order: True; Fortran order is not supported, save with np.ascontiguousarray");
   npy_array a;
   bool found = false;
   for (const auto& i : kTypes) {
-    if (hd.descr == i.descr || (i.size == 1 && hd.descr.size() == 3 &&
+    // A one-byte type has no byte order: NumPy reads it after any of its byte-order marks.
+    if (hd.descr == i.descr || (i.size == 1 && hd.descr.size() == 3 && hd.descr[0] != '\0' &&
+                                std::strchr("|<>=", hd.descr[0]) != nullptr &&
                                 hd.descr.substr(1) == std::string(i.descr).substr(1))) {
       a.type = i.t;
       found = true;
     }
   }
   if (!found)
-    bad(fmt::format("unsupported dtype {} (supported: <f4, <f8, <f2, <i8, <i4, <u2, |u1, |b1)",
+    bad(
+        fmt::format("descr: unsupported dtype {} (supported: <f4, <f8, <f2, <i8, <i4, <u2, |u1, "
+                    "|b1)",
                     quote_bytes(hd.descr)));
   uint64_t count = 1;
   for (const int64_t d : hd.shape) {
-    if (d != 0 && count > (1ull << 40) / static_cast<uint64_t>(d)) bad("shape too large");
+    if (d != 0 && count > (1ull << 40) / static_cast<uint64_t>(d))
+      bad("shape: too large (over 2^40 elements)");
     count *= static_cast<uint64_t>(d);
     a.shape.push_back(d);
   }
   size_t need = count * dtype_size(a.type);
   size_t have = bytes.size() - offset - header_len;
   if (have < need)
-    bad(fmt::format("truncated data: shape {} needs {} bytes, file has {}", a.shape_str(), need,
-                    have));
+    bad(fmt::format("data: truncated, shape {} needs {} bytes, the file has {}", a.shape_str(),
+                    need, have));
   if (have > need)
-    bad(fmt::format("{} trailing bytes after the data of shape {}", have - need, a.shape_str()));
+    bad(fmt::format("data: {} trailing bytes after the data of shape {}", have - need,
+                    a.shape_str()));
   a.data.assign(bytes.begin() + offset + header_len, bytes.end());
   return a;
 }

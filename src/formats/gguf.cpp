@@ -12,7 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
-#include <unordered_map>
+#include <type_traits>
 
 #include "posenc/core/error.hpp"
 
@@ -93,6 +93,21 @@ class file_source final : public byte_source {
   uint64_t win_off_ = 0;
 };
 
+// A field's name in a message: a string, or a callable that formats it. The callable runs only
+// for an error, so the million keys of a large file format no name.
+template <typename Field>
+std::string field_name(const Field& field) {
+  if constexpr (std::is_invocable_v<const Field&>)
+    return field();
+  else
+    return std::string(field);
+}
+
+// llama.cpp's loader (ggml's gguf reader at 6dafc14e) refuses a string longer than 2^30 bytes and
+// an array of more than 2^30 elements.
+constexpr uint64_t llama_max_string = uint64_t{1} << 30;
+constexpr uint64_t llama_max_array = uint64_t{1} << 30;
+
 // Sequential little-endian reads with bounds checks; `field` names what is being read.
 class cursor {
  public:
@@ -101,24 +116,28 @@ class cursor {
   uint64_t left() const { return s_.size() - pos_; }
   void seek(uint64_t p) { pos_ = p; }
 
-  [[noreturn]] void error(const std::string& field, const std::string& what) const {
-    fail_io("{}: offset {}: {}: {}", name_, pos_, field, what);
+  template <typename Field>
+  [[noreturn]] void error(const Field& field, const std::string& what) const {
+    fail_io("{}: offset {}: {}: {}", name_, pos_, field_name(field), what);
   }
-  void need(uint64_t n, const std::string& field) const {
+  template <typename Field>
+  void need(uint64_t n, const Field& field) const {
     if (n > left())
       error(field, fmt::format("truncated, need {} bytes, {} left in the file", n, left()));
   }
-  void bytes(void* dst, size_t n, const std::string& field) {
+  template <typename Field>
+  void bytes(void* dst, size_t n, const Field& field) {
     need(n, field);
     s_.read(pos_, dst, n);
     pos_ += n;
   }
-  void skip(uint64_t n, const std::string& field) {
+  template <typename Field>
+  void skip(uint64_t n, const Field& field) {
     need(n, field);
     pos_ += n;
   }
-  template <typename T>
-  T le(const std::string& field) {
+  template <typename T, typename Field>
+  T le(const Field& field) {
     uint8_t b[sizeof(T)];
     bytes(b, sizeof(T), field);
     uint64_t v = 0;
@@ -134,14 +153,23 @@ class cursor {
     }
     return out;
   }
-  // u64 length + bytes; the length is checked against the file before allocating.
-  std::string str(const std::string& field) {
-    const auto n = le<uint64_t>(field + " length");
+  // A string's u64 length, checked against the bytes left in the file and llama.cpp's limit
+  // before anything is read or allocated; the cursor is then at the string's bytes.
+  template <typename Field>
+  uint64_t str_length(const Field& field) {
+    const auto n = le<uint64_t>([&] { return field_name(field) + " length"; });
     if (n > left())
       error(field,
             fmt::format("string of {} bytes runs past the end of the file ({} left)", n, left()));
-    std::string s(n, '\0');
-    bytes(s.data(), n, field);
+    if (n > llama_max_string)
+      error(field, fmt::format("string of {} bytes; llama.cpp's loader refuses strings longer "
+                               "than 2^30 bytes",
+                               n));
+    return n;
+  }
+  std::string str(const std::string& field) {
+    std::string s(str_length(field), '\0');
+    bytes(s.data(), s.size(), field);
     return s;
   }
 
@@ -176,7 +204,8 @@ uint64_t fixed_size(gguf_type t) {
   }
 }
 
-gguf_type read_type(cursor& c, const std::string& field) {
+template <typename Field>
+gguf_type read_type(cursor& c, const Field& field) {
   const uint64_t at = c.pos();
   const auto t = c.le<uint32_t>(field);
   if (t > max_type) {
@@ -186,129 +215,145 @@ gguf_type read_type(cursor& c, const std::string& field) {
   return static_cast<gguf_type>(t);
 }
 
-// Reads one fixed-size scalar into (number, integer); bool must be 0 or 1.
-void read_scalar(cursor& c, gguf_type t, double& number, int64_t& integer,
-                 const std::string& field) {
-  switch (t) {
-    case gguf_type::u8:
-      integer = c.le<uint8_t>(field), number = static_cast<double>(integer);
-      return;
-    case gguf_type::i8:
-      // An i8 is a signed number: sign-extended on purpose (0xff is -1).
-      // NOLINTNEXTLINE(bugprone-signed-char-misuse)
-      integer = c.le<int8_t>(field), number = static_cast<double>(integer);
-      return;
-    case gguf_type::u16:
-      integer = c.le<uint16_t>(field), number = static_cast<double>(integer);
-      return;
-    case gguf_type::i16:
-      integer = c.le<int16_t>(field), number = static_cast<double>(integer);
-      return;
-    case gguf_type::u32:
-      integer = c.le<uint32_t>(field), number = static_cast<double>(integer);
-      return;
-    case gguf_type::i32:
-      integer = c.le<int32_t>(field), number = static_cast<double>(integer);
-      return;
-    case gguf_type::f32:
-      number = c.le<float>(field), integer = 0;
-      return;
-    case gguf_type::boolean: {
-      const uint64_t at = c.pos();
-      const auto b = c.le<uint8_t>(field);
-      if (b > 1) {
-        c.seek(at);
-        c.error(field, fmt::format("bool must be 0 or 1, got {}", b));
-      }
-      integer = b, number = b;
-      return;
-    }
-    case gguf_type::u64: {
-      const auto u = c.le<uint64_t>(field);
-      // Sizes above 2^63 are absurd for every key posenc reads; keep them saturated so
-      // get_size can refuse them by value.
-      integer = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
-      number = static_cast<double>(u);
-      return;
-    }
-    case gguf_type::i64:
-      integer = c.le<int64_t>(field), number = static_cast<double>(integer);
-      return;
-    case gguf_type::f64:
-      number = c.le<double>(field), integer = 0;
-      return;
-    default:
-      c.error(field, "not a scalar type");
+// Reads one fixed-size value of type t (a scalar or an array element) into dst as the file has
+// it, fixed_size(t) bytes (dst null: checked only); a bool must be 0 or 1.
+template <typename Field>
+void read_fixed(cursor& c, gguf_type t, char* dst, const Field& field) {
+  const uint64_t at = c.pos();
+  uint8_t b[8];
+  const size_t sz = fixed_size(t);
+  c.bytes(b, sz, field);
+  if (t == gguf_type::boolean && b[0] > 1) {
+    c.seek(at);
+    c.error(field, fmt::format("bool must be 0 or 1, got {}", b[0]));
   }
+  if (dst) std::memcpy(dst, b, sz);
 }
 
-// Skips an array of `count` elements of type `et` (nested arrays up to a small depth).
-void skip_array(cursor& c, gguf_type et, uint64_t count, const std::string& field, int depth) {
+// Skips an array of `count` elements of type `et` (a fixed-size type or strings).
+template <typename Field>
+void skip_array(cursor& c, gguf_type et, uint64_t count, const Field& field) {
   if (const uint64_t sz = fixed_size(et)) {
     if (count > c.left() / sz)
       c.error(field,
               fmt::format("array of {} {} elements needs {} bytes, {} left in the file", count,
                           gguf_type_name(et), count > UINT64_MAX / sz ? 0 : count * sz, c.left()));
+    if (count > llama_max_array)
+      c.error(field, fmt::format("array of {} elements; llama.cpp's loader refuses arrays of "
+                                 "more than 2^30",
+                                 count));
     c.skip(count * sz, field);
     return;
   }
-  // Each string needs at least its 8-byte length, each nested array 12 bytes.
-  const uint64_t min_elem = et == gguf_type::string ? 8 : 12;
-  if (count > c.left() / min_elem)
-    c.error(field,
-            fmt::format("array count {} is absurd: {} elements need at least {} bytes each, {} "
-                        "left in the file",
-                        count, gguf_type_name(et), min_elem, c.left()));
+  // Each string needs at least its 8-byte length.
+  if (count > c.left() / 8)
+    c.error(field, fmt::format("array count {} is absurd: {} elements need at least {} bytes "
+                               "each, {} left in the file",
+                               count, gguf_type_name(et), 8, c.left()));
+  if (count > llama_max_array)
+    c.error(field, fmt::format("array of {} elements; llama.cpp's loader refuses arrays of more "
+                               "than 2^30",
+                               count));
   for (uint64_t i = 0; i < count; ++i) {
-    if (et == gguf_type::string) {
-      // A tokenizer holds 10^5 strings or more: the element's name is formatted only for an
-      // error.
-      if (c.left() < 8)
-        c.error(fmt::format("{}[{}] length", field, i),
-                fmt::format("truncated, need 8 bytes, {} left in the file", c.left()));
-      const auto n = c.le<uint64_t>(field);
-      if (n > c.left())
-        c.error(
-            fmt::format("{}[{}]", field, i),
-            fmt::format("string of {} bytes runs past the end of the file ({} left)", n, c.left()));
-      c.skip(n, field);
-    } else {
-      if (depth >= 4) c.error(field, "arrays nested more than 4 deep");
-      const auto inner = read_type(c, fmt::format("{}[{}] element type", field, i));
-      const auto n = c.le<uint64_t>(fmt::format("{}[{}] count", field, i));
-      skip_array(c, inner, n, fmt::format("{}[{}]", field, i), depth + 1);
-    }
+    // A tokenizer holds 10^5 strings or more: the element's name is formatted only for an error.
+    auto element = [&] { return fmt::format("{}[{}]", field_name(field), i); };
+    if (c.left() < 8)
+      c.error([&] { return element() + " length"; },
+              fmt::format("truncated, need 8 bytes, {} left in the file", c.left()));
+    c.skip(c.str_length(element), field);
   }
 }
 
-void read_kv(cursor& c, gguf_kv& kv, uint64_t index) {
+}  // namespace
+
+// The reader's access to a gguf_kv's views into the arena.
+struct gguf_kv_access {
+  static void set(gguf_kv& kv, std::string_view key, const char* data) {
+    kv.key_ = key.data();
+    kv.key_size_ = static_cast<uint32_t>(key.size());  // <= 2^30 (cursor::str_length)
+    kv.data_ = data;
+  }
+  static const char* data(const gguf_kv& kv) { return kv.data_; }
+};
+
+namespace {
+
+// Where read_kv puts the bytes it keeps. The measuring pass (keep false) only adds up `used`;
+// the filling pass copies them to arena[used, ...).
+struct kv_sink {
+  bool keep = false;
+  char* arena = nullptr;
+  uint64_t used = 0;
+  std::string key;  // the measuring pass's current key, for its messages
+};
+
+// Reads (keep) or skips n bytes for the sink; returns where they are (null when not kept).
+template <typename Field>
+const char* place(cursor& c, kv_sink& s, uint64_t n, const Field& field) {
+  char* at = s.keep ? s.arena + s.used : nullptr;
+  if (at)
+    c.bytes(at, n, field);
+  else
+    c.skip(n, field);
+  s.used += n;
+  return at;
+}
+
+// Reads kv `index`: its key, its type and its value, which the sink keeps unless it is an array
+// of strings or of more than max_kept_array elements.
+void read_kv(cursor& c, gguf_kv& kv, uint64_t index, kv_sink& s) {
   kv.offset = c.pos();
-  kv.key = c.str(fmt::format("kv[{}] key", index));
-  const std::string field = fmt::format("kv[{}] ({})", index, printable_bytes(kv.key));
-  kv.type = read_type(c, field + " type");
+  const auto key_field = [&] { return fmt::format("kv[{}] key", index); };
+  const uint64_t key_size = c.str_length(key_field);
+  std::string_view key;
+  if (s.keep) {
+    key = {place(c, s, key_size, key_field), key_size};
+  } else {
+    s.key.resize(key_size);  // key_size <= the bytes left, read at once
+    c.bytes(s.key.data(), key_size, key_field);
+    s.used += key_size;
+    key = s.key;
+  }
+  const auto field = [&](const char* part) {
+    return [&, part] { return fmt::format("kv[{}] ({}){}", index, printable_bytes(key), part); };
+  };
+  kv.type = read_type(c, field(" type"));
+  const char* data = nullptr;
   if (kv.type == gguf_type::string) {
-    kv.text = c.str(field + " value");
+    const uint64_t n = c.str_length(field(" value"));
+    data = place(c, s, n, field(" value"));
+    kv.count = static_cast<uint32_t>(n);
   } else if (kv.type == gguf_type::array) {
-    kv.elem_type = read_type(c, field + " element type");
-    kv.count = c.le<uint64_t>(field + " count");
+    const uint64_t at = c.pos();
+    kv.elem_type = read_type(c, field(" element type"));
+    if (kv.elem_type == gguf_type::array) {
+      c.seek(at);
+      c.error(field(" element type"), "an array of arrays; llama.cpp's loader refuses them");
+    }
+    const auto count = c.le<uint64_t>(field(" count"));
     const uint64_t sz = fixed_size(kv.elem_type);
-    if (sz && kv.count <= gguf_kv::max_kept_array) {
-      if (kv.count > c.left() / sz)
-        c.error(field,
-                fmt::format("array of {} {} elements needs {} bytes, {} left in the file", kv.count,
-                            gguf_type_name(kv.elem_type), kv.count * sz, c.left()));
-      kv.numbers.resize(kv.count);
-      for (uint64_t i = 0; i < kv.count; ++i) {
-        int64_t ignored = 0;
-        read_scalar(c, kv.elem_type, kv.numbers[i], ignored, field);
-      }
+    if (sz && count <= gguf_kv::max_kept_array) {
+      if (count > c.left() / sz)
+        c.error(field(""),
+                fmt::format("array of {} {} elements needs {} bytes, {} left in the file", count,
+                            gguf_type_name(kv.elem_type), count * sz, c.left()));
+      char* dst = s.keep ? s.arena + s.used : nullptr;
+      for (uint64_t i = 0; i < count; ++i)
+        read_fixed(c, kv.elem_type, dst ? dst + i * sz : nullptr, field(""));
+      s.used += count * sz;
+      data = dst;
       kv.numbers_kept = true;
     } else {
-      skip_array(c, kv.elem_type, kv.count, field, 1);
+      skip_array(c, kv.elem_type, count, field(""));
     }
+    kv.count = static_cast<uint32_t>(count);  // <= 2^30 (skip_array)
   } else {
-    read_scalar(c, kv.type, kv.number, kv.integer, field + " value");
+    char* dst = s.keep ? s.arena + s.used : nullptr;
+    read_fixed(c, kv.type, dst, field(" value"));
+    s.used += fixed_size(kv.type);
+    data = dst;
   }
+  if (s.keep) gguf_kv_access::set(kv, key, data);
 }
 
 constexpr uint32_t ggml_type_count = 40;  // ggml types 0..39 are assigned (some retired)
@@ -358,21 +403,31 @@ uint32_t gguf_read_version(cursor& c) {
 // Reads general.alignment into f.alignment when the file has it (a u32 power of two).
 void gguf_read_alignment(cursor& c, gguf_file& f) {
   if (const auto* a = f.find("general.alignment")) {
-    if (a->type != gguf_type::u32 || a->integer == 0 || (a->integer & (a->integer - 1)) != 0) {
+    const int64_t v = a->integer();
+    if (a->type != gguf_type::u32 || v == 0 || (v & (v - 1)) != 0) {
       c.seek(a->offset);
       c.error("general.alignment",
               fmt::format("must be a u32 power of two, got {} {}", gguf_type_name(a->type),
-                          a->type == gguf_type::string ? a->text : fmt::format("{}", a->number)));
+                          a->type == gguf_type::string ? quote_bytes(a->text(), 48)
+                                                       : fmt::format("{}", a->number())));
     }
-    f.alignment = static_cast<uint64_t>(a->integer);
+    f.alignment = static_cast<uint64_t>(v);
   }
 }
 
 // Reads tensor info i (name, dims, ggml type, offset) into t; the offset must be a multiple of
-// the alignment.
+// the alignment. llama.cpp's loader refuses a name of 64 bytes or more (GGML_MAX_NAME), an ne
+// that is negative as an int64, and a zero in ne[1..3] (its element-count check divides by them).
 void gguf_read_tensor_info(cursor& c, gguf_tensor_info& t, uint64_t i, uint64_t alignment) {
   t.info_offset = c.pos();
-  t.name = c.str(fmt::format("tensor[{}] name", i));
+  const std::string name_field = fmt::format("tensor[{}] name", i);
+  const uint64_t name_size = c.str_length(name_field);
+  if (name_size >= 64)
+    c.error(name_field, fmt::format("{} bytes; llama.cpp's loader refuses tensor names of 64 "
+                                    "bytes or more",
+                                    name_size));
+  t.name.resize(name_size);
+  c.bytes(t.name.data(), name_size, name_field);
   const std::string field = fmt::format("tensor[{}] ({})", i, printable_bytes(t.name));
   const uint64_t at = c.pos();
   const auto n_dims = c.le<uint32_t>(field + " n_dims");
@@ -383,9 +438,15 @@ void gguf_read_tensor_info(cursor& c, gguf_tensor_info& t, uint64_t i, uint64_t 
   t.ne.resize(n_dims);
   unsigned __int128 elems = 1;
   for (uint32_t d = 0; d < n_dims; ++d) {
-    t.ne[d] = c.le<uint64_t>(fmt::format("{} ne[{}]", field, d));
+    const uint64_t dat = c.pos();
+    t.ne[d] = c.le<uint64_t>([&] { return fmt::format("{} ne[{}]", field, d); });
+    if (d > 0 && t.ne[d] == 0) {
+      c.seek(dat);
+      c.error(fmt::format("{} ne[{}]", field, d),
+              "0; llama.cpp's loader cannot read a zero in ne[1..3] (it divides by them)");
+    }
     elems *= t.ne[d];
-    if (elems > (static_cast<unsigned __int128>(1) << 62))
+    if (elems > (static_cast<unsigned __int128>(1) << 62) || t.ne[d] >> 63)
       c.error(field, fmt::format("dimensions overflow (ne[{}] = {})", d, t.ne[d]));
   }
   const uint64_t tat = c.pos();
@@ -403,49 +464,112 @@ void gguf_read_tensor_info(cursor& c, gguf_tensor_info& t, uint64_t i, uint64_t 
   }
 }
 
-// Checks that every tensor's data lies inside the file.
+// Checks that the tensors' data follow each other in the data section as llama.cpp's loader
+// requires, and lie inside the file.
 void gguf_check_tensor_extents(const gguf_file& f, const std::string& name) {
-  // llama.cpp's loader refuses a tensor whose data does not lie inside the file
-  // (llama_tensor_weight: offs + ggml_nbytes(tensor) > file->size): check every extent here,
-  // so a file cut short inside the tensor data is an error, not a model.
+  // llama.cpp's loader refuses a tensor whose offset is not where the data of the tensors before
+  // it ends, each padded to the alignment (ggml's gguf reader at 6dafc14e: "tensor ... has offset
+  // ..., expected ..."), and one whose data does not lie inside the file (llama_tensor_weight:
+  // offs + ggml_nbytes(tensor) > file->size): a file cut short inside the tensor data is an
+  // error, not a model.
+  unsigned __int128 expected = 0;
   for (uint64_t i = 0; i < f.tensors.size(); ++i) {
     const auto& t = f.tensors[i];
-    const std::string what =
-        fmt::format("{}: offset {}: tensor[{}] ({})", name, t.info_offset, i, t.name);
+    const std::string what = fmt::format("{}: offset {}: tensor[{}] ({})", name, t.info_offset, i,
+                                         printable_bytes(t.name));
     const uint64_t n = gguf_tensor_bytes(t.ggml_type, t.ne, what);
+    if (t.offset != expected)
+      fail_io(
+          "{} offset: {}, expected {}: where the tensors before it end, each padded to {} "
+          "bytes (llama.cpp's loader refuses another)",
+          what, t.offset, static_cast<uint64_t>(expected), f.alignment);
     const unsigned __int128 start = static_cast<unsigned __int128>(f.data_offset) + t.offset;
     const unsigned __int128 end = start + n;
     if (end > f.file_size) {
       std::string dims;
       for (auto d : t.ne) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
       fail_io(
-          "{}: data [{}, {}) ({} bytes of ggml type {}, ne [{}], at offset {} of the data section "
-          "starting at {}) runs past the end of the file ({} bytes): the file is truncated "
-          "(llama.cpp's loader refuses it)",
+          "{}: data [{}, {}) ({} bytes: ggml type {}, ne [{}]) runs past the end of the file ({} "
+          "bytes): truncated",
           what, static_cast<uint64_t>(start),
           end > (static_cast<unsigned __int128>(1) << 64) - 1 ? UINT64_MAX
                                                               : static_cast<uint64_t>(end),
-          n, t.ggml_type, dims, t.offset, f.data_offset, f.file_size);
+          n, t.ggml_type, dims, f.file_size);
     }
+    // n <= the file size here, so the sum stays far below 2^128.
+    expected += (n + f.alignment - 1) / f.alignment * f.alignment;
   }
 }
 
-// Throws naming the second of two entries with the same name (a key, a tensor name), at its
-// offset, and the first.
+// Throws naming the first entry, in file order, whose name (a key, a tensor name) an earlier
+// entry has, at its offset, and that earlier entry. The indices sorted by (name, index) find it
+// in sizeof(Index) bytes per entry, where a hash set of the names would cost several times the
+// bytes read: in a run of equal names the second index is the run's first repeat, and a scan in
+// file order stops at the smallest of those.
+template <typename Index, typename Name, typename Offset>
+void refuse_duplicates_as(cursor& c, size_t n, const Name& name, const Offset& offset,
+                          const char* what, const char* noun) {
+  std::vector<Index> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<Index>(i);
+  std::sort(order.begin(), order.end(), [&](Index a, Index b) {
+    const int cmp = std::string_view(name(a)).compare(std::string_view(name(b)));
+    return cmp != 0 ? cmp < 0 : a < b;
+  });
+  size_t repeat = n, first = 0, run = 0;
+  for (size_t k = 1; k < n; ++k) {
+    if (std::string_view(name(order[k])) != std::string_view(name(order[k - 1]))) {
+      run = k;
+    } else if (order[k] < repeat) {
+      repeat = order[k];
+      first = order[run];
+    }
+  }
+  if (repeat == n) return;
+  c.seek(offset(repeat));
+  c.error(fmt::format("{}[{}] ({})", what, repeat, printable_bytes(name(repeat))),
+          fmt::format("duplicate {}: {}[{}] at offset {} has it already; llama.cpp refuses a "
+                      "file with a duplicate {}",
+                      noun, what, first, offset(first), noun));
+}
+
 template <typename Name, typename Offset>
 void refuse_duplicates(cursor& c, size_t n, const Name& name, const Offset& offset,
                        const char* what, const char* noun) {
-  std::unordered_map<std::string_view, size_t> seen;
-  seen.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto [it, fresh] = seen.emplace(name(i), i);
-    if (fresh) continue;
-    c.seek(offset(i));
-    c.error(fmt::format("{}[{}] ({})", what, i, printable_bytes(name(i))),
-            fmt::format("duplicate {}: {}[{}] at offset {} has it already; llama.cpp refuses a "
-                        "file with a duplicate {}",
-                        noun, what, it->second, offset(it->second), noun));
+  if (n <= UINT32_MAX)
+    refuse_duplicates_as<uint32_t>(c, n, name, offset, what, noun);
+  else
+    refuse_duplicates_as<uint64_t>(c, n, name, offset, what, noun);
+}
+
+// Reads the n_kv key-value pairs into f.kvs and f.arena, twice: measured first (every check
+// made, nothing kept), then, every byte of them read, filled into storage of exactly the
+// measured size. Nothing is reserved from a count in the file before the bytes it declares are
+// read, so memory stays a small multiple of the bytes read (gguf.hpp states the bound).
+void gguf_read_kvs(cursor& c, gguf_file& f, uint64_t n_kv) {
+  const uint64_t start = c.pos();
+  kv_sink sink;
+  {
+    gguf_kv scratch;
+    for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, scratch, i, sink);
   }
+  auto arena = std::make_shared_for_overwrite<char[]>(sink.used);
+  sink = kv_sink{true, arena.get(), 0, {}};
+  f.kvs.resize(n_kv);
+  c.seek(start);
+  for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, f.kvs[i], i, sink);
+  f.arena = std::move(arena);
+}
+
+// Reads the n_tensors tensor infos into f.tensors, measured first as the key-value pairs are.
+void gguf_read_tensor_infos(cursor& c, gguf_file& f, uint64_t n_tensors) {
+  const uint64_t start = c.pos();
+  {
+    gguf_tensor_info scratch;
+    for (uint64_t i = 0; i < n_tensors; ++i) gguf_read_tensor_info(c, scratch, i, f.alignment);
+  }
+  f.tensors.resize(n_tensors);
+  c.seek(start);
+  for (uint64_t i = 0; i < n_tensors; ++i) gguf_read_tensor_info(c, f.tensors[i], i, f.alignment);
 }
 
 gguf_file parse(byte_source& src, const std::string& name) {
@@ -470,19 +594,17 @@ gguf_file parse(byte_source& src, const std::string& name) {
                                         "takes at least 32)",
                                         n_tensors, f.file_size - 24));
   }
-  f.kvs.resize(n_kv);
-  for (uint64_t i = 0; i < n_kv; ++i) read_kv(c, f.kvs[i], i);
+  gguf_read_kvs(c, f, n_kv);
   // A key given twice is an error, as llama.cpp's loader makes it (ggml's gguf reader at
   // 6dafc14e, gguf_init_from_file_impl: "duplicate key" and "duplicate tensor name" fail the
   // read): a reader that took the first or the last would give the same file two meanings.
   refuse_duplicates(
-      c, f.kvs.size(), [&](size_t i) -> const std::string& { return f.kvs[i].key; },
+      c, f.kvs.size(), [&](size_t i) { return f.kvs[i].key(); },
       [&](size_t i) { return f.kvs[i].offset; }, "kv", "key");
 
   gguf_read_alignment(c, f);
 
-  f.tensors.resize(n_tensors);
-  for (uint64_t i = 0; i < n_tensors; ++i) gguf_read_tensor_info(c, f.tensors[i], i, f.alignment);
+  gguf_read_tensor_infos(c, f, n_tensors);
   refuse_duplicates(
       c, f.tensors.size(), [&](size_t i) -> const std::string& { return f.tensors[i].name; },
       [&](size_t i) { return f.tensors[i].info_offset; }, "tensor", "tensor name");
@@ -547,9 +669,76 @@ const char* gguf_type_name(gguf_type t) {
   return i <= max_type ? names[i] : "unknown";
 }
 
+namespace {
+
+// The little-endian value of n <= 8 bytes at p.
+uint64_t load_le(const char* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+// A fixed-size value of type t at p (as the file has it) as a double.
+double fixed_number(gguf_type t, const char* p) {
+  const uint64_t u = load_le(p, fixed_size(t));
+  switch (t) {
+    case gguf_type::i8:
+      return static_cast<int8_t>(u);
+    case gguf_type::i16:
+      return static_cast<int16_t>(u);
+    case gguf_type::i32:
+      return static_cast<int32_t>(u);
+    case gguf_type::i64:
+      return static_cast<double>(static_cast<int64_t>(u));
+    case gguf_type::f32: {
+      float x;
+      const auto w = static_cast<uint32_t>(u);
+      std::memcpy(&x, &w, 4);
+      return x;
+    }
+    case gguf_type::f64: {
+      double x;
+      std::memcpy(&x, &u, 8);
+      return x;
+    }
+    default:  // u8, u16, u32, u64, bool
+      return static_cast<double>(u);
+  }
+}
+
+}  // namespace
+
+double gguf_kv::number() const {
+  return fixed_size(type) && data_ ? fixed_number(type, data_) : 0;
+}
+
+int64_t gguf_kv::integer() const {
+  if (!fixed_size(type) || !data_ || type == gguf_type::f32 || type == gguf_type::f64) return 0;
+  if (type == gguf_type::u64) {
+    // Sizes above 2^63 are absurd for every key posenc reads; saturated so that get_size can
+    // refuse them by value.
+    const uint64_t u = load_le(data_, 8);
+    return u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+  }
+  return static_cast<int64_t>(fixed_number(type, data_));  // exact: |x| < 2^63, integral
+}
+
+std::string_view gguf_kv::text() const {
+  return type == gguf_type::string && data_ ? std::string_view(data_, count) : std::string_view();
+}
+
+std::vector<double> gguf_kv::numbers() const {
+  std::vector<double> out;
+  if (type != gguf_type::array || !numbers_kept || !data_) return out;
+  const uint64_t sz = fixed_size(elem_type);
+  out.resize(count);
+  for (uint64_t i = 0; i < count; ++i) out[i] = fixed_number(elem_type, data_ + i * sz);
+  return out;
+}
+
 const gguf_kv* gguf_file::find(const std::string& key) const {
   for (const auto& kv : kvs)
-    if (kv.key == key) return &kv;
+    if (kv.key() == key) return &kv;
   return nullptr;
 }
 
@@ -566,7 +755,7 @@ std::optional<double> gguf_file::get_number(const std::string& key) const {
       kv->type == gguf_type::boolean)
     fail_io("{}: offset {}: {} must be a number, got a {}", path, kv->offset, key,
             gguf_type_name(kv->type));
-  return kv->number;
+  return kv->number();
 }
 
 std::optional<uint64_t> gguf_file::get_size(const std::string& key) const {
@@ -581,15 +770,16 @@ std::optional<uint64_t> gguf_file::get_size(const std::string& key) const {
     case gguf_type::i16:
     case gguf_type::i32:
     case gguf_type::i64:
-      if (kv->integer < 0)
-        fail_io("{}: offset {}: {} must be >= 0, got {}", path, kv->offset, key, kv->integer);
-      return static_cast<uint64_t>(kv->integer);
+      if (kv->integer() < 0)
+        fail_io("{}: offset {}: {} must be >= 0, got {}", path, kv->offset, key, kv->integer());
+      return static_cast<uint64_t>(kv->integer());
     case gguf_type::array:
       // Per-layer values (some architectures store head counts per layer): all must agree.
-      if (kv->numbers_kept && !kv->numbers.empty() && fixed_size(kv->elem_type) &&
+      if (kv->numbers_kept && kv->count > 0 && fixed_size(kv->elem_type) &&
           kv->elem_type != gguf_type::f32 && kv->elem_type != gguf_type::f64) {
-        const double v = kv->numbers[0];
-        for (double x : kv->numbers)
+        const std::vector<double> numbers = kv->numbers();
+        const double v = numbers[0];
+        for (double x : numbers)
           if (x != v)
             fail_io(
                 "{}: offset {}: {} differs between layers ({} and {}); posenc reads one "
@@ -614,7 +804,7 @@ std::optional<std::string> gguf_file::get_string(const std::string& key) const {
   if (kv->type != gguf_type::string)
     fail_io("{}: offset {}: {} must be a string, got a {}", path, kv->offset, key,
             gguf_type_name(kv->type));
-  return kv->text;
+  return std::string(kv->text());
 }
 
 std::optional<bool> gguf_file::get_bool(const std::string& key) const {
@@ -623,7 +813,7 @@ std::optional<bool> gguf_file::get_bool(const std::string& key) const {
   if (kv->type != gguf_type::boolean)
     fail_io("{}: offset {}: {} must be a bool, got a {}", path, kv->offset, key,
             gguf_type_name(kv->type));
-  return kv->number != 0;
+  return kv->number() != 0;
 }
 
 gguf_file gguf_read(const std::string& path) {

@@ -554,25 +554,25 @@ class converter {
                           kv->elem_type != gguf_type::boolean;
     if (kv->type != gguf_type::array || !integers || !kv->numbers_kept || kv->count > 8)
       fail_io("{}: offset {}: {} must be an array of at most 8 integers, got {}{}", f_.path,
-              kv->offset, kv->key, gguf_type_name(kv->type),
+              kv->offset, kv->key(), gguf_type_name(kv->type),
               kv->type == gguf_type::array
                   ? fmt::format(" of {} {}", kv->count, gguf_type_name(kv->elem_type))
                   : std::string());
     int64_t sum = 0;
-    for (double v : kv->numbers) {
+    for (double v : kv->numbers()) {
       if (v < 0 || v > static_cast<double>(max_dim))
         fail_io("{}: offset {}: {} entries must be in [0, {}], got {}", f_.path, kv->offset,
-                kv->key, max_dim, v);
+                kv->key(), max_dim, v);
       r_.dimension_sections.push_back(static_cast<int64_t>(v));
       sum += static_cast<int64_t>(v);
     }
     if (sum != R_ / 2)
       fail_io("{}: offset {}: {} must sum to rotary_dim / 2 = {} ({} = {}), got {}", f_.path,
-              kv->offset, kv->key, R_ / 2, key("rope.dimension_count"), R_, sum);
+              kv->offset, kv->key(), R_ / 2, key("rope.dimension_count"), R_, sum);
     warnings_->push_back(fmt::format(
         "{} = [{}] read (M-RoPE pairs per position component{}); the frequencies below are the "
         "1-D RoPE of one component",
-        kv->key, fmt::join(r_.dimension_sections, ", "),
+        kv->key(), fmt::join(r_.dimension_sections, ", "),
         arch_->type == rt::imrope ? ", interleaved across the pairs: llama.cpp's IMROPE" : ""));
   }
 
@@ -917,14 +917,14 @@ class converter {
                            kv.elem_type == gguf_type::i32;
       if (!allowed || !kv.numbers_kept || kv.count != n)
         fail_io("{}: offset {}: {} must be an array of {} = {} bool, u32 or i32 entries, got {} {}",
-                f_.path, kv.offset, kv.key, key("block_count"), n, kv.count,
+                f_.path, kv.offset, kv.key(), key("block_count"), n, kv.count,
                 gguf_type_name(kv.elem_type));
-      for (double v : kv.numbers) sliding.push_back(v != 0);
+      for (double v : kv.numbers()) sliding.push_back(v != 0);
     } else {
-      sliding.assign(n, *f_.get_size(kv.key) != 0);
+      sliding.assign(n, *f_.get_size(std::string(kv.key())) != 0);
     }
     for (bool s : sliding) r_.layer_types.push_back(s ? swa.layer_type : "full_attention");
-    r_.layer_source = fmt::format("{} (one entry per layer)", kv.key);
+    r_.layer_source = fmt::format("{} (one entry per layer)", kv.key());
   }
 
   // Sliding-window layers, as llama.cpp's loader sets them and its graph rotates them.
@@ -936,7 +936,7 @@ class converter {
     const bool per_layer = kv && (kv->type == gguf_type::array || swa->kind == sk::per_layer);
     if (per_layer && swa->array_key) {
       if (!n)
-        fail_io("{}: {} is a per-layer pattern but {} is absent", f_.path, kv->key,
+        fail_io("{}: {} is a per-layer pattern but {} is absent", f_.path, kv->key(),
                 key("block_count"));
       read_pattern_array(*kv, *swa, *n);
     } else if (swa->kind == sk::per_layer) {

@@ -40,8 +40,9 @@ template <typename... Args>
 
 // A string from a file (a GGUF key, an architecture name, an .npy header) as a message may quote
 // it: in single quotes, every byte outside printable ASCII (and the backslash and the quote) as
-// \xNN, and past max_bytes of input cut with " ... (N more bytes)": a message stays one
-// printable line of bounded length whatever the file holds.
+// \xNN, cut where the escaped text would pass max_bytes characters, with " ... (N more bytes)"
+// for the N bytes left out: a message stays one printable line of bounded length whatever the
+// file holds (a printable string of up to max_bytes bytes is quoted whole).
 std::string quote_bytes(std::string_view s, size_t max_bytes = 64);
 // The same without the quotes (a name inside a field label: kv[3] (general.name)).
 std::string printable_bytes(std::string_view s, size_t max_bytes = 64);

@@ -14,6 +14,16 @@
 // The reader parses the header, the key-value section and the tensor infos, and reads a tensor's
 // data only when asked (seek + read of that tensor alone): a 40 GB file costs the size of its
 // metadata. Every count is bounded by the bytes left in the file before anything is allocated.
+// Memory: each section is read twice, measured and then filled into storage of exactly its
+// size, so nothing is reserved from a count before the bytes it declares are read; while it
+// reads, the reader's heap allocations stay under 4 B + W + 16 KiB, B the bytes of metadata read
+// (up to the error, or to the end of the tensor infos), W gguf_read's read window (min(1 MiB,
+// file size); 0 for gguf_parse). A million one-letter keys (17 MB) peak at 2.9 B
+// (tests/alloc/test_gguf_memory.cpp measures it).
+// What llama.cpp's loader refuses is refused too: a duplicate key or tensor name, an array of
+// arrays, a string over 2^30 bytes, an array over 2^30 elements, a tensor name of 64 bytes or more,
+// a zero in ne[1..3], a tensor offset other than the end of the tensors before it (each padded to
+// the alignment), and tensor data past the end of the file.
 // A file that is not GGUF, is big-endian, truncated, has an unknown value or tensor type, an
 // absurd count or a string past the end throws io_error naming the path, the byte offset and
 // the field ("m.gguf: offset 4123: kv[7] (llama.rope.freq_base) value: truncated, need 4 bytes,
@@ -23,17 +33,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "posenc/encodings/rope.hpp"
 
 namespace posenc {
 
-enum class gguf_type : uint32_t {
+enum class gguf_type : uint8_t {
   u8 = 0,
   i8 = 1,
   u16 = 2,
@@ -50,24 +62,33 @@ enum class gguf_type : uint32_t {
 };
 const char* gguf_type_name(gguf_type t);  // "u8", ..., "f64"
 
-// One key-value pair. Scalars keep their value; numeric arrays of up to max_kept_array
-// elements keep theirs in `numbers`, longer arrays and arrays of strings or arrays keep only
-// their element type and count (a tokenizer's 150,000 strings are skipped, not stored).
+// One key-value pair, 40 bytes. Its key and value bytes live, as the file has them, in the
+// arena of the gguf_file that holds it (key(), text() and numbers() read them there: valid while
+// that gguf_file or a copy of it lives). Scalars keep their value; numeric arrays of up to
+// max_kept_array elements keep theirs, longer arrays and arrays of strings only their element type
+// and count (a tokenizer's 150,000 strings are skipped, not stored).
 struct gguf_kv {
-  std::string key;
-  gguf_type type = gguf_type::u8;
   uint64_t offset = 0;  // byte offset of the key's length field
-  // type == array: element type and count
-  gguf_type elem_type = gguf_type::u8;
-  uint64_t count = 0;
-  // numeric and bool scalars (all integer types fit a double exactly up to 2^53; integers keep
-  // their exact value in `integer` too), strings, kept numeric arrays
-  double number = 0;
-  int64_t integer = 0;
-  std::string text;
-  std::vector<double> numbers;
-  bool numbers_kept = false;
+  gguf_type type = gguf_type::u8;
+  gguf_type elem_type = gguf_type::u8;  // type == array: the element type
+  bool numbers_kept = false;            // type == array: numbers() holds the elements
+  uint32_t count = 0;  // type == array: element count; type == string: bytes of text() (<= 2^30)
   static constexpr uint64_t max_kept_array = 65536;
+
+  std::string_view key() const { return {key_, key_size_}; }
+  // Numeric and bool scalars as a double (integer types exact up to 2^53); 0 for other types.
+  double number() const;
+  // Integer and bool scalars exactly (a u64 above 2^63 saturated at INT64_MAX); 0 for other types.
+  int64_t integer() const;
+  std::string_view text() const;  // type == string; empty for other types
+  // The elements of a kept numeric or bool array as doubles; empty when not kept.
+  std::vector<double> numbers() const;
+
+ private:
+  friend struct gguf_kv_access;  // the reader (gguf.cpp) fills the views
+  const char* key_ = nullptr;
+  const char* data_ = nullptr;  // the value's bytes: a scalar, a string, a kept array's elements
+  uint32_t key_size_ = 0;
 };
 
 struct gguf_tensor_info {
@@ -86,6 +107,8 @@ struct gguf_file {
   uint64_t data_offset = 0;  // start of the data section
   std::vector<gguf_kv> kvs;
   std::vector<gguf_tensor_info> tensors;
+  // The keys and the kept values of kvs, as the file has them (bytes the reader has read, once).
+  std::shared_ptr<const char[]> arena;
 
   const gguf_kv* find(const std::string& key) const;
   const gguf_tensor_info* find_tensor(const std::string& name) const;
