@@ -81,29 +81,47 @@ HWY_INLINE void RotateHalfT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RES
 }
 
 // interleaved: x_h = [u_0 v_0 | u_1 v_1 | ... | pass], pair i = (x[2i], x[2i+1]).
-// With ce = [c_0 c_0 c_1 c_1 ..] and se = [-s_0 s_0 -s_1 s_1 ..] (signs flipped for the
-// inverse), y = x * ce + swap_pairs(x) * se gives
-//   y[2i] = u c - v s,  y[2i+1] = v c + u s       (forward)
-//   y[2i] = u c + v s,  y[2i+1] = v c - u s       (inverse: the transpose)
-// with the products fused as in the half layout: the forward's odd lanes fuse swap * se (u s),
-// every other lane x * ce.
-// ce/se are expanded on the stack in chunks of kChunk pairs (no allocation) and reused by all
-// H heads of the token.
+// Forward: with U = [u_0 u_0 u_1 u_1 ..] and V = [v_0 v_0 v_1 v_1 ..] (DupEven, DupOdd of x),
+// p = [c_0 s_0 c_1 s_1 ..] and q = [-s_0 c_0 -s_1 c_1 ..], y = fma(U, p, V q) gives
+//   y[2i] = fma(u, c, -(v s)),  y[2i+1] = fma(u, s, v c)
+// the half layout's fused products, one multiply and one multiply-add per vector as there.
+// Inverse: with ce = [c_0 c_0 ..] and se = [s_0 -s_0 ..], y = fma(x, ce, swap_pairs(x) se) gives
+//   y[2i] = fma(u, c, v s),  y[2i+1] = fma(v, c, -(u s))       (the transpose)
+// as the half layout's inverse. The tables (p, q or ce, se) are expanded on the stack in chunks
+// of kChunk pairs (no allocation) and reused by all H heads of the token.
+// [x_1 x_1 x_3 x_3 ..]; on a 1-lane target (HWY_SCALAR, which has no DupOdd) never called: the
+// vector loop below needs pairs of lanes.
+template <class V>
+HWY_INLINE V DupOddLanes(V a) {
+#if HWY_TARGET == HWY_SCALAR
+  return a;
+#else
+  return hn::DupOdd(a);
+#endif
+}
+
 template <bool kInverse, typename T>
 HWY_INLINE void RotateInterleavedT(int64_t n, const T* HWY_RESTRICT c, const T* HWY_RESTRICT s,
                                    T* x, int64_t H, int64_t stride) {
   constexpr int64_t kChunk = 128;  // pairs per chunk: 2 x 256 T of stack
-  HWY_ALIGN T ce[2 * kChunk];
-  HWY_ALIGN T se[2 * kChunk];
+  HWY_ALIGN T ta[2 * kChunk];      // forward p, inverse ce
+  HWY_ALIGN T tb[2 * kChunk];      // forward q, inverse se
   const hn::ScalableTag<T> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
     const int64_t m = std::min(kChunk, n - j0), w = 2 * m;
     for (int64_t i = 0; i < m; ++i) {
-      const T si = kInverse ? -s[j0 + i] : s[j0 + i];
-      ce[2 * i] = ce[2 * i + 1] = c[j0 + i];
-      se[2 * i] = -si;
-      se[2 * i + 1] = si;
+      const T ci = c[j0 + i], si = s[j0 + i];
+      if constexpr (kInverse) {
+        ta[2 * i] = ta[2 * i + 1] = ci;
+        tb[2 * i] = si;
+        tb[2 * i + 1] = -si;
+      } else {
+        ta[2 * i] = ci;
+        ta[2 * i + 1] = si;
+        tb[2 * i] = -si;
+        tb[2 * i + 1] = ci;
+      }
     }
     for (int64_t h = 0; h < H; ++h) {
       T* HWY_RESTRICT y = x + h * stride + 2 * j0;
@@ -112,18 +130,21 @@ HWY_INLINE void RotateInterleavedT(int64_t n, const T* HWY_RESTRICT c, const T* 
       // takes the pair loop below for everything).
       for (; N >= 2 && i + N <= w; i += N) {
         const auto a = hn::LoadU(d, y + i);
-        const auto sw = hn::Reverse2(d, a);  // [v_0 u_0 v_1 u_1 ..]
-        const auto cv = hn::Load(d, ce + i), sv = hn::Load(d, se + i);
-        const auto even = hn::MulAdd(a, cv, hn::Mul(sw, sv));
+        const auto pa = hn::Load(d, ta + i), pb = hn::Load(d, tb + i);
         if constexpr (kInverse)
-          hn::StoreU(even, d, y + i);
+          hn::StoreU(hn::MulAdd(a, pa, hn::Mul(hn::Reverse2(d, a), pb)), d, y + i);
         else
-          hn::StoreU(hn::OddEven(hn::MulAdd(sw, sv, hn::Mul(a, cv)), even), d, y + i);
+          hn::StoreU(hn::MulAdd(hn::DupEven(a), pa, hn::Mul(DupOddLanes(a), pb)), d, y + i);
       }
       for (; i < w; i += 2) {  // whole pairs: w is even, and so is i
         const T a = y[i], b = y[i + 1];
-        y[i] = Fma1(a, ce[i], b * se[i]);
-        y[i + 1] = kInverse ? Fma1(b, ce[i + 1], a * se[i + 1]) : Fma1(a, se[i + 1], b * ce[i + 1]);
+        if constexpr (kInverse) {
+          y[i] = Fma1(a, ta[i], b * tb[i]);
+          y[i + 1] = Fma1(b, ta[i + 1], a * tb[i + 1]);
+        } else {
+          y[i] = Fma1(a, ta[i], b * tb[i]);
+          y[i + 1] = Fma1(a, ta[i + 1], b * tb[i + 1]);
+        }
       }
     }
   }
