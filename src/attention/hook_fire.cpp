@@ -40,6 +40,14 @@ class fire_bias_term final : public score_bias<Real> {
       : m_(f.hidden), W_(3 * f.hidden + 3), Hq_(Hq), dparams_(dparams) {
     w_.assign(f.params.begin(), f.params.end());
     build_segments();
+    thresh_.resize(static_cast<size_t>(2 * Hq));
+    pm_l_.resize(static_cast<size_t>(Hq));
+    for (int64_t h = 0; h < Hq; ++h) {
+      const double* w = w_.data() + h * W_;
+      const double c = softplus(w[3 * m_ + 1]), L = softplus(w[3 * m_ + 2]);
+      thresh_[2 * h] = L, thresh_[2 * h + 1] = c;
+      pm_l_[h] = std::max(std::log1p(c * L), 1e-300);
+    }
     int64_t lo = 0, hi = 0;
     if (!visible_offset_range(pl, int64_t{1} << 40, &lo, &hi)) return;  // nothing visible
     const int64_t dmax = std::max(std::abs(lo), std::abs(hi));
@@ -174,11 +182,12 @@ class fire_bias_term final : public score_bias<Real> {
   // The float32 row over the n consecutive keys at offsets r0, r0 + 1, ... (all in the table):
   // runs of one segment by add_linear_row_f32, a run across kinks key by key.
   void add_row_linear(int64_t h, int64_t qp, int64_t r0, int64_t n, float* row) const {
-    const double* w = w_.data() + h * W_;
     const double* psi = psi_.data() + h * (dmax_ + 1);
-    const double c = softplus(w[3 * m_ + 1]), L = softplus(w[3 * m_ + 2]);
-    const double M = L > double(qp) ? L : double(qp);
-    const double pm = std::max(std::log1p(c * M), 1e-300);
+    // psi(M) as input() has it: log(c L + 1) per head, or the table's log(c qpos + 1).
+    const double L = thresh_[2 * h], c = thresh_[2 * h + 1];
+    const double pm = L > double(qp) ? pm_l_[h]
+                      : qp <= dmax_  ? std::max(psi[qp], 1e-300)
+                                     : std::max(std::log1p(c * double(qp)), 1e-300);
     constexpr int64_t kB = 64;
     double p[kB];
     for (int64_t j0 = 0; j0 < n; j0 += kB) {
@@ -205,12 +214,14 @@ class fire_bias_term final : public score_bias<Real> {
   }
   int64_t m_, W_, Hq_;
   Real* dparams_;
-  std::vector<int64_t> seg_;  // (Hq + 1,): head h's kinks are kink_[seg_[h], seg_[h + 1])
-  std::vector<double> kink_;  // sorted per head
-  std::vector<double> line_;  // per head and segment: alpha, beta
-  std::vector<double> w_;     // (Hq, 3m + 3)
-  int64_t dmax_ = -1;         // psi_ covers distances 0 .. dmax_
-  std::vector<double> psi_;   // (Hq, dmax + 1): log(c_h d + 1); empty = per pair
+  std::vector<int64_t> seg_;    // (Hq + 1,): head h's kinks are kink_[seg_[h], seg_[h + 1])
+  std::vector<double> kink_;    // sorted per head
+  std::vector<double> line_;    // per head and segment: alpha, beta
+  std::vector<double> thresh_;  // per head: L, c
+  std::vector<double> pm_l_;    // per head: psi(L) = log(c L + 1), at least 1e-300
+  std::vector<double> w_;       // (Hq, 3m + 3)
+  int64_t dmax_ = -1;           // psi_ covers distances 0 .. dmax_
+  std::vector<double> psi_;     // (Hq, dmax + 1): log(c_h d + 1); empty = per pair
 };
 
 template <typename S>
