@@ -34,6 +34,8 @@
 
 #include "bench.hpp"
 #include "posenc/attention/attention.hpp"
+#include "posenc/attention/kv_cache.hpp"
+#include "posenc/core/half.hpp"
 #include "posenc/core/page_buffer.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/verify/attention_cases.hpp"
@@ -304,6 +306,103 @@ bench_case make_memory_backward(const bench_options& o, const std::string& name)
   return bc;
 }
 
+// A decode step over a million keys (extended): T = 1, Hq = 32 query heads over Hkv = 8 key and
+// value heads of D = 128, no position scheme, the keys and values float16 in a kv_cache of
+// S = 2^20 tokens (head-major, keys in 8-key blocks: 4 GiB), built by appending chunks of 4,096
+// tokens of bench_fill values, as a server's cache grows. The step reads K and V once: its limit
+// is the DRAM read-bandwidth probe (the roofline's binding limit, as the other decode cases; a
+// probe the size of the cache would take another 4 GiB).
+// Validation: query heads 0 and 31 (kv heads 0 and 7) in double from the cache's stored values,
+// within forward_tolerance's bound at this S (attention_cases.cpp: (2 ep + (2 S + 8) u) V with
+// ep = 2 ds + 4 u A + 2 u, ds = (D + 11) u A + 2 u A, A = max|q| max|k| / sqrt(D), V = max|v|).
+struct million_data {
+  std::unique_ptr<kv_cache<float>> cache;
+  std::vector<float> q, out;
+  attention_params<float> params() {
+    attention_params<float> p;
+    p.q = q.data(), p.out = out.data();
+    p.T = 1, p.Hq = 32, p.D = cache->head_dim();
+    p.causal = true;
+    return p;
+  }
+};
+
+std::string validate_million(million_data& m) {
+  const auto& c = *m.cache;
+  const int64_t S = c.size(), D = c.head_dim(), Hq = 32, G = Hq / c.kv_heads();
+  attention_forward_cached(m.params(), c);
+  double qmax = 0, kmax = 0, vmax = 0, worst = 0;
+  for (int64_t h = 0; h < Hq; ++h) {
+    double n = 0;
+    for (int64_t e = 0; e < D; ++e) n += double(m.q[h * D + e]) * m.q[h * D + e];
+    qmax = std::max(qmax, std::sqrt(n));
+  }
+  for (const int64_t h : {int64_t{0}, Hq - 1}) {
+    const int64_t hk = h / G;
+    std::vector<double> s(static_cast<size_t>(S));
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < S; ++j) {
+      double dot = 0, n = 0, vm = 0;
+      for (int64_t e = 0; e < D; ++e) {
+        const double k = f16_to_float(c.keys16()[c.key_offset(j, hk, e)]);
+        dot += double(m.q[h * D + e]) * k;
+        n += k * k;
+        vm = std::max(vm, std::abs(double(f16_to_float(c.values16()[c.row_offset(j, hk) + e]))));
+      }
+      kmax = std::max(kmax, std::sqrt(n));
+      vmax = std::max(vmax, vm);
+      s[j] = dot / std::sqrt(double(D));
+      mx = std::max(mx, s[j]);
+    }
+    std::vector<double> o(static_cast<size_t>(D), 0.0);
+    double l = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      const double p = std::exp(s[j] - mx);
+      l += p;
+      for (int64_t e = 0; e < D; ++e)
+        o[e] += p * double(f16_to_float(c.values16()[c.row_offset(j, hk) + e]));
+    }
+    for (int64_t e = 0; e < D; ++e)
+      worst = std::max(worst, std::abs(o[e] / l - double(m.out[h * D + e])));
+  }
+  const double u = 0x1p-24, A = qmax * kmax / std::sqrt(double(D));
+  const double ds = double(D + 11) * u * A + 2 * u * A, ep = 2 * ds + 4 * u * A + 2 * u;
+  const double tol = (2 * ep + double(2 * S + 8) * u) * vmax;
+  if (worst <= tol) return "";
+  return "decode over " + std::to_string(S) + " keys: max error " + std::to_string(worst) +
+         " > tolerance " + std::to_string(tol);
+}
+
+bench_case make_million(const bench_options& o, const std::string& name) {
+  const int64_t S = o.quick ? 4096 : int64_t{1} << 20, Hkv = 8, D = 128, chunk = 4096;
+  auto m = std::make_shared<million_data>();
+  m->cache =
+      std::make_unique<kv_cache<float>>(S, Hkv, D, attention_position<float>{}, 0, kv_storage::f16);
+  std::vector<float> k(static_cast<size_t>(chunk * Hkv * D)), v(k.size());
+  for (int64_t t = 0; t < S; t += chunk) {
+    bench_fill(k, 100 + static_cast<uint64_t>(t));
+    bench_fill(v, 200 + static_cast<uint64_t>(t));
+    m->cache->append(k.data(), v.data(), std::min(chunk, S - t));
+  }
+  m->q.resize(32 * D);
+  bench_fill(m->q, 7);
+  m->out.resize(32 * D);
+  bench_case bc;
+  bc.name = name;
+  bc.flops = 4.0 * double(D) * 32.0 * double(S);
+  bc.bytes = 2.0 * double(2 * S * Hkv * D) + 4.0 * double(2 * 32 * D);
+  bc.limit = "roofline";
+  bc.reads_only = true;
+  bc.validate = [m] { return validate_million(*m); };
+  bc.run = [m] { attention_forward_cached(m->params(), *m->cache); };
+  bc.note =
+      "attention_forward_cached float32, T=1 Hq=32 over a kv_cache of S=" + std::to_string(S) +
+      " tokens, Hkv=8 D=128, keys and values float16 (head-major, keys in 8-key blocks), "
+      "built by appending 4096-token chunks; bytes = the K and V read once (" +
+      std::to_string(static_cast<int64_t>(bc.bytes / (1 << 20))) + " MiB)";
+  return bc;
+}
+
 // The perf list in its order (forward cases at 40, backward at 45; the sort is stable), then the
 // memory cases.
 bool register_perf_cases() {
@@ -325,10 +424,18 @@ const bool registered_bench_attention =
                          [](const bench_options& o) {
                            return make_memory(o, "memory/T=32768/S=32768/H=8/D=64/causal");
                          }}) &&
+    register_bench_case({50, "memory_backward/T=16384/S=16384/H=8/D=64/causal",
+                         [](const bench_options& o) {
+                           return make_memory_backward(
+                               o, "memory_backward/T=16384/S=16384/H=8/D=64/causal");
+                         }}) &&
     register_bench_case(
-        {50, "memory_backward/T=16384/S=16384/H=8/D=64/causal", [](const bench_options& o) {
-           return make_memory_backward(o, "memory_backward/T=16384/S=16384/H=8/D=64/causal");
-         }});
+        {41, "attention/T=1/S=1048576/Hq=32/Hkv=8/D=128/scheme=none/kv=f16/cache",
+         [](const bench_options& o) {
+           return make_million(
+               o, "attention/T=1/S=1048576/Hq=32/Hkv=8/D=128/scheme=none/kv=f16/cache");
+         },
+         true});
 
 }  // namespace
 }  // namespace posenc::cli
