@@ -4,11 +4,16 @@
 // ties to the even one) on float inputs spread over every binade.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
+#include <stdexcept>
+#include <vector>
 
 #include "posenc/core/half.hpp"
+#include "posenc/core/machine.hpp"
 #include "posenc/core/rng.hpp"
 
 using namespace posenc;
@@ -101,4 +106,46 @@ TEST(Half, RoundsToNearestEvenOverEveryBinade) {
       if (std::isfinite(b) && std::signbit(a) == std::signbit(b))
         check_nearest(static_cast<float>((a + b) / 2), float_to_f16, f16_to_float);
     }
+}
+
+TEST(Half, BulkFloat16ConversionHasTheScalarBits) {
+  // to_half's float16 form runs in vectors (src/core/half_simd.cpp): every 65537th float32 bit
+  // pattern (65,536 of them, both signs, every binade, subnormals, infinities and NaNs), each
+  // half's neighbourhood in float32 (the values that round to it and the ties between), and
+  // lengths that leave every tail size, against float_to_f16 bit for bit.
+  std::vector<float> x;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 65537)
+    x.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  for (uint32_t h = 0; h < 0x10000u; h += 7) {
+    const uint32_t f = std::bit_cast<uint32_t>(f16_to_float(static_cast<uint16_t>(h)));
+    for (const uint32_t d : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu})
+      x.push_back(std::bit_cast<float>(f + d));
+  }
+  for (const float v : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f,
+                        std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN(), -std::nanf("0x123")})
+    x.push_back(v);
+  // On every target this CPU and build have (limit_simd_target throws for the others).
+  int targets = 0;
+  for (const char* t :
+       {"avx3_spr", "avx3_zen4", "avx3_dl", "avx3", "avx2", "sse4", "ssse3", "emu128", "scalar"}) {
+    try {
+      limit_simd_target(t);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    ++targets;
+    std::vector<uint16_t> got(x.size());
+    to_half(kv_storage::f16, x, got);
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(got[i], float_to_f16(x[i])) << t << ": " << std::hexfloat << x[i] << " at " << i;
+    for (size_t n = 0; n < 40; ++n) {
+      std::vector<uint16_t> part(n, 0xabcd);
+      to_half(kv_storage::f16, std::span<const float>(x.data() + 3, n), part);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(part[i], float_to_f16(x[3 + i])) << t << ": " << n << " " << i;
+    }
+  }
+  limit_simd_target("best");
+  EXPECT_GE(targets, 2);
 }

@@ -33,6 +33,10 @@ void to_half(kv_storage s, std::span<const float> in, std::span<uint16_t> out) {
   if (s == kv_storage::f32) fail("to_half: storage must be f16 or bf16, got f32");
   if (in.size() != out.size())
     fail("to_half: out must have the size of in ({}), got {}", in.size(), out.size());
+  if (s == kv_storage::f16) {  // in vectors, the same bits (src/core/half_simd.cpp)
+    to_f16_simd(in.data(), out.data(), static_cast<int64_t>(in.size()));
+    return;
+  }
   for (size_t i = 0; i < in.size(); ++i) out[i] = float_to_half(s, in[i]);
 }
 

@@ -88,6 +88,10 @@ inline uint16_t float_to_half(kv_storage s, float f) {
   return s == kv_storage::bf16 ? float_to_bf16(f) : float_to_f16(f);
 }
 
+// out[i] = float_to_f16(in[i]) for i < n in the dispatched target's vectors, the same bits
+// (src/core/half_simd.cpp); to_half's float16 form.
+void to_f16_simd(const float* in, uint16_t* out, int64_t n);
+
 // Bulk forms: out[i] = convert(in[i]); sizes must match (else invalid_argument).
 void to_half(kv_storage s, std::span<const float> in, std::span<uint16_t> out);
 void from_half(kv_storage s, std::span<const uint16_t> in, std::span<float> out);
