@@ -714,6 +714,8 @@ TEST(CliAttend, ResearchSchemesMatchNaiveFormulas) {
       },
       false, 1);
   EXPECT_LT(max_diff(run({"--fire", in.dir.file("fire.npy"), "--fire-hidden", "3"}), fire), 1e-12);
+  // fire_hidden is optional: m from fire's width 3 m + 3.
+  EXPECT_LT(max_diff(run({"--fire", in.dir.file("fire.npy")}), fire), 1e-12);
 
   const auto xpos = naive_bias([](int64_t, int64_t, int64_t) { return 0.0; }, true, 4.0);
   EXPECT_LT(max_diff(run({"--xpos", "--xpos-scale-base", "4"}), xpos), 1e-12);
@@ -725,8 +727,10 @@ TEST(CliAttend, ResearchSchemesMatchNaiveFormulas) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--kerple", in.dir.file("bad.npy")}, "--kerple must have shape (2, Hq) = (2, 2)"},
       {{"--fire", in.dir.file("bad.npy"), "--fire-hidden", "3"},
-       "--fire must have shape (Hq, 3 M + 3) = (2, 12)"},
-      {{"--fire", in.dir.file("fire.npy")}, "--fire needs --fire-hidden"},
+       "--fire must have shape (Hq, W) = (2, W), got (3, 2)"},
+      {{"--fire", in.dir.file("fire.npy"), "--fire-hidden", "2"},
+       "fire_hidden = 2 does not match fire's width 12 = 3 m + 3 (m = 3)"},
+      {{"--fire-hidden", "3"}, "--fire-hidden needs --fire"},
       {{"--kerple", in.dir.file("ke.npy"), "--kerple-kernel", "cubic"}, "--kerple-kernel"},
       {{"--xpos", "--xpos-scale-base", "0"}, "xpos scale_base must be finite and > 0"},
       {{"--xpos", "--rope", "--layout", "half"},

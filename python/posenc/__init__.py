@@ -343,14 +343,13 @@ def _attention_opts(
     return opts
 
 
-def _research_opts(fire, xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, cope,
+def _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, cope,
                    attn_temperature_tuning, floor_scale, attn_scale, floor_offset=1.0):
     """The research schemes' and the query temperature's options (docs/research_schemes.md)."""
     for name, val in (("xpos", xpos), ("attn_temperature_tuning", attn_temperature_tuning)):
         if not isinstance(val, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, got {type(val).__name__}")
     return {
-        "fire": fire,
         "xpos": bool(xpos),
         "xpos_theta": xpos_theta,
         "xpos_gamma": xpos_gamma,
@@ -365,11 +364,11 @@ def _research_opts(fire, xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_cen
 
 
 def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_num_buckets,
-                       shaw, shaw_keys, shaw_values, shaw_clip, fire, fire_hidden):
+                       shaw, shaw_keys, shaw_values, shaw_clip):
     """The declared keywords (posenc.schemes()) that the CLI spells as flags, folded into the
     forms the binding takes: alibi slopes from (alibi_max_bias, alibi_convention) by the
     library's alibi_slopes, the Shaw tables and clip as the (keys, values, clip) tuple, and
-    t5_num_buckets / fire_hidden checked against their tables' shapes. Returns (alibi, shaw)."""
+    t5_num_buckets checked against its table's shape. Returns (alibi, shaw)."""
     default_alibi = alibi_max_bias == 8.0 and alibi_convention == "press"
     if not default_alibi:
         if alibi is not True:
@@ -390,13 +389,6 @@ def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_
         if shaw_keys is None or shaw_values is None or shaw_clip is None:
             raise ValueError("Shaw needs all of shaw_keys, shaw_values and shaw_clip")
         shaw = (shaw_keys, shaw_values, int(shaw_clip))
-    if fire_hidden is not None:
-        if fire is None:
-            raise ValueError("fire_hidden needs fire")
-        width = int(np.shape(fire)[-1])
-        if width != 3 * int(fire_hidden) + 3:
-            raise ValueError(f"fire must have shape (Hq, 3 fire_hidden + 3) = (Hq, "
-                             f"{3 * int(fire_hidden) + 3}), got {tuple(np.shape(fire))}")
     return alibi, shaw
 
 
@@ -527,10 +519,6 @@ _ATTENTION_DOC = """
     (posenc.bf16_products_native()), float32 products on the exact values elsewhere. Float32
     or 16-bit inputs, forward only; the error bound is in attention_cases.hpp.
     Research schemes (docs/research_schemes.md), d = |qpos - kpos|:
-    fire: (Hq, 3m + 3), per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L] (Li et al. 2023;
-      fire_hidden m is checked against the width when given):
-      bias = w2 . relu(w1 x + b1) + b2, x = log(c d + 1) / log(c max(L, qpos) + 1),
-      c = softplus(a_c), L = softplus(a_L).
     xpos: True for xPos (Sun et al. 2022; half layout, rotary width D) with xpos_theta 10000,
       xpos_gamma 0.4, xpos_scale_base 512, xpos_center 0; excludes rope.
     cope: (npos, D) position embeddings of CoPE (Golovneva et al. 2024); needs causal=True, no
@@ -577,8 +565,6 @@ def attention(
     return_lse=False,
     kv_dtype=None,
     products="f32",
-    fire=None,
-    fire_hidden=None,
     xpos=False,
     xpos_theta=10000.0,
     xpos_gamma=0.4,
@@ -593,9 +579,8 @@ def attention(
     **named,
 ):
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
-                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
-                                     fire, fire_hidden)
-    research = _research_opts(fire, xpos, xpos_theta, xpos_gamma,
+                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip)
+    research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
@@ -676,8 +661,6 @@ def attention_backward(
     cu_seqlens=None,
     window=None,
     param_grads=True,
-    fire=None,
-    fire_hidden=None,
     xpos=False,
     xpos_theta=10000.0,
     xpos_gamma=0.4,
@@ -692,9 +675,8 @@ def attention_backward(
     **named,
 ):
     alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
-                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip,
-                                     fire, fire_hidden)
-    research = _research_opts(fire, xpos, xpos_theta, xpos_gamma,
+                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip)
+    research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
@@ -711,7 +693,7 @@ _with_named_keywords(attention_backward, (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
-    "    dt5_table, dshaw_keys, dshaw_values, dfire (Hq, 3m + 3), dsinks\n"
+    "    dt5_table, dshaw_keys, dshaw_values, dsinks\n"
     "    (Hq,) (with sinks), dcope\n"
     "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
 ))
@@ -747,7 +729,7 @@ class KVCache:
       xPos keys stored transformed; excludes rope.
     start_position: the position of the first token (default 0).
     attend takes posenc.attention's keywords for the other schemes (alibi, t5_table, shaw,
-    fire, cope, window, scale, attn_temperature_tuning, ...); the q/k transform is the
+    cope, window, scale, attn_temperature_tuning, ...); the q/k transform is the
     cache's (an xPos given to attend must equal the cache's).
 
     shift_mode: how remove / shift / divide move the stored keys (the engines' position edits,
@@ -905,7 +887,7 @@ class KVCache:
         """Attention of q (T, Hq, D) over the cache (the library's attention_forward_cached).
         q_positions default to the positions (M-RoPE: the (3, T) ids) of the last T tokens
         appended; (T,) or, with M-RoPE, (3, T) ids otherwise. Other keywords as
-        posenc.attention (alibi, t5_table, window, fire, ...), except those that belong to
+        posenc.attention (alibi, t5_table, window, cope, ...), except those that belong to
         the cache: rope and its options, keys_rotated, k_positions, kv_dtype."""
         for name in ("rope", "rope_layout", "rope_angle", "rope_seq_len", "keys_rotated",
                      "k_positions", "kv_dtype"):

@@ -110,9 +110,8 @@ struct attn_setup {
   py::object t5_table, shaw_keys, shaw_values;
   int64_t shaw_clip = 0;
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
-  py::object fire, cope;  // (Hq, 3m + 3), (npos, D); None = off
-  py::object sinks;       // (Hq,) sink logits (gpt-oss); None = off
-  int64_t fire_hidden = 0;
+  py::object cope;      // (npos, D); None = off
+  py::object sinks;     // (Hq,) sink logits (gpt-oss); None = off
   attention_xpos xpos;  // theta 0 = off
   attention_temperature temperature;
   attention_products products = attention_products::f32;  // "products": "f32" or "bf16"
@@ -349,18 +348,6 @@ void parse_research(attn_setup& s, const py::dict& opts) {
            shape_str(a));
     s.sinks = a;
   }
-  // FIRE (Li et al. 2023): per head [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L]; m from the width.
-  if (!opt(opts, "fire").is_none()) {
-    const py::array a = float_table(opt(opts, "fire"), "fire");
-    const int64_t W = a.ndim() == 2 ? a.shape(1) : 0;
-    if (a.ndim() != 2 || a.shape(0) != s.Hq || W < 6 || W % 3 != 0 || (W - 3) / 3 > 4096)
-      fail(
-          "fire must have shape (Hq, 3 m + 3) with Hq = {} and 1 <= m <= 4096 hidden units "
-          "(per head [w1 | b1 | w2 | b2, a_c, a_L]), got {}",
-          s.Hq, shape_str(a));
-    s.fire = a;
-    s.fire_hidden = (W - 3) / 3;
-  }
   // xPos (Sun et al. 2022): RoPE with a per-pair exponential scale.
   if (!opt(opts, "xpos").is_none() && opt(opts, "xpos").cast<bool>()) {
     s.xpos.theta = float_opt(opts, "xpos_theta", 10000.0);
@@ -467,10 +454,13 @@ std::vector<named_arg<Real>> named_args(const attn_setup& s) {
       if (!prm) fail("{}: no tensor parameter '{}'", d.name, pname);
       named_arg<Real> a;
       a.scheme = d.name, a.name = pname, a.learned = d.learned;
-      a.shape = tensor_param_shape(*prm, s.T, s.S, s.Hq, s.Hkv, s.D);
       const std::string decl = prm->shape;
       a.per_token = decl.rfind("(S", 0) == 0 || decl.rfind("(T", 0) == 0;
       const py::array arr = float_table(obj, pname.c_str());
+      // A free extent of the declared shape (FIRE's width) is the array's own.
+      std::vector<int64_t> given(arr.shape(), arr.shape() + arr.ndim());
+      if (a.per_token && s.batched && !given.empty()) given.erase(given.begin());
+      a.shape = tensor_param_shape(*prm, s.T, s.S, s.Hq, s.Hkv, s.D, given);
       std::vector<int64_t> want = a.shape;
       if (a.per_token && s.batched) want.insert(want.begin(), s.B);
       bool same = arr.ndim() == static_cast<py::ssize_t>(want.size());
@@ -526,7 +516,7 @@ struct named_grads {
 
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, fire, cope, sinks;
+  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, cope, sinks;
   std::vector<named_arg<Real>> named;
   attention_params<Real> p;
 
@@ -560,10 +550,6 @@ struct attn_call {
       shaw_v = contiguous_as<Real>(s.shaw_values);
       p.pos.shaw = {s.shaw_clip, std::span<const Real>(shaw_k.data(), shaw_k.size()),
                     std::span<const Real>(shaw_v.data(), shaw_v.size())};
-    }
-    if (s.fire) {
-      fire = contiguous_as<Real>(s.fire);
-      p.pos.fire = {s.fire_hidden, std::span<const Real>(fire.data(), fire.size())};
     }
     if (s.cope) {
       cope = contiguous_as<Real>(s.cope);
@@ -722,18 +708,16 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
   const bool want_alibi = param_grads && !s.slopes.empty();
   const bool want_t5 = param_grads && s.t5_table;
   const bool want_shaw = param_grads && s.shaw_keys;
-  const bool want_fire = param_grads && s.fire, want_cope = param_grads && s.cope,
-             want_sinks = param_grads && s.sinks;
+  const bool want_cope = param_grads && s.cope, want_sinks = param_grads && s.sinks;
   const int64_t nb = s.t5p.num_buckets, rows = 2 * s.shaw_clip + 1;
-  const int64_t fire_w = 3 * s.fire_hidden + 3,
-                npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
+  const int64_t npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
   // Per batch element gradients of the shared parameters, summed over the batch in order.
   std::vector<double> dalibi_b(s.Hq), dalibi(want_alibi ? s.Hq : 0, 0.0);
   std::vector<Real> dt5_b(want_t5 ? nb * s.Hq : 0), dshk_b(want_shaw ? rows * s.D : 0),
       dshv_b(want_shaw ? rows * s.D : 0);
   std::vector<double> dt5(dt5_b.size(), 0.0), dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
-  std::vector<Real> dfi_b(want_fire ? s.Hq * fire_w : 0), dco_b(want_cope ? npos * s.D : 0);
-  std::vector<double> dfi(dfi_b.size(), 0.0), dco(dco_b.size(), 0.0);
+  std::vector<Real> dco_b(want_cope ? npos * s.D : 0);
+  std::vector<double> dco(dco_b.size(), 0.0);
   std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
   std::vector<double> dsi(dsi_b.size(), 0.0);
   named_grads<Real> ng(c.named, param_grads, s.B);
@@ -755,14 +739,12 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       if (want_alibi) g.dalibi = dalibi_b.data();
       if (want_t5) g.dt5 = dt5_b.data();
       if (want_shaw) g.dshaw_keys = dshk_b.data(), g.dshaw_values = dshv_b.data();
-      if (want_fire) g.dfire = dfi_b.data();
       if (want_cope) g.dcope = dco_b.data();
       if (want_sinks) g.dsinks = dsi_b.data();
       ng.bind(g);
       attention_backward(c.p, g);
       ng.add(b);
       for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
-      for (size_t i = 0; i < dfi.size(); ++i) dfi[i] += dfi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
       for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
       for (size_t i = 0; i < dt5.size(); ++i) dt5[i] += dt5_b[i];
@@ -787,7 +769,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     r["dshaw_keys"] = to_array(dshk, {rows, s.D}, true);
     r["dshaw_values"] = to_array(dshv, {rows, s.D}, true);
   }
-  if (want_fire) r["dfire"] = to_array(dfi, {s.Hq, fire_w}, true);
   if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   if (want_sinks) r["dsinks"] = to_array(dsi, {s.Hq}, true);
   ng.put(r, s.batched, to_array);

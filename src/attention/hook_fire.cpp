@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
+#include "posenc/attention/position_hook.hpp"
 #include "posenc/core/error.hpp"
 
 namespace posenc::detail {
@@ -32,13 +34,18 @@ namespace {
 // takes the segment per key. Error against value(): the double sums of alpha, beta and the
 // product differ from value()'s order by at most (m + 4) u_64 S, S = |b2| + sum |w2| (|w1| x +
 // |b1|), so the row is value() rounded to float within 2^-24 |value()| + 2 (m + 4) 2^-53 S
-// (tests/test_attention.cpp, FireFloatRowWithinItsBound).
+// (posenc check's fire_float_row_within_bound).
 template <typename Real>
 class fire_bias_term final : public score_bias<Real> {
  public:
-  fire_bias_term(const attention_fire<Real>& f, int64_t Hq, const attention_plan& pl, Real* dparams)
-      : m_(f.hidden), W_(3 * f.hidden + 3), Hq_(Hq), dparams_(dparams) {
-    w_.assign(f.params.begin(), f.params.end());
+  // From the call's fire (Hq, W): m = (W - 3) / 3, checked against fire_hidden when that is not 0.
+  explicit fire_bias_term(const named_call<Real>& c)
+      : m_(hidden_of(c)), W_(3 * m_ + 3), Hq_(c.Hq), dparams_(c.grads[0]) {
+    const int64_t Hq = Hq_;
+    w_.assign(c.tensors[0].begin(), c.tensors[0].end());
+    for (size_t x = 0; x < w_.size(); ++x)
+      if (!std::isfinite(w_[x]))
+        fail("fire must be finite, got {} at ({}, {})", w_[x], x / W_, x % W_);
     build_segments();
     thresh_.resize(static_cast<size_t>(2 * Hq));
     pm_l_.resize(static_cast<size_t>(Hq));
@@ -49,7 +56,7 @@ class fire_bias_term final : public score_bias<Real> {
       pm_l_[h] = std::max(std::log1p(c * L), 1e-300);
     }
     int64_t lo = 0, hi = 0;
-    if (!visible_offset_range(pl, int64_t{1} << 40, &lo, &hi)) return;  // nothing visible
+    if (!c.plan || !visible_offset_range(*c.plan, int64_t{1} << 40, &lo, &hi)) return;
     const int64_t dmax = std::max(std::abs(lo), std::abs(hi));
     if ((dmax + 1) * Hq > (int64_t{1} << 21)) return;
     dmax_ = dmax;
@@ -212,6 +219,18 @@ class fire_bias_term final : public score_bias<Real> {
       }
     }
   }
+  static int64_t hidden_of(const named_call<Real>& c) {
+    const int64_t W = c.Hq > 0 ? static_cast<int64_t>(c.tensors[0].size()) / c.Hq : 0;
+    if (W < 6 || W % 3 != 0 || W > 3 * 4096 + 3)
+      fail(
+          "fire must have shape (Hq, 3 m + 3) with m, the hidden units, in [1, 4096], got width "
+          "{}",
+          W);
+    const int64_t m = (W - 3) / 3;
+    if (c.args[0] != 0 && c.args[0] != double(m))
+      fail("fire_hidden = {} does not match fire's width {} = 3 m + 3 (m = {})", c.args[0], W, m);
+    return m;
+  }
   int64_t m_, W_, Hq_;
   Real* dparams_;
   std::vector<int64_t> seg_;    // (Hq + 1,): head h's kinks are kink_[seg_[h], seg_[h + 1])
@@ -224,62 +243,107 @@ class fire_bias_term final : public score_bias<Real> {
   std::vector<double> psi_;     // (Hq, dmax + 1): log(c_h d + 1); empty = per pair
 };
 
+template <typename Real>
+std::unique_ptr<score_bias<Real>> fire_term(const named_call<Real>& c) {
+  return std::make_unique<fire_bias_term<Real>>(c);
+}
+
+// The case tables' draws (m = fire_hidden, else 4): per head w1, b1, w2 ~ N(0, 1),
+// b2 ~ N(0, 1/4), a_c ~ N(0, 1), a_L ~ 8 + N(0, 16) (L around 8, inside the tables' positions);
+// the bound on the bias's derivatives over distances d <= dmax (Li et al. 2023's
+// f(psi(d) / psi(max(L, i)))): x <= X = psi(dmax) / psi(L); per parameter relu <= |w1| X + |b1|,
+// |w2| X, |w2|, 1, and through x: sum |w2 w1| times |dx/dc| <= (1 + X) / (c psi(L)),
+// |dx/dL| <= X c / psi(L).
+double fire_case_draw(std::span<const double> args, int64_t Hq, double dmax,
+                      const std::function<double()>& normal, std::vector<std::vector<double>>& t) {
+  const int64_t m = args[0] != 0 ? static_cast<int64_t>(args[0]) : 4, W = 3 * m + 3;
+  t.assign(1, std::vector<double>(static_cast<size_t>(Hq * W)));
+  double G = 0;
+  for (int64_t h = 0; h < Hq; ++h) {
+    double* w = t[0].data() + h * W;
+    for (int64_t e = 0; e < 3 * m; ++e) w[e] = normal();
+    w[3 * m] = 0.5 * normal();
+    w[3 * m + 1] = normal();
+    {
+      // max(L, qpos) has a kink where L meets a query position, an integer: L = softplus(a_L)
+      // stays at least 0.05 from every integer, where the finite differences (steps of 1e-3 and
+      // 2e-3 in a_L, dL/da_L < 1) stay on one side of it.
+      double aL = 8 + 4 * normal();
+      const double L = softplus(aL), n = std::round(L);
+      if (std::abs(L - n) < 0.05) aL = std::log(std::expm1(L >= n ? n + 0.05 : n - 0.05));
+      w[3 * m + 2] = aL;
+    }
+    const double cc = softplus(w[3 * m + 1]), L = softplus(w[3 * m + 2]);
+    const double pl = std::max(std::log1p(cc * L), 1e-300), X = std::log1p(cc * dmax) / pl;
+    // relu has a kink at 0, where finite differences are meaningless: b1 keeps every
+    // pre-activation w1 x + b1 at least 0.1 away from 0 for all x in [0, X], even units always
+    // on, odd units always off, so both branches are covered.
+    for (int64_t u = 0; u < m; ++u) {
+      const double off = std::abs(w[u]) * X + 0.1 + 0.5 * std::abs(normal());
+      w[m + u] = u % 2 == 0 ? off : -off;
+    }
+    double sw = 0;
+    for (int64_t u = 0; u < m; ++u) {
+      const double w1 = std::abs(w[u]), b1 = std::abs(w[m + u]), w2 = std::abs(w[2 * m + u]);
+      sw += w2 * w1;
+      G = std::max({G, w1 * X + b1, w2 * X, w2, 1.0});
+    }
+    G = std::max({G, sw * (1 + X) / (cc * pl), sw * X * cc / pl});
+  }
+  return G;
+}
+
+// The model's hook: one (H, 3m + 3) tensor per layer, m from the options
+// (position_options::named_params: fire_hidden; 0 or unset = 32, Li et al. 2023's).
 template <typename S>
 class fire_hook final : public position_hook<S> {
  public:
-  fire_hook(int64_t m, int64_t H) : m_(m), H_(H) {}
-  pos_scheme scheme() const override { return pos_scheme::fire; }
+  fire_hook(pos_scheme id, int64_t m, int64_t H) : id_(id), m_(m), H_(H) {}
+  pos_scheme scheme() const override { return id_; }
   std::vector<position_tensor> tensors() const override {
     return {{"fire", H_, 3 * m_ + 3, true, false}};
   }
   attention_position<S> attention(const S* const* t) const override {
     attention_position<S> p;
-    p.fire = {m_, std::span<const S>(t[0], H_ * (3 * m_ + 3))};
+    named_tensor x{"fire", {H_, 3 * m_ + 3}, {}, {}};
+    if constexpr (std::is_same_v<S, float>)
+      x.f32 = std::span<const float>(t[0], H_ * (3 * m_ + 3));
+    else
+      x.f64 = std::span<const double>(t[0], H_ * (3 * m_ + 3));
+    p.named.push_back({"fire", {{"fire_hidden", double(m_)}}, {x}});
     return p;
   }
-  void bind_grads(S* const* dt, attention_grads<S>& g) const override { g.dfire = dt[0]; }
+  void bind_grads(S* const* dt, attention_grads<S>& g) const override {
+    g.named.push_back({"fire", std::span<S>(dt[0], H_ * (3 * m_ + 3))});
+  }
   std::vector<int> attention_grad_tensors() const override { return {0}; }
 
  private:
+  pos_scheme id_;
   int64_t m_, H_;
 };
 
+template <typename S>
+std::unique_ptr<position_hook<S>> fire_hook_of(pos_scheme id, const position_options& o,
+                                               const position_shape& shape) {
+  double m = 0;
+  for (const auto& [name, value] : o.named_params)
+    if (name == "fire_hidden") m = value;
+  if (m == 0) m = 32;
+  if (!(m >= 1 && m <= 4096 && m == std::floor(m)))
+    fail("fire_hidden must be an integer in [1, 4096], got {}", m);
+  return std::make_unique<fire_hook<S>>(id, static_cast<int64_t>(m), shape.n_heads);
+}
+
 }  // namespace
 
-template <typename S>
-std::unique_ptr<position_hook<S>> make_fire_hook(const position_options& o,
-                                                 const position_shape& shape) {
-  if (o.fire_hidden < 1 || o.fire_hidden > 4096)
-    fail("fire_hidden must be in [1, 4096], got {}", o.fire_hidden);
-  return std::make_unique<fire_hook<S>>(o.fire_hidden, shape.n_heads);
-}
-
-template <typename Real>
-void add_fire_terms(const attention_params<Real>& p, const attention_plan& pl,
-                    const attention_grads<Real>* g, engine_terms<Real>& t) {
-  if (!p.pos.has_fire()) {
-    if (g && g->dfire)
-      fail(
-          "attention backward: dfire was requested but the FIRE hook is off (pos.fire.params "
-          "is empty)");
-    return;
-  }
-  const auto& f = p.pos.fire;
-  if (f.hidden < 1 || f.hidden > 4096) fail("fire hidden must be in [1, 4096], got {}", f.hidden);
-  const int64_t W = 3 * f.hidden + 3;
-  if (static_cast<int64_t>(f.params.size()) != p.Hq * W)
-    fail("fire params must have shape (Hq, 3 hidden + 3) = ({}, {}), i.e. {} values, got {}", p.Hq,
-         W, p.Hq * W, f.params.size());
-  for (size_t x = 0; x < f.params.size(); ++x)
-    if (!std::isfinite(double(f.params[x])))
-      fail("fire params must be finite, got {} at ({}, {})", double(f.params[x]), x / W, x % W);
-  t.biases.push_back(std::make_unique<fire_bias_term<Real>>(f, p.Hq, pl, g ? g->dfire : nullptr));
-}
-
-// What the declaration of fire points at (schemes.cpp; hooks.hpp, scheme_impl).
-POSENC_SCHEME_ON(fire, p.has_fire())
-extern const scheme_impl fire_impl;
-const scheme_impl fire_impl = {POSENC_BOTH(fire_on), POSENC_BOTH(add_fire_terms), POSENC_NONE,
-                               POSENC_BOTH(make_fire_hook)};
+extern const named_bias fire_bias_decl;
+const named_bias fire_bias_decl = {
+    .term_f32 = &fire_term<float>,
+    .term_f64 = &fire_term<double>,
+    .case_draw = &fire_case_draw,
+    .hook_f32 = &fire_hook_of<float>,
+    .hook_f64 = &fire_hook_of<double>,
+};
 
 }  // namespace posenc::detail

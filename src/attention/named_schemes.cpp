@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -99,21 +101,24 @@ bool is_tensor_scheme(const scheme_decl& d) {
 }
 
 std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
-                                        int64_t Hkv, int64_t D) {
+                                        int64_t Hkv, int64_t D, std::span<const int64_t> given) {
   std::string text = p.shape;
   std::vector<int64_t> out;
   if (text.size() < 2 || text.front() != '(' || text.back() != ')')
     fail("{}: declared shape '{}' is not a tuple of symbols", p.name, p.shape);
   text = text.substr(1, text.size() - 2);
-  size_t at = 0;
-  while (at <= text.size()) {
+  std::vector<std::string> syms;
+  for (size_t at = 0; at <= text.size();) {
     size_t end = text.find(',', at);
     if (end == std::string::npos) end = text.size();
     std::string sym = text.substr(at, end - at);
     sym.erase(0, sym.find_first_not_of(' '));
     sym.erase(sym.find_last_not_of(' ') + 1);
     at = end + 1;
-    if (sym.empty()) continue;
+    if (!sym.empty()) syms.push_back(sym);
+  }
+  for (size_t i = 0; i < syms.size(); ++i) {
+    const std::string& sym = syms[i];
     if (sym.find_first_not_of("0123456789") == std::string::npos && sym.size() <= 9) {
       out.push_back(std::stoll(sym));  // a literal extent: (2, Hq)
       continue;
@@ -123,13 +128,54 @@ std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_
     bool found = false;
     for (const auto& [name, value] : known)
       if (sym == name) out.push_back(value), found = true;
-    if (!found)
-      fail(
-          "{}: declared shape '{}' has symbol '{}'; the known ones are T, S, Hq, Hkv, D and "
-          "integers",
-          p.name, p.shape, sym);
+    if (found) continue;
+    // Any other symbol is the tensor's own extent (FIRE's width W = 3m + 3): the given shape's.
+    if (given.empty())
+      fail("{}: declared shape '{}' has the free extent '{}', which only the tensor given fixes",
+           p.name, p.shape, sym);
+    if (given.size() != syms.size())
+      fail("{} must have shape {} ({} dimensions), got {} dimensions", p.name, p.shape, syms.size(),
+           given.size());
+    out.push_back(given[i]);
   }
   return out;
+}
+
+std::string tensor_param_shape_text(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                    int64_t Hkv, int64_t D) {
+  const auto n = static_cast<size_t>(std::count(p.shape, p.shape + std::strlen(p.shape), ',') + 1);
+  const auto shape = tensor_param_shape(p, T, S, Hq, Hkv, D, std::vector<int64_t>(n, -1));
+  std::string text = p.shape, out = "(";
+  text = text.substr(1, text.size() - 2);
+  for (size_t i = 0, at = 0; i < shape.size(); ++i) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string sym = text.substr(at, end - at);
+    sym.erase(0, sym.find_first_not_of(' '));
+    sym.erase(sym.find_last_not_of(' ') + 1);
+    at = end + 1;
+    out += (i ? ", " : "") + (shape[i] == -1 ? sym : std::to_string(shape[i]));
+  }
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::vector<int64_t> tensor_param_shape_for(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                            int64_t Hkv, int64_t D, int64_t count) {
+  // The bound extents first, with 1 standing for each free one; then the free one from count.
+  std::vector<int64_t> ones(
+      static_cast<size_t>(std::count(p.shape, p.shape + std::strlen(p.shape), ',') + 1), -1);
+  auto shape = tensor_param_shape(p, T, S, Hq, Hkv, D, ones);
+  int64_t known = 1, free = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (free >= 0) fail("{}: declared shape '{}' has more than one free extent", p.name, p.shape);
+      free = static_cast<int64_t>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (free >= 0) shape[free] = known > 0 ? count / known : 0;
+  return shape;
 }
 
 namespace {
@@ -421,7 +467,7 @@ named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int6
         x = &y;
       }
     if (!x) fail("{}: tensor parameter {} {} is required", d.name, prm.name, prm.shape);
-    const auto want = tensor_param_shape(prm, T, S, Hq, Hkv, D);
+    const auto want = tensor_param_shape(prm, T, S, Hq, Hkv, D, x->shape);
     if (x->shape != want)
       fail("{} must have shape {} = ({}), got ({})", prm.name, prm.shape, fmt::join(want, ", "),
            fmt::join(x->shape, ", "));

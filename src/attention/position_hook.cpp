@@ -16,8 +16,8 @@
 namespace posenc {
 namespace {
 
-constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi", "t5",
-                                   "shaw", "irope",      "fire",    "xpos", "cope"};
+constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi",
+                                   "t5",   "shaw",       "irope",   "xpos", "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 // The schemes reached by name that a model trains with: the score biases (a per-pair RoPE
@@ -192,7 +192,7 @@ position_options position_options_for_gradcheck() {
   o.irope_interval = 2;
   o.irope_floor_scale = 2;
   o.irope_attn_scale = 0.5;
-  o.fire_hidden = 4;
+  o.named_params = {{"fire_hidden", 4}};
   o.cope_npos = 6;
   return o;
 }

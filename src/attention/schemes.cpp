@@ -63,8 +63,9 @@ constexpr scheme_param kKerple[] = {
      "log|power"},
 };
 constexpr scheme_param kFire[] = {
-    {"fire", "(Hq, 3m + 3)", "float", "None", "per-head MLP [w1 | b1 | w2 | b2, a_c, a_L]"},
-    {"fire_hidden", "scalar", "int", "None", "m, the MLP's hidden units (checked against fire)"},
+    {"fire", "(Hq, W)", "tensor", "None",
+     "per-head MLP [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L], W = 3m + 3"},
+    {"fire_hidden", "scalar", "int", "0", "m, the MLP's hidden units (0: from fire's width W)"},
 };
 constexpr scheme_param kSandwich[] = {
     {"sandwich", "scalar", "bool", "False", "switch Sandwich on (nothing to learn)"},
@@ -114,8 +115,9 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
 extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, t5_impl,
-    shaw_impl, fire_impl, cope_impl, nope_impl, sinusoidal_impl, learned_impl, irope_impl;
+    shaw_impl, cope_impl, nope_impl, sinusoidal_impl, learned_impl, irope_impl;
 extern const named_bias kerple_bias_decl;           // hook_kerple.cpp
+extern const named_bias fire_bias_decl;             // hook_fire.cpp
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
 extern const named_bias fox_bias_decl;              // hook_fox.cpp
 extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
@@ -154,9 +156,8 @@ const scheme_decl kDecls[] = {
               &detail::shaw_impl),
     {"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true, kKerple,
      &detail::kerple_bias_decl, bias_offset_only | bias_symmetric},
-    with_impl(
-        {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire},
-        &detail::fire_impl),
+    {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire,
+     &detail::fire_bias_decl},
     {"sandwich", "Sandwich", "Chi et al. 2023", scheme_score_bias, false, false, false, true,
      kSandwich, &detail::sandwich_bias_decl, bias_offset_only | bias_symmetric | bias_bounded},
     {"self_extend", "Self-Extend", "Jin et al. 2024", scheme_rope_pairs, false, true, true, true,

@@ -30,8 +30,7 @@ const char* name(scheme s) {
   const char* n[] = {"none",  "rope_half",   "rope_interleaved_partial",
                      "alibi", "t5_bidir",    "t5_causal",
                      "shaw",  "temperature", "all",
-                     "fire",  "xpos",        "cope",
-                     "mrope"};
+                     "xpos",  "cope",        "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -72,14 +71,10 @@ std::string describe(const spec& c) {
 namespace {
 
 // What the scheme steps of build() hand to the magnitudes: the RoPE attention factor (or xPos's
-// sqrt F), the largest query temperature and the largest |Kerple, FIRE or CoPE bias|.
+// sqrt F), the largest query temperature and the largest |bias| (CoPE's, a tensor scheme's).
 struct scheme_bounds {
   double amp = 1, qs = 1, kbias = 0;
 };
-
-double softplus(double a) {
-  return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
-}
 
 // q ~ q_scale N(0, 1), k, v ~ N(0, 1) (in that order from r), out and lse filled with -7, the
 // params' pointers and shape; half-precision keys and values rounded and stored (float32 only).
@@ -260,65 +255,6 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
   }
 }
 
-// FIRE's MLP per head from r (hidden 4), its bias bound (returned) and f.G, over distances up
-// to dmax.
-template <typename Real>
-double draw_fire(fixture<Real>& f, const spec& c, rng& r, double dmax) {
-  const int64_t Hq = c.Hq;
-  const int64_t m = 4, W = 3 * m + 3;
-  double kbias = 0;
-  f.fire.resize(Hq * W);
-  for (int64_t h = 0; h < Hq; ++h) {
-    Real* w = f.fire.data() + h * W;
-    for (int64_t e = 0; e < 3 * m; ++e) w[e] = static_cast<Real>(r.normal());
-    w[3 * m] = static_cast<Real>(0.5 * r.normal());
-    w[3 * m + 1] = static_cast<Real>(r.normal());
-    {
-      // max(L, qpos) has a kink where L meets a query position, an integer: L = softplus(a_L)
-      // stays at least 0.05 from every integer, where the finite differences (steps of 1e-3 and
-      // 2e-3 in a_L, dL/da_L < 1) stay on one side of it.
-      double aL = 8 + 4 * r.normal();
-      const double L = softplus(aL), n = std::round(L);
-      if (std::abs(L - n) < 0.05) aL = std::log(std::expm1(L >= n ? n + 0.05 : n - 0.05));
-      w[3 * m + 2] = static_cast<Real>(aL);
-    }
-    {
-      // relu has a kink at 0, where finite differences are meaningless: b1 keeps every
-      // pre-activation w1 x + b1 at least 0.1 away from 0 for all x in [0, X] (X below),
-      // even units always on, odd units always off, so both branches are covered.
-      const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
-      const double X = std::log1p(cc * dmax) / std::max(std::log1p(cc * L), 1e-300);
-      for (int64_t u = 0; u < m; ++u) {
-        const double off = std::abs(double(w[u])) * X + 0.1 + 0.5 * std::abs(r.normal());
-        w[m + u] = static_cast<Real>(u % 2 == 0 ? off : -off);
-      }
-    }
-    // Bounds (Li et al. 2023's f(psi(d) / psi(max(L, i)))): x <= X = psi(dmax) / psi(L);
-    // |b| <= |b2| + sum |w2| (|w1| X + |b1|); per parameter: relu <= |w1| X + |b1|,
-    // |w2| X, |w2|, 1, and through x: sum |w2 w1| times |dx/dc| <= (1 + X) / (c psi(L)),
-    // |dx/dL| <= X c / psi(L).
-    const double cc = softplus(double(w[3 * m + 1])), L = softplus(double(w[3 * m + 2]));
-    const double pl = std::max(std::log1p(cc * L), 1e-300);
-    const double X = std::log1p(cc * dmax) / pl;
-    double b = std::abs(double(w[3 * m])), sw = 0;
-    for (int64_t u = 0; u < m; ++u) {
-      const double w1 = std::abs(double(w[u])), b1 = std::abs(double(w[m + u])),
-                   w2 = std::abs(double(w[2 * m + u]));
-      b += w2 * (w1 * X + b1);
-      sw += w2 * w1;
-      f.G = std::max({f.G, w1 * X + b1, w2 * X, w2, 1.0});
-    }
-    f.G = std::max({f.G, sw * (1 + X) / (cc * pl), sw * X * cc / pl});
-    kbias = std::max(kbias, b);
-  }
-  f.p.pos.fire = {m, f.fire};
-  return kbias;
-}
-
-// A tensor scheme reached by name, at the case's choice (spec::choice) and else its defaults:
-// its tensors drawn from r through the declaration (named_tensors_draw), its largest |bias| over
-// the pairs the call may see (returned), and f.G from the declared bound on its derivatives at
-// distances up to dmax.
 template <typename Real>
 double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_decl& d,
                           double dmax) {
@@ -336,7 +272,11 @@ double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_
     if (!is_tensor_param(prm)) continue;
     f.named.emplace_back(w[x].begin(), w[x].end());  // rounded to Real once
     for (size_t e = 0; e < w[x].size(); ++e) w[x][e] = double(f.named[x][e]);
-    n.tensors.push_back({prm.name, tensor_param_shape(prm, c.T, c.S, c.Hq, c.Hkv, c.D), {}, {}});
+    n.tensors.push_back(
+        {prm.name,
+         tensor_param_shape_for(prm, c.T, c.S, c.Hq, c.Hkv, c.D, static_cast<int64_t>(w[x].size())),
+         {},
+         {}});
     ++x;
   }
   // The bias in double of the values as the call has them.
@@ -402,14 +342,13 @@ void set_mrope(fixture<Real>& f, const spec& c, rng& r) {
   m.k_positions = f.mk;
 }
 
-// The research schemes (FIRE, xPos, M-RoPE, CoPE), their parameters drawn from r
-// (FIRE per head w1, b1, w2 ~ N(0, 1), b2 ~ N(0, 1/4), a_c ~ N(0, 1),
-// a_L ~ 8 + N(0, 16): L around 8, inside the default positions).
+// The research schemes (xPos, M-RoPE, CoPE), their parameters drawn from r; a scheme reached
+// by name through its declaration (its hook file's case draws).
 template <typename Real>
 void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds& b) {
   const int64_t T = c.T, S = c.S, D = c.D;
   auto& p = f.p;
-  // The spread of valid positions bounds every distance d (FIRE, xPos, the tensor schemes).
+  // The spread of valid positions bounds every distance d (xPos, the tensor schemes).
   int64_t plo = 0, phi = std::max<int64_t>(std::max(S, T) - 1, 0);
   if (!f.qpos.empty() || !f.kpos.empty()) {
     plo = INT64_MAX, phi = INT64_MIN;
@@ -420,7 +359,6 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     if (plo > phi) plo = phi = 0;
   }
   const double dmax = double(phi - plo);
-  if (c.sch == scheme::fire) b.kbias = draw_fire(f, c, r, dmax);
   if (c.sch == scheme::xpos) {
     // Centred on the middle of the positions (the scales stay near 1); scale_base
     // B = max(64, dmax / 4) makes the decay visible at the table's distances while F <= 150.
@@ -808,7 +746,6 @@ void check_backward(tracker& tr, const spec& c) {
     compare<Real>(tr, ty + "dshaw_values", fast.dav, ref.dav, t.dav, u);
   }
   if (!p.pos.alibi.empty()) compare<double>(tr, ty + "dalibi", fast.dal, ref.dal, t.dal, u);
-  if (p.pos.has_fire()) compare<Real>(tr, ty + "dfire", fast.dfi, ref.dfi, t.dpar, u);
   if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
   for (size_t x = 0; x < f.named.size(); ++x)
     compare<Real>(tr, ty + "d" + p.pos.named[0].tensors[x].name, fast.dnamed[x], ref.dnamed[x],
@@ -945,7 +882,6 @@ check_result grad_case(const spec& c) {
     check(f.tabs.shaw_values.data(), f.tabs.shaw_values.size(), ref.dav.data(), "dshaw_values");
   }
   if (!p.pos.alibi.empty()) check(f.slopes.data(), f.slopes.size(), ref.dal.data(), "dalibi");
-  if (p.pos.has_fire()) check(f.fire.data(), f.fire.size(), ref.dfi.data(), "dfire");
   if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   if (!p.sinks.empty()) check(f.sinks.data(), f.sinks.size(), ref.dsi.data(), "dsinks");
   for (size_t x = 0; x < f.named.size(); ++x)
@@ -1182,7 +1118,7 @@ void add_bf16_product_cases(std::vector<spec>& v) {
       // An odd D only where no rotation needs pairs of dimensions (the bias-only schemes).
       const auto sc = static_cast<scheme>(s);
       const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == scheme::t5_bidir ||
-                             sc == scheme::t5_causal || sc == scheme::shaw || sc == scheme::fire;
+                             sc == scheme::t5_causal || sc == scheme::shaw;
       if (c.D % 2 && !bias_only) ++c.D;
       c.products = attention_products::bf16;
       const int storage = idx % 3;  // bf16 q, k, v; float32 everything; f16 k, v with f32 q
@@ -1383,7 +1319,6 @@ std::vector<spec> make_check() {
                                            {scheme::t5_causal, mask::window},
                                            {scheme::shaw, mask::causal_window},
                                            {scheme::all, mask::everything},
-                                           {scheme::fire, mask::causal},
                                            {scheme::xpos, mask::causal},
                                            {scheme::cope, mask::causal}};
   uint64_t seed = 4000;
@@ -1546,14 +1481,13 @@ void add_decode_layout_perf(std::vector<spec>& v) {
 
 // The research schemes' cases and each scheme reached by name, at T = S = 2048.
 void add_scheme_perf(std::vector<spec>& v) {
-  // The research schemes' rows at T = S = 2048. Kerple's row is a slice of a per-call table
-  // (as ALiBi's, about its cost): a default case. FIRE's runs its MLP per pair in double (about
-  // 1.5x ALiBi's time); xPos and M-RoPE are q/k transforms on copies: extended.
-  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::fire, "fire", forward, true);
+  // The research schemes' rows at T = S = 2048: xPos and M-RoPE are q/k transforms on copies:
+  // extended.
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
-  // Each scheme reached by name, at T = S = 2048: a bias's row is a table slice (a default
-  // case); a per-pair RoPE scheme runs its own path (double scores, no tiles): extended.
+  // Each scheme reached by name, at T = S = 2048: a bias's row (a table slice, FIRE's line per
+  // segment) is a default case; a per-pair RoPE scheme runs its own path (double scores, no
+  // tiles): extended.
   for (int s = kSchemes; s < scheme_count(); ++s)
     add_perf(v, "attention", 2048, 2048, 8, 128, static_cast<scheme>(s),
              name(static_cast<scheme>(s)), forward,

@@ -49,13 +49,11 @@ constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
 // named: a scheme reached by name (schemes.hpp), the problem's `nd`.
-enum class scheme { none, rope, alibi, t5, shaw, fire, xpos, cope, named };
+enum class scheme { none, rope, alibi, t5, shaw, xpos, cope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
     case scheme::cope:
       return "cope";
-    case scheme::fire:
-      return "fire";
     case scheme::xpos:
       return "xpos";
     case scheme::rope:
@@ -71,10 +69,8 @@ const char* scheme_name(scheme s) {
   }
 }
 constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi, scheme::t5, scheme::shaw};
-// The research schemes: xPos is relative (translation invariant), FIRE is not (its normaliser
-// psi(max(L, qpos)) reads the query position).
-constexpr scheme kResearch[] = {scheme::fire, scheme::xpos};
-constexpr int64_t kFireHidden = 4;
+// The research schemes with a member: xPos, relative (translation invariant).
+constexpr scheme kResearch[] = {scheme::xpos};
 constexpr double kXposBase = 16;  // scale_base of the checks: a visible decay over N = 20
 
 // A small problem with one scheme switched on; owns every buffer the params point into.
@@ -85,7 +81,6 @@ struct problem {
   std::vector<double> q, k, v;  // (N, Hq, D), (N, Hkv, D), (N, Hkv, D)
   rope_freqs freqs;
   std::vector<double> slopes;
-  std::vector<double> fire;  // (Hq, 3m + 3)
   std::vector<double> cope;  // (8, D)
   t5_bias_table t5;
   shaw_tables shaw;
@@ -159,28 +154,10 @@ struct problem {
     }
   }
 
-  // FIRE and xPos: their parameters, drawn from r, and bounds.
+  // xPos: its parameters and bounds.
   void init_research(rng& r, double& amp) {
-    // The research schemes. Bound on FIRE's bias (distances below 2N, as for ALiBi):
-    // |b2| + sum |w2| (|w1| X + |b1|) with X = psi(2N) / psi(L) (Li et al. 2023).
-    auto softplus = [](double a) {
-      return a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
-    };
-    if (sch == scheme::fire) {
-      const int64_t m = kFireHidden, W = 3 * m + 3;
-      fill_normal(r, fire, Hq * W);
-      for (int64_t h = 0; h < Hq; ++h) {
-        double* w = &fire[h * W];
-        w[3 * m + 2] = 100;  // L = softplus(100) = 100: every check's query sits below it
-        const double c = softplus(w[3 * m + 1]), L = softplus(w[3 * m + 2]);
-        const double X = std::log1p(c * 2 * N) / std::log1p(c * L);
-        double b = std::abs(w[3 * m]);
-        for (int64_t u = 0; u < m; ++u)
-          b += std::abs(w[2 * m + u]) * (std::abs(w[u]) * X + std::abs(w[m + u]));
-        B = std::max(B, b);
-      }
-      pos.fire = {m, fire};
-    } else if (sch == scheme::xpos) {
+    (void)r;
+    if (sch == scheme::xpos) {
       pos.xpos = {10000.0, 0.4, kXposBase, 0.0};
       // |q'_n . k'_m| <= zeta^((n - m) / B) |q||k| with every zeta < 1: at most 1 when causal,
       // zeta_0^(-N / B) otherwise (positions within N of each other).
@@ -196,15 +173,18 @@ struct problem {
   void init_named(rng& r, double& amp) {
     if (sch == scheme::named && is_tensor_scheme(*nd)) {
       named_scheme n{nd->name};
-      for (const auto& prm : nd->params) {
+      for (const auto& prm : nd->params)
         if (prm.choices && choice != 0) n.params.emplace_back(prm.name, double(choice));
-        if (is_tensor_param(prm))
-          n.tensors.push_back({prm.name, tensor_param_shape(prm, N, N, Hq, Hkv, D), {}, {}});
-      }
       // Distances below 2N in every check below.
       nargs = named_scheme_args(*nd, n.params, Hq);
       named_tensors_draw(
           *nd, nargs, N, N, Hq, Hkv, D, 2.0 * double(N), [&r] { return r.normal(); }, ntens);
+      for (const auto& prm : nd->params) {
+        if (!is_tensor_param(prm)) continue;
+        const auto count = static_cast<int64_t>(ntens[n.tensors.size()].size());
+        n.tensors.push_back(
+            {prm.name, tensor_param_shape_for(prm, N, N, Hq, Hkv, D, count), {}, {}});
+      }
       for (size_t x = 0; x < ntens.size(); ++x) n.tensors[x].f64 = ntens[x];
       pos.named = {n};
       nbias = named_bias_spec(*nd, n, N, N, Hq, Hkv, D);
@@ -239,6 +219,19 @@ struct problem {
           B = std::max(B, std::abs(named_bias_value(*nd, nargs, h, Hq, 2 * N, 2 * N + d)));
       }
     }
+  }
+
+  // A tensor scheme's tensor 0, entry (h, last) of each row h set to v (FIRE's a_L), then its
+  // bias and bound B recomputed.
+  void set_last_column(double v) {
+    auto& t = ntens.at(0);
+    const size_t W = t.size() / static_cast<size_t>(Hq);
+    for (int64_t h = 0; h < Hq; ++h) t[(h + 1) * W - 1] = v;
+    nbias = named_bias_spec(*nd, pos.named.at(0), N, N, Hq, Hkv, D);
+    B = 0;
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j <= i; ++j) B = std::max(B, std::abs(nbias(h, i, j)));
   }
 
   // CoPE: its position embeddings, drawn from r, and the bias bound.
@@ -531,7 +524,8 @@ void relative_translation_checks(std::vector<check_result>& r, uint64_t seed) {
   {
     // FIRE reads the query position through psi(max(L, qpos)): below the threshold L the bias
     // is a function of the distance only, past it a shift changes it.
-    problem ps(scheme::fire, true, seed);
+    problem ps(scheme::named, true, seed, &scheme_decl_of("fire"));
+    ps.set_last_column(100);  // a_L: L = softplus(100) = 100, above every query position here
     r.push_back(equal_check(
         "fire_translation_invariant_below_threshold",
         "fire: with every query position below the threshold L = 100, shifting positions by 50 "
@@ -711,7 +705,7 @@ void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
 void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::fire, scheme::xpos, scheme::cope}) {
+                   scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -722,7 +716,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         "causal; positions restart at 0 in each document"));
   }
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::fire, scheme::xpos, scheme::cope}) {
+                   scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -734,7 +728,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
   for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::fire, scheme::xpos, scheme::cope}) {
+                   scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),
@@ -1023,7 +1017,7 @@ void fire_row_check(std::vector<check_result>& r, uint64_t seed) {
     attention_params<float> p;
     p.q = q.data(), p.k = kv.data(), p.v = kv.data(), p.out = out.data();
     p.T = p.S = S, p.Hq = Hq, p.Hkv = 2, p.D = D;
-    p.pos.fire = {m, w};
+    p.pos.named = {{"fire", {}, {named_tensor{"fire", {Hq, W}, w, {}}}}};
     const auto pl = detail::make_attention_plan(p);
     const auto terms = detail::make_engine_terms<float>(p, pl, nullptr);
     const auto& b = *terms.biases.at(0);

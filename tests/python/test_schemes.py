@@ -63,5 +63,5 @@ def test_declared_keywords_act_as_their_older_forms():
         posenc.attention(q, k, v, shaw_keys=ak)
     with pytest.raises(ValueError, match="alibi_max_bias and alibi_convention need alibi=True"):
         posenc.attention(q, k, v, alibi_convention="geometric")
-    with pytest.raises(ValueError, match=r"fire must have shape \(Hq, 3 fire_hidden \+ 3\)"):
+    with pytest.raises(ValueError, match=r"fire_hidden = 3 does not match fire.s width 9"):
         posenc.attention(q, k, v, fire=np.zeros((3, 9)), fire_hidden=3)

@@ -103,20 +103,6 @@ struct attention_shaw {
   std::span<const Real> keys, values;  // (2K+1, D) each, D contiguous; empty = off
 };
 
-// Hook 2b, FIRE (Li et al. 2023: the learned bias with progressive interpolation and threshold):
-// per head h, with d = |qpos - kpos|,
-//   bias_h = f_h( psi(d) / psi(max(L_h, qpos)) ),  psi(x) = log(c_h x + 1),
-//   f_h(x) = w2 . relu(w1 x + b1) + b2            (one hidden layer of m units)
-// c_h > 0 and the threshold L_h > 0 are learned, as in the paper, through c = softplus(a_c),
-// L = softplus(a_L). Causal in the paper (kpos <= qpos); d = |qpos - kpos| extends it to keys
-// ahead.
-template <typename Real>
-struct attention_fire {
-  int64_t hidden = 0;            // m >= 1
-  std::span<const Real> params;  // (Hq, 3m + 3): [w1 (m) | b1 (m) | w2 (m) | b2, a_c, a_L]
-                                 // per head, contiguous; empty = off
-};
-
 // Hook 1, xPos (Sun et al. 2022, sec. 3: RoPE with exponential scaling): RoPE (half layout, rotary
 // width D, exact angles) times a per-pair scale, zeta_i = (i / (D/2) + gamma) / (1 + gamma), i <
 // D/2:
@@ -205,7 +191,6 @@ struct attention_position {
                                       //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
   attention_t5<Real> t5;              // hook 2b: T5 bias, weights (num_buckets, Hq)
   attention_shaw<Real> shaw;          // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
-  attention_fire<Real> fire;          // hook 2b: FIRE parameters (Hq, 3m + 3)
   attention_xpos xpos;                // hook 1: xPos (instead of rope)
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
@@ -215,7 +200,6 @@ struct attention_position {
 
   bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }
-  bool has_fire() const { return !fire.params.empty(); }
   bool has_cope() const { return !cope.emb.empty(); }
 };
 
@@ -427,7 +411,6 @@ struct attention_grads {
   Real* dt5 = nullptr;           // (num_buckets, Hq): gradient of the T5 table
   Real* dshaw_keys = nullptr;    // (2K+1, D): gradient of a^K
   Real* dshaw_values = nullptr;  // (2K+1, D): gradient of a^V
-  Real* dfire = nullptr;         // (Hq, 3m + 3): gradient of the FIRE parameters
   Real* dcope = nullptr;         // (npos, D): gradient of the CoPE embeddings
   // (Hq,): gradient of the sink logits, -sum_i p_i,sink (dO_i . O_i) (the sink carries no
   // value, so dP of its column is 0 and dS = p_sink (0 - D_i)).

@@ -37,7 +37,6 @@ enum class pos_scheme {
   t5,
   shaw,
   irope,
-  fire,
   xpos,
   cope,
   count
@@ -73,7 +72,6 @@ struct position_options {
   int64_t irope_interval = 4;
   double irope_floor_scale = 64;
   double irope_attn_scale = 0.1;
-  int64_t fire_hidden = 32;      // fire: hidden units of the per-head MLP (Li et al. 2023: 32)
   double xpos_gamma = 0.4;       // xpos: zeta offset and scale base (Sun et al. 2022), theta
   double xpos_scale_base = 512;  //       from rope_theta
   int64_t cope_npos = 64;        // cope: position embeddings (npos, D) per layer

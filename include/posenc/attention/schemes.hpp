@@ -167,8 +167,17 @@ double named_choice(const scheme_decl& d, const std::string& param, const std::s
 // scheme: its bias is built per call from the tensors (named_bias_spec below).
 bool is_tensor_param(const scheme_param& p);
 bool is_tensor_scheme(const scheme_decl& d);
+// A symbol other than those (and than an integer) is a free extent, the tensor's own (FIRE's
+// width W = 3m + 3): `given`, the shape of the tensor given, fixes it (of the declared rank, else
+// invalid_argument); tensor_param_shape_for fixes the one free extent from the element count.
 std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
-                                        int64_t Hkv, int64_t D);
+                                        int64_t Hkv, int64_t D,
+                                        std::span<const int64_t> given = {});
+std::vector<int64_t> tensor_param_shape_for(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                            int64_t Hkv, int64_t D, int64_t count);
+// The shape for messages: the bound extents as numbers, a free one as its symbol ("(2, W)").
+std::string tensor_param_shape_text(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                    int64_t Hkv, int64_t D);
 
 // The score bias of a scheme reached by name, in double (the specification), and its bound
 // (bias_bounded): what posenc check and the case tables read. args from named_scheme_args. For

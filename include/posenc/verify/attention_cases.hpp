@@ -98,7 +98,6 @@ enum class scheme {
   temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
   all,          // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw + a query temperature
                 // (offset 0, after the rotation: Ministral 3's form) at once
-  fire,         // hidden = 4
   xpos,         // scale_base = max(64, spread / 4), centred on the positions
   cope,         // npos = 8; forces causal masking (CoPE is causal only)
   mrope  // M-RoPE, (3, n) ids near the 1-D positions; contiguous sections (Qwen2-VL) for even
@@ -202,7 +201,6 @@ struct fixture {
   attention_params<Real> p;     // out and lse unset
   double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
-  std::vector<Real> fire;       // FIRE (Hq, 3m + 3) parameters
   std::vector<Real> cope;       // CoPE embeddings (npos, D)
   std::vector<Real> sinks;      // spec::sinks: the sink logits (Hq,)
   std::vector<int64_t> mq, mk;  // M-RoPE ids (3, T) and (3, S)
@@ -233,7 +231,7 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 // when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dt5, dak, dav, dfi, dco, dsi;
+  std::vector<Real> dq, dk, dv, dt5, dak, dav, dco, dsi;
   std::vector<double> dal;
   std::vector<std::vector<Real>> dnamed;  // a tensor scheme's tensors, as fixture::named
   attention_grads<Real> g;
@@ -257,10 +255,6 @@ struct grads {
     if (!p.pos.alibi.empty()) {
       dal.assign(p.Hq, -7.0);
       g.dalibi = dal.data();
-    }
-    if (p.pos.has_fire()) {
-      dfi.assign(p.pos.fire.params.size(), Real(-7));
-      g.dfire = dfi.data();
     }
     if (p.pos.has_cope()) {
       dco.assign(p.pos.cope.emb.size(), Real(-7));

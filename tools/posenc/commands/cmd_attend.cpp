@@ -11,8 +11,7 @@
 //     [--cu-seqlens 0,5,12] [--window W]
 //     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
 //     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dt5-table DT.npy]
-//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]
-//      [--dfire DF.npy]] [--fire F.npy --fire-hidden M]
+//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]]
 //     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //     [--cope E.npy] [--dcope DE.npy]
 //     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
@@ -21,6 +20,7 @@
 //     [--sandwich [--sandwich-dim 128]]   and every other scheme reached by name, e.g.
 //     [--causal --fox GATES.npy [--dfox DG.npy]]   (a tensor parameter: a .npy of its shape)
 //     [--kerple KE.npy [--kerple-kernel log|power] [--dkerple DKE.npy]]   (a choice: its text)
+//     [--fire F.npy [--fire-hidden M] [--dfire DF.npy]]   (a free extent: F's width 3 M + 3)
 //     [--rope ... --causal --self-extend [--self-extend-group 4] [--self-extend-window 512]]
 //     [--rope ... --causal --dca [--dca-chunk-size C] [--dca-local-size L]
 //      [--dca-original-max-position-embeddings L0]]   (--hf-config with Qwen2.5-1M's
@@ -99,9 +99,8 @@ struct attend_opts {
   std::string kv_dtype;
   std::string products = "f32";
   int64_t shaw_clip = -1;
-  // FIRE, xPos, CoPE
-  std::string fire, cope;
-  int64_t fire_hidden = 0;
+  // xPos, CoPE
+  std::string cope;
   bool xpos = false, keys_rotated = false;
   double xpos_theta = 10000, xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
   // Llama 4's query temperature; the layer of a per-layer config
@@ -118,7 +117,7 @@ struct attend_opts {
   std::map<std::string, std::string> named_files;  // tensor parameters: .npy paths
   std::map<std::string, std::string> named_grads;  // their gradients' output paths (--d<name>)
   // Backward
-  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dfire, dcope;
+  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dcope;
   CLI::App* sub = nullptr;
 };
 
@@ -272,9 +271,9 @@ struct attend_state {
   bool mrope = false;                   // (3, n) positions
   layer_choice lc;
   rope_freqs freqs;
-  std::vector<double> slopes;                             // (Hq,)
-  std::vector<Real> t5w, shaw_k, shaw_v, fire_w, cope_e;  // as read, in Q's dtype
-  std::vector<Real> sinks;                                // (Hq,) --sinks
+  std::vector<double> slopes;                     // (Hq,)
+  std::vector<Real> t5w, shaw_k, shaw_v, cope_e;  // as read, in Q's dtype
+  std::vector<Real> sinks;                        // (Hq,) --sinks
   std::vector<std::vector<Real>> named_w;  // tensor parameters of schemes reached by name, as read
   std::vector<std::string> schemes;        // the names of the schemes on, in order
   attention_params<Real> p;
@@ -538,27 +537,6 @@ void read_shaw(const attend_opts& o, attend_state<Real>& s) {
 }
 
 template <typename Real>
-void read_fire(const attend_opts& o, attend_state<Real>& s) {
-  if (!o.fire.empty()) {
-    if (!given(o, "--fire-hidden")) fail("--fire needs --fire-hidden M (the MLP's hidden units)");
-    if (o.fire_hidden < 1 || o.fire_hidden > 4096)
-      fail("--fire-hidden must be in [1, 4096], got {}", o.fire_hidden);
-    const int64_t W = 3 * o.fire_hidden + 3;
-    const auto a = read_npy(o.fire);
-    require_float(a, "--fire");
-    require_shape(
-        a, "--fire", {s.Hq, W},
-        fmt::format("(Hq, 3 M + 3) = ({}, {}) for --fire-hidden {}", s.Hq, W, o.fire_hidden));
-    note_rounding<Real>(a, "--fire");
-    s.fire_w = as_real<Real>(a);
-    s.p.pos.fire = {o.fire_hidden, s.fire_w};
-    s.schemes.push_back("fire");
-  } else if (given(o, "--fire-hidden")) {
-    fail("--fire-hidden needs --fire");
-  }
-}
-
-template <typename Real>
 void read_cope(const attend_opts& o, attend_state<Real>& s) {
   if (o.cope.empty()) return;
   const auto a = read_npy(o.cope);
@@ -633,8 +611,10 @@ void read_named_tensor(const attend_opts& o, attend_state<Real>& s, const scheme
   const std::string flag = "--" + flag_name(prm.name);
   const auto a = read_npy(o.named_files.at(prm.name));
   require_float(a, flag);
-  const auto want = tensor_param_shape(prm, s.T, s.S, s.Hq, s.Hkv, s.D);
-  require_shape(a, flag, want, fmt::format("{} = ({})", prm.shape, fmt::join(want, ", ")));
+  const auto want = tensor_param_shape(prm, s.T, s.S, s.Hq, s.Hkv, s.D, a.shape);
+  require_shape(
+      a, flag, want,
+      fmt::format("{} = {}", prm.shape, tensor_param_shape_text(prm, s.T, s.S, s.Hq, s.Hkv, s.D)));
   note_rounding<Real>(a, flag);
   s.named_w.push_back(as_real<Real>(a));
   n.tensors.push_back({prm.name, want, {}, {}});
@@ -738,7 +718,7 @@ template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
   if (o.dout.empty()) {
     for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
-                          "--dalibi", "--dfire", "--dcope"})
+                          "--dalibi", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
     for (const auto& [name, path] : o.named_grads)
       if (!path.empty())
@@ -751,7 +731,6 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
     fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
   if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
-  if (!o.dfire.empty() && !p.pos.has_fire()) fail("--dfire needs --fire");
   if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
   for (const auto& [name, path] : o.named_grads) {
     bool on = false;
@@ -762,8 +741,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
   for (const auto& [name, path] : o.named_grads)
     if (!path.empty()) outs.push_back(path);
-  for (const auto* x :
-       {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dfire, &o.dcope})
+  for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dcope})
     if (!x->empty()) outs.push_back(*x);
   for (size_t a = 0; a < outs.size(); ++a)
     for (size_t b = a + 1; b < outs.size(); ++b)
@@ -774,7 +752,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
 // gradient only when its output path is given.
 template <typename Real>
 struct attend_gradients {
-  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dfi, dco;
+  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dco;
   std::vector<double> dal;  // (Hq,), float64 whatever Q's dtype
   // The named tensors' gradients asked for: (output path, shape, values).
   std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<Real>>> dnamed;
@@ -805,10 +783,6 @@ void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_grad
   if (!o.dalibi.empty()) {
     d.dal.resize(Hq);
     g.dalibi = d.dal.data();
-  }
-  if (!o.dfire.empty()) {
-    d.dfi.resize(s.fire_w.size());
-    g.dfire = d.dfi.data();
   }
   if (!o.dcope.empty()) {
     d.dco.resize(s.cope_e.size());
@@ -853,7 +827,6 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
   if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(d.dak, {rows, D}));
   if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(d.dav, {rows, D}));
   if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(d.dco, {pos.cope.npos, D}));
-  if (!o.dfire.empty()) files.emplace_back(o.dfire, as_npy(d.dfi, {Hq, 3 * pos.fire.hidden + 3}));
   if (!o.dalibi.empty()) {
     npy_array a = make_npy<double>({Hq});
     std::copy(d.dal.begin(), d.dal.end(), a.template as<double>());
@@ -992,7 +965,6 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_alibi(o, s);
   read_t5(o, s);
   read_shaw(o, s);
-  read_fire(o, s);
   read_cope(o, s);
   read_temperature(o, s);
   read_xpos(o, s);
@@ -1260,11 +1232,8 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--dalibi", o.dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
 }
 
-// FIRE, xPos, CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
+// xPos, CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
 void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
-  sub->add_option("--fire", o.fire,
-                  "FIRE bias (Li et al. 2023): per-head MLP parameters F.npy (Hq, 3 M + 3)");
-  sub->add_option("--fire-hidden", o.fire_hidden, "FIRE hidden units M");
   sub->add_flag("--xpos", o.xpos, "xPos (Sun et al. 2022): RoPE with a decaying scale, --theta");
   sub->add_option("--xpos-theta", o.xpos_theta, "xPos RoPE base (default --theta)");
   sub->add_option("--xpos-gamma", o.xpos_gamma, "xPos gamma (default 0.4)");
@@ -1296,7 +1265,6 @@ void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
                 "Leave a --hf-config's dual_chunk_attention_config off (as transformers does); "
                 "by default it turns Dual Chunk Attention on, as vLLM runs the model");
   sub->add_option("--dcope", o.dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
-  sub->add_option("--dfire", o.dfire, "Write dL/dF DF.npy (Hq, 3 M + 3) (needs --dout)");
 }
 
 // The schemes reached by name, from their declarations.
