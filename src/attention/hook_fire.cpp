@@ -293,46 +293,17 @@ double fire_case_draw(std::span<const double> args, int64_t Hq, double dmax,
   return G;
 }
 
-// The model's hook: one (H, 3m + 3) tensor per layer, m from the options
-// (position_options::named_params: fire_hidden; 0 or unset = 32, Li et al. 2023's).
-template <typename S>
-class fire_hook final : public position_hook<S> {
- public:
-  fire_hook(pos_scheme id, int64_t m, int64_t H) : id_(id), m_(m), H_(H) {}
-  pos_scheme scheme() const override { return id_; }
-  std::vector<position_tensor> tensors() const override {
-    return {{"fire", H_, 3 * m_ + 3, true, false}};
-  }
-  attention_position<S> attention(const S* const* t) const override {
-    attention_position<S> p;
-    named_tensor x{"fire", {H_, 3 * m_ + 3}, {}, {}};
-    if constexpr (std::is_same_v<S, float>)
-      x.f32 = std::span<const float>(t[0], H_ * (3 * m_ + 3));
-    else
-      x.f64 = std::span<const double>(t[0], H_ * (3 * m_ + 3));
-    p.named.push_back({"fire", {{"fire_hidden", double(m_)}}, {x}});
-    return p;
-  }
-  void bind_grads(S* const* dt, attention_grads<S>& g) const override {
-    g.named.push_back({"fire", std::span<S>(dt[0], H_ * (3 * m_ + 3))});
-  }
-  std::vector<int> attention_grad_tensors() const override { return {0}; }
-
- private:
-  pos_scheme id_;
-  int64_t m_, H_;
-};
-
+// The model's hook: one (H, 3m + 3) tensor per layer, m from the options (fire_hidden; 0 or unset
+// = 32, Li et al. 2023's).
 template <typename S>
 std::unique_ptr<position_hook<S>> fire_hook_of(pos_scheme id, const position_options& o,
                                                const position_shape& shape) {
-  double m = 0;
-  for (const auto& [name, value] : o.named_params)
-    if (name == "fire_hidden") m = value;
+  double m = named_option(o, "fire_hidden", 0);
   if (m == 0) m = 32;
   if (!(m >= 1 && m <= 4096 && m == std::floor(m)))
     fail("fire_hidden must be an integer in [1, 4096], got {}", m);
-  return std::make_unique<fire_hook<S>>(id, static_cast<int64_t>(m), shape.n_heads);
+  const auto mi = static_cast<int64_t>(m);
+  return make_tensor_hook<S>(id, "fire", {{"fire_hidden", m}}, "fire", shape.n_heads, 3 * mi + 3);
 }
 
 }  // namespace

@@ -131,42 +131,13 @@ double kerple_case_draw(std::span<const double> args, int64_t Hq, double dmax,
   return G;
 }
 
-// The model's hook: one (2, H) tensor per layer, the kernel from the options
-// (position_options::named_params: kerple_kernel, the index of log or power).
-template <typename S>
-class kerple_hook final : public position_hook<S> {
- public:
-  kerple_hook(pos_scheme id, double kernel, int64_t H) : id_(id), kernel_(kernel), H_(H) {}
-  pos_scheme scheme() const override { return id_; }
-  std::vector<position_tensor> tensors() const override { return {{"kerple", 2, H_, true, false}}; }
-  attention_position<S> attention(const S* const* t) const override {
-    attention_position<S> p;
-    named_tensor x{"kerple", {2, H_}, {}, {}};
-    if constexpr (std::is_same_v<S, float>)
-      x.f32 = std::span<const float>(t[0], 2 * H_);
-    else
-      x.f64 = std::span<const double>(t[0], 2 * H_);
-    p.named.push_back({"kerple", {{"kerple_kernel", kernel_}}, {x}});
-    return p;
-  }
-  void bind_grads(S* const* dt, attention_grads<S>& g) const override {
-    g.named.push_back({"kerple", std::span<S>(dt[0], 2 * H_)});
-  }
-  std::vector<int> attention_grad_tensors() const override { return {0}; }
-
- private:
-  pos_scheme id_;
-  double kernel_;
-  int64_t H_;
-};
-
+// The model's hook: one (2, H) tensor per layer, the kernel from the options (kerple_kernel, the
+// index of log or power; log by default).
 template <typename S>
 std::unique_ptr<position_hook<S>> kerple_hook_of(pos_scheme id, const position_options& o,
                                                  const position_shape& shape) {
-  double kernel = 0;
-  for (const auto& [name, value] : o.named_params)
-    if (name == "kerple_kernel") kernel = value;
-  return std::make_unique<kerple_hook<S>>(id, kernel, shape.n_heads);
+  return make_tensor_hook<S>(id, "kerple", {{"kerple_kernel", named_option(o, "kerple_kernel", 0)}},
+                             "kerple", 2, shape.n_heads);
 }
 
 }  // namespace

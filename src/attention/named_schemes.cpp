@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -100,10 +99,11 @@ bool is_tensor_scheme(const scheme_decl& d) {
   return false;
 }
 
-std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
-                                        int64_t Hkv, int64_t D, std::span<const int64_t> given) {
+namespace {
+
+// The symbols of a declared shape, "(Hq, W)" -> {"Hq", "W"}; throws when it is no tuple.
+std::vector<std::string> shape_symbols(const scheme_param& p) {
   std::string text = p.shape;
-  std::vector<int64_t> out;
   if (text.size() < 2 || text.front() != '(' || text.back() != ')')
     fail("{}: declared shape '{}' is not a tuple of symbols", p.name, p.shape);
   text = text.substr(1, text.size() - 2);
@@ -117,6 +117,21 @@ std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_
     at = end + 1;
     if (!sym.empty()) syms.push_back(sym);
   }
+  return syms;
+}
+
+// The shape with each free extent -1.
+std::vector<int64_t> shape_with_free(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                     int64_t Hkv, int64_t D) {
+  return tensor_param_shape(p, T, S, Hq, Hkv, D, std::vector<int64_t>(shape_symbols(p).size(), -1));
+}
+
+}  // namespace
+
+std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
+                                        int64_t Hkv, int64_t D, std::span<const int64_t> given) {
+  const auto syms = shape_symbols(p);
+  std::vector<int64_t> out;
   for (size_t i = 0; i < syms.size(); ++i) {
     const std::string& sym = syms[i];
     if (sym.find_first_not_of("0123456789") == std::string::npos && sym.size() <= 9) {
@@ -143,28 +158,18 @@ std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_
 
 std::string tensor_param_shape_text(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
                                     int64_t Hkv, int64_t D) {
-  const auto n = static_cast<size_t>(std::count(p.shape, p.shape + std::strlen(p.shape), ',') + 1);
-  const auto shape = tensor_param_shape(p, T, S, Hq, Hkv, D, std::vector<int64_t>(n, -1));
-  std::string text = p.shape, out = "(";
-  text = text.substr(1, text.size() - 2);
-  for (size_t i = 0, at = 0; i < shape.size(); ++i) {
-    size_t end = text.find(',', at);
-    if (end == std::string::npos) end = text.size();
-    std::string sym = text.substr(at, end - at);
-    sym.erase(0, sym.find_first_not_of(' '));
-    sym.erase(sym.find_last_not_of(' ') + 1);
-    at = end + 1;
-    out += (i ? ", " : "") + (shape[i] == -1 ? sym : std::to_string(shape[i]));
-  }
+  const auto syms = shape_symbols(p);
+  const auto shape = shape_with_free(p, T, S, Hq, Hkv, D);
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? ", " : "") + (shape[i] == -1 ? syms[i] : std::to_string(shape[i]));
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
 std::vector<int64_t> tensor_param_shape_for(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
                                             int64_t Hkv, int64_t D, int64_t count) {
-  // The bound extents first, with 1 standing for each free one; then the free one from count.
-  std::vector<int64_t> ones(
-      static_cast<size_t>(std::count(p.shape, p.shape + std::strlen(p.shape), ',') + 1), -1);
-  auto shape = tensor_param_shape(p, T, S, Hq, Hkv, D, ones);
+  // The bound extents first (-1 for the free one), then the free one from count.
+  auto shape = shape_with_free(p, T, S, Hq, Hkv, D);
   int64_t known = 1, free = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
@@ -355,24 +360,51 @@ class named_bias_term final : public score_bias<Real> {
   offset_table<Real> table_;  // offset-only biases; empty = per pair
 };
 
-// The model's hook (the lab): no tensors; every layer's attention gets the scheme by name with
-// the parameters the options give for it (position_options::named_params).
+// The model's hook (the lab): every layer's attention gets the scheme by name with the parameters
+// the options give for it (position_options::named_params), and, when the scheme's tensor is a
+// trained parameter (Kerple's, FIRE's), a view of that layer's (rows, cols) tensor and its
+// gradient.
 template <typename S>
 class named_hook final : public position_hook<S> {
  public:
-  named_hook(pos_scheme id, std::string name, std::vector<std::pair<std::string, double>> params)
-      : id_(id), name_(std::move(name)), params_(std::move(params)) {}
+  named_hook(pos_scheme id, std::string name, std::vector<std::pair<std::string, double>> params,
+             std::string tensor = "", int64_t rows = 0, int64_t cols = 0)
+      : id_(id),
+        name_(std::move(name)),
+        params_(std::move(params)),
+        tensor_(std::move(tensor)),
+        rows_(rows),
+        cols_(cols) {}
   pos_scheme scheme() const override { return id_; }
-  attention_position<S> attention(const S* const*) const override {
+  std::vector<position_tensor> tensors() const override {
+    if (tensor_.empty()) return {};
+    return {{tensor_, rows_, cols_, true, false}};
+  }
+  attention_position<S> attention(const S* const* t) const override {
     attention_position<S> p;
     p.named.push_back({name_, params_});
+    if (tensor_.empty()) return p;
+    named_tensor x{tensor_, {rows_, cols_}, {}, {}};
+    if constexpr (std::is_same_v<S, float>)
+      x.f32 = std::span<const float>(t[0], rows_ * cols_);
+    else
+      x.f64 = std::span<const double>(t[0], rows_ * cols_);
+    p.named.back().tensors.push_back(std::move(x));
     return p;
+  }
+  void bind_grads(S* const* dt, attention_grads<S>& g) const override {
+    if (!tensor_.empty()) g.named.push_back({tensor_, std::span<S>(dt[0], rows_ * cols_)});
+  }
+  std::vector<int> attention_grad_tensors() const override {
+    return tensor_.empty() ? std::vector<int>{} : std::vector<int>{0};
   }
 
  private:
   pos_scheme id_;
   std::string name_;
   std::vector<std::pair<std::string, double>> params_;
+  std::string tensor_;
+  int64_t rows_, cols_;
 };
 
 }  // namespace
@@ -401,6 +433,26 @@ std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_de
   (void)named_scheme_args(d, mine, shape.n_heads);  // validated once, here
   return std::make_unique<named_hook<S>>(id, d.name, std::move(mine));
 }
+double named_option(const position_options& o, const char* param, double fallback) {
+  double v = fallback;
+  for (const auto& [name, value] : o.named_params)
+    if (name == param) v = value;
+  return v;
+}
+
+template <typename S>
+std::unique_ptr<position_hook<S>> make_tensor_hook(
+    pos_scheme id, const char* scheme, std::vector<std::pair<std::string, double>> params,
+    const char* tensor, int64_t rows, int64_t cols) {
+  return std::make_unique<named_hook<S>>(id, scheme, std::move(params), tensor, rows, cols);
+}
+template std::unique_ptr<position_hook<float>> make_tensor_hook<float>(
+    pos_scheme, const char*, std::vector<std::pair<std::string, double>>, const char*, int64_t,
+    int64_t);
+template std::unique_ptr<position_hook<double>> make_tensor_hook<double>(
+    pos_scheme, const char*, std::vector<std::pair<std::string, double>>, const char*, int64_t,
+    int64_t);
+
 template std::unique_ptr<position_hook<float>> make_named_hook<float>(pos_scheme,
                                                                       const scheme_decl&,
                                                                       const position_options&,

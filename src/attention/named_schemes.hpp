@@ -16,6 +16,8 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace posenc::detail {
@@ -95,6 +97,16 @@ struct named_bias {
   std::unique_ptr<position_hook<double>> (*hook_f64)(pos_scheme id, const position_options& o,
                                                      const position_shape& shape) = nullptr;
 };
+
+// For a named_bias's hook_f32 / hook_f64 whose tensor is a trained parameter of the model: every
+// layer owns a (rows, cols) tensor `tensor` (Kerple's kerple, FIRE's fire) passed to the
+// attention with the scheme `scheme` and `params`, and its gradient. named_option: the value of
+// `param` among the lab's options (position_options::named_params), else fallback.
+template <typename S>
+std::unique_ptr<position_hook<S>> make_tensor_hook(
+    pos_scheme id, const char* scheme, std::vector<std::pair<std::string, double>> params,
+    const char* tensor, int64_t rows, int64_t cols);
+double named_option(const position_options& o, const char* param, double fallback);
 
 // A scheme that places RoPE per pair: each visible pair (query at qpos, key at kpos) falls in
 // one of `regions` regions (or in none, -1: the pair is then masked), and in region r its score is
