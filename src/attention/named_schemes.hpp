@@ -99,8 +99,8 @@ struct named_bias {
 };
 
 // For a named_bias's hook_f32 / hook_f64 whose tensor is a trained parameter of the model: every
-// layer owns a (rows, cols) tensor `tensor` (Kerple's kerple, FIRE's fire) passed to the
-// attention with the scheme `scheme` and `params`, and its gradient. named_option: the value of
+// layer owns a (rows, cols) tensor `tensor` (a per-layer table of per-head parameters) passed to
+// the attention with the scheme `scheme` and `params`, and its gradient. named_option: the value of
 // `param` among the lab's options (position_options::named_params), else fallback.
 template <typename S>
 std::unique_ptr<position_hook<S>> make_tensor_hook(

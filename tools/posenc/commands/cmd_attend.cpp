@@ -621,13 +621,13 @@ void read_named_tensor(const attend_opts& o, attend_state<Real>& s, const scheme
 }
 
 // A choice parameter's text, as its index among the declared choices; the flag names the error.
-double choice_index(const scheme_decl& d, const scheme_param& prm, const std::string& flag,
-                    const attend_opts& o) {
+double choice_index(const scheme_param& prm, const std::string& flag, const attend_opts& o) {
   const std::string& text = o.named_texts.at(prm.name);
   const auto c = param_choices(prm);
-  if (std::find(c.begin(), c.end(), text) == c.end())
+  const auto it = std::find(c.begin(), c.end(), text);
+  if (it == c.end())
     fail("{} must be {}, got '{}'", flag, fmt::join(c, " or "), printable_bytes(text));
-  return named_choice(d, prm.name, text);
+  return double(it - c.begin());
 }
 
 template <typename Real>
@@ -643,7 +643,7 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
       if (is_tensor_param(d->params[i]))
         read_named_tensor(o, s, d->params[i], n);
       else if (d->params[i].choices)
-        n.params.emplace_back(d->params[i].name, choice_index(*d, d->params[i], flag, o));
+        n.params.emplace_back(d->params[i].name, choice_index(d->params[i], flag, o));
       else
         n.params.emplace_back(d->params[i].name, o.named_values.at(d->params[i].name));
     }
