@@ -67,7 +67,7 @@ TEST(Attention, LargeScoresStayStable) {
 // T5 with every key far ahead of or behind every query: all offsets lie beyond the bucket
 // saturation, so the tiled path's offset table collapses to one entry.
 TEST(Attention, T5AllOffsetsBeyondSaturation) {
-  run_group("forward_t5_beyond_saturation", 4);
+  run_group("forward_bias_beyond_saturation", 2);
 }
 
 // Golden values computed with python3's math module (no numpy), D = 1, one head, no scheme:
@@ -195,9 +195,9 @@ TEST(Attention, ValidationNamesTheArgument) {
   p.pos.shaw = tabs.shaw_view(st);
   expect_msg(p, "shaw keys must have shape (2K+1, D) = (5, 8)");
   p = base();
-  t5_bias_table tt = t5_init(t5_params{}, 2, 1, 1.0);
-  p.pos.t5 = tabs.t5_view(tt);
-  expect_msg(p, "t5 weights must have shape (num_buckets, Hq) = (32, 4)");
+  const std::vector<double> tt(32 * 2, 0.0);
+  p.pos.named = {{"t5", {}, {{"t5_table", {32, 2}, {}, tt}}}};
+  expect_msg(p, "t5_table must have shape (num_buckets, Hq) = (32, 4), got (32, 2)");
   p = base();
   p.T = 4, p.S = 3;
   expect_msg(p, "q_positions must be given when T > S");
@@ -272,7 +272,7 @@ TEST(AttentionSimd, SplitDecodeAgainstReference) {
 // S = 4096 with 8 kv heads, chunks of 512 (and 3 threads share its 64 items unevenly).
 TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
   for (int64_t S : {1000, 4096})
-    for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
+    for (scheme sch : {scheme::none, scheme::all, scheme::shaw, offset_bias_scheme()}) {
       const int64_t Hkv = S == 1000 ? 2 : 8;
       const spec c{1, S, 64, 8, Hkv, sch, mask::causal, 4243};
       fixture<float> f;
@@ -303,7 +303,7 @@ TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
 TEST(AttentionSimd, TokenMajorAndHeadMajorGiveTheSameBits) {
   for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
     for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
-      for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
+      for (scheme sch : {scheme::none, scheme::all, scheme::shaw, offset_bias_scheme()}) {
         spec c{1, 8192, 64, Hq, Hkv, sch, mask::causal, 5150};
         c.kv = kv;
         spec ch = c;

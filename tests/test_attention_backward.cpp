@@ -56,7 +56,7 @@ TEST(AttentionBackward, TiledMatchesReferenceSampledShapes) {
 
 // (3) The same bits for any thread count.
 TEST(AttentionBackward, ThreadCountDoesNotChangeTheBits) {
-  for (scheme sch : {scheme::none, scheme::all, scheme::shaw, scheme::t5_causal}) {
+  for (scheme sch : {scheme::none, scheme::all, scheme::shaw, offset_bias_scheme()}) {
     const spec c{40, 150, 64, 8, 2, sch, mask::causal, 4242};
     fixture<float> f;
     build(f, c);
@@ -76,7 +76,7 @@ TEST(AttentionBackward, ThreadCountDoesNotChangeTheBits) {
     EXPECT_EQ(one.dq, two.dq);
     EXPECT_EQ(one.dk, two.dk);
     EXPECT_EQ(one.dv, two.dv);
-    EXPECT_EQ(one.dt5, two.dt5);
+    EXPECT_EQ(one.dnamed, two.dnamed);
     EXPECT_EQ(one.dak, two.dak);
     EXPECT_EQ(one.dav, two.dav);
   }
@@ -149,7 +149,7 @@ TEST(AttentionBackward, ValidationNamesTheArgument) {
   fixture<double> f;
   build(f, spec{4, 5, 8, 2, 1, scheme::none, mask::none, 1});
   std::vector<double> out(4 * 2 * 8), lse(8), dO(out.size()), dq(out.size()), dk(5 * 8), dv(5 * 8),
-      dt5(64);
+      dt5(64);  // a T5 table's gradient (32, 2), asked for with no T5 on
   auto p = f.p;
   p.out = out.data();
   attention_grads<double> g;
@@ -172,8 +172,8 @@ TEST(AttentionBackward, ValidationNamesTheArgument) {
   g2.dv = nullptr;
   expect_msg(g2, "dk and dv must not be null");
   g2 = g;
-  g2.dt5 = dt5.data();
-  expect_msg(g2, "dt5 was requested but the T5 hook is off");
+  g2.named = {{"t5_table", dt5}};
+  expect_msg(g2, "dt5_table was requested but no scheme on in this call");
   g2 = g;
   double dal[2];
   g2.dalibi = dal;
@@ -196,7 +196,7 @@ TEST(AttentionBackward, ReferenceSelectableAtRunTime) {
   ::unsetenv("POSENC_REFERENCE");
   EXPECT_EQ(a.dq, b.dq);
   EXPECT_EQ(a.dk, b.dk);
-  EXPECT_EQ(a.dt5, b.dt5);
+  EXPECT_EQ(a.dnamed, b.dnamed);
 }
 
 // Attention sinks: the tiled backward against the reference (dq, dk, dv, dsinks), and the

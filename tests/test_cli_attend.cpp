@@ -391,12 +391,19 @@ struct tables {
     in.write("av.npy", av, {5, D}, t);
   }
   std::vector<std::string> args(const inputs& in) const {
-    return {"--t5-table",     in.dir.file("t5.npy"),
-            "--num-buckets",  "8",
-            "--max-distance", "16",
-            "--shaw-keys",    in.dir.file("ak.npy"),
-            "--shaw-values",  in.dir.file("av.npy"),
-            "--shaw-clip",    "2"};
+    return {"--t5-table",
+            in.dir.file("t5.npy"),
+            "--t5-num-buckets",
+            "8",
+            "--t5-max-distance",
+            "16",
+            "--t5-bidirectional=false",  // causal buckets in a non-causal call
+            "--shaw-keys",
+            in.dir.file("ak.npy"),
+            "--shaw-values",
+            in.dir.file("av.npy"),
+            "--shaw-clip",
+            "2"};
   }
 };
 
@@ -444,6 +451,44 @@ TEST(CliAttend, Float64TableWithFloat32InputsIsRoundedWithANote) {
 }
 
 // Regression: `--head-dim`, copied from a working `rope apply` line, was "not expected".
+// T5's buckets follow the call by default (t5_bidirectional "not causal": an encoder's are
+// bidirectional, a decoder's causal), as transformers' T5Attention (bidirectional = not
+// is_decoder); --t5-bidirectional[=false] overrides, and t5_num_buckets is checked against the
+// table's rows.
+TEST(CliAttend, T5BucketsFollowCausalityUnlessGiven) {
+  inputs in;
+  tables tb(in, dtype::f32);
+  auto run = [&](std::vector<std::string> extra, const std::string& out) {
+    auto args = in.base();
+    *(std::find(args.begin(), args.end(), "--out") + 1) = in.dir.file(out);
+    const std::vector<std::string> t5 = {"--t5-table", in.dir.file("t5.npy"), "--t5-max-distance",
+                                         "16"};
+    args.insert(args.end(), t5.begin(), t5.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_npy(in.dir.file(out)).data;  // the output's bytes
+  };
+  const auto bidi_default = run({}, "a.npy"), bidi = run({"--t5-bidirectional"}, "b.npy");
+  const auto causal_buckets = run({"--t5-bidirectional=false"}, "c.npy");
+  EXPECT_EQ(bidi_default, bidi);
+  EXPECT_NE(bidi_default, causal_buckets);
+  const std::vector<double> none(5 * D, 0.0);  // no Shaw tables
+  EXPECT_LE(max_diff(read_npy(in.dir.file("c.npy")), naive_tables(in, tb.t5, none, none)), 1e-4);
+  const auto causal_default = run({"--causal"}, "d.npy");
+  EXPECT_EQ(causal_default, run({"--causal", "--t5-bidirectional=false"}, "e.npy"));
+  EXPECT_NE(causal_default, run({"--causal", "--t5-bidirectional"}, "f.npy"));
+  auto args = in.base();
+  const std::vector<std::string> bad = {"--t5-table", in.dir.file("t5.npy"), "--t5-num-buckets",
+                                        "16"};
+  args.insert(args.end(), bad.begin(), bad.end());
+  const auto r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("t5_table must have t5_num_buckets = 16 rows, got shape (8, 2)"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(CliAttend, RopeAcceptsHeadDimAndRefusesADisagreeingOne) {
   inputs in;
   auto args = in.base();

@@ -18,6 +18,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/t5_bias.hpp"
 
 using namespace posenc;
 
@@ -32,6 +33,7 @@ struct decode_case {
   rope_freqs freqs;
   std::vector<double> slopes;
   t5_bias_table t5;
+  std::vector<Real> t5w;  // t5's table in Real, viewed by pos.named
   shaw_tables shaw;
   attention_tables<Real> tabs;
   attention_position<Real> pos;
@@ -67,7 +69,13 @@ struct decode_case {
       tp.num_buckets = 16;
       tp.max_distance = 40;
       t5 = t5_init(tp, Hq, seed + 1, 1.0);
-      pos.t5 = tabs.t5_view(t5);
+      t5w.assign(t5.weights.begin(), t5.weights.end());
+      named_tensor t{"t5_table", {tp.num_buckets, Hq}, {}, {}};
+      if constexpr (std::is_same_v<Real, float>)
+        t.f32 = t5w;
+      else
+        t.f64 = t5w;
+      pos.named = {{"t5", {{"t5_max_distance", double(tp.max_distance)}}, {t}}};
     }
     if (s == scheme::xpos) pos.xpos = {10000.0, 0.4, 64.0, 30.0};
     if (s == scheme::temperature) pos.temperature = {8.0, 0.5};

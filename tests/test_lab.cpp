@@ -313,9 +313,9 @@ TEST(Lab, ThreadCountDoesNotChangeTheNumbers) {
   o.batch_size = 10;  // shards of 4, 4, 2
   const task t = make_task(o.task);
   set_num_threads(1);
-  const run_result one = train_and_evaluate(o, t, pos_scheme::t5, 0);
+  const run_result one = train_and_evaluate(o, t, pos_scheme_from_name("t5"), 0);
   set_num_threads(2);
-  const run_result two = train_and_evaluate(o, t, pos_scheme::t5, 0);
+  const run_result two = train_and_evaluate(o, t, pos_scheme_from_name("t5"), 0);
   set_num_threads(1);
   ASSERT_TRUE(one.completed && two.completed);
   EXPECT_EQ(one.final_params, two.final_params);

@@ -303,9 +303,6 @@ def _attention_opts(
     rope_seq_len,
     keys_rotated,
     alibi,
-    t5_table,
-    t5_max_distance,
-    t5_bidirectional,
     shaw,
     q_positions,
     k_positions,
@@ -328,9 +325,6 @@ def _attention_opts(
         "rope_seq_len": rope_seq_len,
         "keys_rotated": bool(keys_rotated),
         "alibi": alibi,
-        "t5_table": t5_table,
-        "t5_max_distance": int(t5_max_distance),
-        "t5_bidirectional": t5_bidirectional,
         "shaw": shaw,
         "q_positions": q_positions,
         "k_positions": k_positions,
@@ -363,12 +357,12 @@ def _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, c
     }
 
 
-def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_num_buckets,
-                       shaw, shaw_keys, shaw_values, shaw_clip):
+def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_keys, shaw_values,
+                       shaw_clip):
     """The declared keywords (posenc.schemes()) that the CLI spells as flags, folded into the
     forms the binding takes: alibi slopes from (alibi_max_bias, alibi_convention) by the
-    library's alibi_slopes, the Shaw tables and clip as the (keys, values, clip) tuple, and
-    t5_num_buckets checked against its table's shape. Returns (alibi, shaw)."""
+    library's alibi_slopes, the Shaw tables and clip as the (keys, values, clip) tuple. Returns
+    (alibi, shaw)."""
     default_alibi = alibi_max_bias == 8.0 and alibi_convention == "press"
     if not default_alibi:
         if alibi is not True:
@@ -376,12 +370,6 @@ def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_
                              "as an array are used as they are)")
         alibi = alibi_slopes(int(np.shape(q)[-2]), max_bias=float(alibi_max_bias),
                              convention=alibi_convention)
-    if t5_num_buckets is not None:
-        if t5_table is None:
-            raise ValueError("t5_num_buckets needs t5_table")
-        if int(np.shape(t5_table)[0]) != int(t5_num_buckets):
-            raise ValueError(f"t5_table must have t5_num_buckets = {t5_num_buckets} rows, got "
-                             f"shape {tuple(np.shape(t5_table))}")
     if shaw_keys is not None or shaw_values is not None or shaw_clip is not None:
         if shaw is not None:
             raise ValueError("give shaw = (keys, values, clip) or shaw_keys, shaw_values and "
@@ -398,13 +386,14 @@ def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table, t5_
 _NAMED = [d for d in json.loads(_posenc._schemes_json()) if d["named"]]
 
 
-def _named_default(p):
+def _named_default(p, switch=False):
     if p["dtype"] == "tensor":
         return None
     if p["dtype"] == "str":
         return p["default"]
-    return False if p["dtype"] == "bool" else (int(p["default"]) if p["dtype"] == "int"
-                                                else float(p["default"]))
+    if p["dtype"] == "bool":  # a switch is off; a parameter: True, False or None ("not causal")
+        return False if switch else {"True": True, "False": False}.get(p["default"])
+    return int(p["default"]) if p["dtype"] == "int" else float(p["default"])
 
 
 def _named_opts(kwargs, fn):
@@ -448,6 +437,11 @@ def _named_opts(kwargs, fn):
                 if x != p["default"]:
                     given[p["name"]] = float(p["choices"].index(x))
                 continue
+            if p["dtype"] == "bool":
+                if not isinstance(x, (bool, np.bool_)):
+                    raise TypeError(f"{p['name']} must be a bool, got {type(x).__name__}")
+                given[p["name"]] = float(bool(x))
+                continue
             if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
                                                                      np.floating)):
                 kind = "an int" if p["dtype"] == "int" else "a float"
@@ -467,8 +461,10 @@ def _named_doc():
     for d in _NAMED:
         first = d["params"][0]
         if first["dtype"] == "tensor":
-            lines.append(f"    {d['name']}: {d['title']} ({d['citation']}): {first['doc']}, "
-                         f"an array {first['shape']} (a row per token: (B, ...) with batched q)"
+            per_token = first["shape"].startswith(("(S", "(T"))
+            lines.append(f"    {first['name']}: {d['title']} ({d['citation']}): {first['doc']}, "
+                         f"an array {first['shape']}"
+                         + (" (a row per token: (B, ...) with batched q)" if per_token else "")
                          + (f"; its gradient d{first['name']}" if d["learned"] else "") + ".")
         else:
             lines.append(f"    {d['name']}: True for {d['title']} ({d['citation']}), "
@@ -486,8 +482,8 @@ def _with_named_keywords(fn, doc):
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
     params += [inspect.Parameter(p["name"], inspect.Parameter.KEYWORD_ONLY,
-                                 default=_named_default(p))
-               for d in _NAMED for p in d["params"]]
+                                 default=_named_default(p, i == 0))
+               for d in _NAMED for i, p in enumerate(d["params"])]
     fn.__signature__ = sig.replace(parameters=params)
     fn.__doc__ = doc + _named_doc()
     return fn
@@ -501,8 +497,6 @@ _ATTENTION_DOC = """
       rope_seq_len default S; keys_rotated: k is already rotated, as a KV cache stores it).
     alibi: False, True (slopes for Hq heads: alibi_max_bias 8, alibi_convention "press",
       "mpt" or "geometric") or slopes (Hq,).
-    t5_table: (num_buckets, Hq); t5_num_buckets (checked against the table when given);
-      t5_max_distance 128; t5_bidirectional default not causal.
     shaw_keys, shaw_values (2K+1, D) and shaw_clip K, or shaw = (keys, values, K).
     q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot. With an
       M-RoPE rope config, (3, T) / (3, S) ids (or (B, 3, ...)) rotate q and k pair by pair
@@ -549,10 +543,6 @@ def attention(
     alibi=False,
     alibi_max_bias=8.0,
     alibi_convention="press",
-    t5_table=None,
-    t5_num_buckets=None,
-    t5_max_distance=128,
-    t5_bidirectional=None,
     shaw=None,
     shaw_keys=None,
     shaw_values=None,
@@ -578,15 +568,14 @@ def attention(
     sinks=None,
     **named,
 ):
-    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
-                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip)
+    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_keys,
+                                     shaw_values, shaw_clip)
     research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
-        t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
-        key_padding, cu_seqlens, window, kv_dtype, research=research,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, shaw,
+        q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype, research=research,
     )
     opts["named"] = _named_opts(named, "attention")
     opts["products"] = products
@@ -647,10 +636,6 @@ def attention_backward(
     alibi=False,
     alibi_max_bias=8.0,
     alibi_convention="press",
-    t5_table=None,
-    t5_num_buckets=None,
-    t5_max_distance=128,
-    t5_bidirectional=None,
     shaw=None,
     shaw_keys=None,
     shaw_values=None,
@@ -674,15 +659,14 @@ def attention_backward(
     sinks=None,
     **named,
 ):
-    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, t5_table,
-                                     t5_num_buckets, shaw, shaw_keys, shaw_values, shaw_clip)
+    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_keys,
+                                     shaw_values, shaw_clip)
     research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
-        t5_table, t5_max_distance, t5_bidirectional, shaw, q_positions, k_positions,
-        key_padding, cu_seqlens, window, research=research,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, shaw,
+        q_positions, k_positions, key_padding, cu_seqlens, window, research=research,
     )
     opts["named"] = _named_opts(named, "attention_backward")
     opts["sinks"] = sinks
@@ -693,7 +677,7 @@ _with_named_keywords(attention_backward, (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
-    "    dt5_table, dshaw_keys, dshaw_values, dsinks\n"
+    "    dshaw_keys, dshaw_values, dsinks\n"
     "    (Hq,) (with sinks), dcope\n"
     "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
 ))
@@ -728,9 +712,9 @@ class KVCache:
     xpos=True (xpos_theta, xpos_gamma, xpos_scale_base, xpos_center as posenc.attention):
       xPos keys stored transformed; excludes rope.
     start_position: the position of the first token (default 0).
-    attend takes posenc.attention's keywords for the other schemes (alibi, t5_table, shaw,
-    cope, window, scale, attn_temperature_tuning, ...); the q/k transform is the
-    cache's (an xPos given to attend must equal the cache's).
+    attend takes posenc.attention's keywords for the other schemes (alibi, shaw, the
+    keywords of the schemes reached by name, cope, window, scale, attn_temperature_tuning,
+    ...); the q/k transform is the cache's (an xPos given to attend must equal the cache's).
 
     shift_mode: how remove / shift / divide move the stored keys (the engines' position edits,
       llama.cpp's llama_memory_seq_rm / seq_add / seq_div): "rerotate" (default) turns each
@@ -887,7 +871,7 @@ class KVCache:
         """Attention of q (T, Hq, D) over the cache (the library's attention_forward_cached).
         q_positions default to the positions (M-RoPE: the (3, T) ids) of the last T tokens
         appended; (T,) or, with M-RoPE, (3, T) ids otherwise. Other keywords as
-        posenc.attention (alibi, t5_table, window, cope, ...), except those that belong to
+        posenc.attention (alibi, window, cope, ...), except those that belong to
         the cache: rope and its options, keys_rotated, k_positions, kv_dtype."""
         for name in ("rope", "rope_layout", "rope_angle", "rope_seq_len", "keys_rotated",
                      "k_positions", "kv_dtype"):

@@ -106,8 +106,7 @@ struct attn_setup {
   bool mrope_interleaved = false;
   std::vector<int64_t> qids, kids;  // (3, T) / (3, S) per batch element unless *_shared
   std::vector<double> slopes;
-  t5_params t5p;
-  py::object t5_table, shaw_keys, shaw_values;
+  py::object shaw_keys, shaw_values;
   int64_t shaw_clip = 0;
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
   py::object cope;      // (npos, D); None = off
@@ -291,7 +290,7 @@ void parse_masks(attn_setup& s, const py::dict& opts) {
   }
 }
 
-// ALiBi, T5 and Shaw.
+// ALiBi and Shaw.
 void parse_biases(attn_setup& s, const py::dict& opts) {
   const py::handle alibi = opt(opts, "alibi");
   if (py::isinstance<py::bool_>(alibi)) {
@@ -303,19 +302,6 @@ void parse_biases(attn_setup& s, const py::dict& opts) {
       fail("alibi must be a bool or slopes of shape (Hq,) = ({},), got {}", s.Hq, shape_str(a));
     const auto c = contiguous_as<double>(a);
     s.slopes.assign(c.data(), c.data() + c.size());
-  }
-  if (!opt(opts, "t5_table").is_none()) {
-    const py::array t = as_array(opt(opts, "t5_table"), "t5_table");
-    require_float(t, "t5_table");
-    if (t.ndim() != 2 || t.shape(1) != s.Hq)
-      fail("t5_table must have shape (num_buckets, Hq) with Hq = {}, got {}", s.Hq, shape_str(t));
-    s.t5p.num_buckets = t.shape(0);
-    s.t5p.max_distance = opt(opts, "t5_max_distance").cast<int64_t>();
-    s.t5p.bidirectional = opt(opts, "t5_bidirectional").is_none()
-                              ? !s.causal
-                              : opt(opts, "t5_bidirectional").cast<bool>();
-    t5_validate(s.t5p);
-    s.t5_table = t;
   }
   const py::handle shaw = opt(opts, "shaw");
   if (!shaw.is_none()) {
@@ -516,7 +502,7 @@ struct named_grads {
 
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> t5, shaw_k, shaw_v, cope, sinks;
+  py::array_t<Real, py::array::c_style> shaw_k, shaw_v, cope, sinks;
   std::vector<named_arg<Real>> named;
   attention_params<Real> p;
 
@@ -541,10 +527,6 @@ struct attn_call {
       p.pos.mrope.keys_rotated = s.keys_rotated;
     }
     p.pos.alibi = s.slopes;
-    if (s.t5_table) {
-      t5 = contiguous_as<Real>(s.t5_table);
-      p.pos.t5 = {s.t5p, std::span<const Real>(t5.data(), t5.size())};
-    }
     if (s.shaw_keys) {
       shaw_k = contiguous_as<Real>(s.shaw_keys);
       shaw_v = contiguous_as<Real>(s.shaw_values);
@@ -706,16 +688,14 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       dv(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim()));
   attn_call<Real> c(s);
   const bool want_alibi = param_grads && !s.slopes.empty();
-  const bool want_t5 = param_grads && s.t5_table;
   const bool want_shaw = param_grads && s.shaw_keys;
   const bool want_cope = param_grads && s.cope, want_sinks = param_grads && s.sinks;
-  const int64_t nb = s.t5p.num_buckets, rows = 2 * s.shaw_clip + 1;
+  const int64_t rows = 2 * s.shaw_clip + 1;
   const int64_t npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
   // Per batch element gradients of the shared parameters, summed over the batch in order.
   std::vector<double> dalibi_b(s.Hq), dalibi(want_alibi ? s.Hq : 0, 0.0);
-  std::vector<Real> dt5_b(want_t5 ? nb * s.Hq : 0), dshk_b(want_shaw ? rows * s.D : 0),
-      dshv_b(want_shaw ? rows * s.D : 0);
-  std::vector<double> dt5(dt5_b.size(), 0.0), dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
+  std::vector<Real> dshk_b(want_shaw ? rows * s.D : 0), dshv_b(want_shaw ? rows * s.D : 0);
+  std::vector<double> dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
   std::vector<Real> dco_b(want_cope ? npos * s.D : 0);
   std::vector<double> dco(dco_b.size(), 0.0);
   std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
@@ -737,7 +717,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       g.dout = dout.data() + b * qn;
       g.dq = dqp + b * qn, g.dk = dkp + b * kn, g.dv = dvp + b * kn;
       if (want_alibi) g.dalibi = dalibi_b.data();
-      if (want_t5) g.dt5 = dt5_b.data();
       if (want_shaw) g.dshaw_keys = dshk_b.data(), g.dshaw_values = dshv_b.data();
       if (want_cope) g.dcope = dco_b.data();
       if (want_sinks) g.dsinks = dsi_b.data();
@@ -747,7 +726,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
       for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
-      for (size_t i = 0; i < dt5.size(); ++i) dt5[i] += dt5_b[i];
       for (size_t i = 0; i < dshk.size(); ++i) dshk[i] += dshk_b[i], dshv[i] += dshv_b[i];
     }
   }
@@ -764,7 +742,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     return py::array(a);
   };
   if (want_alibi) r["dalibi"] = to_array(dalibi, {s.Hq}, false);
-  if (want_t5) r["dt5_table"] = to_array(dt5, {nb, s.Hq}, true);
   if (want_shaw) {
     r["dshaw_keys"] = to_array(dshk, {rows, s.D}, true);
     r["dshaw_values"] = to_array(dshv, {rows, s.D}, true);

@@ -136,18 +136,13 @@ extern const named_bias fox_bias_decl;
 // so that the finite differences' steps of 1e-3 keep every value a log gate). Each pair's bias
 // has derivative 1 for the gates strictly between key and query, 0 for the others.
 const named_bias fox_bias_decl = {
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
-    &make_term<float>,
-    &make_term<double>,
-    true,
-    [](int, double z) { return fox_log_gate(1 + 2 * z) - 0.01; },
-    1.0,
-    nullptr,
-    &make_hook<float>,
-    &make_hook<double>,
+    .term_f32 = &make_term<float>,
+    .term_f64 = &make_term<double>,
+    .by_token = true,
+    .draw = [](int, double z) { return fox_log_gate(1 + 2 * z) - 0.01; },
+    .grad_bound = 1.0,
+    .hook_f32 = &make_hook<float>,
+    .hook_f64 = &make_hook<double>,
 };
 
 }  // namespace posenc::detail

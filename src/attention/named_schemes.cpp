@@ -51,6 +51,14 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
              c.size() - 1, args[i]);
       continue;
     }
+    if (std::string(p.dtype) == "bool") {
+      // 1 or 0; unset, the declared default: "True", "False", or "not causal" (-1, which the
+      // term resolves by the call's causality: named_call::causal).
+      if (!set[i]) args[i] = named_bool_default(p);
+      if (!(args[i] == 0 || args[i] == 1 || (!set[i] && args[i] == -1)))
+        fail("{} must be a bool (0 or 1), got {}", p.name, args[i]);
+      continue;
+    }
     if (!set[i]) args[i] = std::stod(p.def);
     if (std::string(p.dtype) == "int" &&
         (!std::isfinite(args[i]) || args[i] != std::floor(args[i]) || std::abs(args[i]) > 0x1p53))
@@ -62,6 +70,17 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
     d.pairs->check(args);
   }
   return args;
+}
+
+double named_bool_default(const scheme_param& p) {
+  const std::string def = p.def;
+  if (def == "not causal") return -1;
+  if (def == "True" || def == "False") return def == "True" ? 1 : 0;
+  fail("{}: a bool parameter's default must be True, False or not causal, got '{}'", p.name, def);
+}
+
+bool named_bool(double arg, bool causal) {
+  return arg < 0 ? !causal : arg != 0;
 }
 
 std::vector<std::string> param_choices(const scheme_param& p) {
@@ -262,6 +281,16 @@ double named_bias_bound(const scheme_decl& d, std::span<const double> args, int6
   return scalar_bias_of(d).bound(args, h, Hq);
 }
 
+std::vector<std::pair<std::string, double>> named_case_params(const scheme_decl& d, int choice) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& prm : d.params)
+    if (prm.choices && choice != 0) out.emplace_back(prm.name, double(choice));
+  if (d.named)
+    for (const auto& a : d.named->case_args)
+      if (a.name) out.emplace_back(a.name, a.value);
+  return out;
+}
+
 bool named_bias_by_token(const scheme_decl& d) {
   return d.named && d.named->by_token;
 }
@@ -300,7 +329,7 @@ named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int6
 std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_decl& d,
                                                                  const named_scheme& n, int64_t T,
                                                                  int64_t S, int64_t Hq, int64_t Hkv,
-                                                                 int64_t D) {
+                                                                 int64_t D, bool causal) {
   if (!d.named) fail("{} is no score bias reached by name", d.name);
   auto args = named_scheme_args(d, n.params, Hq);
   if (!d.named->term_f64) {
@@ -309,7 +338,8 @@ std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_de
       return b->value(args, h, Hq, qp, kp);
     };
   }
-  const auto c = detail::named_call_of<double>(d, n, T, S, Hq, Hkv, D, nullptr, args);
+  auto c = detail::named_call_of<double>(d, n, T, S, Hq, Hkv, D, nullptr, args);
+  c.causal = causal;
   std::shared_ptr<detail::score_bias<double>> term = d.named->term_f64(c);
   return [term](int64_t h, int64_t a, int64_t b) { return term->value(h, a, b); };
 }
@@ -368,17 +398,18 @@ template <typename S>
 class named_hook final : public position_hook<S> {
  public:
   named_hook(pos_scheme id, std::string name, std::vector<std::pair<std::string, double>> params,
-             std::string tensor = "", int64_t rows = 0, int64_t cols = 0)
+             std::string tensor = "", int64_t rows = 0, int64_t cols = 0, bool per_layer = true)
       : id_(id),
         name_(std::move(name)),
         params_(std::move(params)),
         tensor_(std::move(tensor)),
         rows_(rows),
-        cols_(cols) {}
+        cols_(cols),
+        per_layer_(per_layer) {}
   pos_scheme scheme() const override { return id_; }
   std::vector<position_tensor> tensors() const override {
     if (tensor_.empty()) return {};
-    return {{tensor_, rows_, cols_, true, false}};
+    return {{tensor_, rows_, cols_, per_layer_, false}};
   }
   attention_position<S> attention(const S* const* t) const override {
     attention_position<S> p;
@@ -405,6 +436,7 @@ class named_hook final : public position_hook<S> {
   std::vector<std::pair<std::string, double>> params_;
   std::string tensor_;
   int64_t rows_, cols_;
+  bool per_layer_;
 };
 
 }  // namespace
@@ -443,15 +475,16 @@ double named_option(const position_options& o, const char* param, double fallbac
 template <typename S>
 std::unique_ptr<position_hook<S>> make_tensor_hook(
     pos_scheme id, const char* scheme, std::vector<std::pair<std::string, double>> params,
-    const char* tensor, int64_t rows, int64_t cols) {
-  return std::make_unique<named_hook<S>>(id, scheme, std::move(params), tensor, rows, cols);
+    const char* tensor, int64_t rows, int64_t cols, bool per_layer) {
+  return std::make_unique<named_hook<S>>(id, scheme, std::move(params), tensor, rows, cols,
+                                         per_layer);
 }
 template std::unique_ptr<position_hook<float>> make_tensor_hook<float>(
     pos_scheme, const char*, std::vector<std::pair<std::string, double>>, const char*, int64_t,
-    int64_t);
+    int64_t, bool);
 template std::unique_ptr<position_hook<double>> make_tensor_hook<double>(
     pos_scheme, const char*, std::vector<std::pair<std::string, double>>, const char*, int64_t,
-    int64_t);
+    int64_t, bool);
 
 template std::unique_ptr<position_hook<float>> make_named_hook<float>(pos_scheme,
                                                                       const scheme_decl&,
@@ -558,6 +591,7 @@ std::unique_ptr<score_bias<Real>> make_tensor_term(const attention_params<Real>&
   const auto args = named_scheme_args(d, n.params, p.Hq);
   auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
   c.plan = &pl;
+  c.causal = p.causal;
   if constexpr (std::is_same_v<Real, float>)
     return d.named->term_f32(c);
   else

@@ -45,6 +45,7 @@ struct named_call {
   std::vector<std::span<const Real>> tensors;
   std::vector<Real*> grads;
   int64_t T = 0, S = 0, Hq = 0;
+  bool causal = false;  // resolves a bool parameter's "not causal" default (named_bool)
   // The call's plan (its visible offsets: a per-call table's range); null when the term serves
   // as the specification alone (named_bias_spec), which then builds no table.
   const attention_plan* plan = nullptr;
@@ -89,6 +90,13 @@ struct named_bias {
   double (*case_draw)(std::span<const double> args, int64_t Hq, double dmax,
                       const std::function<double()>& normal,
                       std::vector<std::vector<double>>& tensors) = nullptr;
+  // Optional: parameters (by declared name) the case tables and checks run with instead of the
+  // defaults; a null name ends the list.
+  struct case_arg {
+    const char* name = nullptr;
+    double value = 0;
+  };
+  case_arg case_args[2] = {};
   // The model's hook (the lab), for a bias whose tensors the model computes (Forgetting
   // Attention's gates from each layer's input); null: the generic hook of named_schemes.cpp,
   // which passes the numeric parameters alone.
@@ -99,13 +107,14 @@ struct named_bias {
 };
 
 // For a named_bias's hook_f32 / hook_f64 whose tensor is a trained parameter of the model: every
-// layer owns a (rows, cols) tensor `tensor` (a per-layer table of per-head parameters) passed to
+// layer owns a (rows, cols) tensor `tensor` (a per-layer table of per-head parameters; one table
+// all layers share when !per_layer, T5's) passed to
 // the attention with the scheme `scheme` and `params`, and its gradient. named_option: the value of
 // `param` among the lab's options (position_options::named_params), else fallback.
 template <typename S>
 std::unique_ptr<position_hook<S>> make_tensor_hook(
     pos_scheme id, const char* scheme, std::vector<std::pair<std::string, double>> params,
-    const char* tensor, int64_t rows, int64_t cols);
+    const char* tensor, int64_t rows, int64_t cols, bool per_layer = true);
 double named_option(const position_options& o, const char* param, double fallback);
 
 // A scheme that places RoPE per pair: each visible pair (query at qpos, key at kpos) falls in

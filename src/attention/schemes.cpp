@@ -47,8 +47,9 @@ constexpr scheme_param kAlibi[] = {
      "slopes for non-power-of-two heads: press, mpt or geometric"},
 };
 constexpr scheme_param kT5[] = {
-    {"t5_table", "(num_buckets, Hq)", "float", "None", "learned bias per bucket and head"},
-    {"t5_num_buckets", "scalar", "int", "None", "rows of t5_table (checked against it)"},
+    {"t5_table", "(num_buckets, Hq)", "tensor", "None", "learned bias per bucket and head"},
+    {"t5_num_buckets", "scalar", "int", "0",
+     "rows of t5_table (0: its shape's, checked when given; the lab's model: 32)"},
     {"t5_max_distance", "scalar", "int", "128", "distance of the last logarithmic bucket"},
     {"t5_bidirectional", "scalar", "bool", "not causal", "buckets for both directions"},
 };
@@ -114,8 +115,9 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
-extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, t5_impl,
-    shaw_impl, cope_impl, nope_impl, sinusoidal_impl, learned_impl, irope_impl;
+extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, shaw_impl,
+    cope_impl, nope_impl, sinusoidal_impl, learned_impl, irope_impl;
+extern const named_bias t5_bias_decl;               // hook_t5.cpp
 extern const named_bias kerple_bias_decl;           // hook_kerple.cpp
 extern const named_bias fire_bias_decl;             // hook_fire.cpp
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
@@ -148,9 +150,8 @@ const scheme_decl kDecls[] = {
     with_impl({"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true,
                kAlibi},
               &detail::alibi_impl),
-    with_impl({"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false,
-               true, kT5},
-              &detail::t5_impl),
+    {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5,
+     &detail::t5_bias_decl, bias_offset_only},
     with_impl({"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true,
                false, false, true, kShaw},
               &detail::shaw_impl),

@@ -27,10 +27,10 @@ int scheme_count() {
 const char* name(scheme s) {
   if (static_cast<int>(s) >= kSchemes)
     return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
-  const char* n[] = {"none",  "rope_half",   "rope_interleaved_partial",
-                     "alibi", "t5_bidir",    "t5_causal",
-                     "shaw",  "temperature", "all",
-                     "xpos",  "cope",        "mrope"};
+  const char* n[] = {"none",  "rope_half", "rope_interleaved_partial",
+                     "alibi", "shaw",      "temperature",
+                     "all",   "xpos",      "cope",
+                     "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -44,6 +44,25 @@ const char* name(mask m) {
 const scheme_decl* named_decl(scheme s) {
   const int i = static_cast<int>(s) - kSchemes;
   return i >= 0 ? named_scheme_decls()[i] : nullptr;
+}
+
+// The scheme `all` composes with the member schemes: the first score bias reached by name
+// whose parameter is a tensor (trained) and which depends on the offset alone, in declaration
+// order.
+const scheme_decl& all_named_bias() {
+  for (const scheme_decl* d : named_scheme_decls())
+    if (d->named && is_tensor_scheme(*d) && (d->bias_props & bias_offset_only)) return *d;
+  fail("attention_cases: no trained offset-only tensor bias is declared for the scheme all");
+}
+
+// A trained offset-only score bias reached by name (the rows where the old T5 rows stood: its
+// table's saturation, the benchmark's kind of call).
+scheme offset_bias_scheme() {
+  const scheme_decl& d = all_named_bias();
+  const auto decls = named_scheme_decls();
+  for (size_t i = 0; i < decls.size(); ++i)
+    if (decls[i] == &d) return static_cast<scheme>(kSchemes + static_cast<int>(i));
+  fail("attention_cases: {} is not reached by name", d.name);
 }
 
 bool float_kv_only(scheme s) {
@@ -157,15 +176,14 @@ void lay_out_head_major(fixture<Real>& f, const spec& c) {
   }
 }
 
-// The mask of c.msk (and causal for T5-causal and CoPE), then explicit positions for
+// The mask of c.msk (and causal for CoPE and the causal-only schemes), then explicit positions for
 // mask::positions and whenever T > S, drawn from r in that order.
 template <typename Real>
 void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
   const int64_t T = c.T, S = c.S;
   auto& p = f.p;
   const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
-                      c.msk == mask::everything || c.sch == scheme::t5_causal ||
-                      c.sch == scheme::cope ||
+                      c.msk == mask::everything || c.sch == scheme::cope ||
                       (named_decl(c.sch) && named_decl(c.sch)->causal_only);
   p.causal = causal;
   if (c.msk == mask::padding || c.msk == mask::everything) {
@@ -207,8 +225,8 @@ void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
   }
 }
 
-// The established schemes (RoPE, ALiBi, T5, Shaw, the query temperature): none draws from r
-// (T5 and Shaw seed their own tables from c.seed).
+// The established schemes (RoPE, ALiBi, Shaw, the query temperature): none draws from r (Shaw
+// seeds its own tables from c.seed).
 template <typename Real>
 void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) {
   const int64_t S = c.S, D = c.D, Hq = c.Hq;
@@ -234,14 +252,6 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
     f.slopes = alibi_slopes(Hq);
     p.pos.alibi = f.slopes;
   }
-  if (c.sch == scheme::t5_bidir || c.sch == scheme::t5_causal || c.sch == scheme::all) {
-    t5_params tp;
-    tp.num_buckets = 32;
-    tp.max_distance = c.sch == scheme::all ? 20 : 128;
-    tp.bidirectional = c.sch != scheme::t5_causal;
-    f.t5 = t5_init(tp, Hq, c.seed + 1, 1.0);
-    p.pos.t5 = f.tabs.t5_view(f.t5);
-  }
   if (c.sch == scheme::shaw || c.sch == scheme::all) {
     f.shaw = shaw_init(c.sch == scheme::all ? 3 : 8, D, c.seed + 2, 0.5);
     p.pos.shaw = f.tabs.shaw_view(f.shaw);
@@ -259,8 +269,7 @@ template <typename Real>
 double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_decl& d,
                           double dmax) {
   named_scheme n{d.name};
-  for (const auto& prm : d.params)
-    if (prm.choices && c.choice != 0) n.params.emplace_back(prm.name, double(c.choice));
+  if (!c.perf) n.params = named_case_params(d, c.choice);
   const auto args = named_scheme_args(d, n.params, c.Hq);
   std::vector<std::vector<double>> w;
   f.G =
@@ -289,7 +298,7 @@ double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_
     wide.tensors[y].f64 = w[y];
   }
   f.p.pos.named = {n};
-  const auto bias = named_bias_spec(d, wide, c.T, c.S, c.Hq, c.Hkv, c.D);
+  const auto bias = named_bias_spec(d, wide, c.T, c.S, c.Hq, c.Hkv, c.D, f.p.causal);
   // Token coordinates (query i is token S - T + i; every causal pair) or the positions (every
   // pair of valid positions).
   const bool tok = named_bias_by_token(d);
@@ -371,6 +380,7 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     b.amp = std::sqrt(f.F);
   }
   if (c.sch == scheme::mrope) set_mrope(f, c, r);
+  if (c.sch == scheme::all) b.kbias = draw_named_tensors(f, c, r, all_named_bias(), dmax);
   if (static_cast<int>(c.sch) >= kSchemes) {
     // A scheme reached by name, at its default parameters. Its largest |bias|: the declared
     // bound (bounded), else the largest over the distances up to dmax.
@@ -441,8 +451,6 @@ void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
     }
     for (auto x : f.shaw.values) avmax = std::max(avmax, std::abs(double(x)));
   }
-  if (p.pos.has_t5())
-    for (auto x : f.t5.weights) bmax = std::max(bmax, std::abs(double(x)));
   if (!p.pos.alibi.empty()) {
     // |qpos - kpos| is at most the position spread: max(S, T) for default positions, 300 for
     // the explicit ones drawn above. Press slopes decrease, so slopes[0] is the largest.
@@ -606,7 +614,6 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   t.dq = both * scale * Kinf * f.qs * (E_S + 2 * W * (c.S + C + 12) * u) * (1 + 2 * u);
   t.dk = both * scale * Qinf * N * (E_S + 2 * W * (N + 12) * u);
   t.dv = both * N * Oinf * (e_P + (N + 4) * u);
-  t.dt5 = both * c.T * E_S;
   t.dal = both * c.T * E_S * max_distance(f, c);
   t.dak = both * scale * Qinf * c.Hq * c.T * E_S;
   t.dav = both * c.Hq * c.T * Oinf * e_P;
@@ -740,7 +747,6 @@ void check_backward(tracker& tr, const spec& c) {
   compare<Real>(tr, ty + "dq", fast.dq, ref.dq, t.dq, u);
   compare<Real>(tr, ty + "dk", fast.dk, ref.dk, t.dk, u);
   compare<Real>(tr, ty + "dv", fast.dv, ref.dv, t.dv, u);
-  if (p.pos.has_t5()) compare<Real>(tr, ty + "dt5", fast.dt5, ref.dt5, t.dt5, u);
   if (p.pos.has_shaw()) {
     compare<Real>(tr, ty + "dshaw_keys", fast.dak, ref.dak, t.dak, u);
     compare<Real>(tr, ty + "dshaw_values", fast.dav, ref.dav, t.dav, u);
@@ -876,7 +882,6 @@ check_result grad_case(const spec& c) {
   check(f.q.data(), f.q.size(), ref.dq.data(), "dq");
   check(f.k.data(), f.k.size(), ref.dk.data(), "dk");
   check(f.v.data(), f.v.size(), ref.dv.data(), "dv");
-  if (p.pos.has_t5()) check(f.tabs.t5.data(), f.tabs.t5.size(), ref.dt5.data(), "dt5");
   if (p.pos.has_shaw()) {
     check(f.tabs.shaw_keys.data(), f.tabs.shaw_keys.size(), ref.dak.data(), "dshaw_keys");
     check(f.tabs.shaw_values.data(), f.tabs.shaw_values.size(), ref.dav.data(), "dshaw_values");
@@ -993,14 +998,14 @@ void add_forward_cases(std::vector<spec>& v) {
   for (scheme s : {scheme::none, scheme::alibi, scheme::shaw})
     v.push_back(make("forward_large_scores", spec{17, 64, 32, 4, 4, s, mask::causal, 77, 2000.0},
                      forward, f32 | f64));
-  // T5 with every key far ahead of or behind every query: all offsets lie beyond the bucket
-  // saturation (2 max_distance + num_buckets = 288), so the tiled path's offset table collapses
-  // to one entry. (The double path once sized that table negatively here and threw.)
+  // A trained offset-only bias (T5's buckets, where a table saturates: 2 max_distance +
+  // num_buckets = 56 at the case parameters) with every key far ahead of or behind every query,
+  // bidirectional buckets: the tiled path's offset table collapses to one entry. (The double path
+  // once sized that table negatively here and threw.)
   for (int64_t shift : {5000, -5000})
-    for (scheme s : {scheme::t5_bidir, scheme::t5_causal})
-      v.push_back(make("forward_t5_beyond_saturation",
-                       spec{17, 64, 32, 4, 2, s, mask::positions, 91, 1.0, shift}, forward,
-                       f32 | f64));
+    v.push_back(make("forward_bias_beyond_saturation",
+                     spec{17, 64, 32, 4, 2, offset_bias_scheme(), mask::positions, 91, 1.0, shift},
+                     forward, f32 | f64));
 }
 
 // ---- the float32 SIMD kernels (partial key blocks of 64, D = 20 padded to the vector length,
@@ -1017,14 +1022,15 @@ void add_simd_cases(std::vector<spec>& v) {
                                    static_cast<mask>(m), 1000u + static_cast<uint64_t>(idx)),
                          forward, f32));
   }
-  // All T x S combinations for the benchmark's kind of call: causal GQA, none and T5/ALiBi.
+  // All T x S combinations for the benchmark's kind of call: causal GQA, none, ALiBi and the
+  // trained offset-only bias reached by name (offset_bias_scheme: T5).
   {
     int idx = 0;
     for (int64_t T : kLens)
       for (int64_t S : kLens) {
         if (T > S) continue;  // bottom-right causal with T > S needs explicit positions
         const scheme sch =
-            idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : scheme::t5_causal);
+            idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : offset_bias_scheme());
         v.push_back(
             make("simd_causal_gqa_all_lengths",
                  spec{T, S, kSimdDims[idx % 3], 8, 2, sch, mask::causal, 77u + uint64_t(idx)},
@@ -1117,8 +1123,8 @@ void add_bf16_product_cases(std::vector<spec>& v) {
              7000u + static_cast<uint64_t>(idx)};
       // An odd D only where no rotation needs pairs of dimensions (the bias-only schemes).
       const auto sc = static_cast<scheme>(s);
-      const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == scheme::t5_bidir ||
-                             sc == scheme::t5_causal || sc == scheme::shaw;
+      const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == scheme::shaw ||
+                             sc == offset_bias_scheme();
       if (c.D % 2 && !bias_only) ++c.D;
       c.products = attention_products::bf16;
       const int storage = idx % 3;  // bf16 q, k, v; float32 everything; f16 k, v with f32 q
@@ -1315,8 +1321,8 @@ std::vector<spec> make_check() {
                                            {scheme::rope_half, mask::causal},
                                            {scheme::rope_interleaved_partial, mask::padding},
                                            {scheme::alibi, mask::cu_seqlens},
-                                           {scheme::t5_bidir, mask::doc_ids},
-                                           {scheme::t5_causal, mask::window},
+                                           {offset_bias_scheme(), mask::doc_ids},
+                                           {offset_bias_scheme(), mask::window},
                                            {scheme::shaw, mask::causal_window},
                                            {scheme::all, mask::everything},
                                            {scheme::xpos, mask::causal},
@@ -1384,6 +1390,7 @@ void add_perf(std::vector<spec>& v, const char* kind, int64_t T, int64_t S, int6
   c.dtypes = f32;
   c.group = kind;
   c.extended = extended;
+  c.perf = true;
   c.name = fmt::format("{}/T={}/S={}/Hq=32/Hkv={}/D={}/scheme={}", kind, T, S, Hkv, D, sname);
   v.push_back(c);
 }
@@ -1394,7 +1401,6 @@ void add_prefill_perf(std::vector<spec>& v) {
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::none, "none", forward);
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::rope_half, "rope", forward);
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::alibi, "alibi", forward);
-  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::t5_causal, "t5", forward);
   // The same prefill with bfloat16 q, k, v and bfloat16 products (attention_products::bf16:
   // vdpbf16ps where the CPU has it), against its float32 twins above.
   for (auto [s, sname] : {std::pair{scheme::none, "none"}, std::pair{scheme::rope_half, "rope"},

@@ -49,7 +49,7 @@ constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
 // named: a scheme reached by name (schemes.hpp), the problem's `nd`.
-enum class scheme { none, rope, alibi, t5, shaw, xpos, cope, named };
+enum class scheme { none, rope, alibi, shaw, xpos, cope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
     case scheme::cope:
@@ -60,15 +60,13 @@ const char* scheme_name(scheme s) {
       return "rope";
     case scheme::alibi:
       return "alibi";
-    case scheme::t5:
-      return "t5";
     case scheme::shaw:
       return "shaw";
     default:
       return "none";
   }
 }
-constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi, scheme::t5, scheme::shaw};
+constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi, scheme::shaw};
 // The research schemes with a member: xPos, relative (translation invariant).
 constexpr scheme kResearch[] = {scheme::xpos};
 constexpr double kXposBase = 16;  // scale_base of the checks: a visible decay over N = 20
@@ -82,7 +80,6 @@ struct problem {
   rope_freqs freqs;
   std::vector<double> slopes;
   std::vector<double> cope;  // (8, D)
-  t5_bias_table t5;
   shaw_tables shaw;
   attention_tables<double> tabs;  // the tables in double, viewed by pos
   attention_position<double> pos;
@@ -119,7 +116,7 @@ struct problem {
     for (auto& e : x) e = r.normal();
   }
 
-  // RoPE, ALiBi, T5 and Shaw: their tables and bounds (amp scales q and k; akmax and avmax
+  // RoPE, ALiBi and Shaw: their tables and bounds (amp scales q and k; akmax and avmax
   // bound Shaw's key and value embeddings).
   void init_classic(uint64_t seed, double& amp, double& akmax, double& avmax) {
     if (sch == scheme::rope) {
@@ -133,14 +130,6 @@ struct problem {
       slopes = alibi_slopes(Hq);
       pos.alibi = slopes;
       B = slopes[0] * 2 * N;  // |qpos - kpos| < 2N in every check below
-    } else if (sch == scheme::t5) {
-      t5_params tp;
-      tp.bidirectional = !causal;
-      tp.num_buckets = 16;
-      tp.max_distance = 32;
-      t5 = t5_init(tp, Hq, seed + 1, 1.0);
-      pos.t5 = tabs.t5_view(t5);
-      for (float w : t5.weights) B = std::max(B, std::abs(double(w)));
     } else if (sch == scheme::shaw) {
       shaw = shaw_init(4, D, seed + 2, 0.5);
       pos.shaw = tabs.shaw_view(shaw);
@@ -172,9 +161,7 @@ struct problem {
   // A scheme reached by name (nd): its arguments and bounds; a tensor scheme's tensors from r.
   void init_named(rng& r, double& amp) {
     if (sch == scheme::named && is_tensor_scheme(*nd)) {
-      named_scheme n{nd->name};
-      for (const auto& prm : nd->params)
-        if (prm.choices && choice != 0) n.params.emplace_back(prm.name, double(choice));
+      named_scheme n{nd->name, named_case_params(*nd, choice)};
       // Distances below 2N in every check below.
       nargs = named_scheme_args(*nd, n.params, Hq);
       named_tensors_draw(
@@ -187,10 +174,11 @@ struct problem {
       }
       for (size_t x = 0; x < ntens.size(); ++x) n.tensors[x].f64 = ntens[x];
       pos.named = {n};
-      nbias = named_bias_spec(*nd, n, N, N, Hq, Hkv, D);
-      for (int64_t h = 0; h < Hq; ++h)  // every pair a causal call sees
+      nbias = named_bias_spec(*nd, n, N, N, Hq, Hkv, D, causal);
+      for (int64_t h = 0; h < Hq; ++h)  // every pair the call sees
         for (int64_t i = 0; i < N; ++i)
-          for (int64_t j = 0; j <= i; ++j) B = std::max(B, std::abs(nbias(h, i, j)));
+          for (int64_t j = 0; j < (causal ? i + 1 : N); ++j)
+            B = std::max(B, std::abs(nbias(h, i, j)));
     } else if (sch == scheme::named && nd->pairs) {
       // A per-pair RoPE scheme at the case-table parameters (every region within 20 positions)
       // over RoPE (theta 10000, half layout): a rotation, no bias; the score factor of DCA's
@@ -227,7 +215,7 @@ struct problem {
     auto& t = ntens.at(0);
     const size_t W = t.size() / static_cast<size_t>(Hq);
     for (int64_t h = 0; h < Hq; ++h) t[(h + 1) * W - 1] = v;
-    nbias = named_bias_spec(*nd, pos.named.at(0), N, N, Hq, Hkv, D);
+    nbias = named_bias_spec(*nd, pos.named.at(0), N, N, Hq, Hkv, D, causal);
     B = 0;
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t i = 0; i < N; ++i)
@@ -606,7 +594,7 @@ void cope_checks(std::vector<check_result>& r, uint64_t seed) {
       dev, 1e-12, "keys 5..9 scaled by -8; p_ij for i >= 10, j < 5 compared"));
 }
 
-// Translation invariance of RoPE, ALiBi, T5 and Shaw.
+// Translation invariance of RoPE, ALiBi and Shaw.
 void translation_checks(std::vector<check_result>& r, uint64_t seed) {
   for (scheme s : kSchemes) {
     problem ps(s, true, seed);
@@ -704,8 +692,8 @@ void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
 // Packed documents, padding, cache: for no scheme and every scheme, causal.
 void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::xpos, scheme::cope}) {
+  for (scheme s :
+       {scheme::none, scheme::rope, scheme::alibi, scheme::shaw, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -715,8 +703,8 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         packed_deviation(ps, cu), ps.tolerance(ps.N),
         "causal; positions restart at 0 in each document"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::xpos, scheme::cope}) {
+  for (scheme s :
+       {scheme::none, scheme::rope, scheme::alibi, scheme::shaw, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -727,8 +715,8 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         dev, ps.tolerance(ps.N),
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::t5, scheme::shaw,
-                   scheme::xpos, scheme::cope}) {
+  for (scheme s :
+       {scheme::none, scheme::rope, scheme::alibi, scheme::shaw, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),

@@ -5,7 +5,7 @@
 //
 //   q, k --[hook 1: q/k transform  = RoPE at position ids]--> q', k'
 //   s_ij = scale * q'_i . (k'_j [+ a^K_c  hook 2a: Shaw-K])
-//          [+ bias(i, j)           hook 2b: ALiBi, T5]             biases after scaling
+//          [+ bias(i, j)           hook 2b: ALiBi, named biases]   biases after scaling
 //          masked -> -inf          causal | key padding | packed documents | sliding window
 //   p_i  = softmax_j(s_i)
 //   o_i  = sum_j p_ij (v_j [+ a^V_c  hook 3: Shaw-V])
@@ -55,7 +55,6 @@
 #include "posenc/core/half.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/shaw.hpp"
-#include "posenc/encodings/t5_bias.hpp"
 
 namespace posenc {
 
@@ -86,14 +85,6 @@ struct attention_temperature {
 };
 // s(pos) of the formula above in double, pos >= 0.
 double attention_temperature_scale(const attention_temperature& t, int64_t pos);
-
-// Hook 2b, T5 (Raffel et al. 2020): bias(h, i, j) = weights[bucket(kpos_j - qpos_i) * Hq + h].
-// The table is held in the element type of the call (float64 stays float64 end to end).
-template <typename Real>
-struct attention_t5 {
-  t5_params params;
-  std::span<const Real> weights;  // (num_buckets, Hq), Hq contiguous; empty = off
-};
 
 // Hooks 2a and 3, Shaw et al. (2018): a^K and a^V, (2K+1, D) each, row c holds offset c - K,
 // shared by all heads. In the element type of the call.
@@ -189,7 +180,6 @@ struct attention_position {
   attention_rope rope;                // hook 1
   std::span<const double> alibi;      // hook 2b: ALiBi slopes (Hq,) (Press et al. 2022): bias
                                       //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
-  attention_t5<Real> t5;              // hook 2b: T5 bias, weights (num_buckets, Hq)
   attention_shaw<Real> shaw;          // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
   attention_xpos xpos;                // hook 1: xPos (instead of rope)
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
@@ -198,24 +188,18 @@ struct attention_position {
   std::vector<named_scheme> named;    // schemes by declared name (each at most once), after the
                                       //   members above in the order given
 
-  bool has_t5() const { return !t5.weights.empty(); }
   bool has_shaw() const { return !shaw.keys.empty(); }
   bool has_cope() const { return !cope.emb.empty(); }
 };
 
-// Views of the encodings layer's float tables (t5_init, shaw_init) for a float call; a double
+// A view of the encodings layer's float Shaw tables (shaw_init) for a float call; a double
 // call converts them once (the conversion is exact): see attention_tables below.
-attention_t5<float> attention_t5_view(const t5_bias_table& t);
 attention_shaw<float> attention_shaw_view(const shaw_tables& t);
 
 // Owns Real copies of float tables for a call in another element type.
 template <typename Real>
 struct attention_tables {
-  std::vector<Real> t5, shaw_keys, shaw_values;
-  attention_t5<Real> t5_view(const t5_bias_table& t) {
-    t5.assign(t.weights.begin(), t.weights.end());
-    return {t.params, t5};
-  }
+  std::vector<Real> shaw_keys, shaw_values;
   attention_shaw<Real> shaw_view(const shaw_tables& t) {
     shaw_keys.assign(t.keys.begin(), t.keys.end());
     shaw_values.assign(t.values.begin(), t.values.end());
@@ -392,7 +376,7 @@ void attention_tiled(const attention_params<Real>& p);
 //   dv_j  += p_ij dO_i                 da^V_c += p_ij dO_i
 //   dq'_i += scale dS_ij (k'_j + a^K_c) dk'_j += scale dS_ij q'_i      da^K_c += scale dS_ij q'_i
 //   dm_h  += dS_ij * dbias/dm = -dS_ij (qpos - kpos) causal, -dS_ij |qpos - kpos| otherwise
-//   dW[bucket(kpos_j - qpos_i), h] += dS_ij              (T5)
+//   dx += dS_ij * dbias_h(i, j)/dx                       (a named bias's tensor x)
 //   dq = a R(qpos)^T dq',  dk = a R(kpos)^T dk'          (RoPE: the rotation with sine negated)
 // GQA/MQA: dk and dv of kv head hk sum over its G = Hq / Hkv query heads. With
 // pos.rope.keys_rotated, k was given rotated and dk is the gradient with respect to that k.
@@ -408,7 +392,6 @@ struct attention_grads {
   Real* dv = nullptr;          // (S, Hkv, D), overwritten
   // Position parameters; each optional (null = not wanted), overwritten when given.
   double* dalibi = nullptr;      // (Hq,): gradient of the ALiBi slopes (learned-slope variants)
-  Real* dt5 = nullptr;           // (num_buckets, Hq): gradient of the T5 table
   Real* dshaw_keys = nullptr;    // (2K+1, D): gradient of a^K
   Real* dshaw_values = nullptr;  // (2K+1, D): gradient of a^V
   Real* dcope = nullptr;         // (npos, D): gradient of the CoPE embeddings

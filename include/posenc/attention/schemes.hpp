@@ -69,7 +69,8 @@ struct scheme_param {
                       // shape above in symbols (S, T, Hq, Hkv, D), in the call's element type;
                       // in a learned scheme it has a gradient output (attention_grads::named),
                       // `d<name>` in the CLI and in Python
-  const char* def;    // default, as text ("" = required when the scheme is on)
+  const char* def;    // default, as text ("" = required when the scheme is on; a bool after
+                      // a scheme's switch: "True", "False" or "not causal")
   const char* doc;    // one line
   // dtype "str" of a scheme reached by name: the allowed values, '|'-separated ("log|power");
   // named_scheme::params carries the index of the value (named_choice), the CLI and Python the
@@ -155,6 +156,12 @@ std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_
 // `posenc attend --hf-config` and Python's posenc.hf_dca turn on.
 std::vector<std::pair<std::string, double>> hf_dca_scheme_params(const hf_dca_config& c);
 
+// A parameter of dtype "bool" after the switch is 1 or 0 in named_scheme::params; unset, its
+// declared default: 1 ("True"), 0 ("False") or -1 ("not causal", T5's bidirectional buckets),
+// which named_bool resolves by the call's causality.
+double named_bool_default(const scheme_param& p);
+bool named_bool(double arg, bool causal);
+
 // The allowed values of a parameter of dtype "str" (its choices), and the index of `value` among
 // them: what named_scheme::params carries for it. Throws invalid_argument naming the parameter
 // and the allowed values.
@@ -188,11 +195,17 @@ double named_bias_bound(const scheme_decl& d, std::span<const double> args, int6
 // The bias of a scheme reached by name for one call (n: its arguments, tensors included, in
 // double; T queries, S keys, Hq query heads, Hkv kv heads of dim D), in double: bias(h, a, b), a
 // and b the query's and the key's positions, or their token indices (query i is token S - T + i)
-// for a bias of tokens (named_bias_by_token: Forgetting Attention). Validates n as the engine does.
+// for a bias of tokens (named_bias_by_token: Forgetting Attention); causal: the call's (a bool
+// parameter that defaults to "not causal" follows it). Validates n as the engine does.
 std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_decl& d,
                                                                  const named_scheme& n, int64_t T,
                                                                  int64_t S, int64_t Hq, int64_t Hkv,
-                                                                 int64_t D);
+                                                                 int64_t D, bool causal);
+// The parameters a case-table row or check of a scheme reached by name runs with: its choice
+// parameter at index `choice` (when it has one and choice != 0) and the parameters its hook file
+// names for the case tables (named_bias::case_args: T5's max_distance, so that the tables' short
+// calls reach the logarithmic and saturated buckets).
+std::vector<std::pair<std::string, double>> named_case_params(const scheme_decl& d, int choice);
 bool named_bias_by_token(const scheme_decl& d);
 // For a tensor scheme: a value of its tensor parameter `tensor` (index among its tensors) from a
 // standard normal draw z (a pad row's value in the checks); and every tensor for a call with

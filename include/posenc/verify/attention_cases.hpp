@@ -85,6 +85,9 @@
 #include "posenc/core/check.hpp"
 #include "posenc/core/rng.hpp"
 
+namespace posenc {
+struct scheme_decl;  // posenc/attention/schemes.hpp
+}  // namespace posenc
 namespace posenc::attention_cases {
 
 enum class scheme {
@@ -92,12 +95,11 @@ enum class scheme {
   rope_half,
   rope_interleaved_partial,  // rotary_dim = (D / 4) * 2, interleaved layout
   alibi,
-  t5_bidir,
-  t5_causal,  // also switches causal masking on
   shaw,
   temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
-  all,          // YaRN RoPE (attention factor != 1) + ALiBi + T5 + Shaw + a query temperature
-                // (offset 0, after the rotation: Ministral 3's form) at once
+  all,          // YaRN RoPE (attention factor != 1) + ALiBi + the first trained tensor bias
+                // reached by name (all_named_bias()) + Shaw + a query temperature (offset 0,
+                // after the rotation: Ministral 3's form) at once
   xpos,         // scale_base = max(64, spread / 4), centred on the positions
   cope,         // npos = 8; forces causal masking (CoPE is causal only)
   mrope  // M-RoPE, (3, n) ids near the 1-D positions; contiguous sections (Qwen2-VL) for even
@@ -126,6 +128,11 @@ const char* name(scheme s);
 // products (CoPE, and the per-pair RoPE schemes reached by name): the half-precision and
 // bfloat16-product groups leave them out.
 bool float_kv_only(scheme s);
+// The first trained score bias reached by name whose parameter is a tensor and which depends on
+// the offset alone (declaration order: T5), which the scheme `all` composes with the member
+// schemes; and its row of the enum (where the tests want a table bias).
+const posenc::scheme_decl& all_named_bias();
+scheme offset_bias_scheme();
 // The number of schemes that are not (the half-precision groups' count).
 int half_kv_scheme_count();
 const char* name(mask m);
@@ -151,6 +158,7 @@ struct spec {
   std::string group{};    // the list's section (a ctest selects its cases by group)
   std::string name{};     // unique within its list; the bench case name for perf_cases
   bool extended = false;  // perf list: a long case, run by `posenc bench --extended` only
+  bool perf = false;      // perf list: a scheme reached by name at its defaults (no case_args)
   // Keys and values stored in half precision (float32 forward only): the fixture rounds k and v
   // to this format and passes them as k16 / v16; the reference reads the same stored values,
   // so the float32 tolerance applies unchanged (the storage rounding is an input, not an error
@@ -195,9 +203,8 @@ struct fixture {
   std::vector<int64_t> cu, qdoc, kdoc, qpos, kpos;
   rope_freqs freqs;
   std::vector<double> slopes;
-  t5_bias_table t5;
   shaw_tables shaw;
-  attention_tables<Real> tabs;  // t5 and shaw in the element type, viewed by p.pos
+  attention_tables<Real> tabs;  // shaw in the element type, viewed by p.pos
   attention_params<Real> p;     // out and lse unset
   double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
@@ -227,11 +234,11 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 }
 
 // The gradients of one backward call on f.p, owning their buffers (filled with -7 so that an
-// entry the backward forgets shows): dq, dk, dv always; dt5, dshaw_keys, dshaw_values, dalibi
-// when the scheme is on.
+// entry the backward forgets shows): dq, dk, dv always; dshaw_keys, dshaw_values, dalibi, a named
+// scheme's tensors when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dt5, dak, dav, dco, dsi;
+  std::vector<Real> dq, dk, dv, dak, dav, dco, dsi;
   std::vector<double> dal;
   std::vector<std::vector<Real>> dnamed;  // a tensor scheme's tensors, as fixture::named
   attention_grads<Real> g;
@@ -242,10 +249,6 @@ struct grads {
     dv.assign(p.S * p.Hkv * p.D, Real(-7));
     g.out = out, g.lse = lse, g.dout = dout;
     g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
-    if (p.pos.has_t5()) {
-      dt5.assign(p.pos.t5.weights.size(), Real(-7));
-      g.dt5 = dt5.data();
-    }
     if (p.pos.has_shaw()) {
       dak.assign(p.pos.shaw.keys.size(), Real(-7));
       dav.assign(p.pos.shaw.values.size(), Real(-7));
@@ -283,8 +286,8 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c);
 // The backward bounds above (per entry, plus u |reference|). dout: (T, Hq, D); lse: (T, Hq) of
 // the forward the backward runs on.
 struct backward_tolerances {
-  double dq = 0, dk = 0, dv = 0, dt5 = 0, dal = 0, dak = 0, dav = 0, dpar = 0;  // dpar: Kerple,
-                                                                                // FIRE: T E_S G
+  double dq = 0, dk = 0, dv = 0, dal = 0, dak = 0, dav = 0, dpar = 0;  // dpar: a named
+                                                                       // tensor: T E_S G
 };
 template <typename Real>
 backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
@@ -312,8 +315,8 @@ const std::vector<spec>& full_cases();
 // Forgetting Attention's gates) reads the query's token in the key sequence.
 bool needs_t_within_s(const spec& c);
 // The shapes of `posenc bench` (float32, causal, Hq = 32, Hkv = 8, D = 128), named as its cases:
-// forward T = S = 2048 with none / rope / alibi / t5, decode T = 1 against S = 8192, backward
-// T = S = 2048 with none / alibi.
+// forward T = S = 2048 with none / rope / alibi / each scheme reached by name, decode T = 1 against
+// S = 8192, backward T = S = 2048 with none / alibi.
 const std::vector<spec>& perf_cases();
 // The reduced problem a perf case is validated on before timing (the reference at T = S = 2048
 // would take minutes): the last min(T, 16) queries against all S keys for the forward (128 for

@@ -6,11 +6,10 @@
 //     ...)
 //      --layout half|interleaved [--angle exact|f32|hf_f32|ggml_f32] [--seq-len N]]
 //     [--alibi [--max-bias 8] [--alibi-convention press|mpt|geometric]]
-//     [--t5-table TABLE.npy --num-buckets 32 --max-distance 128 [--bidirectional]]
 //     [--q-positions P.npy] [--k-positions P.npy] [--key-padding M.npy]
 //     [--cu-seqlens 0,5,12] [--window W]
 //     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
-//     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [--dt5-table DT.npy]
+//     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy
 //      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]]
 //     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //     [--cope E.npy] [--dcope DE.npy]
@@ -27,8 +26,8 @@
 //      dual_chunk_attention_config turns --dca on with its values; --no-dca leaves it off)
 //
 // Q (T, Hq, D), K and V (S, Hkv, D), float32 or float64 (K, V and tables are converted to Q's
-// dtype; a float64 table in a float32 call is rounded with a note on stderr); TABLE (num_buckets,
-// Hq); E (npos, D) CoPE's position embeddings (causal only); KE (2, Hq) Kerple's a1, a2; F (Hq, 3M
+// dtype; a float64 table in a float32 call is rounded with a note on stderr); E (npos, D) CoPE's
+// position embeddings (causal only); KE (2, Hq) Kerple's a1, a2; F (Hq, 3M
 // + 3) FIRE's per-head MLP (attention.hpp); positions (T,) / (S,) int64 or int32; M (S,) bool or
 // uint8 with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the
 // backward runs too (attention_backward): DQ, DK, DV and the requested parameter gradients are
@@ -85,10 +84,6 @@ struct attend_opts {
   bool alibi = false;
   double max_bias = 8;
   std::string alibi_convention = "press";
-  // T5
-  std::string t5_table;
-  int64_t num_buckets = 32, max_distance = 128;
-  bool bidirectional = false;
   // positions, masks
   std::string q_positions, k_positions, key_padding, cu_seqlens;
   int64_t window = 0;
@@ -117,7 +112,7 @@ struct attend_opts {
   std::map<std::string, std::string> named_files;  // tensor parameters: .npy paths
   std::map<std::string, std::string> named_grads;  // their gradients' output paths (--d<name>)
   // Backward
-  std::string dout, dq, dk, dv, dt5, dshaw_keys, dshaw_values, dalibi, dcope;
+  std::string dout, dq, dk, dv, dshaw_keys, dshaw_values, dalibi, dcope;
   CLI::App* sub = nullptr;
 };
 
@@ -271,9 +266,9 @@ struct attend_state {
   bool mrope = false;                   // (3, n) positions
   layer_choice lc;
   rope_freqs freqs;
-  std::vector<double> slopes;                     // (Hq,)
-  std::vector<Real> t5w, shaw_k, shaw_v, cope_e;  // as read, in Q's dtype
-  std::vector<Real> sinks;                        // (Hq,) --sinks
+  std::vector<double> slopes;                // (Hq,)
+  std::vector<Real> shaw_k, shaw_v, cope_e;  // as read, in Q's dtype
+  std::vector<Real> sinks;                   // (Hq,) --sinks
   std::vector<std::vector<Real>> named_w;  // tensor parameters of schemes reached by name, as read
   std::vector<std::string> schemes;        // the names of the schemes on, in order
   attention_params<Real> p;
@@ -492,27 +487,6 @@ void read_alibi(const attend_opts& o, attend_state<Real>& s) {
 }
 
 template <typename Real>
-void read_t5(const attend_opts& o, attend_state<Real>& s) {
-  auto& t5 = s.p.pos.t5;
-  if (!o.t5_table.empty()) {
-    t5.params.num_buckets = o.num_buckets;
-    t5.params.max_distance = o.max_distance;
-    t5.params.bidirectional = o.bidirectional;
-    t5_validate(t5.params);
-    const auto a = read_npy(o.t5_table);
-    require_float(a, "--t5-table");
-    require_shape(a, "--t5-table", {o.num_buckets, s.Hq},
-                  fmt::format("(num_buckets, Hq) = ({}, {})", o.num_buckets, s.Hq));
-    note_rounding<Real>(a, "--t5-table");
-    s.t5w = as_real<Real>(a);
-    t5.weights = s.t5w;
-    s.schemes.push_back("t5");
-  } else if (given(o, "--num-buckets") || given(o, "--max-distance") || o.bidirectional) {
-    fail("--num-buckets, --max-distance and --bidirectional need --t5-table");
-  }
-}
-
-template <typename Real>
 void read_shaw(const attend_opts& o, attend_state<Real>& s) {
   const bool any_shaw = !o.shaw_keys.empty() || !o.shaw_values.empty() || given(o, "--shaw-clip");
   if (!any_shaw) return;
@@ -717,8 +691,8 @@ void read_hf_dca(const attend_opts& o, attend_state<Real>& s) {
 template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
   if (o.dout.empty()) {
-    for (const char* f : {"--dq", "--dk", "--dv", "--dt5-table", "--dshaw-keys", "--dshaw-values",
-                          "--dalibi", "--dcope"})
+    for (const char* f :
+         {"--dq", "--dk", "--dv", "--dshaw-keys", "--dshaw-values", "--dalibi", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
     for (const auto& [name, path] : o.named_grads)
       if (!path.empty())
@@ -727,7 +701,6 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   }
   if (o.dq.empty() || o.dk.empty() || o.dv.empty())
     fail("--dout needs all of --dq, --dk and --dv (output paths)");
-  if (!o.dt5.empty() && !p.pos.has_t5()) fail("--dt5-table needs --t5-table");
   if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
     fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
   if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
@@ -741,7 +714,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
   for (const auto& [name, path] : o.named_grads)
     if (!path.empty()) outs.push_back(path);
-  for (const auto* x : {&o.lse_out, &o.dt5, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dcope})
+  for (const auto* x : {&o.lse_out, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dcope})
     if (!x->empty()) outs.push_back(*x);
   for (size_t a = 0; a < outs.size(); ++a)
     for (size_t b = a + 1; b < outs.size(); ++b)
@@ -752,7 +725,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
 // gradient only when its output path is given.
 template <typename Real>
 struct attend_gradients {
-  std::vector<Real> dout, dq, dk, dv, dt5, dak, dav, dco;
+  std::vector<Real> dout, dq, dk, dv, dak, dav, dco;
   std::vector<double> dal;  // (Hq,), float64 whatever Q's dtype
   // The named tensors' gradients asked for: (output path, shape, values).
   std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<Real>>> dnamed;
@@ -768,10 +741,6 @@ void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_grad
   d.dv.resize(S * Hkv * D);
   g.out = s.out.data(), g.lse = s.lse.data(), g.dout = d.dout.data();
   g.dq = d.dq.data(), g.dk = d.dk.data(), g.dv = d.dv.data();
-  if (!o.dt5.empty()) {
-    d.dt5.resize(s.p.pos.t5.weights.size());
-    g.dt5 = d.dt5.data();
-  }
   if (!o.dshaw_keys.empty()) {
     d.dak.resize(s.shaw_k.size());
     g.dshaw_keys = d.dak.data();
@@ -822,7 +791,6 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
   files.emplace_back(o.dq, as_npy(d.dq, {T, Hq, D}));
   files.emplace_back(o.dk, as_npy(d.dk, {S, Hkv, D}));
   files.emplace_back(o.dv, as_npy(d.dv, {S, Hkv, D}));
-  if (!o.dt5.empty()) files.emplace_back(o.dt5, as_npy(d.dt5, {pos.t5.params.num_buckets, Hq}));
   const int64_t rows = 2 * pos.shaw.clip + 1;
   if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(d.dak, {rows, D}));
   if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(d.dav, {rows, D}));
@@ -963,7 +931,6 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_positions_and_masks(o, s);
   read_rope(o, s);
   read_alibi(o, s);
-  read_t5(o, s);
   read_shaw(o, s);
   read_cope(o, s);
   read_temperature(o, s);
@@ -1193,18 +1160,12 @@ void add_attend_rope_flags(CLI::App* sub, attend_opts& o) {
                   "Sequence length for dynamic/longrope frequencies (default S)");
 }
 
-// ALiBi and T5 biases, position ids, key masks, sliding window, sinks and Shaw.
+// ALiBi biases, position ids, key masks, sliding window, sinks and Shaw.
 void add_attend_bias_mask_flags(CLI::App* sub, attend_opts& o) {
   sub->add_flag("--alibi", o.alibi, "ALiBi biases (Press et al. 2022)");
   sub->add_option("--alibi-max-bias,--max-bias", o.max_bias, "ALiBi max_bias (default 8)");
   sub->add_option("--alibi-convention", o.alibi_convention,
                   "ALiBi slopes for non-power-of-two heads: press (default), mpt, geometric");
-  sub->add_option("--t5-table", o.t5_table, "T5 bias table TABLE.npy (num_buckets, Hq)");
-  sub->add_option("--t5-num-buckets,--num-buckets", o.num_buckets, "T5 num_buckets (default 32)");
-  sub->add_option("--t5-max-distance,--max-distance", o.max_distance,
-                  "T5 max_distance (default 128)");
-  sub->add_flag("--t5-bidirectional,--bidirectional", o.bidirectional,
-                "T5 bidirectional buckets (encoder)");
   sub->add_option("--q-positions", o.q_positions,
                   "Query position ids P.npy (T,) int64; (3, T) for M-RoPE (with --rope)");
   sub->add_option("--k-positions", o.k_positions,
@@ -1226,7 +1187,6 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--dq", o.dq, "Write dL/dq DQ.npy (T, Hq, D) (needs --dout)");
   sub->add_option("--dk", o.dk, "Write dL/dk DK.npy (S, Hkv, D) (needs --dout)");
   sub->add_option("--dv", o.dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
-  sub->add_option("--dt5-table", o.dt5, "Write dL/dTABLE DT.npy (num_buckets, Hq)");
   sub->add_option("--dshaw-keys", o.dshaw_keys, "Write dL/da^K DAK.npy (2K+1, D)");
   sub->add_option("--dshaw-values", o.dshaw_values, "Write dL/da^V DAV.npy (2K+1, D)");
   sub->add_option("--dalibi", o.dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
@@ -1290,6 +1250,15 @@ void add_attend_named_scheme_flags(CLI::App* sub, attend_opts& o) {
     for (size_t i = 1; i < d->params.size(); ++i) {
       const scheme_param& p = d->params[i];
       if (is_tensor_param(p)) continue;
+      if (std::string(p.dtype) == "bool") {  // --name (1) or --name=false (0)
+        o.named_values[p.name] = named_bool_default(p);
+        sub->add_flag_function(
+            "--" + flag_name(p.name),
+            [&o, name = std::string(p.name)](int64_t n) { o.named_values[name] = n > 0 ? 1 : 0; },
+            fmt::format("{} {}: {} (default {}; --{}=false for false)", d->title, p.name, p.doc,
+                        p.def, flag_name(p.name)));
+        continue;
+      }
       if (p.choices) {  // a choice of strings: its text
         const auto c = param_choices(p);
         sub->add_option("--" + flag_name(p.name), o.named_texts[p.name],

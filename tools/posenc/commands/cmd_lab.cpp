@@ -286,17 +286,21 @@ struct press_variant {
   bool embed_scale;  // Vaswani et al.'s sqrt(d_model) on the token embeddings
   bool randomized;   // Ruoss et al. 2023, positions sampled from [0, 16 L)
 };
-constexpr press_variant press_variants[] = {
-    {"nope", model::pos_scheme::nope, false, false},
-    {"sinusoidal", model::pos_scheme::sinusoidal, false, false},
-    {"sinusoidal+sqrt(d)", model::pos_scheme::sinusoidal, true, false},
-    {"learned", model::pos_scheme::learned, false, false},
-    {"learned+randomized", model::pos_scheme::learned, false, true},
-    {"rope", model::pos_scheme::rope, false, false},
-    {"alibi", model::pos_scheme::alibi, false, false},
-    {"t5", model::pos_scheme::t5, false, false},
-    {"shaw", model::pos_scheme::shaw, false, false},
-};
+// Press et al.'s rows, in their order; a scheme reached by name has its pos_scheme from its name.
+const std::vector<press_variant>& press_variants() {
+  static const std::vector<press_variant> v = {
+      {"nope", model::pos_scheme::nope, false, false},
+      {"sinusoidal", model::pos_scheme::sinusoidal, false, false},
+      {"sinusoidal+sqrt(d)", model::pos_scheme::sinusoidal, true, false},
+      {"learned", model::pos_scheme::learned, false, false},
+      {"learned+randomized", model::pos_scheme::learned, false, true},
+      {"rope", model::pos_scheme::rope, false, false},
+      {"alibi", model::pos_scheme::alibi, false, false},
+      {"t5", model::pos_scheme_from_name("t5"), false, false},
+      {"shaw", model::pos_scheme::shaw, false, false},
+  };
+  return v;
+}
 
 std::string slug(const std::string& name) {
   std::string s;
@@ -344,12 +348,12 @@ std::vector<int64_t> press_settings(lab_cli& c, CLI::App* sub) {
 // names, then one plain row for each scheme it names that has none.
 std::vector<press_variant> press_selection(const lab::lab_options& base, bool all) {
   std::vector<press_variant> variants;
-  for (const auto& v : press_variants)
+  for (const auto& v : press_variants())
     if (all || std::find(base.schemes.begin(), base.schemes.end(), v.scheme) != base.schemes.end())
       variants.push_back(v);
   if (!all)
     for (model::pos_scheme s : base.schemes)
-      if (std::none_of(std::begin(press_variants), std::end(press_variants),
+      if (std::none_of(press_variants().begin(), press_variants().end(),
                        [s](const press_variant& v) { return v.scheme == s; }))
         variants.push_back({model::pos_scheme_name(s), s, false, false});
   return variants;
@@ -733,6 +737,16 @@ const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
       if (is_tensor_param(p)) continue;  // the model's own
       std::string flag = std::string("--") + p.name;
       std::replace(flag.begin(), flag.end(), '_', '-');
+      if (std::string(p.dtype) == "bool") {  // --name (1) or --name=false (0)
+        sub->add_flag_function(
+            flag,
+            [o, name = std::string(p.name)](int64_t n) {
+              o->named_params.emplace_back(name, n > 0 ? 1.0 : 0.0);
+            },
+            fmt::format("{} {}: {} (default {}; with --schemes {})", d->title, p.name, p.doc, p.def,
+                        d->name));
+        continue;
+      }
       if (p.choices) {  // a choice of strings: its text, passed on as its index
         sub->add_option_function<std::string>(
                flag,
