@@ -190,10 +190,9 @@ TEST(Attention, ValidationNamesTheArgument) {
   p.scale = std::numeric_limits<double>::infinity();
   expect_msg(p, "scale");
   p = base();
-  shaw_tables st = shaw_init(2, 4, 1, 1.0);
-  attention_tables<double> tabs;
-  p.pos.shaw = tabs.shaw_view(st);
-  expect_msg(p, "shaw keys must have shape (2K+1, D) = (5, 8)");
+  const std::vector<double> st(5 * 4, 0.0);
+  p.pos.named = {{"shaw", {}, {{"shaw_keys", {5, 4}, {}, st}, {"shaw_values", {5, 4}, {}, st}}}};
+  expect_msg(p, "shaw_keys must have shape (C, D) = (5, 8), got (5, 4)");
   p = base();
   const std::vector<double> tt(32 * 2, 0.0);
   p.pos.named = {{"t5", {}, {{"t5_table", {32, 2}, {}, tt}}}};
@@ -272,7 +271,7 @@ TEST(AttentionSimd, SplitDecodeAgainstReference) {
 // S = 4096 with 8 kv heads, chunks of 512 (and 3 threads share its 64 items unevenly).
 TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
   for (int64_t S : {1000, 4096})
-    for (scheme sch : {scheme::none, scheme::all, scheme::shaw, offset_bias_scheme()}) {
+    for (scheme sch : {scheme::none, scheme::all, relative_scheme(), offset_bias_scheme()}) {
       const int64_t Hkv = S == 1000 ? 2 : 8;
       const spec c{1, S, 64, 8, Hkv, sch, mask::causal, 4243};
       fixture<float> f;
@@ -303,7 +302,7 @@ TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
 TEST(AttentionSimd, TokenMajorAndHeadMajorGiveTheSameBits) {
   for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
     for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
-      for (scheme sch : {scheme::none, scheme::all, scheme::shaw, offset_bias_scheme()}) {
+      for (scheme sch : {scheme::none, scheme::all, relative_scheme(), offset_bias_scheme()}) {
         spec c{1, 8192, 64, Hq, Hkv, sch, mask::causal, 5150};
         c.kv = kv;
         spec ch = c;

@@ -18,6 +18,7 @@
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/encodings/alibi.hpp"
+#include "posenc/encodings/shaw.hpp"
 #include "posenc/encodings/t5_bias.hpp"
 
 using namespace posenc;
@@ -35,7 +36,7 @@ struct decode_case {
   t5_bias_table t5;
   std::vector<Real> t5w;  // t5's table in Real, viewed by pos.named
   shaw_tables shaw;
-  attention_tables<Real> tabs;
+  std::vector<Real> shaw_k, shaw_v;  // shaw's tables in Real, viewed by pos.named
   attention_position<Real> pos;
   double V = 0;
   int64_t K = 0;
@@ -75,13 +76,21 @@ struct decode_case {
         t.f32 = t5w;
       else
         t.f64 = t5w;
-      pos.named = {{"t5", {{"t5_max_distance", double(tp.max_distance)}}, {t}}};
+      pos.named.push_back({"t5", {{"t5_max_distance", double(tp.max_distance)}}, {t}});
     }
     if (s == scheme::xpos) pos.xpos = {10000.0, 0.4, 64.0, 30.0};
     if (s == scheme::temperature) pos.temperature = {8.0, 0.5};
     if (s == scheme::shaw || s == scheme::all) {
       shaw = shaw_init(5, D, seed + 2, 0.5);
-      pos.shaw = tabs.shaw_view(shaw);
+      shaw_k.assign(shaw.keys.begin(), shaw.keys.end());
+      shaw_v.assign(shaw.values.begin(), shaw.values.end());
+      named_tensor tk{"shaw_keys", {2 * shaw.clip + 1, D}, {}, {}}, tv = tk;
+      tv.name = "shaw_values";
+      if constexpr (std::is_same_v<Real, float>)
+        tk.f32 = shaw_k, tv.f32 = shaw_v;
+      else
+        tk.f64 = shaw_k, tv.f64 = shaw_v;
+      pos.named.push_back({"shaw", {}, {tk, tv}});
       K = 5;
       double m = 0;
       for (auto x : shaw.values) m = std::max(m, std::abs(double(x)));

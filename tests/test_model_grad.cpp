@@ -170,7 +170,7 @@ TEST(Optimizer, ClipGradNorm) {
 }
 
 TEST(Model, BitwiseIdenticalAcrossThreadCounts) {
-  for (auto s : {pos_scheme::rope, pos_scheme_from_name("t5"), pos_scheme::shaw}) {
+  for (auto s : {pos_scheme::rope, pos_scheme_from_name("t5"), pos_scheme_from_name("shaw")}) {
     model_config c = gradcheck_model_config(s, norm_kind::layernorm);
     c.d_model = 32;
     c.n_heads = 4;

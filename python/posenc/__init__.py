@@ -303,7 +303,6 @@ def _attention_opts(
     rope_seq_len,
     keys_rotated,
     alibi,
-    shaw,
     q_positions,
     k_positions,
     key_padding,
@@ -325,7 +324,6 @@ def _attention_opts(
         "rope_seq_len": rope_seq_len,
         "keys_rotated": bool(keys_rotated),
         "alibi": alibi,
-        "shaw": shaw,
         "q_positions": q_positions,
         "k_positions": k_positions,
         "key_padding": key_padding,
@@ -357,12 +355,12 @@ def _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, c
     }
 
 
-def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_keys, shaw_values,
-                       shaw_clip):
+def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named):
     """The declared keywords (posenc.schemes()) that the CLI spells as flags, folded into the
     forms the binding takes: alibi slopes from (alibi_max_bias, alibi_convention) by the
-    library's alibi_slopes, the Shaw tables and clip as the (keys, values, clip) tuple. Returns
-    (alibi, shaw)."""
+    library's alibi_slopes; shaw = (keys, values, clip), a shorthand, into the declared keywords
+    shaw_keys, shaw_values and shaw_clip of named (the keywords of the schemes reached by name).
+    Returns alibi."""
     default_alibi = alibi_max_bias == 8.0 and alibi_convention == "press"
     if not default_alibi:
         if alibi is not True:
@@ -370,14 +368,16 @@ def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_ke
                              "as an array are used as they are)")
         alibi = alibi_slopes(int(np.shape(q)[-2]), max_bias=float(alibi_max_bias),
                              convention=alibi_convention)
-    if shaw_keys is not None or shaw_values is not None or shaw_clip is not None:
-        if shaw is not None:
+    if shaw is not None:
+        if any(named.get(k) is not None for k in ("shaw_keys", "shaw_values", "shaw_clip")):
             raise ValueError("give shaw = (keys, values, clip) or shaw_keys, shaw_values and "
                              "shaw_clip, not both")
-        if shaw_keys is None or shaw_values is None or shaw_clip is None:
-            raise ValueError("Shaw needs all of shaw_keys, shaw_values and shaw_clip")
-        shaw = (shaw_keys, shaw_values, int(shaw_clip))
-    return alibi, shaw
+        if not isinstance(shaw, tuple) or len(shaw) != 3:
+            raise TypeError(f"shaw must be a tuple (keys, values, clip), got {type(shaw).__name__}")
+        if isinstance(shaw[2], (bool, np.bool_)) or not isinstance(shaw[2], (int, np.integer)):
+            raise TypeError(f"shaw's clip must be an int, got {type(shaw[2]).__name__}")
+        named.update(shaw_keys=shaw[0], shaw_values=shaw[1], shaw_clip=int(shaw[2]))
+    return alibi
 
 
 # The schemes reached by name (posenc.schemes(): "named"), whose keywords come from their
@@ -497,7 +497,7 @@ _ATTENTION_DOC = """
       rope_seq_len default S; keys_rotated: k is already rotated, as a KV cache stores it).
     alibi: False, True (slopes for Hq heads: alibi_max_bias 8, alibi_convention "press",
       "mpt" or "geometric") or slopes (Hq,).
-    shaw_keys, shaw_values (2K+1, D) and shaw_clip K, or shaw = (keys, values, K).
+    shaw = (keys, values, K): shorthand for the keywords shaw_keys, shaw_values, shaw_clip.
     q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot. With an
       M-RoPE rope config, (3, T) / (3, S) ids (or (B, 3, ...)) rotate q and k pair by pair
       (mrope_apply) and the masks and biases see the temporal row; 1-D ids are text tokens.
@@ -544,9 +544,6 @@ def attention(
     alibi_max_bias=8.0,
     alibi_convention="press",
     shaw=None,
-    shaw_keys=None,
-    shaw_values=None,
-    shaw_clip=None,
     q_positions=None,
     k_positions=None,
     key_padding=None,
@@ -568,13 +565,12 @@ def attention(
     sinks=None,
     **named,
 ):
-    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_keys,
-                                     shaw_values, shaw_clip)
+    alibi = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named)
     research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, shaw,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype, research=research,
     )
     opts["named"] = _named_opts(named, "attention")
@@ -637,9 +633,6 @@ def attention_backward(
     alibi_max_bias=8.0,
     alibi_convention="press",
     shaw=None,
-    shaw_keys=None,
-    shaw_values=None,
-    shaw_clip=None,
     q_positions=None,
     k_positions=None,
     key_padding=None,
@@ -659,13 +652,12 @@ def attention_backward(
     sinks=None,
     **named,
 ):
-    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_keys,
-                                     shaw_values, shaw_clip)
+    alibi = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named)
     research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, shaw,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         q_positions, k_positions, key_padding, cu_seqlens, window, research=research,
     )
     opts["named"] = _named_opts(named, "attention_backward")
@@ -677,7 +669,7 @@ _with_named_keywords(attention_backward, (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
-    "    dshaw_keys, dshaw_values, dsinks\n"
+    "    d<tensor> of the schemes reached by name (dt5_table, dshaw_keys, ...), dsinks\n"
     "    (Hq,) (with sinks), dcope\n"
     "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
 ))

@@ -329,7 +329,7 @@ class RotaryEmbedding(_torch.nn.Module):
 
 class _Attention(_torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, slopes, shaw_k, shaw_v, cope, sinks, opts, *named):
+    def forward(ctx, q, k, v, slopes, cope, sinks, opts, *named):
         cd = _compute_dtype(q, "q")
         for t, name in ((k, "k"), (v, "v")):
             if _compute_dtype(t, name) != cd:
@@ -343,8 +343,6 @@ class _Attention(_torch.autograd.Function):
         ctx.named = list(zip(keys, named))
         if slopes is not None:
             o["alibi"] = slopes.detach().to(_torch.float64).contiguous().numpy()
-        if shaw_k is not None:
-            o["shaw"] = (_np(shaw_k, cd), _np(shaw_v, cd), opts["shaw"])
         for name, t in (("cope", cope), ("sinks", sinks)):
             if t is not None:
                 o[name] = _np(t, cd)
@@ -363,7 +361,7 @@ class _Attention(_torch.autograd.Function):
         ctx.save_for_backward(q, k, v)
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.cd = cd
-        ctx.tables = (slopes, shaw_k, shaw_v, cope, sinks)
+        ctx.tables = (slopes, cope, sinks)
         out_t = _torch.from_numpy(out).to(q.dtype)
         lse_t = _torch.from_numpy(lse)
         ctx.mark_non_differentiable(lse_t)
@@ -377,28 +375,25 @@ class _Attention(_torch.autograd.Function):
             qn, kn, vn = _np(q, ctx.cd), _np(k, ctx.cd), _np(v, ctx.cd)
         # The backward runs float32 products on the inputs as stored.
         o = {key: val for key, val in o.items() if key != "products"}
-        slopes, shaw_k, shaw_v, cope, sinks = ctx.tables
-        want = ctx.needs_input_grad  # q, k, v, the 5 tables, opts, the named schemes' tensors
-        params = any(want[3:8]) or any(want[9:])
+        slopes, cope, sinks = ctx.tables
+        want = ctx.needs_input_grad  # q, k, v, the 3 tables, opts, the named schemes' tensors
+        params = any(want[3:6]) or any(want[7:])
         g = _posenc._attention_backward(qn, kn, vn, out, lse, _np(dout, ctx.cd), o, params)
         qd, kd, vd = ctx.dtypes
         res = [
             _torch.from_numpy(g["dq"]).to(qd) if want[0] else None,
             _torch.from_numpy(g["dk"]).to(kd) if want[1] else None,
             _torch.from_numpy(g["dv"]).to(vd) if want[2] else None,
-            None, None, None, None, None, None,
+            None, None, None, None,
         ]
         if want[3]:
             res[3] = _torch.from_numpy(g["dalibi"]).to(slopes.dtype)
-        if want[4] or want[5]:
-            res[4] = _torch.from_numpy(g["dshaw_keys"]).to(shaw_k.dtype)
-            res[5] = _torch.from_numpy(g["dshaw_values"]).to(shaw_v.dtype)
         for i, (t, name) in enumerate(((cope, "dcope"), (sinks, "dsinks"))):
-            if want[6 + i]:
-                res[6 + i] = _torch.from_numpy(g[name]).to(t.dtype)
+            if want[4 + i]:
+                res[4 + i] = _torch.from_numpy(g[name]).to(t.dtype)
         for j, ((_, pname), t) in enumerate(ctx.named):
             d = g.get("d" + pname)
-            res.append(_torch.from_numpy(d).to(t.dtype) if want[9 + j] and d is not None
+            res.append(_torch.from_numpy(d).to(t.dtype) if want[7 + j] and d is not None
                        else None)
         return tuple(res)
 
@@ -406,7 +401,7 @@ class _Attention(_torch.autograd.Function):
 def attention(
     q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
     rope_seq_len=None, keys_rotated=False, alibi=False, alibi_max_bias=8.0,
-    alibi_convention="press", shaw=None, shaw_keys=None, shaw_values=None, shaw_clip=None,
+    alibi_convention="press", shaw=None,
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
     return_lse=False, xpos=False,
     xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0, cope=None,
@@ -415,7 +410,8 @@ def attention(
     **named,
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
-    alibi slopes given as a tensor (learned slopes), shaw = (keys, values, K), the
+    alibi slopes given as a tensor (learned slopes), shaw = (keys, values, K) (shorthand for
+    shaw_keys, shaw_values, shaw_clip), the
     CoPE's embeddings cope (npos, D), the attention-sink logits sinks (Hq,) (gpt-oss's learned
     sinks) and the tensors of the schemes reached by name (their keywords below). xPos and the
     query temperature have no parameters (their options pass through).
@@ -423,28 +419,20 @@ def attention(
     bfloat16 or float16 q, k, v (one dtype) are read in place, without a float32 copy; products
     "bf16" rounds the products' operands to bfloat16 (posenc.attention); the backward runs
     float32 products on the stored inputs."""
-    alibi, shaw = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, shaw_keys,
-                                     shaw_values, shaw_clip)
+    alibi = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named)
     slopes = None
     if isinstance(alibi, _torch.Tensor):
         slopes, alibi = alibi, None
-    shaw_k = shaw_v = None
-    clip = None
-    if shaw is not None:
-        if not isinstance(shaw, tuple) or len(shaw) != 3:
-            raise TypeError(f"shaw must be a tuple (keys, values, clip), got {type(shaw).__name__}")
-        shaw_k, shaw_v, clip = shaw
     for name, t in (("cope", cope), ("sinks", sinks)):
         if t is not None and not isinstance(t, _torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     research = _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, None,
                               attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi, None,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
         _ints(q_positions), _ints(k_positions),
         _ints(key_padding), _ints(cu_seqlens), window, research=research,
     )
-    opts["shaw"] = clip
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, _torch.Tensor) and t.dtype in (_torch.float16, _torch.float32,
                                                         _torch.float64):
@@ -462,9 +450,7 @@ def attention(
     opts["products"] = products
     opts_fn = dict(opts)
     opts_fn["_named_keys"] = nkeys
-    if clip is None:
-        opts_fn.pop("shaw")
-    out, lse = _Attention.apply(q, k, v, slopes, shaw_k, shaw_v, cope, sinks,
+    out, lse = _Attention.apply(q, k, v, slopes, cope, sinks,
                                 _Opts(opts_fn), *ntensors)
     return (out, lse) if return_lse else out
 

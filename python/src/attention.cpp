@@ -106,8 +106,6 @@ struct attn_setup {
   bool mrope_interleaved = false;
   std::vector<int64_t> qids, kids;  // (3, T) / (3, S) per batch element unless *_shared
   std::vector<double> slopes;
-  py::object shaw_keys, shaw_values;
-  int64_t shaw_clip = 0;
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
   py::object cope;      // (npos, D); None = off
   py::object sinks;     // (Hq,) sink logits (gpt-oss); None = off
@@ -290,7 +288,7 @@ void parse_masks(attn_setup& s, const py::dict& opts) {
   }
 }
 
-// ALiBi and Shaw.
+// ALiBi.
 void parse_biases(attn_setup& s, const py::dict& opts) {
   const py::handle alibi = opt(opts, "alibi");
   if (py::isinstance<py::bool_>(alibi)) {
@@ -302,25 +300,6 @@ void parse_biases(attn_setup& s, const py::dict& opts) {
       fail("alibi must be a bool or slopes of shape (Hq,) = ({},), got {}", s.Hq, shape_str(a));
     const auto c = contiguous_as<double>(a);
     s.slopes.assign(c.data(), c.data() + c.size());
-  }
-  const py::handle shaw = opt(opts, "shaw");
-  if (!shaw.is_none()) {
-    if (!py::isinstance<py::tuple>(shaw) || py::len(shaw) != 3)
-      type_fail("shaw must be a tuple (keys, values, clip), got " +
-                py::str(py::type::of(shaw)).cast<std::string>());
-    const auto tup = shaw.cast<py::tuple>();
-    s.shaw_clip = tup[2].cast<int64_t>();
-    if (s.shaw_clip < 0 || s.shaw_clip > (int64_t{1} << 20))
-      fail("shaw clip must be in [0, 2^20], got {}", s.shaw_clip);
-    const int64_t rows = 2 * s.shaw_clip + 1;
-    for (int i = 0; i < 2; ++i) {
-      const char* name = i == 0 ? "shaw keys" : "shaw values";
-      const py::array a = as_array(tup[i], name);
-      require_float(a, name);
-      if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != s.D)
-        fail("{} must have shape (2K+1, D) = ({}, {}), got {}", name, rows, s.D, shape_str(a));
-      (i == 0 ? s.shaw_keys : s.shaw_values) = a;
-    }
   }
 }
 
@@ -502,7 +481,7 @@ struct named_grads {
 
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> shaw_k, shaw_v, cope, sinks;
+  py::array_t<Real, py::array::c_style> cope, sinks;
   std::vector<named_arg<Real>> named;
   attention_params<Real> p;
 
@@ -527,12 +506,6 @@ struct attn_call {
       p.pos.mrope.keys_rotated = s.keys_rotated;
     }
     p.pos.alibi = s.slopes;
-    if (s.shaw_keys) {
-      shaw_k = contiguous_as<Real>(s.shaw_keys);
-      shaw_v = contiguous_as<Real>(s.shaw_values);
-      p.pos.shaw = {s.shaw_clip, std::span<const Real>(shaw_k.data(), shaw_k.size()),
-                    std::span<const Real>(shaw_v.data(), shaw_v.size())};
-    }
     if (s.cope) {
       cope = contiguous_as<Real>(s.cope);
       p.pos.cope = {static_cast<int64_t>(cope.shape(0)),
@@ -688,14 +661,10 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       dv(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim()));
   attn_call<Real> c(s);
   const bool want_alibi = param_grads && !s.slopes.empty();
-  const bool want_shaw = param_grads && s.shaw_keys;
   const bool want_cope = param_grads && s.cope, want_sinks = param_grads && s.sinks;
-  const int64_t rows = 2 * s.shaw_clip + 1;
   const int64_t npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
   // Per batch element gradients of the shared parameters, summed over the batch in order.
   std::vector<double> dalibi_b(s.Hq), dalibi(want_alibi ? s.Hq : 0, 0.0);
-  std::vector<Real> dshk_b(want_shaw ? rows * s.D : 0), dshv_b(want_shaw ? rows * s.D : 0);
-  std::vector<double> dshk(dshk_b.size(), 0.0), dshv(dshv_b.size(), 0.0);
   std::vector<Real> dco_b(want_cope ? npos * s.D : 0);
   std::vector<double> dco(dco_b.size(), 0.0);
   std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
@@ -717,7 +686,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       g.dout = dout.data() + b * qn;
       g.dq = dqp + b * qn, g.dk = dkp + b * kn, g.dv = dvp + b * kn;
       if (want_alibi) g.dalibi = dalibi_b.data();
-      if (want_shaw) g.dshaw_keys = dshk_b.data(), g.dshaw_values = dshv_b.data();
       if (want_cope) g.dcope = dco_b.data();
       if (want_sinks) g.dsinks = dsi_b.data();
       ng.bind(g);
@@ -726,7 +694,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
       for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
-      for (size_t i = 0; i < dshk.size(); ++i) dshk[i] += dshk_b[i], dshv[i] += dshv_b[i];
     }
   }
   py::dict r;
@@ -742,10 +709,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     return py::array(a);
   };
   if (want_alibi) r["dalibi"] = to_array(dalibi, {s.Hq}, false);
-  if (want_shaw) {
-    r["dshaw_keys"] = to_array(dshk, {rows, s.D}, true);
-    r["dshaw_values"] = to_array(dshv, {rows, s.D}, true);
-  }
   if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   if (want_sinks) r["dsinks"] = to_array(dsi, {s.Hq}, true);
   ng.put(r, s.batched, to_array);

@@ -254,7 +254,7 @@ std::unique_ptr<score_bias<Real>> fire_term(const named_call<Real>& c) {
 // f(psi(d) / psi(max(L, i)))): x <= X = psi(dmax) / psi(L); per parameter relu <= |w1| X + |b1|,
 // |w2| X, |w2|, 1, and through x: sum |w2 w1| times |dx/dc| <= (1 + X) / (c psi(L)),
 // |dx/dL| <= X c / psi(L).
-double fire_case_draw(std::span<const double> args, int64_t Hq, double dmax,
+double fire_case_draw(std::span<const double> args, int64_t Hq, int64_t, double dmax,
                       const std::function<double()>& normal, std::vector<std::vector<double>>& t) {
   const int64_t m = args[0] != 0 ? static_cast<int64_t>(args[0]) : 4, W = 3 * m + 3;
   t.assign(1, std::vector<double>(static_cast<size_t>(Hq * W)));

@@ -109,7 +109,7 @@ std::unique_ptr<score_bias<Real>> kerple_term(const named_call<Real>& c) {
 // r2 mostly below 1); the bound on the bias's derivatives over distances d <= dmax (Chi et al.
 // 2022's kernels): log: |db/da1| <= log(1 + r2 dmax), |db/da2| <= r1 min(dmax, 1/r2); power:
 // |db/da1| <= dmax^r2, |db/da2| <= r1 dmax^r2 |log dmax| / 2.
-double kerple_case_draw(std::span<const double> args, int64_t Hq, double dmax,
+double kerple_case_draw(std::span<const double> args, int64_t Hq, int64_t, double dmax,
                         const std::function<double()>& normal,
                         std::vector<std::vector<double>>& t) {
   const bool power = args[0] == 1;

@@ -118,7 +118,7 @@ std::unique_ptr<score_bias<Real>> t5_term(const named_call<Real>& c) {
 // The case tables' draws: a table (num_buckets, Hq) of N(0, 1) entries, 32 rows unless
 // t5_num_buckets says otherwise (the bench's case: T5's own 32 buckets); a pair's bias is one
 // entry, so |d bias / d entry| <= 1.
-double t5_case_draw(std::span<const double> args, int64_t Hq, double,
+double t5_case_draw(std::span<const double> args, int64_t Hq, int64_t, double,
                     const std::function<double()>& normal, std::vector<std::vector<double>>& t) {
   const int64_t rows = args[0] != 0 ? static_cast<int64_t>(args[0]) : 32;
   t.assign(1, std::vector<double>(static_cast<size_t>(rows * Hq)));

@@ -291,6 +291,10 @@ std::vector<std::pair<std::string, double>> named_case_params(const scheme_decl&
   return out;
 }
 
+bool named_relative(const scheme_decl& d) {
+  return d.named && d.named->relative_f64;
+}
+
 bool named_bias_by_token(const scheme_decl& d) {
   return d.named && d.named->by_token;
 }
@@ -306,7 +310,7 @@ double named_tensors_draw(const scheme_decl& d, std::span<const double> args, in
                           std::vector<std::vector<double>>& tensors) {
   if (!d.named || !(d.named->draw || d.named->case_draw))
     fail("{} has no tensor parameters to draw", d.name);
-  if (d.named->case_draw) return d.named->case_draw(args, Hq, dmax, normal, tensors);
+  if (d.named->case_draw) return d.named->case_draw(args, Hq, D, dmax, normal, tensors);
   tensors.clear();
   for (const auto& prm : d.params) {
     if (!is_tensor_param(prm)) continue;
@@ -332,6 +336,8 @@ std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_de
                                                                  int64_t D, bool causal) {
   if (!d.named) fail("{} is no score bias reached by name", d.name);
   auto args = named_scheme_args(d, n.params, Hq);
+  if (d.named->relative_f64)
+    fail("{}: it adds relative tables (hooks 2a and 3), not a score bias", d.name);
   if (!d.named->term_f64) {
     const detail::named_bias* b = d.named;
     return [b, args = std::move(args), Hq](int64_t h, int64_t qp, int64_t kp) {
@@ -537,7 +543,7 @@ named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int6
                                std::span<const double> args) {
   named_call<Real> c;
   c.args = args;
-  c.T = T, c.S = S, c.Hq = Hq;
+  c.T = T, c.S = S, c.Hq = Hq, c.D = D;
   for (const auto& x : n.tensors) {
     bool declared = false;
     for (const auto& prm : d.params) declared |= is_tensor_param(prm) && x.name == prm.name;
@@ -655,6 +661,18 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
          d.name, d.citation);
   if (d.named->term_f32) {
     t.biases.push_back(make_tensor_term(p, pl, g, d, n));
+    return;
+  }
+  if (d.named->relative_f32) {
+    if (t.relative) fail("attention: two pairs of relative tables are on; at most one is allowed");
+    const auto args = named_scheme_args(d, n.params, p.Hq);
+    auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
+    c.plan = &pl;
+    c.causal = p.causal;
+    if constexpr (std::is_same_v<Real, float>)
+      t.relative = d.named->relative_f32(c);
+    else
+      t.relative = d.named->relative_f64(c);
     return;
   }
   if (!n.tensors.empty())

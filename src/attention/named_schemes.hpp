@@ -25,6 +25,8 @@ namespace posenc::detail {
 struct attention_plan;  // attention_plan.hpp
 template <typename Real>
 class score_bias;  // engine_terms.hpp
+template <typename Real>
+class relative_vectors;  // engine_terms.hpp
 }  // namespace posenc::detail
 namespace posenc {
 template <typename S>
@@ -44,7 +46,7 @@ struct named_call {
   std::span<const double> args;
   std::vector<std::span<const Real>> tensors;
   std::vector<Real*> grads;
-  int64_t T = 0, S = 0, Hq = 0;
+  int64_t T = 0, S = 0, Hq = 0, D = 0;
   bool causal = false;  // resolves a bool parameter's "not causal" default (named_bool)
   // The call's plan (its visible offsets: a per-call table's range); null when the term serves
   // as the specification alone (named_bias_spec), which then builds no table.
@@ -74,6 +76,12 @@ struct named_bias {
   // given, goes to the tensors' gradient outputs.
   std::unique_ptr<score_bias<float>> (*term_f32)(const named_call<float>& c) = nullptr;
   std::unique_ptr<score_bias<double>> (*term_f64)(const named_call<double>& c) = nullptr;
+  // Relative tables instead of a score bias (hooks 2a and 3: Shaw's a^K, a^V), built per call
+  // like term_f32 / term_f64 (which are then null): rows of (C, D) tables indexed by a function
+  // of the two positions, their gradients into the tensors' gradient outputs. The case tables
+  // and checks read its first two tensors as a^K and a^V.
+  std::unique_ptr<relative_vectors<float>> (*relative_f32)(const named_call<float>& c) = nullptr;
+  std::unique_ptr<relative_vectors<double>> (*relative_f64)(const named_call<double>& c) = nullptr;
   // The term's coordinates are token indices rather than positions (score_bias::by_token).
   bool by_token = false;
   // A value of tensor parameter `tensor` (its index among the declared tensors) for the case
@@ -87,7 +95,7 @@ struct named_bias {
   // the bound on the distances: every tensor parameter for a call of Hq heads with args, in
   // declaration order and row-major, from the standard normal draws normal() gives in turn; it
   // returns the bound on |d bias / d x| for one pair at distance <= dmax (Kerple's).
-  double (*case_draw)(std::span<const double> args, int64_t Hq, double dmax,
+  double (*case_draw)(std::span<const double> args, int64_t Hq, int64_t D, double dmax,
                       const std::function<double()>& normal,
                       std::vector<std::vector<double>>& tensors) = nullptr;
   // Optional: parameters (by declared name) the case tables and checks run with instead of the

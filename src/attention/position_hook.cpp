@@ -16,8 +16,8 @@
 namespace posenc {
 namespace {
 
-constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "alibi",
-                                   "shaw", "irope",      "xpos",    "cope"};
+constexpr const char* k_names[] = {"nope",  "sinusoidal", "learned", "rope",
+                                   "alibi", "irope",      "xpos",    "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 // The schemes reached by name that a model trains with: the score biases (a per-pair RoPE
@@ -184,13 +184,13 @@ template engine_terms<double> make_engine_terms(const attention_params<double>&,
 
 position_options position_options_for_gradcheck() {
   position_options o;
-  o.shaw_clip = 2;
   // irope on the two-layer gradient-check model: layer 1 is NoPE, with a temperature that
   // changes within the batch's positions (0 .. 12).
   o.irope_interval = 2;
   o.irope_floor_scale = 2;
   o.irope_attn_scale = 0.5;
-  o.named_params = {{"fire_hidden", 4}, {"t5_num_buckets", 8}, {"t5_max_distance", 16}};
+  o.named_params = {
+      {"fire_hidden", 4}, {"t5_num_buckets", 8}, {"t5_max_distance", 16}, {"shaw_clip", 2}};
   o.cope_npos = 6;
   return o;
 }

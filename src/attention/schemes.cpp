@@ -54,9 +54,10 @@ constexpr scheme_param kT5[] = {
     {"t5_bidirectional", "scalar", "bool", "not causal", "buckets for both directions"},
 };
 constexpr scheme_param kShaw[] = {
-    {"shaw_keys", "(2K+1, D)", "float", "None", "a^K: a key vector per clipped offset"},
-    {"shaw_values", "(2K+1, D)", "float", "None", "a^V: a value vector per clipped offset"},
-    {"shaw_clip", "scalar", "int", "None", "K: offsets clipped to [-K, K]"},
+    {"shaw_keys", "(C, D)", "tensor", "None", "a^K: a key vector per clipped offset, C = 2K + 1"},
+    {"shaw_values", "(C, D)", "tensor", "None", "a^V: a value vector per clipped offset"},
+    {"shaw_clip", "scalar", "int", "-1",
+     "K: offsets clipped to [-K, K] (-1: from the tables' C = 2K + 1 rows; checked when given)"},
 };
 constexpr scheme_param kKerple[] = {
     {"kerple", "(2, Hq)", "tensor", "None", "rows a1, a2 of the kernel's parameters"},
@@ -115,9 +116,10 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
-extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, shaw_impl,
-    cope_impl, nope_impl, sinusoidal_impl, learned_impl, irope_impl;
+extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, cope_impl,
+    nope_impl, sinusoidal_impl, learned_impl, irope_impl;
 extern const named_bias t5_bias_decl;               // hook_t5.cpp
+extern const named_bias shaw_tables_decl;           // hook_shaw.cpp
 extern const named_bias kerple_bias_decl;           // hook_kerple.cpp
 extern const named_bias fire_bias_decl;             // hook_fire.cpp
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
@@ -152,9 +154,8 @@ const scheme_decl kDecls[] = {
               &detail::alibi_impl),
     {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5,
      &detail::t5_bias_decl, bias_offset_only},
-    with_impl({"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true,
-               false, false, true, kShaw},
-              &detail::shaw_impl),
+    {"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true, false,
+     false, true, kShaw, &detail::shaw_tables_decl, bias_offset_only},
     {"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true, kKerple,
      &detail::kerple_bias_decl, bias_offset_only | bias_symmetric},
     {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire,

@@ -27,10 +27,9 @@ int scheme_count() {
 const char* name(scheme s) {
   if (static_cast<int>(s) >= kSchemes)
     return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
-  const char* n[] = {"none",  "rope_half", "rope_interleaved_partial",
-                     "alibi", "shaw",      "temperature",
-                     "all",   "xpos",      "cope",
-                     "mrope"};
+  const char* n[] = {"none",  "rope_half",   "rope_interleaved_partial",
+                     "alibi", "temperature", "all",
+                     "xpos",  "cope",        "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -53,6 +52,21 @@ const scheme_decl& all_named_bias() {
   for (const scheme_decl* d : named_scheme_decls())
     if (d->named && is_tensor_scheme(*d) && (d->bias_props & bias_offset_only)) return *d;
   fail("attention_cases: no trained offset-only tensor bias is declared for the scheme all");
+}
+
+// The first scheme reached by name that adds relative tables (Shaw), which `all` composes too.
+const scheme_decl& all_named_relative() {
+  for (const scheme_decl* d : named_scheme_decls())
+    if (named_relative(*d)) return *d;
+  fail("attention_cases: no scheme with relative tables is declared for the scheme all");
+}
+
+scheme relative_scheme() {
+  const auto decls = named_scheme_decls();
+  for (size_t i = 0; i < decls.size(); ++i)
+    if (decls[i] == &all_named_relative())
+      return static_cast<scheme>(kSchemes + static_cast<int>(i));
+  fail("attention_cases: no scheme with relative tables is reached by name");
 }
 
 // A trained offset-only score bias reached by name (the rows where the old T5 rows stood: its
@@ -225,8 +239,7 @@ void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
   }
 }
 
-// The established schemes (RoPE, ALiBi, Shaw, the query temperature): none draws from r (Shaw
-// seeds its own tables from c.seed).
+// The established schemes (RoPE, ALiBi, the query temperature): none draws from r.
 template <typename Real>
 void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) {
   const int64_t S = c.S, D = c.D, Hq = c.Hq;
@@ -252,10 +265,6 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
     f.slopes = alibi_slopes(Hq);
     p.pos.alibi = f.slopes;
   }
-  if (c.sch == scheme::shaw || c.sch == scheme::all) {
-    f.shaw = shaw_init(c.sch == scheme::all ? 3 : 8, D, c.seed + 2, 0.5);
-    p.pos.shaw = f.tabs.shaw_view(f.shaw);
-  }
   if (c.sch == scheme::temperature || c.sch == scheme::all) {
     // all: Ministral 3's form (offset 0) after YaRN's rotation, composed in one hook-1 transform.
     p.pos.temperature = {4.0, 0.5, c.sch == scheme::all ? 0.0 : 1.0};
@@ -275,12 +284,14 @@ double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_
   f.G =
       std::max(f.G, named_tensors_draw(
                         d, args, c.T, c.S, c.Hq, c.Hkv, c.D, dmax, [&r] { return r.normal(); }, w));
-  f.named.clear();
+  // This scheme's tensors follow those of the schemes drawn before it (the scheme `all`).
+  const size_t first = f.named.size();
   size_t x = 0;
   for (const auto& prm : d.params) {
     if (!is_tensor_param(prm)) continue;
     f.named.emplace_back(w[x].begin(), w[x].end());  // rounded to Real once
-    for (size_t e = 0; e < w[x].size(); ++e) w[x][e] = double(f.named[x][e]);
+    f.named_names.emplace_back(prm.name);
+    for (size_t e = 0; e < w[x].size(); ++e) w[x][e] = double(f.named[first + x][e]);
     n.tensors.push_back(
         {prm.name,
          tensor_param_shape_for(prm, c.T, c.S, c.Hq, c.Hkv, c.D, static_cast<int64_t>(w[x].size())),
@@ -290,14 +301,19 @@ double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_
   }
   // The bias in double of the values as the call has them.
   named_scheme wide = n;
-  for (size_t y = 0; y < f.named.size(); ++y) {
+  for (size_t y = 0; y < n.tensors.size(); ++y) {
     if constexpr (std::is_same_v<Real, float>)
-      n.tensors[y].f32 = f.named[y];
+      n.tensors[y].f32 = f.named[first + y];
     else
-      n.tensors[y].f64 = f.named[y];
+      n.tensors[y].f64 = f.named[first + y];
     wide.tensors[y].f64 = w[y];
   }
-  f.p.pos.named = {n};
+  f.p.pos.named.push_back(n);
+  if (named_relative(d)) {  // a^K, a^V: no bias (their bounds: set_magnitudes)
+    f.rel = static_cast<int>(first);
+    f.rel_K = (static_cast<int64_t>(w[0].size()) / c.D - 1) / 2;
+    return 0;
+  }
   const auto bias = named_bias_spec(d, wide, c.T, c.S, c.Hq, c.Hkv, c.D, f.p.causal);
   // Token coordinates (query i is token S - T + i; every causal pair) or the positions (every
   // pair of valid positions).
@@ -380,7 +396,10 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     b.amp = std::sqrt(f.F);
   }
   if (c.sch == scheme::mrope) set_mrope(f, c, r);
-  if (c.sch == scheme::all) b.kbias = draw_named_tensors(f, c, r, all_named_bias(), dmax);
+  if (c.sch == scheme::all) {
+    b.kbias = draw_named_tensors(f, c, r, all_named_bias(), dmax);
+    draw_named_tensors(f, c, r, all_named_relative(), dmax);
+  }
   if (static_cast<int>(c.sch) >= kSchemes) {
     // A scheme reached by name, at its default parameters. Its largest |bias|: the declared
     // bound (bounded), else the largest over the distances up to dmax.
@@ -442,14 +461,14 @@ void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
     kmax = std::max(kmax, std::sqrt(n));
   }
   for (auto x : f.v) vmax = std::max(vmax, std::abs(double(x)));
-  if (p.pos.has_shaw()) {
-    for (int64_t c2 = 0; c2 < 2 * f.shaw.clip + 1; ++c2) {
+  if (f.rel >= 0) {  // a relative scheme's a^K (rows' norms) and a^V (entries)
+    const auto& ak = f.named[f.rel];
+    for (size_t c2 = 0; c2 < ak.size() / static_cast<size_t>(D); ++c2) {
       double n = 0;
-      for (int64_t d = 0; d < D; ++d)
-        n += double(f.shaw.keys[c2 * D + d]) * f.shaw.keys[c2 * D + d];
+      for (int64_t d = 0; d < D; ++d) n += double(ak[c2 * D + d]) * ak[c2 * D + d];
       akmax = std::max(akmax, std::sqrt(n));
     }
-    for (auto x : f.shaw.values) avmax = std::max(avmax, std::abs(double(x)));
+    for (auto x : f.named[f.rel + 1]) avmax = std::max(avmax, std::abs(double(x)));
   }
   if (!p.pos.alibi.empty()) {
     // |qpos - kpos| is at most the position spread: max(S, T) for default positions, 300 for
@@ -509,7 +528,7 @@ double composed_scale(const fixture<Real>& f) {
 template <typename Real>
 forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c) {
   const double u = std::numeric_limits<Real>::epsilon() / 2;
-  const int64_t K = f.p.pos.has_shaw() ? f.p.pos.shaw.clip : 0;
+  const int64_t K = f.rel >= 0 ? f.rel_K : 0;
   // D + 11: the SIMD path folds the scale into q (one more rounding of u A); a query
   // temperature after a rotation rounds q once more (u A).
   const double ds = (c.D + 11 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B);
@@ -579,7 +598,7 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
                                        std::span<const Real> dout, std::span<const Real> lse) {
   const double u = std::numeric_limits<Real>::epsilon() / 2;
   const auto& p = f.p;
-  const int64_t K = p.pos.has_shaw() ? p.pos.shaw.clip : 0, C = p.pos.has_shaw() ? 2 * K + 1 : 0;
+  const int64_t K = f.rel >= 0 ? f.rel_K : 0, C = f.rel >= 0 ? 2 * K + 1 : 0;
   // xPos: |A_q(n)^T A_k(m)| <= F bounds the scale a gradient carries (as amp^2 for RoPE).
   const double amp = p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : std::sqrt(f.F);
   const double scale = 1.0 / std::sqrt(double(c.D));
@@ -593,9 +612,9 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const double e_lse = ep + (2 * c.S + 4) * u + u * lmax;
   // Backward.
   double avn = 0, akmax = 0;
-  if (p.pos.has_shaw()) {
-    avn = max_row_norm(p.pos.shaw.values, c.D, 2);
-    akmax = max_abs(p.pos.shaw.keys);
+  if (f.rel >= 0) {
+    avn = max_row_norm<Real>(f.named[f.rel + 1], c.D, 2);
+    akmax = max_abs<Real>(f.named[f.rel]);
   }
   const double W = max_row_norm(dout, c.D, 2) * (max_row_norm<Real>(f.v, c.D, 2) + avn);
   const double e_P = 2 * e_s + e_lse + 4 * u;
@@ -747,15 +766,14 @@ void check_backward(tracker& tr, const spec& c) {
   compare<Real>(tr, ty + "dq", fast.dq, ref.dq, t.dq, u);
   compare<Real>(tr, ty + "dk", fast.dk, ref.dk, t.dk, u);
   compare<Real>(tr, ty + "dv", fast.dv, ref.dv, t.dv, u);
-  if (p.pos.has_shaw()) {
-    compare<Real>(tr, ty + "dshaw_keys", fast.dak, ref.dak, t.dak, u);
-    compare<Real>(tr, ty + "dshaw_values", fast.dav, ref.dav, t.dav, u);
-  }
   if (!p.pos.alibi.empty()) compare<double>(tr, ty + "dalibi", fast.dal, ref.dal, t.dal, u);
   if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
-  for (size_t x = 0; x < f.named.size(); ++x)
-    compare<Real>(tr, ty + "d" + p.pos.named[0].tensors[x].name, fast.dnamed[x], ref.dnamed[x],
-                  t.dpar, u);
+  for (size_t x = 0; x < f.named.size(); ++x) {
+    // A relative scheme's a^K and a^V have their own bounds; every other tensor T E_S G.
+    const int rx = static_cast<int>(x) - f.rel;
+    const double tol = f.rel < 0 || rx < 0 || rx > 1 ? t.dpar : rx == 0 ? t.dak : t.dav;
+    compare<Real>(tr, ty + "d" + f.named_names[x], fast.dnamed[x], ref.dnamed[x], tol, u);
+  }
   if (!p.sinks.empty()) {
     // dsinks_h = -sum_i p_i,sink D_i: the tiled backward reads D_i = dO_i . o_i and p_i,sink =
     // exp(sink - lse_i) from the forward's out and lse, the reference recomputes both in double.
@@ -882,16 +900,12 @@ check_result grad_case(const spec& c) {
   check(f.q.data(), f.q.size(), ref.dq.data(), "dq");
   check(f.k.data(), f.k.size(), ref.dk.data(), "dk");
   check(f.v.data(), f.v.size(), ref.dv.data(), "dv");
-  if (p.pos.has_shaw()) {
-    check(f.tabs.shaw_keys.data(), f.tabs.shaw_keys.size(), ref.dak.data(), "dshaw_keys");
-    check(f.tabs.shaw_values.data(), f.tabs.shaw_values.size(), ref.dav.data(), "dshaw_values");
-  }
   if (!p.pos.alibi.empty()) check(f.slopes.data(), f.slopes.size(), ref.dal.data(), "dalibi");
   if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   if (!p.sinks.empty()) check(f.sinks.data(), f.sinks.size(), ref.dsi.data(), "dsinks");
   for (size_t x = 0; x < f.named.size(); ++x)
     check(f.named[x].data(), f.named[x].size(), ref.dnamed[x].data(),
-          ("d" + p.pos.named[0].tensors[x].name).c_str());
+          ("d" + f.named_names[x]).c_str());
   return measured_check(
       "attention", "backward_vs_fd/" + c.name,
       fmt::format("attention_backward_reference (float64) agrees with central differences of the "
@@ -995,7 +1009,7 @@ void add_forward_cases(std::vector<spec>& v) {
                        forward, f32));
   // Large score magnitudes: |s| ~ 1e4 saturates a naive exp; the max-subtracted online softmax
   // must stay finite and match the reference.
-  for (scheme s : {scheme::none, scheme::alibi, scheme::shaw})
+  for (scheme s : {scheme::none, scheme::alibi, relative_scheme()})
     v.push_back(make("forward_large_scores", spec{17, 64, 32, 4, 4, s, mask::causal, 77, 2000.0},
                      forward, f32 | f64));
   // A trained offset-only bias (T5's buckets, where a table saturates: 2 max_distance +
@@ -1123,7 +1137,7 @@ void add_bf16_product_cases(std::vector<spec>& v) {
              7000u + static_cast<uint64_t>(idx)};
       // An odd D only where no rotation needs pairs of dimensions (the bias-only schemes).
       const auto sc = static_cast<scheme>(s);
-      const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == scheme::shaw ||
+      const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == relative_scheme() ||
                              sc == offset_bias_scheme();
       if (c.D % 2 && !bias_only) ++c.D;
       c.products = attention_products::bf16;
@@ -1323,7 +1337,7 @@ std::vector<spec> make_check() {
                                            {scheme::alibi, mask::cu_seqlens},
                                            {offset_bias_scheme(), mask::doc_ids},
                                            {offset_bias_scheme(), mask::window},
-                                           {scheme::shaw, mask::causal_window},
+                                           {relative_scheme(), mask::causal_window},
                                            {scheme::all, mask::everything},
                                            {scheme::xpos, mask::causal},
                                            {scheme::cope, mask::causal}};
@@ -1334,7 +1348,7 @@ std::vector<spec> make_check() {
   // step, MQA with an odd D.
   add(spec{65, 70, 32, 4, 2, scheme::all, mask::causal, seed++}, forward | backward);
   add(spec{1, 130, 32, 4, 1, scheme::rope_half, mask::causal, seed++}, forward | backward);
-  add(spec{17, 33, 59, 4, 1, scheme::shaw, mask::causal, seed++}, forward | backward);
+  add(spec{17, 33, 59, 4, 1, relative_scheme(), mask::causal, seed++}, forward | backward);
   // Llama 4's query temperature: positions 0 .. 12 (s from 1 to log 4 / 2 + 1) and large
   // explicit positions (s about 7) with pads.
   add(spec{7, 13, 8, 4, 2, scheme::temperature, mask::causal, seed++}, forward | backward | grad);

@@ -49,7 +49,7 @@ constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
 // named: a scheme reached by name (schemes.hpp), the problem's `nd`.
-enum class scheme { none, rope, alibi, shaw, xpos, cope, named };
+enum class scheme { none, rope, alibi, xpos, cope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
     case scheme::cope:
@@ -60,13 +60,11 @@ const char* scheme_name(scheme s) {
       return "rope";
     case scheme::alibi:
       return "alibi";
-    case scheme::shaw:
-      return "shaw";
     default:
       return "none";
   }
 }
-constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi, scheme::shaw};
+constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi};
 // The research schemes with a member: xPos, relative (translation invariant).
 constexpr scheme kResearch[] = {scheme::xpos};
 constexpr double kXposBase = 16;  // scale_base of the checks: a visible decay over N = 20
@@ -80,8 +78,6 @@ struct problem {
   rope_freqs freqs;
   std::vector<double> slopes;
   std::vector<double> cope;  // (8, D)
-  shaw_tables shaw;
-  attention_tables<double> tabs;  // the tables in double, viewed by pos
   attention_position<double> pos;
   double A = 0, B = 0, V = 0;
   double trig = 0;  // per-entry error of the q/k transform's cos/sin (RoPE, xPos)
@@ -102,10 +98,10 @@ struct problem {
     fill_normal(r, k, N * Hkv * D);
     fill_normal(r, v, N * Hkv * D);
     double amp = 1, akmax = 0, avmax = 0;
-    init_classic(seed, amp, akmax, avmax);
+    init_classic(amp);
     init_research(r, amp);
     if (s == scheme::rope) trig = kTrig;
-    init_named(r, amp);
+    init_named(r, amp, akmax, avmax);
     if (s == scheme::cope) init_cope(r);
     recompute_magnitudes(amp, akmax, avmax);
   }
@@ -116,9 +112,8 @@ struct problem {
     for (auto& e : x) e = r.normal();
   }
 
-  // RoPE, ALiBi and Shaw: their tables and bounds (amp scales q and k; akmax and avmax
-  // bound Shaw's key and value embeddings).
-  void init_classic(uint64_t seed, double& amp, double& akmax, double& avmax) {
+  // RoPE and ALiBi: their tables and bounds (amp scales q and k).
+  void init_classic(double& amp) {
     if (sch == scheme::rope) {
       rope_config c;
       c.head_dim = D;
@@ -130,16 +125,6 @@ struct problem {
       slopes = alibi_slopes(Hq);
       pos.alibi = slopes;
       B = slopes[0] * 2 * N;  // |qpos - kpos| < 2N in every check below
-    } else if (sch == scheme::shaw) {
-      shaw = shaw_init(4, D, seed + 2, 0.5);
-      pos.shaw = tabs.shaw_view(shaw);
-      K = 4;
-      for (int64_t c = 0; c < 2 * K + 1; ++c) {
-        double n = 0;
-        for (int64_t d = 0; d < D; ++d) n += double(shaw.keys[c * D + d]) * shaw.keys[c * D + d];
-        akmax = std::max(akmax, std::sqrt(n));
-      }
-      for (float x : shaw.values) avmax = std::max(avmax, std::abs(double(x)));
     }
   }
 
@@ -159,8 +144,10 @@ struct problem {
   }
 
   // A scheme reached by name (nd): its arguments and bounds; a tensor scheme's tensors from r.
-  void init_named(rng& r, double& amp) {
-    if (sch == scheme::named && is_tensor_scheme(*nd)) {
+  void init_named(rng& r, double& amp, double& akmax, double& avmax) {
+    if (sch == scheme::named && named_relative(*nd)) {
+      init_relative(r, akmax, avmax);
+    } else if (sch == scheme::named && is_tensor_scheme(*nd)) {
       named_scheme n{nd->name, named_case_params(*nd, choice)};
       // Distances below 2N in every check below.
       nargs = named_scheme_args(*nd, n.params, Hq);
@@ -207,6 +194,29 @@ struct problem {
           B = std::max(B, std::abs(named_bias_value(*nd, nargs, h, Hq, 2 * N, 2 * N + d)));
       }
     }
+  }
+
+  // A scheme with relative tables (Shaw): a^K, a^V (its first two tensors) drawn through the
+  // declaration at the case parameters; akmax bounds |a^K| rows, avmax |a^V| entries.
+  void init_relative(rng& r, double& akmax, double& avmax) {
+    named_scheme n{nd->name, named_case_params(*nd, choice)};
+    nargs = named_scheme_args(*nd, n.params, Hq);
+    named_tensors_draw(
+        *nd, nargs, N, N, Hq, Hkv, D, 2.0 * double(N), [&r] { return r.normal(); }, ntens);
+    for (const auto& prm : nd->params) {
+      if (!is_tensor_param(prm)) continue;
+      const auto count = static_cast<int64_t>(ntens[n.tensors.size()].size());
+      n.tensors.push_back({prm.name, tensor_param_shape_for(prm, N, N, Hq, Hkv, D, count), {}, {}});
+    }
+    for (size_t x = 0; x < ntens.size(); ++x) n.tensors[x].f64 = ntens[x];
+    pos.named = {n};
+    K = (static_cast<int64_t>(ntens[0].size()) / D - 1) / 2;
+    for (int64_t c = 0; c < 2 * K + 1; ++c) {
+      double sq = 0;
+      for (int64_t d = 0; d < D; ++d) sq += ntens[0][c * D + d] * ntens[0][c * D + d];
+      akmax = std::max(akmax, std::sqrt(sq));
+    }
+    for (double x : ntens[1]) avmax = std::max(avmax, std::abs(x));
   }
 
   // A tensor scheme's tensor 0, entry (h, last) of each row h set to v (FIRE's a_L), then its
@@ -692,8 +702,7 @@ void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
 // Packed documents, padding, cache: for no scheme and every scheme, causal.
 void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
-  for (scheme s :
-       {scheme::none, scheme::rope, scheme::alibi, scheme::shaw, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -703,8 +712,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         packed_deviation(ps, cu), ps.tolerance(ps.N),
         "causal; positions restart at 0 in each document"));
   }
-  for (scheme s :
-       {scheme::none, scheme::rope, scheme::alibi, scheme::shaw, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -715,8 +723,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         dev, ps.tolerance(ps.N),
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
-  for (scheme s :
-       {scheme::none, scheme::rope, scheme::alibi, scheme::shaw, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),
@@ -795,6 +802,63 @@ void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
                               "positions, softmax, times v, written out from the declaration",
                           dev, ps.tolerance(N), "causal, N = 20, 4 query heads, 2 kv heads"));
   packed_and_padded_checks(r, n, ps);
+}
+
+// A scheme reached by name with relative tables (Shaw) at its case-table parameters: the engine
+// against attention written out here from the declared tables (s_ij = q_i . (k_j + a^K_c) /
+// sqrt(D), causal, softmax, o_i = sum_j p_ij (v_j + a^V_c), c = clip(j - i, -K, K) + K: Shaw et
+// al. 2018, eq. 3-4), then what every scheme passes: permutation broken, translation, packing,
+// padding, cache.
+void relative_scheme_checks(std::vector<check_result>& r, uint64_t seed, const scheme_decl* d) {
+  const std::string n = d->name;
+  problem ps(scheme::named, true, seed, d);
+  const int64_t N = ps.N, D = ps.D, H = ps.Hq, G = ps.Hq / ps.Hkv, K = ps.K;
+  const auto& ak = ps.ntens.at(0);
+  const auto& av = ps.ntens.at(1);
+  const auto out = ps.run();
+  double dev = 0;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> sc(i + 1);
+      double m = -INFINITY, z = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        const int64_t c = std::clamp<int64_t>(j - i, -K, K) + K;
+        double dot = 0;
+        for (int64_t e = 0; e < D; ++e)
+          dot += ps.q[(i * H + h) * D + e] * (ps.k[(j * ps.Hkv + h / G) * D + e] + ak[c * D + e]);
+        m = std::max(m, sc[j] = dot / std::sqrt(double(D)));
+      }
+      for (auto& x : sc) z += (x = std::exp(x - m));
+      for (int64_t e = 0; e < D; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t c = std::clamp<int64_t>(j - i, -K, K) + K;
+          o += sc[j] / z * (ps.v[(j * ps.Hkv + h / G) * D + e] + av[c * D + e]);
+        }
+        dev = std::max(dev, std::abs(o - out[(i * H + h) * D + e]));
+      }
+    }
+  r.push_back(equal_check(n + "_engine_matches_tables",
+                          n + ": the engine's attention equals softmax(q.(k + a^K) / sqrt(D)) "
+                              "(v + a^V) written out with the declared tables",
+                          dev, ps.tolerance(N),
+                          fmt::format("causal, N = {}, 4 query heads, 2 kv heads, K = {}", N, K)));
+  problem pb(scheme::named, false, seed, d);
+  r.push_back(
+      breaks_check(n + "_breaks_permutation",
+                   "With " + n + " on, permuting the tokens no longer permutes the outputs",
+                   permutation_deviation(pb), pb.tolerance(pb.N),
+                   "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+  r.push_back(
+      equal_check(n + "_translation_invariant",
+                  n + ": shifting every position by c = 1000003 leaves the outputs unchanged",
+                  shift_deviation(ps, 1000003), ps.tolerance(N),
+                  "causal; the tables' row depends on kpos - qpos only"));
+  packed_and_padded_checks(r, n, ps);
+  r.push_back(equal_check(n + "_cache_equals_full",
+                          n + ": decoding token by token with the KV cache equals the full forward",
+                          cache_deviation(ps), ps.tolerance(N),
+                          "causal; positions continue after the prefix"));
 }
 
 // A scheme reached by name: what its declaration says of its bias (offset-only, symmetric,
@@ -906,6 +970,10 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
   for (const scheme_decl* d : named_scheme_decls()) {
     if (!d->named) {
       rope_pairs_scheme_checks(r, seed, d);
+      continue;
+    }
+    if (named_relative(*d)) {
+      relative_scheme_checks(r, seed, d);
       continue;
     }
     size_t choices = 1;

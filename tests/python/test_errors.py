@@ -70,7 +70,7 @@ BAD = [
      "alibi must be a bool or slopes of shape (Hq,) = (2,)"),
     (lambda: posenc.attention(Q, Q, Q, t5_table=np.zeros((32, 3))), ValueError, "t5_table"),
     (lambda: posenc.attention(Q, Q, Q, shaw=(np.zeros((3, 8)), np.zeros((3, 8)), 2)), ValueError,
-     "shaw keys must have shape (2K+1, D) = (5, 8), got (3, 8)"),
+     "shaw_clip = 2 does not match the tables' 3 rows"),
     (lambda: posenc.attention(Q, Q, Q, rope=posenc.RopeConfig(head_dim=16)), ValueError,
      "rope.head_dim"),
     (lambda: posenc.attention(Q, Q, Q, rope="llama"), TypeError, "rope must be a posenc.RopeConfig"),

@@ -59,8 +59,12 @@ def test_declared_keywords_act_as_their_older_forms():
     t5 = rng.standard_normal((16, 3))
     with pytest.raises(ValueError, match="t5_table must have t5_num_buckets = 8 rows"):
         posenc.attention(q, k, v, t5_table=t5, t5_num_buckets=8)
-    with pytest.raises(ValueError, match="Shaw needs all of shaw_keys, shaw_values and shaw_clip"):
+    with pytest.raises(ValueError, match=r"tensor parameter shaw_values \(C, D\) is required"):
         posenc.attention(q, k, v, shaw_keys=ak)
+    # shaw_clip is the tables' own (checked when given) and the shorthand's clip likewise.
+    assert np.array_equal(b, posenc.attention(q, k, v, causal=True, shaw_keys=ak, shaw_values=av))
+    with pytest.raises(ValueError, match="shaw_clip = 1 does not match the tables' 5 rows"):
+        posenc.attention(q, k, v, shaw=(ak, av, 1))
     with pytest.raises(ValueError, match="alibi_max_bias and alibi_convention need alibi=True"):
         posenc.attention(q, k, v, alibi_convention="geometric")
     with pytest.raises(ValueError, match=r"fire_hidden = 3 does not match fire.s width 9"):

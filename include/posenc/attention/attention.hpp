@@ -54,7 +54,6 @@
 #include "posenc/core/check.hpp"
 #include "posenc/core/half.hpp"
 #include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/shaw.hpp"
 
 namespace posenc {
 
@@ -85,14 +84,6 @@ struct attention_temperature {
 };
 // s(pos) of the formula above in double, pos >= 0.
 double attention_temperature_scale(const attention_temperature& t, int64_t pos);
-
-// Hooks 2a and 3, Shaw et al. (2018): a^K and a^V, (2K+1, D) each, row c holds offset c - K,
-// shared by all heads. In the element type of the call.
-template <typename Real>
-struct attention_shaw {
-  int64_t clip = 0;                    // K >= 0
-  std::span<const Real> keys, values;  // (2K+1, D) each, D contiguous; empty = off
-};
 
 // Hook 1, xPos (Sun et al. 2022, sec. 3: RoPE with exponential scaling): RoPE (half layout, rotary
 // width D, exact angles) times a per-pair scale, zeta_i = (i / (D/2) + gamma) / (1 + gamma), i <
@@ -180,7 +171,6 @@ struct attention_position {
   attention_rope rope;                // hook 1
   std::span<const double> alibi;      // hook 2b: ALiBi slopes (Hq,) (Press et al. 2022): bias
                                       //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
-  attention_shaw<Real> shaw;          // hooks 2a and 3: Shaw tables (2K+1, D), shared by heads
   attention_xpos xpos;                // hook 1: xPos (instead of rope)
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
@@ -188,23 +178,7 @@ struct attention_position {
   std::vector<named_scheme> named;    // schemes by declared name (each at most once), after the
                                       //   members above in the order given
 
-  bool has_shaw() const { return !shaw.keys.empty(); }
   bool has_cope() const { return !cope.emb.empty(); }
-};
-
-// A view of the encodings layer's float Shaw tables (shaw_init) for a float call; a double
-// call converts them once (the conversion is exact): see attention_tables below.
-attention_shaw<float> attention_shaw_view(const shaw_tables& t);
-
-// Owns Real copies of float tables for a call in another element type.
-template <typename Real>
-struct attention_tables {
-  std::vector<Real> shaw_keys, shaw_values;
-  attention_shaw<Real> shaw_view(const shaw_tables& t) {
-    shaw_keys.assign(t.keys.begin(), t.keys.end());
-    shaw_values.assign(t.values.begin(), t.values.end());
-    return {t.clip, shaw_keys, shaw_values};
-  }
 };
 
 // Operand precision of the forward's block products (attention_params::products).
@@ -391,10 +365,8 @@ struct attention_grads {
   Real* dk = nullptr;          // (S, Hkv, D), overwritten
   Real* dv = nullptr;          // (S, Hkv, D), overwritten
   // Position parameters; each optional (null = not wanted), overwritten when given.
-  double* dalibi = nullptr;      // (Hq,): gradient of the ALiBi slopes (learned-slope variants)
-  Real* dshaw_keys = nullptr;    // (2K+1, D): gradient of a^K
-  Real* dshaw_values = nullptr;  // (2K+1, D): gradient of a^V
-  Real* dcope = nullptr;         // (npos, D): gradient of the CoPE embeddings
+  double* dalibi = nullptr;  // (Hq,): gradient of the ALiBi slopes (learned-slope variants)
+  Real* dcope = nullptr;     // (npos, D): gradient of the CoPE embeddings
   // (Hq,): gradient of the sink logits, -sum_i p_i,sink (dO_i . O_i) (the sink carries no
   // value, so dP of its column is 0 and dS = p_sink (0 - D_i)).
   Real* dsinks = nullptr;

@@ -3,7 +3,7 @@
 // docs/architecture.md: every scheme enters at one of four places (the input, q/k transform, score
 // bias, the value term), and nothing but the scheme's own hook knows which scheme is on. A model
 // built on the engine therefore holds one position_hook and asks it
-//   - which parameter tensors the scheme owns (a learned table, Shaw tables, ...),
+//   - which parameter tensors the scheme owns (a learned table, a table per layer, ...),
 //   - what it adds at the input (x_0 += P(pos): sinusoidal, learned) and the backward of that,
 //   - which engine hook to pass to attention (attention_position) and
 //     where the engine's parameter gradients go (attention_grads).
@@ -28,7 +28,7 @@ namespace posenc {
 // name that models train with (schemes.hpp: named_scheme_decls() with a score bias, in declaration
 // order; not the per-pair RoPE schemes, which apply at inference), whose hook is generic.
 // Iterate 0 .. pos_scheme_count() - 1.
-enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, shaw, irope, xpos, cope, count };
+enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, irope, xpos, cope, count };
 int pos_scheme_count();                     // the members before `count` + the named ones
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
 // Throws invalid_argument naming `arg` and the allowed names.
@@ -48,7 +48,6 @@ struct position_options {
   // Attention, StreamingLLM; schemes.hpp), on every layer's attention with their parameters.
   // A model evaluated with them runs its trained weights under them (the lab's zero-shot rows).
   std::vector<named_scheme> rope_pairs;
-  int64_t shaw_clip = 16;      // shaw: K; tables (2K+1, D) per layer, shared by heads
   double input_amplitude = 1;  // sinusoidal: x_0 = E[token] + a PE(pos)
   // irope (Llama 4's interleaved RoPE / NoPE layers): layer l is NoPE when
   // (l + 1) % irope_interval == 0, else RoPE (rope_theta); NoPE layers tune the query
@@ -75,7 +74,7 @@ struct position_shape {
 
 // A parameter tensor owned by a scheme.
 struct position_tensor {
-  std::string name;  // "pos_emb", "shaw_k", ... (per-layer ones get "layer<l>.")
+  std::string name;  // "pos_emb", ... (per-layer ones get "layer<l>.")
   int64_t rows = 0, cols = 0;
   bool per_layer = false;  // one copy per layer (else one shared by all layers)
   bool decay = false;      // AdamW weight decay applies

@@ -207,6 +207,9 @@ std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_de
 // calls reach the logarithmic and saturated buckets).
 std::vector<std::pair<std::string, double>> named_case_params(const scheme_decl& d, int choice);
 bool named_bias_by_token(const scheme_decl& d);
+// A scheme reached by name that adds relative tables (hooks 2a and 3: Shaw's a^K and a^V, its
+// first two tensors, (C, D) each) rather than a score bias: named_bias_spec throws for it.
+bool named_relative(const scheme_decl& d);
 // For a tensor scheme: a value of its tensor parameter `tensor` (index among its tensors) from a
 // standard normal draw z (a pad row's value in the checks); and every tensor for a call with
 // args (T queries, S keys, Hq and Hkv heads of dim D), as the case tables and checks draw them,

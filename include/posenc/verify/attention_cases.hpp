@@ -95,10 +95,10 @@ enum class scheme {
   rope_half,
   rope_interleaved_partial,  // rotary_dim = (D / 4) * 2, interleaved layout
   alibi,
-  shaw,
   temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
   all,          // YaRN RoPE (attention factor != 1) + ALiBi + the first trained tensor bias
-                // reached by name (all_named_bias()) + Shaw + a query temperature (offset 0,
+                // reached by name (all_named_bias()) + the first relative tables reached by name
+                // (all_named_relative(): Shaw) + a query temperature (offset 0,
                 // after the rotation: Ministral 3's form) at once
   xpos,         // scale_base = max(64, spread / 4), centred on the positions
   cope,         // npos = 8; forces causal masking (CoPE is causal only)
@@ -133,6 +133,10 @@ bool float_kv_only(scheme s);
 // schemes; and its row of the enum (where the tests want a table bias).
 const posenc::scheme_decl& all_named_bias();
 scheme offset_bias_scheme();
+// The first scheme reached by name that adds relative tables (Shaw's a^K, a^V), which `all`
+// composes too, and its row of the enum.
+const posenc::scheme_decl& all_named_relative();
+scheme relative_scheme();
 // The number of schemes that are not (the half-precision groups' count).
 int half_kv_scheme_count();
 const char* name(mask m);
@@ -203,10 +207,8 @@ struct fixture {
   std::vector<int64_t> cu, qdoc, kdoc, qpos, kpos;
   rope_freqs freqs;
   std::vector<double> slopes;
-  shaw_tables shaw;
-  attention_tables<Real> tabs;  // shaw in the element type, viewed by p.pos
-  attention_params<Real> p;     // out and lse unset
-  double A = 0, B = 0, V = 0;   // the magnitudes of the tolerance derivation
+  attention_params<Real> p;    // out and lse unset
+  double A = 0, B = 0, V = 0;  // the magnitudes of the tolerance derivation
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
   std::vector<Real> cope;       // CoPE embeddings (npos, D)
   std::vector<Real> sinks;      // spec::sinks: the sink logits (Hq,)
@@ -214,7 +216,10 @@ struct fixture {
   // A tensor scheme reached by name (schemes.hpp, is_tensor_scheme): each declared tensor's
   // values, in declaration order (p.pos.named[0].tensors views them).
   std::vector<std::vector<Real>> named;
-  double G = 0;  // bound on |d bias / d parameter| over the pairs (FIRE, tensor schemes)
+  std::vector<std::string> named_names;  // their parameters' names
+  int rel = -1;       // index in `named` of a relative scheme's a^K (a^V follows); -1 = none
+  int64_t rel_K = 0;  // its clip K (tables of 2K + 1 rows)
+  double G = 0;       // bound on |d bias / d parameter| over the pairs (FIRE, tensor schemes)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
 };
 
@@ -234,11 +239,11 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 }
 
 // The gradients of one backward call on f.p, owning their buffers (filled with -7 so that an
-// entry the backward forgets shows): dq, dk, dv always; dshaw_keys, dshaw_values, dalibi, a named
-// scheme's tensors when the scheme is on.
+// entry the backward forgets shows): dq, dk, dv always; dalibi, dcope, dsinks and the tensors of
+// the schemes reached by name when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dak, dav, dco, dsi;
+  std::vector<Real> dq, dk, dv, dco, dsi;
   std::vector<double> dal;
   std::vector<std::vector<Real>> dnamed;  // a tensor scheme's tensors, as fixture::named
   attention_grads<Real> g;
@@ -249,12 +254,6 @@ struct grads {
     dv.assign(p.S * p.Hkv * p.D, Real(-7));
     g.out = out, g.lse = lse, g.dout = dout;
     g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
-    if (p.pos.has_shaw()) {
-      dak.assign(p.pos.shaw.keys.size(), Real(-7));
-      dav.assign(p.pos.shaw.values.size(), Real(-7));
-      g.dshaw_keys = dak.data();
-      g.dshaw_values = dav.data();
-    }
     if (!p.pos.alibi.empty()) {
       dal.assign(p.Hq, -7.0);
       g.dalibi = dal.data();
@@ -270,7 +269,7 @@ struct grads {
     dnamed.resize(f.named.size());
     for (size_t x = 0; x < f.named.size(); ++x) {
       dnamed[x].assign(f.named[x].size(), Real(-7));
-      g.named.push_back({p.pos.named[0].tensors[x].name, dnamed[x]});
+      g.named.push_back({f.named_names[x], dnamed[x]});
     }
   }
 };

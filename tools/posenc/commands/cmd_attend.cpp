@@ -8,9 +8,9 @@
 //     [--alibi [--max-bias 8] [--alibi-convention press|mpt|geometric]]
 //     [--q-positions P.npy] [--k-positions P.npy] [--key-padding M.npy]
 //     [--cu-seqlens 0,5,12] [--window W]
-//     [--shaw-keys AK.npy --shaw-values AV.npy --shaw-clip K] [--lse-out L.npy]
+//     [--lse-out L.npy]
 //     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy
-//      [--dshaw-keys DAK.npy --dshaw-values DAV.npy] [--dalibi DA.npy]]
+//      [--dalibi DA.npy]]
 //     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //     [--cope E.npy] [--dcope DE.npy]
 //     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
@@ -88,12 +88,9 @@ struct attend_opts {
   std::string q_positions, k_positions, key_padding, cu_seqlens;
   int64_t window = 0;
   std::string sinks;  // --sinks a,b,c: one logit per query head
-  // Shaw
-  std::string shaw_keys, shaw_values;
   // Half-precision K and V
   std::string kv_dtype;
   std::string products = "f32";
-  int64_t shaw_clip = -1;
   // xPos, CoPE
   std::string cope;
   bool xpos = false, keys_rotated = false;
@@ -112,7 +109,7 @@ struct attend_opts {
   std::map<std::string, std::string> named_files;  // tensor parameters: .npy paths
   std::map<std::string, std::string> named_grads;  // their gradients' output paths (--d<name>)
   // Backward
-  std::string dout, dq, dk, dv, dshaw_keys, dshaw_values, dalibi, dcope;
+  std::string dout, dq, dk, dv, dalibi, dcope;
   CLI::App* sub = nullptr;
 };
 
@@ -266,9 +263,9 @@ struct attend_state {
   bool mrope = false;                   // (3, n) positions
   layer_choice lc;
   rope_freqs freqs;
-  std::vector<double> slopes;                // (Hq,)
-  std::vector<Real> shaw_k, shaw_v, cope_e;  // as read, in Q's dtype
-  std::vector<Real> sinks;                   // (Hq,) --sinks
+  std::vector<double> slopes;              // (Hq,)
+  std::vector<Real> cope_e;                // as read, in Q's dtype
+  std::vector<Real> sinks;                 // (Hq,) --sinks
   std::vector<std::vector<Real>> named_w;  // tensor parameters of schemes reached by name, as read
   std::vector<std::string> schemes;        // the names of the schemes on, in order
   attention_params<Real> p;
@@ -487,30 +484,6 @@ void read_alibi(const attend_opts& o, attend_state<Real>& s) {
 }
 
 template <typename Real>
-void read_shaw(const attend_opts& o, attend_state<Real>& s) {
-  const bool any_shaw = !o.shaw_keys.empty() || !o.shaw_values.empty() || given(o, "--shaw-clip");
-  if (!any_shaw) return;
-  if (o.shaw_keys.empty() || o.shaw_values.empty() || !given(o, "--shaw-clip"))
-    fail("Shaw needs all of --shaw-keys, --shaw-values and --shaw-clip");
-  if (o.shaw_clip < 0 || o.shaw_clip > (int64_t{1} << 20))
-    fail("--shaw-clip must be in [0, 2^20], got {}", o.shaw_clip);
-  const int64_t rows = 2 * o.shaw_clip + 1;
-  const auto expect = fmt::format("(2K+1, D) = ({}, {})", rows, s.D);
-  const auto ak = read_npy(o.shaw_keys);
-  require_float(ak, "--shaw-keys");
-  require_shape(ak, "--shaw-keys", {rows, s.D}, expect);
-  const auto av = read_npy(o.shaw_values);
-  require_float(av, "--shaw-values");
-  require_shape(av, "--shaw-values", {rows, s.D}, expect);
-  note_rounding<Real>(ak, "--shaw-keys");
-  note_rounding<Real>(av, "--shaw-values");
-  s.shaw_k = as_real<Real>(ak);
-  s.shaw_v = as_real<Real>(av);
-  s.p.pos.shaw = {o.shaw_clip, s.shaw_k, s.shaw_v};
-  s.schemes.push_back("shaw");
-}
-
-template <typename Real>
 void read_cope(const attend_opts& o, attend_state<Real>& s) {
   if (o.cope.empty()) return;
   const auto a = read_npy(o.cope);
@@ -610,6 +583,10 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
     named_scheme n{d->name, {}};
     std::vector<std::string> flags;
     const bool tensor_switch = is_tensor_param(d->params[0]);
+    const bool on =
+        tensor_switch ? !o.named_files.at(d->params[0].name).empty() : o.named_on.at(d->name);
+    // The tensors in declaration order (the switch first): the gradients are written so.
+    if (on && tensor_switch) read_named_tensor(o, s, d->params[0], n);
     for (size_t i = 1; i < d->params.size(); ++i) {
       const std::string flag = "--" + flag_name(d->params[i].name);
       if (!given(o, flag.c_str())) continue;
@@ -621,9 +598,6 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
       else
         n.params.emplace_back(d->params[i].name, o.named_values.at(d->params[i].name));
     }
-    const bool on =
-        tensor_switch ? !o.named_files.at(d->params[0].name).empty() : o.named_on.at(d->name);
-    if (on && tensor_switch) read_named_tensor(o, s, d->params[0], n);
     if (on) {
       (void)named_scheme_args(*d, n.params, s.Hq);  // errors name the flag's parameter
       s.p.pos.named.push_back(std::move(n));
@@ -691,8 +665,7 @@ void read_hf_dca(const attend_opts& o, attend_state<Real>& s) {
 template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
   if (o.dout.empty()) {
-    for (const char* f :
-         {"--dq", "--dk", "--dv", "--dshaw-keys", "--dshaw-values", "--dalibi", "--dcope"})
+    for (const char* f : {"--dq", "--dk", "--dv", "--dalibi", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
     for (const auto& [name, path] : o.named_grads)
       if (!path.empty())
@@ -701,8 +674,6 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   }
   if (o.dq.empty() || o.dk.empty() || o.dv.empty())
     fail("--dout needs all of --dq, --dk and --dv (output paths)");
-  if ((!o.dshaw_keys.empty() || !o.dshaw_values.empty()) && !p.pos.has_shaw())
-    fail("--dshaw-keys and --dshaw-values need the Shaw tables (--shaw-keys ...)");
   if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
   if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
   for (const auto& [name, path] : o.named_grads) {
@@ -714,7 +685,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
   for (const auto& [name, path] : o.named_grads)
     if (!path.empty()) outs.push_back(path);
-  for (const auto* x : {&o.lse_out, &o.dshaw_keys, &o.dshaw_values, &o.dalibi, &o.dcope})
+  for (const auto* x : {&o.lse_out, &o.dalibi, &o.dcope})
     if (!x->empty()) outs.push_back(*x);
   for (size_t a = 0; a < outs.size(); ++a)
     for (size_t b = a + 1; b < outs.size(); ++b)
@@ -725,7 +696,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
 // gradient only when its output path is given.
 template <typename Real>
 struct attend_gradients {
-  std::vector<Real> dout, dq, dk, dv, dak, dav, dco;
+  std::vector<Real> dout, dq, dk, dv, dco;
   std::vector<double> dal;  // (Hq,), float64 whatever Q's dtype
   // The named tensors' gradients asked for: (output path, shape, values).
   std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<Real>>> dnamed;
@@ -741,14 +712,6 @@ void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_grad
   d.dv.resize(S * Hkv * D);
   g.out = s.out.data(), g.lse = s.lse.data(), g.dout = d.dout.data();
   g.dq = d.dq.data(), g.dk = d.dk.data(), g.dv = d.dv.data();
-  if (!o.dshaw_keys.empty()) {
-    d.dak.resize(s.shaw_k.size());
-    g.dshaw_keys = d.dak.data();
-  }
-  if (!o.dshaw_values.empty()) {
-    d.dav.resize(s.shaw_v.size());
-    g.dshaw_values = d.dav.data();
-  }
   if (!o.dalibi.empty()) {
     d.dal.resize(Hq);
     g.dalibi = d.dal.data();
@@ -791,9 +754,6 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
   files.emplace_back(o.dq, as_npy(d.dq, {T, Hq, D}));
   files.emplace_back(o.dk, as_npy(d.dk, {S, Hkv, D}));
   files.emplace_back(o.dv, as_npy(d.dv, {S, Hkv, D}));
-  const int64_t rows = 2 * pos.shaw.clip + 1;
-  if (!o.dshaw_keys.empty()) files.emplace_back(o.dshaw_keys, as_npy(d.dak, {rows, D}));
-  if (!o.dshaw_values.empty()) files.emplace_back(o.dshaw_values, as_npy(d.dav, {rows, D}));
   if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(d.dco, {pos.cope.npos, D}));
   if (!o.dalibi.empty()) {
     npy_array a = make_npy<double>({Hq});
@@ -931,7 +891,6 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_positions_and_masks(o, s);
   read_rope(o, s);
   read_alibi(o, s);
-  read_shaw(o, s);
   read_cope(o, s);
   read_temperature(o, s);
   read_xpos(o, s);
@@ -1160,7 +1119,7 @@ void add_attend_rope_flags(CLI::App* sub, attend_opts& o) {
                   "Sequence length for dynamic/longrope frequencies (default S)");
 }
 
-// ALiBi biases, position ids, key masks, sliding window, sinks and Shaw.
+// ALiBi biases, position ids, key masks, sliding window and sinks.
 void add_attend_bias_mask_flags(CLI::App* sub, attend_opts& o) {
   sub->add_flag("--alibi", o.alibi, "ALiBi biases (Press et al. 2022)");
   sub->add_option("--alibi-max-bias,--max-bias", o.max_bias, "ALiBi max_bias (default 8)");
@@ -1176,9 +1135,6 @@ void add_attend_bias_mask_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--sinks", o.sinks,
                   "Attention sinks (gpt-oss): one logit per query head, a,b,c (Hq values), each "
                   "one more softmax score with no value");
-  sub->add_option("--shaw-keys", o.shaw_keys, "Shaw a^K AK.npy (2K+1, D)");
-  sub->add_option("--shaw-values", o.shaw_values, "Shaw a^V AV.npy (2K+1, D)");
-  sub->add_option("--shaw-clip", o.shaw_clip, "Shaw clip distance K");
 }
 
 // The backward: --dout and the gradients it writes.
@@ -1187,8 +1143,6 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--dq", o.dq, "Write dL/dq DQ.npy (T, Hq, D) (needs --dout)");
   sub->add_option("--dk", o.dk, "Write dL/dk DK.npy (S, Hkv, D) (needs --dout)");
   sub->add_option("--dv", o.dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
-  sub->add_option("--dshaw-keys", o.dshaw_keys, "Write dL/da^K DAK.npy (2K+1, D)");
-  sub->add_option("--dshaw-values", o.dshaw_values, "Write dL/da^V DAV.npy (2K+1, D)");
   sub->add_option("--dalibi", o.dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
 }
 

@@ -297,7 +297,7 @@ const std::vector<press_variant>& press_variants() {
       {"rope", model::pos_scheme::rope, false, false},
       {"alibi", model::pos_scheme::alibi, false, false},
       {"t5", model::pos_scheme_from_name("t5"), false, false},
-      {"shaw", model::pos_scheme::shaw, false, false},
+      {"shaw", model::pos_scheme_from_name("shaw"), false, false},
   };
   return v;
 }
