@@ -1430,6 +1430,9 @@ void add_prefill_perf(std::vector<spec>& v) {
     add_perf(v, "attention", 2048, 2048, 8, D, scheme::none, "none", forward);
   add_perf(v, "attention", 8192, 8192, 8, 128, scheme::none, "none", forward, true);
   add_perf(v, "attention", 16384, 16384, 8, 128, scheme::none, "none", forward, true);
+  // Cost grows with the FLOPs alone: T = S = 32768 against 16 times T = S = 8192 (1.3 GB of q, k,
+  // v and out).
+  add_perf(v, "attention", 32768, 32768, 8, 128, scheme::none, "none", forward, true);
 }
 
 // The decode cases with token-major keys and values, float32 and float16.
