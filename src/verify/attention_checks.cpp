@@ -148,19 +148,7 @@ struct problem {
     if (sch == scheme::named && named_relative(*nd)) {
       init_relative(r, akmax, avmax);
     } else if (sch == scheme::named && is_tensor_scheme(*nd)) {
-      named_scheme n{nd->name, named_case_params(*nd, choice)};
-      // Distances below 2N in every check below.
-      nargs = named_scheme_args(*nd, n.params, Hq);
-      named_tensors_draw(
-          *nd, nargs, N, N, Hq, Hkv, D, 2.0 * double(N), [&r] { return r.normal(); }, ntens);
-      for (const auto& prm : nd->params) {
-        if (!is_tensor_param(prm)) continue;
-        const auto count = static_cast<int64_t>(ntens[n.tensors.size()].size());
-        n.tensors.push_back(
-            {prm.name, tensor_param_shape_for(prm, N, N, Hq, Hkv, D, count), {}, {}});
-      }
-      for (size_t x = 0; x < ntens.size(); ++x) n.tensors[x].f64 = ntens[x];
-      pos.named = {n};
+      const named_scheme n = draw_tensors(r);
       nbias = named_bias_spec(*nd, n, N, N, Hq, Hkv, D, causal);
       for (int64_t h = 0; h < Hq; ++h)  // every pair the call sees
         for (int64_t i = 0; i < N; ++i)
@@ -196,9 +184,9 @@ struct problem {
     }
   }
 
-  // A scheme with relative tables (Shaw): a^K, a^V (its first two tensors) drawn through the
-  // declaration at the case parameters; akmax bounds |a^K| rows, avmax |a^V| entries.
-  void init_relative(rng& r, double& akmax, double& avmax) {
+  // A tensor scheme's arguments (nargs) and tensors (ntens) at the case parameters, drawn through
+  // its declaration from r for distances below 2N (every check below), as pos.named.
+  named_scheme draw_tensors(rng& r) {
     named_scheme n{nd->name, named_case_params(*nd, choice)};
     nargs = named_scheme_args(*nd, n.params, Hq);
     named_tensors_draw(
@@ -210,6 +198,13 @@ struct problem {
     }
     for (size_t x = 0; x < ntens.size(); ++x) n.tensors[x].f64 = ntens[x];
     pos.named = {n};
+    return n;
+  }
+
+  // A scheme with relative tables (Shaw): a^K, a^V (its first two tensors) drawn through the
+  // declaration at the case parameters; akmax bounds |a^K| rows, avmax |a^V| entries.
+  void init_relative(rng& r, double& akmax, double& avmax) {
+    draw_tensors(r);
     K = (static_cast<int64_t>(ntens[0].size()) / D - 1) / 2;
     for (int64_t c = 0; c < 2 * K + 1; ++c) {
       double sq = 0;
