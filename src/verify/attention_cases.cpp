@@ -1525,6 +1525,16 @@ std::vector<spec> make_perf() {
   add_scheme_perf(v);
   add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
   add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
+  // The targets of the schemes on paths of their own (issue 46): RoPE's backward, which the
+  // per-pair schemes' backward is held to, then theirs and CoPE's forward and backward on their
+  // own paths today (double scores per row): extended.
+  add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::rope_half, "rope", backward, true);
+  for (int s = kSchemes; s < scheme_count(); ++s)
+    if (named_decl(static_cast<scheme>(s))->pairs)
+      add_perf(v, "attention_backward", 2048, 2048, 8, 128, static_cast<scheme>(s),
+               name(static_cast<scheme>(s)), backward, true);
+  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::cope, "cope", forward, true);
+  add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::cope, "cope", backward, true);
   return v;
 }
 
