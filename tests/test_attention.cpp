@@ -294,6 +294,29 @@ TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
     }
 }
 
+// CoPE's own path splits the heads over the threads; every row is the same arithmetic, so the
+// bits do not depend on the thread count (prefill with 8 heads over 1, 2 and 3 threads).
+TEST(AttentionCope, ThreadCountDoesNotChangeTheBits) {
+  const spec c{33, 40, 16, 8, 2, scheme::cope, mask::causal, 4244};
+  fixture<double> f;
+  build(f, c);
+  auto p = f.p;
+  std::vector<double> out1(f.out_fast.size()), out2(f.out_fast.size());
+  std::vector<double> lse1(f.lse_fast.size()), lse2(f.lse_fast.size());
+  const int saved = num_threads();
+  set_num_threads(1);
+  p.out = out1.data(), p.lse = lse1.data();
+  attention_forward(p);
+  for (int nth : {2, 3}) {
+    set_num_threads(nth);
+    p.out = out2.data(), p.lse = lse2.data();
+    attention_forward(p);
+    EXPECT_EQ(out1, out2) << nth << " threads";
+    EXPECT_EQ(lse1, lse2) << nth << " threads";
+  }
+  set_num_threads(saved);
+}
+
 // Token-major and head-major K and V at split-decode shapes (T = 1, S = 8192: 512-key chunks,
 // kv head fastest in the token-major item order) run the same chunks through the same
 // arithmetic per row, so the two layouts give the same bits: GQA (4 rows per head) and MHA,

@@ -22,6 +22,7 @@
 #include "attention_plan.hpp"
 #include "hooks.hpp"
 #include "posenc/core/error.hpp"
+#include "posenc/core/threads.hpp"
 
 namespace posenc {
 namespace detail {
@@ -120,23 +121,29 @@ void cope_forward(const attention_params<Real>& p) {
   (void)make_engine_terms<Real>(p, pl, nullptr);  // validates pos (CoPE alone, causal)
   const auto in = cope_load(p);
   const int64_t T = p.T, Hq = p.Hq, D = p.D;
-  cope_row r;
-  std::vector<double> prob;
-  for (int64_t h = 0; h < Hq; ++h) {
-    const int64_t hk = h / pl.group;
-    for (int64_t i = 0; i < T; ++i) {
-      cope_fill_row(p, pl, in, h, i, r);
-      const double lse = cope_softmax(r, prob);
-      Real* out = p.out + (i * Hq + h) * D;
-      for (int64_t d = 0; d < D; ++d) {
-        double o = 0;
-        for (int64_t j = 0; j < p.S; ++j)
-          if (prob[j] != 0) o += prob[j] * in.v[(j * p.Hkv + hk) * D + d];
-        out[d] = static_cast<Real>(o);
+  // Rows are independent: the heads split over the threads, each row the same arithmetic (the
+  // bits do not depend on the thread count). out_i = sum_j P_ij v_j accumulates key by key into
+  // D sums, in the order of j for every entry.
+  parallel_for(Hq, [&](int64_t h0, int64_t h1) {
+    cope_row r;
+    std::vector<double> prob, o(D);
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t hk = h / pl.group;
+      for (int64_t i = 0; i < T; ++i) {
+        cope_fill_row(p, pl, in, h, i, r);
+        const double lse = cope_softmax(r, prob);
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j < p.S; ++j) {
+          if (prob[j] == 0) continue;
+          const double* vj = &in.v[(j * p.Hkv + hk) * D];
+          for (int64_t d = 0; d < D; ++d) o[d] += prob[j] * vj[d];
+        }
+        Real* out = p.out + (i * Hq + h) * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = static_cast<Real>(o[d]);
+        if (p.lse) p.lse[i * Hq + h] = static_cast<Real>(lse);
       }
-      if (p.lse) p.lse[i * Hq + h] = static_cast<Real>(lse);
     }
-  }
+  });
 }
 
 template <typename Real>
