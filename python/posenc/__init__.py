@@ -470,6 +470,10 @@ def _named_doc():
             lines.append(f"    {d['name']}: True for {d['title']} ({d['citation']}), "
                          f"{first['doc']}.")
         for p in d["params"][1:]:
+            if p["dtype"] == "tensor":  # a second table (Shaw's a^V): its shape and gradient
+                lines.append(f"      {p['name']}: {p['doc']}, an array {p['shape']}"
+                             + (f"; its gradient d{p['name']}" if d["learned"] else "") + ".")
+                continue
             kind = " or ".join(f'"{c}"' for c in p["choices"]) if "choices" in p else p["dtype"]
             lines.append(f"      {p['name']} ({kind}, default {p['default']}): {p['doc']}.")
     return "\n".join(lines) + ("\n" if lines else "")
