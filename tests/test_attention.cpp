@@ -8,6 +8,7 @@
 // The table-driven tests run the groups of the library's case table (full_cases() of
 // include/posenc/verify/attention_cases.hpp, which also feeds `posenc check` and `posenc
 // bench`) through its check mode; the tolerances are derived in that header.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -266,6 +267,28 @@ TEST(AttentionSimd, SplitDecodeAgainstReference) {
   run_group("simd_split_decode", scheme_count() * 4);
 }
 
+// run(p) on the fixture's call with 1 thread, then 2 and 3: the same out and lse bits each time.
+template <typename Real>
+void expect_bits_for_any_thread_count(const fixture<Real>& f,
+                                      void (*run)(const attention_params<Real>&),
+                                      const std::string& what) {
+  auto p = f.p;
+  std::vector<Real> out1(f.out_fast.size()), out2(f.out_fast.size());
+  std::vector<Real> lse1(f.lse_fast.size()), lse2(f.lse_fast.size());
+  const int saved = num_threads();
+  set_num_threads(1);
+  p.out = out1.data(), p.lse = lse1.data();
+  run(p);
+  for (int nth : {2, 3}) {
+    set_num_threads(nth);
+    p.out = out2.data(), p.lse = lse2.data();
+    run(p);
+    EXPECT_EQ(out1, out2) << what << ", " << nth << " threads";
+    EXPECT_EQ(lse1, lse2) << what << ", " << nth << " threads";
+  }
+  set_num_threads(saved);
+}
+
 // The split decode merges chunks in chunk order and its chunking depends on the shape only:
 // the same bits for any thread count. S = 1000 with 2 kv heads takes chunks of 128 keys;
 // S = 4096 with 8 kv heads, chunks of 512 (and 3 threads share its 64 items unevenly).
@@ -276,21 +299,7 @@ TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
       const spec c{1, S, 64, 8, Hkv, sch, mask::causal, 4243};
       fixture<float> f;
       build(f, c);
-      auto p = f.p;
-      std::vector<float> out1(f.out_fast.size()), out2(f.out_fast.size());
-      std::vector<float> lse1(f.lse_fast.size()), lse2(f.lse_fast.size());
-      const int saved = num_threads();
-      set_num_threads(1);
-      p.out = out1.data(), p.lse = lse1.data();
-      attention_tiled(p);
-      for (int nth : {2, 3}) {
-        set_num_threads(nth);
-        p.out = out2.data(), p.lse = lse2.data();
-        attention_tiled(p);
-        EXPECT_EQ(out1, out2) << "S = " << S << ", " << nth << " threads";
-        EXPECT_EQ(lse1, lse2) << "S = " << S << ", " << nth << " threads";
-      }
-      set_num_threads(saved);
+      expect_bits_for_any_thread_count(f, &attention_tiled<float>, fmt::format("S = {}", S));
     }
 }
 
@@ -300,21 +309,7 @@ TEST(AttentionCope, ThreadCountDoesNotChangeTheBits) {
   const spec c{33, 40, 16, 8, 2, scheme::cope, mask::causal, 4244};
   fixture<double> f;
   build(f, c);
-  auto p = f.p;
-  std::vector<double> out1(f.out_fast.size()), out2(f.out_fast.size());
-  std::vector<double> lse1(f.lse_fast.size()), lse2(f.lse_fast.size());
-  const int saved = num_threads();
-  set_num_threads(1);
-  p.out = out1.data(), p.lse = lse1.data();
-  attention_forward(p);
-  for (int nth : {2, 3}) {
-    set_num_threads(nth);
-    p.out = out2.data(), p.lse = lse2.data();
-    attention_forward(p);
-    EXPECT_EQ(out1, out2) << nth << " threads";
-    EXPECT_EQ(lse1, lse2) << nth << " threads";
-  }
-  set_num_threads(saved);
+  expect_bits_for_any_thread_count(f, &attention_forward<double>, "CoPE");
 }
 
 // Token-major and head-major K and V at split-decode shapes (T = 1, S = 8192: 512-key chunks,

@@ -589,15 +589,26 @@ named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int6
   return c;
 }
 
+// What a term built per call (a tensor bias, relative tables) gets of the engine's call: its
+// checked arguments and tensors, the plan and the causality. It views args (kept in `args`).
+template <typename Real>
+named_call<Real> engine_call(const attention_params<Real>& p, const attention_plan& pl,
+                             const attention_grads<Real>* g, const scheme_decl& d,
+                             const named_scheme& n, std::vector<double>& args) {
+  args = named_scheme_args(d, n.params, p.Hq);
+  auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
+  c.plan = &pl;
+  c.causal = p.causal;
+  return c;
+}
+
 template <typename Real>
 std::unique_ptr<score_bias<Real>> make_tensor_term(const attention_params<Real>& p,
                                                    const attention_plan& pl,
                                                    const attention_grads<Real>* g,
                                                    const scheme_decl& d, const named_scheme& n) {
-  const auto args = named_scheme_args(d, n.params, p.Hq);
-  auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
-  c.plan = &pl;
-  c.causal = p.causal;
+  std::vector<double> args;
+  const auto c = engine_call(p, pl, g, d, n, args);
   if constexpr (std::is_same_v<Real, float>)
     return d.named->term_f32(c);
   else
@@ -665,10 +676,8 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
   }
   if (d.named->relative_f32) {
     if (t.relative) fail("attention: two pairs of relative tables are on; at most one is allowed");
-    const auto args = named_scheme_args(d, n.params, p.Hq);
-    auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
-    c.plan = &pl;
-    c.causal = p.causal;
+    std::vector<double> args;
+    const auto c = engine_call(p, pl, g, d, n, args);
     if constexpr (std::is_same_v<Real, float>)
       t.relative = d.named->relative_f32(c);
     else

@@ -61,22 +61,26 @@ const scheme_decl& all_named_relative() {
   fail("attention_cases: no scheme with relative tables is declared for the scheme all");
 }
 
-scheme relative_scheme() {
+namespace {
+
+// The row of the enum of a scheme reached by name.
+scheme row_of(const scheme_decl& d) {
   const auto decls = named_scheme_decls();
   for (size_t i = 0; i < decls.size(); ++i)
-    if (decls[i] == &all_named_relative())
-      return static_cast<scheme>(kSchemes + static_cast<int>(i));
-  fail("attention_cases: no scheme with relative tables is reached by name");
+    if (decls[i] == &d) return static_cast<scheme>(kSchemes + static_cast<int>(i));
+  fail("attention_cases: {} is not reached by name", d.name);
+}
+
+}  // namespace
+
+scheme relative_scheme() {
+  return row_of(all_named_relative());
 }
 
 // A trained offset-only score bias reached by name (the rows where the old T5 rows stood: its
 // table's saturation, the benchmark's kind of call).
 scheme offset_bias_scheme() {
-  const scheme_decl& d = all_named_bias();
-  const auto decls = named_scheme_decls();
-  for (size_t i = 0; i < decls.size(); ++i)
-    if (decls[i] == &d) return static_cast<scheme>(kSchemes + static_cast<int>(i));
-  fail("attention_cases: {} is not reached by name", d.name);
+  return row_of(all_named_bias());
 }
 
 bool float_kv_only(scheme s) {
