@@ -122,7 +122,7 @@ TEST(Attention, AlibiGolden) {
   attention_params<double> p;
   p.q = q, p.k = k, p.v = v, p.out = &out, p.lse = &lse;
   p.T = 1, p.S = 3, p.Hq = 1, p.Hkv = 1, p.D = 1, p.scale = 1.0;
-  p.pos.alibi = slope;
+  p.pos.named = {{"alibi", {}, {named_tensor{"alibi", {1}, {}, slope}}}};
   attention_tiled(p);
   EXPECT_NEAR(out, 35.320814959078646, 1e-13);
   EXPECT_NEAR(lse, std::log(9.40565681080222), 1e-14);
@@ -182,8 +182,8 @@ TEST(Attention, ValidationNamesTheArgument) {
   expect_msg(p, "cu_seqlens must end at the number of tokens 3");
   p = base();
   const double slopes[] = {1, 2};
-  p.pos.alibi = slopes;
-  expect_msg(p, "alibi slopes must have shape (Hq,) = (4,)");
+  p.pos.named = {{"alibi", {}, {named_tensor{"alibi", {2}, {}, slopes}}}};
+  expect_msg(p, "alibi must have shape (Hq,) = (4,), got (2,)");
   p = base();
   p.window = -1;
   expect_msg(p, "window");

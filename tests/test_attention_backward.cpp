@@ -174,8 +174,8 @@ TEST(AttentionBackward, ValidationNamesTheArgument) {
   expect_msg(g2, "dt5_table was requested but no scheme on in this call");
   g2 = g;
   double dal[2];
-  g2.dalibi = dal;
-  expect_msg(g2, "dalibi was requested but the ALiBi hook is off");
+  g2.named = {{"alibi", {}, dal}};
+  expect_msg(g2, "dalibi was requested but no scheme on in this call");
 }
 
 TEST(AttentionBackward, ReferenceSelectableAtRunTime) {

@@ -238,7 +238,10 @@ TEST(CliAttend, BadInputsExit2WithoutOutput) {
       {{"--rope", "--layout", "diagonal"}, "diagonal"},
       {{"--shaw-clip", "2"}, "--shaw-keys"},
       {{"--window", "-2"}, "--window"},
-      {{"--alibi", "--max-bias", "-1"}, "max_bias"},
+      {{"--alibi", "--alibi-max-bias", "-1"}, "alibi_max_bias must be finite and > 0"},
+      {{"--alibi-convention", "mpt"}, "--alibi-convention needs --alibi"},
+      {{"--alibi", "--alibi-convention", "ggml"},
+       "--alibi-convention must be press or mpt or geometric"},
   };
   for (const auto& c : cases) {
     // Later options override the base ones in CLI11 only for repeated flags; build fresh.

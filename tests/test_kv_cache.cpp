@@ -60,9 +60,9 @@ struct decode_case {
       pos.rope.freqs = &freqs;
       pos.rope.layout = s == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
     }
-    if (s == scheme::alibi || s == scheme::all) {
+    if (s == scheme::alibi || s == scheme::all) {  // float64 slopes in every call
       slopes = alibi_slopes(Hq);
-      pos.alibi = slopes;
+      pos.named.push_back({"alibi", {}, {named_tensor{"alibi", {Hq}, {}, slopes}}});
     }
     if (s == scheme::t5 || s == scheme::all) {
       t5_params tp;

@@ -277,7 +277,7 @@ TEST(Lab, ResumeReproducesAnUninterruptedRun) {
 TEST(Lab, ShardedStepIsTheWholeBatchGradient) {
   const task t = make_task(task_kind::passkey);
   lab_options o = tiny_options("");
-  const model::model_config mc = lab_model_config(o, t, pos_scheme::alibi);
+  const model::model_config mc = lab_model_config(o, t, pos_scheme_from_name("alibi"));
   model::transformer<float> whole(mc), m(mc);
   whole.init(7);
   m.params() = whole.params();
@@ -325,7 +325,7 @@ TEST(Lab, ThreadCountDoesNotChangeTheNumbers) {
 
 TEST(Lab, UndefinedPositionsAreReportedNotClamped) {
   lab_options o = tiny_options("");
-  o.schemes = {pos_scheme::learned, pos_scheme::alibi};
+  o.schemes = {pos_scheme::learned, pos_scheme_from_name("alibi")};
   o.steps = 2;
   o.eval_lens = {12, 20};
   const lab_results r = run_lab(o);
@@ -371,7 +371,7 @@ TEST(Lab, ShortTrainingLearns) {
   // steps; an untrained model scores ~1/20 (uniform over the 20-token vocabulary).
   lab_options o = tiny_options("");
   o.task = task_kind::repeat_count;
-  o.schemes = {pos_scheme::alibi};
+  o.schemes = {pos_scheme_from_name("alibi")};
   o.train_min = o.train_max = 21;
   o.eval_lens = {21};
   o.steps = 100;
@@ -523,13 +523,13 @@ TEST(Lab, HeldOutWindowsFollowPressEtAl) {
   o.file = d.file("train.txt");
   o.eval_file = d.file("held.txt");
   o.eval_chars = 301;
-  o.schemes = {pos_scheme::alibi};
+  o.schemes = {pos_scheme_from_name("alibi")};
   o.train_min = o.train_max = 12;
   o.eval_lens = {12, 48};
   o.steps = 5;
   const task t = make_task(o.task, o.file, o.eval_file);
   validate(o, t);
-  const run_result res = train_and_evaluate(o, t, pos_scheme::alibi, 0);
+  const run_result res = train_and_evaluate(o, t, pos_scheme_from_name("alibi"), 0);
   ASSERT_TRUE(res.completed);
   const eval_metrics& e12 = res.evals[0];
   const eval_metrics& e48 = res.evals[1];
@@ -544,7 +544,7 @@ TEST(Lab, HeldOutWindowsFollowPressEtAl) {
   EXPECT_EQ(e12.loss, e12.sliding_loss);
   EXPECT_NE(e48.loss, e48.sliding_loss);
 
-  model::transformer<float> m(lab_model_config(o, t, pos_scheme::alibi));
+  model::transformer<float> m(lab_model_config(o, t, pos_scheme_from_name("alibi")));
   m.params() = res.final_params;
   double sum = 0;
   int64_t n = 0;

@@ -276,7 +276,7 @@ TEST(Extension, BadInputIsAClearError) {
             std::string::npos);
   const ext_fixture f;
   lab_options o = f.extended(extension::linear);
-  o.schemes = {pos_scheme::alibi};
+  o.schemes = {pos_scheme_from_name("alibi")};
   EXPECT_NE(message([&] { validate(o, f.t); }).find("alibi"), std::string::npos);
   o = f.o;
   o.pose_target = 4;

@@ -410,9 +410,8 @@ TEST(RopePairs, Errors) {
             std::string::npos);
   EXPECT_NE(call([](auto& p) { p.pos.rope.keys_rotated = true; }).find("unrotated keys"),
             std::string::npos);
-  std::vector<double> slopes(H, 0.5);
   EXPECT_NE(call([&](auto& p) {
-              p.pos.alibi = slopes;
+              p.pos.named.push_back({"alibi", {}});
             }).find("self_extend cannot be combined with alibi"),
             std::string::npos);
   EXPECT_NE(call([](auto& p) {

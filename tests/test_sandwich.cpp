@@ -125,7 +125,7 @@ TEST(Sandwich, EngineForwardAndBackwardWithRope) {
   EXPECT_GT(dev, 1e-3);
   p.pos.named = {{"sandwich", {}}, {"sandwich", {}}};
   EXPECT_THROW(attention_forward(p), invalid_argument);
-  p.pos.named = {{"alibi", {}}};
+  p.pos.named = {{"rope", {}}};  // a member of attention_position, not reached by name
   EXPECT_THROW(attention_forward(p), invalid_argument);
   std::vector<double> e(3 * D, 0.1);
   p.pos.rope.freqs = nullptr;

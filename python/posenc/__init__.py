@@ -302,7 +302,6 @@ def _attention_opts(
     rope_angle,
     rope_seq_len,
     keys_rotated,
-    alibi,
     q_positions,
     k_positions,
     key_padding,
@@ -323,7 +322,6 @@ def _attention_opts(
         "rope_angle": rope_angle,
         "rope_seq_len": rope_seq_len,
         "keys_rotated": bool(keys_rotated),
-        "alibi": alibi,
         "q_positions": q_positions,
         "k_positions": k_positions,
         "key_padding": key_padding,
@@ -355,39 +353,33 @@ def _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, c
     }
 
 
-def _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named):
-    """The declared keywords (posenc.schemes()) that the CLI spells as flags, folded into the
-    forms the binding takes: alibi slopes from (alibi_max_bias, alibi_convention) by the
-    library's alibi_slopes; shaw = (keys, values, clip), a shorthand, into the declared keywords
-    shaw_keys, shaw_values and shaw_clip of named (the keywords of the schemes reached by name).
-    Returns alibi."""
-    default_alibi = alibi_max_bias == 8.0 and alibi_convention == "press"
-    if not default_alibi:
-        if alibi is not True:
-            raise ValueError("alibi_max_bias and alibi_convention need alibi=True (slopes given "
-                             "as an array are used as they are)")
-        alibi = alibi_slopes(int(np.shape(q)[-2]), max_bias=float(alibi_max_bias),
-                             convention=alibi_convention)
-    if shaw is not None:
-        if any(named.get(k) is not None for k in ("shaw_keys", "shaw_values", "shaw_clip")):
-            raise ValueError("give shaw = (keys, values, clip) or shaw_keys, shaw_values and "
-                             "shaw_clip, not both")
-        if not isinstance(shaw, tuple) or len(shaw) != 3:
-            raise TypeError(f"shaw must be a tuple (keys, values, clip), got {type(shaw).__name__}")
-        if isinstance(shaw[2], (bool, np.bool_)) or not isinstance(shaw[2], (int, np.integer)):
-            raise TypeError(f"shaw's clip must be an int, got {type(shaw[2]).__name__}")
-        named.update(shaw_keys=shaw[0], shaw_values=shaw[1], shaw_clip=int(shaw[2]))
-    return alibi
+def _shaw_shorthand(shaw, named):
+    """shaw = (keys, values, clip), a shorthand, into the declared keywords shaw_keys,
+    shaw_values and shaw_clip of named (the keywords of the schemes reached by name)."""
+    if shaw is None:
+        return
+    if any(named.get(k) is not None for k in ("shaw_keys", "shaw_values", "shaw_clip")):
+        raise ValueError("give shaw = (keys, values, clip) or shaw_keys, shaw_values and "
+                         "shaw_clip, not both")
+    if not isinstance(shaw, tuple) or len(shaw) != 3:
+        raise TypeError(f"shaw must be a tuple (keys, values, clip), got {type(shaw).__name__}")
+    if isinstance(shaw[2], (bool, np.bool_)) or not isinstance(shaw[2], (int, np.integer)):
+        raise TypeError(f"shaw's clip must be an int, got {type(shaw[2]).__name__}")
+    named.update(shaw_keys=shaw[0], shaw_values=shaw[1], shaw_clip=int(shaw[2]))
 
 
 # The schemes reached by name (posenc.schemes(): "named"), whose keywords come from their
-# declarations alone: a switch named as the scheme (bool, or a tensor that turns it on when
-# given), numeric parameters and tensor parameters.
+# declarations alone: a switch named as the scheme (bool, a tensor that turns it on when given,
+# or either: "bool | tensor64", True for the values the scheme derives, or the tensor), numeric
+# parameters and tensor parameters. A "tensor64" travels in float64 whatever q's dtype.
+_TENSOR = ("tensor", "tensor64", "bool | tensor64")
 _NAMED = [d for d in json.loads(_posenc._schemes_json()) if d["named"]]
 
 
 def _named_default(p, switch=False):
-    if p["dtype"] == "tensor":
+    if p["dtype"] == "bool | tensor64":
+        return False
+    if p["dtype"] in _TENSOR:
         return None
     if p["dtype"] == "str":
         return p["default"]
@@ -411,10 +403,17 @@ def _named_opts(kwargs, fn):
         first, params = d["params"][0], d["params"][1:]
         switch = first["name"]
         tensors = {}
-        if first["dtype"] == "tensor":
-            on = kwargs.get(switch) is not None
+        x = kwargs.get(switch)
+        if first["dtype"] == "bool | tensor64" and not isinstance(x, (bool, np.bool_)):
+            on = x is not None  # the values themselves
             if on:
-                tensors[switch] = kwargs[switch]
+                tensors[switch] = x
+        elif first["dtype"] == "bool | tensor64":
+            on = bool(x)
+        elif first["dtype"] in _TENSOR:
+            on = x is not None
+            if on:
+                tensors[switch] = x
         else:
             on = kwargs.get(switch, False)
             if not isinstance(on, (bool, np.bool_)):
@@ -424,7 +423,7 @@ def _named_opts(kwargs, fn):
             if kwargs.get(p["name"]) is None:
                 continue
             x = kwargs[p["name"]]
-            if p["dtype"] == "tensor":
+            if p["dtype"] in _TENSOR:
                 tensors[p["name"]] = x
                 continue
             if p["dtype"] == "str":  # a choice: passed on as its index among the choices
@@ -451,7 +450,7 @@ def _named_opts(kwargs, fn):
             out.append((d["name"], given, tensors))
         elif given or len(tensors) > 0:
             extra = list(given) + [t for t in tensors if t != switch]
-            how = f"{switch}=..." if first["dtype"] == "tensor" else f"{switch}=True"
+            how = f"{switch}=..." if first["dtype"] in ("tensor", "tensor64") else f"{switch}=True"
             raise ValueError(f"{', '.join(extra)} need{'s' if len(extra) == 1 else ''} {how}")
     return out
 
@@ -460,7 +459,12 @@ def _named_doc():
     lines = []
     for d in _NAMED:
         first = d["params"][0]
-        if first["dtype"] == "tensor":
+        if first["dtype"] == "bool | tensor64":
+            lines.append(f"    {first['name']}: True for {d['title']} ({d['citation']}): "
+                         f"{first['doc']}, an array {first['shape']} (float64)"
+                         + (f"; its gradient d{first['name']} (float64)" if d["learned"] else "")
+                         + ".")
+        elif first["dtype"] in _TENSOR:
             per_token = first["shape"].startswith(("(S", "(T"))
             lines.append(f"    {first['name']}: {d['title']} ({d['citation']}): {first['doc']}, "
                          f"an array {first['shape']}"
@@ -470,7 +474,7 @@ def _named_doc():
             lines.append(f"    {d['name']}: True for {d['title']} ({d['citation']}), "
                          f"{first['doc']}.")
         for p in d["params"][1:]:
-            if p["dtype"] == "tensor":  # a second table (Shaw's a^V): its shape and gradient
+            if p["dtype"] in _TENSOR:  # a second table (Shaw's a^V): its shape and gradient
                 lines.append(f"      {p['name']}: {p['doc']}, an array {p['shape']}"
                              + (f"; its gradient d{p['name']}" if d["learned"] else "") + ".")
                 continue
@@ -499,8 +503,6 @@ _ATTENTION_DOC = """
     causal: bottom-right aligned (query i is token S - T + i). scale: default 1/sqrt(D).
     rope: a RopeConfig (rope_layout "half"/"interleaved", rope_angle "exact"/"f32"/"hf_f32"/"ggml_f32",
       rope_seq_len default S; keys_rotated: k is already rotated, as a KV cache stores it).
-    alibi: False, True (slopes for Hq heads: alibi_max_bias 8, alibi_convention "press",
-      "mpt" or "geometric") or slopes (Hq,).
     shaw = (keys, values, K): shorthand for the keywords shaw_keys, shaw_values, shaw_clip.
     q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot. With an
       M-RoPE rope config, (3, T) / (3, S) ids (or (B, 3, ...)) rotate q and k pair by pair
@@ -544,9 +546,6 @@ def attention(
     rope_angle="exact",
     rope_seq_len=None,
     keys_rotated=False,
-    alibi=False,
-    alibi_max_bias=8.0,
-    alibi_convention="press",
     shaw=None,
     q_positions=None,
     k_positions=None,
@@ -569,12 +568,12 @@ def attention(
     sinks=None,
     **named,
 ):
-    alibi = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named)
+    _shaw_shorthand(shaw, named)
     research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype, research=research,
     )
     opts["named"] = _named_opts(named, "attention")
@@ -633,9 +632,6 @@ def attention_backward(
     rope_angle="exact",
     rope_seq_len=None,
     keys_rotated=False,
-    alibi=False,
-    alibi_max_bias=8.0,
-    alibi_convention="press",
     shaw=None,
     q_positions=None,
     k_positions=None,
@@ -656,12 +652,12 @@ def attention_backward(
     sinks=None,
     **named,
 ):
-    alibi = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named)
+    _shaw_shorthand(shaw, named)
     research = _research_opts(xpos, xpos_theta, xpos_gamma,
                               xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
                               floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window, research=research,
     )
     opts["named"] = _named_opts(named, "attention_backward")
@@ -672,8 +668,8 @@ def attention_backward(
 _with_named_keywords(attention_backward, (
     "Gradients through attention (FlashAttention-2's backward) given out and lse of the\n"
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
-    "    and, with param_grads, the scheme parameters' gradients: dalibi (Hq,) float64,\n"
-    "    d<tensor> of the schemes reached by name (dt5_table, dshaw_keys, ...), dsinks\n"
+    "    and, with param_grads, the scheme parameters' gradients: d<tensor> of the schemes\n"
+    "    reached by name (their keywords below; a float64 tensor's in float64), dsinks\n"
     "    (Hq,) (with sinks), dcope\n"
     "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
 ))
@@ -708,7 +704,7 @@ class KVCache:
     xpos=True (xpos_theta, xpos_gamma, xpos_scale_base, xpos_center as posenc.attention):
       xPos keys stored transformed; excludes rope.
     start_position: the position of the first token (default 0).
-    attend takes posenc.attention's keywords for the other schemes (alibi, shaw, the
+    attend takes posenc.attention's keywords for the other schemes (shaw, the
     keywords of the schemes reached by name, cope, window, scale, attn_temperature_tuning,
     ...); the q/k transform is the cache's (an xPos given to attend must equal the cache's).
 
@@ -867,7 +863,7 @@ class KVCache:
         """Attention of q (T, Hq, D) over the cache (the library's attention_forward_cached).
         q_positions default to the positions (M-RoPE: the (3, T) ids) of the last T tokens
         appended; (T,) or, with M-RoPE, (3, T) ids otherwise. Other keywords as
-        posenc.attention (alibi, window, cope, ...), except those that belong to
+        posenc.attention (window, cope, the schemes reached by name, ...), except those that belong to
         the cache: rope and its options, keys_rotated, k_positions, kv_dtype."""
         for name in ("rope", "rope_layout", "rope_angle", "rope_seq_len", "keys_rotated",
                      "k_positions", "kv_dtype"):

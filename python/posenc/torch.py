@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch as _torch
 
-from . import (_attention_opts, _declared_keywords, _named_opts, _posenc, _research_opts,
+from . import (_NAMED, _attention_opts, _named_opts, _posenc, _research_opts, _shaw_shorthand,
                _warn_nonfinite, _with_named_keywords)
 
 __all__ = [
@@ -327,9 +327,13 @@ class RotaryEmbedding(_torch.nn.Module):
         return f"{self.cfg!r}, layout={self.layout!r}, angle={self.angle!r}"
 
 
+# The float64 tensor parameters (dtype "tensor64"): passed in float64 whatever q's dtype.
+_WIDE = {p["name"] for d in _NAMED for p in d["params"] if p["dtype"].endswith("tensor64")}
+
+
 class _Attention(_torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, slopes, cope, sinks, opts, *named):
+    def forward(ctx, q, k, v, cope, sinks, opts, *named):
         cd = _compute_dtype(q, "q")
         for t, name in ((k, "k"), (v, "v")):
             if _compute_dtype(t, name) != cd:
@@ -338,11 +342,9 @@ class _Attention(_torch.autograd.Function):
         # The named schemes' tensors (torch tensors, autograd inputs after opts) into their slots.
         keys = o.pop("_named_keys", [])
         o["named"] = [(n, g, {}) for n, g, _ in o.get("named", [])]
-        for (i, pname), t in zip(keys, named):
-            o["named"][i][2][pname] = _np(t, cd)
+        for (i, pname), t in zip(keys, named):  # a float64 parameter in float64 (tensor64)
+            o["named"][i][2][pname] = _np(t, _torch.float64 if pname in _WIDE else cd)
         ctx.named = list(zip(keys, named))
-        if slopes is not None:
-            o["alibi"] = slopes.detach().to(_torch.float64).contiguous().numpy()
         for name, t in (("cope", cope), ("sinks", sinks)):
             if t is not None:
                 o[name] = _np(t, cd)
@@ -361,7 +363,7 @@ class _Attention(_torch.autograd.Function):
         ctx.save_for_backward(q, k, v)
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.cd = cd
-        ctx.tables = (slopes, cope, sinks)
+        ctx.tables = (cope, sinks)
         out_t = _torch.from_numpy(out).to(q.dtype)
         lse_t = _torch.from_numpy(lse)
         ctx.mark_non_differentiable(lse_t)
@@ -375,33 +377,30 @@ class _Attention(_torch.autograd.Function):
             qn, kn, vn = _np(q, ctx.cd), _np(k, ctx.cd), _np(v, ctx.cd)
         # The backward runs float32 products on the inputs as stored.
         o = {key: val for key, val in o.items() if key != "products"}
-        slopes, cope, sinks = ctx.tables
-        want = ctx.needs_input_grad  # q, k, v, the 3 tables, opts, the named schemes' tensors
-        params = any(want[3:6]) or any(want[7:])
+        cope, sinks = ctx.tables
+        want = ctx.needs_input_grad  # q, k, v, the 2 tables, opts, the named schemes' tensors
+        params = any(want[3:5]) or any(want[6:])
         g = _posenc._attention_backward(qn, kn, vn, out, lse, _np(dout, ctx.cd), o, params)
         qd, kd, vd = ctx.dtypes
         res = [
             _torch.from_numpy(g["dq"]).to(qd) if want[0] else None,
             _torch.from_numpy(g["dk"]).to(kd) if want[1] else None,
             _torch.from_numpy(g["dv"]).to(vd) if want[2] else None,
-            None, None, None, None,
+            None, None, None,
         ]
-        if want[3]:
-            res[3] = _torch.from_numpy(g["dalibi"]).to(slopes.dtype)
         for i, (t, name) in enumerate(((cope, "dcope"), (sinks, "dsinks"))):
-            if want[4 + i]:
-                res[4 + i] = _torch.from_numpy(g[name]).to(t.dtype)
+            if want[3 + i]:
+                res[3 + i] = _torch.from_numpy(g[name]).to(t.dtype)
         for j, ((_, pname), t) in enumerate(ctx.named):
             d = g.get("d" + pname)
-            res.append(_torch.from_numpy(d).to(t.dtype) if want[7 + j] and d is not None
+            res.append(_torch.from_numpy(d).to(t.dtype) if want[6 + j] and d is not None
                        else None)
         return tuple(res)
 
 
 def attention(
     q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
-    rope_seq_len=None, keys_rotated=False, alibi=False, alibi_max_bias=8.0,
-    alibi_convention="press", shaw=None,
+    rope_seq_len=None, keys_rotated=False, shaw=None,
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
     return_lse=False, xpos=False,
     xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0, cope=None,
@@ -410,26 +409,23 @@ def attention(
     **named,
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
-    alibi slopes given as a tensor (learned slopes), shaw = (keys, values, K) (shorthand for
-    shaw_keys, shaw_values, shaw_clip), the
-    CoPE's embeddings cope (npos, D), the attention-sink logits sinks (Hq,) (gpt-oss's learned
-    sinks) and the tensors of the schemes reached by name (their keywords below). xPos and the
+    the tensors of the schemes reached by name (their keywords below; a switch that takes True
+    or a tensor is differentiable given the tensor), shaw = (keys, values, K) (shorthand for
+    shaw_keys, shaw_values, shaw_clip), CoPE's embeddings cope (npos, D) and the attention-sink
+    logits sinks (Hq,) (gpt-oss's learned sinks). xPos and the
     query temperature have no parameters (their options pass through).
     Arguments as posenc.attention; lse is returned float32/float64 and not differentiable.
     bfloat16 or float16 q, k, v (one dtype) are read in place, without a float32 copy; products
     "bf16" rounds the products' operands to bfloat16 (posenc.attention); the backward runs
     float32 products on the stored inputs."""
-    alibi = _declared_keywords(q, alibi, alibi_max_bias, alibi_convention, shaw, named)
-    slopes = None
-    if isinstance(alibi, _torch.Tensor):
-        slopes, alibi = alibi, None
+    _shaw_shorthand(shaw, named)
     for name, t in (("cope", cope), ("sinks", sinks)):
         if t is not None and not isinstance(t, _torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     research = _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, None,
                               attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
-        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated, alibi,
+        causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         _ints(q_positions), _ints(k_positions),
         _ints(key_padding), _ints(cu_seqlens), window, research=research,
     )
@@ -450,7 +446,7 @@ def attention(
     opts["products"] = products
     opts_fn = dict(opts)
     opts_fn["_named_keys"] = nkeys
-    out, lse = _Attention.apply(q, k, v, slopes, cope, sinks,
+    out, lse = _Attention.apply(q, k, v, cope, sinks,
                                 _Opts(opts_fn), *ntensors)
     return (out, lse) if return_lse else out
 

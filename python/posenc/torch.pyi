@@ -9,7 +9,7 @@ import torch as _torch
 from numpy.typing import ArrayLike
 from torch import Tensor
 
-from . import AxialRope, RopeConfig, _AlibiConvention, _Angle, _Layout
+from . import AxialRope, RopeConfig, _Angle, _Layout
 
 __all__ = [
     "apply_rotary_emb",
@@ -93,9 +93,6 @@ def attention(
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
     keys_rotated: bool = False,
-    alibi: bool | Tensor | ArrayLike = False,
-    alibi_max_bias: float = 8.0,
-    alibi_convention: _AlibiConvention = "press",
     shaw: tuple[Tensor, Tensor, int] | None = None,
     q_positions: _Ints | None = None,
     k_positions: _Ints | None = None,
@@ -130,9 +127,6 @@ def attention(
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
     keys_rotated: bool = False,
-    alibi: bool | Tensor | ArrayLike = False,
-    alibi_max_bias: float = 8.0,
-    alibi_convention: _AlibiConvention = "press",
     shaw: tuple[Tensor, Tensor, int] | None = None,
     q_positions: _Ints | None = None,
     k_positions: _Ints | None = None,
@@ -167,9 +161,6 @@ def attention(
     rope_angle: _Angle = "exact",
     rope_seq_len: int | None = None,
     keys_rotated: bool = False,
-    alibi: bool | Tensor | ArrayLike = False,
-    alibi_max_bias: float = 8.0,
-    alibi_convention: _AlibiConvention = "press",
     shaw: tuple[Tensor, Tensor, int] | None = None,
     q_positions: _Ints | None = None,
     k_positions: _Ints | None = None,

@@ -19,7 +19,6 @@
 #include "common.hpp"
 #include "posenc/attention/attention.hpp"
 #include "posenc/attention/schemes.hpp"
-#include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/axial_rope.hpp"
 #include "posenc/formats/hf_config.hpp"
 
@@ -105,7 +104,6 @@ struct attn_setup {
   std::array<int64_t, 3> mrope_section{};
   bool mrope_interleaved = false;
   std::vector<int64_t> qids, kids;  // (3, T) / (3, S) per batch element unless *_shared
-  std::vector<double> slopes;
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
   py::object cope;      // (npos, D); None = off
   py::object sinks;     // (Hq,) sink logits (gpt-oss); None = off
@@ -288,21 +286,6 @@ void parse_masks(attn_setup& s, const py::dict& opts) {
   }
 }
 
-// ALiBi.
-void parse_biases(attn_setup& s, const py::dict& opts) {
-  const py::handle alibi = opt(opts, "alibi");
-  if (py::isinstance<py::bool_>(alibi)) {
-    if (alibi.cast<bool>()) s.slopes = alibi_slopes(s.Hq);
-  } else if (!alibi.is_none()) {
-    const py::array a = as_array(alibi, "alibi");
-    require_float(a, "alibi");
-    if (a.ndim() != 1 || a.shape(0) != s.Hq)
-      fail("alibi must be a bool or slopes of shape (Hq,) = ({},), got {}", s.Hq, shape_str(a));
-    const auto c = contiguous_as<double>(a);
-    s.slopes.assign(c.data(), c.data() + c.size());
-  }
-}
-
 // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
 void parse_research(attn_setup& s, const py::dict& opts) {
   // Attention sinks (gpt-oss): one logit per query head in each row's softmax denominator.
@@ -364,7 +347,6 @@ void parse_options(attn_setup& s, const py::dict& opts) {
   parse_rope(s, opts);
   parse_positions(s, opts);
   parse_masks(s, opts);
-  parse_biases(s, opts);
   parse_research(s, opts);
   if (!opt(opts, "products").is_none()) {
     const auto x = opt(opts, "products").cast<std::string>();
@@ -394,12 +376,15 @@ void parse_options(attn_setup& s, const py::dict& opts) {
 // A tensor argument of a scheme reached by name, as its declaration shapes it for this call:
 // the shape, whether it has a row per token (and so a batch dimension with batched q), and its
 // values in Real.
+// A float64 parameter (is_f64_tensor_param) has its values in values64, in every call; an
+// optional one left out (the term derives it) has neither, but its gradient when learned.
 template <typename Real>
 struct named_arg {
   std::string scheme, name;
   std::vector<int64_t> shape;
-  bool per_token = false, learned = false;
+  bool per_token = false, learned = false, wide = false, given = true;
   py::array_t<Real, py::array::c_style> values;
+  py::array_t<double, py::array::c_style> values64;
   int64_t count() const {
     int64_t n = 1;
     for (int64_t e : shape) n *= e;
@@ -412,6 +397,16 @@ std::vector<named_arg<Real>> named_args(const attn_setup& s) {
   std::vector<named_arg<Real>> out;
   for (size_t i = 0; i < s.named.size(); ++i) {
     const scheme_decl& d = scheme_decl_of(s.named[i].name);
+    for (const auto& prm : d.params) {  // an optional tensor left out: its gradient alone
+      bool given = false;
+      for (const auto& x : s.named_tensors[i]) given |= x.first == prm.name;
+      if (!is_optional_tensor_param(prm) || given) continue;
+      named_arg<Real> a;
+      a.scheme = d.name, a.name = prm.name, a.learned = d.learned, a.given = false;
+      a.wide = is_f64_tensor_param(prm);
+      a.shape = tensor_param_shape(prm, s.T, s.S, s.Hq, s.Hkv, s.D);
+      out.push_back(std::move(a));
+    }
     for (const auto& [pname, obj] : s.named_tensors[i]) {
       const scheme_param* prm = nullptr;
       for (const auto& x : d.params)
@@ -431,10 +426,15 @@ std::vector<named_arg<Real>> named_args(const attn_setup& s) {
       bool same = arr.ndim() == static_cast<py::ssize_t>(want.size());
       for (size_t e = 0; same && e < want.size(); ++e) same = arr.shape(e) == want[e];
       if (!same)
-        fail("{} must have shape {} = ({}){}, got {}", pname, prm->shape, fmt::join(want, ", "),
+        fail("{} must have shape {} = ({}{}){}, got {}", pname, prm->shape, fmt::join(want, ", "),
+             want.size() == 1 ? "," : "",
              a.per_token && s.batched ? " (a row per token of each batch element)" : "",
              shape_str(arr));
-      a.values = contiguous_as<Real>(arr);
+      a.wide = is_f64_tensor_param(*prm);
+      if (a.wide)
+        a.values64 = contiguous_as<double>(arr);
+      else
+        a.values = contiguous_as<Real>(arr);
       out.push_back(std::move(a));
     }
   }
@@ -446,24 +446,27 @@ std::vector<named_arg<Real>> named_args(const attn_setup& s) {
 template <typename Real>
 struct named_grads {
   const std::vector<named_arg<Real>>& args;
-  std::vector<std::vector<Real>> one;    // per argument, of one batch element (empty: not wanted)
-  std::vector<std::vector<double>> all;  // per argument, every element's or the sum
+  std::vector<std::vector<Real>> one;      // per argument, of one batch element (empty: not wanted)
+  std::vector<std::vector<double>> one64;  // the same of a float64 parameter
+  std::vector<std::vector<double>> all;    // per argument, every element's or the sum
   named_grads(const std::vector<named_arg<Real>>& a, bool param_grads, int64_t B) : args(a) {
     for (const auto& x : args) {
       const bool want = param_grads && x.learned;
-      one.emplace_back(want ? x.count() : 0);
+      one.emplace_back(want && !x.wide ? x.count() : 0);
+      one64.emplace_back(want && x.wide ? x.count() : 0);
       all.emplace_back(want ? (x.per_token ? B : 1) * x.count() : 0, 0.0);
     }
   }
   void bind(attention_grads<Real>& g) {
     for (size_t x = 0; x < args.size(); ++x)
-      if (!one[x].empty()) g.named.push_back({args[x].name, one[x]});
+      if (!one[x].empty() || !one64[x].empty()) g.named.push_back({args[x].name, one[x], one64[x]});
   }
   void add(int64_t b) {
     for (size_t x = 0; x < args.size(); ++x) {
-      if (one[x].empty()) continue;
+      if (all[x].empty()) continue;
       double* to = all[x].data() + (args[x].per_token ? b * args[x].count() : 0);
       for (size_t e = 0; e < one[x].size(); ++e) to[e] += one[x][e];
+      for (size_t e = 0; e < one64[x].size(); ++e) to[e] += one64[x][e];
     }
   }
   // r["d<name>"]: (B, shape) for a per-token tensor with batched q, else shape.
@@ -474,7 +477,7 @@ struct named_grads {
       std::vector<py::ssize_t> shape(args[x].shape.begin(), args[x].shape.end());
       if (args[x].per_token && batched)
         shape.insert(shape.begin(), static_cast<py::ssize_t>(all[x].size() / args[x].count()));
-      r[("d" + args[x].name).c_str()] = to_array(all[x], shape, true);
+      r[("d" + args[x].name).c_str()] = to_array(all[x], shape, !args[x].wide);
     }
   }
 };
@@ -505,7 +508,6 @@ struct attn_call {
       p.pos.mrope.angle = s.angle;
       p.pos.mrope.keys_rotated = s.keys_rotated;
     }
-    p.pos.alibi = s.slopes;
     if (s.cope) {
       cope = contiguous_as<Real>(s.cope);
       p.pos.cope = {static_cast<int64_t>(cope.shape(0)),
@@ -525,13 +527,15 @@ struct attn_call {
   void select_named(int64_t b) {
     for (auto& n : p.pos.named) n.tensors.clear();
     for (const auto& a : named) {
-      const int64_t n = a.count();
-      const Real* x = a.values.data() + (a.per_token ? b * n : 0);
+      if (!a.given) continue;
+      const int64_t n = a.count(), at = a.per_token ? b * n : 0;
       named_tensor t{a.name, a.shape, {}, {}};
-      if constexpr (std::is_same_v<Real, float>)
-        t.f32 = std::span<const float>(x, n);
+      if (a.wide)
+        t.f64 = std::span<const double>(a.values64.data() + at, n);
+      else if constexpr (std::is_same_v<Real, float>)
+        t.f32 = std::span<const float>(a.values.data() + at, n);
       else
-        t.f64 = std::span<const double>(x, n);
+        t.f64 = std::span<const double>(a.values.data() + at, n);
       for (auto& ns : p.pos.named)
         if (ns.name == a.scheme) ns.tensors.push_back(t);
     }
@@ -660,11 +664,9 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       dk(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim())),
       dv(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim()));
   attn_call<Real> c(s);
-  const bool want_alibi = param_grads && !s.slopes.empty();
   const bool want_cope = param_grads && s.cope, want_sinks = param_grads && s.sinks;
   const int64_t npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
   // Per batch element gradients of the shared parameters, summed over the batch in order.
-  std::vector<double> dalibi_b(s.Hq), dalibi(want_alibi ? s.Hq : 0, 0.0);
   std::vector<Real> dco_b(want_cope ? npos * s.D : 0);
   std::vector<double> dco(dco_b.size(), 0.0);
   std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
@@ -685,7 +687,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       c.p.out = const_cast<Real*>(g.out);
       g.dout = dout.data() + b * qn;
       g.dq = dqp + b * qn, g.dk = dkp + b * kn, g.dv = dvp + b * kn;
-      if (want_alibi) g.dalibi = dalibi_b.data();
       if (want_cope) g.dcope = dco_b.data();
       if (want_sinks) g.dsinks = dsi_b.data();
       ng.bind(g);
@@ -693,7 +694,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       ng.add(b);
       for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
       for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
-      for (size_t i = 0; i < dalibi.size(); ++i) dalibi[i] += dalibi_b[i];
     }
   }
   py::dict r;
@@ -708,7 +708,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     for (size_t i = 0; i < v.size(); ++i) a.mutable_data()[i] = static_cast<Real>(v[i]);
     return py::array(a);
   };
-  if (want_alibi) r["dalibi"] = to_array(dalibi, {s.Hq}, false);
   if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   if (want_sinks) r["dsinks"] = to_array(dsi, {s.Hq}, true);
   ng.put(r, s.batched, to_array);

@@ -1,12 +1,15 @@
-// ALiBi (Press et al. 2022): the engine's score bias -m_h (qpos - kpos) (causal) or
-// -m_h |qpos - kpos| (eq. in sec. 3), with the gradient of the slopes for learned-slope
-// variants; and the model's hook: Press's slopes for H heads, fixed (not trained).
+// ALiBi (Press et al. 2022): a score bias reached by name, -m_h (qpos - kpos) (causal) or
+// -m_h |qpos - kpos| (sec. 3), whose switch `alibi` is True (the slopes of the family file,
+// posenc/encodings/alibi.hpp, for Hq heads from alibi_max_bias and alibi_convention) or the
+// slopes (Hq,) themselves, in float64 in every call (dtype "bool | tensor64"), with their
+// gradient for learned-slope variants. The model's hook is the generic one: Press's slopes, fixed.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/encodings/alibi.hpp"
 
@@ -16,6 +19,23 @@ namespace {
 // Queries from which a call tabulates the bias (below).
 constexpr int64_t kMinTableQueries = 16;
 
+// The slopes a call runs with: given, checked finite; else derived from args (alibi_max_bias,
+// the index of alibi_convention).
+std::vector<double> alibi_slopes_of(std::span<const double> given, std::span<const double> args,
+                                    int64_t Hq) {
+  for (size_t h = 0; h < given.size(); ++h)
+    if (!std::isfinite(given[h]))
+      fail("alibi slopes must be finite, got {} for head {}", given[h], h);
+  if (!given.empty()) return {given.begin(), given.end()};
+  return alibi_slopes(Hq, args[0], static_cast<alibi_convention>(static_cast<int>(args[1])));
+}
+
+// alibi_max_bias finite and > 0 (alibi_slopes' own check, named for the keyword).
+void alibi_check(std::span<const double> args, int64_t) {
+  if (!(std::isfinite(args[0]) && args[0] > 0))
+    fail("alibi_max_bias must be finite and > 0, got {}", args[0]);
+}
+
 // Hook 2b. d bias / d m_h = alibi_bias(1, qpos, kpos) (the bias is linear in the slope).
 // The bias depends on the offset r = kpos - qpos alone. In float32 a row of consecutive keys
 // (every row of a prefill of kMinTableQueries queries or more) adds a slice of a per-call table
@@ -24,14 +44,16 @@ constexpr int64_t kMinTableQueries = 16;
 template <typename Real>
 class alibi_bias_term final : public score_bias<Real> {
  public:
-  alibi_bias_term(std::span<const double> slopes, bool causal, const attention_plan& pl,
-                  double* dslopes)
-      : slopes_(slopes), causal_(causal), dslopes_(dslopes) {
+  explicit alibi_bias_term(const named_call<Real>& c)
+      : slopes_(alibi_slopes_of(c.tensors64[0], c.args, c.Hq)),
+        causal_(c.causal),
+        dslopes_(c.grads64[0]) {
     // Each entry serves at most one row per query: a decode step (few queries) would build as
     // many entries as it adds, so it keeps the formula.
-    if (std::is_same_v<Real, float> && static_cast<int64_t>(pl.qpos.size()) >= kMinTableQueries)
-      table_.build(pl, static_cast<int64_t>(slopes.size()),
-                   [&](int64_t h, int64_t r) { return alibi_bias(slopes[h], 0, r, causal); });
+    if (std::is_same_v<Real, float> && c.plan &&
+        static_cast<int64_t>(c.plan->qpos.size()) >= kMinTableQueries)
+      table_.build(*c.plan, c.Hq,
+                   [&](int64_t h, int64_t r) { return alibi_bias(slopes_[h], 0, r, causal_); });
   }
   double value(int64_t h, int64_t qp, int64_t kp) const override {
     return alibi_bias(slopes_[h], qp, kp, causal_);
@@ -63,59 +85,33 @@ class alibi_bias_term final : public score_bias<Real> {
   }
 
  private:
-  std::span<const double> slopes_;
+  std::vector<double> slopes_;
   bool causal_;
   double* dslopes_;
   offset_table<float> table_;  // float32 prefill calls; empty = the formula
 };
 
-template <typename S>
-class alibi_hook final : public position_hook<S> {
- public:
-  explicit alibi_hook(int64_t H) : slopes_(alibi_slopes(H)) {}
-  pos_scheme scheme() const override { return pos_scheme::alibi; }
-  attention_position<S> attention(const S* const*) const override {
-    attention_position<S> p;
-    p.alibi = slopes_;
-    return p;
-  }
+template <typename Real>
+std::unique_ptr<score_bias<Real>> alibi_term(const named_call<Real>& c) {
+  return std::make_unique<alibi_bias_term<Real>>(c);
+}
 
- private:
-  std::vector<double> slopes_;
-};
+// The case tables' slopes: those of the parameters (no draw), and |d bias / d m_h| = the
+// distance, <= dmax.
+double alibi_case_draw(std::span<const double> args, int64_t Hq, int64_t, double dmax,
+                       const std::function<double()>&, std::vector<std::vector<double>>& t) {
+  t.assign(1, alibi_slopes_of({}, args, Hq));
+  return dmax;
+}
 
 }  // namespace
 
-template <typename S>
-std::unique_ptr<position_hook<S>> make_alibi_hook(const position_options&,
-                                                  const position_shape& shape) {
-  return std::make_unique<alibi_hook<S>>(shape.n_heads);
-}
-
-template <typename Real>
-void add_alibi_terms(const attention_params<Real>& p, const attention_plan& pl,
-                     const attention_grads<Real>* g, engine_terms<Real>& t) {
-  const std::span<const double> slopes = p.pos.alibi;
-  if (slopes.empty()) {
-    if (g && g->dalibi)
-      fail(
-          "attention backward: dalibi was requested but the ALiBi hook is off (pos.alibi is "
-          "empty)");
-    return;
-  }
-  if (static_cast<int64_t>(slopes.size()) != p.Hq)
-    fail("alibi slopes must have shape (Hq,) = ({},), got ({},)", p.Hq, slopes.size());
-  for (size_t h = 0; h < slopes.size(); ++h)
-    if (!std::isfinite(slopes[h]))
-      fail("alibi slopes must be finite, got {} for head {}", slopes[h], h);
-  t.biases.push_back(
-      std::make_unique<alibi_bias_term<Real>>(slopes, p.causal, pl, g ? g->dalibi : nullptr));
-}
-
-// What the declaration of alibi points at (schemes.cpp; hooks.hpp, scheme_impl).
-POSENC_SCHEME_ON(alibi, !p.alibi.empty())
-extern const scheme_impl alibi_impl;
-const scheme_impl alibi_impl = {POSENC_BOTH(alibi_on), POSENC_BOTH(add_alibi_terms), POSENC_NONE,
-                                POSENC_BOTH(make_alibi_hook)};
+extern const named_bias alibi_bias_decl;
+const named_bias alibi_bias_decl = {
+    .check = &alibi_check,
+    .term_f32 = &alibi_term<float>,
+    .term_f64 = &alibi_term<double>,
+    .case_draw = &alibi_case_draw,
+};
 
 }  // namespace posenc::detail

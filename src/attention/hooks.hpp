@@ -91,8 +91,8 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
 // config whose head_dim is not D).
 rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape, const char* who);
 
-// Hook 2b's per-call table of a bias that depends on the offset r = kpos - qpos alone (ALiBi,
-// Kerple, the offset-only biases reached by name): per head h, value(h, r) rounded once to Real at
+// Hook 2b's per-call table of a bias that depends on the offset r = kpos - qpos alone (the
+// offset-only biases reached by name): per head h, value(h, r) rounded once to Real at
 // every visible offset r in [lo, hi] (visible_offset_range), where that is at most 2^22 entries. A
 // row of consecutive keys adds a slice of it (slice, add_slice), with the bits of value(). Empty
 // when nothing is visible or the range is too long: the caller then takes value() itself.

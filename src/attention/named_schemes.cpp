@@ -109,7 +109,23 @@ double named_choice(const scheme_decl& d, const std::string& param, const std::s
 }
 
 bool is_tensor_param(const scheme_param& p) {
-  return std::string(p.dtype) == "tensor";
+  const std::string t = p.dtype;
+  return t == "tensor" || t == "tensor64" || t == "bool | tensor64";
+}
+
+bool is_f64_tensor_param(const scheme_param& p) {
+  const std::string t = p.dtype;
+  return t == "tensor64" || t == "bool | tensor64";
+}
+
+bool is_optional_tensor_param(const scheme_param& p) {
+  return std::string(p.dtype) == "bool | tensor64";
+}
+
+bool needs_tensors(const scheme_decl& d) {
+  for (const auto& p : d.params)
+    if (is_tensor_param(p) && !is_optional_tensor_param(p)) return true;
+  return false;
 }
 
 bool is_tensor_scheme(const scheme_decl& d) {
@@ -462,7 +478,7 @@ std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_de
     else
       return d.named->hook_f64(id, o, shape);
   }
-  if (is_tensor_scheme(d))
+  if (needs_tensors(d))
     fail("{}: its tensor parameters have no model hook to compute them", d.name);
   std::vector<std::pair<std::string, double>> mine;
   for (const auto& [name, value] : o.named_params)
@@ -535,6 +551,15 @@ void add_pairs_terms(const attention_params<Real>& p, const scheme_decl& d,
   t.pairs_args = std::move(args);
 }
 
+namespace {
+
+// A shape as Python writes it: (2,), (3, 4).
+std::string tuple_text(const std::vector<int64_t>& shape) {
+  return fmt::format("({}{})", fmt::join(shape, ", "), shape.size() == 1 ? "," : "");
+}
+
+}  // namespace
+
 // The tensors of n for a call of element type Real, in d's declaration order, each checked
 // against its declared shape; and their gradient outputs in g (null = not wanted).
 template <typename Real>
@@ -551,40 +576,55 @@ named_call<Real> named_call_of(const scheme_decl& d, const named_scheme& n, int6
   }
   for (const auto& prm : d.params) {
     if (!is_tensor_param(prm)) continue;
+    const bool wide = is_f64_tensor_param(prm);
     const named_tensor* x = nullptr;
     for (const auto& y : n.tensors)
       if (y.name == prm.name) {
         if (x) fail("pos.named: {}: tensor {} given twice", d.name, prm.name);
         x = &y;
       }
-    if (!x) fail("{}: tensor parameter {} {} is required", d.name, prm.name, prm.shape);
-    const auto want = tensor_param_shape(prm, T, S, Hq, Hkv, D, x->shape);
-    if (x->shape != want)
-      fail("{} must have shape {} = ({}), got ({})", prm.name, prm.shape, fmt::join(want, ", "),
-           fmt::join(x->shape, ", "));
+    if (!x && !is_optional_tensor_param(prm))
+      fail("{}: tensor parameter {} {} is required", d.name, prm.name, prm.shape);
+    const auto want =
+        tensor_param_shape(prm, T, S, Hq, Hkv, D, x ? x->shape : std::vector<int64_t>{});
+    if (x && x->shape != want)
+      fail("{} must have shape {} = {}, got {}", prm.name, prm.shape, tuple_text(want),
+           tuple_text(x->shape));
     int64_t count = 1;
     for (int64_t e : want) count *= e;
+    if (x) {
+      const bool f32 = std::is_same_v<Real, float> && !wide;
+      const size_t got = f32 ? x->f32.size() : x->f64.size();
+      if (static_cast<int64_t>(got) != count)
+        fail("{}: a {} call needs {} {} values (named_tensor::{}), got {}", prm.name,
+             std::is_same_v<Real, float> ? "float32" : "float64", count,
+             f32 ? "float32" : "float64", f32 ? "f32" : "f64", got);
+    }
     std::span<const Real> v;
-    if constexpr (std::is_same_v<Real, float>)
-      v = x->f32;
-    else
-      v = x->f64;
-    if (static_cast<int64_t>(v.size()) != count)
-      fail("{}: a {} call needs {} {} values (named_tensor::{}), got {}", prm.name,
-           std::is_same_v<Real, float> ? "float32" : "float64", count,
-           std::is_same_v<Real, float> ? "float32" : "float64",
-           std::is_same_v<Real, float> ? "f32" : "f64", v.size());
+    if (x && !wide) {
+      if constexpr (std::is_same_v<Real, float>)
+        v = x->f32;
+      else
+        v = x->f64;
+    }
     c.tensors.push_back(v);
+    c.tensors64.push_back(x && wide ? x->f64 : std::span<const double>());
     Real* grad = nullptr;
+    double* grad64 = nullptr;
     if (g)
       for (const auto& gr : g->named)
         if (gr.name == prm.name) {
-          if (static_cast<int64_t>(gr.data.size()) != count)
-            fail("d{} must have shape {} = ({}), i.e. {} values, got {}", prm.name, prm.shape,
-                 fmt::join(want, ", "), count, gr.data.size());
-          grad = gr.data.data();
+          const size_t got = wide ? gr.f64.size() : gr.data.size();
+          if (static_cast<int64_t>(got) != count)
+            fail("d{} must have shape {} = ({}), i.e. {} values{}, got {}", prm.name, prm.shape,
+                 fmt::join(want, ", "), count, wide ? " in float64 (named_grad::f64)" : "", got);
+          if (wide)
+            grad64 = gr.f64.data();
+          else
+            grad = gr.data.data();
         }
     c.grads.push_back(grad);
+    c.grads64.push_back(grad64);
   }
   return c;
 }

@@ -41,11 +41,16 @@ namespace posenc::detail {
 // declaration: the numeric parameters (named_scheme_args), each declared tensor parameter in
 // declaration order (shape checked against the declared one) and its gradient output (null =
 // not wanted), and the call's shape.
+// A float64 tensor parameter (is_f64_tensor_param: ALiBi's slopes) is in tensors64 / grads64 at
+// its index instead (its entries of tensors / grads empty, and the other way round); an
+// optional one left out (the term derives its values) is an empty view.
 template <typename Real>
 struct named_call {
   std::span<const double> args;
   std::vector<std::span<const Real>> tensors;
   std::vector<Real*> grads;
+  std::vector<std::span<const double>> tensors64;
+  std::vector<double*> grads64;
   int64_t T = 0, S = 0, Hq = 0, D = 0;
   bool causal = false;  // resolves a bool parameter's "not causal" default (named_bool)
   // The call's plan (its visible offsets: a per-call table's range); null when the term serves

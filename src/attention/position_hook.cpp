@@ -17,7 +17,7 @@ namespace posenc {
 namespace {
 
 constexpr const char* k_names[] = {"nope",  "sinusoidal", "learned", "rope",
-                                   "alibi", "irope",      "xpos",    "cope"};
+                                   "irope", "xpos",       "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 // The schemes reached by name that a model trains with: the score biases (a per-pair RoPE

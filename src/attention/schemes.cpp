@@ -41,10 +41,11 @@ constexpr scheme_param kTemperature[] = {
     {"floor_offset", "scalar", "float", "1", "added to the position (Llama 4 1, Ministral 3 0)"},
 };
 constexpr scheme_param kAlibi[] = {
-    {"alibi", "(Hq,)", "bool | float", "False", "True (slopes for Hq heads) or slopes"},
-    {"alibi_max_bias", "scalar", "float", "8", "slopes 2^(-b k / n) (Press et al. 2022)"},
-    {"alibi_convention", "scalar", "str", "press",
-     "slopes for non-power-of-two heads: press, mpt or geometric"},
+    {"alibi", "(Hq,)", "bool | tensor64", "False",
+     "True (slopes for Hq heads from alibi_max_bias and alibi_convention) or the slopes"},
+    {"alibi_max_bias", "scalar", "float", "8", "b of the slopes 2^(-b k / n) (Press et al. 2022)"},
+    {"alibi_convention", "scalar", "str", "press", "the slopes for a head count not a power of two",
+     "press|mpt|geometric"},
 };
 constexpr scheme_param kT5[] = {
     {"t5_table", "(num_buckets, Hq)", "tensor", "None", "learned bias per bucket and head"},
@@ -116,8 +117,9 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
-extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, alibi_impl, cope_impl,
-    nope_impl, sinusoidal_impl, learned_impl, irope_impl;
+extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, cope_impl, nope_impl,
+    sinusoidal_impl, learned_impl, irope_impl;
+extern const named_bias alibi_bias_decl;            // hook_alibi.cpp
 extern const named_bias t5_bias_decl;               // hook_t5.cpp
 extern const named_bias shaw_tables_decl;           // hook_shaw.cpp
 extern const named_bias kerple_bias_decl;           // hook_kerple.cpp
@@ -149,9 +151,8 @@ const scheme_decl kDecls[] = {
     with_impl({"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale, false,
                false, false, true, kTemperature},
               &detail::temperature_impl),
-    with_impl({"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true,
-               kAlibi},
-              &detail::alibi_impl),
+    {"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true, kAlibi,
+     &detail::alibi_bias_decl, bias_offset_only},
     {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5,
      &detail::t5_bias_decl, bias_offset_only},
     {"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true, false,

@@ -89,7 +89,8 @@ void validate_options(const extend_preset_options& o, const task& t) {
 
 // 1. Training at L: rope, alibi and kerple, each seed.
 void extend_run::train_at_L() {
-  const model::pos_scheme trained[] = {model::pos_scheme::rope, model::pos_scheme::alibi,
+  const model::pos_scheme trained[] = {model::pos_scheme::rope,
+                                       model::pos_scheme_from_name("alibi"),
                                        model::pos_scheme_from_name("kerple")};
   for (model::pos_scheme s : trained)
     for (int64_t k = 0; k < o.seeds; ++k) {

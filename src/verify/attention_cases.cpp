@@ -15,7 +15,6 @@
 #include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
-#include "posenc/encodings/alibi.hpp"
 #include "posenc/positions/positions.hpp"
 
 namespace posenc::attention_cases {
@@ -27,9 +26,8 @@ int scheme_count() {
 const char* name(scheme s) {
   if (static_cast<int>(s) >= kSchemes)
     return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
-  const char* n[] = {"none",  "rope_half",   "rope_interleaved_partial",
-                     "alibi", "temperature", "all",
-                     "xpos",  "cope",        "mrope"};
+  const char* n[] = {"none", "rope_half", "rope_interleaved_partial", "temperature", "all", "xpos",
+                     "cope", "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -50,8 +48,16 @@ const scheme_decl* named_decl(scheme s) {
 // order.
 const scheme_decl& all_named_bias() {
   for (const scheme_decl* d : named_scheme_decls())
-    if (d->named && is_tensor_scheme(*d) && (d->bias_props & bias_offset_only)) return *d;
+    if (d->named && needs_tensors(*d) && (d->bias_props & bias_offset_only)) return *d;
   fail("attention_cases: no trained offset-only tensor bias is declared for the scheme all");
+}
+
+// The first score bias reached by name whose values derive from its parameters when its switch is
+// True (ALiBi's slopes), which `all` composes too.
+const scheme_decl& all_named_derived() {
+  for (const scheme_decl* d : named_scheme_decls())
+    if (d->named && is_tensor_scheme(*d) && !needs_tensors(*d)) return *d;
+  fail("attention_cases: no bias whose values derive from its parameters is declared");
 }
 
 // The first scheme reached by name that adds relative tables (Shaw), which `all` composes too.
@@ -81,6 +87,10 @@ scheme relative_scheme() {
 // table's saturation, the benchmark's kind of call).
 scheme offset_bias_scheme() {
   return row_of(all_named_bias());
+}
+
+scheme derived_bias_scheme() {
+  return row_of(all_named_derived());
 }
 
 bool float_kv_only(scheme s) {
@@ -243,10 +253,10 @@ void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
   }
 }
 
-// The established schemes (RoPE, ALiBi, the query temperature): none draws from r.
+// The established schemes (RoPE, the query temperature): none draws from r.
 template <typename Real>
 void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) {
-  const int64_t S = c.S, D = c.D, Hq = c.Hq;
+  const int64_t S = c.S, D = c.D;
   auto& p = f.p;
   if (c.sch == scheme::rope_half || c.sch == scheme::rope_interleaved_partial ||
       c.sch == scheme::all) {
@@ -264,10 +274,6 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
     b.amp = f.freqs.attention_factor;
     p.pos.rope.freqs = &f.freqs;
     p.pos.rope.layout = c.sch == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
-  }
-  if (c.sch == scheme::alibi || c.sch == scheme::all) {
-    f.slopes = alibi_slopes(Hq);
-    p.pos.alibi = f.slopes;
   }
   if (c.sch == scheme::temperature || c.sch == scheme::all) {
     // all: Ministral 3's form (offset 0) after YaRN's rotation, composed in one hook-1 transform.
@@ -293,9 +299,15 @@ double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_
   size_t x = 0;
   for (const auto& prm : d.params) {
     if (!is_tensor_param(prm)) continue;
-    f.named.emplace_back(w[x].begin(), w[x].end());  // rounded to Real once
+    if (is_f64_tensor_param(prm)) {
+      f.named.emplace_back();
+      f.named64.push_back(w[x]);
+    } else {
+      f.named.emplace_back(w[x].begin(), w[x].end());  // rounded to Real once
+      f.named64.emplace_back();
+      for (size_t e = 0; e < w[x].size(); ++e) w[x][e] = double(f.named[first + x][e]);
+    }
     f.named_names.emplace_back(prm.name);
-    for (size_t e = 0; e < w[x].size(); ++e) w[x][e] = double(f.named[first + x][e]);
     n.tensors.push_back(
         {prm.name,
          tensor_param_shape_for(prm, c.T, c.S, c.Hq, c.Hkv, c.D, static_cast<int64_t>(w[x].size())),
@@ -306,7 +318,9 @@ double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_
   // The bias in double of the values as the call has them.
   named_scheme wide = n;
   for (size_t y = 0; y < n.tensors.size(); ++y) {
-    if constexpr (std::is_same_v<Real, float>)
+    if (!f.named64[first + y].empty())
+      n.tensors[y].f64 = f.named64[first + y];
+    else if constexpr (std::is_same_v<Real, float>)
       n.tensors[y].f32 = f.named[first + y];
     else
       n.tensors[y].f64 = f.named[first + y];
@@ -401,7 +415,8 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
   }
   if (c.sch == scheme::mrope) set_mrope(f, c, r);
   if (c.sch == scheme::all) {
-    b.kbias = draw_named_tensors(f, c, r, all_named_bias(), dmax);
+    b.kbias = draw_named_tensors(f, c, r, all_named_derived(), dmax);
+    b.kbias += draw_named_tensors(f, c, r, all_named_bias(), dmax);
     draw_named_tensors(f, c, r, all_named_relative(), dmax);
   }
   if (static_cast<int>(c.sch) >= kSchemes) {
@@ -453,7 +468,7 @@ void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
   const int64_t T = c.T, S = c.S, D = c.D, Hq = c.Hq, Hkv = c.Hkv;
   const auto& p = f.p;
   double kbias = b.kbias;
-  double qmax = 0, kmax = 0, vmax = 0, akmax = 0, avmax = 0, bmax = 0;
+  double qmax = 0, kmax = 0, vmax = 0, akmax = 0, avmax = 0;
   for (int64_t t = 0; t < T * Hq; ++t) {
     double n = 0;
     for (int64_t d = 0; d < D; ++d) n += double(f.q[t * D + d]) * f.q[t * D + d];
@@ -474,12 +489,6 @@ void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
     }
     for (auto x : f.named[f.rel + 1]) avmax = std::max(avmax, std::abs(double(x)));
   }
-  if (!p.pos.alibi.empty()) {
-    // |qpos - kpos| is at most the position spread: max(S, T) for default positions, 300 for
-    // the explicit ones drawn above. Press slopes decrease, so slopes[0] is the largest.
-    const double spread = f.kpos.empty() && f.qpos.empty() ? double(std::max(S, T)) : 300.0;
-    bmax += f.slopes[0] * spread;
-  }
   f.A = (1.0 / std::sqrt(double(D))) * b.amp * b.amp * b.qs * qmax * (kmax + akmax);
   f.qs = b.qs;
   if (p.pos.has_cope()) {
@@ -491,7 +500,7 @@ void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
     }
     kbias = std::max(kbias, qmax * emax);
   }
-  f.B = bmax + kbias;
+  f.B = kbias;
   f.V = vmax + avmax;
 }
 
@@ -583,18 +592,6 @@ double max_row_norm(std::span<const Real> x, int64_t D, int ord) {
   return m;
 }
 
-// Largest |qpos - kpos| over valid positions (ALiBi's dbias/dslope).
-template <typename Real>
-double max_distance(const fixture<Real>& f, const spec& c) {
-  if (f.qpos.empty() && f.kpos.empty()) return double(std::max(c.S, c.T));
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (auto v : f.qpos)
-    if (v >= 0) lo = std::min(lo, v), hi = std::max(hi, v);
-  for (auto v : f.kpos)
-    if (v >= 0) lo = std::min(lo, v), hi = std::max(hi, v);
-  return lo > hi ? 0.0 : double(hi - lo);
-}
-
 }  // namespace
 
 template <typename Real>
@@ -637,7 +634,6 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   t.dq = both * scale * Kinf * f.qs * (E_S + 2 * W * (c.S + C + 12) * u) * (1 + 2 * u);
   t.dk = both * scale * Qinf * N * (E_S + 2 * W * (N + 12) * u);
   t.dv = both * N * Oinf * (e_P + (N + 4) * u);
-  t.dal = both * c.T * E_S * max_distance(f, c);
   t.dak = both * scale * Qinf * c.Hq * c.T * E_S;
   t.dav = both * c.Hq * c.T * Oinf * e_P;
   t.dpar = both * c.T * E_S * f.G;
@@ -770,13 +766,15 @@ void check_backward(tracker& tr, const spec& c) {
   compare<Real>(tr, ty + "dq", fast.dq, ref.dq, t.dq, u);
   compare<Real>(tr, ty + "dk", fast.dk, ref.dk, t.dk, u);
   compare<Real>(tr, ty + "dv", fast.dv, ref.dv, t.dv, u);
-  if (!p.pos.alibi.empty()) compare<double>(tr, ty + "dalibi", fast.dal, ref.dal, t.dal, u);
   if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
   for (size_t x = 0; x < f.named.size(); ++x) {
     // A relative scheme's a^K and a^V have their own bounds; every other tensor T E_S G.
     const int rx = static_cast<int>(x) - f.rel;
     const double tol = f.rel < 0 || rx < 0 || rx > 1 ? t.dpar : rx == 0 ? t.dak : t.dav;
-    compare<Real>(tr, ty + "d" + f.named_names[x], fast.dnamed[x], ref.dnamed[x], tol, u);
+    if (!f.named64[x].empty())  // a float64 tensor (ALiBi's slopes) in any call
+      compare<double>(tr, ty + "d" + f.named_names[x], fast.dnamed64[x], ref.dnamed64[x], tol, u);
+    else
+      compare<Real>(tr, ty + "d" + f.named_names[x], fast.dnamed[x], ref.dnamed[x], tol, u);
   }
   if (!p.sinks.empty()) {
     // dsinks_h = -sum_i p_i,sink D_i: the tiled backward reads D_i = dO_i . o_i and p_i,sink =
@@ -904,12 +902,15 @@ check_result grad_case(const spec& c) {
   check(f.q.data(), f.q.size(), ref.dq.data(), "dq");
   check(f.k.data(), f.k.size(), ref.dk.data(), "dk");
   check(f.v.data(), f.v.size(), ref.dv.data(), "dv");
-  if (!p.pos.alibi.empty()) check(f.slopes.data(), f.slopes.size(), ref.dal.data(), "dalibi");
   if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   if (!p.sinks.empty()) check(f.sinks.data(), f.sinks.size(), ref.dsi.data(), "dsinks");
-  for (size_t x = 0; x < f.named.size(); ++x)
-    check(f.named[x].data(), f.named[x].size(), ref.dnamed[x].data(),
-          ("d" + f.named_names[x]).c_str());
+  for (size_t x = 0; x < f.named.size(); ++x) {
+    const std::string what = "d" + f.named_names[x];
+    if (!f.named64[x].empty())
+      check(f.named64[x].data(), f.named64[x].size(), ref.dnamed64[x].data(), what.c_str());
+    else
+      check(f.named[x].data(), f.named[x].size(), ref.dnamed[x].data(), what.c_str());
+  }
   return measured_check(
       "attention", "backward_vs_fd/" + c.name,
       fmt::format("attention_backward_reference (float64) agrees with central differences of the "
@@ -1008,12 +1009,12 @@ void add_forward_cases(std::vector<spec>& v) {
   for (int64_t T : kLens)
     for (int64_t S : kLens)
       v.push_back(make("forward_all_length_pairs_causal",
-                       spec{T, S, 32, 4, 1, scheme::alibi, T > S ? mask::positions : mask::causal,
-                            uint64_t(T * 1000 + S)},
+                       spec{T, S, 32, 4, 1, derived_bias_scheme(),
+                            T > S ? mask::positions : mask::causal, uint64_t(T * 1000 + S)},
                        forward, f32));
   // Large score magnitudes: |s| ~ 1e4 saturates a naive exp; the max-subtracted online softmax
   // must stay finite and match the reference.
-  for (scheme s : {scheme::none, scheme::alibi, relative_scheme()})
+  for (scheme s : {scheme::none, derived_bias_scheme(), relative_scheme()})
     v.push_back(make("forward_large_scores", spec{17, 64, 32, 4, 4, s, mask::causal, 77, 2000.0},
                      forward, f32 | f64));
   // A trained offset-only bias (T5's buckets, where a table saturates: 2 max_distance +
@@ -1047,8 +1048,9 @@ void add_simd_cases(std::vector<spec>& v) {
     for (int64_t T : kLens)
       for (int64_t S : kLens) {
         if (T > S) continue;  // bottom-right causal with T > S needs explicit positions
-        const scheme sch =
-            idx % 3 == 0 ? scheme::none : (idx % 3 == 1 ? scheme::alibi : offset_bias_scheme());
+        const scheme sch = idx % 3 == 0
+                               ? scheme::none
+                               : (idx % 3 == 1 ? derived_bias_scheme() : offset_bias_scheme());
         v.push_back(
             make("simd_causal_gqa_all_lengths",
                  spec{T, S, kSimdDims[idx % 3], 8, 2, sch, mask::causal, 77u + uint64_t(idx)},
@@ -1141,8 +1143,8 @@ void add_bf16_product_cases(std::vector<spec>& v) {
              7000u + static_cast<uint64_t>(idx)};
       // An odd D only where no rotation needs pairs of dimensions (the bias-only schemes).
       const auto sc = static_cast<scheme>(s);
-      const bool bias_only = sc == scheme::none || sc == scheme::alibi || sc == relative_scheme() ||
-                             sc == offset_bias_scheme();
+      const bool bias_only = sc == scheme::none || sc == derived_bias_scheme() ||
+                             sc == relative_scheme() || sc == offset_bias_scheme();
       if (c.D % 2 && !bias_only) ++c.D;
       c.products = attention_products::bf16;
       const int storage = idx % 3;  // bf16 q, k, v; float32 everything; f16 k, v with f32 q
@@ -1338,7 +1340,7 @@ std::vector<spec> make_check() {
   const std::pair<scheme, mask> pairs[] = {{scheme::none, mask::none},
                                            {scheme::rope_half, mask::causal},
                                            {scheme::rope_interleaved_partial, mask::padding},
-                                           {scheme::alibi, mask::cu_seqlens},
+                                           {derived_bias_scheme(), mask::cu_seqlens},
                                            {offset_bias_scheme(), mask::doc_ids},
                                            {offset_bias_scheme(), mask::window},
                                            {relative_scheme(), mask::causal_window},
@@ -1358,8 +1360,8 @@ std::vector<spec> make_check() {
   add(spec{7, 13, 8, 4, 2, scheme::temperature, mask::causal, seed++}, forward | backward | grad);
   add(spec{9, 5, 8, 4, 2, scheme::temperature, mask::positions, seed++}, forward | backward | grad);
   // Attention sinks (gpt-oss's per-head logit): causal ALiBi, and RoPE with padded keys.
-  for (auto [sch, m] :
-       {std::pair{scheme::alibi, mask::causal}, std::pair{scheme::rope_half, mask::padding}}) {
+  for (auto [sch, m] : {std::pair{derived_bias_scheme(), mask::causal},
+                        std::pair{scheme::rope_half, mask::padding}}) {
     spec c{7, 13, 8, 4, 2, sch, m, seed++};
     c.sinks = true;
     add(c, forward | backward | grad);
@@ -1415,14 +1417,14 @@ void add_perf(std::vector<spec>& v, const char* kind, int64_t T, int64_t S, int6
 
 // The prefill cases: every fast-row scheme, bfloat16, other head dims, longer sequences.
 void add_prefill_perf(std::vector<spec>& v) {
-  // Prefill at T = S = 2048 (GQA 32/8, D = 128) with every scheme that has a fast row.
+  // Prefill at T = S = 2048 (GQA 32/8, D = 128) with no position and RoPE (the biases reached by
+  // name: add_scheme_perf).
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::none, "none", forward);
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::rope_half, "rope", forward);
-  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::alibi, "alibi", forward);
   // The same prefill with bfloat16 q, k, v and bfloat16 products (attention_products::bf16:
   // vdpbf16ps where the CPU has it), against its float32 twins above.
   for (auto [s, sname] : {std::pair{scheme::none, "none"}, std::pair{scheme::rope_half, "rope"},
-                          std::pair{scheme::alibi, "alibi"}}) {
+                          std::pair{derived_bias_scheme(), name(derived_bias_scheme())}}) {
     add_perf(v, "attention", 2048, 2048, 8, 128, s, sname, forward);
     v.back().kv = kv_storage::bf16;
     v.back().q_half = true;
@@ -1528,7 +1530,8 @@ std::vector<spec> make_perf() {
   add_decode_layout_perf(v);
   add_scheme_perf(v);
   add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::none, "none", backward);
-  add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::alibi, "alibi", backward);
+  add_perf(v, "attention_backward", 2048, 2048, 8, 128, derived_bias_scheme(),
+           name(derived_bias_scheme()), backward);
   // The targets of the schemes on paths of their own (issue 46): RoPE's backward, which the
   // per-pair schemes' backward is held to, then theirs and CoPE's forward and backward on their
   // own paths today (double scores per row): extended.

@@ -33,7 +33,6 @@
 #include "posenc/attention/schemes.hpp"
 #include "posenc/core/machine.hpp"
 #include "posenc/core/rng.hpp"
-#include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/positions/positions.hpp"
 #include "posenc/verify/attention_cases.hpp"
@@ -49,7 +48,7 @@ constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
 // named: a scheme reached by name (schemes.hpp), the problem's `nd`.
-enum class scheme { none, rope, alibi, xpos, cope, named };
+enum class scheme { none, rope, xpos, cope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
     case scheme::cope:
@@ -58,13 +57,11 @@ const char* scheme_name(scheme s) {
       return "xpos";
     case scheme::rope:
       return "rope";
-    case scheme::alibi:
-      return "alibi";
     default:
       return "none";
   }
 }
-constexpr scheme kSchemes[] = {scheme::rope, scheme::alibi};
+constexpr scheme kSchemes[] = {scheme::rope};
 // The research schemes with a member: xPos, relative (translation invariant).
 constexpr scheme kResearch[] = {scheme::xpos};
 constexpr double kXposBase = 16;  // scale_base of the checks: a visible decay over N = 20
@@ -76,7 +73,6 @@ struct problem {
   bool causal = false;
   std::vector<double> q, k, v;  // (N, Hq, D), (N, Hkv, D), (N, Hkv, D)
   rope_freqs freqs;
-  std::vector<double> slopes;
   std::vector<double> cope;  // (8, D)
   attention_position<double> pos;
   double A = 0, B = 0, V = 0;
@@ -112,7 +108,7 @@ struct problem {
     for (auto& e : x) e = r.normal();
   }
 
-  // RoPE and ALiBi: their tables and bounds (amp scales q and k).
+  // RoPE: its table and bound (amp scales q and k).
   void init_classic(double& amp) {
     if (sch == scheme::rope) {
       rope_config c;
@@ -121,10 +117,6 @@ struct problem {
       freqs = rope_frequencies(c);
       pos.rope.freqs = &freqs;
       amp = freqs.attention_factor;
-    } else if (sch == scheme::alibi) {
-      slopes = alibi_slopes(Hq);
-      pos.alibi = slopes;
-      B = slopes[0] * 2 * N;  // |qpos - kpos| < 2N in every check below
     }
   }
 
@@ -599,7 +591,7 @@ void cope_checks(std::vector<check_result>& r, uint64_t seed) {
       dev, 1e-12, "keys 5..9 scaled by -8; p_ij for i >= 10, j < 5 compared"));
 }
 
-// Translation invariance of RoPE, ALiBi and Shaw.
+// Translation invariance of RoPE (the biases reached by name: named_bias_scheme_checks).
 void translation_checks(std::vector<check_result>& r, uint64_t seed) {
   for (scheme s : kSchemes) {
     problem ps(s, true, seed);
@@ -697,7 +689,7 @@ void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
 // Packed documents, padding, cache: for no scheme and every scheme, causal.
 void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -707,7 +699,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         packed_deviation(ps, cu), ps.tolerance(ps.N),
         "causal; positions restart at 0 in each document"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -718,7 +710,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         dev, ps.tolerance(ps.N),
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::alibi, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::xpos, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),

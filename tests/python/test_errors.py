@@ -67,7 +67,7 @@ BAD = [
     (lambda: posenc.attention(Q, Q, Q, key_padding=np.ones(4, np.int32)), TypeError,
      "key_padding must be bool or uint8"),
     (lambda: posenc.attention(Q, Q, Q, alibi=np.ones(3)), ValueError,
-     "alibi must be a bool or slopes of shape (Hq,) = (2,)"),
+     "alibi must have shape (Hq,) = (2,), got (3,)"),
     (lambda: posenc.attention(Q, Q, Q, t5_table=np.zeros((32, 3))), ValueError, "t5_table"),
     (lambda: posenc.attention(Q, Q, Q, shaw=(np.zeros((3, 8)), np.zeros((3, 8)), 2)), ValueError,
      "shaw_clip = 2 does not match the tables' 3 rows"),

@@ -65,7 +65,7 @@ def test_declared_keywords_act_as_their_older_forms():
     assert np.array_equal(b, posenc.attention(q, k, v, causal=True, shaw_keys=ak, shaw_values=av))
     with pytest.raises(ValueError, match="shaw_clip = 1 does not match the tables' 5 rows"):
         posenc.attention(q, k, v, shaw=(ak, av, 1))
-    with pytest.raises(ValueError, match="alibi_max_bias and alibi_convention need alibi=True"):
+    with pytest.raises(ValueError, match="alibi_convention needs alibi=True"):
         posenc.attention(q, k, v, alibi_convention="geometric")
     with pytest.raises(ValueError, match=r"fire_hidden = 3 does not match fire.s width 9"):
         posenc.attention(q, k, v, fire=np.zeros((3, 9)), fire_hidden=3)

@@ -5,7 +5,7 @@
 //
 //   q, k --[hook 1: q/k transform  = RoPE at position ids]--> q', k'
 //   s_ij = scale * q'_i . (k'_j [+ a^K_c  hook 2a: Shaw-K])
-//          [+ bias(i, j)           hook 2b: ALiBi, named biases]   biases after scaling
+//          [+ bias(i, j)           hook 2b: the score biases]      biases after scaling
 //          masked -> -inf          causal | key padding | packed documents | sliding window
 //   p_i  = softmax_j(s_i)
 //   o_i  = sum_j p_ij (v_j [+ a^V_c  hook 3: Shaw-V])
@@ -145,7 +145,8 @@ struct attention_cope {
 // once, in its declaration, and needs nothing here.
 // Its tensor parameters (declared with dtype "tensor") are
 // named_tensors: a view in the call's element type (f32 for a float call, f64 for a double one),
-// with the shape as given, checked against the declared shape.
+// with the shape as given, checked against the declared shape; one declared "tensor64" is f64 in
+// every call.
 struct named_tensor {
   std::string name;             // the declared parameter's name
   std::vector<int64_t> shape;   // as given: (S, Hq) -> {S, Hq}
@@ -159,18 +160,18 @@ struct named_scheme {
 };
 // The gradient of a named scheme's tensor parameter (attention_grads::named): `name` is the
 // parameter's, data its shape's element count in the call's type, overwritten.
+// A float64 parameter (dtype "tensor64") has its gradient in f64 instead, in every call.
 template <typename Real>
 struct named_grad {
   std::string name;
   std::span<Real> data;
+  std::span<double> f64 = {};
 };
 
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
 template <typename Real>
 struct attention_position {
   attention_rope rope;                // hook 1
-  std::span<const double> alibi;      // hook 2b: ALiBi slopes (Hq,) (Press et al. 2022): bias
-                                      //   -m_h (qpos - kpos) if causal, -m_h |qpos - kpos| if not
   attention_xpos xpos;                // hook 1: xPos (instead of rope)
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
@@ -349,7 +350,6 @@ void attention_tiled(const attention_params<Real>& p);
 //   dS_ij  = p_ij (dP_ij - D_i)                          (softmax backward)
 //   dv_j  += p_ij dO_i                 da^V_c += p_ij dO_i
 //   dq'_i += scale dS_ij (k'_j + a^K_c) dk'_j += scale dS_ij q'_i      da^K_c += scale dS_ij q'_i
-//   dm_h  += dS_ij * dbias/dm = -dS_ij (qpos - kpos) causal, -dS_ij |qpos - kpos| otherwise
 //   dx += dS_ij * dbias_h(i, j)/dx                       (a named bias's tensor x)
 //   dq = a R(qpos)^T dq',  dk = a R(kpos)^T dk'          (RoPE: the rotation with sine negated)
 // GQA/MQA: dk and dv of kv head hk sum over its G = Hq / Hkv query heads. With
@@ -365,8 +365,7 @@ struct attention_grads {
   Real* dk = nullptr;          // (S, Hkv, D), overwritten
   Real* dv = nullptr;          // (S, Hkv, D), overwritten
   // Position parameters; each optional (null = not wanted), overwritten when given.
-  double* dalibi = nullptr;  // (Hq,): gradient of the ALiBi slopes (learned-slope variants)
-  Real* dcope = nullptr;     // (npos, D): gradient of the CoPE embeddings
+  Real* dcope = nullptr;  // (npos, D): gradient of the CoPE embeddings
   // (Hq,): gradient of the sink logits, -sum_i p_i,sink (dO_i . O_i) (the sink carries no
   // value, so dP of its column is 0 and dS = p_sink (0 - D_i)).
   Real* dsinks = nullptr;

@@ -28,7 +28,7 @@ namespace posenc {
 // name that models train with (schemes.hpp: named_scheme_decls() with a score bias, in declaration
 // order; not the per-pair RoPE schemes, which apply at inference), whose hook is generic.
 // Iterate 0 .. pos_scheme_count() - 1.
-enum class pos_scheme { nope, sinusoidal, learned, rope, alibi, irope, xpos, cope, count };
+enum class pos_scheme { nope, sinusoidal, learned, rope, irope, xpos, cope, count };
 int pos_scheme_count();                     // the members before `count` + the named ones
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
 // Throws invalid_argument naming `arg` and the allowed names.

@@ -68,7 +68,11 @@ struct scheme_param {
                       // "tensor": a named scheme's tensor parameter (named_tensor) of the
                       // shape above in symbols (S, T, Hq, Hkv, D), in the call's element type;
                       // in a learned scheme it has a gradient output (attention_grads::named),
-                      // `d<name>` in the CLI and in Python
+                      // `d<name>` in the CLI and in Python. "tensor64": the same in float64
+                      // whatever the call's element type (named_tensor::f64, named_grad::f64).
+                      // "bool | tensor64", a switch only: True turns the scheme on with the
+                      // values its term derives from the other parameters (the slopes of a bias), a
+                      // tensor with those values
   const char* def;    // default, as text ("" = required when the scheme is on; a bool after
                       // a scheme's switch: "True", "False" or "not causal")
   const char* doc;    // one line
@@ -79,8 +83,8 @@ struct scheme_param {
 };
 
 struct scheme_decl {
-  const char* name;      // "alibi": the name of `posenc attend`'s scheme list and the lab
-  const char* title;     // "ALiBi"
+  const char* name;      // as `posenc attend`'s scheme list and the lab spell it
+  const char* title;     // as a paper writes it
   const char* citation;  // "Press et al. 2022"
   uint32_t points;       // scheme_point flags
   bool learned;          // has parameters a model trains (and the engine differentiates)
@@ -174,6 +178,12 @@ double named_choice(const scheme_decl& d, const std::string& param, const std::s
 // scheme: its bias is built per call from the tensors (named_bias_spec below).
 bool is_tensor_param(const scheme_param& p);
 bool is_tensor_scheme(const scheme_decl& d);
+// A tensor parameter in float64 in every call ("tensor64", "bool | tensor64"), and one that may
+// be left out, the term then deriving its values ("bool | tensor64").
+bool is_f64_tensor_param(const scheme_param& p);
+bool is_optional_tensor_param(const scheme_param& p);
+// A tensor scheme none of whose tensors may be left out: its model hook computes them.
+bool needs_tensors(const scheme_decl& d);
 // A symbol other than those (and than an integer) is a free extent, the tensor's own (FIRE's
 // width W = 3m + 3): `given`, the shape of the tensor given, fixes it (of the declared rank, else
 // invalid_argument); tensor_param_shape_for fixes the one free extent from the element count.

@@ -16,8 +16,8 @@
 // ---- Forward tolerance (derived; u = unit roundoff of the element type: 2^-24 float, 2^-53
 // double). Let A = max over (h, i, j) of scale * a^2 * |q_i| (|k_j| + |a^K|max) (a = RoPE
 // attention factor; rotation preserves norms, so by Cauchy-Schwarz A bounds every scaled dot
-// product and the absolute sums sum_d |q_d| |k_d| it rounds against), B = max |bias_ij| (ALiBi +
-// T5), and V = max|v| + max|a^V|.
+// product and the absolute sums sum_d |q_d| |k_d| it rounds against), B = max |bias_ij| (the biases
+// + T5), and V = max|v| + max|a^V|.
 //   score:    D-term dot product (gamma_D <= D u), the rotation of q and k in the element
 //             type (<= 4u relative each), the scale multiply (folded into q on the SIMD path)
 //             and bias add (2u of |s|):
@@ -94,11 +94,11 @@ enum class scheme {
   none,
   rope_half,
   rope_interleaved_partial,  // rotary_dim = (D / 4) * 2, interleaved layout
-  alibi,
   temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
-  all,          // YaRN RoPE (attention factor != 1) + ALiBi + the first trained tensor bias
-                // reached by name (all_named_bias()) + the first relative tables reached by name
-                // (all_named_relative(): Shaw) + a query temperature (offset 0,
+  all,          // YaRN RoPE (attention factor != 1) + the first bias reached by name whose values
+                // derive from its parameters (all_named_derived()) + the first trained
+                // tensor bias reached by name (all_named_bias()) + the first relative tables
+                // reached by name (all_named_relative(): Shaw) + a query temperature (offset 0,
                 // after the rotation: Ministral 3's form) at once
   xpos,         // scale_base = max(64, spread / 4), centred on the positions
   cope,         // npos = 8; forces causal masking (CoPE is causal only)
@@ -133,6 +133,11 @@ bool float_kv_only(scheme s);
 // schemes; and its row of the enum (where the tests want a table bias).
 const posenc::scheme_decl& all_named_bias();
 scheme offset_bias_scheme();
+// The first score bias reached by name whose switch may be True, its values then derived from
+// its parameters with no draw (is_optional_tensor_param: the slopes of a linear bias), which
+// `all` composes too; and its row (the cheap bias of the length, large-score, sink and bench rows).
+const posenc::scheme_decl& all_named_derived();
+scheme derived_bias_scheme();
 // The first scheme reached by name that adds relative tables (Shaw's a^K, a^V), which `all`
 // composes too, and its row of the enum.
 const posenc::scheme_decl& all_named_relative();
@@ -192,7 +197,7 @@ struct spec {
 };
 inline constexpr int64_t kHeadMajorPad = 3;
 
-// Every field, for messages: "T=17 S=64 D=80 Hq=8 Hkv=4 scheme=alibi mask=causal seed=7 ...".
+// Every field, for messages: "T=17 S=64 D=80 Hq=8 Hkv=4 scheme=rope_half mask=causal seed=7 ...".
 std::string describe(const spec& c);
 
 // Everything one case owns (the params struct only points into it).
@@ -206,7 +211,6 @@ struct fixture {
   std::vector<uint8_t> pad;
   std::vector<int64_t> cu, qdoc, kdoc, qpos, kpos;
   rope_freqs freqs;
-  std::vector<double> slopes;
   attention_params<Real> p;    // out and lse unset
   double A = 0, B = 0, V = 0;  // the magnitudes of the tolerance derivation
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
@@ -214,8 +218,10 @@ struct fixture {
   std::vector<Real> sinks;      // spec::sinks: the sink logits (Hq,)
   std::vector<int64_t> mq, mk;  // M-RoPE ids (3, T) and (3, S)
   // A tensor scheme reached by name (schemes.hpp, is_tensor_scheme): each declared tensor's
-  // values, in declaration order (p.pos.named[0].tensors views them).
+  // values, in declaration order (p.pos.named[0].tensors views them); a float64 one
+  // (is_f64_tensor_param: a bias's slopes) in named64 at its index instead (named[x] then empty).
   std::vector<std::vector<Real>> named;
+  std::vector<std::vector<double>> named64;
   std::vector<std::string> named_names;  // their parameters' names
   int rel = -1;       // index in `named` of a relative scheme's a^K (a^V follows); -1 = none
   int64_t rel_K = 0;  // its clip K (tables of 2K + 1 rows)
@@ -239,13 +245,13 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 }
 
 // The gradients of one backward call on f.p, owning their buffers (filled with -7 so that an
-// entry the backward forgets shows): dq, dk, dv always; dalibi, dcope, dsinks and the tensors of
-// the schemes reached by name when the scheme is on.
+// entry the backward forgets shows): dq, dk, dv always; dcope, dsinks and the tensors of the
+// schemes reached by name when the scheme is on.
 template <typename Real>
 struct grads {
   std::vector<Real> dq, dk, dv, dco, dsi;
-  std::vector<double> dal;
-  std::vector<std::vector<Real>> dnamed;  // a tensor scheme's tensors, as fixture::named
+  std::vector<std::vector<Real>> dnamed;      // a tensor scheme's tensors, as fixture::named
+  std::vector<std::vector<double>> dnamed64;  // and as fixture::named64
   attention_grads<Real> g;
   grads(const fixture<Real>& f, const Real* out, const Real* lse, const Real* dout) {
     const auto& p = f.p;
@@ -254,10 +260,6 @@ struct grads {
     dv.assign(p.S * p.Hkv * p.D, Real(-7));
     g.out = out, g.lse = lse, g.dout = dout;
     g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
-    if (!p.pos.alibi.empty()) {
-      dal.assign(p.Hq, -7.0);
-      g.dalibi = dal.data();
-    }
     if (p.pos.has_cope()) {
       dco.assign(p.pos.cope.emb.size(), Real(-7));
       g.dcope = dco.data();
@@ -267,9 +269,11 @@ struct grads {
       g.dsinks = dsi.data();
     }
     dnamed.resize(f.named.size());
+    dnamed64.resize(f.named.size());
     for (size_t x = 0; x < f.named.size(); ++x) {
       dnamed[x].assign(f.named[x].size(), Real(-7));
-      g.named.push_back({f.named_names[x], dnamed[x]});
+      dnamed64[x].assign(f.named64[x].size(), -7.0);
+      g.named.push_back({f.named_names[x], dnamed[x], dnamed64[x]});
     }
   }
 };
@@ -285,8 +289,8 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c);
 // The backward bounds above (per entry, plus u |reference|). dout: (T, Hq, D); lse: (T, Hq) of
 // the forward the backward runs on.
 struct backward_tolerances {
-  double dq = 0, dk = 0, dv = 0, dal = 0, dak = 0, dav = 0, dpar = 0;  // dpar: a named
-                                                                       // tensor: T E_S G
+  double dq = 0, dk = 0, dv = 0, dak = 0, dav = 0, dpar = 0;  // dpar: a named
+                                                              // tensor: T E_S G
 };
 template <typename Real>
 backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
@@ -314,8 +318,8 @@ const std::vector<spec>& full_cases();
 // Forgetting Attention's gates) reads the query's token in the key sequence.
 bool needs_t_within_s(const spec& c);
 // The shapes of `posenc bench` (float32, causal, Hq = 32, Hkv = 8, D = 128), named as its cases:
-// forward T = S = 2048 with none / rope / alibi / each scheme reached by name, decode T = 1 against
-// S = 8192, backward T = S = 2048 with none / alibi.
+// forward T = S = 2048 with none / rope / each scheme reached by name, decode T = 1 against
+// S = 8192, backward T = S = 2048 with none / the derived bias (derived_bias_scheme()).
 const std::vector<spec>& perf_cases();
 // The reduced problem a perf case is validated on before timing (the reference at T = S = 2048
 // would take minutes): the last min(T, 16) queries against all S keys for the forward (128 for

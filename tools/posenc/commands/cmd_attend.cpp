@@ -5,12 +5,12 @@
 //     [--rope (--hf-config FILE | --gguf FILE | [--head-dim D] --theta B --partial F --scaling TYPE
 //     ...)
 //      --layout half|interleaved [--angle exact|f32|hf_f32|ggml_f32] [--seq-len N]]
-//     [--alibi [--max-bias 8] [--alibi-convention press|mpt|geometric]]
+//     [--alibi[=SLOPES.npy] [--alibi-max-bias 8] [--alibi-convention press|mpt|geometric]]
 //     [--q-positions P.npy] [--k-positions P.npy] [--key-padding M.npy]
 //     [--cu-seqlens 0,5,12] [--window W]
 //     [--lse-out L.npy]
 //     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy
-//      [--dalibi DA.npy]]
+//      [--dalibi DA.npy]]   (and the --d<tensor> of every learned scheme on)
 //     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //     [--cope E.npy] [--dcope DE.npy]
 //     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
@@ -31,9 +31,9 @@
 // + 3) FIRE's per-head MLP (attention.hpp); positions (T,) / (S,) int64 or int32; M (S,) bool or
 // uint8 with 1 = real token. O is (T, Hq, D) in Q's dtype, L is (T, Hq). With --dout (T, Hq, D) the
 // backward runs too (attention_backward): DQ, DK, DV and the requested parameter gradients are
-// written in Q's dtype (DA, the ALiBi slope gradient (Hq,), in float64). Every input is read and
-// validated and the attention computed before anything is written; a bad file or argument prints
-// one message and exits 2 with no output file.
+// written in Q's dtype (a float64 parameter's in float64: DA, the ALiBi slope gradient (Hq,)).
+// Every input is read and validated and the attention computed before anything is written; a bad
+// file or argument prints one message and exits 2 with no output file.
 //
 // Per-layer configs: --layer-type picks that layer type's RoPE from --hf-config (as `rope freqs
 // --layer-type`); --layer L reads what layer L of the config does: its layer type's RoPE, or no
@@ -57,7 +57,6 @@
 #include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/npy.hpp"
-#include "posenc/encodings/alibi.hpp"
 #include "posenc/encodings/axial_rope.hpp"
 #include "posenc/formats/gguf.hpp"
 #include "posenc/formats/hf_config.hpp"
@@ -80,10 +79,6 @@ struct attend_opts {
   double theta = 10000, partial = 1, factor = 1, attention_factor = 1, beta_fast = 32,
          beta_slow = 1, low_freq_factor = 1, high_freq_factor = 4, mscale = 1, mscale_all_dim = 1;
   int64_t max_pos = 0, original_max_pos = 0, seq_len = -1, head_dim = 0;
-  // ALiBi
-  bool alibi = false;
-  double max_bias = 8;
-  std::string alibi_convention = "press";
   // positions, masks
   std::string q_positions, k_positions, key_padding, cu_seqlens;
   int64_t window = 0;
@@ -109,7 +104,7 @@ struct attend_opts {
   std::map<std::string, std::string> named_files;  // tensor parameters: .npy paths
   std::map<std::string, std::string> named_grads;  // their gradients' output paths (--d<name>)
   // Backward
-  std::string dout, dq, dk, dv, dalibi, dcope;
+  std::string dout, dq, dk, dv, dcope;
   CLI::App* sub = nullptr;
 };
 
@@ -263,11 +258,11 @@ struct attend_state {
   bool mrope = false;                   // (3, n) positions
   layer_choice lc;
   rope_freqs freqs;
-  std::vector<double> slopes;              // (Hq,)
   std::vector<Real> cope_e;                // as read, in Q's dtype
   std::vector<Real> sinks;                 // (Hq,) --sinks
   std::vector<std::vector<Real>> named_w;  // tensor parameters of schemes reached by name, as read
-  std::vector<std::string> schemes;        // the names of the schemes on, in order
+  std::vector<std::vector<double>> named_w64;  // at a float64 one's index instead (named_w's empty)
+  std::vector<std::string> schemes;            // the names of the schemes on, in order
   attention_params<Real> p;
 
   attend_state() = default;
@@ -472,18 +467,6 @@ void read_rope(const attend_opts& o, attend_state<Real>& s) {
 }
 
 template <typename Real>
-void read_alibi(const attend_opts& o, attend_state<Real>& s) {
-  if (o.alibi) {
-    s.slopes = alibi_slopes(s.Hq, o.max_bias,
-                            alibi_convention_from_name(o.alibi_convention, "--alibi-convention"));
-    s.p.pos.alibi = s.slopes;
-    s.schemes.push_back("alibi");
-  } else if (given(o, "--max-bias") || given(o, "--alibi-convention")) {
-    fail("--max-bias and --alibi-convention need --alibi");
-  }
-}
-
-template <typename Real>
 void read_cope(const attend_opts& o, attend_state<Real>& s) {
   if (o.cope.empty()) return;
   const auto a = read_npy(o.cope);
@@ -562,8 +545,14 @@ void read_named_tensor(const attend_opts& o, attend_state<Real>& s, const scheme
   require_shape(
       a, flag, want,
       fmt::format("{} = {}", prm.shape, tensor_param_shape_text(prm, s.T, s.S, s.Hq, s.Hkv, s.D)));
-  note_rounding<Real>(a, flag);
-  s.named_w.push_back(as_real<Real>(a));
+  if (is_f64_tensor_param(prm)) {  // float64 in every call
+    s.named_w.emplace_back();
+    s.named_w64.push_back(as_real<double>(a));
+  } else {
+    note_rounding<Real>(a, flag);
+    s.named_w.push_back(as_real<Real>(a));
+    s.named_w64.emplace_back();
+  }
   n.tensors.push_back({prm.name, want, {}, {}});
 }
 
@@ -582,11 +571,14 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
   for (const scheme_decl* d : named_scheme_decls()) {
     named_scheme n{d->name, {}};
     std::vector<std::string> flags;
-    const bool tensor_switch = is_tensor_param(d->params[0]);
-    const bool on =
-        tensor_switch ? !o.named_files.at(d->params[0].name).empty() : o.named_on.at(d->name);
+    const scheme_param& sw = d->params[0];
+    // A tensor switch is on when its file is given; an optional one (--name[=FILE]) when given.
+    const bool tensor_switch = is_tensor_param(sw);
+    const bool on = is_optional_tensor_param(sw) ? given(o, ("--" + flag_name(sw.name)).c_str())
+                    : tensor_switch              ? !o.named_files.at(sw.name).empty()
+                                                 : o.named_on.at(d->name);
     // The tensors in declaration order (the switch first): the gradients are written so.
-    if (on && tensor_switch) read_named_tensor(o, s, d->params[0], n);
+    if (on && tensor_switch && !o.named_files.at(sw.name).empty()) read_named_tensor(o, s, sw, n);
     for (size_t i = 1; i < d->params.size(); ++i) {
       const std::string flag = "--" + flag_name(d->params[i].name);
       if (!given(o, flag.c_str())) continue;
@@ -610,10 +602,13 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
   size_t x = 0;  // every file read: the views
   for (auto& n : s.p.pos.named)
     for (auto& t : n.tensors) {
-      if constexpr (std::is_same_v<Real, float>)
-        t.f32 = s.named_w[x++];
+      if (!s.named_w64[x].empty())
+        t.f64 = s.named_w64[x];
+      else if constexpr (std::is_same_v<Real, float>)
+        t.f32 = s.named_w[x];
       else
-        t.f64 = s.named_w[x++];
+        t.f64 = s.named_w[x];
+      ++x;
     }
 }
 
@@ -665,7 +660,7 @@ void read_hf_dca(const attend_opts& o, attend_state<Real>& s) {
 template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
   if (o.dout.empty()) {
-    for (const char* f : {"--dq", "--dk", "--dv", "--dalibi", "--dcope"})
+    for (const char* f : {"--dq", "--dk", "--dv", "--dcope"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
     for (const auto& [name, path] : o.named_grads)
       if (!path.empty())
@@ -674,18 +669,18 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   }
   if (o.dq.empty() || o.dk.empty() || o.dv.empty())
     fail("--dout needs all of --dq, --dk and --dv (output paths)");
-  if (!o.dalibi.empty() && p.pos.alibi.empty()) fail("--dalibi needs --alibi");
   if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
   for (const auto& [name, path] : o.named_grads) {
     bool on = false;
     for (const auto& n : p.pos.named)
-      for (const auto& t : n.tensors) on |= !path.empty() && t.name == name;
+      for (const auto& prm : scheme_decl_of(n.name).params)
+        on |= !path.empty() && is_tensor_param(prm) && prm.name == name;
     if (!path.empty() && !on) fail("--d{} needs --{}", flag_name(name), flag_name(name));
   }
   std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
   for (const auto& [name, path] : o.named_grads)
     if (!path.empty()) outs.push_back(path);
-  for (const auto* x : {&o.lse_out, &o.dalibi, &o.dcope})
+  for (const auto* x : {&o.lse_out, &o.dcope})
     if (!x->empty()) outs.push_back(*x);
   for (size_t a = 0; a < outs.size(); ++a)
     for (size_t b = a + 1; b < outs.size(); ++b)
@@ -697,9 +692,10 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
 template <typename Real>
 struct attend_gradients {
   std::vector<Real> dout, dq, dk, dv, dco;
-  std::vector<double> dal;  // (Hq,), float64 whatever Q's dtype
-  // The named tensors' gradients asked for: (output path, shape, values).
-  std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<Real>>> dnamed;
+  // The named tensors' gradients asked for: (output path, shape, values; a float64 parameter's in
+  // the last, whatever Q's dtype).
+  std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<Real>, std::vector<double>>>
+      dnamed;
 };
 
 // attention_backward into buffers sized for the outputs asked for.
@@ -712,27 +708,28 @@ void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_grad
   d.dv.resize(S * Hkv * D);
   g.out = s.out.data(), g.lse = s.lse.data(), g.dout = d.dout.data();
   g.dq = d.dq.data(), g.dk = d.dk.data(), g.dv = d.dv.data();
-  if (!o.dalibi.empty()) {
-    d.dal.resize(Hq);
-    g.dalibi = d.dal.data();
-  }
   if (!o.dcope.empty()) {
     d.dco.resize(s.cope_e.size());
     g.dcope = d.dco.data();
   }
+  // Per declared tensor parameter of each scheme on (an optional one, left out, has one too).
+  std::vector<std::string> names;
   for (const auto& n : s.p.pos.named)
-    for (const auto& t : n.tensors) {
-      const std::string& path = o.named_grads.at(t.name);
-      if (path.empty()) continue;
+    for (const auto& prm : scheme_decl_of(n.name).params) {
+      if (!is_tensor_param(prm) || o.named_grads.at(prm.name).empty()) continue;
+      std::vector<int64_t> shape;
+      for (const auto& t : n.tensors)
+        if (t.name == prm.name) shape = t.shape;
+      if (shape.empty()) shape = tensor_param_shape(prm, T, S, Hq, Hkv, D);
       int64_t count = 1;
-      for (int64_t e : t.shape) count *= e;
-      d.dnamed.emplace_back(path, t.shape, std::vector<Real>(count));
+      for (int64_t e : shape) count *= e;
+      const bool wide = is_f64_tensor_param(prm);
+      d.dnamed.emplace_back(o.named_grads.at(prm.name), shape, std::vector<Real>(wide ? 0 : count),
+                            std::vector<double>(wide ? count : 0));
+      names.emplace_back(prm.name);
     }
-  size_t x = 0;
-  for (const auto& n : s.p.pos.named)
-    for (const auto& t : n.tensors)
-      if (!o.named_grads.at(t.name).empty())
-        g.named.push_back({t.name, std::get<2>(d.dnamed[x++])});
+  for (size_t x = 0; x < names.size(); ++x)
+    g.named.push_back({names[x], std::get<2>(d.dnamed[x]), std::get<3>(d.dnamed[x])});
   attention_backward(s.p, g);
 }
 
@@ -755,13 +752,15 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
   files.emplace_back(o.dk, as_npy(d.dk, {S, Hkv, D}));
   files.emplace_back(o.dv, as_npy(d.dv, {S, Hkv, D}));
   if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(d.dco, {pos.cope.npos, D}));
-  if (!o.dalibi.empty()) {
-    npy_array a = make_npy<double>({Hq});
-    std::copy(d.dal.begin(), d.dal.end(), a.template as<double>());
-    files.emplace_back(o.dalibi, std::move(a));
+  for (const auto& [path, shape, values, wide] : d.dnamed) {
+    if (wide.empty()) {
+      files.emplace_back(path, as_npy(values, shape));
+      continue;
+    }
+    npy_array a = make_npy<double>(shape);
+    std::copy(wide.begin(), wide.end(), a.template as<double>());
+    files.emplace_back(path, std::move(a));
   }
-  for (const auto& [path, shape, values] : d.dnamed)
-    files.emplace_back(path, as_npy(values, shape));
   return files;
 }
 
@@ -890,7 +889,6 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_qkv(o, qa, ka, va, kv, s);
   read_positions_and_masks(o, s);
   read_rope(o, s);
-  read_alibi(o, s);
   read_cope(o, s);
   read_temperature(o, s);
   read_xpos(o, s);
@@ -1119,12 +1117,8 @@ void add_attend_rope_flags(CLI::App* sub, attend_opts& o) {
                   "Sequence length for dynamic/longrope frequencies (default S)");
 }
 
-// ALiBi biases, position ids, key masks, sliding window and sinks.
+// Position ids, key masks, sliding window and sinks.
 void add_attend_bias_mask_flags(CLI::App* sub, attend_opts& o) {
-  sub->add_flag("--alibi", o.alibi, "ALiBi biases (Press et al. 2022)");
-  sub->add_option("--alibi-max-bias,--max-bias", o.max_bias, "ALiBi max_bias (default 8)");
-  sub->add_option("--alibi-convention", o.alibi_convention,
-                  "ALiBi slopes for non-power-of-two heads: press (default), mpt, geometric");
   sub->add_option("--q-positions", o.q_positions,
                   "Query position ids P.npy (T,) int64; (3, T) for M-RoPE (with --rope)");
   sub->add_option("--k-positions", o.k_positions,
@@ -1143,7 +1137,6 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--dq", o.dq, "Write dL/dq DQ.npy (T, Hq, D) (needs --dout)");
   sub->add_option("--dk", o.dk, "Write dL/dk DK.npy (S, Hkv, D) (needs --dout)");
   sub->add_option("--dv", o.dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
-  sub->add_option("--dalibi", o.dalibi, "Write dL/dslopes DA.npy (Hq,) float64");
 }
 
 // xPos, CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
@@ -1188,10 +1181,14 @@ void add_attend_named_scheme_flags(CLI::App* sub, attend_opts& o) {
     o.named_on[d->name] = false;
     for (const scheme_param& p : d->params) {
       if (!is_tensor_param(p)) continue;
-      // A tensor: a .npy file; learned, its gradient's output path too.
-      sub->add_option("--" + flag_name(p.name), o.named_files[p.name],
-                      fmt::format("{} ({}): {}, a .npy {}", d->title, d->citation, p.doc, p.shape))
-          ->type_name("FILE.npy");
+      // A tensor: a .npy file; learned, its gradient's output path too. An optional one, the
+      // switch: --name alone (on, the values derived) or --name=FILE.npy.
+      auto* opt =
+          sub->add_option("--" + flag_name(p.name), o.named_files[p.name],
+                          fmt::format("{} ({}): {}, a .npy {}{}", d->title, d->citation, p.doc,
+                                      p.shape, is_f64_tensor_param(p) ? " (float64)" : ""));
+      opt->type_name(is_optional_tensor_param(p) ? "[=FILE.npy]" : "FILE.npy");
+      if (is_optional_tensor_param(p)) opt->expected(0, 1);
       o.named_grads[p.name];
       if (d->learned)
         sub->add_option("--d" + flag_name(p.name), o.named_grads[p.name],

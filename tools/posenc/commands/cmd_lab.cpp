@@ -295,7 +295,7 @@ const std::vector<press_variant>& press_variants() {
       {"learned", model::pos_scheme::learned, false, false},
       {"learned+randomized", model::pos_scheme::learned, false, true},
       {"rope", model::pos_scheme::rope, false, false},
-      {"alibi", model::pos_scheme::alibi, false, false},
+      {"alibi", model::pos_scheme_from_name("alibi"), false, false},
       {"t5", model::pos_scheme_from_name("t5"), false, false},
       {"shaw", model::pos_scheme_from_name("shaw"), false, false},
   };

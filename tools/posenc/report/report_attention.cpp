@@ -73,7 +73,7 @@ report_section attention_section(report_context& ctx) {
   entries[1] = {"rope", "RoPE (theta 1e4, half layout)", {}};
   entries[1].pos.rope.freqs = &freqs;
   entries[2] = {"alibi", fmt::format("ALiBi (slope of head {}: {})", head, num(slopes[head])), {}};
-  entries[2].pos.alibi = slopes;
+  entries[2].pos.named = {{"alibi"}};
   entries[3] = {"t5", "T5 bias (causal, 32 buckets, max distance 128, N(0,1) table)", {}};
   entries[3].pos.named = {t5_scheme(Hq, seed + 1, t5_table)};
   entries[4] = {"shaw", "Shaw relative keys (K = 8, a^K ~ N(0, 0.25))", {}};

@@ -286,11 +286,11 @@ J read_or_train_lab(report_context& ctx, std::string* provenance) {
   }
   lab::lab_options o;
   o.task = lab::task_kind::passkey;
-  o.schemes =
-      ctx.quick
-          ? std::vector<model::pos_scheme>{model::pos_scheme::alibi, model::pos_scheme::learned}
-          : std::vector<model::pos_scheme>{model::pos_scheme::nope, model::pos_scheme::learned,
-                                           model::pos_scheme::rope, model::pos_scheme::alibi};
+  o.schemes = ctx.quick ? std::vector<model::pos_scheme>{model::pos_scheme_from_name("alibi"),
+                                                         model::pos_scheme::learned}
+                        : std::vector<model::pos_scheme>{
+                              model::pos_scheme::nope, model::pos_scheme::learned,
+                              model::pos_scheme::rope, model::pos_scheme_from_name("alibi")};
   o.train_min = 16;
   o.train_max = 32;
   o.eval_lens = {32, 64, 128};
