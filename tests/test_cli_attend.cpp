@@ -311,6 +311,54 @@ TEST(CliAttend, BackwardMatchesFiniteDifferencesOfNaiveFormula) {
   EXPECT_EQ(da.shape, (std::vector<int64_t>{Hq}));
 }
 
+// --alibi=SLOPES.npy gives the slopes, float64 whatever Q's dtype: slopes that float32 cannot
+// hold (0.3, 1/3) in a float64 call give the naive formula's output, and --dalibi (float64)
+// matches central differences of the naive loss L = sum dO . out by the slopes (h = 1e-5:
+// truncation and rounding ~1e-9, tolerance 1e-7 as above).
+TEST(CliAttend, AlibiSlopesFromAFileAreFloat64) {
+  inputs in(dtype::f64);
+  std::vector<double> slopes = {0.3, 1.0 / 3}, dout(T * Hq * D);
+  rng r(5);
+  for (auto& e : dout) e = r.normal();
+  in.write("s.npy", slopes, {Hq}, dtype::f64);
+  in.write("do.npy", dout, {T, Hq, D}, dtype::f64);
+  auto args = in.base();
+  args.insert(args.end(),
+              {"--causal", "--alibi=" + in.dir.file("s.npy"), "--dout", in.dir.file("do.npy"),
+               "--dq", in.dir.file("dq.npy"), "--dk", in.dir.file("dk.npy"), "--dv",
+               in.dir.file("dv.npy"), "--dalibi", in.dir.file("da.npy")});
+  const auto res = test::run_cli(args);
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  EXPECT_LE(max_diff(read_npy(in.dir.file("o.npy")), naive(in, true, slopes, false)), 1e-13);
+  const auto da = read_npy(in.dir.file("da.npy"));
+  ASSERT_EQ(da.type, dtype::f64);
+  ASSERT_EQ(da.shape, (std::vector<int64_t>{Hq}));
+  const auto g = da.to_f64();
+  for (int64_t h = 0; h < Hq; ++h) {
+    auto loss = [&](double step) {
+      auto s2 = slopes;
+      s2[h] += step;
+      const auto o = naive(in, true, s2, false);
+      double L = 0;
+      for (size_t i = 0; i < o.size(); ++i) L += dout[i] * o[i];
+      return L;
+    };
+    EXPECT_NEAR(g[h], (loss(1e-5) - loss(-1e-5)) / 2e-5, 1e-7) << "head " << h;
+  }
+  // In a float32 call the same file gives the same slopes: Press's slopes for Hq heads as a
+  // file give the bits of --alibi alone.
+  inputs f;
+  std::vector<double> press = {0.0625, 0.00390625};
+  f.write("s.npy", press, {Hq}, dtype::f64);
+  auto a = f.base(), b = f.base();
+  a.insert(a.end(), {"--causal", "--alibi"});
+  b.insert(b.end(), {"--causal", "--alibi", f.dir.file("s.npy")});
+  b[8] = f.dir.file("o2.npy");  // --out's path (base(): attend --q Q --k K --v V --out O ...)
+  ASSERT_EQ(test::run_cli(a).exit_code, 0);
+  ASSERT_EQ(test::run_cli(b).exit_code, 0);
+  EXPECT_EQ(read_npy(f.dir.file("o.npy")).to_f64(), read_npy(f.dir.file("o2.npy")).to_f64());
+}
+
 TEST(CliAttend, BackwardBadInputsExit2WithoutOutput) {
   inputs in;
   auto wrong = make_npy<float>({T, Hq, D + 1});
