@@ -459,7 +459,7 @@ TEST(AttentionSimd, FusedXposKeysAreBitIdenticalToTheCachesTransformedKeys) {
     for (auto* a : {&q, &k, &v})
       for (auto& x : *a) x = static_cast<float>(g.uniform() * 2 - 1);
     attention_position<float> pos;
-    pos.xpos = {10000.0, 0.4, 64.0, 30.0};
+    pos.named = {{"xpos", {{"xpos_scale_base", 64.0}, {"xpos_center", 30.0}}}};
 
     attention_params<float> p;
     p.q = q.data(), p.k = k.data(), p.v = v.data();

@@ -828,7 +828,7 @@ TEST(CliAttend, ResearchSchemesMatchNaiveFormulas) {
        "fire_hidden = 2 does not match fire's width 12 = 3 m + 3 (m = 3)"},
       {{"--fire-hidden", "3"}, "--fire-hidden needs --fire"},
       {{"--kerple", in.dir.file("ke.npy"), "--kerple-kernel", "cubic"}, "--kerple-kernel"},
-      {{"--xpos", "--xpos-scale-base", "0"}, "xpos scale_base must be finite and > 0"},
+      {{"--xpos", "--xpos-scale-base", "0"}, "xpos_scale_base must be finite and > 0"},
       {{"--xpos", "--rope", "--layout", "half"},
        "rope cannot be combined with xpos: both map q and k at hook 1"},
   };

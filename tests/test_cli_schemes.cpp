@@ -164,11 +164,14 @@ TEST(CliSchemes, NewFlagsActAsTheirKeywords) {
     a.insert(a.end(), extra.begin(), extra.end());
     return test::run_cli(a);
   };
-  // --xpos-theta is xPos's base; the same value through --theta gives the same bits.
+  // --xpos-theta is xPos's base (its declared flag); --theta is RoPE's and needs --rope.
   ASSERT_EQ(attend({"--xpos", "--xpos-theta", "500"}, "a.npy").exit_code, 0);
-  ASSERT_EQ(attend({"--xpos", "--theta", "500"}, "b.npy").exit_code, 0);
+  const auto theta = attend({"--xpos", "--theta", "500"}, "b.npy");
+  EXPECT_EQ(theta.exit_code, 2);
+  EXPECT_NE(theta.err.find("--theta is RoPE's base and needs --rope"), std::string::npos)
+      << theta.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b.npy")));
   ASSERT_EQ(attend({"--xpos"}, "c.npy").exit_code, 0);
-  EXPECT_EQ(read_npy(dir.file("a.npy")).to_f64(), read_npy(dir.file("b.npy")).to_f64());
   EXPECT_NE(read_npy(dir.file("a.npy")).to_f64(), read_npy(dir.file("c.npy")).to_f64());
   // --keys-rotated: k given rotated at its positions (posenc rope apply) gives --rope's bits.
   ASSERT_EQ(
@@ -205,5 +208,5 @@ TEST(CliSchemes, NewFlagsActAsTheirKeywords) {
   for (size_t i = 0; i < d1.size(); ++i) EXPECT_NEAR(d1[i], e1[i], 1e-14) << i;
   const auto bad = attend({"--keys-rotated"}, "f.npy");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("--keys-rotated needs --rope or --xpos"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--keys-rotated needs a q/k transform"), std::string::npos) << bad.err;
 }

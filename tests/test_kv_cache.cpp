@@ -78,7 +78,8 @@ struct decode_case {
         t.f64 = t5w;
       pos.named.push_back({"t5", {{"t5_max_distance", double(tp.max_distance)}}, {t}});
     }
-    if (s == scheme::xpos) pos.xpos = {10000.0, 0.4, 64.0, 30.0};
+    if (s == scheme::xpos)
+      pos.named = {{"xpos", {{"xpos_scale_base", 64.0}, {"xpos_center", 30.0}}}};
     if (s == scheme::temperature) pos.temperature = {8.0, 0.5};
     if (s == scheme::shaw || s == scheme::all) {
       shaw = shaw_init(5, D, seed + 2, 0.5);
@@ -427,10 +428,11 @@ TEST(KvCache, CarriesXposAndTemperatureIntoTheCall) {
   std::vector<double> out(c.Hq * c.D);
   attention_params<double> p;
   p.q = c.q.data(), p.out = out.data(), p.T = 1, p.Hq = c.Hq, p.D = c.D, p.pos = c.pos;
-  p.pos.xpos.gamma = 0.5;
+  p.pos.named[0].params.emplace_back("xpos_gamma", 0.5);  // not the cache's
   EXPECT_THROW(attention_forward_cached(p, cache), invalid_argument);
-  p.pos = c.pos;
-  p.pos.xpos = {};
+  p.pos = c.pos;  // the cache's xPos repeated: allowed
+  EXPECT_NO_THROW(attention_forward_cached(p, cache));
+  p.pos.named.clear();
   rope_config rc;
   rc.head_dim = c.D;
   rc.rotary_dim = c.D;

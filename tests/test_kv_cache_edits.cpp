@@ -205,7 +205,7 @@ TEST(KvCacheEdits, BadEditsAreClearErrorsAndChangeNothing) {
   EXPECT_NE(message([&] { cache.shift(0, 4, int64_t{1} << 62); }).find("2^62"), std::string::npos);
   EXPECT_EQ(snap(cache), before);
   attention_position<float> xp;
-  xp.xpos = {10000.0, 0.4, 64.0, 0.0};
+  xp.named = {{"xpos", {{"xpos_scale_base", 64.0}}}};
   kv_cache<float> x(8, 1, 16, xp);
   x.append(c.k.data(), c.v.data(), 2);
   EXPECT_NE(message([&] { x.shift(0, 2, 1); }).find("exact mode"), std::string::npos);

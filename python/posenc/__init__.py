@@ -333,18 +333,12 @@ def _attention_opts(
     return opts
 
 
-def _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, cope,
-                   attn_temperature_tuning, floor_scale, attn_scale, floor_offset=1.0):
-    """The research schemes' and the query temperature's options (docs/research_schemes.md)."""
-    for name, val in (("xpos", xpos), ("attn_temperature_tuning", attn_temperature_tuning)):
-        if not isinstance(val, (bool, np.bool_)):
-            raise TypeError(f"{name} must be a bool, got {type(val).__name__}")
+def _research_opts(cope, attn_temperature_tuning, floor_scale, attn_scale, floor_offset=1.0):
+    """CoPE's and the query temperature's options (docs/research_schemes.md)."""
+    if not isinstance(attn_temperature_tuning, (bool, np.bool_)):
+        raise TypeError(f"attn_temperature_tuning must be a bool, got "
+                        f"{type(attn_temperature_tuning).__name__}")
     return {
-        "xpos": bool(xpos),
-        "xpos_theta": xpos_theta,
-        "xpos_gamma": xpos_gamma,
-        "xpos_scale_base": xpos_scale_base,
-        "xpos_center": xpos_center,
         "cope": cope,
         "attn_temperature_tuning": bool(attn_temperature_tuning),
         "floor_scale": floor_scale,
@@ -388,18 +382,19 @@ def _named_default(p, switch=False):
     return int(p["default"]) if p["dtype"] == "int" else float(p["default"])
 
 
-def _named_opts(kwargs, fn):
+def _named_opts(kwargs, fn, decls=None):
     """The keywords of the schemes reached by name in kwargs, as the binding takes them:
     [(scheme, {param: value}, {tensor param: array})] for every scheme switched on. TypeError
     for any other keyword (naming the allowed ones) or a value of the wrong type; ValueError for a
     parameter given without its switch."""
-    allowed = [p["name"] for d in _NAMED for p in d["params"]]
+    decls = _NAMED if decls is None else decls
+    allowed = [p["name"] for d in decls for p in d["params"]]
     for key in kwargs:
         if key not in allowed:
             raise TypeError(f"{fn}() got an unexpected keyword argument '{key}' (the keywords of "
                             f"the schemes reached by name are {', '.join(allowed) or 'none'})")
     out = []
-    for d in _NAMED:
+    for d in decls:
         first, params = d["params"][0], d["params"][1:]
         switch = first["name"]
         tensors = {}
@@ -483,18 +478,24 @@ def _named_doc():
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _with_named_keywords(fn, doc):
-    """fn(..., **named) with the named schemes' keywords in its signature (inspect, help(),
-    editors) and their lines in its docstring."""
+def _with_named_keywords(fn, doc, decls=None):
+    """fn(..., **named) with the named schemes' keywords (of decls: all by default) in its
+    signature (inspect, help(), editors) and, given doc, their lines in its docstring."""
     import inspect
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
     params += [inspect.Parameter(p["name"], inspect.Parameter.KEYWORD_ONLY,
                                  default=_named_default(p, i == 0))
-               for d in _NAMED for i, p in enumerate(d["params"])]
+               for d in (_NAMED if decls is None else decls) for i, p in enumerate(d["params"])]
     fn.__signature__ = sig.replace(parameters=params)
-    fn.__doc__ = doc + _named_doc()
+    if doc is not None:
+        fn.__doc__ = doc + _named_doc()
     return fn
+
+
+# The q/k transforms reached by name (hook 1), whose keywords a KVCache takes: it stores keys
+# transformed.
+_TRANSFORMS = [d for d in _NAMED if d["enters_at"].startswith("q/k transform")]
 
 
 _ATTENTION_DOC = """
@@ -519,12 +520,10 @@ _ATTENTION_DOC = """
     (posenc.bf16_products_native()), float32 products on the exact values elsewhere. Float32
     or 16-bit inputs, forward only; the error bound is in attention_cases.hpp.
     Research schemes (docs/research_schemes.md), d = |qpos - kpos|:
-    xpos: True for xPos (Sun et al. 2022; half layout, rotary width D) with xpos_theta 10000,
-      xpos_gamma 0.4, xpos_scale_base 512, xpos_center 0; excludes rope.
     cope: (npos, D) position embeddings of CoPE (Golovneva et al. 2024); needs causal=True, no
       other position scheme, float k and v.
     attn_temperature_tuning: the query scale log(floor((qpos + floor_offset) / floor_scale) + 1)
-      * attn_scale + 1, after rope / xpos / mrope when on. Llama 4's NoPE layers: floor_scale
+      * attn_scale + 1, after rope, mrope or a q/k transform reached by name when on. Llama 4's NoPE layers: floor_scale
       8192, attn_scale 0.1, floor_offset 1 (the defaults); Ministral 3 and Mistral 4
       (llama_4_scaling_beta): floor_scale original_max_position_embeddings, attn_scale the beta,
       floor_offset 0.
@@ -555,11 +554,6 @@ def attention(
     return_lse=False,
     kv_dtype=None,
     products="f32",
-    xpos=False,
-    xpos_theta=10000.0,
-    xpos_gamma=0.4,
-    xpos_scale_base=512.0,
-    xpos_center=0.0,
     cope=None,
     attn_temperature_tuning=False,
     floor_scale=8192.0,
@@ -569,9 +563,7 @@ def attention(
     **named,
 ):
     _shaw_shorthand(shaw, named)
-    research = _research_opts(xpos, xpos_theta, xpos_gamma,
-                              xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
-                              floor_scale, attn_scale, floor_offset)
+    research = _research_opts(cope, attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype, research=research,
@@ -639,11 +631,6 @@ def attention_backward(
     cu_seqlens=None,
     window=None,
     param_grads=True,
-    xpos=False,
-    xpos_theta=10000.0,
-    xpos_gamma=0.4,
-    xpos_scale_base=512.0,
-    xpos_center=0.0,
     cope=None,
     attn_temperature_tuning=False,
     floor_scale=8192.0,
@@ -653,9 +640,7 @@ def attention_backward(
     **named,
 ):
     _shaw_shorthand(shaw, named)
-    research = _research_opts(xpos, xpos_theta, xpos_gamma,
-                              xpos_scale_base, xpos_center, cope, attn_temperature_tuning,
-                              floor_scale, attn_scale, floor_offset)
+    research = _research_opts(cope, attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window, research=research,
@@ -677,8 +662,8 @@ _with_named_keywords(attention_backward, (
 
 class KVCache:
     """The library's KV cache (posenc/attention/kv_cache.hpp) for decoding: keys stored
-    transformed (RoPE, xPos or M-RoPE at their positions, once, as engines store them), values
-    as given.
+    transformed (RoPE, M-RoPE or a q/k transform reached by name at their positions, once, as
+    engines store them), values as given.
 
     cache = posenc.KVCache(n_kv_heads, head_dim, capacity=4096, rope=cfg)
     cache.append(k, v)            # k, v: (T, Hkv, D); positions continue after the cache's
@@ -701,12 +686,13 @@ class KVCache:
       With an M-RoPE config (mrope_section) every token has (temporal, height, width) ids:
       append takes (3, T) ids or (T,) text ids ((p, p, p)); the next position is one past the
       largest id of any row (Qwen2-VL's rule); the engine's M-RoPE hook rotates the keys.
-    xpos=True (xpos_theta, xpos_gamma, xpos_scale_base, xpos_center as posenc.attention):
-      xPos keys stored transformed; excludes rope.
+    The keywords of a q/k transform reached by name (posenc.schemes(): enters at "q/k
+      transform", with their parameters, as posenc.attention takes them): keys stored
+      after that transform; excludes rope.
     start_position: the position of the first token (default 0).
     attend takes posenc.attention's keywords for the other schemes (shaw, the
     keywords of the schemes reached by name, cope, window, scale, attn_temperature_tuning,
-    ...); the q/k transform is the cache's (an xPos given to attend must equal the cache's).
+    ...); the q/k transform is the cache's (one given to attend must equal the cache's).
 
     shift_mode: how remove / shift / divide move the stored keys (the engines' position edits,
       llama.cpp's llama_memory_seq_rm / seq_add / seq_div): "rerotate" (default) turns each
@@ -717,13 +703,12 @@ class KVCache:
 
     Differences from the NumPy cache of earlier versions, following the library: the capacity
     is fixed; the next position after explicit ids is one past the largest id so far (not the
-    last one); xPos is a property of the cache, not an option of attend.
+    last one); a q/k transform is a property of the cache, not an option of attend.
     """
 
     def __init__(self, n_kv_heads, head_dim, *, capacity=4096, dtype=np.float32, kv_dtype=None,
                  rope=None, rope_layout="half", rope_angle="exact", rope_seq_len=None,
-                 start_position=0, xpos=False, xpos_theta=10000.0, xpos_gamma=0.4,
-                 xpos_scale_base=512.0, xpos_center=0.0, shift_mode="rerotate"):
+                 start_position=0, shift_mode="rerotate", **named):
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
@@ -733,16 +718,13 @@ class KVCache:
                 raise TypeError(f"{name} must be an int, got {type(val).__name__}")
         if rope is not None and not isinstance(rope, RopeConfig):
             raise TypeError(f"rope must be a posenc.RopeConfig or None, got {type(rope).__name__}")
-        if not isinstance(xpos, (bool, np.bool_)):
-            raise TypeError(f"xpos must be a bool, got {type(xpos).__name__}")
-        xp = ((float(xpos_theta), float(xpos_gamma), float(xpos_scale_base), float(xpos_center))
-              if xpos else None)
+        transforms = _named_opts(named, "KVCache", _TRANSFORMS)
         if not isinstance(shift_mode, str):
             raise TypeError(f"shift_mode must be \"rerotate\" or \"exact\", got "
                             f"{type(shift_mode).__name__}")
         self._c = _posenc._KVCache(int(n_kv_heads), int(head_dim), int(capacity), dtype.name,
                                    kv_dtype, rope, rope_layout, rope_angle, rope_seq_len,
-                                   int(start_position), xp, shift_mode)
+                                   int(start_position), transforms, shift_mode)
         self.rope = rope
 
     def __len__(self):
@@ -834,7 +816,8 @@ class KVCache:
         """Adds delta to the positions in [p0, p1) (p1 None: to the end; llama.cpp's
         llama_memory_seq_add, the context shift), moving their keys by shift_mode; a token
         moved below position 0 is dropped, as llama.cpp does. Returns how many were dropped.
-        Not on M-RoPE caches; on xPos caches only with shift_mode="exact"."""
+        Not on M-RoPE caches; on caches of a q/k transform reached by name only with
+        shift_mode="exact"."""
         a, b = self._range(p0, p1)
         if not isinstance(delta, (int, np.integer)) or isinstance(delta, bool):
             raise TypeError(f"delta must be an int, got {type(delta).__name__}")
@@ -872,6 +855,9 @@ class KVCache:
                                 "not an argument of attend()")
         return attention(q, self._c, None, causal=causal, q_positions=q_positions,
                          return_lse=return_lse, **kwargs)
+
+
+_with_named_keywords(KVCache.__init__, None, _TRANSFORMS)
 
 
 def __getattr__(name):

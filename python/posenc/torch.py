@@ -402,8 +402,7 @@ def attention(
     q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
     rope_seq_len=None, keys_rotated=False, shaw=None,
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
-    return_lse=False, xpos=False,
-    xpos_theta=10000.0, xpos_gamma=0.4, xpos_scale_base=512.0, xpos_center=0.0, cope=None,
+    return_lse=False, cope=None,
     attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, floor_offset=1.0,
     products="f32", sinks=None,
     **named,
@@ -412,7 +411,7 @@ def attention(
     the tensors of the schemes reached by name (their keywords below; a switch that takes True
     or a tensor is differentiable given the tensor), shaw = (keys, values, K) (shorthand for
     shaw_keys, shaw_values, shaw_clip), CoPE's embeddings cope (npos, D) and the attention-sink
-    logits sinks (Hq,) (gpt-oss's learned sinks). xPos and the
+    logits sinks (Hq,) (gpt-oss's learned sinks). The q/k transforms and the
     query temperature have no parameters (their options pass through).
     Arguments as posenc.attention; lse is returned float32/float64 and not differentiable.
     bfloat16 or float16 q, k, v (one dtype) are read in place, without a float32 copy; products
@@ -422,8 +421,7 @@ def attention(
     for name, t in (("cope", cope), ("sinks", sinks)):
         if t is not None and not isinstance(t, _torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    research = _research_opts(xpos, xpos_theta, xpos_gamma, xpos_scale_base, xpos_center, None,
-                              attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
+    research = _research_opts(None, attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         _ints(q_positions), _ints(k_positions),

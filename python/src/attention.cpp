@@ -96,6 +96,7 @@ struct attn_setup {
   rope_layout layout = rope_layout::half;
   rope_angle angle = rope_angle::exact;
   bool keys_rotated = false;
+  bool keys_transformed = false;  // keys_rotated, for a q/k transform reached by name
   // M-RoPE (rope with mrope_section and (3, n) ids): the engine's hook 1 (attention_mrope)
   // rotates q and k pair by pair at their ids, forward and backward. Its masks and biases see
   // the temporal row (qpos, kpos above, -1 = pad); the hook's ids read a pad's -1 as 0 (a
@@ -105,9 +106,8 @@ struct attn_setup {
   bool mrope_interleaved = false;
   std::vector<int64_t> qids, kids;  // (3, T) / (3, S) per batch element unless *_shared
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
-  py::object cope;      // (npos, D); None = off
-  py::object sinks;     // (Hq,) sink logits (gpt-oss); None = off
-  attention_xpos xpos;  // theta 0 = off
+  py::object cope;   // (npos, D); None = off
+  py::object sinks;  // (Hq,) sink logits (gpt-oss); None = off
   attention_temperature temperature;
   attention_products products = attention_products::f32;  // "products": "f32" or "bf16"
   // The schemes reached by name (schemes.hpp): (name, {param: value}) pairs from opts["named"],
@@ -296,17 +296,6 @@ void parse_research(attn_setup& s, const py::dict& opts) {
            shape_str(a));
     s.sinks = a;
   }
-  // xPos (Sun et al. 2022): RoPE with a per-pair exponential scale.
-  if (!opt(opts, "xpos").is_none() && opt(opts, "xpos").cast<bool>()) {
-    s.xpos.theta = float_opt(opts, "xpos_theta", 10000.0);
-    s.xpos.gamma = float_opt(opts, "xpos_gamma", 0.4);
-    s.xpos.scale_base = float_opt(opts, "xpos_scale_base", 512.0);
-    s.xpos.center = float_opt(opts, "xpos_center", 0.0);
-    if (!(s.xpos.theta > 1)) fail("xpos_theta must be > 1 (the RoPE base), got {}", s.xpos.theta);
-    if (!(s.xpos.gamma > 0)) fail("xpos_gamma must be > 0, got {}", s.xpos.gamma);
-    if (!(s.xpos.scale_base > 0)) fail("xpos_scale_base must be > 0, got {}", s.xpos.scale_base);
-    if (s.D % 2 != 0) fail("xpos needs an even head dim D, got D = {}", s.D);
-  }
   // The query temperature (Llama 4's NoPE layers; Ministral 3's llama_4_scaling_beta after RoPE).
   if (!opt(opts, "attn_temperature_tuning").is_none() &&
       opt(opts, "attn_temperature_tuning").cast<bool>()) {
@@ -339,6 +328,8 @@ void parse_research(attn_setup& s, const py::dict& opts) {
 // Every option but q, k and v, for a call of s's shapes (B, T, S, Hq, Hkv, D set).
 void parse_options(attn_setup& s, const py::dict& opts) {
   s.causal = opt(opts, "causal").is_none() ? false : opt(opts, "causal").cast<bool>();
+  s.keys_transformed =
+      !opt(opts, "keys_rotated").is_none() && opt(opts, "keys_rotated").cast<bool>();
   if (!opt(opts, "scale").is_none()) s.scale = opt(opts, "scale").cast<double>();
   if (!opt(opts, "window").is_none()) {
     s.window = opt(opts, "window").cast<int64_t>();
@@ -517,7 +508,8 @@ struct attn_call {
       sinks = contiguous_as<Real>(s.sinks);
       p.sinks = std::span<const Real>(sinks.data(), sinks.size());
     }
-    p.pos.xpos = s.xpos;
+    // A q/k transform reached by name maps keys given transformed (keys_rotated) by q alone.
+    p.pos.keys_transformed = s.keys_transformed;
     p.pos.temperature = s.temperature;
     p.pos.named = s.named;
     named = named_args<Real>(s);

@@ -18,6 +18,7 @@
 
 #include "common.hpp"
 #include "posenc/attention/kv_cache.hpp"
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/half.hpp"
 #include "posenc/formats/hf_config.hpp"
 
@@ -67,7 +68,7 @@ std::unique_ptr<kv_cache<Real>> make_cache(py_kv_cache& box, int64_t Hkv, int64_
                                            int64_t capacity, kv_storage storage,
                                            const py::object& rope, const std::string& layout,
                                            const std::string& angle, const py::object& seq_len,
-                                           int64_t start, const attention_xpos& xpos,
+                                           int64_t start, const std::vector<named_scheme>& named,
                                            kv_shift_mode mode) {
   attention_position<Real> pos;
   if (!rope.is_none()) {
@@ -89,7 +90,7 @@ std::unique_ptr<kv_cache<Real>> make_cache(py_kv_cache& box, int64_t Hkv, int64_
       pos.mrope.interleaved = c.mrope_interleaved;
     }
   }
-  pos.xpos = xpos;
+  pos.named = named;
   return std::make_unique<kv_cache<Real>>(capacity, Hkv, D, pos, start, storage, mode);
 }
 
@@ -195,28 +196,35 @@ void bind_kv_cache_init(py::class_<py_kv_cache>& cls) {
       py::init([](int64_t Hkv, int64_t D, int64_t capacity, const std::string& dtype,
                   const py::object& kv_dtype, const py::object& rope, const std::string& layout,
                   const std::string& angle, const py::object& seq_len, int64_t start,
-                  const std::optional<std::array<double, 4>>& xp, const std::string& shift_mode) {
-        // xp: xPos's (theta, gamma, scale_base, center), None = off
-        attention_xpos xpos;
-        if (xp)
-          xpos.theta = (*xp)[0], xpos.gamma = (*xp)[1], xpos.scale_base = (*xp)[2],
-          xpos.center = (*xp)[3];
+                  const py::list& named_list, const std::string& shift_mode) {
+        // named_list: the q/k transforms reached by name, [(name, {param: value}, {})], as
+        // posenc/__init__.py builds them from the declarations' keywords.
+        std::vector<named_scheme> named;
+        for (const py::handle item : named_list) {
+          const auto t = item.cast<py::tuple>();
+          named_scheme n{t[0].cast<std::string>(), {}};
+          if (!scheme_decl_of(n.name).transform)
+            fail("{} is no q/k transform: a KV cache takes the keywords of those alone", n.name);
+          for (const auto& [key, value] : t[1].cast<py::dict>())
+            n.params.emplace_back(key.cast<std::string>(), value.cast<double>());
+          named.push_back(std::move(n));
+        }
         auto box = std::make_unique<py_kv_cache>();
         const kv_storage storage = storage_from(kv_dtype);
         const kv_shift_mode mode = kv_shift_mode_from_name(shift_mode, "shift_mode");
         if (dtype == "float32")
           box->f = make_cache<float>(*box, Hkv, D, capacity, storage, rope, layout, angle, seq_len,
-                                     start, xpos, mode);
+                                     start, named, mode);
         else if (dtype == "float64")
           box->d = make_cache<double>(*box, Hkv, D, capacity, storage, rope, layout, angle, seq_len,
-                                      start, xpos, mode);
+                                      start, named, mode);
         else
           type_fail("dtype must be float32 or float64, got " + dtype);
         return box;
       }),
       py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("capacity"), py::arg("dtype"),
       py::arg("kv_dtype"), py::arg("rope"), py::arg("rope_layout"), py::arg("rope_angle"),
-      py::arg("rope_seq_len"), py::arg("start_position"), py::arg("xpos"), py::arg("shift_mode"));
+      py::arg("rope_seq_len"), py::arg("start_position"), py::arg("named"), py::arg("shift_mode"));
 }
 
 // Binds _KVCache's mutators: append, clear, edit.

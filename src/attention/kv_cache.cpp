@@ -21,6 +21,21 @@ kv_shift_mode kv_shift_mode_from_name(const std::string& name, const std::string
   fail("{} must be rerotate or exact, got '{}'", arg, name);
 }
 
+namespace {
+
+// rerotate turns stored keys by RoPE's rotation of the change, which a q/k transform reached by
+// name (xPos: a scale as well) does not have: such a cache moves keys only in exact mode. The
+// transform's title when refused, else null.
+template <typename Real>
+const char* rerotate_refused(const attention_position<Real>& pos, kv_shift_mode mode) {
+  if (mode != kv_shift_mode::rerotate) return nullptr;
+  for (const auto& n : pos.named)
+    if (scheme_decl_of(n.name).transform) return scheme_decl_of(n.name).title;
+  return nullptr;
+}
+
+}  // namespace
+
 template <typename Real>
 kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_position<Real> pos,
                          int64_t start_position, kv_storage storage, kv_shift_mode shift_mode)
@@ -312,10 +327,11 @@ int64_t kv_cache<Real>::shift(int64_t p0, int64_t p1, int64_t delta) {
     fail(
         "kv_cache shift: an M-RoPE cache (three ids per token) can remove tokens but not move "
         "them");
-  if (pos_.xpos.theta != 0 && mode_ == kv_shift_mode::rerotate)
+  if (const char* t = rerotate_refused(pos_, mode_))
     fail(
-        "kv_cache shift: an xPos cache moves keys only in exact mode (kv_shift_mode::exact): "
-        "its key scale does not invert by the transpose");
+        "kv_cache shift: an {} cache moves keys only in exact mode (kv_shift_mode::exact): its "
+        "key transform does not invert by the transpose",
+        t);
   if (delta < -(int64_t{1} << 62) || delta > (int64_t{1} << 62))
     fail("kv_cache shift: delta must be in [-2^62, 2^62], got {}", delta);
   std::vector<char> keep(static_cast<size_t>(size_), 1);
@@ -343,10 +359,11 @@ int64_t kv_cache<Real>::evict_streaming(int64_t sinks, int64_t window) {
   // What shift would refuse, refused before anything is forgotten.
   if (rows_ > 1)
     fail("kv_cache evict_streaming: an M-RoPE cache (three ids per token) cannot move tokens");
-  if (pos_.xpos.theta != 0 && mode_ == kv_shift_mode::rerotate)
+  if (const char* t = rerotate_refused(pos_, mode_))
     fail(
-        "kv_cache evict_streaming: an xPos cache moves keys only in exact mode "
-        "(kv_shift_mode::exact)");
+        "kv_cache evict_streaming: an {} cache moves keys only in exact mode "
+        "(kv_shift_mode::exact)",
+        t);
   if (size_ <= sinks + window) return 0;
   for (int64_t j = 1; j < size_; ++j)
     if (kpos_[j] <= kpos_[j - 1])
@@ -369,10 +386,11 @@ void kv_cache<Real>::divide(int64_t p0, int64_t p1, int64_t d) {
     fail(
         "kv_cache divide: an M-RoPE cache (three ids per token) can remove tokens but not move "
         "them");
-  if (pos_.xpos.theta != 0 && mode_ == kv_shift_mode::rerotate)
+  if (const char* t = rerotate_refused(pos_, mode_))
     fail(
-        "kv_cache divide: an xPos cache moves keys only in exact mode (kv_shift_mode::exact): "
-        "its key scale does not invert by the transpose");
+        "kv_cache divide: an {} cache moves keys only in exact mode (kv_shift_mode::exact): its "
+        "key transform does not invert by the transpose",
+        t);
   std::vector<int64_t> idx, to;
   for (int64_t j = 0; j < size_; ++j)
     if (kpos_[j] >= p0 && kpos_[j] < p1 && kpos_[j] / d != kpos_[j]) {

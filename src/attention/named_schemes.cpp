@@ -66,8 +66,10 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
   }
   if (d.named) {
     if (d.named->check) d.named->check(args, Hq);
-  } else {
+  } else if (d.pairs) {
     d.pairs->check(args);
+  } else {
+    d.transform->check(args, 0);  // D is checked with the call
   }
   return args;
 }
@@ -278,6 +280,39 @@ std::pair<int64_t, int64_t> rope_pairs_positions(const scheme_decl& d, std::span
 
 namespace {
 
+const detail::named_transform& transform_of(const scheme_decl& d) {
+  if (!d.transform) fail("{} is no q/k transform reached by name", d.name);
+  return *d.transform;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, double>> named_transform_case(const scheme_decl& d, int64_t lo,
+                                                                 int64_t hi) {
+  return transform_of(d).case_params(lo, hi);
+}
+
+double named_transform_amplitude(const scheme_decl& d, std::span<const double> args, int64_t lo,
+                                 int64_t hi, bool causal) {
+  return transform_of(d).amplitude(args, lo, hi, causal);
+}
+
+double named_transform_coef_error(const scheme_decl& d, std::span<const double> args, int64_t P) {
+  return transform_of(d).coef_error(args, P);
+}
+
+template <typename Real>
+bool qk_transform_on(const attention_position<Real>& pos) {
+  if (pos.rope.freqs || pos.mrope.freqs) return true;
+  for (const auto& n : pos.named)
+    if (scheme_decl_of(n.name).transform) return true;
+  return false;
+}
+template bool qk_transform_on(const attention_position<float>&);
+template bool qk_transform_on(const attention_position<double>&);
+
+namespace {
+
 const detail::named_bias& scalar_bias_of(const scheme_decl& d) {
   if (!d.named) fail("{} is no score bias reached by name", d.name);
   if (!d.named->value)
@@ -477,6 +512,12 @@ std::unique_ptr<position_hook<S>> make_named_hook(pos_scheme id, const scheme_de
       return d.named->hook_f32(id, o, shape);
     else
       return d.named->hook_f64(id, o, shape);
+  }
+  if (d.transform && d.transform->hook_f32) {
+    if constexpr (std::is_same_v<S, float>)
+      return d.transform->hook_f32(id, o, shape);
+    else
+      return d.transform->hook_f64(id, o, shape);
   }
   if (needs_tensors(d))
     fail("{}: its tensor parameters have no model hook to compute them", d.name);
@@ -705,6 +746,14 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
   const named_scheme& n = *found;
   if (d.pairs) {
     add_pairs_terms(p, d, named_scheme_args(d, n.params, p.Hq), t);
+    return;
+  }
+  if (d.transform) {
+    if (!n.tensors.empty())
+      fail("pos.named: {} has no tensor parameters, got '{}'", d.name, n.tensors[0].name);
+    if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
+    t.transform = d.transform->make(named_scheme_args(d, n.params, p.Hq), p.D);
+    t.transform->keys_transformed = p.pos.keys_transformed;
     return;
   }
   if (d.causal_only && !p.causal)

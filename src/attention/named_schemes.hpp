@@ -27,6 +27,7 @@ template <typename Real>
 class score_bias;  // engine_terms.hpp
 template <typename Real>
 class relative_vectors;  // engine_terms.hpp
+class qk_transform;      // engine_terms.hpp
 }  // namespace posenc::detail
 namespace posenc {
 template <typename S>
@@ -129,6 +130,25 @@ std::unique_ptr<position_hook<S>> make_tensor_hook(
     pos_scheme id, const char* scheme, std::vector<std::pair<std::string, double>> params,
     const char* tensor, int64_t rows, int64_t cols, bool per_layer = true);
 double named_option(const position_options& o, const char* param, double fallback);
+
+// A scheme that maps q and k at hook 1 (xPos): its transform for a call of head dim D, built from
+// args as for named_bias. The engine applies it as any q/k transform (the tiles' row form where
+// it has one, copies otherwise); a KV cache stores keys after it (make_key_transform) and its
+// calls mark them transformed (attention_position::keys_transformed).
+struct named_transform {
+  // Validates args (and D); throws invalid_argument naming the parameter and the allowed values.
+  void (*check)(std::span<const double> args, int64_t D);
+  std::unique_ptr<qk_transform> (*make)(std::span<const double> args, int64_t D);
+  // The case tables and checks (schemes.hpp, named_transform_case and the two after it).
+  std::vector<std::pair<std::string, double>> (*case_params)(int64_t lo, int64_t hi);
+  double (*amplitude)(std::span<const double> args, int64_t lo, int64_t hi, bool causal);
+  double (*coef_error)(std::span<const double> args, int64_t P);
+  // The model's hook (the lab); null: the generic hook of named_schemes.cpp.
+  std::unique_ptr<position_hook<float>> (*hook_f32)(pos_scheme id, const position_options& o,
+                                                    const position_shape& shape) = nullptr;
+  std::unique_ptr<position_hook<double>> (*hook_f64)(pos_scheme id, const position_options& o,
+                                                     const position_shape& shape) = nullptr;
+};
 
 // A scheme that places RoPE per pair: each visible pair (query at qpos, key at kpos) falls in
 // one of `regions` regions (or in none, -1: the pair is then masked), and in region r its score is

@@ -11,22 +11,23 @@
 #include <type_traits>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 
 namespace posenc {
 namespace {
 
-constexpr const char* k_names[] = {"nope",  "sinusoidal", "learned", "rope",
-                                   "irope", "xpos",       "cope"};
+constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "irope", "cope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
-// The schemes reached by name that a model trains with: the score biases (a per-pair RoPE
-// scheme, Self-Extend or DCA, is applied at inference over a RoPE model, not trained with).
+// The schemes reached by name that a model trains with: the score biases and the q/k transforms
+// (a per-pair RoPE scheme, Self-Extend or DCA, is applied at inference over a RoPE model, not
+// trained with).
 const std::vector<const scheme_decl*>& model_named_decls() {
   static const std::vector<const scheme_decl*> out = [] {
     std::vector<const scheme_decl*> v;
     for (const scheme_decl* d : named_scheme_decls())
-      if (d->named) v.push_back(d);
+      if (d->named || d->transform) v.push_back(d);
     return v;
   }();
   return out;
@@ -122,6 +123,15 @@ std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>&
     } else {
       if (d.impl && d.impl->key_f64) u = d.impl->key_f64(pos, D, who);
     }
+    if (d.transform)  // a q/k transform reached by name, when pos has it
+      for (const named_scheme& n : pos.named) {
+        if (n.name != d.name) continue;
+        try {
+          u = d.transform->make(named_scheme_args(d, n.params, 1), D);
+        } catch (const invalid_argument& e) {
+          throw invalid_argument(std::string(who) + e.what());
+        }
+      }
     if (u && t) fail("{}two q/k transforms are on; at most one is allowed", who);
     if (u) t = std::move(u);
   }
@@ -142,10 +152,25 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
   const char* who = "attention_forward_cached";
   if (call.rope.freqs && call.rope.freqs != cache.rope.freqs)
     fail("{}: pos.rope must be left unset or equal the cache's RoPE", who);
-  const attention_xpos &cx = call.xpos, &kx = cache.xpos;
-  if (cx.theta != 0 && (cx.theta != kx.theta || cx.gamma != kx.gamma ||
-                        cx.scale_base != kx.scale_base || cx.center != kx.center))
-    fail("{}: pos.xpos must be left unset or equal the cache's xPos", who);
+  // A q/k transform reached by name: the cache's, which the call may repeat with the same
+  // parameters (its defaults filled) but not change.
+  std::vector<named_scheme> named;
+  for (const named_scheme& n : call.named) {
+    const scheme_decl& d = scheme_decl_of(n.name);
+    if (!d.transform) {
+      named.push_back(n);
+      continue;
+    }
+    const named_scheme* mine = nullptr;
+    for (const named_scheme& k : cache.named)
+      if (k.name == n.name) mine = &k;
+    if (!mine || named_scheme_args(d, n.params, 1) != named_scheme_args(d, mine->params, 1))
+      fail("{}: pos.named: {} must be left out or equal the cache's", who, n.name);
+  }
+  for (const named_scheme& k : cache.named)
+    if (scheme_decl_of(k.name).transform) named.push_back(k);
+  call.named = std::move(named);
+  call.keys_transformed = true;
   const attention_mrope &cm = call.mrope, &km = cache.mrope;
   if (cm.freqs &&
       (cm.freqs != km.freqs || cm.section != km.section || cm.interleaved != km.interleaved ||
@@ -155,8 +180,6 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
     fail("{}: pos.mrope.q_positions given but the cache has no M-RoPE", who);
   call.rope = cache.rope;
   call.rope.keys_rotated = true;
-  call.xpos = cache.xpos;
-  call.xpos.keys_rotated = true;
   const auto q_ids = cm.q_positions;
   call.mrope = cache.mrope;
   call.mrope.keys_rotated = true;

@@ -117,7 +117,7 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
-extern const scheme_impl rope_impl, mrope_impl, xpos_impl, temperature_impl, cope_impl, nope_impl,
+extern const scheme_impl rope_impl, mrope_impl, temperature_impl, cope_impl, nope_impl,
     sinusoidal_impl, learned_impl, irope_impl;
 extern const named_bias alibi_bias_decl;            // hook_alibi.cpp
 extern const named_bias t5_bias_decl;               // hook_t5.cpp
@@ -127,6 +127,7 @@ extern const named_bias fire_bias_decl;             // hook_fire.cpp
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
 extern const named_bias fox_bias_decl;              // hook_fox.cpp
 extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
+extern const named_transform xpos_transform_decl;   // hook_xpos.cpp
 extern const named_pairs dca_pairs_decl;            // hook_dca.cpp
 extern const named_pairs streaming_llm_pairs_decl;  // hook_streaming_llm.cpp
 }  // namespace detail
@@ -139,6 +140,12 @@ scheme_decl with_impl(scheme_decl d, const detail::scheme_impl* impl) {
   return d;
 }
 
+// A q/k transform reached by name, its hook file's named_transform.
+scheme_decl with_transform(scheme_decl d, const detail::named_transform* t) {
+  d.transform = t;
+  return d;
+}
+
 // name, title, citation, points, learned, causal only, float K/V only, attention level, params.
 const scheme_decl kDecls[] = {
     with_impl({"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
@@ -146,8 +153,8 @@ const scheme_decl kDecls[] = {
     with_impl({"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false, true,
                kMrope},
               &detail::mrope_impl),
-    with_impl({"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
-              &detail::xpos_impl),
+    with_transform({"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
+                   &detail::xpos_transform_decl),
     with_impl({"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale, false,
                false, false, true, kTemperature},
               &detail::temperature_impl),

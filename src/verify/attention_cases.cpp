@@ -26,7 +26,7 @@ int scheme_count() {
 const char* name(scheme s) {
   if (static_cast<int>(s) >= kSchemes)
     return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
-  const char* n[] = {"none", "rope_half", "rope_interleaved_partial", "temperature", "all", "xpos",
+  const char* n[] = {"none", "rope_half", "rope_interleaved_partial", "temperature", "all",
                      "cope", "mrope"};
   return n[static_cast<int>(s)];
 }
@@ -402,17 +402,6 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     if (plo > phi) plo = phi = 0;
   }
   const double dmax = double(phi - plo);
-  if (c.sch == scheme::xpos) {
-    // Centred on the middle of the positions (the scales stay near 1); scale_base
-    // B = max(64, dmax / 4) makes the decay visible at the table's distances while F <= 150.
-    const double B = std::max(64.0, dmax / 4);
-    p.pos.xpos = {10000.0, 0.4, B, 0.5 * double(plo + phi)};
-    // |q'_n . k'_m| <= zeta_max^((n - m) / B) |q||k| for n >= m and zeta_0^((n - m) / B) |q||k|
-    // for n < m, both zeta < 1: F = max(1, zeta_0^(-dmax / B)).
-    const double zeta0 = 0.4 / 1.4;
-    f.F = std::pow(zeta0, -dmax / B);
-    b.amp = std::sqrt(f.F);
-  }
   if (c.sch == scheme::mrope) set_mrope(f, c, r);
   if (c.sch == scheme::all) {
     b.kbias = draw_named_tensors(f, c, r, all_named_derived(), dmax);
@@ -423,6 +412,16 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     // A scheme reached by name, at its default parameters. Its largest |bias|: the declared
     // bound (bounded), else the largest over the distances up to dmax.
     const scheme_decl& d = *named_scheme_decls()[static_cast<int>(c.sch) - kSchemes];
+    if (d.transform) {
+      // A q/k transform (xPos) at the parameters its hook file gives for these positions, and its
+      // bound F on |A_q(n)^T A_k(m)| over every pair (either order: explicit positions need not
+      // be causal), which scales q and k by sqrt(F) in the bounds.
+      const auto given = named_transform_case(d, plo, phi);
+      p.pos.named = {{d.name, given}};
+      f.F = named_transform_amplitude(d, named_scheme_args(d, given, c.Hq), plo, phi, false);
+      b.amp = std::sqrt(f.F);
+      return;
+    }
     if (d.pairs) {
       // RoPE per pair (Self-Extend, DCA) on RoPE (half layout, rotary width the even part of D),
       // with parameters that put the case's pairs in every region; a rotation, so no bias and
@@ -535,7 +534,7 @@ template void build(fixture<double>&, const spec&);
 template <typename Real>
 double composed_scale(const fixture<Real>& f) {
   const auto& pos = f.p.pos;
-  return pos.temperature.on() && (pos.rope.freqs || pos.xpos.theta > 0 || pos.mrope.freqs) ? 1 : 0;
+  return pos.temperature.on() && qk_transform_on(pos) ? 1 : 0;
 }
 
 template <typename Real>
@@ -554,8 +553,8 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c) {
     const double ub = 0x1p-8;
     // Schemes whose q and k pass through hook 1 (a scheme reached by name: counted as rounded,
     // which only loosens the bound where it is exact).
-    const bool hook1 = f.p.pos.rope.freqs || f.p.pos.xpos.theta > 0 || f.p.pos.mrope.freqs ||
-                       f.p.pos.temperature.on() || static_cast<int>(c.sch) >= kSchemes;
+    const bool hook1 =
+        qk_transform_on(f.p.pos) || f.p.pos.temperature.on() || static_cast<int>(c.sch) >= kSchemes;
     const bool bf = c.kv == kv_storage::bf16;
     const double rq = hook1 || !(bf && c.q_half) ? 1 : 0, rk = hook1 || !bf ? 1 : 0,
                  rv = bf ? 0 : 1;
@@ -1254,9 +1253,7 @@ void add_backward_cases(std::vector<spec>& v) {
       if (c.T > c.S && (c.msk == mask::cu_seqlens || c.msk == mask::everything))
         c.msk = mask::positions;
       if (c.sch == scheme::rope_interleaved_partial && c.D < 4) c.sch = scheme::rope_half;
-      if ((c.sch == scheme::rope_half || c.sch == scheme::all || c.sch == scheme::xpos ||
-           c.sch == scheme::mrope) &&
-          c.D % 2)
+      if ((c.sch == scheme::rope_half || c.sch == scheme::all || c.sch == scheme::mrope) && c.D % 2)
         c.D += 1;
       v.push_back(make("backward_sampled_shapes", c, backward, n % 2 ? f32 : f64));
     }
@@ -1345,7 +1342,6 @@ std::vector<spec> make_check() {
                                            {offset_bias_scheme(), mask::window},
                                            {relative_scheme(), mask::causal_window},
                                            {scheme::all, mask::everything},
-                                           {scheme::xpos, mask::causal},
                                            {scheme::cope, mask::causal}};
   uint64_t seed = 4000;
   for (auto [s, m] : pairs) add(spec{7, 13, 8, 4, 2, s, m, seed++}, forward | backward | grad);
@@ -1510,17 +1506,16 @@ void add_decode_layout_perf(std::vector<spec>& v) {
 
 // The research schemes' cases and each scheme reached by name, at T = S = 2048.
 void add_scheme_perf(std::vector<spec>& v) {
-  // The research schemes' rows at T = S = 2048: xPos and M-RoPE are q/k transforms on copies:
-  // extended.
-  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::xpos, "xpos", forward, true);
+  // The research schemes' rows at T = S = 2048: M-RoPE is a q/k transform on copies: extended.
   add_perf(v, "attention", 2048, 2048, 8, 128, scheme::mrope, "mrope", forward, true);  // on copies
   // Each scheme reached by name, at T = S = 2048: a bias's row (a table slice, FIRE's line per
-  // segment) is a default case; a per-pair RoPE scheme runs its own path (double scores, no
-  // tiles): extended.
-  for (int s = kSchemes; s < scheme_count(); ++s)
+  // segment) is a default case; a q/k transform (its per-position coefficients in double) and a
+  // per-pair RoPE scheme (its own path: double scores, no tiles) are extended.
+  for (int s = kSchemes; s < scheme_count(); ++s) {
+    const scheme_decl* d = named_decl(static_cast<scheme>(s));
     add_perf(v, "attention", 2048, 2048, 8, 128, static_cast<scheme>(s),
-             name(static_cast<scheme>(s)), forward,
-             named_decl(static_cast<scheme>(s))->pairs != nullptr);
+             name(static_cast<scheme>(s)), forward, d->pairs || d->transform);
+  }
 }
 
 std::vector<spec> make_perf() {

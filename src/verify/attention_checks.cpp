@@ -48,13 +48,11 @@ constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
 // named: a scheme reached by name (schemes.hpp), the problem's `nd`.
-enum class scheme { none, rope, xpos, cope, named };
+enum class scheme { none, rope, cope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
     case scheme::cope:
       return "cope";
-    case scheme::xpos:
-      return "xpos";
     case scheme::rope:
       return "rope";
     default:
@@ -62,9 +60,6 @@ const char* scheme_name(scheme s) {
   }
 }
 constexpr scheme kSchemes[] = {scheme::rope};
-// The research schemes with a member: xPos, relative (translation invariant).
-constexpr scheme kResearch[] = {scheme::xpos};
-constexpr double kXposBase = 16;  // scale_base of the checks: a visible decay over N = 20
 
 // A small problem with one scheme switched on; owns every buffer the params point into.
 struct problem {
@@ -95,7 +90,6 @@ struct problem {
     fill_normal(r, v, N * Hkv * D);
     double amp = 1, akmax = 0, avmax = 0;
     init_classic(amp);
-    init_research(r, amp);
     if (s == scheme::rope) trig = kTrig;
     init_named(r, amp, akmax, avmax);
     if (s == scheme::cope) init_cope(r);
@@ -120,21 +114,6 @@ struct problem {
     }
   }
 
-  // xPos: its parameters and bounds.
-  void init_research(rng& r, double& amp) {
-    (void)r;
-    if (sch == scheme::xpos) {
-      pos.xpos = {10000.0, 0.4, kXposBase, 0.0};
-      // |q'_n . k'_m| <= zeta^((n - m) / B) |q||k| with every zeta < 1: at most 1 when causal,
-      // zeta_0^(-N / B) otherwise (positions within N of each other).
-      amp = causal ? 1.0 : std::sqrt(std::pow(0.4 / 1.4, -double(N) / kXposBase));
-      // Angles pos omega rounded once in double: u |pos omega| <= u (N + shift) for the
-      // largest shift below (1000), then reduced and cos/sin'd (kTrig); the scale
-      // zeta^(e) through pow: a few ulp.
-      trig = kTrig + 2 * kU * (N + 1000) + 8 * kU;
-    }
-  }
-
   // A scheme reached by name (nd): its arguments and bounds; a tensor scheme's tensors from r.
   void init_named(rng& r, double& amp, double& akmax, double& avmax) {
     if (sch == scheme::named && named_relative(*nd)) {
@@ -146,6 +125,16 @@ struct problem {
         for (int64_t i = 0; i < N; ++i)
           for (int64_t j = 0; j < (causal ? i + 1 : N); ++j)
             B = std::max(B, std::abs(nbias(h, i, j)));
+    } else if (sch == scheme::named && nd->transform) {
+      // A q/k transform (xPos) at the parameters its hook file gives for positions 0 .. N - 1;
+      // its bound F on |A_q(n)^T A_k(m)| for positions within N of each other scales q and k
+      // by sqrt(F), its coefficients' error per entry (positions up to N + 1000, the largest
+      // shift below) is trig.
+      const auto given = named_transform_case(*nd, 0, N - 1);
+      nargs = named_scheme_args(*nd, given, Hq);
+      pos.named = {{nd->name, given}};
+      amp = std::sqrt(named_transform_amplitude(*nd, nargs, 0, N, causal));
+      trig = named_transform_coef_error(*nd, nargs, N + 1000);
     } else if (sch == scheme::named && nd->pairs) {
       // A per-pair RoPE scheme at the case-table parameters (every region within 20 positions)
       // over RoPE (theta 10000, half layout): a rotation, no bias; the score factor of DCA's
@@ -465,47 +454,10 @@ void permutation_checks(std::vector<check_result>& r, uint64_t seed) {
                      permutation_deviation(ps), ps.tolerance(ps.N),
                      "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
   }
-
-  for (scheme s : kResearch) {
-    problem ps(s, false, seed);
-    r.push_back(
-        breaks_check(fmt::format("{}_breaks_permutation", scheme_name(s)),
-                     fmt::format("With {} on, permuting the tokens no longer permutes the outputs",
-                                 scheme_name(s)),
-                     permutation_deviation(ps), ps.tolerance(ps.N),
-                     "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
-  }
 }
 
-// Translation invariance of the relative research schemes (xPos; FIRE below its threshold) and
-// where it ends.
+// Translation invariance of FIRE below its threshold, and where it ends.
 void relative_translation_checks(std::vector<check_result>& r, uint64_t seed) {
-  {
-    // xPos is relative in exact arithmetic; its scales zeta^(pos / B) are not representable far
-    // from the centre, so the check shifts positions by 1000 and the centre with them.
-    problem ps(scheme::xpos, true, seed);
-    const int64_t c = 1000;
-    const auto a = ps.run();
-    std::vector<int64_t> p1(ps.N);
-    for (int64_t i = 0; i < ps.N; ++i) p1[i] = i + c;
-    const auto b = ps.run([&](auto& p) {
-      p.q_positions = p.k_positions = p1;
-      p.pos.xpos.center = double(c);
-    });
-    r.push_back(equal_check(
-        "xpos_translation_invariant",
-        "xpos: shifting every position and the scale centre by 1000 leaves the outputs unchanged",
-        max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), ps.tolerance(ps.N),
-        "causal, scale_base 16; q'.k' carries zeta^((n - m) / B) and R(n - m) only (Sun et al. "
-        "2022)"));
-    // And the decay is real: with scale_base 16 the outputs differ from plain RoPE's.
-    problem pr(scheme::rope, true, seed);
-    const auto o = pr.run();
-    r.push_back(breaks_check("xpos_differs_from_rope",
-                             "xpos: the per-pair scale changes the outputs of RoPE alone",
-                             max_abs_diff(a.data(), o.data(), static_cast<int64_t>(a.size())),
-                             ps.tolerance(ps.N), "causal, same q, k, v, scale_base 16"));
-  }
   {
     // FIRE reads the query position through psi(max(L, qpos)): below the threshold L the bias
     // is a function of the distance only, past it a shift changes it.
@@ -689,7 +641,7 @@ void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
 // Packed documents, padding, cache: for no scheme and every scheme, causal.
 void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
-  for (scheme s : {scheme::none, scheme::rope, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -699,7 +651,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         packed_deviation(ps, cu), ps.tolerance(ps.N),
         "causal; positions restart at 0 in each document"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::cope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -710,7 +662,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         dev, ps.tolerance(ps.N),
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::xpos, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope, scheme::cope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),
@@ -789,6 +741,41 @@ void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
                               "positions, softmax, times v, written out from the declaration",
                           dev, ps.tolerance(N), "causal, N = 20, 4 query heads, 2 kv heads"));
   packed_and_padded_checks(r, n, ps);
+}
+
+// A q/k transform reached by name (xPos) at its case parameters: permutation broken
+// (bidirectional); translation invariance, positions and the case parameters (its centre)
+// shifted by 1000 together (q'_n . k'_m depends on n - m alone in exact arithmetic, but a
+// transform may scale far from its centre: Sun et al. 2022); packing, padding and the KV cache,
+// which stores transformed keys.
+void transform_scheme_checks(std::vector<check_result>& r, uint64_t seed, const scheme_decl* d) {
+  const std::string n = d->name;
+  problem pb(scheme::named, false, seed, d);
+  r.push_back(
+      breaks_check(n + "_breaks_permutation",
+                   "With " + n + " on, permuting the tokens no longer permutes the outputs",
+                   permutation_deviation(pb), pb.tolerance(pb.N),
+                   "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+  problem ps(scheme::named, true, seed, d);
+  const int64_t c = 1000;
+  const auto a = ps.run();
+  const auto p1 = iota_rows(c, ps.N);
+  const auto b = ps.run([&](auto& p) {
+    p.q_positions = p.k_positions = p1;
+    p.pos.named = {{d->name, named_transform_case(*d, c, c + ps.N - 1)}};
+  });
+  r.push_back(equal_check(
+      n + "_translation_invariant",
+      n + ": shifting every position by 1000 (and the case parameters' positions with them) "
+          "leaves the outputs unchanged",
+      max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), ps.tolerance(ps.N),
+      "causal, N = 20; q'.k' carries the relative distance only"));
+  packed_and_padded_checks(r, n, ps);
+  r.push_back(
+      equal_check(n + "_cache_equals_full",
+                  n + ": decoding token by token with the KV cache equals the full forward",
+                  cache_deviation(ps), ps.tolerance(ps.N),
+                  "causal; keys transformed once on append, positions continue after the prefix"));
 }
 
 // A scheme reached by name with relative tables (Shaw) at its case-table parameters: the engine
@@ -955,6 +942,10 @@ void named_bias_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
 
 void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
   for (const scheme_decl* d : named_scheme_decls()) {
+    if (d->transform) {
+      transform_scheme_checks(r, seed, d);
+      continue;
+    }
     if (!d->named) {
       rope_pairs_scheme_checks(r, seed, d);
       continue;

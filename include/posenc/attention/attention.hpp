@@ -68,9 +68,9 @@ struct attention_rope {
 
 // Hook 1 on queries only, a query temperature by position: q'_t = s(qpos_t) A(qpos_t) q_t with
 //   s(p) = log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1,
-// A the call's other q/k transform (RoPE, xPos, M-RoPE) or the identity; keys unchanged. s = 1
-// below floor_scale - offset and grows like log p after, so that attention over long contexts
-// stays sharp. Two models use it:
+// A the call's other q/k transform (RoPE, M-RoPE, one reached by name) or the identity; keys
+// unchanged. s = 1 below floor_scale - offset and grows like log p after, so that attention over
+// long contexts stays sharp. Two models use it:
 //   Llama 4 (Meta 2025; transformers' Llama4TextAttention, attn_temperature_tuning) on its NoPE
 //     layers: floor_scale 8192, attn_scale 0.1, position_offset 1;
 //   Ministral 3 and Mistral 4 (transformers' get_llama_4_attn_scale, rope_parameters'
@@ -84,25 +84,6 @@ struct attention_temperature {
 };
 // s(pos) of the formula above in double, pos >= 0.
 double attention_temperature_scale(const attention_temperature& t, int64_t pos);
-
-// Hook 1, xPos (Sun et al. 2022, sec. 3: RoPE with exponential scaling): RoPE (half layout, rotary
-// width D, exact angles) times a per-pair scale, zeta_i = (i / (D/2) + gamma) / (1 + gamma), i <
-// D/2:
-//   q'_n = zeta^((n - c) / scale_base) R(n) q_n,   k'_m = zeta^(-(m - c) / scale_base) R(m) k_m
-// so q'_n . k'_m carries zeta^((n - m) / scale_base): a decay in the relative distance that does
-// not depend on the centre c (x-transformers centres at half the sequence length so that the
-// scales stay representable). The scales are computed in double and rounded once; the exponent
-// (pos - c) / scale_base log zeta_i saturates at +-80, so every scale stays finite in float32
-// (pad slots, passed as position 0, too): with the default gamma the formula holds exactly for
-// |pos - c| up to 64 scale_base.
-struct attention_xpos {
-  double theta = 0;           // RoPE base; 0 = off
-  double gamma = 0.4;         // > 0
-  double scale_base = 512;    // > 0
-  double center = 0;          // c, finite
-  bool keys_rotated = false;  // true: k is already transformed (rotated and scaled) at
-                              // k_positions (a KV cache stores transformed keys); only q is
-};
 
 // Hook 1, M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1): RoPE with three position ids per
 // token (temporal, height, width); pair i turns by the id of its component c_i, given by
@@ -172,12 +153,13 @@ struct named_grad {
 template <typename Real>
 struct attention_position {
   attention_rope rope;                // hook 1
-  attention_xpos xpos;                // hook 1: xPos (instead of rope)
   attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
   attention_mrope mrope;              // hook 1: M-RoPE, (3, T) and (3, S) ids (instead of rope)
   std::vector<named_scheme> named;    // schemes by declared name (each at most once), after the
                                       //   members above in the order given
+  bool keys_transformed = false;      // a q/k transform reached by name: k is given transformed
+                                      //   (a KV cache stores it so); only q is mapped
 
   bool has_cope() const { return !cope.emb.empty(); }
 };

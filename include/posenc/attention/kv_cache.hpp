@@ -15,7 +15,8 @@
 //     attention_forward_cached(p, cache);            // keys, values, positions from the cache
 // equals the full-sequence forward on the same rows (tests/test_kv_cache.cpp).
 //
-// The q/k transforms a cache carries: RoPE, xPos (keys scaled as well as rotated) and M-RoPE.
+// The q/k transforms a cache carries: RoPE, M-RoPE and those reached by name (pos.named: keys
+// scaled as well as rotated, say).
 // With M-RoPE (pos.mrope) every token has three ids (temporal, height, width): append takes
 // positions (3, n) row-major (empty = text tokens, the next position in all three rows), the
 // next position is one past the largest id of any row (the Qwen2-VL convention of
@@ -76,7 +77,8 @@ class kv_cache {
  public:
   // capacity >= 1 tokens of Hkv >= 1 heads of dim D >= 1; positions start at start_position
   // (>= 0). pos: the position schemes of the attention calls; their q/k transform (pos.rope,
-  // pos.xpos or pos.mrope, optional; keys_rotated and M-RoPE's id spans are ignored, a head_dim
+  // pos.mrope or one reached by name in pos.named, optional; keys_rotated, keys_transformed and
+  // M-RoPE's id spans are ignored, a head_dim
   // when set must equal D) is applied to keys on append, the other schemes act at attention
   // time. What pos points to (the RoPE
   // frequencies, tables) must outlive the cache. Memory is allocated up front
@@ -163,9 +165,9 @@ class kv_cache {
   // invalid_argument otherwise, cache unchanged); nothing happens while size() <= sinks +
   // window. Returns how many tokens were forgotten.
   int64_t evict_streaming(int64_t sinks, int64_t window);
-  // shift and divide on an M-RoPE cache (three ids per token) and, in rerotate mode, on an xPos
-  // cache (whose key scale does not invert by the transpose) are refused by name; remove works
-  // on every cache.
+  // shift and divide on an M-RoPE cache (three ids per token) and, in rerotate mode, on a cache
+  // of a q/k transform reached by name (whose keys need not turn by a rotation) are refused by
+  // name; remove works on every cache.
   kv_shift_mode shift_mode() const { return mode_; }
 
  private:
@@ -228,7 +230,7 @@ std::vector<kv_shift_drift_row> kv_shift_drift(const rope_freqs& f, rope_layout 
 // sets none. q_positions default to the last T cache positions (the tokens just appended;
 // M-RoPE's q ids likewise). p must not set k, v, S, k_positions, key_padding or documents of
 // its own (invalid_argument otherwise); p.D must equal the cache's head dim and p.pos.rope,
-// p.pos.xpos and p.pos.mrope must be unset or the cache's.
+// p.pos.mrope and a q/k transform in p.pos.named must be unset or the cache's.
 template <typename Real>
 void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& cache);
 

@@ -57,8 +57,9 @@ enum scheme_bias_property : uint32_t {
 namespace detail {
 struct named_bias;   // src/attention/named_schemes.hpp: a scheme's score bias, defined in its hook
 struct named_pairs;  // src/attention/named_schemes.hpp: a scheme's per-pair RoPE positions
-struct scheme_impl;  // src/attention/hooks.hpp: a member scheme's engine terms, key transform,
-                     // model hook, registered by its hook file
+struct named_transform;  // src/attention/named_schemes.hpp: a scheme's q/k transform (hook 1)
+struct scheme_impl;      // src/attention/hooks.hpp: a member scheme's engine terms, key transform,
+                         // model hook, registered by its hook file
 }  // namespace detail
 
 struct scheme_param {
@@ -112,7 +113,10 @@ struct scheme_decl {
   // model hook), which the engine's and the model's registries walk in declaration order. null
   // for the schemes reached by name.
   const detail::scheme_impl* impl = nullptr;
-  bool reached_by_name() const { return named || pairs; }
+  // A scheme reached by name that maps q and k at hook 1 (scheme_qk_transform: xPos), its hook
+  // file's transform; reached, flagged and checked as above. null otherwise.
+  const detail::named_transform* transform = nullptr;
+  bool reached_by_name() const { return named || pairs || transform; }
 };
 
 // Every declared scheme, in the engine's order (hook 1, hook 2b in summation order, hooks 2a/3,
@@ -230,6 +234,19 @@ double named_tensors_draw(const scheme_decl& d, std::span<const double> args, in
                           int64_t Hq, int64_t Hkv, int64_t D, double dmax,
                           const std::function<double()>& normal,
                           std::vector<std::vector<double>>& tensors);
+
+// For a q/k transform reached by name (d.transform): the parameters with which the case tables
+// and checks run it over positions in [lo, hi], and the bound F >= |A_q(n)^T A_k(m)| (the factor
+// by which it can scale a score) over the pairs of such positions (n >= m only when causal); the
+// error per entry of its coefficients at positions up to P (the checks' tolerance).
+std::vector<std::pair<std::string, double>> named_transform_case(const scheme_decl& d, int64_t lo,
+                                                                 int64_t hi);
+double named_transform_amplitude(const scheme_decl& d, std::span<const double> args, int64_t lo,
+                                 int64_t hi, bool causal);
+double named_transform_coef_error(const scheme_decl& d, std::span<const double> args, int64_t P);
+// Whether pos has a q/k transform at hook 1: RoPE, M-RoPE or one reached by name.
+template <typename Real>
+bool qk_transform_on(const attention_position<Real>& pos);
 
 // The declarations as a Markdown table (docs/schemes.md) or JSON.
 std::string schemes_markdown();

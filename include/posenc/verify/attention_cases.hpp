@@ -100,7 +100,6 @@ enum class scheme {
                 // tensor bias reached by name (all_named_bias()) + the first relative tables
                 // reached by name (all_named_relative(): Shaw) + a query temperature (offset 0,
                 // after the rotation: Ministral 3's form) at once
-  xpos,         // scale_base = max(64, spread / 4), centred on the positions
   cope,         // npos = 8; forces causal masking (CoPE is causal only)
   mrope  // M-RoPE, (3, n) ids near the 1-D positions; contiguous sections (Qwen2-VL) for even
          // seeds, interleaved (Qwen3-VL) for odd; half pair layout, interleaved every other pair

@@ -11,7 +11,7 @@
 //     [--lse-out L.npy]
 //     [--dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy
 //      [--dalibi DA.npy]]   (and the --d<tensor> of every learned scheme on)
-//     [--xpos [--theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
+//     [--xpos [--xpos-theta B] [--xpos-gamma 0.4] [--xpos-scale-base 512] [--xpos-center C]]
 //     [--cope E.npy] [--dcope DE.npy]
 //     [--attn-temperature-tuning [--floor-scale 8192] [--attn-scale 0.1]]
 //     [--rope --hf-config FILE (--layer L | --layer-type TYPE) --layout ...]
@@ -41,7 +41,7 @@
 // instead when the config says attn_temperature_tuning (floor_scale, attn_scale). Ministral 3's
 // and Mistral 4's configs scale the queries of every layer after RoPE (llama_4_scaling_beta). The
 // same query temperature without a config: --attn-temperature-tuning (--floor-scale,
-// --attn-scale, --floor-offset), alone or after --rope, --xpos or M-RoPE.
+// --attn-scale, --floor-offset), alone or after --rope, M-RoPE or a q/k transform reached by name.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -88,8 +88,7 @@ struct attend_opts {
   std::string products = "f32";
   // xPos, CoPE
   std::string cope;
-  bool xpos = false, keys_rotated = false;
-  double xpos_theta = 10000, xpos_gamma = 0.4, xpos_scale_base = 512, xpos_center = 0;
+  bool keys_rotated = false;
   // Llama 4's query temperature; the layer of a per-layer config
   bool temperature = false;
   double floor_scale = 8192, attn_scale = 0.1, floor_offset = 1;
@@ -461,6 +460,10 @@ void read_rope(const attend_opts& o, attend_state<Real>& s) {
   } else if (!o.hf_config.empty() || !o.gguf.empty() || !o.layout.empty() ||
              given(o, "--head-dim")) {
     fail("--hf-config, --gguf, --head-dim and --layout need --rope");
+  } else if (given(o, "--theta")) {
+    fail(
+        "--theta is RoPE's base and needs --rope (a scheme reached by name takes its own, "
+        "--<scheme>-theta)");
   } else if (s.mrope) {
     fail("positions of shape (3, n) (M-RoPE) need --rope with an M-RoPE config");
   }
@@ -511,24 +514,17 @@ void read_temperature(const attend_opts& o, attend_state<Real>& s) {
   if (p.pos.temperature.on()) s.schemes.push_back("temperature");
 }
 
-// xPos, and keys stored rotated (for RoPE, M-RoPE or xPos).
+// Keys stored transformed (as a KV cache stores them): only q is mapped at hook 1, by RoPE,
+// M-RoPE or a q/k transform reached by name.
 template <typename Real>
-void read_xpos(const attend_opts& o, attend_state<Real>& s) {
+void read_keys_rotated(const attend_opts& o, attend_state<Real>& s) {
   auto& p = s.p;
-  if (o.xpos) {
-    p.pos.xpos = {given(o, "--xpos-theta") ? o.xpos_theta : o.theta, o.xpos_gamma,
-                  o.xpos_scale_base, o.xpos_center};
-    s.schemes.push_back("xpos");
-  } else if (given(o, "--xpos-theta") || given(o, "--xpos-gamma") ||
-             given(o, "--xpos-scale-base") || given(o, "--xpos-center")) {
-    fail("--xpos-theta, --xpos-gamma, --xpos-scale-base and --xpos-center need --xpos");
-  }
-  if (o.keys_rotated) {
-    // k arrives rotated (as a KV cache stores it): only q is mapped at hook 1.
-    if (!p.pos.rope.freqs && !p.pos.mrope.freqs && p.pos.xpos.theta == 0)
-      fail("--keys-rotated needs --rope or --xpos (a q/k transform whose keys are stored rotated)");
-    p.pos.rope.keys_rotated = p.pos.mrope.keys_rotated = p.pos.xpos.keys_rotated = true;
-  }
+  if (!o.keys_rotated) return;
+  if (!qk_transform_on(p.pos))
+    fail(
+        "--keys-rotated needs a q/k transform whose keys are stored transformed: --rope, or a "
+        "scheme reached by name that maps q and k (posenc schemes: q/k transform)");
+  p.pos.rope.keys_rotated = p.pos.mrope.keys_rotated = p.pos.keys_transformed = true;
 }
 
 // The schemes reached by name: each switch given puts its scheme in pos.named with the
@@ -868,12 +864,11 @@ void print_text(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
                 s.lc.type.empty() ? "" : (" (" + s.lc.type + ")").c_str(),
                 s.lc.rope ? "RoPE" : "NoPE (no rotation)");
   if (p.pos.temperature.on())
-    std::printf(
-        "query temperature: q *= log(floor((pos + %s) / %s) + 1) * %s + 1%s\n",
-        num(p.pos.temperature.position_offset).c_str(), num(p.pos.temperature.floor_scale).c_str(),
-        num(p.pos.temperature.attn_scale).c_str(),
-        p.pos.rope.freqs || p.pos.mrope.freqs || p.pos.xpos.theta != 0 ? ", after the rotation"
-                                                                       : "");
+    std::printf("query temperature: q *= log(floor((pos + %s) / %s) + 1) * %s + 1%s\n",
+                num(p.pos.temperature.position_offset).c_str(),
+                num(p.pos.temperature.floor_scale).c_str(),
+                num(p.pos.temperature.attn_scale).c_str(),
+                qk_transform_on(p.pos) ? ", after the rotation" : "");
   if (!o.dout.empty()) {
     std::string w;
     for (const auto& [path, a] : files)
@@ -891,8 +886,8 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_rope(o, s);
   read_cope(o, s);
   read_temperature(o, s);
-  read_xpos(o, s);
   read_named(o, s);
+  read_keys_rotated(o, s);
   read_hf_dca(o, s);
   // Listed in the engine's order, the declarations' (schemes.hpp): the biases as summed.
   const auto rank = [](const std::string& x) { return &scheme_decl_of(x) - scheme_decls().data(); };
@@ -1139,21 +1134,17 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--dv", o.dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
 }
 
-// xPos, CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
+// CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
 void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
-  sub->add_flag("--xpos", o.xpos, "xPos (Sun et al. 2022): RoPE with a decaying scale, --theta");
-  sub->add_option("--xpos-theta", o.xpos_theta, "xPos RoPE base (default --theta)");
-  sub->add_option("--xpos-gamma", o.xpos_gamma, "xPos gamma (default 0.4)");
   sub->add_flag("--keys-rotated", o.keys_rotated,
-                "--k is already rotated (as a KV cache stores it): only q is rotated");
-  sub->add_option("--xpos-scale-base", o.xpos_scale_base, "xPos scale base (default 512)");
-  sub->add_option("--xpos-center", o.xpos_center, "xPos scale centre (default 0)");
+                "--k is already rotated (as a KV cache stores it): only q is mapped at hook 1");
   sub->add_option(
       "--cope", o.cope,
       "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
   sub->add_flag("--attn-temperature-tuning", o.temperature,
                 "Query temperature: q *= log(floor((pos + floor_offset) / floor_scale) + 1) * "
-                "attn_scale + 1, after --rope / --xpos when given (Llama 4's NoPE layers: the "
+                "attn_scale + 1, after --rope or another q/k transform when given (Llama 4's NoPE "
+                "layers: the "
                 "defaults; Ministral 3: floor_scale original_max_position_embeddings, attn_scale "
                 "llama_4_scaling_beta, floor_offset 0)");
   sub->add_option("--floor-scale", o.floor_scale,
