@@ -306,7 +306,9 @@ TEST(AttentionSimd, SplitDecodeThreadCountDoesNotChangeTheBits) {
 // CoPE's own path splits the heads over the threads; every row is the same arithmetic, so the
 // bits do not depend on the thread count (prefill with 8 heads over 1, 2 and 3 threads).
 TEST(AttentionCope, ThreadCountDoesNotChangeTheBits) {
-  const spec c{33, 40, 16, 8, 2, scheme::cope, mask::causal, 4244};
+  int row = kSchemes;  // CoPE's row of the case tables (a scheme reached by name)
+  while (std::string(name(static_cast<scheme>(row))) != "cope") ++row;
+  const spec c{33, 40, 16, 8, 2, static_cast<scheme>(row), mask::causal, 4244};
   fixture<double> f;
   build(f, c);
   expect_bits_for_any_thread_count(f, &attention_forward<double>, "CoPE");
@@ -720,8 +722,7 @@ TEST(AttentionCope, TemperatureWithCopeIsRefused) {
   attention_params<double> p;
   p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
   p.T = p.S = T, p.Hq = p.Hkv = 1, p.D = D, p.causal = true;
-  p.pos.cope.npos = 2;
-  p.pos.cope.emb = emb;
+  p.pos.named = {{"cope", {}, {named_tensor{"cope", {2, D}, {}, emb}}}};
   EXPECT_NO_THROW(attention_forward(p));
   p.pos.temperature.floor_scale = 4;
   p.pos.temperature.attn_scale = 0.1;

@@ -250,7 +250,7 @@ TEST(AttentionMrope, CopeWithMropeIsRefusedNamingBoth) {
   auto p = c.params();
   p.out = out.data();
   p.pos.mrope = c.m;
-  p.pos.cope = {6, emb};
+  p.pos.named = {{"cope", {}, {named_tensor{"cope", {6, c.D}, emb, {}}}}};
   try {
     attention_forward(p);
     ADD_FAILURE() << "cope + mrope ran";

@@ -129,8 +129,7 @@ TEST(Sandwich, EngineForwardAndBackwardWithRope) {
   EXPECT_THROW(attention_forward(p), invalid_argument);
   std::vector<double> e(3 * D, 0.1);
   p.pos.rope.freqs = nullptr;
-  p.pos.named = {{"sandwich", {}}};
-  p.pos.cope = {3, e};
+  p.pos.named = {{"sandwich", {}}, {"cope", {}, {named_tensor{"cope", {3, D}, {}, e}}}};
   try {
     attention_forward(p);
     FAIL() << "cope + sandwich ran";

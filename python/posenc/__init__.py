@@ -333,13 +333,12 @@ def _attention_opts(
     return opts
 
 
-def _research_opts(cope, attn_temperature_tuning, floor_scale, attn_scale, floor_offset=1.0):
-    """CoPE's and the query temperature's options (docs/research_schemes.md)."""
+def _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset=1.0):
+    """The query temperature's options (docs/research_schemes.md)."""
     if not isinstance(attn_temperature_tuning, (bool, np.bool_)):
         raise TypeError(f"attn_temperature_tuning must be a bool, got "
                         f"{type(attn_temperature_tuning).__name__}")
     return {
-        "cope": cope,
         "attn_temperature_tuning": bool(attn_temperature_tuning),
         "floor_scale": floor_scale,
         "attn_scale": attn_scale,
@@ -519,17 +518,15 @@ _ATTENTION_DOC = """
     accumulation, as bfloat16 models run; vdpbf16ps where the CPU has it
     (posenc.bf16_products_native()), float32 products on the exact values elsewhere. Float32
     or 16-bit inputs, forward only; the error bound is in attention_cases.hpp.
-    Research schemes (docs/research_schemes.md), d = |qpos - kpos|:
-    cope: (npos, D) position embeddings of CoPE (Golovneva et al. 2024); needs causal=True, no
-      other position scheme, float k and v.
     attn_temperature_tuning: the query scale log(floor((qpos + floor_offset) / floor_scale) + 1)
-      * attn_scale + 1, after rope, mrope or a q/k transform reached by name when on. Llama 4's NoPE layers: floor_scale
-      8192, attn_scale 0.1, floor_offset 1 (the defaults); Ministral 3 and Mistral 4
-      (llama_4_scaling_beta): floor_scale original_max_position_embeddings, attn_scale the beta,
-      floor_offset 0.
+      * attn_scale + 1, after rope, mrope or a q/k transform reached by name when on. Llama 4's
+      NoPE layers: floor_scale 8192, attn_scale 0.1, floor_offset 1 (the defaults); Ministral 3
+      and Mistral 4 (llama_4_scaling_beta): floor_scale original_max_position_embeddings,
+      attn_scale the beta, floor_offset 0.
     sinks: (Hq,) attention-sink logits, gpt-oss's convention (transformers' s_aux): each row's
       softmax gets one more score sink_h with no value, so its weights sum to less than 1; lse
-      includes it; a row that sees no key gives out 0 and lse sink_h. Not with cope.
+      includes it; a row that sees no key gives out 0 and lse sink_h. Not with a scheme on a
+      path of its own.
 """
 
 
@@ -554,7 +551,6 @@ def attention(
     return_lse=False,
     kv_dtype=None,
     products="f32",
-    cope=None,
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
@@ -563,7 +559,7 @@ def attention(
     **named,
 ):
     _shaw_shorthand(shaw, named)
-    research = _research_opts(cope, attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
+    research = _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype, research=research,
@@ -631,7 +627,6 @@ def attention_backward(
     cu_seqlens=None,
     window=None,
     param_grads=True,
-    cope=None,
     attn_temperature_tuning=False,
     floor_scale=8192.0,
     attn_scale=0.1,
@@ -640,7 +635,7 @@ def attention_backward(
     **named,
 ):
     _shaw_shorthand(shaw, named)
-    research = _research_opts(cope, attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
+    research = _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window, research=research,
@@ -655,8 +650,7 @@ _with_named_keywords(attention_backward, (
     "    forward with the same arguments and dout = dL/dout. Returns a dict with dq, dk, dv\n"
     "    and, with param_grads, the scheme parameters' gradients: d<tensor> of the schemes\n"
     "    reached by name (their keywords below; a float64 tensor's in float64), dsinks\n"
-    "    (Hq,) (with sinks), dcope\n"
-    "    (npos, D) in q's dtype (summed over the batch).\n" + _ATTENTION_DOC
+    "    (Hq,) (with sinks), in q's dtype (a shared one summed over the batch).\n" + _ATTENTION_DOC
 ))
 
 
@@ -691,7 +685,7 @@ class KVCache:
       after that transform; excludes rope.
     start_position: the position of the first token (default 0).
     attend takes posenc.attention's keywords for the other schemes (shaw, the
-    keywords of the schemes reached by name, cope, window, scale, attn_temperature_tuning,
+    keywords of the schemes reached by name, window, scale, attn_temperature_tuning,
     ...); the q/k transform is the cache's (one given to attend must equal the cache's).
 
     shift_mode: how remove / shift / divide move the stored keys (the engines' position edits,
@@ -846,7 +840,7 @@ class KVCache:
         """Attention of q (T, Hq, D) over the cache (the library's attention_forward_cached).
         q_positions default to the positions (M-RoPE: the (3, T) ids) of the last T tokens
         appended; (T,) or, with M-RoPE, (3, T) ids otherwise. Other keywords as
-        posenc.attention (window, cope, the schemes reached by name, ...), except those that belong to
+        posenc.attention (window, the schemes reached by name, ...), except those that belong to
         the cache: rope and its options, keys_rotated, k_positions, kv_dtype."""
         for name in ("rope", "rope_layout", "rope_angle", "rope_seq_len", "keys_rotated",
                      "k_positions", "kv_dtype"):

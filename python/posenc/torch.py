@@ -329,11 +329,14 @@ class RotaryEmbedding(_torch.nn.Module):
 
 # The float64 tensor parameters (dtype "tensor64"): passed in float64 whatever q's dtype.
 _WIDE = {p["name"] for d in _NAMED for p in d["params"] if p["dtype"].endswith("tensor64")}
+# The schemes whose positions come from the content (posenc.schemes(): CoPE), on a float64 path of
+# their own: 16-bit q, k, v are widened for them.
+_CONTENT = {d["name"] for d in _NAMED if d["enters_at"].startswith("content-dependent")}
 
 
 class _Attention(_torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cope, sinks, opts, *named):
+    def forward(ctx, q, k, v, sinks, opts, *named):
         cd = _compute_dtype(q, "q")
         for t, name in ((k, "k"), (v, "v")):
             if _compute_dtype(t, name) != cd:
@@ -345,12 +348,13 @@ class _Attention(_torch.autograd.Function):
         for (i, pname), t in zip(keys, named):  # a float64 parameter in float64 (tensor64)
             o["named"][i][2][pname] = _np(t, _torch.float64 if pname in _WIDE else cd)
         ctx.named = list(zip(keys, named))
-        for name, t in (("cope", cope), ("sinks", sinks)):
-            if t is not None:
-                o[name] = _np(t, cd)
+        if sinks is not None:
+            o["sinks"] = _np(sinks, cd)
         # q, k, v of one 16-bit dtype: read in place (no float32 copy); the backward widens them.
-        # CoPE runs its own float64 path on float inputs.
-        words = q.dtype in _HALF_TYPES and k.dtype == q.dtype and v.dtype == q.dtype and cope is None
+        # A scheme whose positions come from the content (CoPE) runs its own float64 path on
+        # float inputs.
+        own = any(n in _CONTENT for n, _, _ in o["named"])
+        words = q.dtype in _HALF_TYPES and k.dtype == q.dtype and v.dtype == q.dtype and not own
         if words:
             o16 = dict(o, kv_dtype="bf16" if q.dtype == _torch.bfloat16 else "f16")
             out, lse = _posenc._attention_forward(_words(q), _words(k), _words(v), o16, True)
@@ -363,7 +367,7 @@ class _Attention(_torch.autograd.Function):
         ctx.save_for_backward(q, k, v)
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.cd = cd
-        ctx.tables = (cope, sinks)
+        ctx.sinks = sinks
         out_t = _torch.from_numpy(out).to(q.dtype)
         lse_t = _torch.from_numpy(lse)
         ctx.mark_non_differentiable(lse_t)
@@ -377,23 +381,22 @@ class _Attention(_torch.autograd.Function):
             qn, kn, vn = _np(q, ctx.cd), _np(k, ctx.cd), _np(v, ctx.cd)
         # The backward runs float32 products on the inputs as stored.
         o = {key: val for key, val in o.items() if key != "products"}
-        cope, sinks = ctx.tables
-        want = ctx.needs_input_grad  # q, k, v, the 2 tables, opts, the named schemes' tensors
-        params = any(want[3:5]) or any(want[6:])
+        sinks = ctx.sinks
+        want = ctx.needs_input_grad  # q, k, v, sinks, opts, the named schemes' tensors
+        params = want[3] or any(want[5:])
         g = _posenc._attention_backward(qn, kn, vn, out, lse, _np(dout, ctx.cd), o, params)
         qd, kd, vd = ctx.dtypes
         res = [
             _torch.from_numpy(g["dq"]).to(qd) if want[0] else None,
             _torch.from_numpy(g["dk"]).to(kd) if want[1] else None,
             _torch.from_numpy(g["dv"]).to(vd) if want[2] else None,
-            None, None, None,
+            None, None,
         ]
-        for i, (t, name) in enumerate(((cope, "dcope"), (sinks, "dsinks"))):
-            if want[3 + i]:
-                res[3 + i] = _torch.from_numpy(g[name]).to(t.dtype)
+        if want[3]:
+            res[3] = _torch.from_numpy(g["dsinks"]).to(sinks.dtype)
         for j, ((_, pname), t) in enumerate(ctx.named):
             d = g.get("d" + pname)
-            res.append(_torch.from_numpy(d).to(t.dtype) if want[6 + j] and d is not None
+            res.append(_torch.from_numpy(d).to(t.dtype) if want[5 + j] and d is not None
                        else None)
         return tuple(res)
 
@@ -402,7 +405,7 @@ def attention(
     q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
     rope_seq_len=None, keys_rotated=False, shaw=None,
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
-    return_lse=False, cope=None,
+    return_lse=False,
     attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, floor_offset=1.0,
     products="f32", sinks=None,
     **named,
@@ -410,7 +413,7 @@ def attention(
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
     the tensors of the schemes reached by name (their keywords below; a switch that takes True
     or a tensor is differentiable given the tensor), shaw = (keys, values, K) (shorthand for
-    shaw_keys, shaw_values, shaw_clip), CoPE's embeddings cope (npos, D) and the attention-sink
+    shaw_keys, shaw_values, shaw_clip) and the attention-sink
     logits sinks (Hq,) (gpt-oss's learned sinks). The q/k transforms and the
     query temperature have no parameters (their options pass through).
     Arguments as posenc.attention; lse is returned float32/float64 and not differentiable.
@@ -418,10 +421,9 @@ def attention(
     "bf16" rounds the products' operands to bfloat16 (posenc.attention); the backward runs
     float32 products on the stored inputs."""
     _shaw_shorthand(shaw, named)
-    for name, t in (("cope", cope), ("sinks", sinks)):
-        if t is not None and not isinstance(t, _torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    research = _research_opts(None, attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
+    if sinks is not None and not isinstance(sinks, _torch.Tensor):
+        raise TypeError(f"sinks must be a torch.Tensor, got {type(sinks).__name__}")
+    research = _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         _ints(q_positions), _ints(k_positions),
@@ -444,7 +446,7 @@ def attention(
     opts["products"] = products
     opts_fn = dict(opts)
     opts_fn["_named_keys"] = nkeys
-    out, lse = _Attention.apply(q, k, v, cope, sinks,
+    out, lse = _Attention.apply(q, k, v, sinks,
                                 _Opts(opts_fn), *ntensors)
     return (out, lse) if return_lse else out
 

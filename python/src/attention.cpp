@@ -106,7 +106,6 @@ struct attn_setup {
   bool mrope_interleaved = false;
   std::vector<int64_t> qids, kids;  // (3, T) / (3, S) per batch element unless *_shared
   // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
-  py::object cope;   // (npos, D); None = off
   py::object sinks;  // (Hq,) sink logits (gpt-oss); None = off
   attention_temperature temperature;
   attention_products products = attention_products::f32;  // "products": "f32" or "bf16"
@@ -310,19 +309,6 @@ void parse_research(attn_setup& s, const py::dict& opts) {
     if (!(s.temperature.attn_scale >= 0))
       fail("attn_scale must be >= 0, got {}", s.temperature.attn_scale);
   }
-  // CoPE (Golovneva et al. 2024): embeddings (npos, D); causal and alone.
-  if (!opt(opts, "cope").is_none()) {
-    const py::array a = float_table(opt(opts, "cope"), "cope");
-    if (a.ndim() != 2 || a.shape(0) < 1 || a.shape(1) != s.D)
-      fail("cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", s.D, shape_str(a));
-    if (a.shape(0) > (int64_t{1} << 20))
-      fail("cope must have at most 2^20 position embeddings, got npos = {}", a.shape(0));
-    if (!s.causal)
-      fail(
-          "cope needs causal=True: its positions count the keys up to the query (Golovneva et "
-          "al. 2024)");
-    s.cope = a;
-  }
 }
 
 // Every option but q, k and v, for a call of s's shapes (B, T, S, Hq, Hkv, D set).
@@ -475,7 +461,7 @@ struct named_grads {
 
 template <typename Real>
 struct attn_call {
-  py::array_t<Real, py::array::c_style> cope, sinks;
+  py::array_t<Real, py::array::c_style> sinks;
   std::vector<named_arg<Real>> named;
   attention_params<Real> p;
 
@@ -498,11 +484,6 @@ struct attn_call {
       p.pos.mrope.layout = s.layout;
       p.pos.mrope.angle = s.angle;
       p.pos.mrope.keys_rotated = s.keys_rotated;
-    }
-    if (s.cope) {
-      cope = contiguous_as<Real>(s.cope);
-      p.pos.cope = {static_cast<int64_t>(cope.shape(0)),
-                    std::span<const Real>(cope.data(), cope.size())};
     }
     if (s.sinks) {
       sinks = contiguous_as<Real>(s.sinks);
@@ -656,11 +637,8 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       dk(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim())),
       dv(std::vector<py::ssize_t>(k0.shape(), k0.shape() + k0.ndim()));
   attn_call<Real> c(s);
-  const bool want_cope = param_grads && s.cope, want_sinks = param_grads && s.sinks;
-  const int64_t npos = s.cope ? s.cope.cast<py::array>().shape(0) : 0;
+  const bool want_sinks = param_grads && s.sinks;
   // Per batch element gradients of the shared parameters, summed over the batch in order.
-  std::vector<Real> dco_b(want_cope ? npos * s.D : 0);
-  std::vector<double> dco(dco_b.size(), 0.0);
   std::vector<Real> dsi_b(want_sinks ? s.Hq : 0);
   std::vector<double> dsi(dsi_b.size(), 0.0);
   named_grads<Real> ng(c.named, param_grads, s.B);
@@ -679,13 +657,11 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
       c.p.out = const_cast<Real*>(g.out);
       g.dout = dout.data() + b * qn;
       g.dq = dqp + b * qn, g.dk = dkp + b * kn, g.dv = dvp + b * kn;
-      if (want_cope) g.dcope = dco_b.data();
       if (want_sinks) g.dsinks = dsi_b.data();
       ng.bind(g);
       attention_backward(c.p, g);
       ng.add(b);
       for (size_t i = 0; i < dsi.size(); ++i) dsi[i] += dsi_b[i];
-      for (size_t i = 0; i < dco.size(); ++i) dco[i] += dco_b[i];
     }
   }
   py::dict r;
@@ -700,7 +676,6 @@ py::dict backward(const py::array& q0, const py::array& k0, const py::array& v0,
     for (size_t i = 0; i < v.size(); ++i) a.mutable_data()[i] = static_cast<Real>(v[i]);
     return py::array(a);
   };
-  if (want_cope) r["dcope"] = to_array(dco, {npos, s.D}, true);
   if (want_sinks) r["dsinks"] = to_array(dsi, {s.Hq}, true);
   ng.put(r, s.batched, to_array);
   return r;

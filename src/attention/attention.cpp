@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "attention_plan.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 
@@ -289,7 +290,7 @@ bool attention_reference_selected() {
 
 template <typename Real>
 void attention_tiled(const attention_params<Real>& p) {
-  if (p.pos.has_cope()) return detail::cope_forward(p);  // no tiled CoPE kernel (attention.hpp)
+  if (detail::named_path_forward(p)) return;  // a scheme's own path (CoPE): no tiles
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   if (terms.pairs) return detail::rope_pairs_forward(p, pl, terms, false);  // its own path

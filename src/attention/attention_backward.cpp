@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "attention_plan.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 
@@ -289,7 +290,7 @@ void ref_accumulate(const attention_params<Real>& p, const detail::attention_pla
 // and the accumulations of attention.hpp, in (h, i, j) order.
 template <typename Real>
 void attention_backward_reference(const attention_params<Real>& p, const attention_grads<Real>& g) {
-  if (p.pos.has_cope()) return detail::cope_backward(p, g);  // CoPE's own path (attention.hpp)
+  if (detail::named_path_backward(p, g)) return;  // a scheme's own path (CoPE)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);
@@ -774,7 +775,7 @@ void reduce_param_grads(param_grads& pg, const std::vector<std::vector<double>>&
 
 template <typename Real>
 void attention_backward_tiled(const attention_params<Real>& p, const attention_grads<Real>& g) {
-  if (p.pos.has_cope()) return detail::cope_backward(p, g);  // no tiled CoPE kernel
+  if (detail::named_path_backward(p, g)) return;  // a scheme's own path (CoPE): no tiles
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);

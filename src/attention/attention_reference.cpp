@@ -6,6 +6,8 @@
 #include <type_traits>
 
 #include "attention_plan.hpp"
+#include "named_schemes.hpp"
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/positions/positions.hpp"
 
@@ -52,8 +54,10 @@ void validate_attention_inputs(const attention_params<Real>& p) {
     for (size_t h = 0; h < p.sinks.size(); ++h)
       if (!std::isfinite(static_cast<double>(p.sinks[h])))
         fail("attention: sinks must be finite, got {} for head {}", double(p.sinks[h]), h);
-    if (p.pos.has_cope())
-      fail("attention: sinks are not supported with CoPE (its own path); leave one of them off");
+    for (const auto& n : p.pos.named)
+      if (scheme_decl_of(n.name).points & scheme_own_path)
+        fail("attention: sinks are not supported with {} (its own path); leave one of them off",
+             n.name);
   }
   if (p.products != attention_products::f32 && !std::is_same_v<Real, float>)
     fail(
@@ -218,7 +222,7 @@ void attention_validate(const attention_params<Real>& p) {
 // A row with no visible key: out_i = 0, lse_i = -inf.
 template <typename Real>
 void attention_reference(const attention_params<Real>& p) {
-  if (p.pos.has_cope()) return detail::cope_forward(p);  // CoPE's own path (attention.hpp)
+  if (detail::named_path_forward(p)) return;  // a scheme's own path (CoPE)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   if (terms.pairs) return detail::rope_pairs_forward(p, pl, terms, true);  // per-pair RoPE

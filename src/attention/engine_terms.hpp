@@ -148,12 +148,10 @@ struct engine_terms {
 // Validates p.pos against the shapes of p (errors name the field and the expected shape) and
 // builds the terms. g: the backward's gradient outputs (null for a forward); a parameter
 // gradient requested for a scheme that is off is an error.
-// CoPE's own path (attention_cope.cpp; positions depend on q and k, so it fits no interface
-// above): every entry point of the engine runs it when p.pos.has_cope().
+// CoPE's positions p_ij (unclamped) of head h, (T, S), 0 on masked pairs, for checks and
+// inspection (hook_cope.cpp: its own path; CoPE must be on in p).
 template <typename Real>
-void cope_forward(const attention_params<Real>& p);
-template <typename Real>
-void cope_backward(const attention_params<Real>& p, const attention_grads<Real>& g);
+std::vector<double> cope_positions(const attention_params<Real>& p, int64_t h);
 
 // The path of a scheme that places RoPE per pair (attention_rope_pairs.cpp), forward and
 // backward, the fast one (rotations once per token and region, scores in double) or, with

@@ -301,6 +301,16 @@ double named_transform_coef_error(const scheme_decl& d, std::span<const double> 
   return transform_of(d).coef_error(args, P);
 }
 
+bool named_path_scheme(const scheme_decl& d) {
+  return d.named && d.named->path;
+}
+
+double named_path_score_bound(const scheme_decl& d, const std::vector<std::vector<double>>& tensors,
+                              int64_t D, double qmax) {
+  if (!named_path_scheme(d)) fail("{} runs no path of its own", d.name);
+  return d.named->path->score_bound(tensors, D, qmax);
+}
+
 template <typename Real>
 bool qk_transform_on(const attention_position<Real>& pos) {
   if (pos.rope.freqs || pos.mrope.freqs) return true;
@@ -389,6 +399,7 @@ std::function<double(int64_t, int64_t, int64_t)> named_bias_spec(const scheme_de
   auto args = named_scheme_args(d, n.params, Hq);
   if (d.named->relative_f64)
     fail("{}: it adds relative tables (hooks 2a and 3), not a score bias", d.name);
+  if (d.named->path) fail("{}: it runs a path of its own, not a score bias", d.name);
   if (!d.named->term_f64) {
     const detail::named_bias* b = d.named;
     return [b, args = std::move(args), Hq](int64_t h, int64_t qp, int64_t kp) {
@@ -684,6 +695,68 @@ named_call<Real> engine_call(const attention_params<Real>& p, const attention_pl
 }
 
 template <typename Real>
+named_call<Real> named_call_for(const attention_params<Real>& p, const attention_grads<Real>* g,
+                                const scheme_decl& d, const named_scheme& n,
+                                std::vector<double>& args) {
+  args = named_scheme_args(d, n.params, p.Hq);
+  auto c = named_call_of<Real>(d, n, p.T, p.S, p.Hq, p.Hkv, p.D, g, args);
+  c.causal = p.causal;
+  return c;
+}
+template named_call<float> named_call_for(const attention_params<float>&,
+                                          const attention_grads<float>*, const scheme_decl&,
+                                          const named_scheme&, std::vector<double>&);
+template named_call<double> named_call_for(const attention_params<double>&,
+                                           const attention_grads<double>*, const scheme_decl&,
+                                           const named_scheme&, std::vector<double>&);
+
+namespace {
+
+// The scheme on in p with a path of its own, and its entry of p.pos.named; null when none.
+template <typename Real>
+std::pair<const scheme_decl*, const named_scheme*> path_on(const attention_params<Real>& p) {
+  for (const named_scheme& n : p.pos.named) {
+    const scheme_decl& d = scheme_decl_of(n.name);
+    if (d.named && d.named->path) return {&d, &n};
+  }
+  return {nullptr, nullptr};
+}
+
+}  // namespace
+
+template <typename Real>
+bool named_path_forward(const attention_params<Real>& p) {
+  const auto [d, n] = path_on(p);
+  if (!d) return false;
+  (void)make_engine_terms<Real>(p, make_attention_plan(p), nullptr);  // the rule, the checks
+  std::vector<double> args;
+  const auto c = named_call_for<Real>(p, nullptr, *d, *n, args);
+  if constexpr (std::is_same_v<Real, float>)
+    d->named->path->forward_f32(p, c);
+  else
+    d->named->path->forward_f64(p, c);
+  return true;
+}
+template bool named_path_forward(const attention_params<float>&);
+template bool named_path_forward(const attention_params<double>&);
+
+template <typename Real>
+bool named_path_backward(const attention_params<Real>& p, const attention_grads<Real>& g) {
+  const auto [d, n] = path_on(p);
+  if (!d) return false;
+  (void)make_engine_terms<Real>(p, make_attention_plan(p), &g);
+  std::vector<double> args;
+  const auto c = named_call_for<Real>(p, &g, *d, *n, args);
+  if constexpr (std::is_same_v<Real, float>)
+    d->named->path->backward_f32(p, g, c);
+  else
+    d->named->path->backward_f64(p, g, c);
+  return true;
+}
+template bool named_path_backward(const attention_params<float>&, const attention_grads<float>&);
+template bool named_path_backward(const attention_params<double>&, const attention_grads<double>&);
+
+template <typename Real>
 std::unique_ptr<score_bias<Real>> make_tensor_term(const attention_params<Real>& p,
                                                    const attention_plan& pl,
                                                    const attention_grads<Real>* g,
@@ -761,6 +834,16 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
          d.name, d.citation);
   if (d.named->term_f32) {
     t.biases.push_back(make_tensor_term(p, pl, g, d, n));
+    return;
+  }
+  if (d.named->path) {  // its path runs instead of the kernels (named_path_forward): checks alone
+    if (p.kv != kv_storage::f32 || p.q_storage != kv_storage::f32)
+      fail(
+          "attention: {} runs its own double path and needs float32 or float64 q, k and v, got "
+          "q_storage = {}, kv = {}",
+          d.title, name(p.q_storage), name(p.kv));
+    std::vector<double> args;
+    (void)engine_call(p, pl, g, d, n, args);
     return;
   }
   if (d.named->relative_f32) {

@@ -30,6 +30,14 @@ class relative_vectors;  // engine_terms.hpp
 class qk_transform;      // engine_terms.hpp
 }  // namespace posenc::detail
 namespace posenc {
+template <typename Real>
+struct attention_params;  // posenc/attention/attention.hpp
+template <typename Real>
+struct attention_grads;
+struct named_scheme;
+struct scheme_decl;  // posenc/attention/schemes.hpp
+}  // namespace posenc
+namespace posenc {
 template <typename S>
 class position_hook;  // posenc/attention/position_hook.hpp
 struct position_options;
@@ -57,6 +65,23 @@ struct named_call {
   // The call's plan (its visible offsets: a per-call table's range); null when the term serves
   // as the specification alone (named_bias_spec), which then builds no table.
   const attention_plan* plan = nullptr;
+};
+
+// A scheme reached by name whose positions depend on the content (CoPE: scheme_own_path): a path
+// of its own that every entry point (the tiled and the reference forward and backward) runs
+// instead of its kernels when the scheme is on (the declarations' rule leaves it alone in the
+// call), given its call (named_call: its checked tensors and their gradient outputs). It
+// validates the tensors' values and writes out, lse (forward) or every gradient (backward).
+struct named_path {
+  void (*forward_f32)(const attention_params<float>& p, const named_call<float>& c);
+  void (*forward_f64)(const attention_params<double>& p, const named_call<double>& c);
+  void (*backward_f32)(const attention_params<float>& p, const attention_grads<float>& g,
+                       const named_call<float>& c);
+  void (*backward_f64)(const attention_params<double>& p, const attention_grads<double>& g,
+                       const named_call<double>& c);
+  // The case tables and checks: a bound on what the scheme adds to a score, given its tensors
+  // (declaration order, in double), the head dim D and the largest |q_i| (CoPE: |q| max|e_t|).
+  double (*score_bound)(const std::vector<std::vector<double>>& tensors, int64_t D, double qmax);
 };
 
 // args: the scheme's numeric parameters, in declaration order after the switch, defaults filled
@@ -88,6 +113,8 @@ struct named_bias {
   // and checks read its first two tensors as a^K and a^V.
   std::unique_ptr<relative_vectors<float>> (*relative_f32)(const named_call<float>& c) = nullptr;
   std::unique_ptr<relative_vectors<double>> (*relative_f64)(const named_call<double>& c) = nullptr;
+  // A path of its own instead of a term (named_path: CoPE); term_* and relative_* are then null.
+  const named_path* path = nullptr;
   // The term's coordinates are token indices rather than positions (score_bias::by_token).
   bool by_token = false;
   // A value of tensor parameter `tensor` (its index among the declared tensors) for the case
@@ -119,6 +146,19 @@ struct named_bias {
   std::unique_ptr<position_hook<double>> (*hook_f64)(pos_scheme id, const position_options& o,
                                                      const position_shape& shape) = nullptr;
 };
+
+// The arguments and tensors of the scheme reached by name n (declaration d) in the call p, checked
+// against the declaration, and the gradient outputs of g (null: none); it views args.
+template <typename Real>
+named_call<Real> named_call_for(const attention_params<Real>& p, const attention_grads<Real>* g,
+                                const scheme_decl& d, const named_scheme& n,
+                                std::vector<double>& args);
+// Runs the path of the scheme reached by name on in p that has one (named_path: CoPE) and returns
+// true; false (nothing run) when none is on. What every entry point asks first.
+template <typename Real>
+bool named_path_forward(const attention_params<Real>& p);
+template <typename Real>
+bool named_path_backward(const attention_params<Real>& p, const attention_grads<Real>& g);
 
 // For a named_bias's hook_f32 / hook_f64 whose tensor is a trained parameter of the model: every
 // layer owns a (rows, cols) tensor `tensor` (a per-layer table of per-head parameters; one table

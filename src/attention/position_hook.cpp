@@ -17,7 +17,7 @@
 namespace posenc {
 namespace {
 
-constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "irope", "cope"};
+constexpr const char* k_names[] = {"nope", "sinusoidal", "learned", "rope", "irope"};
 static_assert(std::size(k_names) == static_cast<size_t>(pos_scheme::count));
 
 // The schemes reached by name that a model trains with: the score biases and the q/k transforms
@@ -212,9 +212,11 @@ position_options position_options_for_gradcheck() {
   o.irope_interval = 2;
   o.irope_floor_scale = 2;
   o.irope_attn_scale = 0.5;
-  o.named_params = {
-      {"fire_hidden", 4}, {"t5_num_buckets", 8}, {"t5_max_distance", 16}, {"shaw_clip", 2}};
-  o.cope_npos = 6;
+  o.named_params = {{"fire_hidden", 4},
+                    {"t5_num_buckets", 8},
+                    {"t5_max_distance", 16},
+                    {"shaw_clip", 2},
+                    {"cope_npos", 6}};
   return o;
 }
 

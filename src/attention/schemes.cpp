@@ -98,7 +98,9 @@ constexpr scheme_param kStreamingLlm[] = {
     {"streaming_window", "scalar", "int", "1020", "W: the recent tokens kept"},
 };
 constexpr scheme_param kCope[] = {
-    {"cope", "(npos, D)", "float", "None", "position embeddings, shared by the heads"},
+    {"cope", "(npos, D)", "tensor", "None", "position embeddings, shared by the heads"},
+    {"cope_npos", "scalar", "int", "0",
+     "npos, rows of cope (0: its shape's, checked when given; the lab's model: 64)"},
 };
 constexpr scheme_param kSinusoidal[] = {
     {"input_amplitude", "scalar", "float", "1", "x_0 = E[token] + a PE(pos)"},
@@ -117,8 +119,8 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
-extern const scheme_impl rope_impl, mrope_impl, temperature_impl, cope_impl, nope_impl,
-    sinusoidal_impl, learned_impl, irope_impl;
+extern const scheme_impl rope_impl, mrope_impl, temperature_impl, nope_impl, sinusoidal_impl,
+    learned_impl, irope_impl;
 extern const named_bias alibi_bias_decl;            // hook_alibi.cpp
 extern const named_bias t5_bias_decl;               // hook_t5.cpp
 extern const named_bias shaw_tables_decl;           // hook_shaw.cpp
@@ -126,6 +128,7 @@ extern const named_bias kerple_bias_decl;           // hook_kerple.cpp
 extern const named_bias fire_bias_decl;             // hook_fire.cpp
 extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
 extern const named_bias fox_bias_decl;              // hook_fox.cpp
+extern const named_bias cope_decl;                  // hook_cope.cpp
 extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
 extern const named_transform xpos_transform_decl;   // hook_xpos.cpp
 extern const named_pairs dca_pairs_decl;            // hook_dca.cpp
@@ -178,9 +181,8 @@ const scheme_decl kDecls[] = {
      true, kStreamingLlm, nullptr, 0, &detail::streaming_llm_pairs_decl, "rope"},
     {"fox", "Forgetting Attention", "Lin et al. 2025", scheme_score_bias, true, true, false, true,
      kFox, &detail::fox_bias_decl},
-    with_impl(
-        {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope},
-        &detail::cope_impl),
+    {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope,
+     &detail::cope_decl},
     with_impl({"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
               &detail::nope_impl),
     with_impl({"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false,

@@ -26,8 +26,8 @@ int scheme_count() {
 const char* name(scheme s) {
   if (static_cast<int>(s) >= kSchemes)
     return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
-  const char* n[] = {"none", "rope_half", "rope_interleaved_partial", "temperature", "all",
-                     "cope", "mrope"};
+  const char* n[] = {"none",        "rope_half", "rope_interleaved_partial",
+                     "temperature", "all",       "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -93,9 +93,15 @@ scheme derived_bias_scheme() {
   return row_of(all_named_derived());
 }
 
+// A scheme on a path of its own (CoPE): no sinks there, a finer finite-difference step.
+bool own_path(scheme s) {
+  const scheme_decl* d = named_decl(s);
+  return d && named_path_scheme(*d);
+}
+
 bool float_kv_only(scheme s) {
   const scheme_decl* d = named_decl(s);
-  return s == scheme::cope || (d && d->float_kv_only);
+  return d && d->float_kv_only;
 }
 
 int half_kv_scheme_count() {
@@ -204,14 +210,14 @@ void lay_out_head_major(fixture<Real>& f, const spec& c) {
   }
 }
 
-// The mask of c.msk (and causal for CoPE and the causal-only schemes), then explicit positions for
+// The mask of c.msk (and causal for the causal-only schemes), then explicit positions for
 // mask::positions and whenever T > S, drawn from r in that order.
 template <typename Real>
 void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
   const int64_t T = c.T, S = c.S;
   auto& p = f.p;
   const bool causal = c.msk == mask::causal || c.msk == mask::causal_window ||
-                      c.msk == mask::everything || c.sch == scheme::cope ||
+                      c.msk == mask::everything ||
                       (named_decl(c.sch) && named_decl(c.sch)->causal_only);
   p.causal = causal;
   if (c.msk == mask::padding || c.msk == mask::everything) {
@@ -327,6 +333,11 @@ double draw_named_tensors(fixture<Real>& f, const spec& c, rng& r, const scheme_
     wide.tensors[y].f64 = w[y];
   }
   f.p.pos.named.push_back(n);
+  if (named_path_scheme(d)) {  // a path of its own (CoPE): its bound in set_magnitudes
+    f.path = &d;
+    f.path_first = first;
+    return 0;
+  }
   if (named_relative(d)) {  // a^K, a^V: no bias (their bounds: set_magnitudes)
     f.rel = static_cast<int>(first);
     f.rel_K = (static_cast<int64_t>(w[0].size()) / c.D - 1) / 2;
@@ -451,21 +462,12 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
         b.kbias = std::max(b.kbias, std::abs(named_bias_value(d, args, h, c.Hq, plo, plo + x)));
     }
   }
-  if (c.sch == scheme::cope) {
-    // Embeddings N(0, 1/4); the interpolated term q_i . e is bounded by |q| max|e_t|, added to
-    // B in set_magnitudes (it enters the scores like a bias).
-    const int64_t P = 8;
-    f.cope.resize(P * D);
-    for (auto& e : f.cope) e = static_cast<Real>(0.5 * r.normal());
-    p.pos.cope = {P, f.cope};
-  }
 }
 
 // Tolerance magnitudes A, B and V (see the derivation in the header), and f.qs.
 template <typename Real>
 void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
   const int64_t T = c.T, S = c.S, D = c.D, Hq = c.Hq, Hkv = c.Hkv;
-  const auto& p = f.p;
   double kbias = b.kbias;
   double qmax = 0, kmax = 0, vmax = 0, akmax = 0, avmax = 0;
   for (int64_t t = 0; t < T * Hq; ++t) {
@@ -490,14 +492,11 @@ void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
   }
   f.A = (1.0 / std::sqrt(double(D))) * b.amp * b.amp * b.qs * qmax * (kmax + akmax);
   f.qs = b.qs;
-  if (p.pos.has_cope()) {
-    double emax = 0;
-    for (int64_t t = 0; t < p.pos.cope.npos; ++t) {
-      double n = 0;
-      for (int64_t d = 0; d < D; ++d) n += double(f.cope[t * D + d]) * f.cope[t * D + d];
-      emax = std::max(emax, std::sqrt(n));
-    }
-    kbias = std::max(kbias, qmax * emax);
+  if (f.path) {  // what a path of its own adds to a score (CoPE's q_i . e)
+    std::vector<std::vector<double>> t;
+    for (size_t x = f.path_first; x < f.named.size(); ++x)
+      t.emplace_back(f.named[x].begin(), f.named[x].end());
+    kbias = std::max(kbias, named_path_score_bound(*f.path, t, D, qmax));
   }
   f.B = kbias;
   f.V = vmax + avmax;
@@ -765,7 +764,6 @@ void check_backward(tracker& tr, const spec& c) {
   compare<Real>(tr, ty + "dq", fast.dq, ref.dq, t.dq, u);
   compare<Real>(tr, ty + "dk", fast.dk, ref.dk, t.dk, u);
   compare<Real>(tr, ty + "dv", fast.dv, ref.dv, t.dv, u);
-  if (p.pos.has_cope()) compare<Real>(tr, ty + "dcope", fast.dco, ref.dco, t.dpar, u);
   for (size_t x = 0; x < f.named.size(); ++x) {
     // A relative scheme's a^K and a^V have their own bounds; every other tensor T E_S G.
     const int rx = static_cast<int>(x) - f.rel;
@@ -869,7 +867,11 @@ check_result grad_case(const spec& c) {
     return L;
   };
   tracker tr;
-  auto check = [&](double* x, size_t n, const double* g, const char* what) {
+  // reach: how far one unit of the entries moves a score, at most (1 for q, k, v; G for a named
+  // tensor: ALiBi's slopes move a score by the distance, up to 300 with explicit positions). The
+  // step is divided by it, so that every step moves a score by the same 1e-3 at most and the
+  // central difference stays in its Richardson regime (|FD(2h) - FD(h)| then bounds its error).
+  auto check = [&](double* x, size_t n, const double* g, const char* what, double reach = 1) {
     double w = 0;
     for (size_t e = 0; e < n; ++e) {
       // CoPE's logit term is piecewise linear in its positions p (kinks at integer p, where the
@@ -877,7 +879,7 @@ check_result grad_case(const spec& c) {
       // kink measures an average of two slopes. A step of 1e-5 makes a straddle 100x less
       // likely than 1e-3 (a straddle needs some p of the row within about h |dp/dx| of an
       // integer); the rounding term 2 dL / h below grows accordingly and stays far below it.
-      const double x0 = x[e], h = c.sch == scheme::cope ? 1e-5 : 1e-3;
+      const double x0 = x[e], h = (own_path(c.sch) ? 1e-5 : 1e-3) / std::max(1.0, reach);
       auto fd = [&](double step) {
         x[e] = x0 + step;
         const double lp = loss();
@@ -901,14 +903,13 @@ check_result grad_case(const spec& c) {
   check(f.q.data(), f.q.size(), ref.dq.data(), "dq");
   check(f.k.data(), f.k.size(), ref.dk.data(), "dk");
   check(f.v.data(), f.v.size(), ref.dv.data(), "dv");
-  if (p.pos.has_cope()) check(f.cope.data(), f.cope.size(), ref.dco.data(), "dcope");
   if (!p.sinks.empty()) check(f.sinks.data(), f.sinks.size(), ref.dsi.data(), "dsinks");
   for (size_t x = 0; x < f.named.size(); ++x) {
     const std::string what = "d" + f.named_names[x];
     if (!f.named64[x].empty())
-      check(f.named64[x].data(), f.named64[x].size(), ref.dnamed64[x].data(), what.c_str());
+      check(f.named64[x].data(), f.named64[x].size(), ref.dnamed64[x].data(), what.c_str(), f.G);
     else
-      check(f.named[x].data(), f.named[x].size(), ref.dnamed[x].data(), what.c_str());
+      check(f.named[x].data(), f.named[x].size(), ref.dnamed[x].data(), what.c_str(), f.G);
   }
   return measured_check(
       "attention", "backward_vs_fd/" + c.name,
@@ -917,7 +918,8 @@ check_result grad_case(const spec& c) {
                   describe(c)),
       tr.worst, 1.0,
       fmt::format("max_error is the worst |FD - g| / tol, tol = |FD(2h) - FD(h)| + rounding, "
-                  "h = 1e-3 (1e-5 for CoPE); per quantity: {}; worst at {}; derivation in "
+                  "h = 1e-3 (1e-5 for CoPE), divided by a named tensor's reach G; per quantity: "
+                  "{}; worst at {}; derivation in "
                   "include/posenc/verify/attention_cases.hpp",
                   summary(tr), tr.at));
 }
@@ -1269,7 +1271,7 @@ void add_sink_cases(std::vector<spec>& v) {
   constexpr std::pair<int64_t, int64_t> heads[] = {{8, 2}, {8, 1}, {4, 4}};
   int idx = 0;
   for (int s = 0; s < scheme_count(); ++s) {
-    if (static_cast<scheme>(s) == scheme::cope) continue;
+    if (own_path(static_cast<scheme>(s))) continue;
     for (int k = 0; k < 2; ++k, ++idx) {
       const auto [T, S] = shapes[idx % 4];
       spec c{T,
@@ -1287,7 +1289,7 @@ void add_sink_cases(std::vector<spec>& v) {
     }
   }
   for (int s = 0; s < scheme_count(); ++s) {
-    if (static_cast<scheme>(s) == scheme::cope) continue;
+    if (own_path(static_cast<scheme>(s))) continue;
     spec c{17,
            70,
            24,
@@ -1334,15 +1336,16 @@ std::vector<spec> make_check() {
     v.push_back(c);
   };
   // Every scheme with a different mask (and every mask once), small GQA shapes: both modes.
-  const std::pair<scheme, mask> pairs[] = {{scheme::none, mask::none},
-                                           {scheme::rope_half, mask::causal},
-                                           {scheme::rope_interleaved_partial, mask::padding},
-                                           {derived_bias_scheme(), mask::cu_seqlens},
-                                           {offset_bias_scheme(), mask::doc_ids},
-                                           {offset_bias_scheme(), mask::window},
-                                           {relative_scheme(), mask::causal_window},
-                                           {scheme::all, mask::everything},
-                                           {scheme::cope, mask::causal}};
+  const std::pair<scheme, mask> pairs[] = {
+      {scheme::none, mask::none},
+      {scheme::rope_half, mask::causal},
+      {scheme::rope_interleaved_partial, mask::padding},
+      {derived_bias_scheme(), mask::cu_seqlens},
+      {offset_bias_scheme(), mask::doc_ids},
+      {offset_bias_scheme(), mask::window},
+      {relative_scheme(), mask::causal_window},
+      {scheme::all, mask::everything},
+  };
   uint64_t seed = 4000;
   for (auto [s, m] : pairs) add(spec{7, 13, 8, 4, 2, s, m, seed++}, forward | backward | grad);
   add(spec{9, 5, 8, 4, 2, scheme::all, mask::positions, seed++}, forward | backward | grad);
@@ -1514,7 +1517,8 @@ void add_scheme_perf(std::vector<spec>& v) {
   for (int s = kSchemes; s < scheme_count(); ++s) {
     const scheme_decl* d = named_decl(static_cast<scheme>(s));
     add_perf(v, "attention", 2048, 2048, 8, 128, static_cast<scheme>(s),
-             name(static_cast<scheme>(s)), forward, d->pairs || d->transform);
+             name(static_cast<scheme>(s)), forward,
+             d->pairs || d->transform || named_path_scheme(*d));
   }
 }
 
@@ -1532,11 +1536,9 @@ std::vector<spec> make_perf() {
   // own paths today (double scores per row): extended.
   add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::rope_half, "rope", backward, true);
   for (int s = kSchemes; s < scheme_count(); ++s)
-    if (named_decl(static_cast<scheme>(s))->pairs)
+    if (named_decl(static_cast<scheme>(s))->pairs || own_path(static_cast<scheme>(s)))
       add_perf(v, "attention_backward", 2048, 2048, 8, 128, static_cast<scheme>(s),
                name(static_cast<scheme>(s)), backward, true);
-  add_perf(v, "attention", 2048, 2048, 8, 128, scheme::cope, "cope", forward, true);
-  add_perf(v, "attention_backward", 2048, 2048, 8, 128, scheme::cope, "cope", backward, true);
   return v;
 }
 

@@ -48,11 +48,9 @@ constexpr double kTrig = 8e-16;
 constexpr double kBreakFactor = 1000;
 
 // named: a scheme reached by name (schemes.hpp), the problem's `nd`.
-enum class scheme { none, rope, cope, named };
+enum class scheme { none, rope, named };
 const char* scheme_name(scheme s) {
   switch (s) {
-    case scheme::cope:
-      return "cope";
     case scheme::rope:
       return "rope";
     default:
@@ -68,7 +66,6 @@ struct problem {
   bool causal = false;
   std::vector<double> q, k, v;  // (N, Hq, D), (N, Hkv, D), (N, Hkv, D)
   rope_freqs freqs;
-  std::vector<double> cope;  // (8, D)
   attention_position<double> pos;
   double A = 0, B = 0, V = 0;
   double trig = 0;  // per-entry error of the q/k transform's cos/sin (RoPE, xPos)
@@ -92,7 +89,6 @@ struct problem {
     init_classic(amp);
     if (s == scheme::rope) trig = kTrig;
     init_named(r, amp, akmax, avmax);
-    if (s == scheme::cope) init_cope(r);
     recompute_magnitudes(amp, akmax, avmax);
   }
 
@@ -118,6 +114,17 @@ struct problem {
   void init_named(rng& r, double& amp, double& akmax, double& avmax) {
     if (sch == scheme::named && named_relative(*nd)) {
       init_relative(r, akmax, avmax);
+    } else if (sch == scheme::named && named_path_scheme(*nd)) {
+      // A path of its own (CoPE): its tensors drawn through the declaration; what it adds to a
+      // score enters B like a bias.
+      draw_tensors(r);
+      double qmax = 0;
+      for (int64_t t = 0; t < N * Hq; ++t) {
+        double n = 0;
+        for (int64_t d = 0; d < D; ++d) n += q[t * D + d] * q[t * D + d];
+        qmax = std::max(qmax, std::sqrt(n));
+      }
+      B = named_path_score_bound(*nd, ntens, D, qmax);
     } else if (sch == scheme::named && is_tensor_scheme(*nd)) {
       const named_scheme n = draw_tensors(r);
       nbias = named_bias_spec(*nd, n, N, N, Hq, Hkv, D, causal);
@@ -206,26 +213,6 @@ struct problem {
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t i = 0; i < N; ++i)
         for (int64_t j = 0; j <= i; ++j) B = std::max(B, std::abs(nbias(h, i, j)));
-  }
-
-  // CoPE: its position embeddings, drawn from r, and the bias bound.
-  void init_cope(rng& r) {
-    // |interpolated q . e| <= |q| max|e_t| enters the scores like a bias.
-    fill_normal(r, cope, 8 * D);
-    for (auto& e : cope) e *= 0.5;
-    pos.cope = {8, cope};
-    double qn = 0, en = 0;
-    for (int64_t t = 0; t < N * Hq; ++t) {
-      double n = 0;
-      for (int64_t d = 0; d < D; ++d) n += q[t * D + d] * q[t * D + d];
-      qn = std::max(qn, std::sqrt(n));
-    }
-    for (int64_t t = 0; t < 8; ++t) {
-      double n = 0;
-      for (int64_t d = 0; d < D; ++d) n += cope[t * D + d] * cope[t * D + d];
-      en = std::max(en, std::sqrt(n));
-    }
-    B = qn * en;
   }
 
   void recompute_magnitudes(double amp, double akmax, double avmax) {
@@ -483,7 +470,7 @@ void relative_translation_checks(std::vector<check_result>& r, uint64_t seed) {
 // i - j + 1 when every gate is open, and it changes when the content between j and i does
 // (so CoPE is not a function of i - j: not translation invariant in the token index).
 void cope_checks(std::vector<check_result>& r, uint64_t seed) {
-  problem ps(scheme::cope, true, seed);
+  problem ps(scheme::named, true, seed, &scheme_decl_of("cope"));
   r.push_back(equal_check(
       "cope_ignores_position_ids",
       "cope: shifting every position id by 1000003 leaves the outputs unchanged (positions "
@@ -492,7 +479,7 @@ void cope_checks(std::vector<check_result>& r, uint64_t seed) {
   auto positions = [](const problem& pr) {
     std::vector<double> out(pr.N * pr.Hq * pr.D);
     auto p = pr.params(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), pr.N, pr.N);
-    return cope_positions(p, 0);
+    return detail::cope_positions(p, 0);
   };
   const auto P0 = positions(ps);
   double rise = 0;  // max over i, j < j' <= i of p_ij' - p_ij (must be <= 0)
@@ -641,7 +628,7 @@ void absolute_scheme_check(std::vector<check_result>& r, uint64_t seed) {
 // Packed documents, padding, cache: for no scheme and every scheme, causal.
 void document_checks(std::vector<check_result>& r, uint64_t seed) {
   const std::vector<int64_t> cu = {0, 7, 12, 20};
-  for (scheme s : {scheme::none, scheme::rope, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_packed_equals_separate", scheme_name(s)),
@@ -651,7 +638,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         packed_deviation(ps, cu), ps.tolerance(ps.N),
         "causal; positions restart at 0 in each document"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope}) {
     problem ps(s, true, seed);
     const double dev = std::max(padded_deviation(ps, 14, true), padded_deviation(ps, 14, false));
     r.push_back(equal_check(
@@ -662,7 +649,7 @@ void document_checks(std::vector<check_result>& r, uint64_t seed) {
         dev, ps.tolerance(ps.N),
         "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
   }
-  for (scheme s : {scheme::none, scheme::rope, scheme::cope}) {
+  for (scheme s : {scheme::none, scheme::rope}) {
     problem ps(s, true, seed);
     r.push_back(equal_check(
         fmt::format("{}_cache_equals_full", scheme_name(s)),
@@ -944,6 +931,16 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
   for (const scheme_decl* d : named_scheme_decls()) {
     if (d->transform) {
       transform_scheme_checks(r, seed, d);
+      continue;
+    }
+    if (named_path_scheme(*d)) {  // its own checks: cope_checks; then packing, padding, cache
+      problem ps(scheme::named, true, seed, d);
+      const std::string n = d->name;
+      packed_and_padded_checks(r, n, ps);
+      r.push_back(equal_check(
+          n + "_cache_equals_full",
+          n + ": decoding token by token with the KV cache equals the full forward",
+          cache_deviation(ps), ps.tolerance(ps.N), "causal; positions continue after the prefix"));
       continue;
     }
     if (!d->named) {

@@ -105,20 +105,6 @@ struct attention_mrope {
   bool keys_rotated = false;  // true: k is already rotated (a KV cache); only q is rotated
 };
 
-// CoPE, contextual position encoding (Golovneva et al. 2024, sec. 3): with a_ij = scale q_i.k_j,
-//   g_ij = sigmoid(a_ij),  p_ij = sum_{t = j..i, visible} g_it      (positions count gates)
-//   s_ij = a_ij + (1 - w) q_i . e[f] + w q_i . e[f + 1],  f = floor(p'), w = p' - f,
-//   p' = min(p_ij, npos - 1)
-// Positions depend on q and k, so CoPE is neither a q/k transform nor a bias of (qpos, kpos):
-// it has its own path (src/attention/attention_cope.cpp, plain loops in double), which every
-// entry point runs when CoPE is on (the tiled and SIMD paths have no CoPE kernel). Causal only;
-// used alone (no other position scheme in the same call); position ids are not read.
-template <typename Real>
-struct attention_cope {
-  int64_t npos = 0;           // P >= 1 position embeddings
-  std::span<const Real> emb;  // (P, D), D contiguous, shared by the heads; empty = off
-};
-
 // A scheme reached by its declared name rather than by a member of attention_position: any
 // declaration with an engine of its own (schemes.hpp, scheme_decl::named), with
 // its numeric parameters by their declared names (a parameter left out takes its declared
@@ -153,15 +139,12 @@ struct named_grad {
 template <typename Real>
 struct attention_position {
   attention_rope rope;                // hook 1
-  attention_cope<Real> cope;          // CoPE: its own path, alone, causal
   attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
   attention_mrope mrope;              // hook 1: M-RoPE, (3, T) and (3, S) ids (instead of rope)
   std::vector<named_scheme> named;    // schemes by declared name (each at most once), after the
                                       //   members above in the order given
   bool keys_transformed = false;      // a q/k transform reached by name: k is given transformed
                                       //   (a KV cache stores it so); only q is mapped
-
-  bool has_cope() const { return !cope.emb.empty(); }
 };
 
 // Operand precision of the forward's block products (attention_params::products).
@@ -246,7 +229,7 @@ struct attention_params {
   // one learned logit per query head that joins each row's softmax as one more score with no
   // value, p_ij = exp(s_ij) / (exp(sink_h) + sum_j exp(s_ij)), so the row's weights sum to less
   // than 1; lse includes it (a row that sees no key gets out = 0 and lse = sink_h). (Hq,),
-  // finite; empty = off. Not with CoPE (its own path) or bfloat16 products.
+  // finite; empty = off. Not with a scheme on a path of its own (CoPE) or bfloat16 products.
   std::span<const Real> sinks;
 };
 
@@ -347,7 +330,6 @@ struct attention_grads {
   Real* dk = nullptr;          // (S, Hkv, D), overwritten
   Real* dv = nullptr;          // (S, Hkv, D), overwritten
   // Position parameters; each optional (null = not wanted), overwritten when given.
-  Real* dcope = nullptr;  // (npos, D): gradient of the CoPE embeddings
   // (Hq,): gradient of the sink logits, -sum_i p_i,sink (dO_i . O_i) (the sink carries no
   // value, so dP of its column is 0 and dS = p_sink (0 - D_i)).
   Real* dsinks = nullptr;
@@ -380,10 +362,5 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
 
 // True when POSENC_REFERENCE is set to a value other than "" or "0".
 bool attention_reference_selected();
-
-// CoPE's positions p_ij (unclamped) of head h, (T, S), 0 on masked pairs (for checks and
-// inspection; pos.cope must be on).
-template <typename Real>
-std::vector<double> cope_positions(const attention_params<Real>& p, int64_t h);
 
 }  // namespace posenc

@@ -28,7 +28,7 @@ namespace posenc {
 // name that models train with (schemes.hpp: named_scheme_decls() with a score bias, in declaration
 // order; not the per-pair RoPE schemes, which apply at inference), whose hook is generic.
 // Iterate 0 .. pos_scheme_count() - 1.
-enum class pos_scheme { nope, sinusoidal, learned, rope, irope, cope, count };
+enum class pos_scheme { nope, sinusoidal, learned, rope, irope, count };
 int pos_scheme_count();                     // the members before `count` + the named ones
 const char* pos_scheme_name(pos_scheme s);  // "nope", "sinusoidal", ...
 // Throws invalid_argument naming `arg` and the allowed names.
@@ -57,7 +57,6 @@ struct position_options {
   int64_t irope_interval = 4;
   double irope_floor_scale = 64;
   double irope_attn_scale = 0.1;
-  int64_t cope_npos = 64;  // cope: position embeddings (npos, D) per layer
   // The parameters of the schemes reached by name, by their declared names ({"<parameter>",
   // 64}); each such scheme's hook takes those it declares, the others take their defaults.
   std::vector<std::pair<std::string, double>> named_params;

@@ -244,6 +244,12 @@ std::vector<std::pair<std::string, double>> named_transform_case(const scheme_de
 double named_transform_amplitude(const scheme_decl& d, std::span<const double> args, int64_t lo,
                                  int64_t hi, bool causal);
 double named_transform_coef_error(const scheme_decl& d, std::span<const double> args, int64_t P);
+// For a scheme on a path of its own (named_path: CoPE): whether d is one, and a bound on what it
+// adds to a score given its tensors (declaration order, in double), the head dim D and the
+// largest |q_i|.
+bool named_path_scheme(const scheme_decl& d);
+double named_path_score_bound(const scheme_decl& d, const std::vector<std::vector<double>>& tensors,
+                              int64_t D, double qmax);
 // Whether pos has a q/k transform at hook 1: RoPE, M-RoPE or one reached by name.
 template <typename Real>
 bool qk_transform_on(const attention_position<Real>& pos);

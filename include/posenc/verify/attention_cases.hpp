@@ -100,7 +100,6 @@ enum class scheme {
                 // tensor bias reached by name (all_named_bias()) + the first relative tables
                 // reached by name (all_named_relative(): Shaw) + a query temperature (offset 0,
                 // after the rotation: Ministral 3's form) at once
-  cope,         // npos = 8; forces causal masking (CoPE is causal only)
   mrope  // M-RoPE, (3, n) ids near the 1-D positions; contiguous sections (Qwen2-VL) for even
          // seeds, interleaved (Qwen3-VL) for odd; half pair layout, interleaved every other pair
          // of seeds
@@ -127,6 +126,9 @@ const char* name(scheme s);
 // products (CoPE, and the per-pair RoPE schemes reached by name): the half-precision and
 // bfloat16-product groups leave them out.
 bool float_kv_only(scheme s);
+// True for a scheme reached by name on a path of its own (CoPE: named_path_scheme): no sinks
+// there, and a finer step for its finite differences (its kinks).
+bool own_path(scheme s);
 // The first trained score bias reached by name whose parameter is a tensor and which depends on
 // the offset alone (declaration order: T5), which the scheme `all` composes with the member
 // schemes; and its row of the enum (where the tests want a table bias).
@@ -213,7 +215,6 @@ struct fixture {
   attention_params<Real> p;    // out and lse unset
   double A = 0, B = 0, V = 0;  // the magnitudes of the tolerance derivation
   double qs = 1;  // largest query temperature s(qpos) (scheme temperature; q' = s q, dq = s dq')
-  std::vector<Real> cope;       // CoPE embeddings (npos, D)
   std::vector<Real> sinks;      // spec::sinks: the sink logits (Hq,)
   std::vector<int64_t> mq, mk;  // M-RoPE ids (3, T) and (3, S)
   // A tensor scheme reached by name (schemes.hpp, is_tensor_scheme): each declared tensor's
@@ -222,7 +223,11 @@ struct fixture {
   std::vector<std::vector<Real>> named;
   std::vector<std::vector<double>> named64;
   std::vector<std::string> named_names;  // their parameters' names
-  int rel = -1;       // index in `named` of a relative scheme's a^K (a^V follows); -1 = none
+  int rel = -1;  // index in `named` of a relative scheme's a^K (a^V follows); -1 = none
+  // A scheme on a path of its own (CoPE): its declaration and the index of its first tensor in
+  // `named` (its score bound enters B: named_path_score_bound); null = none.
+  const scheme_decl* path = nullptr;
+  size_t path_first = 0;
   int64_t rel_K = 0;  // its clip K (tables of 2K + 1 rows)
   double G = 0;       // bound on |d bias / d parameter| over the pairs (FIRE, tensor schemes)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
@@ -244,11 +249,11 @@ std::vector<Real> random_normal(size_t n, uint64_t seed) {
 }
 
 // The gradients of one backward call on f.p, owning their buffers (filled with -7 so that an
-// entry the backward forgets shows): dq, dk, dv always; dcope, dsinks and the tensors of the
-// schemes reached by name when the scheme is on.
+// entry the backward forgets shows): dq, dk, dv always; dsinks and the tensors of the schemes
+// reached by name when the scheme is on.
 template <typename Real>
 struct grads {
-  std::vector<Real> dq, dk, dv, dco, dsi;
+  std::vector<Real> dq, dk, dv, dsi;
   std::vector<std::vector<Real>> dnamed;      // a tensor scheme's tensors, as fixture::named
   std::vector<std::vector<double>> dnamed64;  // and as fixture::named64
   attention_grads<Real> g;
@@ -259,10 +264,6 @@ struct grads {
     dv.assign(p.S * p.Hkv * p.D, Real(-7));
     g.out = out, g.lse = lse, g.dout = dout;
     g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
-    if (p.pos.has_cope()) {
-      dco.assign(p.pos.cope.emb.size(), Real(-7));
-      g.dcope = dco.data();
-    }
     if (!p.sinks.empty()) {
       dsi.assign(p.sinks.size(), Real(-7));
       g.dsinks = dsi.data();

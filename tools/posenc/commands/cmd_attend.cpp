@@ -87,7 +87,6 @@ struct attend_opts {
   std::string kv_dtype;
   std::string products = "f32";
   // xPos, CoPE
-  std::string cope;
   bool keys_rotated = false;
   // Llama 4's query temperature; the layer of a per-layer config
   bool temperature = false;
@@ -103,7 +102,7 @@ struct attend_opts {
   std::map<std::string, std::string> named_files;  // tensor parameters: .npy paths
   std::map<std::string, std::string> named_grads;  // their gradients' output paths (--d<name>)
   // Backward
-  std::string dout, dq, dk, dv, dcope;
+  std::string dout, dq, dk, dv;
   CLI::App* sub = nullptr;
 };
 
@@ -257,7 +256,6 @@ struct attend_state {
   bool mrope = false;                   // (3, n) positions
   layer_choice lc;
   rope_freqs freqs;
-  std::vector<Real> cope_e;                // as read, in Q's dtype
   std::vector<Real> sinks;                 // (Hq,) --sinks
   std::vector<std::vector<Real>> named_w;  // tensor parameters of schemes reached by name, as read
   std::vector<std::vector<double>> named_w64;  // at a float64 one's index instead (named_w's empty)
@@ -469,20 +467,6 @@ void read_rope(const attend_opts& o, attend_state<Real>& s) {
   }
 }
 
-template <typename Real>
-void read_cope(const attend_opts& o, attend_state<Real>& s) {
-  if (o.cope.empty()) return;
-  const auto a = read_npy(o.cope);
-  require_float(a, "--cope");
-  if (a.shape.size() != 2 || a.shape[1] != s.D || a.shape[0] < 1)
-    fail("--cope must have shape (npos, D) = (npos, {}) with npos >= 1, got {}", s.D,
-         a.shape_str());
-  note_rounding<Real>(a, "--cope");
-  s.cope_e = as_real<Real>(a);
-  s.p.pos.cope = {a.shape[0], s.cope_e};
-  s.schemes.push_back("cope");
-}
-
 // Llama 4's query temperature: from the config's NoPE layer (--layer), or from the flags.
 template <typename Real>
 void read_temperature(const attend_opts& o, attend_state<Real>& s) {
@@ -656,7 +640,7 @@ void read_hf_dca(const attend_opts& o, attend_state<Real>& s) {
 template <typename Real>
 void check_backward_flags(const attend_opts& o, const attention_params<Real>& p) {
   if (o.dout.empty()) {
-    for (const char* f : {"--dq", "--dk", "--dv", "--dcope"})
+    for (const char* f : {"--dq", "--dk", "--dv"})
       if (given(o, f)) fail("{} needs --dout (the gradient of the loss with respect to O)", f);
     for (const auto& [name, path] : o.named_grads)
       if (!path.empty())
@@ -665,7 +649,6 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   }
   if (o.dq.empty() || o.dk.empty() || o.dv.empty())
     fail("--dout needs all of --dq, --dk and --dv (output paths)");
-  if (!o.dcope.empty() && !p.pos.has_cope()) fail("--dcope needs --cope");
   for (const auto& [name, path] : o.named_grads) {
     bool on = false;
     for (const auto& n : p.pos.named)
@@ -676,8 +659,7 @@ void check_backward_flags(const attend_opts& o, const attention_params<Real>& p)
   std::vector<std::string> outs = {o.out, o.dq, o.dk, o.dv};
   for (const auto& [name, path] : o.named_grads)
     if (!path.empty()) outs.push_back(path);
-  for (const auto* x : {&o.lse_out, &o.dcope})
-    if (!x->empty()) outs.push_back(*x);
+  if (!o.lse_out.empty()) outs.push_back(o.lse_out);
   for (size_t a = 0; a < outs.size(); ++a)
     for (size_t b = a + 1; b < outs.size(); ++b)
       if (outs[a] == outs[b]) fail("output paths must differ, '{}' is given twice", outs[a]);
@@ -704,10 +686,6 @@ void run_backward(const attend_opts& o, const attend_state<Real>& s, attend_grad
   d.dv.resize(S * Hkv * D);
   g.out = s.out.data(), g.lse = s.lse.data(), g.dout = d.dout.data();
   g.dq = d.dq.data(), g.dk = d.dk.data(), g.dv = d.dv.data();
-  if (!o.dcope.empty()) {
-    d.dco.resize(s.cope_e.size());
-    g.dcope = d.dco.data();
-  }
   // Per declared tensor parameter of each scheme on (an optional one, left out, has one too).
   std::vector<std::string> names;
   for (const auto& n : s.p.pos.named)
@@ -735,7 +713,6 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
                                                             const attend_state<Real>& s,
                                                             const attend_gradients<Real>& d) {
   const int64_t T = s.T, S = s.S, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
-  const auto& pos = s.p.pos;
   auto as_npy = [](const std::vector<Real>& x, std::vector<int64_t> shape) {
     npy_array a = make_npy<Real>(std::move(shape));
     std::copy(x.begin(), x.end(), a.template as<Real>());
@@ -747,7 +724,6 @@ std::vector<std::pair<std::string, npy_array>> output_files(const attend_opts& o
   files.emplace_back(o.dq, as_npy(d.dq, {T, Hq, D}));
   files.emplace_back(o.dk, as_npy(d.dk, {S, Hkv, D}));
   files.emplace_back(o.dv, as_npy(d.dv, {S, Hkv, D}));
-  if (!o.dcope.empty()) files.emplace_back(o.dcope, as_npy(d.dco, {pos.cope.npos, D}));
   for (const auto& [path, shape, values, wide] : d.dnamed) {
     if (wide.empty()) {
       files.emplace_back(path, as_npy(values, shape));
@@ -884,7 +860,6 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_qkv(o, qa, ka, va, kv, s);
   read_positions_and_masks(o, s);
   read_rope(o, s);
-  read_cope(o, s);
   read_temperature(o, s);
   read_named(o, s);
   read_keys_rotated(o, s);
@@ -1138,9 +1113,6 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
 void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
   sub->add_flag("--keys-rotated", o.keys_rotated,
                 "--k is already rotated (as a KV cache stores it): only q is mapped at hook 1");
-  sub->add_option(
-      "--cope", o.cope,
-      "CoPE (Golovneva et al. 2024): position embeddings E.npy (npos, D); causal, alone");
   sub->add_flag("--attn-temperature-tuning", o.temperature,
                 "Query temperature: q *= log(floor((pos + floor_offset) / floor_scale) + 1) * "
                 "attn_scale + 1, after --rope or another q/k transform when given (Llama 4's NoPE "
@@ -1162,7 +1134,6 @@ void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
   sub->add_flag("--no-dca", o.no_dca,
                 "Leave a --hf-config's dual_chunk_attention_config off (as transformers does); "
                 "by default it turns Dual Chunk Attention on, as vLLM runs the model");
-  sub->add_option("--dcope", o.dcope, "Write dL/dE DE.npy (npos, D) (needs --dout)");
 }
 
 // The schemes reached by name, from their declarations.
