@@ -161,3 +161,30 @@ TEST(CliBenchProbes, GemmProbeTimesEachCasesProductsAndDividesByTheBestReading) 
   EXPECT_TRUE(jo.at("machine").at("gemm").at("shapes").empty());
   for (const auto& c : jo.at("cases")) EXPECT_TRUE(c.at("fraction_of_gemm").is_null()) << c.dump(2);
 }
+
+// Each attention case runs the scheme its name says: the case list is built while the bench
+// registers its cases (a static initialiser), so the declarations it reads must be constant-
+// initialised; a declaration still waiting for dynamic initialisation there shifted every scheme
+// reached by name onto its neighbour's row (the case named for ALiBi ran xPos).
+TEST(CliBenchProbes, EveryAttentionCaseRunsTheSchemeItNames) {
+  const auto r = run_cli({"bench", "--quick", "--no-gemm", "--filter",
+                          "/T=2048/S=2048/Hq=32/Hkv=8/D=128/scheme=", "--reps", "1",
+                          "--min-seconds", "0", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  int n = 0;
+  for (const auto& c : j.at("cases")) {
+    const std::string name = c.at("name").get<std::string>(),
+                      note = c.at("note").get<std::string>();
+    std::string scheme = name.substr(name.find("scheme=") + 7);
+    scheme = scheme.substr(0, scheme.find('/'));
+    if (scheme == "rope") scheme = "rope_half";  // the case tables' name of its row
+    const size_t at = note.find("scheme " + scheme);
+    const size_t end = at + 7 + scheme.size();
+    EXPECT_TRUE(at != std::string::npos && end < note.size() &&
+                (note[end] == ',' || note[end] == ';'))
+        << name << ": " << note;
+    ++n;
+  }
+  EXPECT_GE(n, 15);
+}

@@ -138,19 +138,21 @@ namespace {
 
 // A declaration of a scheme with a member of attention_position (or the model's alone), with
 // what its hook file registers.
-scheme_decl with_impl(scheme_decl d, const detail::scheme_impl* impl) {
+constexpr scheme_decl with_impl(scheme_decl d, const detail::scheme_impl* impl) {
   d.impl = impl;
   return d;
 }
 
 // A q/k transform reached by name, its hook file's named_transform.
-scheme_decl with_transform(scheme_decl d, const detail::named_transform* t) {
+constexpr scheme_decl with_transform(scheme_decl d, const detail::named_transform* t) {
   d.transform = t;
   return d;
 }
 
 // name, title, citation, points, learned, causal only, float K/V only, attention level, params.
-const scheme_decl kDecls[] = {
+// Constant-initialised (constinit): other files' static initialisers (the bench's case
+// registration) read the declarations, so they must not wait for dynamic initialisation.
+constinit const scheme_decl kDecls[] = {
     with_impl({"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
               &detail::rope_impl),
     with_impl({"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false, true,
