@@ -724,8 +724,7 @@ TEST(AttentionCope, TemperatureWithCopeIsRefused) {
   p.T = p.S = T, p.Hq = p.Hkv = 1, p.D = D, p.causal = true;
   p.pos.named = {{"cope", {}, {named_tensor{"cope", {2, D}, {}, emb}}}};
   EXPECT_NO_THROW(attention_forward(p));
-  p.pos.temperature.floor_scale = 4;
-  p.pos.temperature.attn_scale = 0.1;
+  p.pos.named.push_back(temperature_scheme({4, 0.1}));
   try {
     attention_forward(p);
     ADD_FAILURE() << "CoPE with the temperature must be refused";

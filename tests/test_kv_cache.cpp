@@ -80,7 +80,7 @@ struct decode_case {
     }
     if (s == scheme::xpos)
       pos.named = {{"xpos", {{"xpos_scale_base", 64.0}, {"xpos_center", 30.0}}}};
-    if (s == scheme::temperature) pos.temperature = {8.0, 0.5};
+    if (s == scheme::temperature) pos.named = {temperature_scheme({8.0, 0.5})};
     if (s == scheme::shaw || s == scheme::all) {
       shaw = shaw_init(5, D, seed + 2, 0.5);
       shaw_k.assign(shaw.keys.begin(), shaw.keys.end());

@@ -308,8 +308,6 @@ def _attention_opts(
     cu_seqlens,
     window,
     kv_dtype=None,
-    *,
-    research=None,
 ):
     if rope is not None and not isinstance(rope, (RopeConfig, AxialRope)):
         raise TypeError("rope must be a posenc.RopeConfig, a posenc.AxialRope or None, got "
@@ -329,21 +327,7 @@ def _attention_opts(
         "window": window,
         "kv_dtype": kv_dtype,
     }
-    opts.update(research or {})
     return opts
-
-
-def _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset=1.0):
-    """The query temperature's options (docs/research_schemes.md)."""
-    if not isinstance(attn_temperature_tuning, (bool, np.bool_)):
-        raise TypeError(f"attn_temperature_tuning must be a bool, got "
-                        f"{type(attn_temperature_tuning).__name__}")
-    return {
-        "attn_temperature_tuning": bool(attn_temperature_tuning),
-        "floor_scale": floor_scale,
-        "attn_scale": attn_scale,
-        "floor_offset": floor_offset,
-    }
 
 
 def _shaw_shorthand(shaw, named):
@@ -518,11 +502,6 @@ _ATTENTION_DOC = """
     accumulation, as bfloat16 models run; vdpbf16ps where the CPU has it
     (posenc.bf16_products_native()), float32 products on the exact values elsewhere. Float32
     or 16-bit inputs, forward only; the error bound is in attention_cases.hpp.
-    attn_temperature_tuning: the query scale log(floor((qpos + floor_offset) / floor_scale) + 1)
-      * attn_scale + 1, after rope, mrope or a q/k transform reached by name when on. Llama 4's
-      NoPE layers: floor_scale 8192, attn_scale 0.1, floor_offset 1 (the defaults); Ministral 3
-      and Mistral 4 (llama_4_scaling_beta): floor_scale original_max_position_embeddings,
-      attn_scale the beta, floor_offset 0.
     sinks: (Hq,) attention-sink logits, gpt-oss's convention (transformers' s_aux): each row's
       softmax gets one more score sink_h with no value, so its weights sum to less than 1; lse
       includes it; a row that sees no key gives out 0 and lse sink_h. Not with a scheme on a
@@ -551,18 +530,13 @@ def attention(
     return_lse=False,
     kv_dtype=None,
     products="f32",
-    attn_temperature_tuning=False,
-    floor_scale=8192.0,
-    attn_scale=0.1,
-    floor_offset=1.0,
     sinks=None,
     **named,
 ):
     _shaw_shorthand(shaw, named)
-    research = _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
-        q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype, research=research,
+        q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype,
     )
     opts["named"] = _named_opts(named, "attention")
     opts["products"] = products
@@ -627,18 +601,13 @@ def attention_backward(
     cu_seqlens=None,
     window=None,
     param_grads=True,
-    attn_temperature_tuning=False,
-    floor_scale=8192.0,
-    attn_scale=0.1,
-    floor_offset=1.0,
     sinks=None,
     **named,
 ):
     _shaw_shorthand(shaw, named)
-    research = _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
-        q_positions, k_positions, key_padding, cu_seqlens, window, research=research,
+        q_positions, k_positions, key_padding, cu_seqlens, window,
     )
     opts["named"] = _named_opts(named, "attention_backward")
     opts["sinks"] = sinks
@@ -685,7 +654,7 @@ class KVCache:
       after that transform; excludes rope.
     start_position: the position of the first token (default 0).
     attend takes posenc.attention's keywords for the other schemes (shaw, the
-    keywords of the schemes reached by name, window, scale, attn_temperature_tuning,
+    keywords of the schemes reached by name (the query temperature's too), window, scale,
     ...); the q/k transform is the cache's (one given to attend must equal the cache's).
 
     shift_mode: how remove / shift / divide move the stored keys (the engines' position edits,

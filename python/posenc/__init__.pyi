@@ -352,10 +352,6 @@ def attention(
     return_lse: Literal[False] = False,
     kv_dtype: _KVDtype | None = None,
     products: _Products = "f32",
-    attn_temperature_tuning: bool = False,
-    floor_scale: float = 8192.0,
-    attn_scale: float = 0.1,
-    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     # posenc: the keywords of the schemes reached by name
 ) -> NDArray[Any]: ...
@@ -381,10 +377,6 @@ def attention(
     return_lse: Literal[True],
     kv_dtype: _KVDtype | None = None,
     products: _Products = "f32",
-    attn_temperature_tuning: bool = False,
-    floor_scale: float = 8192.0,
-    attn_scale: float = 0.1,
-    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     # posenc: the keywords of the schemes reached by name
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
@@ -410,10 +402,6 @@ def attention(
     return_lse: bool = False,
     kv_dtype: _KVDtype | None = None,
     products: _Products = "f32",
-    attn_temperature_tuning: bool = False,
-    floor_scale: float = 8192.0,
-    attn_scale: float = 0.1,
-    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     # posenc: the keywords of the schemes reached by name
 ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...
@@ -439,10 +427,6 @@ def attention_backward(
     cu_seqlens: ArrayLike | None = None,
     window: int | None = None,
     param_grads: bool = True,
-    attn_temperature_tuning: bool = False,
-    floor_scale: float = 8192.0,
-    attn_scale: float = 0.1,
-    floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
     # posenc: the keywords of the schemes reached by name
 ) -> dict[str, NDArray[Any]]: ...
@@ -518,10 +502,6 @@ class KVCache:
         cu_seqlens: ArrayLike | None = None,
         window: int | None = None,
         return_lse: Literal[False] = False,
-        attn_temperature_tuning: bool = False,
-        floor_scale: float = 8192.0,
-        attn_scale: float = 0.1,
-        floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
         # posenc: the keywords of the schemes reached by name
     ) -> NDArray[Any]: ...
@@ -538,10 +518,6 @@ class KVCache:
         cu_seqlens: ArrayLike | None = None,
         window: int | None = None,
         return_lse: Literal[True],
-        attn_temperature_tuning: bool = False,
-        floor_scale: float = 8192.0,
-        attn_scale: float = 0.1,
-        floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
         # posenc: the keywords of the schemes reached by name
     ) -> tuple[NDArray[Any], NDArray[Any]]: ...
@@ -558,10 +534,6 @@ class KVCache:
         cu_seqlens: ArrayLike | None = None,
         window: int | None = None,
         return_lse: bool = False,
-        attn_temperature_tuning: bool = False,
-        floor_scale: float = 8192.0,
-        attn_scale: float = 0.1,
-        floor_offset: float = 1.0,
     sinks: ArrayLike | None = None,
         # posenc: the keywords of the schemes reached by name
     ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[Any]]: ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch as _torch
 
-from . import (_NAMED, _attention_opts, _named_opts, _posenc, _research_opts, _shaw_shorthand,
+from . import (_NAMED, _attention_opts, _named_opts, _posenc, _shaw_shorthand,
                _warn_nonfinite, _with_named_keywords)
 
 __all__ = [
@@ -406,7 +406,6 @@ def attention(
     rope_seq_len=None, keys_rotated=False, shaw=None,
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
     return_lse=False,
-    attn_temperature_tuning=False, floor_scale=8192.0, attn_scale=0.1, floor_offset=1.0,
     products="f32", sinks=None,
     **named,
 ):
@@ -423,11 +422,10 @@ def attention(
     _shaw_shorthand(shaw, named)
     if sinks is not None and not isinstance(sinks, _torch.Tensor):
         raise TypeError(f"sinks must be a torch.Tensor, got {type(sinks).__name__}")
-    research = _research_opts(attn_temperature_tuning, floor_scale, attn_scale, floor_offset)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         _ints(q_positions), _ints(k_positions),
-        _ints(key_padding), _ints(cu_seqlens), window, research=research,
+        _ints(key_padding), _ints(cu_seqlens), window,
     )
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, _torch.Tensor) and t.dtype in (_torch.float16, _torch.float32,

@@ -100,10 +100,6 @@ def attention(
     cu_seqlens: _Ints | None = None,
     window: int | None = None,
     return_lse: Literal[False] = False,
-    attn_temperature_tuning: bool = False,
-    floor_scale: float = 8192.0,
-    attn_scale: float = 0.1,
-    floor_offset: float = 1.0,
     products: Literal["f32", "bf16"] = "f32",
     sinks: Tensor | None = None,
     # posenc: the keywords of the schemes reached by name
@@ -128,10 +124,6 @@ def attention(
     cu_seqlens: _Ints | None = None,
     window: int | None = None,
     return_lse: Literal[True],
-    attn_temperature_tuning: bool = False,
-    floor_scale: float = 8192.0,
-    attn_scale: float = 0.1,
-    floor_offset: float = 1.0,
     products: Literal["f32", "bf16"] = "f32",
     sinks: Tensor | None = None,
     # posenc: the keywords of the schemes reached by name
@@ -156,10 +148,6 @@ def attention(
     cu_seqlens: _Ints | None = None,
     window: int | None = None,
     return_lse: bool = False,
-    attn_temperature_tuning: bool = False,
-    floor_scale: float = 8192.0,
-    attn_scale: float = 0.1,
-    floor_offset: float = 1.0,
     products: Literal["f32", "bf16"] = "f32",
     sinks: Tensor | None = None,
     # posenc: the keywords of the schemes reached by name

@@ -105,9 +105,7 @@ struct attn_setup {
   std::array<int64_t, 3> mrope_section{};
   bool mrope_interleaved = false;
   std::vector<int64_t> qids, kids;  // (3, T) / (3, S) per batch element unless *_shared
-  // The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
-  py::object sinks;  // (Hq,) sink logits (gpt-oss); None = off
-  attention_temperature temperature;
+  py::object sinks;                 // (Hq,) sink logits (gpt-oss); None = off
   attention_products products = attention_products::f32;  // "products": "f32" or "bf16"
   // The schemes reached by name (schemes.hpp): (name, {param: value}) pairs from opts["named"],
   // validated by the engine against their declarations.
@@ -117,15 +115,6 @@ struct attn_setup {
   // is batched: (B, S, Hq) for (S, Hq); the others are shared by the batch.
   std::vector<std::vector<std::pair<std::string, py::object>>> named_tensors;
 };
-
-// A finite float option, or `fallback` when absent or None.
-double float_opt(const py::dict& opts, const char* key, double fallback) {
-  const py::handle h = opt(opts, key);
-  if (h.is_none()) return fallback;
-  const double x = h.cast<double>();
-  if (!std::isfinite(x)) fail("{} must be finite, got {}", key, x);
-  return x;
-}
 
 // A float32 or float64 parameter table (TypeError naming it otherwise); shapes checked by the
 // caller.
@@ -285,7 +274,7 @@ void parse_masks(attn_setup& s, const py::dict& opts) {
   }
 }
 
-// The research schemes (docs/research_schemes.md) and Llama 4's query temperature.
+// Attention sinks.
 void parse_research(attn_setup& s, const py::dict& opts) {
   // Attention sinks (gpt-oss): one logit per query head in each row's softmax denominator.
   if (!opt(opts, "sinks").is_none()) {
@@ -294,20 +283,6 @@ void parse_research(attn_setup& s, const py::dict& opts) {
       fail("sinks must have shape (Hq,) = ({},) (one logit per query head), got {}", s.Hq,
            shape_str(a));
     s.sinks = a;
-  }
-  // The query temperature (Llama 4's NoPE layers; Ministral 3's llama_4_scaling_beta after RoPE).
-  if (!opt(opts, "attn_temperature_tuning").is_none() &&
-      opt(opts, "attn_temperature_tuning").cast<bool>()) {
-    s.temperature.floor_scale = float_opt(opts, "floor_scale", 8192.0);
-    s.temperature.attn_scale = float_opt(opts, "attn_scale", 0.1);
-    s.temperature.position_offset = float_opt(opts, "floor_offset", 1.0);
-    if (!(s.temperature.position_offset >= 0) || !std::isfinite(s.temperature.position_offset))
-      fail("floor_offset must be finite and >= 0 (Llama 4: 1, Ministral 3: 0), got {}",
-           s.temperature.position_offset);
-    if (!(s.temperature.floor_scale > 0))
-      fail("floor_scale must be > 0, got {}", s.temperature.floor_scale);
-    if (!(s.temperature.attn_scale >= 0))
-      fail("attn_scale must be >= 0, got {}", s.temperature.attn_scale);
   }
 }
 
@@ -491,7 +466,6 @@ struct attn_call {
     }
     // A q/k transform reached by name maps keys given transformed (keys_rotated) by q alone.
     p.pos.keys_transformed = s.keys_transformed;
-    p.pos.temperature = s.temperature;
     p.pos.named = s.named;
     named = named_args<Real>(s);
   }

@@ -24,7 +24,7 @@ class irope_hook final : public position_hook<S> {
   attention_position<S> layer_attention(int64_t layer, const S* const*) const override {
     attention_position<S> p;
     if ((layer + 1) % interval_ == 0) {
-      p.temperature = temp_;
+      if (temp_.on()) p.named.push_back(temperature_scheme(temp_));
     } else {
       p.rope.freqs = &freqs_;
       p.rope.layout = rope_layout::half;

@@ -1,6 +1,9 @@
-// A query temperature by position as the engine's hook 1 on queries (keys unchanged):
+// A query temperature by position, a q/k transform reached by name that maps queries alone (hook
+// 1; keys unchanged) and wraps the call's other one (named_transform::queries_only):
 //   q' = s(qpos) A_q(qpos) q,  s(p) = log(floor((p + offset) / floor_scale) + 1) * attn_scale + 1,
-// A_q the call's other hook-1 transform (RoPE, xPos, M-RoPE) or the identity. Two models use it:
+// A_q the call's other hook-1 transform (RoPE, M-RoPE, xPos) or the identity. Its switch is
+// attn_temperature_tuning, its parameters floor_scale, attn_scale and floor_offset (the offset).
+// Two models use it:
 //   Llama 4 (Meta 2025, "The Llama 4 herd"; transformers' Llama4TextAttention,
 //     attn_temperature_tuning): offset 1, on the NoPE layers, where nothing else maps q;
 //   Ministral 3 and Mistral 4 (transformers' get_llama_4_attn_scale, rope_parameters'
@@ -10,6 +13,7 @@
 #include <cmath>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 
 namespace posenc {
@@ -19,6 +23,13 @@ double attention_temperature_scale(const attention_temperature& t, int64_t pos) 
                   1.0) *
              t.attn_scale +
          1.0;
+}
+
+named_scheme temperature_scheme(const attention_temperature& t) {
+  return {"temperature",
+          {{"floor_scale", t.floor_scale},
+           {"attn_scale", t.attn_scale},
+           {"floor_offset", t.position_offset}}};
 }
 
 namespace detail {
@@ -93,31 +104,63 @@ class temperature_transform final : public qk_transform {
   std::unique_ptr<qk_transform> inner_;
 };
 
-}  // namespace
-
-template <typename Real>
-void add_temperature_terms(const attention_params<Real>& p, const attention_plan&,
-                           const attention_grads<Real>*, engine_terms<Real>& t) {
-  const attention_temperature& a = p.pos.temperature;
-  if (a.floor_scale == 0 && a.attn_scale == 0) return;
-  if (!std::isfinite(a.floor_scale) || a.floor_scale <= 0)
-    fail("pos.temperature.floor_scale must be finite and > 0, got {}", a.floor_scale);
-  if (!std::isfinite(a.attn_scale) || a.attn_scale < 0)
-    fail("pos.temperature.attn_scale must be finite and >= 0, got {}", a.attn_scale);
-  if (!std::isfinite(a.position_offset) || a.position_offset < 0)
-    fail(
-        "pos.temperature.position_offset must be finite and >= 0 (Llama 4: 1, Ministral 3: 0), "
-        "got {}",
-        a.position_offset);
-  // Called after the other hook-1 schemes (position_hook.cpp): it wraps theirs.
-  t.transform = std::make_unique<temperature_transform>(a, p.D, std::move(t.transform));
+// The temperature of args (floor_scale, attn_scale, floor_offset), checked; errors name them.
+attention_temperature temperature_of(std::span<const double> a) {
+  const attention_temperature t{a[0], a[1], a[2]};
+  if (!std::isfinite(t.floor_scale) || t.floor_scale <= 0)
+    fail("floor_scale must be finite and > 0, got {}", t.floor_scale);
+  if (!std::isfinite(t.attn_scale) || t.attn_scale < 0)
+    fail("attn_scale must be finite and >= 0, got {}", t.attn_scale);
+  if (!std::isfinite(t.position_offset) || t.position_offset < 0)
+    fail("floor_offset must be finite and >= 0 (Llama 4: 1, Ministral 3: 0), got {}",
+         t.position_offset);
+  return t;
 }
 
-// What the declaration of temperature points at (schemes.cpp; hooks.hpp, scheme_impl).
-POSENC_SCHEME_ON(temperature, p.temperature.on())
-extern const scheme_impl temperature_impl;
-const scheme_impl temperature_impl = {POSENC_BOTH(temperature_on),
-                                      POSENC_BOTH(add_temperature_terms), POSENC_NONE, POSENC_NONE};
+void temperature_check(std::span<const double> a, int64_t) {
+  (void)temperature_of(a);
+}
+
+// Called after the other hook-1 schemes (declaration order): it wraps theirs.
+std::unique_ptr<qk_transform> temperature_make(std::span<const double> a, int64_t D,
+                                               std::unique_ptr<qk_transform> inner) {
+  return std::make_unique<temperature_transform>(temperature_of(a), D, std::move(inner));
+}
+
+// s grows with the position (floor and log are monotone): s(P) is its largest on 0 .. P.
+double temperature_query_scale(std::span<const double> a, int64_t P) {
+  return attention_temperature_scale(temperature_of(a), std::max<int64_t>(P, 0));
+}
+
+// The case tables and checks: floor_scale 4 and attn_scale 0.5, so that s varies within a short
+// call's positions (1 to log 4 / 2 + 1 over 0 .. 12).
+std::vector<std::pair<std::string, double>> temperature_case_params(int64_t, int64_t) {
+  return {{"floor_scale", 4}, {"attn_scale", 0.5}};
+}
+
+// On queries alone: q'_n . k'_m = s(n) q_n . k_m; the score bound takes s through query_scale.
+double temperature_amplitude(std::span<const double>, int64_t, int64_t, bool) {
+  return 1;
+}
+
+// s rounded once from a log in double: a few ulp.
+double temperature_coef_error(std::span<const double>, int64_t) {
+  return 8 * 0x1p-53;
+}
+
+}  // namespace
+
+extern const named_transform temperature_transform_decl;
+const named_transform temperature_transform_decl = {
+    .check = &temperature_check,
+    .make = &temperature_make,
+    .queries_only = true,
+    .relative = false,
+    .query_scale = &temperature_query_scale,
+    .case_params = &temperature_case_params,
+    .amplitude = &temperature_amplitude,
+    .coef_error = &temperature_coef_error,
+};
 
 }  // namespace detail
 }  // namespace posenc

@@ -127,7 +127,8 @@ void xpos_check(std::span<const double> a, int64_t D) {
   if (D > 0 && D % 2 != 0) fail("xpos needs an even head dim D, got D = {}", D);
 }
 
-std::unique_ptr<qk_transform> xpos_make(std::span<const double> a, int64_t D) {
+std::unique_ptr<qk_transform> xpos_make(std::span<const double> a, int64_t D,
+                                        std::unique_ptr<qk_transform>) {
   xpos_check(a, D);
   return std::make_unique<xpos_transform>(xpos_of(a), D);
 }

@@ -314,12 +314,34 @@ double named_path_score_bound(const scheme_decl& d, const std::vector<std::vecto
 template <typename Real>
 bool qk_transform_on(const attention_position<Real>& pos) {
   if (pos.rope.freqs || pos.mrope.freqs) return true;
-  for (const auto& n : pos.named)
-    if (scheme_decl_of(n.name).transform) return true;
+  for (const auto& n : pos.named) {
+    const scheme_decl& d = scheme_decl_of(n.name);
+    if (d.transform && !d.transform->queries_only) return true;
+  }
   return false;
 }
 template bool qk_transform_on(const attention_position<float>&);
 template bool qk_transform_on(const attention_position<double>&);
+
+template <typename Real>
+const named_scheme* query_scale_on(const attention_position<Real>& pos) {
+  for (const auto& n : pos.named) {
+    const scheme_decl& d = scheme_decl_of(n.name);
+    if (d.transform && d.transform->queries_only) return &n;
+  }
+  return nullptr;
+}
+template const named_scheme* query_scale_on(const attention_position<float>&);
+template const named_scheme* query_scale_on(const attention_position<double>&);
+
+bool named_transform_relative(const scheme_decl& d) {
+  return transform_of(d).relative;
+}
+
+double named_transform_query_scale(const scheme_decl& d, std::span<const double> args, int64_t P) {
+  const auto& t = transform_of(d);
+  return t.query_scale ? t.query_scale(args, P) : 1.0;
+}
 
 namespace {
 
@@ -824,8 +846,13 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
   if (d.transform) {
     if (!n.tensors.empty())
       fail("pos.named: {} has no tensor parameters, got '{}'", d.name, n.tensors[0].name);
+    const auto args = named_scheme_args(d, n.params, p.Hq);
+    if (d.transform->queries_only) {  // wraps the transform of the schemes declared before it
+      t.transform = d.transform->make(args, p.D, std::move(t.transform));
+      return;
+    }
     if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
-    t.transform = d.transform->make(named_scheme_args(d, n.params, p.Hq), p.D);
+    t.transform = d.transform->make(args, p.D, nullptr);
     t.transform->keys_transformed = p.pos.keys_transformed;
     return;
   }

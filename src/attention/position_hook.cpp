@@ -27,7 +27,7 @@ const std::vector<const scheme_decl*>& model_named_decls() {
   static const std::vector<const scheme_decl*> out = [] {
     std::vector<const scheme_decl*> v;
     for (const scheme_decl* d : named_scheme_decls())
-      if (d->named || d->transform) v.push_back(d);
+      if (d->named || (d->transform && !d->transform->queries_only)) v.push_back(d);
     return v;
   }();
   return out;
@@ -123,11 +123,11 @@ std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>&
     } else {
       if (d.impl && d.impl->key_f64) u = d.impl->key_f64(pos, D, who);
     }
-    if (d.transform)  // a q/k transform reached by name, when pos has it
+    if (d.transform && !d.transform->queries_only)  // reached by name, when pos has it
       for (const named_scheme& n : pos.named) {
         if (n.name != d.name) continue;
         try {
-          u = d.transform->make(named_scheme_args(d, n.params, 1), D);
+          u = d.transform->make(named_scheme_args(d, n.params, 1), D, nullptr);
         } catch (const invalid_argument& e) {
           throw invalid_argument(std::string(who) + e.what());
         }
@@ -142,9 +142,9 @@ template std::unique_ptr<qk_transform> make_key_transform(const attention_positi
 template std::unique_ptr<qk_transform> make_key_transform(const attention_position<double>&,
                                                           int64_t, const char*);
 
-// The cache's hook 1 (RoPE, xPos or M-RoPE) goes into the call, marked as applied to the keys;
-// a call may leave it unset or repeat it. Llama 4's temperature maps queries only: the call's
-// when it sets one, else the cache's.
+// The cache's hook 1 (RoPE, M-RoPE or one reached by name) goes into the call, marked as applied
+// to the keys; a call may leave it unset or repeat it. A query scale reached by name (Llama 4's
+// temperature) maps queries only: the call's when it sets one, else the cache's.
 template <typename Real>
 attention_position<Real> position_for_cached_keys(attention_position<Real> call,
                                                   const attention_position<Real>& cache,
@@ -155,9 +155,11 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
   // A q/k transform reached by name: the cache's, which the call may repeat with the same
   // parameters (its defaults filled) but not change.
   std::vector<named_scheme> named;
+  bool own_scale = false;
   for (const named_scheme& n : call.named) {
     const scheme_decl& d = scheme_decl_of(n.name);
-    if (!d.transform) {
+    own_scale |= d.transform && d.transform->queries_only;
+    if (!d.transform || d.transform->queries_only) {
       named.push_back(n);
       continue;
     }
@@ -167,8 +169,10 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
     if (!mine || named_scheme_args(d, n.params, 1) != named_scheme_args(d, mine->params, 1))
       fail("{}: pos.named: {} must be left out or equal the cache's", who, n.name);
   }
-  for (const named_scheme& k : cache.named)
-    if (scheme_decl_of(k.name).transform) named.push_back(k);
+  for (const named_scheme& k : cache.named) {
+    const scheme_decl& d = scheme_decl_of(k.name);
+    if (d.transform && !(d.transform->queries_only && own_scale)) named.push_back(k);
+  }
   call.named = std::move(named);
   call.keys_transformed = true;
   const attention_mrope &cm = call.mrope, &km = cache.mrope;
@@ -185,8 +189,6 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
   call.mrope.keys_rotated = true;
   call.mrope.k_positions = {};
   call.mrope.q_positions = q_ids.empty() ? query_ids : q_ids;
-  if (call.temperature.floor_scale == 0 && call.temperature.attn_scale == 0)
-    call.temperature = cache.temperature;
   return call;
 }
 template attention_position<float> position_for_cached_keys(attention_position<float>,

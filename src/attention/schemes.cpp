@@ -119,20 +119,21 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
-extern const scheme_impl rope_impl, mrope_impl, temperature_impl, nope_impl, sinusoidal_impl,
-    learned_impl, irope_impl;
-extern const named_bias alibi_bias_decl;            // hook_alibi.cpp
-extern const named_bias t5_bias_decl;               // hook_t5.cpp
-extern const named_bias shaw_tables_decl;           // hook_shaw.cpp
-extern const named_bias kerple_bias_decl;           // hook_kerple.cpp
-extern const named_bias fire_bias_decl;             // hook_fire.cpp
-extern const named_bias sandwich_bias_decl;         // hook_sandwich.cpp
-extern const named_bias fox_bias_decl;              // hook_fox.cpp
-extern const named_bias cope_decl;                  // hook_cope.cpp
-extern const named_pairs self_extend_pairs_decl;    // hook_self_extend.cpp
-extern const named_transform xpos_transform_decl;   // hook_xpos.cpp
-extern const named_pairs dca_pairs_decl;            // hook_dca.cpp
-extern const named_pairs streaming_llm_pairs_decl;  // hook_streaming_llm.cpp
+extern const scheme_impl rope_impl, mrope_impl, nope_impl, sinusoidal_impl, learned_impl,
+    irope_impl;
+extern const named_bias alibi_bias_decl;                  // hook_alibi.cpp
+extern const named_bias t5_bias_decl;                     // hook_t5.cpp
+extern const named_bias shaw_tables_decl;                 // hook_shaw.cpp
+extern const named_bias kerple_bias_decl;                 // hook_kerple.cpp
+extern const named_bias fire_bias_decl;                   // hook_fire.cpp
+extern const named_bias sandwich_bias_decl;               // hook_sandwich.cpp
+extern const named_bias fox_bias_decl;                    // hook_fox.cpp
+extern const named_bias cope_decl;                        // hook_cope.cpp
+extern const named_pairs self_extend_pairs_decl;          // hook_self_extend.cpp
+extern const named_transform xpos_transform_decl;         // hook_xpos.cpp
+extern const named_transform temperature_transform_decl;  // hook_temperature.cpp
+extern const named_pairs dca_pairs_decl;                  // hook_dca.cpp
+extern const named_pairs streaming_llm_pairs_decl;        // hook_streaming_llm.cpp
 }  // namespace detail
 namespace {
 
@@ -160,9 +161,9 @@ constinit const scheme_decl kDecls[] = {
               &detail::mrope_impl),
     with_transform({"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
                    &detail::xpos_transform_decl),
-    with_impl({"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale, false,
-               false, false, true, kTemperature},
-              &detail::temperature_impl),
+    with_transform({"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale,
+                    false, false, false, true, kTemperature},
+                   &detail::temperature_transform_decl),
     {"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true, kAlibi,
      &detail::alibi_bias_decl, bias_offset_only},
     {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5,

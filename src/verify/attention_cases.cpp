@@ -26,8 +26,7 @@ int scheme_count() {
 const char* name(scheme s) {
   if (static_cast<int>(s) >= kSchemes)
     return named_scheme_decls()[static_cast<int>(s) - kSchemes]->name;
-  const char* n[] = {"none",        "rope_half", "rope_interleaved_partial",
-                     "temperature", "all",       "mrope"};
+  const char* n[] = {"none", "rope_half", "rope_interleaved_partial", "all", "mrope"};
   return n[static_cast<int>(s)];
 }
 
@@ -58,6 +57,13 @@ const scheme_decl& all_named_derived() {
   for (const scheme_decl* d : named_scheme_decls())
     if (d->named && is_tensor_scheme(*d) && !needs_tensors(*d)) return *d;
   fail("attention_cases: no bias whose values derive from its parameters is declared");
+}
+
+// The first query scale reached by name (the temperature), which `all` composes after the rotation.
+const scheme_decl& all_named_query_scale() {
+  for (const scheme_decl* d : named_scheme_decls())
+    if (d->transform && (d->points & scheme_query_scale)) return *d;
+  fail("attention_cases: no query scale reached by name is declared for the scheme all");
 }
 
 // The first scheme reached by name that adds relative tables (Shaw), which `all` composes too.
@@ -259,10 +265,10 @@ void draw_masks(fixture<Real>& f, const spec& c, rng& r) {
   }
 }
 
-// The established schemes (RoPE, the query temperature): none draws from r.
+// The established schemes (RoPE): none draws from r.
 template <typename Real>
 void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) {
-  const int64_t S = c.S, D = c.D;
+  const int64_t D = c.D;
   auto& p = f.p;
   if (c.sch == scheme::rope_half || c.sch == scheme::rope_interleaved_partial ||
       c.sch == scheme::all) {
@@ -281,13 +287,22 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
     p.pos.rope.freqs = &f.freqs;
     p.pos.rope.layout = c.sch == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
   }
-  if (c.sch == scheme::temperature || c.sch == scheme::all) {
-    // all: Ministral 3's form (offset 0) after YaRN's rotation, composed in one hook-1 transform.
-    p.pos.temperature = {4.0, 0.5, c.sch == scheme::all ? 0.0 : 1.0};
-    const int64_t qmaxpos =
-        f.qpos.empty() ? S - 1 : *std::max_element(f.qpos.begin(), f.qpos.end());
-    b.qs = attention_temperature_scale(p.pos.temperature, std::max<int64_t>(qmaxpos, 0));
-  }
+}
+
+// A q/k transform reached by name on f at its case parameters for positions [lo, hi]; the
+// largest factor it puts on |q| (b.qs) and, mapping q and k, its amplitude F (b.amp = sqrt F).
+template <typename Real>
+void set_named_transform(fixture<Real>& f, const spec& c, const scheme_decl& d, int64_t lo,
+                         int64_t hi, scheme_bounds& b) {
+  const auto given = named_transform_case(d, lo, hi);
+  f.p.pos.named.push_back({d.name, given});
+  const auto args = named_scheme_args(d, given, c.Hq);
+  const int64_t qmaxpos =
+      f.qpos.empty() ? c.S - 1 : *std::max_element(f.qpos.begin(), f.qpos.end());
+  b.qs = std::max(b.qs, named_transform_query_scale(d, args, std::max<int64_t>(qmaxpos, 0)));
+  // Either order of the positions: explicit positions need not be causal.
+  const double F = named_transform_amplitude(d, args, lo, hi, false);
+  if (F != 1) f.F = F, b.amp = std::sqrt(F);
 }
 
 template <typename Real>
@@ -418,19 +433,16 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
     b.kbias = draw_named_tensors(f, c, r, all_named_derived(), dmax);
     b.kbias += draw_named_tensors(f, c, r, all_named_bias(), dmax);
     draw_named_tensors(f, c, r, all_named_relative(), dmax);
+    set_named_transform(f, c, all_named_query_scale(), plo, phi, b);
   }
   if (static_cast<int>(c.sch) >= kSchemes) {
     // A scheme reached by name, at its default parameters. Its largest |bias|: the declared
     // bound (bounded), else the largest over the distances up to dmax.
     const scheme_decl& d = *named_scheme_decls()[static_cast<int>(c.sch) - kSchemes];
     if (d.transform) {
-      // A q/k transform (xPos) at the parameters its hook file gives for these positions, and its
-      // bound F on |A_q(n)^T A_k(m)| over every pair (either order: explicit positions need not
-      // be causal), which scales q and k by sqrt(F) in the bounds.
-      const auto given = named_transform_case(d, plo, phi);
-      p.pos.named = {{d.name, given}};
-      f.F = named_transform_amplitude(d, named_scheme_args(d, given, c.Hq), plo, phi, false);
-      b.amp = std::sqrt(f.F);
+      // A q/k transform (xPos, the query temperature) at the parameters its hook file gives for
+      // these positions, and its bounds (set_named_transform).
+      set_named_transform(f, c, d, plo, phi, b);
       return;
     }
     if (d.pairs) {
@@ -533,7 +545,7 @@ template void build(fixture<double>&, const spec&);
 template <typename Real>
 double composed_scale(const fixture<Real>& f) {
   const auto& pos = f.p.pos;
-  return pos.temperature.on() && qk_transform_on(pos) ? 1 : 0;
+  return query_scale_on(pos) && qk_transform_on(pos) ? 1 : 0;
 }
 
 template <typename Real>
@@ -553,7 +565,7 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c) {
     // Schemes whose q and k pass through hook 1 (a scheme reached by name: counted as rounded,
     // which only loosens the bound where it is exact).
     const bool hook1 =
-        qk_transform_on(f.p.pos) || f.p.pos.temperature.on() || static_cast<int>(c.sch) >= kSchemes;
+        qk_transform_on(f.p.pos) || query_scale_on(f.p.pos) || static_cast<int>(c.sch) >= kSchemes;
     const bool bf = c.kv == kv_storage::bf16;
     const double rq = hook1 || !(bf && c.q_half) ? 1 : 0, rk = hook1 || !bf ? 1 : 0,
                  rv = bf ? 0 : 1;
@@ -1354,10 +1366,6 @@ std::vector<spec> make_check() {
   add(spec{65, 70, 32, 4, 2, scheme::all, mask::causal, seed++}, forward | backward);
   add(spec{1, 130, 32, 4, 1, scheme::rope_half, mask::causal, seed++}, forward | backward);
   add(spec{17, 33, 59, 4, 1, relative_scheme(), mask::causal, seed++}, forward | backward);
-  // Llama 4's query temperature: positions 0 .. 12 (s from 1 to log 4 / 2 + 1) and large
-  // explicit positions (s about 7) with pads.
-  add(spec{7, 13, 8, 4, 2, scheme::temperature, mask::causal, seed++}, forward | backward | grad);
-  add(spec{9, 5, 8, 4, 2, scheme::temperature, mask::positions, seed++}, forward | backward | grad);
   // Attention sinks (gpt-oss's per-head logit): causal ALiBi, and RoPE with padded keys.
   for (auto [sch, m] : {std::pair{derived_bias_scheme(), mask::causal},
                         std::pair{scheme::rope_half, mask::padding}}) {

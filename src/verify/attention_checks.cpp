@@ -140,7 +140,10 @@ struct problem {
       const auto given = named_transform_case(*nd, 0, N - 1);
       nargs = named_scheme_args(*nd, given, Hq);
       pos.named = {{nd->name, given}};
-      amp = std::sqrt(named_transform_amplitude(*nd, nargs, 0, N, causal));
+      // A query scale (the temperature) multiplies |q| by at most its factor at the largest
+      // position of the checks (N + 1000): in A with the amplitude.
+      amp = std::sqrt(named_transform_amplitude(*nd, nargs, 0, N, causal) *
+                      named_transform_query_scale(*nd, nargs, N + 1000));
       trig = named_transform_coef_error(*nd, nargs, N + 1000);
     } else if (sch == scheme::named && nd->pairs) {
       // A per-pair RoPE scheme at the case-table parameters (every region within 20 positions)
@@ -730,11 +733,12 @@ void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
   packed_and_padded_checks(r, n, ps);
 }
 
-// A q/k transform reached by name (xPos) at its case parameters: permutation broken
-// (bidirectional); translation invariance, positions and the case parameters (its centre)
-// shifted by 1000 together (q'_n . k'_m depends on n - m alone in exact arithmetic, but a
-// transform may scale far from its centre: Sun et al. 2022); packing, padding and the KV cache,
-// which stores transformed keys.
+// A q/k transform reached by name (xPos, the query temperature) at its case parameters:
+// permutation broken (bidirectional); translation invariance when it is relative, positions and
+// the case parameters (xPos's centre) shifted by 1000 together (q'_n . k'_m depends on n - m
+// alone in exact arithmetic, but a transform may scale far from its centre: Sun et al. 2022),
+// and its absence otherwise (a scale of the absolute position); packing, padding and the KV
+// cache, which stores transformed keys.
 void transform_scheme_checks(std::vector<check_result>& r, uint64_t seed, const scheme_decl* d) {
   const std::string n = d->name;
   problem pb(scheme::named, false, seed, d);
@@ -751,12 +755,18 @@ void transform_scheme_checks(std::vector<check_result>& r, uint64_t seed, const 
     p.q_positions = p.k_positions = p1;
     p.pos.named = {{d->name, named_transform_case(*d, c, c + ps.N - 1)}};
   });
-  r.push_back(equal_check(
-      n + "_translation_invariant",
-      n + ": shifting every position by 1000 (and the case parameters' positions with them) "
-          "leaves the outputs unchanged",
-      max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size())), ps.tolerance(ps.N),
-      "causal, N = 20; q'.k' carries the relative distance only"));
+  const double shifted = max_abs_diff(a.data(), b.data(), static_cast<int64_t>(a.size()));
+  if (named_transform_relative(*d))
+    r.push_back(equal_check(
+        n + "_translation_invariant",
+        n + ": shifting every position by 1000 (and the case parameters' positions with them) "
+            "leaves the outputs unchanged",
+        shifted, ps.tolerance(ps.N), "causal, N = 20; q'.k' carries the relative distance only"));
+  else  // a scale of the absolute position (the temperature)
+    r.push_back(breaks_check(n + "_not_translation_invariant",
+                             n + ": shifting every position by 1000 changes the outputs (it reads "
+                                 "the absolute position)",
+                             shifted, ps.tolerance(ps.N), "causal, N = 20"));
   packed_and_padded_checks(r, n, ps);
   r.push_back(
       equal_check(n + "_cache_equals_full",

@@ -66,7 +66,8 @@ struct attention_rope {
                               // rotated keys); only q is rotated
 };
 
-// Hook 1 on queries only, a query temperature by position: q'_t = s(qpos_t) A(qpos_t) q_t with
+// A query temperature by position (hook 1 on queries only; the scheme reached by name
+// "temperature", temperature_scheme below): q'_t = s(qpos_t) A(qpos_t) q_t with
 //   s(p) = log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1,
 // A the call's other q/k transform (RoPE, M-RoPE, one reached by name) or the identity; keys
 // unchanged. s = 1 below floor_scale - offset and grows like log p after, so that attention over
@@ -84,6 +85,11 @@ struct attention_temperature {
 };
 // s(pos) of the formula above in double, pos >= 0.
 double attention_temperature_scale(const attention_temperature& t, int64_t pos);
+// The temperature t as the scheme reached by name that applies it (attention_position::named:
+// a query scale at hook 1, after the call's other q/k transform;
+// src/attention/hook_temperature.cpp).
+struct named_scheme;
+named_scheme temperature_scheme(const attention_temperature& t);
 
 // Hook 1, M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1): RoPE with three position ids per
 // token (temporal, height, width); pair i turns by the id of its component c_i, given by
@@ -138,13 +144,12 @@ struct named_grad {
 // Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
 template <typename Real>
 struct attention_position {
-  attention_rope rope;                // hook 1
-  attention_temperature temperature;  // hook 1 on queries: Llama 4's temperature tuning
-  attention_mrope mrope;              // hook 1: M-RoPE, (3, T) and (3, S) ids (instead of rope)
-  std::vector<named_scheme> named;    // schemes by declared name (each at most once), after the
-                                      //   members above in the order given
-  bool keys_transformed = false;      // a q/k transform reached by name: k is given transformed
-                                      //   (a KV cache stores it so); only q is mapped
+  attention_rope rope;              // hook 1
+  attention_mrope mrope;            // hook 1: M-RoPE, (3, T) and (3, S) ids (instead of rope)
+  std::vector<named_scheme> named;  // schemes by declared name (each at most once), after the
+                                    //   members above in the order given
+  bool keys_transformed = false;    // a q/k transform reached by name: k is given transformed
+                                    //   (a KV cache stores it so); only q is mapped
 };
 
 // Operand precision of the forward's block products (attention_params::products).

@@ -250,9 +250,16 @@ double named_transform_coef_error(const scheme_decl& d, std::span<const double> 
 bool named_path_scheme(const scheme_decl& d);
 double named_path_score_bound(const scheme_decl& d, const std::vector<std::vector<double>>& tensors,
                               int64_t D, double qmax);
-// Whether pos has a q/k transform at hook 1: RoPE, M-RoPE or one reached by name.
+// Whether pos has a q/k transform at hook 1: RoPE, M-RoPE or one reached by name that maps both
+// (not a query scale); and pos's query scale reached by name (the query temperature), or null.
 template <typename Real>
 bool qk_transform_on(const attention_position<Real>& pos);
+template <typename Real>
+const named_scheme* query_scale_on(const attention_position<Real>& pos);
+// For a q/k transform reached by name: whether q'_n . k'_m depends on n - m alone (its
+// translation check), and the largest factor it puts on |q| at positions 0 .. P.
+bool named_transform_relative(const scheme_decl& d);
+double named_transform_query_scale(const scheme_decl& d, std::span<const double> args, int64_t P);
 
 // The declarations as a Markdown table (docs/schemes.md) or JSON.
 std::string schemes_markdown();

@@ -94,12 +94,12 @@ enum class scheme {
   none,
   rope_half,
   rope_interleaved_partial,  // rotary_dim = (D / 4) * 2, interleaved layout
-  temperature,  // Llama 4's query temperature (floor_scale 4, attn_scale 0.5: it varies)
-  all,          // YaRN RoPE (attention factor != 1) + the first bias reached by name whose values
-                // derive from its parameters (all_named_derived()) + the first trained
-                // tensor bias reached by name (all_named_bias()) + the first relative tables
-                // reached by name (all_named_relative(): Shaw) + a query temperature (offset 0,
-                // after the rotation: Ministral 3's form) at once
+  all,   // YaRN RoPE (attention factor != 1) + the first bias reached by name whose values
+         // derive from its parameters (all_named_derived()) + the first trained
+         // tensor bias reached by name (all_named_bias()) + the first relative tables
+         // reached by name (all_named_relative(): Shaw) + the first query scale reached
+         // by name (all_named_query_scale(): the temperature, after the rotation, as
+         // Ministral 3's) at once
   mrope  // M-RoPE, (3, n) ids near the 1-D positions; contiguous sections (Qwen2-VL) for even
          // seeds, interleaved (Qwen3-VL) for odd; half pair layout, interleaved every other pair
          // of seeds
@@ -142,6 +142,7 @@ scheme derived_bias_scheme();
 // The first scheme reached by name that adds relative tables (Shaw's a^K, a^V), which `all`
 // composes too, and its row of the enum.
 const posenc::scheme_decl& all_named_relative();
+const posenc::scheme_decl& all_named_query_scale();
 scheme relative_scheme();
 // The number of schemes that are not (the half-precision groups' count).
 int half_kv_scheme_count();

@@ -89,8 +89,6 @@ struct attend_opts {
   // xPos, CoPE
   bool keys_rotated = false;
   // Llama 4's query temperature; the layer of a per-layer config
-  bool temperature = false;
-  double floor_scale = 8192, attn_scale = 0.1, floor_offset = 1;
   int64_t layer = -1;
   std::string layer_type;
   // The schemes reached by name (schemes.hpp): their switches and parameters by declared name,
@@ -467,35 +465,38 @@ void read_rope(const attend_opts& o, attend_state<Real>& s) {
   }
 }
 
-// Llama 4's query temperature: from the config's NoPE layer (--layer), or from the flags.
+// Llama 4's query temperature of the config's NoPE layer (--layer), or Ministral 3's of every
+// layer: the query scale reached by name (the temperature), unless its flags gave one, which a
+// config that scales the queries excludes.
 template <typename Real>
-void read_temperature(const attend_opts& o, attend_state<Real>& s) {
+void read_layer_temperature(attend_state<Real>& s) {
   auto& p = s.p;
-  if (o.temperature) {
-    if (s.lc.given)
-      fail(
-          "--attn-temperature-tuning with --layer or --layer-type: the temperature comes from "
-          "--hf-config (attn_temperature_tuning, floor_scale, attn_scale on its NoPE layers); "
-          "leave the flags out");
-    if (s.lc.temperature.on())
-      fail(
-          "--attn-temperature-tuning: the model config already scales the queries "
-          "(llama_4_scaling_beta {}, positions per step {}); leave the flags out",
-          s.lc.temperature.attn_scale, s.lc.temperature.floor_scale);
-    if (!std::isfinite(o.floor_scale) || o.floor_scale <= 0)
-      fail("--floor-scale must be finite and > 0, got {}", o.floor_scale);
-    if (!std::isfinite(o.attn_scale) || o.attn_scale < 0)
-      fail("--attn-scale must be finite and >= 0, got {}", o.attn_scale);
-    if (!std::isfinite(o.floor_offset) || o.floor_offset < 0)
-      fail("--floor-offset must be finite and >= 0 (Llama 4: 1, Ministral 3: 0), got {}",
-           o.floor_offset);
-    p.pos.temperature = {o.floor_scale, o.attn_scale, o.floor_offset};
-  } else if (given(o, "--floor-scale") || given(o, "--attn-scale") || given(o, "--floor-offset")) {
-    fail("--floor-scale, --attn-scale and --floor-offset need --attn-temperature-tuning");
-  } else if (s.lc.temperature.on()) {
-    p.pos.temperature = s.lc.temperature;
+  const named_scheme* own = query_scale_on(p.pos);
+  const std::string flag = own ? "--" + flag_name(scheme_decl_of(own->name).params[0].name) : "";
+  if (own && s.lc.given)
+    fail(
+        "{} with --layer or --layer-type: the temperature comes from --hf-config "
+        "(attn_temperature_tuning, floor_scale, attn_scale on its NoPE layers); leave the flags "
+        "out",
+        flag);
+  if (own && s.lc.temperature.on())
+    fail(
+        "{}: the model config already scales the queries (llama_4_scaling_beta {}, positions per "
+        "step {}); leave the flags out",
+        flag, s.lc.temperature.attn_scale, s.lc.temperature.floor_scale);
+  if (!own && s.lc.temperature.on()) {
+    p.pos.named.push_back(temperature_scheme(s.lc.temperature));
+    s.schemes.push_back(p.pos.named.back().name);
   }
-  if (p.pos.temperature.on()) s.schemes.push_back("temperature");
+}
+
+// The call's query temperature (the query scale reached by name), for the output; nullopt when off.
+template <typename Real>
+std::optional<attention_temperature> call_temperature(const attention_params<Real>& p) {
+  const named_scheme* n = query_scale_on(p.pos);
+  if (!n) return std::nullopt;
+  const auto a = named_scheme_args(scheme_decl_of(n->name), n->params, p.Hq);
+  return attention_temperature{a[0], a[1], a[2]};
 }
 
 // Keys stored transformed (as a KV cache stores them): only q is mapped at hook 1, by RoPE,
@@ -775,10 +776,10 @@ void print_json(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
         s.lc.type.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s.lc.type);
     j["layer_rope"] = s.lc.rope;
   }
-  if (p.pos.temperature.on()) {
-    j["floor_scale"] = p.pos.temperature.floor_scale;
-    j["attn_scale"] = p.pos.temperature.attn_scale;
-    j["floor_offset"] = p.pos.temperature.position_offset;
+  if (const auto t = call_temperature(p)) {
+    j["floor_scale"] = t->floor_scale;
+    j["attn_scale"] = t->attn_scale;
+    j["floor_offset"] = t->position_offset;
   }
   j["fully_masked_rows"] = masked_rows;
   if (!o.lse_out.empty()) j["lse_out"] = o.lse_out;
@@ -839,12 +840,10 @@ void print_text(const attend_opts& o, const attend_state<Real>& s, kv_storage kv
     std::printf("layer %s%s: %s\n", given(o, "--layer") ? std::to_string(o.layer).c_str() : "type",
                 s.lc.type.empty() ? "" : (" (" + s.lc.type + ")").c_str(),
                 s.lc.rope ? "RoPE" : "NoPE (no rotation)");
-  if (p.pos.temperature.on())
+  if (const auto t = call_temperature(p))
     std::printf("query temperature: q *= log(floor((pos + %s) / %s) + 1) * %s + 1%s\n",
-                num(p.pos.temperature.position_offset).c_str(),
-                num(p.pos.temperature.floor_scale).c_str(),
-                num(p.pos.temperature.attn_scale).c_str(),
-                qk_transform_on(p.pos) ? ", after the rotation" : "");
+                num(t->position_offset).c_str(), num(t->floor_scale).c_str(),
+                num(t->attn_scale).c_str(), qk_transform_on(p.pos) ? ", after the rotation" : "");
   if (!o.dout.empty()) {
     std::string w;
     for (const auto& [path, a] : files)
@@ -860,8 +859,8 @@ void run_typed(const attend_opts& o, const npy_array& qa, const npy_array& ka, c
   read_qkv(o, qa, ka, va, kv, s);
   read_positions_and_masks(o, s);
   read_rope(o, s);
-  read_temperature(o, s);
   read_named(o, s);
+  read_layer_temperature(s);
   read_keys_rotated(o, s);
   read_hf_dca(o, s);
   // Listed in the engine's order, the declarations' (schemes.hpp): the biases as summed.
@@ -1109,23 +1108,10 @@ void add_attend_gradient_flags(CLI::App* sub, attend_opts& o) {
   sub->add_option("--dv", o.dv, "Write dL/dv DV.npy (S, Hkv, D) (needs --dout)");
 }
 
-// CoPE, query temperature, per-layer --hf-config, DCA, their gradients.
+// Keys given transformed, per-layer --hf-config, DCA.
 void add_attend_scheme_flags(CLI::App* sub, attend_opts& o) {
   sub->add_flag("--keys-rotated", o.keys_rotated,
                 "--k is already rotated (as a KV cache stores it): only q is mapped at hook 1");
-  sub->add_flag("--attn-temperature-tuning", o.temperature,
-                "Query temperature: q *= log(floor((pos + floor_offset) / floor_scale) + 1) * "
-                "attn_scale + 1, after --rope or another q/k transform when given (Llama 4's NoPE "
-                "layers: the "
-                "defaults; Ministral 3: floor_scale original_max_position_embeddings, attn_scale "
-                "llama_4_scaling_beta, floor_offset 0)");
-  sub->add_option("--floor-scale", o.floor_scale,
-                  "Temperature floor_scale (default 8192, Llama 4's), finite and > 0");
-  sub->add_option("--attn-scale", o.attn_scale,
-                  "Temperature attn_scale (default 0.1, Llama 4's), finite and >= 0");
-  sub->add_option("--floor-offset", o.floor_offset,
-                  "Temperature floor_offset, added to the position (default 1, Llama 4's; "
-                  "Ministral 3: 0), finite and >= 0");
   sub->add_option("--layer", o.layer,
                   "Layer L of --hf-config: its layer type's RoPE, or none on a NoPE layer (with "
                   "Llama 4's temperature when the config sets attn_temperature_tuning)");
