@@ -700,6 +700,26 @@ void packed_and_padded_checks(std::vector<check_result>& r, const std::string& n
       "causal; 14 real tokens in 20 slots, positions from positions_from_mask"));
 }
 
+// The KV-cache check of a scheme reached by name (ps: its causal problem).
+void cache_check(std::vector<check_result>& r, const std::string& n, const problem& ps,
+                 const char* detail = "causal; positions continue after the prefix") {
+  r.push_back(equal_check(n + "_cache_equals_full",
+                          n + ": decoding token by token with the KV cache equals the full forward",
+                          cache_deviation(ps), ps.tolerance(ps.N), detail));
+}
+
+// With the scheme reached by name d on (bidirectional, at the value `choice` of its choice
+// parameter), permuting the tokens no longer permutes the outputs.
+void permutation_check(std::vector<check_result>& r, const std::string& n, uint64_t seed,
+                       const scheme_decl* d, int choice = 0) {
+  problem pb(scheme::named, false, seed, d, choice);
+  r.push_back(
+      breaks_check(n + "_breaks_permutation",
+                   "With " + n + " on, permuting the tokens no longer permutes the outputs",
+                   permutation_deviation(pb), pb.tolerance(pb.N),
+                   "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+}
+
 // A scheme that places RoPE per pair (Self-Extend, DCA, StreamingLLM) at its case-table
 // parameters: the engine against attention written out here from the declared regions (each
 // visible pair's q and k rotated at its region's positions by the library's rope_apply in
@@ -741,12 +761,7 @@ void rope_pairs_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
 // cache, which stores transformed keys.
 void transform_scheme_checks(std::vector<check_result>& r, uint64_t seed, const scheme_decl* d) {
   const std::string n = d->name;
-  problem pb(scheme::named, false, seed, d);
-  r.push_back(
-      breaks_check(n + "_breaks_permutation",
-                   "With " + n + " on, permuting the tokens no longer permutes the outputs",
-                   permutation_deviation(pb), pb.tolerance(pb.N),
-                   "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+  permutation_check(r, n, seed, d);
   problem ps(scheme::named, true, seed, d);
   const int64_t c = 1000;
   const auto a = ps.run();
@@ -768,11 +783,8 @@ void transform_scheme_checks(std::vector<check_result>& r, uint64_t seed, const 
                                  "the absolute position)",
                              shifted, ps.tolerance(ps.N), "causal, N = 20"));
   packed_and_padded_checks(r, n, ps);
-  r.push_back(
-      equal_check(n + "_cache_equals_full",
-                  n + ": decoding token by token with the KV cache equals the full forward",
-                  cache_deviation(ps), ps.tolerance(ps.N),
-                  "causal; keys transformed once on append, positions continue after the prefix"));
+  cache_check(r, n, ps,
+              "causal; keys transformed once on append, positions continue after the prefix");
 }
 
 // A scheme reached by name with relative tables (Shaw) at its case-table parameters: the engine
@@ -814,22 +826,14 @@ void relative_scheme_checks(std::vector<check_result>& r, uint64_t seed, const s
                               "(v + a^V) written out with the declared tables",
                           dev, ps.tolerance(N),
                           fmt::format("causal, N = {}, 4 query heads, 2 kv heads, K = {}", N, K)));
-  problem pb(scheme::named, false, seed, d);
-  r.push_back(
-      breaks_check(n + "_breaks_permutation",
-                   "With " + n + " on, permuting the tokens no longer permutes the outputs",
-                   permutation_deviation(pb), pb.tolerance(pb.N),
-                   "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
+  permutation_check(r, n, seed, d);
   r.push_back(
       equal_check(n + "_translation_invariant",
                   n + ": shifting every position by c = 1000003 leaves the outputs unchanged",
                   shift_deviation(ps, 1000003), ps.tolerance(N),
                   "causal; the tables' row depends on kpos - qpos only"));
   packed_and_padded_checks(r, n, ps);
-  r.push_back(equal_check(n + "_cache_equals_full",
-                          n + ": decoding token by token with the KV cache equals the full forward",
-                          cache_deviation(ps), ps.tolerance(N),
-                          "causal; positions continue after the prefix"));
+  cache_check(r, n, ps);
 }
 
 // A scheme reached by name: what its declaration says of its bias (offset-only, symmetric,
@@ -909,14 +913,7 @@ void named_bias_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
                               dev, ps.tolerance(ps.N),
                               "causal, N = 20, 4 query heads, 2 kv heads"));
     }
-    if (!d->causal_only) {
-      problem pb(scheme::named, false, seed, d, choice);
-      r.push_back(
-          breaks_check(n + "_breaks_permutation",
-                       "With " + n + " on, permuting the tokens no longer permutes the outputs",
-                       permutation_deviation(pb), pb.tolerance(pb.N),
-                       "bidirectional, positions stay with the slots 0..N-1 while tokens move"));
-    }
+    if (!d->causal_only) permutation_check(r, n, seed, d, choice);
     if (d->bias_props & bias_offset_only)
       r.push_back(equal_check(n + "_translation_invariant",
                               n + ": shifting every position by c = 1000003 leaves the outputs "
@@ -930,10 +927,7 @@ void named_bias_scheme_checks(std::vector<check_result>& r, uint64_t seed, const
                               shift_deviation(ps, 1000003), ps.tolerance(ps.N),
                               "causal; the bias reads token indices (score_bias::by_token)"));
     packed_and_padded_checks(r, n, ps);
-    r.push_back(equal_check(
-        n + "_cache_equals_full",
-        n + ": decoding token by token with the KV cache equals the full forward",
-        cache_deviation(ps), ps.tolerance(ps.N), "causal; positions continue after the prefix"));
+    cache_check(r, n, ps);
   }
 }
 
@@ -947,10 +941,7 @@ void named_scheme_checks(std::vector<check_result>& r, uint64_t seed) {
       problem ps(scheme::named, true, seed, d);
       const std::string n = d->name;
       packed_and_padded_checks(r, n, ps);
-      r.push_back(equal_check(
-          n + "_cache_equals_full",
-          n + ": decoding token by token with the KV cache equals the full forward",
-          cache_deviation(ps), ps.tolerance(ps.N), "causal; positions continue after the prefix"));
+      cache_check(r, n, ps);
       continue;
     }
     if (!d->named) {
