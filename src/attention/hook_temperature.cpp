@@ -1,5 +1,5 @@
 // A query temperature by position, a q/k transform reached by name that maps queries alone (hook
-// 1; keys unchanged) and wraps the call's other one (named_transform::queries_only):
+// 1; keys unchanged) and wraps the call's other one (declared scheme_query_scale):
 //   q' = s(qpos) A_q(qpos) q,  s(p) = log(floor((p + offset) / floor_scale) + 1) * attn_scale + 1,
 // A_q the call's other hook-1 transform (RoPE, M-RoPE, xPos) or the identity. Its switch is
 // attn_temperature_tuning, its parameters floor_scale, attn_scale and floor_offset (the offset).
@@ -154,7 +154,6 @@ extern const named_transform temperature_transform_decl;
 const named_transform temperature_transform_decl = {
     .check = &temperature_check,
     .make = &temperature_make,
-    .queries_only = true,
     .relative = false,
     .query_scale = &temperature_query_scale,
     .case_params = &temperature_case_params,

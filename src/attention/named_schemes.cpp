@@ -316,7 +316,7 @@ bool qk_transform_on(const attention_position<Real>& pos) {
   if (pos.rope.freqs || pos.mrope.freqs) return true;
   for (const auto& n : pos.named) {
     const scheme_decl& d = scheme_decl_of(n.name);
-    if (d.transform && !d.transform->queries_only) return true;
+    if (d.transform && !(d.points & scheme_query_scale)) return true;
   }
   return false;
 }
@@ -327,7 +327,7 @@ template <typename Real>
 const named_scheme* query_scale_on(const attention_position<Real>& pos) {
   for (const auto& n : pos.named) {
     const scheme_decl& d = scheme_decl_of(n.name);
-    if (d.transform && d.transform->queries_only) return &n;
+    if (d.transform && (d.points & scheme_query_scale)) return &n;
   }
   return nullptr;
 }
@@ -847,7 +847,7 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
     if (!n.tensors.empty())
       fail("pos.named: {} has no tensor parameters, got '{}'", d.name, n.tensors[0].name);
     const auto args = named_scheme_args(d, n.params, p.Hq);
-    if (d.transform->queries_only) {  // wraps the transform of the schemes declared before it
+    if (d.points & scheme_query_scale) {  // wraps the transform of the schemes declared before it
       t.transform = d.transform->make(args, p.D, std::move(t.transform));
       return;
     }

@@ -176,16 +176,15 @@ double named_option(const position_options& o, const char* param, double fallbac
 // it has one, copies otherwise); a KV cache stores keys after it (make_key_transform) and its
 // calls mark them transformed (attention_position::keys_transformed).
 //
-// A query scale (queries_only: the query temperature) maps q alone and wraps the call's other q/k
-// transform, which the engine passes as inner (null when none); keys are unchanged, so a KV cache
-// stores none of it and a cached call keeps its own (else the cache's). Any other transform gets
-// inner null and is the call's only one.
+// A query scale (declared scheme_query_scale: the query temperature) maps q alone and wraps the
+// call's other q/k transform, which the engine passes as inner (null when none); keys are
+// unchanged, so a KV cache stores none of it and a cached call keeps its own (else the cache's).
+// Any other transform gets inner null and is the call's only one.
 struct named_transform {
   // Validates args (and D); throws invalid_argument naming the parameter and the allowed values.
   void (*check)(std::span<const double> args, int64_t D);
   std::unique_ptr<qk_transform> (*make)(std::span<const double> args, int64_t D,
                                         std::unique_ptr<qk_transform> inner);
-  bool queries_only = false;
   // q'_n . k'_m depends on n - m alone (in exact arithmetic): the translation check applies.
   bool relative = true;
   // The largest factor it puts on |q| at positions 0 .. P (1 for a rotation; the temperature's

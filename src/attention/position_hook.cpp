@@ -27,7 +27,7 @@ const std::vector<const scheme_decl*>& model_named_decls() {
   static const std::vector<const scheme_decl*> out = [] {
     std::vector<const scheme_decl*> v;
     for (const scheme_decl* d : named_scheme_decls())
-      if (d->named || (d->transform && !d->transform->queries_only)) v.push_back(d);
+      if (d->named || (d->transform && !(d->points & scheme_query_scale))) v.push_back(d);
     return v;
   }();
   return out;
@@ -123,7 +123,7 @@ std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>&
     } else {
       if (d.impl && d.impl->key_f64) u = d.impl->key_f64(pos, D, who);
     }
-    if (d.transform && !d.transform->queries_only)  // reached by name, when pos has it
+    if (d.transform && !(d.points & scheme_query_scale))  // reached by name, when pos has it
       for (const named_scheme& n : pos.named) {
         if (n.name != d.name) continue;
         try {
@@ -158,8 +158,8 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
   bool own_scale = false;
   for (const named_scheme& n : call.named) {
     const scheme_decl& d = scheme_decl_of(n.name);
-    own_scale |= d.transform && d.transform->queries_only;
-    if (!d.transform || d.transform->queries_only) {
+    own_scale |= d.transform && (d.points & scheme_query_scale);
+    if (!d.transform || (d.points & scheme_query_scale)) {
       named.push_back(n);
       continue;
     }
@@ -171,7 +171,7 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
   }
   for (const named_scheme& k : cache.named) {
     const scheme_decl& d = scheme_decl_of(k.name);
-    if (d.transform && !(d.transform->queries_only && own_scale)) named.push_back(k);
+    if (d.transform && !((d.points & scheme_query_scale) && own_scale)) named.push_back(k);
   }
   call.named = std::move(named);
   call.keys_transformed = true;
