@@ -11,9 +11,9 @@
 // For causal attention the keys with kpos > qpos are masked; their (positive) bias is defined
 // by the same formula but never reaches the softmax.
 //
-// The slopes m_h are a geometric sequence; three conventions exist when H is not a power of
-// two (see docs/conventions.md and PEERS 9.3); they agree for every power of two except
-// `geometric`, which always agrees.
+// The slopes m_h are a geometric sequence; three conventions are published for H not a power of
+// two (see docs/conventions.md and PEERS 9.3). press and mpt are two formulas for the same
+// slopes (equal in double for every H); geometric differs unless H is a power of two.
 #pragma once
 
 #include <cstdint>
