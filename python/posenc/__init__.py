@@ -330,21 +330,6 @@ def _attention_opts(
     return opts
 
 
-def _shaw_shorthand(shaw, named):
-    """shaw = (keys, values, clip), a shorthand, into the declared keywords shaw_keys,
-    shaw_values and shaw_clip of named (the keywords of the schemes reached by name)."""
-    if shaw is None:
-        return
-    if any(named.get(k) is not None for k in ("shaw_keys", "shaw_values", "shaw_clip")):
-        raise ValueError("give shaw = (keys, values, clip) or shaw_keys, shaw_values and "
-                         "shaw_clip, not both")
-    if not isinstance(shaw, tuple) or len(shaw) != 3:
-        raise TypeError(f"shaw must be a tuple (keys, values, clip), got {type(shaw).__name__}")
-    if isinstance(shaw[2], (bool, np.bool_)) or not isinstance(shaw[2], (int, np.integer)):
-        raise TypeError(f"shaw's clip must be an int, got {type(shaw[2]).__name__}")
-    named.update(shaw_keys=shaw[0], shaw_values=shaw[1], shaw_clip=int(shaw[2]))
-
-
 # The schemes reached by name (posenc.schemes(): "named"), whose keywords come from their
 # declarations alone: a switch named as the scheme (bool, a tensor that turns it on when given,
 # or either: "bool | tensor64", True for the values the scheme derives, or the tensor), numeric
@@ -487,7 +472,6 @@ _ATTENTION_DOC = """
     causal: bottom-right aligned (query i is token S - T + i). scale: default 1/sqrt(D).
     rope: a RopeConfig (rope_layout "half"/"interleaved", rope_angle "exact"/"f32"/"hf_f32"/"ggml_f32",
       rope_seq_len default S; keys_rotated: k is already rotated, as a KV cache stores it).
-    shaw = (keys, values, K): shorthand for the keywords shaw_keys, shaw_values, shaw_clip.
     q_positions (T,) / k_positions (S,) (or (B, ...)): position ids, -1 = padding slot. With an
       M-RoPE rope config, (3, T) / (3, S) ids (or (B, 3, ...)) rotate q and k pair by pair
       (mrope_apply) and the masks and biases see the temporal row; 1-D ids are text tokens.
@@ -521,7 +505,6 @@ def attention(
     rope_angle="exact",
     rope_seq_len=None,
     keys_rotated=False,
-    shaw=None,
     q_positions=None,
     k_positions=None,
     key_padding=None,
@@ -533,7 +516,6 @@ def attention(
     sinks=None,
     **named,
 ):
-    _shaw_shorthand(shaw, named)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window, kv_dtype,
@@ -594,7 +576,6 @@ def attention_backward(
     rope_angle="exact",
     rope_seq_len=None,
     keys_rotated=False,
-    shaw=None,
     q_positions=None,
     k_positions=None,
     key_padding=None,
@@ -604,7 +585,6 @@ def attention_backward(
     sinks=None,
     **named,
 ):
-    _shaw_shorthand(shaw, named)
     opts = _attention_opts(
         causal, scale, rope, rope_layout, rope_angle, rope_seq_len, keys_rotated,
         q_positions, k_positions, key_padding, cu_seqlens, window,
@@ -653,7 +633,7 @@ class KVCache:
       transform", with their parameters, as posenc.attention takes them): keys stored
       after that transform; excludes rope.
     start_position: the position of the first token (default 0).
-    attend takes posenc.attention's keywords for the other schemes (shaw, the
+    attend takes posenc.attention's keywords for the other schemes (the
     keywords of the schemes reached by name (the query temperature's too), window, scale,
     ...); the q/k transform is the cache's (one given to attend must equal the cache's).
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch as _torch
 
-from . import (_NAMED, _attention_opts, _named_opts, _posenc, _shaw_shorthand,
+from . import (_NAMED, _attention_opts, _named_opts, _posenc,
                _warn_nonfinite, _with_named_keywords)
 
 __all__ = [
@@ -403,7 +403,7 @@ class _Attention(_torch.autograd.Function):
 
 def attention(
     q, k, v, *, causal=False, scale=None, rope=None, rope_layout="half", rope_angle="exact",
-    rope_seq_len=None, keys_rotated=False, shaw=None,
+    rope_seq_len=None, keys_rotated=False,
     q_positions=None, k_positions=None, key_padding=None, cu_seqlens=None, window=None,
     return_lse=False,
     products="f32", sinks=None,
@@ -411,15 +411,13 @@ def attention(
 ):
     """posenc.attention on tensors, differentiable in q, k, v and the position parameters:
     the tensors of the schemes reached by name (their keywords below; a switch that takes True
-    or a tensor is differentiable given the tensor), shaw = (keys, values, K) (shorthand for
-    shaw_keys, shaw_values, shaw_clip) and the attention-sink
+    or a tensor is differentiable given the tensor) and the attention-sink
     logits sinks (Hq,) (gpt-oss's learned sinks). The q/k transforms and the
     query temperature have no parameters (their options pass through).
     Arguments as posenc.attention; lse is returned float32/float64 and not differentiable.
     bfloat16 or float16 q, k, v (one dtype) are read in place, without a float32 copy; products
     "bf16" rounds the products' operands to bfloat16 (posenc.attention); the backward runs
     float32 products on the stored inputs."""
-    _shaw_shorthand(shaw, named)
     if sinks is not None and not isinstance(sinks, _torch.Tensor):
         raise TypeError(f"sinks must be a torch.Tensor, got {type(sinks).__name__}")
     opts = _attention_opts(

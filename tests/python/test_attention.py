@@ -62,7 +62,7 @@ def test_forward_matches_reference(rng, case, dtype):
         K = 3
         ak = rng.standard_normal((2 * K + 1, D)).astype(dtype)
         av = rng.standard_normal((2 * K + 1, D)).astype(dtype)
-        kw["shaw"] = (ak, av, K)
+        kw.update(shaw_keys=ak, shaw_values=av, shaw_clip=K)
         rkw.update(shaw=(ak.astype(np.float64), av.astype(np.float64), K), qpos=qpos, kpos=kpos)
         vmax += float(np.abs(av).max())
     elif case == "rope":

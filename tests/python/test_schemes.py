@@ -55,16 +55,18 @@ def test_declared_keywords_act_as_their_older_forms():
     assert np.array_equal(a, posenc.attention(q, k, v, causal=True, alibi=slopes))
     ak, av = rng.standard_normal((5, 8)), rng.standard_normal((5, 8))
     b = posenc.attention(q, k, v, causal=True, shaw_keys=ak, shaw_values=av, shaw_clip=2)
-    assert np.array_equal(b, posenc.attention(q, k, v, causal=True, shaw=(ak, av, 2)))
+    # Shaw's keywords are its declaration's: no other spelling.
+    with pytest.raises(TypeError, match="shaw"):
+        posenc.attention(q, k, v, causal=True, shaw=(ak, av, 2))
     t5 = rng.standard_normal((16, 3))
     with pytest.raises(ValueError, match="t5_table must have t5_num_buckets = 8 rows"):
         posenc.attention(q, k, v, t5_table=t5, t5_num_buckets=8)
     with pytest.raises(ValueError, match=r"tensor parameter shaw_values \(C, D\) is required"):
         posenc.attention(q, k, v, shaw_keys=ak)
-    # shaw_clip is the tables' own (checked when given) and the shorthand's clip likewise.
+    # shaw_clip is the tables' own (checked when given).
     assert np.array_equal(b, posenc.attention(q, k, v, causal=True, shaw_keys=ak, shaw_values=av))
     with pytest.raises(ValueError, match="shaw_clip = 1 does not match the tables' 5 rows"):
-        posenc.attention(q, k, v, shaw=(ak, av, 1))
+        posenc.attention(q, k, v, shaw_keys=ak, shaw_values=av, shaw_clip=1)
     with pytest.raises(ValueError, match="alibi_convention needs alibi=True"):
         posenc.attention(q, k, v, alibi_convention="geometric")
     with pytest.raises(ValueError, match=r"fire_hidden = 3 does not match fire.s width 9"):

@@ -186,7 +186,8 @@ def test_attention_gradcheck_parameters():
     ak = torch.randn(5, 8, dtype=torch.float64, generator=g, requires_grad=True)
     av = torch.randn(5, 8, dtype=torch.float64, generator=g, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda q, k, v, ak, av: pt.attention(q, k, v, causal=True, shaw=(ak, av, 2)),
+        lambda q, k, v, ak, av: pt.attention(q, k, v, causal=True, shaw_keys=ak,
+                                                   shaw_values=av, shaw_clip=2),
         (q, k, v, ak, av))
 
 
