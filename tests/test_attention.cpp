@@ -423,9 +423,7 @@ TEST(AttentionSimd, FusedRopeIsBitIdenticalToRopeApplyThenAttention) {
             p.q_positions = qpos, p.k_positions = kpos;
             std::vector<float> fused(T * Hq * D), lse_fused(T * Hq);
             p.out = fused.data(), p.lse = lse_fused.data();
-            p.pos.rope.freqs = &fr;
-            p.pos.rope.layout = layout;
-            p.pos.rope.angle = angle;
+            p.pos.named = {rope_scheme(fr, layout, angle)};
             attention_forward(p);
 
             std::vector<float> qr = q, kr = k;

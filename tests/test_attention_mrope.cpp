@@ -1,5 +1,5 @@
 // M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1) as the engine's q/k transform
-// (attention_position::mrope, src/attention/hook_mrope.cpp). The case table (scheme mrope)
+// (mrope_scheme, src/attention/hook_mrope.cpp). The case table (scheme mrope)
 // checks it against the reference and finite differences with derived tolerances; here:
 //   - the engine's result is bit-identical to mrope_apply on q and k followed by attention
 //     without a position scheme (forward out and lse, and the backward's dq, dk, dv against
@@ -41,7 +41,10 @@ template <typename Real>
 struct mrope_case {
   int64_t T, S, Hq = 8, Hkv = 2, D = 80;
   rope_freqs fr;
-  attention_mrope m;
+  std::array<int64_t, 3> section{};
+  bool interleaved = false;
+  rope_layout layout = rope_layout::half;
+  rope_angle angle = rope_angle::exact;
   std::vector<Real> q, k, v, dout;
   std::vector<int64_t> kids, qids, kpos, qpos;
 
@@ -55,11 +58,10 @@ struct mrope_case {
     fr = rope_frequencies(rc);
     const int64_t half = rc.rotary_dim / 2;
     const int64_t hw = interleaved ? half / 3 : 3 * half / 8;
-    m.freqs = &fr;
-    m.section = {half - 2 * hw, hw, hw};
-    m.interleaved = interleaved;
-    m.layout = layout;
-    m.angle = angle;
+    section = {half - 2 * hw, hw, hw};
+    this->interleaved = interleaved;
+    this->layout = layout;
+    this->angle = angle;
     rng g(seed);
     q.resize(T * Hq * D), k.resize(S * Hkv * D), v.resize(S * Hkv * D), dout.resize(T * Hq * D);
     for (auto* a : {&q, &k, &v, &dout})
@@ -70,9 +72,12 @@ struct mrope_case {
       qids.insert(qids.end(), kids.begin() + r * S + (S - T), kids.begin() + (r + 1) * S);
     kpos.assign(kids.begin(), kids.begin() + S);  // the temporal row drives the masks
     qpos.assign(kpos.end() - T, kpos.end());
-    m.q_positions = qids;
-    m.k_positions = kids;
   }
+  // M-RoPE at the case's ids (or the given ones).
+  named_scheme mrope(std::span<const int64_t> q_ids, std::span<const int64_t> k_ids) const {
+    return mrope_scheme(fr, section, interleaved, layout, angle, q_ids, k_ids);
+  }
+  named_scheme mrope() const { return mrope(qids, kids); }
   attention_params<Real> params() const {
     attention_params<Real> p;
     p.q = q.data(), p.k = k.data(), p.v = v.data();
@@ -101,10 +106,10 @@ int bit_identical_cases() {
             auto p = c.params();
             std::vector<Real> hooked(T * c.Hq * c.D), lse_hooked(T * c.Hq);
             p.out = hooked.data(), p.lse = lse_hooked.data();
-            p.pos.mrope = c.m;
+            p.pos.named = {c.mrope()};
             attention_forward(p);
 
-            const auto comp = mrope_components(c.m.section, interleaved, c.fr.rotary_dim / 2);
+            const auto comp = mrope_components(c.section, interleaved, c.fr.rotary_dim / 2);
             std::vector<Real> qr = c.q, kr = c.k;
             mrope_apply(c.fr, comp, layout, angle, c.qids, qr.data(), T, c.Hq, c.D);
             mrope_apply(c.fr, comp, layout, angle, c.kids, kr.data(), S, c.Hkv, c.D);
@@ -157,11 +162,11 @@ TEST(AttentionMrope, TextTokensGiveRopeAttention) {
     auto p = c.params();
     std::vector<float> a(c.T * c.Hq * c.D), b(a.size());
     p.out = a.data();
-    p.pos.mrope = c.m;
+    p.pos.named = {c.mrope()};
     attention_forward(p);
     auto p2 = c.params();
     p2.out = b.data();
-    p2.pos.rope.freqs = &c.fr;
+    p2.pos.named = {rope_scheme(c.fr)};
     attention_forward(p2);
     EXPECT_EQ(a, b) << "interleaved " << interleaved;
   }
@@ -175,13 +180,11 @@ TEST(AttentionMrope, KvCacheTakesThreeIdsPerToken) {
   auto p = c.params();
   std::vector<float> ref(c.T * c.Hq * c.D), out(ref.size());
   p.out = ref.data();
-  p.pos.mrope = c.m;
+  p.pos.named = {c.mrope()};
   attention_forward(p);
 
   attention_position<float> pos;
-  pos.mrope = c.m;
-  pos.mrope.q_positions = {};
-  pos.mrope.k_positions = {};
+  pos.named = {c.mrope({}, {})};
   kv_cache<float> cache(c.S, c.Hkv, c.D, pos, 7);
   EXPECT_EQ(cache.ids_per_token(), 3);
   int64_t t = 0;
@@ -221,7 +224,7 @@ TEST(AttentionMrope, BadIdsAndSectionsAreRefusedByName) {
   auto expect_error = [&](auto edit, const std::string& msg) {
     auto p = c.params();
     p.out = out.data();
-    p.pos.mrope = c.m;
+    p.pos.named = {c.mrope()};
     edit(p);
     try {
       attention_forward(p);
@@ -231,14 +234,17 @@ TEST(AttentionMrope, BadIdsAndSectionsAreRefusedByName) {
     }
   };
   const std::vector<int64_t> short_ids(3 * c.T - 1, 0);
-  expect_error([&](auto& p) { p.pos.mrope.q_positions = short_ids; },
-               "pos.mrope.q_positions must have shape (3, T) = (3, 5)");
+  expect_error([&](auto& p) { p.pos.named = {c.mrope(short_ids, c.kids)}; },
+               "mrope_q_ids must have shape (3, T) = (3, 5)");
+  expect_error([&](auto& p) { p.pos.named = {c.mrope({}, c.kids)}; },
+               "mrope_q_ids (3, 5) is required with mrope");
   std::vector<int64_t> neg = c.kids;
   neg[c.S + 2] = -1;
-  expect_error([&](auto& p) { p.pos.mrope.k_positions = neg; },
-               "pos.mrope.k_positions[1, 2] must be in [0, 2^62]");
-  expect_error([&](auto& p) { p.pos.mrope.section = {1, 1, 1}; }, "pos.mrope.section");
-  expect_error([&](auto& p) { p.pos.rope.freqs = &c.fr; }, "at most one is allowed");
+  expect_error([&](auto& p) { p.pos.named = {c.mrope(c.qids, neg)}; },
+               "mrope_k_ids[1, 2] must be in [0, 2^62]");
+  expect_error([&](auto& p) { p.pos.named[0].params[0].second = 1; }, "mrope section");
+  expect_error([&](auto& p) { p.pos.named.push_back(rope_scheme(c.fr)); },
+               "rope cannot be combined with mrope");
 }
 
 TEST(AttentionMrope, CopeWithMropeIsRefusedNamingBoth) {
@@ -249,8 +255,7 @@ TEST(AttentionMrope, CopeWithMropeIsRefusedNamingBoth) {
   const std::vector<float> emb(6 * c.D, 0.25f);
   auto p = c.params();
   p.out = out.data();
-  p.pos.mrope = c.m;
-  p.pos.named = {{"cope", {}, {named_tensor{"cope", {6, c.D}, emb, {}}}}};
+  p.pos.named = {c.mrope(), {"cope", {}, {named_tensor{"cope", {6, c.D}, emb, {}}}}};
   try {
     attention_forward(p);
     ADD_FAILURE() << "cope + mrope ran";
@@ -258,6 +263,6 @@ TEST(AttentionMrope, CopeWithMropeIsRefusedNamingBoth) {
     EXPECT_NE(std::string(e.what()).find("cope cannot be combined with mrope"), std::string::npos)
         << e.what();
   }
-  p.pos.mrope = {};
+  p.pos.named.erase(p.pos.named.begin());
   EXPECT_NO_THROW(attention_forward(p));  // CoPE alone still runs
 }

@@ -92,11 +92,7 @@ TEST(AxialRope, EngineHookEqualsRotatingFirst) {
   attention_params<double> p;
   p.T = p.S = n, p.Hq = p.Hkv = H, p.D = D;
   p.k = k.data(), p.v = v.data(), p.q = q.data(), p.out = o1.data();
-  p.pos.mrope.freqs = &a.freqs;
-  p.pos.mrope.section = a.section;
-  p.pos.mrope.layout = a.layout;
-  p.pos.mrope.q_positions = ids;
-  p.pos.mrope.k_positions = ids;
+  p.pos.named = {mrope_scheme(a.freqs, a.section, false, a.layout, rope_angle::exact, ids, ids)};
   attention_forward(p);
   auto qr = q, kr = k;
   const auto comp = axial_components(a);

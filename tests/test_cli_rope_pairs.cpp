@@ -60,8 +60,8 @@ struct files {
     attention_params<double> p;
     p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = o.data();
     p.T = p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true;
-    p.pos.rope.freqs = &f;
-    if (!n.name.empty()) p.pos.named = {n};
+    p.pos.named = {rope_scheme(f)};
+    if (!n.name.empty()) p.pos.named.push_back(n);
     attention_forward(p);
     return o;
   }

@@ -38,6 +38,7 @@ struct decode_case {
   shaw_tables shaw;
   std::vector<Real> shaw_k, shaw_v;  // shaw's tables in Real, viewed by pos.named
   attention_position<Real> pos;
+  rope_layout layout = rope_layout::half;  // RoPE's, when freqs are set
   double V = 0;
   int64_t K = 0;
 
@@ -57,8 +58,8 @@ struct decode_case {
       c.rotary_dim = s == scheme::rope_interleaved ? 32 : D;
       c.theta = 500000;
       freqs = rope_frequencies(c);
-      pos.rope.freqs = &freqs;
-      pos.rope.layout = s == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
+      layout = s == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
+      pos.named.push_back(rope_scheme(freqs, layout));
     }
     if (s == scheme::alibi || s == scheme::all) {  // float64 slopes in every call
       slopes = alibi_slopes(Hq);
@@ -188,7 +189,7 @@ TEST(KvCache, CapacityAndPositions) {
   rc.rotary_dim = 8;
   const auto f = rope_frequencies(rc);
   attention_position<float> pos;
-  pos.rope.freqs = &f;
+  pos.named = {rope_scheme(f)};
   kv_cache<float> cache(4, 1, 8, pos, 7);
   std::vector<float> k(5 * 8, 1.0f), v(5 * 8, 2.0f);
   EXPECT_EQ(cache.next_position(), 7);
@@ -316,7 +317,7 @@ TEST(KvCache, BlockedKeysDecodeToTheSameBitsAsRows) {
         r.k16 = k16.data(), r.v16 = v16.data();
       r.kv_head_stride = cache.head_stride();
       r.T = T, r.S = N, r.Hq = Hq, r.Hkv = Hkv, r.D = D, r.causal = true, r.pos = c.pos;
-      r.pos.rope.keys_rotated = true;
+      r.pos.keys_transformed = true;
       std::vector<int64_t> kp(cache.positions().begin(), cache.positions().end());
       r.k_positions = kp;
       std::vector<int64_t> qp(kp.end() - T, kp.end());
@@ -343,9 +344,8 @@ TEST(KvCache, HalfPrecisionStorageDecodesLikeTheFullForwardOnTheStoredValues) {
       for (int64_t j = 0; j < N; ++j) kp[j] = start + j;
       // The stored values, computed independently of the cache.
       std::vector<float> kr = c.k;
-      if (c.pos.rope.freqs)
-        rope_apply(*c.pos.rope.freqs, c.pos.rope.layout, c.pos.rope.angle, kp, kr.data(), N, Hkv,
-                   D);
+      if (c.freqs.rotary_dim > 0)
+        rope_apply(c.freqs, c.layout, rope_angle::exact, kp, kr.data(), N, Hkv, D);
       std::vector<uint16_t> k16(kr.size()), v16(c.v.size());
       to_half(kv, kr, k16);
       to_half(kv, c.v, v16);
@@ -354,7 +354,7 @@ TEST(KvCache, HalfPrecisionStorageDecodesLikeTheFullForwardOnTheStoredValues) {
       p.q = c.q.data(), p.out = ref.data();
       p.kv = kv, p.k16 = k16.data(), p.v16 = v16.data();
       p.T = N, p.S = N, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true, p.pos = c.pos;
-      p.pos.rope.keys_rotated = true;
+      p.pos.keys_transformed = true;
       p.k_positions = kp;
       attention_forward(p);
 
@@ -437,6 +437,6 @@ TEST(KvCache, CarriesXposAndTemperatureIntoTheCall) {
   rc.head_dim = c.D;
   rc.rotary_dim = c.D;
   const rope_freqs fr = rope_frequencies(rc);
-  p.pos.rope.freqs = &fr;  // a second q/k transform beside the cache's xPos
+  p.pos.named = {rope_scheme(fr)};  // a second q/k transform beside the cache's xPos
   EXPECT_THROW(attention_forward_cached(p, cache), invalid_argument);
 }

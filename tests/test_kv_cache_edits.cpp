@@ -66,7 +66,7 @@ struct edit_case {
       c.original_max_position_embeddings = 64;
     }
     freqs = rope_frequencies(c);
-    pos.rope.freqs = &freqs;
+    pos.named = {rope_scheme(freqs)};
   }
   // Tokens [t0, t1) of the case.
   const float* kk(int64_t t) const { return k.data() + t * H * D; }

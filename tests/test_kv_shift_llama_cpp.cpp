@@ -112,9 +112,7 @@ struct model {
   const nlohmann::json* j = nullptr;
   attention_position<float> pos() const {
     attention_position<float> p;
-    p.rope.freqs = &freqs;
-    p.rope.layout = layout;
-    p.rope.angle = rope_angle::ggml_f32;
+    p.named = {rope_scheme(freqs, layout, rope_angle::ggml_f32)};
     return p;
   }
 };

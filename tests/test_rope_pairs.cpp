@@ -64,9 +64,8 @@ std::vector<Real> attend(const std::vector<Real>& q, const std::vector<Real>& k,
   attention_params<Real> p;
   p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
   p.T = p.S = S, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true;
-  p.pos.rope.freqs = &f;
-  p.pos.rope.angle = angle;
-  if (!scheme.empty()) p.pos.named = {{scheme, std::move(params)}};
+  p.pos.named = {rope_scheme(f, rope_layout::half, angle)};
+  if (!scheme.empty()) p.pos.named.push_back({scheme, std::move(params)});
   if (reference)
     attention_reference(p);
   else
@@ -201,7 +200,7 @@ TEST(RopePairs, StreamingLlmIsARollingCacheWithPositionsInTheCache) {
     p.T = 1, p.S = m, p.Hq = Hq, p.Hkv = Hkv, p.D = D, p.causal = true;
     p.q_positions = qslot;
     p.k_positions = kslot;
-    p.pos.rope.freqs = &f;
+    p.pos.named = {rope_scheme(f)};
     attention_tiled(p);
     for (int64_t x = 0; x < Hq * D; ++x) dev = std::max(dev, std::abs(o[x] - out[i * Hq * D + x]));
   }
@@ -221,7 +220,7 @@ TEST(RopePairs, StreamingLlmCachePolicyMatchesTheScheme) {
   const auto& f = c.f;
   for (kv_shift_mode mode : {kv_shift_mode::exact, kv_shift_mode::rerotate}) {
     attention_position<double> pos;
-    pos.rope.freqs = &f;
+    pos.named = {rope_scheme(f)};
     kv_cache<double> cache(n + W + 1, Hkv, D, pos, 0, kv_storage::f32, mode);
     double dev = 0;
     int64_t forgotten = 0;
@@ -393,8 +392,8 @@ TEST(RopePairs, Errors) {
     attention_params<float> p;
     p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
     p.T = p.S = S, p.Hq = p.Hkv = H, p.D = D, p.causal = true;
-    p.pos.rope.freqs = &f;
-    p.pos.named = {{"self_extend", {{"self_extend_group", 2}, {"self_extend_window", 2}}}};
+    p.pos.named = {rope_scheme(f),
+                   {"self_extend", {{"self_extend_group", 2}, {"self_extend_window", 2}}}};
     edit(p);
     try {
       attention_forward(p);
@@ -404,11 +403,13 @@ TEST(RopePairs, Errors) {
     return std::string();
   };
   EXPECT_EQ(call([](auto&) {}), "");
-  EXPECT_NE(call([](auto& p) { p.pos.rope.freqs = nullptr; }).find("self_extend needs RoPE on"),
+  EXPECT_NE(call([](auto& p) {
+              p.pos.named.erase(p.pos.named.begin());
+            }).find("self_extend needs RoPE on"),
             std::string::npos);
   EXPECT_NE(call([](auto& p) { p.causal = false; }).find("needs causal attention"),
             std::string::npos);
-  EXPECT_NE(call([](auto& p) { p.pos.rope.keys_rotated = true; }).find("unrotated keys"),
+  EXPECT_NE(call([](auto& p) { p.pos.keys_transformed = true; }).find("unrotated keys"),
             std::string::npos);
   EXPECT_NE(call([&](auto& p) {
               p.pos.named.push_back({"alibi", {}});
@@ -419,7 +420,7 @@ TEST(RopePairs, Errors) {
             }).find("self_extend cannot be combined with dca"),
             std::string::npos);
   EXPECT_NE(call([](auto& p) {
-              p.pos.named[0].params = {{"self_extend_group", 0}};
+              p.pos.named[1].params = {{"self_extend_group", 0}};
             }).find("self_extend_group must be an integer in [1, 2^40]"),
             std::string::npos);
   EXPECT_NE(call([](auto& p) {

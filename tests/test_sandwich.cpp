@@ -109,8 +109,7 @@ TEST(Sandwich, EngineForwardAndBackwardWithRope) {
   p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = o1.data();
   p.T = p.S = T, p.Hq = H, p.Hkv = Hkv, p.D = D;
   p.causal = true;
-  p.pos.rope.freqs = &f;
-  p.pos.named = {{"sandwich", {{"sandwich_dim", 16}}}};
+  p.pos.named = {rope_scheme(f), {"sandwich", {{"sandwich_dim", 16}}}};
   attention_forward(p);
   p.out = o2.data();
   attention_reference(p);
@@ -118,17 +117,16 @@ TEST(Sandwich, EngineForwardAndBackwardWithRope) {
   // Without Sandwich the outputs differ: the bias is on.
   std::vector<double> o3(T * H * D);
   p.out = o3.data();
-  p.pos.named.clear();
+  p.pos.named = {rope_scheme(f)};
   attention_forward(p);
   double dev = 0;
   for (int64_t i = 0; i < T * H * D; ++i) dev = std::max(dev, std::abs(o1[i] - o3[i]));
   EXPECT_GT(dev, 1e-3);
   p.pos.named = {{"sandwich", {}}, {"sandwich", {}}};
   EXPECT_THROW(attention_forward(p), invalid_argument);
-  p.pos.named = {{"rope", {}}};  // a member of attention_position, not reached by name
+  p.pos.named = {{"rope", {}}};  // RoPE without the frequencies of a config
   EXPECT_THROW(attention_forward(p), invalid_argument);
   std::vector<double> e(3 * D, 0.1);
-  p.pos.rope.freqs = nullptr;
   p.pos.named = {{"sandwich", {}}, {"cope", {}, {named_tensor{"cope", {3, D}, {}, e}}}};
   try {
     attention_forward(p);

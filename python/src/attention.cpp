@@ -97,7 +97,7 @@ struct attn_setup {
   rope_angle angle = rope_angle::exact;
   bool keys_rotated = false;
   bool keys_transformed = false;  // keys_rotated, for a q/k transform reached by name
-  // M-RoPE (rope with mrope_section and (3, n) ids): the engine's hook 1 (attention_mrope)
+  // M-RoPE (rope with mrope_section and (3, n) ids): the engine's hook 1 (mrope_scheme)
   // rotates q and k pair by pair at their ids, forward and backward. Its masks and biases see
   // the temporal row (qpos, kpos above, -1 = pad); the hook's ids read a pad's -1 as 0 (a
   // masked slot: its rotation does not matter).
@@ -447,28 +447,21 @@ struct attn_call {
     p.window = s.window;
     p.cu_seqlens = s.cu;
     p.products = s.products;
-    if (s.freqs && !s.mrope) {
-      p.pos.rope.freqs = &*s.freqs;
-      p.pos.rope.layout = s.layout;
-      p.pos.rope.angle = s.angle;
-      p.pos.rope.keys_rotated = s.keys_rotated;
-    } else if (s.mrope) {  // the ids per batch element: select()
-      p.pos.mrope.freqs = &*s.freqs;
-      p.pos.mrope.section = s.mrope_section;
-      p.pos.mrope.interleaved = s.mrope_interleaved;
-      p.pos.mrope.layout = s.layout;
-      p.pos.mrope.angle = s.angle;
-      p.pos.mrope.keys_rotated = s.keys_rotated;
-    }
     if (s.sinks) {
       sinks = contiguous_as<Real>(s.sinks);
       p.sinks = std::span<const Real>(sinks.data(), sinks.size());
     }
-    // A q/k transform reached by name maps keys given transformed (keys_rotated) by q alone.
+    // The q/k transform maps keys given transformed (keys_rotated) by q alone.
     p.pos.keys_transformed = s.keys_transformed;
     p.pos.named = s.named;
+    if (s.freqs && !s.mrope) p.pos.named.push_back(rope_scheme(*s.freqs, s.layout, s.angle));
+    if (s.mrope) {  // the ids per batch element: select()
+      mrope_at = p.pos.named.size();
+      p.pos.named.push_back({});
+    }
     named = named_args<Real>(s);
   }
+  size_t mrope_at = SIZE_MAX;  // M-RoPE's entry in p.pos.named, when on
 
   // The named tensors of batch element b into p.pos.named.
   void select_named(int64_t b) {
@@ -496,14 +489,14 @@ struct attn_call {
     };
     p.q_positions = part(s.qpos, s.qpos_shared, b, s.T);
     p.k_positions = part(s.kpos, s.kpos_shared, b, s.S);
-    if (s.mrope) {
-      p.pos.mrope.q_positions = part(s.qids, s.qpos_shared, b, 3 * s.T);
-      p.pos.mrope.k_positions = part(s.kids, s.kpos_shared, b, 3 * s.S);
-    }
     p.key_padding =
         s.pad.empty() ? std::span<const uint8_t>()
                       : std::span<const uint8_t>(s.pad.data() + (s.pad_shared ? 0 : b * s.S), s.S);
     select_named(b);
+    if (s.mrope)
+      p.pos.named[mrope_at] = mrope_scheme(*s.freqs, s.mrope_section, s.mrope_interleaved, s.layout,
+                                           s.angle, part(s.qids, s.qpos_shared, b, 3 * s.T),
+                                           part(s.kids, s.kpos_shared, b, 3 * s.S));
   }
 };
 
@@ -705,7 +698,7 @@ py::object attend_cached(const py::array& q0, const py::dict& opts, int64_t S, i
   c.p.S = 0, c.p.Hkv = 0;  // the cache's
   c.p.q = q.data(), c.p.out = out.mutable_data(), c.p.lse = lse.mutable_data();
   c.p.q_positions = qpos;
-  c.p.pos.mrope.q_positions = qids;
+  if (!qids.empty()) c.p.pos.named.push_back(mrope_query_ids(qids));
   {
     py::gil_scoped_release nogil;
     run(c.p);

@@ -79,18 +79,20 @@ std::unique_ptr<kv_cache<Real>> make_cache(py_kv_cache& box, int64_t Hkv, int64_
     box.freqs = std::make_unique<rope_freqs>(rope_frequencies(c, n));
     const auto lay = rope_layout_from_name(layout, "rope_layout");
     const auto ang = rope_angle_from_name(angle, "rope_angle");
+    pos.named = named;
     if (c.mrope_section.empty()) {
-      pos.rope.freqs = box.freqs.get(), pos.rope.layout = lay, pos.rope.angle = ang;
+      pos.named.push_back(rope_scheme(*box.freqs, lay, ang));
     } else {
       if (c.mrope_section.size() != 3)
         fail("rope.mrope_section must have 3 entries (temporal, height, width), got {}",
              c.mrope_section.size());
-      pos.mrope.freqs = box.freqs.get(), pos.mrope.layout = lay, pos.mrope.angle = ang;
-      std::copy(c.mrope_section.begin(), c.mrope_section.end(), pos.mrope.section.begin());
-      pos.mrope.interleaved = c.mrope_interleaved;
+      std::array<int64_t, 3> section{};
+      std::copy(c.mrope_section.begin(), c.mrope_section.end(), section.begin());
+      pos.named.push_back(mrope_scheme(*box.freqs, section, c.mrope_interleaved, lay, ang, {}, {}));
     }
+  } else {
+    pos.named = named;
   }
-  pos.named = named;
   return std::make_unique<kv_cache<Real>>(capacity, Hkv, D, pos, start, storage, mode);
 }
 

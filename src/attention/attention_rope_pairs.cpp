@@ -4,7 +4,7 @@
 //   s_ij = scale f (R(a_r(qpos_i)) q_i) . (R(b_r(kpos_j)) k_j)    visible j (attention.hpp masks)
 //   p_i  = softmax_j(s_i), with the sink logit in the denominator when sinks are on
 //   o_i  = sum_j p_ij v_j
-// R is the call's RoPE (pos.rope: frequencies, layout, angle convention, attention factor), so
+// R is the call's RoPE (rope_scheme: frequencies, layout, angle convention, attention factor), so
 // a pair in a region whose positions are the true ones scores exactly as under plain RoPE; f is
 // the scheme's factor for the length of the query's sequence, the real keys of its document
 // (named_pairs::score_factor: DCA's length scaling; 1 for the others).

@@ -26,9 +26,7 @@ class irope_hook final : public position_hook<S> {
     if ((layer + 1) % interval_ == 0) {
       if (temp_.on()) p.named.push_back(temperature_scheme(temp_));
     } else {
-      p.rope.freqs = &freqs_;
-      p.rope.layout = rope_layout::half;
-      p.rope.angle = rope_angle::exact;
+      p.named.push_back(rope_scheme(freqs_));
     }
     return p;
   }
@@ -64,7 +62,6 @@ std::unique_ptr<position_hook<S>> make_irope_hook(const position_options& o,
 
 // What the declaration of irope points at (schemes.cpp; hooks.hpp, scheme_impl).
 extern const scheme_impl irope_impl;
-const scheme_impl irope_impl = {POSENC_NONE, POSENC_NONE, POSENC_NONE,
-                                POSENC_BOTH(make_irope_hook)};
+const scheme_impl irope_impl = {POSENC_BOTH(make_irope_hook)};
 
 }  // namespace posenc::detail

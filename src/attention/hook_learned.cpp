@@ -57,7 +57,6 @@ std::unique_ptr<position_hook<S>> make_learned_hook(const position_options& o,
 
 // What the declaration of learned points at (schemes.cpp; hooks.hpp, scheme_impl).
 extern const scheme_impl learned_impl;
-const scheme_impl learned_impl = {POSENC_NONE, POSENC_NONE, POSENC_NONE,
-                                  POSENC_BOTH(make_learned_hook)};
+const scheme_impl learned_impl = {POSENC_BOTH(make_learned_hook)};
 
 }  // namespace posenc::detail

@@ -1,5 +1,7 @@
-// M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1 "Multimodal Rotary Position Embedding") as the
-// engine's hook 1: every token has three position ids (temporal, height, width), and rotary
+// M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1 "Multimodal Rotary Position Embedding"): a q/k
+// transform reached by name (hook 1), its switch the frequencies of an M-RoPE config
+// (named_scheme::freqs), its parameters the section, the components' layout, the pair layout, the
+// angles and the ids. Every token has three position ids (temporal, height, width), and rotary
 // pair i turns by omega_i times the id of its component c_i (mrope_components: contiguous
 // sections as in Qwen2-VL, or Qwen3-VL's interleaved layout):
 //   q'_t = a R(q_ids[:, t]) q_t,  k'_s = a R(k_ids[:, s]) k_s,
@@ -10,6 +12,7 @@
 #include <cmath>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 
@@ -20,8 +23,8 @@ class mrope_transform final : public qk_transform {
  public:
   // q_ids (3, T) and k_ids (3, S) row-major; either may be empty when that side is not mapped
   // (keys from a cache; a cache's transform for appended keys).
-  mrope_transform(const attention_mrope& m, std::vector<int> component,
-                  std::span<const int64_t> q_ids, std::span<const int64_t> k_ids)
+  mrope_transform(const rope_parts& m, std::vector<int> component, std::span<const int64_t> q_ids,
+                  std::span<const int64_t> k_ids)
       : m_(m), component_(std::move(component)), q_ids_(q_ids), k_ids_(k_ids) {
     for (int c : component_) present_[c] = true;
   }
@@ -99,31 +102,11 @@ class mrope_transform final : public qk_transform {
       mix[half + i] = cs[component_[i] * R + half + i];
     }
   }
-  attention_mrope m_;
+  rope_parts m_;
   std::vector<int> component_;               // (R/2,) c_i in {0, 1, 2}
   bool present_[3] = {false, false, false};  // which components have pairs
   std::span<const int64_t> q_ids_, k_ids_;
 };
-
-// The components of m's pairs, after checking m against the head dim D (`who` prefixes the
-// errors, which name the field).
-std::vector<int> mrope_validate(const attention_mrope& m, int64_t D, const std::string& who) {
-  try {
-    rope_validate(*m.freqs);
-  } catch (const invalid_argument& e) {
-    throw invalid_argument(who + "pos.mrope.freqs: " + e.what());
-  }
-  if (m.freqs->rotary_dim > D)
-    fail("{}pos.mrope: rotary_dim must be <= D = {}, got {}", who, D, m.freqs->rotary_dim);
-  if (m.freqs->head_dim != 0 && m.freqs->head_dim != D)
-    fail("{}pos.mrope: head_dim must equal the attention head dim D = {}, got {}", who, D,
-         m.freqs->head_dim);
-  try {
-    return mrope_components(m.section, m.interleaved, m.freqs->rotary_dim / 2);
-  } catch (const invalid_argument& e) {
-    throw invalid_argument(who + "pos.mrope.section: " + e.what());
-  }
-}
 
 // ids: (3, n) row-major, each in [0, 2^62].
 void validate_ids(std::span<const int64_t> ids, int64_t n, const char* arg, const char* dim) {
@@ -136,38 +119,85 @@ void validate_ids(std::span<const int64_t> ids, int64_t n, const char* arg, cons
            arg, e / static_cast<size_t>(n), e % static_cast<size_t>(n), ids[e]);
 }
 
+// args: temporal, height, width pairs, interleaved, layout, angle (schemes.cpp's order; the
+// choices are the enums' values).
+void mrope_check(std::span<const double> a, int64_t) {
+  for (int c = 0; c < 3; ++c)
+    if (a[c] < 0)
+      fail("{} must be >= 0, got {}",
+           c == 0   ? "mrope_temporal"
+           : c == 1 ? "mrope_height"
+                    : "mrope_width",
+           a[c]);
+}
+
+// The transform, after checking the frequencies against the head dim D and the section against
+// the rotary pairs. The ids are checked by the engine's call (transform_args_for: their shapes)
+// and here (their values); the query ids are (3, T) and the key ids (3, S) or empty (the keys
+// given rotated, or a cache's transform, which takes its keys' ids with with_key_ids).
+std::unique_ptr<qk_transform> mrope_make(const transform_args& a, std::unique_ptr<qk_transform>) {
+  if (!a.freqs)
+    fail("mrope: its switch needs the frequencies of an M-RoPE config (freqs), got none");
+  try {
+    rope_validate(*a.freqs);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(std::string("mrope: ") + e.what());
+  }
+  if (a.freqs->rotary_dim > a.D)
+    fail("mrope: rotary_dim must be <= D = {}, got {}", a.D, a.freqs->rotary_dim);
+  if (a.freqs->head_dim != 0 && a.freqs->head_dim != a.D)
+    fail("mrope: head_dim must equal the attention head dim D = {}, got {}", a.D,
+         a.freqs->head_dim);
+  const std::array<int64_t, 3> section = {static_cast<int64_t>(a.args[0]),
+                                          static_cast<int64_t>(a.args[1]),
+                                          static_cast<int64_t>(a.args[2])};
+  std::vector<int> component;
+  try {
+    component = mrope_components(section, a.args[3] != 0, a.freqs->rotary_dim / 2);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(std::string("mrope section: ") + e.what());
+  }
+  const rope_parts m = {a.freqs, static_cast<rope_layout>(static_cast<int>(a.args[4])),
+                        static_cast<rope_angle>(static_cast<int>(a.args[5]))};
+  const std::span<const int64_t> q = a.ids[0], k = a.ids[1];
+  if (!q.empty()) validate_ids(q, static_cast<int64_t>(q.size()) / 3, "mrope_q_ids", "T");
+  if (!k.empty()) validate_ids(k, static_cast<int64_t>(k.size()) / 3, "mrope_k_ids", "S");
+  return std::make_unique<mrope_transform>(m, std::move(component), q, k);
+}
+
 }  // namespace
 
-template <typename Real>
-void add_mrope_terms(const attention_params<Real>& p, const attention_plan&,
-                     const attention_grads<Real>*, engine_terms<Real>& t) {
-  const attention_mrope& m = p.pos.mrope;
-  if (!m.freqs) return;
-  auto component = mrope_validate(m, p.D, "");
-  validate_ids(m.q_positions, p.T, "pos.mrope.q_positions", "T");
-  if (!m.keys_rotated || !m.k_positions.empty())
-    validate_ids(m.k_positions, p.S, "pos.mrope.k_positions", "S");
-  if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
-  t.transform = std::make_unique<mrope_transform>(
-      m, std::move(component), m.q_positions,
-      m.keys_rotated ? std::span<const int64_t>{} : m.k_positions);
-  t.transform->keys_transformed = m.keys_rotated;
-}
-
-template <typename Real>
-std::unique_ptr<qk_transform> make_mrope_key_transform(const attention_position<Real>& pos,
-                                                       int64_t D, const char* who) {
-  const attention_mrope& m = pos.mrope;
-  if (!m.freqs) return nullptr;
-  auto component = mrope_validate(m, D, who);
-  return std::make_unique<mrope_transform>(m, std::move(component), std::span<const int64_t>{},
-                                           std::span<const int64_t>{});
-}
-
-// What the declaration of mrope points at (schemes.cpp; hooks.hpp, scheme_impl).
-POSENC_SCHEME_ON(mrope, p.mrope.freqs != nullptr)
-extern const scheme_impl mrope_impl;
-const scheme_impl mrope_impl = {POSENC_BOTH(mrope_on), POSENC_BOTH(add_mrope_terms),
-                                POSENC_BOTH(make_mrope_key_transform), POSENC_NONE};
+// What the declaration of mrope points at (schemes.cpp).
+extern const named_transform mrope_transform_decl;
+const named_transform mrope_transform_decl = {.check = &mrope_check, .make = &mrope_make};
 
 }  // namespace posenc::detail
+
+namespace posenc {
+
+named_scheme mrope_scheme(const rope_freqs& f, const std::array<int64_t, 3>& section,
+                          bool interleaved, rope_layout layout, rope_angle angle,
+                          std::span<const int64_t> q_ids, std::span<const int64_t> k_ids) {
+  named_scheme n{"mrope",
+                 {{"mrope_temporal", static_cast<double>(section[0])},
+                  {"mrope_height", static_cast<double>(section[1])},
+                  {"mrope_width", static_cast<double>(section[2])},
+                  {"mrope_interleaved", interleaved ? 1.0 : 0.0},
+                  {"mrope_layout", static_cast<double>(layout)},
+                  {"mrope_angle", static_cast<double>(angle)}},
+                 {},
+                 &f};
+  const auto n_of = [](std::span<const int64_t> ids) {
+    return static_cast<int64_t>(ids.size()) / 3;
+  };
+  if (!q_ids.empty()) n.tensors.push_back({"mrope_q_ids", {3, n_of(q_ids)}, {}, {}, q_ids});
+  if (!k_ids.empty()) n.tensors.push_back({"mrope_k_ids", {3, n_of(k_ids)}, {}, {}, k_ids});
+  return n;
+}
+
+named_scheme mrope_query_ids(std::span<const int64_t> q_ids) {
+  return {
+      "mrope", {}, {{"mrope_q_ids", {3, static_cast<int64_t>(q_ids.size()) / 3}, {}, {}, q_ids}}};
+}
+
+}  // namespace posenc

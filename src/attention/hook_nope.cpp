@@ -19,6 +19,6 @@ std::unique_ptr<position_hook<S>> make_nope_hook(const position_options&, const 
 
 // What the declaration of nope points at (schemes.cpp; hooks.hpp, scheme_impl).
 extern const scheme_impl nope_impl;
-const scheme_impl nope_impl = {POSENC_NONE, POSENC_NONE, POSENC_NONE, POSENC_BOTH(make_nope_hook)};
+const scheme_impl nope_impl = {POSENC_BOTH(make_nope_hook)};
 
 }  // namespace posenc::detail

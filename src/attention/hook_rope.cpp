@@ -1,11 +1,14 @@
-// RoPE on q and k (Su et al. 2021): the engine's hook 1 (q' = a R(qpos) q, k' = a R(kpos) k;
-// its transpose a R^T, the rotation with the sine negated, is the backward), and the model's
-// hook: half layout, rotary width = head dim, exact angles.
+// RoPE on q and k (Su et al. 2021): a q/k transform reached by name (hook 1; q' = a R(qpos) q,
+// k' = a R(kpos) k, its transpose a R^T, the rotation with the sine negated, the backward), its
+// switch the frequencies of a RoPE config (named_scheme::freqs), its parameters the pair layout
+// and the angle arithmetic; and the model's hook: half layout, rotary width = head dim, exact
+// angles.
 #include <cmath>
 
 #include <fmt/ranges.h>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 
 namespace posenc::detail {
@@ -14,7 +17,7 @@ namespace {
 // Hook 1: rope_apply at the given positions; transpose = rope_apply's inverse (a R^T).
 class rope_transform final : public qk_transform {
  public:
-  explicit rope_transform(const attention_rope& r) : r_(r) {}
+  explicit rope_transform(const rope_parts& r) : r_(r) {}
   // The same rotation for queries and keys.
   void apply(std::span<const int64_t> pos, float* x, int64_t n, int64_t H, int64_t D, bool,
              bool transpose) const override {
@@ -39,16 +42,26 @@ class rope_transform final : public qk_transform {
   }
 
  private:
-  attention_rope r_;
+  rope_parts r_;
 };
 
-void validate_rope(const attention_rope& r, int64_t D, const char* who) {
-  rope_validate(*r.freqs);
-  if (r.freqs->rotary_dim > D)
-    fail("{}rope: rotary_dim must be <= D = {}, got {}", who, D, r.freqs->rotary_dim);
-  if (r.freqs->head_dim != 0 && r.freqs->head_dim != D)
-    fail("{}rope: head_dim must equal the attention head dim D = {}, got {}", who, D,
-         r.freqs->head_dim);
+// The layout and angle choices are the enums' values (schemes.cpp: "half|interleaved",
+// "exact|f32|hf_f32|ggml_f32").
+rope_parts parts_of(const rope_freqs* f, std::span<const double> args) {
+  return {f, static_cast<rope_layout>(static_cast<int>(args[0])),
+          static_cast<rope_angle>(static_cast<int>(args[1]))};
+}
+
+void rope_check(std::span<const double>, int64_t) {}  // the choices are checked as declared
+
+std::unique_ptr<qk_transform> rope_make(const transform_args& a, std::unique_ptr<qk_transform>) {
+  if (!a.freqs) fail("rope: its switch needs the frequencies of a RoPE config (freqs), got none");
+  rope_validate(*a.freqs);
+  if (a.freqs->rotary_dim > a.D)
+    fail("rope: rotary_dim must be <= D = {}, got {}", a.D, a.freqs->rotary_dim);
+  if (a.freqs->head_dim != 0 && a.freqs->head_dim != a.D)
+    fail("rope: head_dim must equal the attention head dim D = {}, got {}", a.D, a.freqs->head_dim);
+  return std::make_unique<rope_transform>(parts_of(a.freqs, a.args));
 }
 
 template <typename S>
@@ -59,10 +72,8 @@ class rope_hook final : public position_hook<S> {
   pos_scheme scheme() const override { return pos_scheme::rope; }
   attention_position<S> attention(const S* const*) const override {
     attention_position<S> p;
-    p.rope.freqs = &freqs_;
-    p.rope.layout = rope_layout::half;
-    p.rope.angle = rope_angle::exact;
-    p.named = pairs_;
+    p.named.push_back(rope_scheme(freqs_));
+    p.named.insert(p.named.end(), pairs_.begin(), pairs_.end());
     return p;
   }
 
@@ -115,30 +126,31 @@ rope_freqs lab_rope_freqs(const position_options& o, const position_shape& shape
   return rope_frequencies(rc);
 }
 
-template <typename Real>
-void add_rope_terms(const attention_params<Real>& p, const attention_plan&,
-                    const attention_grads<Real>*, engine_terms<Real>& t) {
-  const attention_rope& r = p.pos.rope;
-  if (!r.freqs) return;
-  validate_rope(r, p.D, "");
-  if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
-  t.transform = std::make_unique<rope_transform>(r);
-  t.transform->keys_transformed = r.keys_rotated;
+rope_parts rope_of(std::span<const named_scheme> named) {
+  for (const named_scheme& n : named)
+    if (n.name == "rope")
+      return parts_of(n.freqs, named_scheme_args(scheme_decl_of("rope"), n.params, 1));
+  return {};
 }
 
-template <typename Real>
-std::unique_ptr<qk_transform> make_rope_key_transform(const attention_position<Real>& pos,
-                                                      int64_t D, const char* who) {
-  const attention_rope& r = pos.rope;
-  if (!r.freqs) return nullptr;
-  validate_rope(r, D, who);
-  return std::make_unique<rope_transform>(r);
-}
-
-// What the declaration of rope points at (schemes.cpp; hooks.hpp, scheme_impl).
-POSENC_SCHEME_ON(rope, p.rope.freqs != nullptr)
+// What the declaration of rope points at (schemes.cpp): its transform, and the model's hook
+// (hooks.hpp, scheme_impl).
+extern const named_transform rope_transform_decl;
+const named_transform rope_transform_decl = {
+    .check = &rope_check, .make = &rope_make, .rotation = true};
 extern const scheme_impl rope_impl;
-const scheme_impl rope_impl = {POSENC_BOTH(rope_on), POSENC_BOTH(add_rope_terms),
-                               POSENC_BOTH(make_rope_key_transform), POSENC_BOTH(make_rope_hook)};
+const scheme_impl rope_impl = {POSENC_BOTH(make_rope_hook)};
 
 }  // namespace posenc::detail
+
+namespace posenc {
+
+named_scheme rope_scheme(const rope_freqs& f, rope_layout layout, rope_angle angle) {
+  return {
+      "rope",
+      {{"rope_layout", static_cast<double>(layout)}, {"rope_angle", static_cast<double>(angle)}},
+      {},
+      &f};
+}
+
+}  // namespace posenc

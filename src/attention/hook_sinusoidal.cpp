@@ -40,7 +40,6 @@ std::unique_ptr<position_hook<S>> make_sinusoidal_hook(const position_options& o
 
 // What the declaration of sinusoidal points at (schemes.cpp; hooks.hpp, scheme_impl).
 extern const scheme_impl sinusoidal_impl;
-const scheme_impl sinusoidal_impl = {POSENC_NONE, POSENC_NONE, POSENC_NONE,
-                                     POSENC_BOTH(make_sinusoidal_hook)};
+const scheme_impl sinusoidal_impl = {POSENC_BOTH(make_sinusoidal_hook)};
 
 }  // namespace posenc::detail

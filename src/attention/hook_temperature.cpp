@@ -122,9 +122,9 @@ void temperature_check(std::span<const double> a, int64_t) {
 }
 
 // Called after the other hook-1 schemes (declaration order): it wraps theirs.
-std::unique_ptr<qk_transform> temperature_make(std::span<const double> a, int64_t D,
+std::unique_ptr<qk_transform> temperature_make(const transform_args& a,
                                                std::unique_ptr<qk_transform> inner) {
-  return std::make_unique<temperature_transform>(temperature_of(a), D, std::move(inner));
+  return std::make_unique<temperature_transform>(temperature_of(a.args), a.D, std::move(inner));
 }
 
 // s grows with the position (floor and log are monotone): s(P) is its largest on 0 .. P.

@@ -127,10 +127,9 @@ void xpos_check(std::span<const double> a, int64_t D) {
   if (D > 0 && D % 2 != 0) fail("xpos needs an even head dim D, got D = {}", D);
 }
 
-std::unique_ptr<qk_transform> xpos_make(std::span<const double> a, int64_t D,
-                                        std::unique_ptr<qk_transform>) {
-  xpos_check(a, D);
-  return std::make_unique<xpos_transform>(xpos_of(a), D);
+std::unique_ptr<qk_transform> xpos_make(const transform_args& a, std::unique_ptr<qk_transform>) {
+  xpos_check(a.args, a.D);
+  return std::make_unique<xpos_transform>(xpos_of(a.args), a.D);
 }
 
 // The case tables and checks: centred on the middle of the positions (the scales stay near 1),

@@ -16,42 +16,32 @@
 
 namespace posenc::detail {
 
-// What a scheme's hook file registers, and its declaration points at (scheme_decl::impl,
-// schemes.cpp): whether the scheme is on in a call's attention_position, its engine terms
-// (validates its member of attention_position and its gradient outputs in attention_grads, adds
-// its terms to t; nothing when off), its q/k transform for a KV cache's keys (null when off),
-// and the model's view of it (position_hook: tensors, input side, engine hook). The registry
-// (position_hook.cpp) walks the declarations; null = the scheme has no such part. The schemes
-// reached by name have none: their declaration's named_bias / named_pairs are read instead
-// (named_schemes.cpp).
+// What the hook file of a scheme the model applies registers, and its declaration points at
+// (scheme_decl::impl, schemes.cpp): the model's view of it (position_hook: tensors, input side,
+// the attention's schemes), for the schemes with a pos_scheme of their own (position_hook.hpp:
+// the input-side ones, RoPE, iRoPE and NoPE). The registry (position_hook.cpp) walks the
+// declarations. The engine sees every scheme through its declaration's named_bias / named_pairs /
+// named_transform (named_schemes.cpp).
 struct scheme_impl {
-  bool (*on_f32)(const attention_position<float>& p);
-  bool (*on_f64)(const attention_position<double>& p);
-  void (*terms_f32)(const attention_params<float>& p, const attention_plan& pl,
-                    const attention_grads<float>* g, engine_terms<float>& t);
-  void (*terms_f64)(const attention_params<double>& p, const attention_plan& pl,
-                    const attention_grads<double>* g, engine_terms<double>& t);
-  std::unique_ptr<qk_transform> (*key_f32)(const attention_position<float>& pos, int64_t D,
-                                           const char* who);
-  std::unique_ptr<qk_transform> (*key_f64)(const attention_position<double>& pos, int64_t D,
-                                           const char* who);
   std::unique_ptr<position_hook<float>> (*hook_f32)(const position_options& o,
                                                     const position_shape& shape);
   std::unique_ptr<position_hook<double>> (*hook_f64)(const position_options& o,
                                                      const position_shape& shape);
 };
 
-// In a hook file: POSENC_SCHEME_ON(name, expr) defines name_on(p), "is the scheme on in p" (an
-// expression of p, its attention_position); POSENC_BOTH(f) is f's float and double instances,
-// the pairs of a scheme_impl; POSENC_NONE a pair the scheme does not have.
-#define POSENC_SCHEME_ON(name, expr)                  \
-  template <typename Real>                            \
-  bool name##_on(const attention_position<Real>& p) { \
-    return expr;                                      \
-  }
+// In a hook file: POSENC_BOTH(f) is f's float and double instances, the pair of a scheme_impl.
 // NOLINTNEXTLINE(bugprone-macro-parentheses): f names a function template, not an expression
 #define POSENC_BOTH(f) &f<float>, &f<double>
-#define POSENC_NONE nullptr, nullptr
+
+// The call's RoPE (the scheme that per-pair schemes ride on, and whose rotation a KV cache's
+// position edits turn by): its frequencies (null when RoPE is off), layout and angles, read from
+// its entry in pos.named (hook_rope.cpp).
+struct rope_parts {
+  const rope_freqs* freqs = nullptr;
+  rope_layout layout = rope_layout::half;
+  rope_angle angle = rope_angle::exact;
+};
+rope_parts rope_of(std::span<const named_scheme> named);
 
 // The hook of a scheme reached by name (named_schemes.cpp), for every such scheme.
 template <typename S>
@@ -70,8 +60,7 @@ void check_named(const attention_params<Real>& p, const attention_grads<Real>* g
 // For a KV cache that stores keys after hook 1 (kv_cache.cpp):
 //   make_key_transform        pos's hook 1 alone, validated against the head dim D (`who`
 //                             prefixes the error); null = identity. Built in position_hook.cpp
-//                             from the key transform (scheme_impl::key_*) of every declared
-//                             scheme that has one, each null when its scheme is off.
+//                             from the q/k transform of pos.named (not a query scale).
 //   position_for_cached_keys  the position of a call against the cache's keys: `call` with
 //                             the cache's hook 1, marked as already applied to keys; an error
 //                             when `call` sets a different hook 1 of its own. query_ids: (rows,

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "hooks.hpp"
+#include "named_schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/rng.hpp"
 #include "posenc/positions/positions.hpp"
@@ -23,14 +24,16 @@ kv_shift_mode kv_shift_mode_from_name(const std::string& name, const std::string
 
 namespace {
 
-// rerotate turns stored keys by RoPE's rotation of the change, which a q/k transform reached by
-// name (xPos: a scale as well) does not have: such a cache moves keys only in exact mode. The
-// transform's title when refused, else null.
+// rerotate turns stored keys by RoPE's rotation of the change, which a q/k transform that is no
+// rotation by the position (xPos: a scale as well) does not have: such a cache moves keys only
+// in exact mode. The transform's title when refused, else null.
 template <typename Real>
 const char* rerotate_refused(const attention_position<Real>& pos, kv_shift_mode mode) {
   if (mode != kv_shift_mode::rerotate) return nullptr;
-  for (const auto& n : pos.named)
-    if (scheme_decl_of(n.name).transform) return scheme_decl_of(n.name).title;
+  for (const auto& n : pos.named) {
+    const scheme_decl& d = scheme_decl_of(n.name);
+    if (d.transform && !d.transform->rotation) return d.title;
+  }
   return nullptr;
 }
 
@@ -63,8 +66,9 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
                 storage == kv_storage::f32 ? 2 * sizeof(Real) : 2 * sizeof(uint16_t));
   transform_ = detail::make_key_transform(pos_, D, "kv_cache: ");
   rows_ = transform_ ? transform_->ids_per_token() : 1;
-  if (pos_.rope.freqs && mode_ == kv_shift_mode::rerotate) {
-    unit_freqs_ = std::make_unique<rope_freqs>(*pos_.rope.freqs);
+  const detail::rope_parts rope = detail::rope_of(pos_.named);
+  if (rope.freqs && mode_ == kv_shift_mode::rerotate) {
+    unit_freqs_ = std::make_unique<rope_freqs>(*rope.freqs);
     unit_freqs_->attention_factor = 1;
     if (unit_freqs_->hf) unit_freqs_->hf->attention_factor = 1.0f;
     if (unit_freqs_->ggml) {
@@ -76,8 +80,9 @@ kv_cache<Real>::kv_cache(int64_t capacity, int64_t Hkv, int64_t D, attention_pos
       g.attn_factor =
           g.ext_factor != 0.0f ? 1.0f / std::fma(0.1f, std::log(1.0f / g.freq_scale), 1.0f) : 1.0f;
     }
-    attention_position<Real> unit = pos_;
-    unit.rope.freqs = unit_freqs_.get();
+    attention_position<Real> unit = pos_;  // the same RoPE at unit magnitude
+    for (named_scheme& n : unit.named)
+      if (n.freqs == rope.freqs) n.freqs = unit_freqs_.get();
     turn_ = detail::make_key_transform(unit, D, "kv_cache: ");
   }
   if (rows_ > 1) ids_.resize(static_cast<size_t>((rows_ - 1) * capacity));
@@ -298,7 +303,7 @@ void kv_cache<Real>::move(const std::vector<int64_t>& idx, const std::vector<int
       if (turn_ && back) {
         // M on keys (n, Hkv, D): v of pair i is channel 2i + 1 (interleaved) or R/2 + i (half).
         const int64_t R = unit_freqs_->rotary_dim;
-        const bool half = pos_.rope.layout == rope_layout::half;
+        const bool half = detail::rope_of(pos_.named).layout == rope_layout::half;
         const auto mirror = [&] {
           for (int64_t h = 0; h < n * hkv_; ++h)
             for (int64_t i = 0; i < R / 2; ++i) {
@@ -480,9 +485,9 @@ std::vector<kv_shift_drift_row> kv_shift_drift(const rope_freqs& f, rope_layout 
   std::vector<int64_t> start(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) start[i] = P + i;
   attention_position<float> pos;
-  pos.rope.freqs = &f, pos.rope.layout = layout, pos.rope.angle = angle;
+  pos.named = {rope_scheme(f, layout, angle)};
   attention_position<double> pos64;
-  pos64.rope.freqs = &f, pos64.rope.layout = layout, pos64.rope.angle = rope_angle::exact;
+  pos64.named = {rope_scheme(f, layout, rope_angle::exact)};
   std::vector<kv_shift_drift_row> out;
   for (kv_storage st : {kv_storage::f32, kv_storage::bf16, kv_storage::f16}) {
     kv_cache<float> moved(n, 1, D, pos, 0, st, kv_shift_mode::rerotate);

@@ -27,7 +27,7 @@ std::vector<double> named_scheme_args(const scheme_decl& d,
   std::vector<std::string> names;  // the numeric parameters after the switch
   std::vector<const scheme_param*> decl;
   for (size_t i = 1; i < d.params.size(); ++i)
-    if (!is_tensor_param(d.params[i]))
+    if (!is_tensor_param(d.params[i]) && std::string(d.params[i].dtype) != "ids")
       names.push_back(d.params[i].name), decl.push_back(&d.params[i]);
   std::vector<double> args(names.size());
   std::vector<bool> set(names.size(), false);
@@ -313,7 +313,6 @@ double named_path_score_bound(const scheme_decl& d, const std::vector<std::vecto
 
 template <typename Real>
 bool qk_transform_on(const attention_position<Real>& pos) {
-  if (pos.rope.freqs || pos.mrope.freqs) return true;
   for (const auto& n : pos.named) {
     const scheme_decl& d = scheme_decl_of(n.name);
     if (d.transform && !(d.points & scheme_query_scale)) return true;
@@ -598,15 +597,19 @@ template <typename Real>
 void add_pairs_terms(const attention_params<Real>& p, const scheme_decl& d,
                      std::vector<double> args,  // NOLINT(performance-unnecessary-value-param)
                      engine_terms<Real>& t) {
-  if (!p.pos.rope.freqs)
+  bool rides = false;
+  for (const named_scheme& n : p.pos.named) rides |= d.rides_on && n.name == d.rides_on;
+  if (!rides) {
+    const scheme_decl& r = scheme_decl_of(d.rides_on);
     fail(
-        "{} needs RoPE on (pos.rope; --rope or --hf-config in posenc attend, rope= in Python): it "
-        "places RoPE's rotation per (query, key) pair",
-        d.name);
-  if (p.pos.rope.keys_rotated)
+        "{} needs {} on (pos.named: {}; --{} in posenc attend, {}= in Python): it places {}'s "
+        "rotation per (query, key) pair",
+        d.name, r.title, r.name, r.name, r.name, r.title);
+  }
+  if (p.pos.keys_transformed)
     fail(
-        "{} needs unrotated keys (keys_rotated = false): it rotates each key at the positions of "
-        "each pair's region",
+        "{} needs unrotated keys (keys_transformed = false): it rotates each key at the positions "
+        "of each pair's region",
         d.name);
   if (!p.causal)
     fail(
@@ -819,11 +822,10 @@ void check_named(const attention_params<Real>& p, const attention_grads<Real>* g
     const named_scheme& n = p.pos.named[i];
     if (!scheme_decl_of(n.name).reached_by_name()) {
       std::vector<std::string> names;
-      for (const auto* x : named_scheme_decls()) names.push_back(x->name);
-      fail(
-          "pos.named: {} has a member of attention_position of its own; the schemes reached by "
-          "name are {}",
-          n.name, names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+      for (const auto& x : scheme_decls())
+        if (x.reached_by_name()) names.push_back(x.name);
+      fail("pos.named: {} is the model's, not attention's; the schemes of attention are {}", n.name,
+           fmt::join(names, ", "));
     }
     for (size_t j = 0; j < i; ++j)
       if (p.pos.named[j].name == n.name) fail("pos.named lists {} twice", n.name);
@@ -844,15 +846,14 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
     return;
   }
   if (d.transform) {
-    if (!n.tensors.empty())
-      fail("pos.named: {} has no tensor parameters, got '{}'", d.name, n.tensors[0].name);
-    const auto args = named_scheme_args(d, n.params, p.Hq);
+    std::vector<double> args;
+    const auto a = transform_args_for(d, n, p.D, p.T, p.S, p.pos.keys_transformed, args);
     if (d.points & scheme_query_scale) {  // wraps the transform of the schemes declared before it
-      t.transform = d.transform->make(args, p.D, std::move(t.transform));
+      t.transform = d.transform->make(a, std::move(t.transform));
       return;
     }
     if (t.transform) fail("attention: two q/k transforms are on; at most one is allowed");
-    t.transform = d.transform->make(args, p.D, nullptr);
+    t.transform = d.transform->make(a, nullptr);
     t.transform->keys_transformed = p.pos.keys_transformed;
     return;
   }
@@ -888,6 +889,48 @@ void add_named_terms(const attention_params<Real>& p, const attention_plan& pl,
   t.biases.push_back(
       std::make_unique<named_bias_term<Real>>(d, named_scheme_args(d, n.params, p.Hq), p.Hq, pl));
 }
+transform_args transform_args_for(const scheme_decl& d, const named_scheme& n, int64_t D, int64_t T,
+                                  int64_t S, bool keys_transformed, std::vector<double>& args) {
+  args = named_scheme_args(d, n.params, 1);
+  transform_args a{args, D, n.freqs, {}};
+  if (n.freqs && !d.config_valued())
+    fail("pos.named: {} takes no RoPE frequencies (freqs), got some", d.name);
+  for (const named_tensor& x : n.tensors) {
+    bool declared = false;
+    for (const auto& prm : d.params)
+      declared |= x.name == prm.name && std::string(prm.dtype) == "ids";
+    if (!declared) fail("pos.named: {} has no tensor parameter '{}'", d.name, x.name);
+  }
+  for (const auto& prm : d.params) {
+    if (std::string(prm.dtype) != "ids") continue;
+    const named_tensor* x = nullptr;
+    for (const named_tensor& y : n.tensors)
+      if (y.name == prm.name) x = &y;
+    const std::string shape = prm.shape;
+    const bool of_keys = shape.find('S') != std::string::npos;
+    if (T < 0) {  // a cache's transform for its keys: the cache gives each key's ids
+      a.ids.emplace_back();
+      continue;
+    }
+    const auto want = tensor_param_shape(prm, T, S, 1, 1, D);
+    int64_t count = 1;
+    for (int64_t e : want) count *= e;
+    if (!x) {  // none needed for no tokens, or for keys given transformed
+      if (count == 0 || (of_keys && keys_transformed)) {
+        a.ids.emplace_back();
+        continue;
+      }
+      fail("{} {} is required with {}", prm.name, tensor_param_shape_text(prm, T, S, 1, 1, D),
+           d.name);
+    }
+    if (x->shape != want || static_cast<int64_t>(x->ids.size()) != count)
+      fail("{} must have shape {} = {}, got {} with {} entries", prm.name, prm.shape,
+           tuple_text(want), tuple_text(x->shape), x->ids.size());
+    a.ids.push_back(x->ids);
+  }
+  return a;
+}
+
 template void check_named<float>(const attention_params<float>&, const attention_grads<float>*);
 template void check_named<double>(const attention_params<double>&, const attention_grads<double>*);
 template void add_named_terms<float>(const attention_params<float>&, const attention_plan&,

@@ -35,6 +35,7 @@ struct attention_params;  // posenc/attention/attention.hpp
 template <typename Real>
 struct attention_grads;
 struct named_scheme;
+struct rope_freqs;   // posenc/encodings/rope.hpp
 struct scheme_decl;  // posenc/attention/schemes.hpp
 }  // namespace posenc
 namespace posenc {
@@ -180,20 +181,37 @@ double named_option(const position_options& o, const char* param, double fallbac
 // call's other q/k transform, which the engine passes as inner (null when none); keys are
 // unchanged, so a KV cache stores none of it and a cached call keeps its own (else the cache's).
 // Any other transform gets inner null and is the call's only one.
+//
+// What a transform is built from (transform_args): its numeric arguments (named_scheme_args), the
+// call's head dim D, and its arguments of the other declared dtypes: the frequencies of a switch
+// of dtype "RopeConfig" (named_scheme::freqs; RoPE, M-RoPE) and its "ids" tensors in declaration
+// order (M-RoPE's (3, T) and (3, S); an empty view when not given), their shapes checked.
+struct transform_args {
+  std::span<const double> args;
+  int64_t D = 0;
+  const rope_freqs* freqs = nullptr;
+  std::vector<std::span<const int64_t>> ids = {};
+};
 struct named_transform {
   // Validates args (and D); throws invalid_argument naming the parameter and the allowed values.
   void (*check)(std::span<const double> args, int64_t D);
-  std::unique_ptr<qk_transform> (*make)(std::span<const double> args, int64_t D,
+  std::unique_ptr<qk_transform> (*make)(const transform_args& a,
                                         std::unique_ptr<qk_transform> inner);
   // q'_n . k'_m depends on n - m alone (in exact arithmetic): the translation check applies.
   bool relative = true;
+  // A rotation by the position, R(p + d) = R(d) R(p) (RoPE): a KV cache's rerotate mode turns
+  // stored keys by the change of an edit (kv_cache.cpp, with RoPE's frequencies: rope_of); the
+  // caches of the others move keys in exact mode only.
+  bool rotation = false;
   // The largest factor it puts on |q| at positions 0 .. P (1 for a rotation; the temperature's
   // s(P)): the case tables' and checks' tolerances scale dq by it.
   double (*query_scale)(std::span<const double> args, int64_t P) = nullptr;
-  // The case tables and checks (schemes.hpp, named_transform_case and the two after it).
-  std::vector<std::pair<std::string, double>> (*case_params)(int64_t lo, int64_t hi);
-  double (*amplitude)(std::span<const double> args, int64_t lo, int64_t hi, bool causal);
-  double (*coef_error)(std::span<const double> args, int64_t P);
+  // The case tables and checks (schemes.hpp, named_transform_case and the two after it), for a
+  // transform whose arguments they draw (named_scheme_decls: not one whose switch is a config,
+  // which the case tables build from configs of their own).
+  std::vector<std::pair<std::string, double>> (*case_params)(int64_t lo, int64_t hi) = nullptr;
+  double (*amplitude)(std::span<const double> args, int64_t lo, int64_t hi, bool causal) = nullptr;
+  double (*coef_error)(std::span<const double> args, int64_t P) = nullptr;
   // The model's hook (the lab); null: the generic hook of named_schemes.cpp.
   std::unique_ptr<position_hook<float>> (*hook_f32)(pos_scheme id, const position_options& o,
                                                     const position_shape& shape) = nullptr;
@@ -201,10 +219,18 @@ struct named_transform {
                                                      const position_shape& shape) = nullptr;
 };
 
+// The transform_args of the q/k transform reached by name n (declaration d) for a call of head
+// dim D, T queries and S keys, with its numeric arguments in args (viewed by the result): its
+// "ids" tensors' shapes checked, each required but the keys' when keys_transformed. T < 0: for
+// a KV cache's keys (make_key_transform), no ids (the cache gives each key's).
+transform_args transform_args_for(const scheme_decl& d, const named_scheme& n, int64_t D, int64_t T,
+                                  int64_t S, bool keys_transformed, std::vector<double>& args);
+
 // A scheme that places RoPE per pair: each visible pair (query at qpos, key at kpos) falls in
 // one of `regions` regions (or in none, -1: the pair is then masked), and in region r its score is
 // scale * (R(query_pos(r, qpos)) q) . (R(key_pos(r, kpos)) k), R the call's RoPE rotation
-// (pos.rope: frequencies, layout, angles). args as for named_bias. Positions in and out are >= 0.
+// (rope_scheme: frequencies, layout, angles). args as for named_bias. Positions in and out are >=
+// 0.
 struct named_pairs {
   // Validates args; throws invalid_argument naming the parameter and the allowed values.
   void (*check)(std::span<const double> args);

@@ -92,22 +92,12 @@ engine_terms<Real> make_engine_terms(const attention_params<Real>& p, const atte
   check_scheme_combination(schemes_on(p.pos));
   engine_terms<Real> t;
   check_named(p, g);
-  // Every declared scheme that is on adds its terms, in declaration order: a member of
-  // attention_position through its hook file's scheme_impl, a scheme reached by name through its
-  // named_bias or named_pairs. So q/k transforms come first, the query temperature that wraps
-  // them, then the score biases, summed in declaration order, Shaw's tables, CoPE's validation.
-  for (const scheme_decl& d : scheme_decls()) {
-    if (d.reached_by_name()) {
-      add_named_terms(p, pl, g, d, t);
-      continue;
-    }
-    if (!d.impl) continue;
-    if constexpr (std::is_same_v<Real, float>) {
-      if (d.impl->terms_f32) d.impl->terms_f32(p, pl, g, t);
-    } else {
-      if (d.impl->terms_f64) d.impl->terms_f64(p, pl, g, t);
-    }
-  }
+  // Every declared scheme that is on adds its terms, in declaration order, through its
+  // declaration's named_transform, named_bias or named_pairs. So q/k transforms come first, the
+  // query temperature that wraps them, then the score biases, summed in declaration order,
+  // Shaw's tables, CoPE's validation.
+  for (const scheme_decl& d : scheme_decls())
+    if (d.reached_by_name()) add_named_terms(p, pl, g, d, t);
   return t;
 }
 
@@ -117,23 +107,17 @@ std::unique_ptr<qk_transform> make_key_transform(const attention_position<Real>&
   check_scheme_combination(schemes_on(pos));
   std::unique_ptr<qk_transform> t;
   for (const scheme_decl& d : scheme_decls()) {
-    std::unique_ptr<qk_transform> u;
-    if constexpr (std::is_same_v<Real, float>) {
-      if (d.impl && d.impl->key_f32) u = d.impl->key_f32(pos, D, who);
-    } else {
-      if (d.impl && d.impl->key_f64) u = d.impl->key_f64(pos, D, who);
-    }
-    if (d.transform && !(d.points & scheme_query_scale))  // reached by name, when pos has it
-      for (const named_scheme& n : pos.named) {
-        if (n.name != d.name) continue;
-        try {
-          u = d.transform->make(named_scheme_args(d, n.params, 1), D, nullptr);
-        } catch (const invalid_argument& e) {
-          throw invalid_argument(std::string(who) + e.what());
-        }
+    if (!d.transform || (d.points & scheme_query_scale)) continue;
+    for (const named_scheme& n : pos.named) {
+      if (n.name != d.name) continue;
+      if (t) fail("{}two q/k transforms are on; at most one is allowed", who);
+      try {
+        std::vector<double> args;
+        t = d.transform->make(transform_args_for(d, n, D, -1, -1, true, args), nullptr);
+      } catch (const invalid_argument& e) {
+        throw invalid_argument(std::string(who) + e.what());
       }
-    if (u && t) fail("{}two q/k transforms are on; at most one is allowed", who);
-    if (u) t = std::move(u);
+    }
   }
   return t;
 }
@@ -142,20 +126,20 @@ template std::unique_ptr<qk_transform> make_key_transform(const attention_positi
 template std::unique_ptr<qk_transform> make_key_transform(const attention_position<double>&,
                                                           int64_t, const char*);
 
-// The cache's hook 1 (RoPE, M-RoPE or one reached by name) goes into the call, marked as applied
-// to the keys; a call may leave it unset or repeat it. A query scale reached by name (Llama 4's
+// The cache's hook 1 (RoPE, M-RoPE, xPos) goes into the call, marked as applied to the keys; a
+// call may leave it unset or repeat it. A query scale reached by name (Llama 4's
 // temperature) maps queries only: the call's when it sets one, else the cache's.
 template <typename Real>
 attention_position<Real> position_for_cached_keys(attention_position<Real> call,
                                                   const attention_position<Real>& cache,
                                                   std::span<const int64_t> query_ids) {
   const char* who = "attention_forward_cached";
-  if (call.rope.freqs && call.rope.freqs != cache.rope.freqs)
-    fail("{}: pos.rope must be left unset or equal the cache's RoPE", who);
-  // A q/k transform reached by name: the cache's, which the call may repeat with the same
-  // parameters (its defaults filled) but not change.
+  // A q/k transform: the cache's, which the call may repeat with the same parameters (defaults
+  // filled) and frequencies but not change; the call's query ids ("ids" of shape (.., T)) when it
+  // gives them, else query_ids; no key ids (the keys are transformed).
   std::vector<named_scheme> named;
   bool own_scale = false;
+  std::vector<const named_tensor*> call_ids;
   for (const named_scheme& n : call.named) {
     const scheme_decl& d = scheme_decl_of(n.name);
     own_scale |= d.transform && (d.points & scheme_query_scale);
@@ -166,29 +150,45 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
     const named_scheme* mine = nullptr;
     for (const named_scheme& k : cache.named)
       if (k.name == n.name) mine = &k;
-    if (!mine || named_scheme_args(d, n.params, 1) != named_scheme_args(d, mine->params, 1))
+    // Named with no parameters and no frequencies, with ids alone: the cache's at those ids.
+    const bool ids_alone = n.params.empty() && !n.freqs && !n.tensors.empty();
+    if (!mine || (!ids_alone &&
+                  (named_scheme_args(d, n.params, 1) != named_scheme_args(d, mine->params, 1) ||
+                   n.freqs != mine->freqs)))
       fail("{}: pos.named: {} must be left out or equal the cache's", who, n.name);
+    for (const named_tensor& x : n.tensors) call_ids.push_back(&x);
   }
+  bool takes_ids = false;
   for (const named_scheme& k : cache.named) {
     const scheme_decl& d = scheme_decl_of(k.name);
-    if (d.transform && !((d.points & scheme_query_scale) && own_scale)) named.push_back(k);
+    if (!d.transform || ((d.points & scheme_query_scale) && own_scale)) continue;
+    named_scheme m = k;
+    m.tensors.clear();
+    for (const auto& prm : d.params) {
+      if (std::string(prm.dtype) != "ids" || std::string(prm.shape).find('T') == std::string::npos)
+        continue;
+      takes_ids = true;
+      const named_tensor* given = nullptr;
+      for (const named_tensor* x : call_ids)
+        if (x->name == prm.name) given = x;
+      if (given) {
+        m.tensors.push_back(*given);
+        continue;
+      }
+      // query_ids is (rows, T): its shape is the declared one at T = size / (its size at T = 1).
+      auto per = tensor_param_shape(prm, 1, 1, 1, 1, 1);
+      int64_t rows = 1;
+      for (int64_t e : per) rows *= e;
+      const int64_t T = rows > 0 ? static_cast<int64_t>(query_ids.size()) / rows : 0;
+      m.tensors.push_back({prm.name, tensor_param_shape(prm, T, 1, 1, 1, 1), {}, {}, query_ids});
+    }
+    named.push_back(std::move(m));
   }
+  for (const named_tensor* x : call_ids)
+    if (!takes_ids)
+      fail("{}: pos.named: {} given but the cache's q/k transform takes no ids", who, x->name);
   call.named = std::move(named);
   call.keys_transformed = true;
-  const attention_mrope &cm = call.mrope, &km = cache.mrope;
-  if (cm.freqs &&
-      (cm.freqs != km.freqs || cm.section != km.section || cm.interleaved != km.interleaved ||
-       cm.layout != km.layout || cm.angle != km.angle))
-    fail("{}: pos.mrope must be left unset (but for q_positions) or equal the cache's M-RoPE", who);
-  if (!cm.freqs && !cm.q_positions.empty() && !km.freqs)
-    fail("{}: pos.mrope.q_positions given but the cache has no M-RoPE", who);
-  call.rope = cache.rope;
-  call.rope.keys_rotated = true;
-  const auto q_ids = cm.q_positions;
-  call.mrope = cache.mrope;
-  call.mrope.keys_rotated = true;
-  call.mrope.k_positions = {};
-  call.mrope.q_positions = q_ids.empty() ? query_ids : q_ids;
   return call;
 }
 template attention_position<float> position_for_cached_keys(attention_position<float>,

@@ -16,16 +16,26 @@ namespace {
 
 // Parameters, as posenc.attention's keywords spell them.
 constexpr scheme_param kRope[] = {
-    {"rope", "scalar", "RopeConfig", "None", "RoPE frequencies and scaling (RopeConfig)"},
-    {"rope_layout", "scalar", "str", "half", "pair layout: half (NeoX) or interleaved (GPT-J)"},
-    {"rope_angle", "scalar", "str", "exact", "angles: exact, f32, hf_f32 or ggml_f32"},
-    {"rope_seq_len", "scalar", "int", "S", "sequence length for dynamic NTK and LongRoPE"},
-    {"keys_rotated", "scalar", "bool", "False", "k is already rotated (a KV cache)"},
+    {"rope", "scalar", "RopeConfig", "None",
+     "RoPE frequencies and scaling (a RopeConfig at its sequence length)"},
+    {"rope_layout", "scalar", "str", "half", "pair layout: half (NeoX) or interleaved (GPT-J)",
+     "half|interleaved"},
+    {"rope_angle", "scalar", "str", "exact", "angles: exact, f32, hf_f32 or ggml_f32",
+     "exact|f32|hf_f32|ggml_f32"},
 };
 constexpr scheme_param kMrope[] = {
-    {"rope", "scalar", "RopeConfig", "None", "an M-RoPE config (mrope_section)"},
-    {"q_positions", "(3, T)", "int", "", "temporal, height, width ids of the queries"},
-    {"k_positions", "(3, S)", "int", "", "temporal, height, width ids of the keys"},
+    {"mrope", "scalar", "RopeConfig", "None", "an M-RoPE config (its mrope_section)"},
+    {"mrope_temporal", "scalar", "int", "0", "rotary pairs of the temporal component"},
+    {"mrope_height", "scalar", "int", "0", "rotary pairs of the height component"},
+    {"mrope_width", "scalar", "int", "0", "rotary pairs of the width component"},
+    {"mrope_interleaved", "scalar", "bool", "False", "Qwen3-VL's interleaved components"},
+    {"mrope_layout", "scalar", "str", "half", "pair layout: half (NeoX) or interleaved (GPT-J)",
+     "half|interleaved"},
+    {"mrope_angle", "scalar", "str", "exact", "angles: exact, f32, hf_f32 or ggml_f32",
+     "exact|f32|hf_f32|ggml_f32"},
+    {"mrope_q_ids", "(3, T)", "ids", "None", "temporal, height, width ids of the queries"},
+    {"mrope_k_ids", "(3, S)", "ids", "None",
+     "temporal, height, width ids of the keys (none when they are given rotated)"},
 };
 constexpr scheme_param kXpos[] = {
     {"xpos", "scalar", "bool", "False", "switch xPos on (half layout, rotary width D)"},
@@ -119,8 +129,9 @@ constexpr uint32_t kHook1 = scheme_qk_transform;
 }  // namespace
 namespace detail {
 // What each hook file registers (hooks.hpp, scheme_impl): hook_<name>.cpp defines <name>_impl.
-extern const scheme_impl rope_impl, mrope_impl, nope_impl, sinusoidal_impl, learned_impl,
-    irope_impl;
+extern const scheme_impl rope_impl, nope_impl, sinusoidal_impl, learned_impl, irope_impl;
+extern const named_transform rope_transform_decl;         // hook_rope.cpp
+extern const named_transform mrope_transform_decl;        // hook_mrope.cpp
 extern const named_bias alibi_bias_decl;                  // hook_alibi.cpp
 extern const named_bias t5_bias_decl;                     // hook_t5.cpp
 extern const named_bias shaw_tables_decl;                 // hook_shaw.cpp
@@ -137,8 +148,8 @@ extern const named_pairs streaming_llm_pairs_decl;        // hook_streaming_llm.
 }  // namespace detail
 namespace {
 
-// A declaration of a scheme with a member of attention_position (or the model's alone), with
-// what its hook file registers.
+// A declaration of a scheme the model applies (its model hook), with what its hook file
+// registers.
 constexpr scheme_decl with_impl(scheme_decl d, const detail::scheme_impl* impl) {
   d.impl = impl;
   return d;
@@ -154,11 +165,13 @@ constexpr scheme_decl with_transform(scheme_decl d, const detail::named_transfor
 // Constant-initialised (constinit): other files' static initialisers (the bench's case
 // registration) read the declarations, so they must not wait for dynamic initialisation.
 constinit const scheme_decl kDecls[] = {
-    with_impl({"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
-              &detail::rope_impl),
-    with_impl({"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false, true,
-               kMrope},
-              &detail::mrope_impl),
+    with_impl(
+        with_transform({"rope", "RoPE", "Su et al. 2021", kHook1, false, false, false, true, kRope},
+                       &detail::rope_transform_decl),
+        &detail::rope_impl),
+    with_transform({"mrope", "M-RoPE", "Wang et al. 2024 (Qwen2-VL)", kHook1, false, false, false,
+                    true, kMrope},
+                   &detail::mrope_transform_decl),
     with_transform({"xpos", "xPos", "Sun et al. 2022", kHook1, false, false, false, true, kXpos},
                    &detail::xpos_transform_decl),
     with_transform({"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale,
@@ -217,7 +230,8 @@ std::string points_text(uint32_t p) {
 // What posenc check tests of a scheme reached by name: "" for the others.
 std::string properties_text(const scheme_decl& d) {
   if (!d.reached_by_name()) return "";
-  std::vector<std::string> out{"reached by name"};
+  std::vector<std::string> out{d.config_valued() ? "reached by name, from a RoPE config"
+                                                 : "reached by name"};
   if (d.rides_on) out.push_back(fmt::format("needs {}", d.rides_on));
   if (d.bias_props & bias_offset_only) out.push_back("offset-only");
   if (d.bias_props & bias_symmetric) out.push_back("symmetric");
@@ -231,10 +245,14 @@ std::span<const scheme_decl> scheme_decls() {
   return kDecls;
 }
 
+bool scheme_decl::config_valued() const {
+  return !params.empty() && std::string(params[0].dtype) == "RopeConfig";
+}
+
 std::vector<const scheme_decl*> named_scheme_decls() {
   std::vector<const scheme_decl*> out;
   for (const auto& d : kDecls)
-    if (d.reached_by_name()) out.push_back(&d);
+    if (d.reached_by_name() && !d.config_valued()) out.push_back(&d);
   return out;
 }
 
@@ -291,19 +309,12 @@ void check_scheme_combination(std::span<const std::string> on) {
 
 template <typename Real>
 std::vector<std::string> schemes_on(const attention_position<Real>& p) {
-  // Each declared scheme with a member of attention_position says whether it is on (its hook
-  // file's scheme_impl::on_*), in declaration order; then the schemes reached by name.
+  // The schemes of p.named (each name checked), in declaration order.
+  for (const auto& n : p.named) (void)scheme_decl_of(n.name);
   std::vector<std::string> on;
-  for (const auto& d : kDecls) {
-    if (!d.impl) continue;
-    bool is_on = false;
-    if constexpr (std::is_same_v<Real, float>)
-      is_on = d.impl->on_f32 && d.impl->on_f32(p);
-    else
-      is_on = d.impl->on_f64 && d.impl->on_f64(p);
-    if (is_on) on.push_back(d.name);
-  }
-  for (const auto& n : p.named) on.push_back(n.name);  // (scheme_decl_of checks each name)
+  for (const auto& d : kDecls)
+    for (const auto& n : p.named)
+      if (n.name == d.name) on.push_back(d.name);
   return on;
 }
 template std::vector<std::string> schemes_on(const attention_position<float>&);
@@ -356,7 +367,9 @@ std::string schemes_json() {
     s["causal_only"] = d.causal_only;
     s["float_kv_only"] = d.float_kv_only;
     s["attention_level"] = d.attention_level;
-    s["named"] = d.reached_by_name();
+    // Reached by name with the arguments of its declaration's keywords and flags (the front ends
+    // generate those); a scheme whose switch is a config is reached through its config.
+    s["named"] = d.reached_by_name() && !d.config_valued();
     s["rides_on"] = d.rides_on ? nlohmann::ordered_json(d.rides_on) : nlohmann::ordered_json();
     s["bias_properties"] = {{"offset_only", (d.bias_props & bias_offset_only) != 0},
                             {"symmetric", (d.bias_props & bias_symmetric) != 0},

@@ -284,8 +284,8 @@ void set_established_schemes(fixture<Real>& f, const spec& c, scheme_bounds& b) 
     }
     f.freqs = rope_frequencies(rc);
     b.amp = f.freqs.attention_factor;
-    p.pos.rope.freqs = &f.freqs;
-    p.pos.rope.layout = c.sch == scheme::rope_half ? rope_layout::half : rope_layout::interleaved;
+    p.pos.named.push_back(rope_scheme(
+        f.freqs, c.sch == scheme::rope_half ? rope_layout::half : rope_layout::interleaved));
   }
 }
 
@@ -389,11 +389,7 @@ void set_mrope(fixture<Real>& f, const spec& c, rng& r) {
   const int64_t half = D / 2;
   const bool inter = c.seed % 2 == 1;
   const int64_t hw = inter ? half / 3 : 3 * half / 8;
-  auto& m = f.p.pos.mrope;
-  m.freqs = &f.freqs;
-  m.section = {half - 2 * hw, hw, hw};
-  m.interleaved = inter;
-  m.layout = (c.seed / 2) % 2 == 1 ? rope_layout::interleaved : rope_layout::half;
+  const rope_layout layout = (c.seed / 2) % 2 == 1 ? rope_layout::interleaved : rope_layout::half;
   auto ids = [&](std::vector<int64_t>& out, const std::vector<int64_t>& given, int64_t n,
                  int64_t first) {
     out.resize(static_cast<size_t>(3 * n));
@@ -407,8 +403,8 @@ void set_mrope(fixture<Real>& f, const spec& c, rng& r) {
   };
   ids(f.mq, f.qpos, T, std::max<int64_t>(S - T, 0));
   ids(f.mk, f.kpos, S, 0);
-  m.q_positions = f.mq;
-  m.k_positions = f.mk;
+  f.p.pos.named.push_back(
+      mrope_scheme(f.freqs, {half - 2 * hw, hw, hw}, inter, layout, rope_angle::exact, f.mq, f.mk));
 }
 
 // The research schemes (xPos, M-RoPE, CoPE), their parameters drawn from r; a scheme reached
@@ -454,8 +450,7 @@ void set_research_schemes(fixture<Real>& f, const spec& c, rng& r, scheme_bounds
       rc.rotary_dim = D - D % 2;
       rc.theta = 10000;
       f.freqs = rope_frequencies(rc);
-      p.pos.rope.freqs = &f.freqs;
-      p.pos.named = {{d.name, rope_pairs_case_params(d)}};
+      p.pos.named = {rope_scheme(f.freqs), {d.name, rope_pairs_case_params(d)}};
       b.amp = std::sqrt(2.0);
       return;
     }
@@ -602,6 +597,14 @@ double max_row_norm(std::span<const Real> x, int64_t D, int ord) {
   return m;
 }
 
+// The frequencies of the call's RoPE-family scheme (named_scheme::freqs), or null.
+template <typename Real>
+const rope_freqs* freqs_in(const attention_position<Real>& pos) {
+  for (const named_scheme& n : pos.named)
+    if (n.freqs) return n.freqs;
+  return nullptr;
+}
+
 }  // namespace
 
 template <typename Real>
@@ -611,7 +614,8 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const auto& p = f.p;
   const int64_t K = f.rel >= 0 ? f.rel_K : 0, C = f.rel >= 0 ? 2 * K + 1 : 0;
   // xPos: |A_q(n)^T A_k(m)| <= F bounds the scale a gradient carries (as amp^2 for RoPE).
-  const double amp = p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : std::sqrt(f.F);
+  const rope_freqs* rf = freqs_in(p.pos);
+  const double amp = rf ? rf->attention_factor : std::sqrt(f.F);
   const double scale = 1.0 / std::sqrt(double(c.D));
   // Forward error terms (the forward derivation).
   const double e_s = (c.D + 10 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B);
@@ -630,11 +634,10 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const double W = max_row_norm(dout, c.D, 2) * (max_row_norm<Real>(f.v, c.D, 2) + avn);
   const double e_P = 2 * e_s + e_lse + 4 * u;
   const double E_S = 2 * W * e_P + (2 * c.D + 10) * u * W + max_row_norm(dout, c.D, 1) * tol_out;
-  const double Qinf = amp * amp / (p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : 1.0) *
-                      f.qs * std::sqrt(2.0) * max_abs<Real>(f.q);
-  const double Kinf = amp * amp / (p.pos.rope.freqs ? p.pos.rope.freqs->attention_factor : 1.0) *
-                          std::sqrt(2.0) * max_abs<Real>(f.k) +
-                      akmax;
+  const double Qinf =
+      amp * amp / (rf ? rf->attention_factor : 1.0) * f.qs * std::sqrt(2.0) * max_abs<Real>(f.q);
+  const double Kinf =
+      amp * amp / (rf ? rf->attention_factor : 1.0) * std::sqrt(2.0) * max_abs<Real>(f.k) + akmax;
   const double Oinf = max_abs(dout);
   const int64_t group = c.Hq / c.Hkv;  // query heads per kv head (a whole number)
   const double N = double(group) * double(c.T);

@@ -105,7 +105,7 @@ struct problem {
       c.head_dim = D;
       c.rotary_dim = D;
       freqs = rope_frequencies(c);
-      pos.rope.freqs = &freqs;
+      pos.named.push_back(rope_scheme(freqs));
       amp = freqs.attention_factor;
     }
   }
@@ -153,10 +153,9 @@ struct problem {
       c.head_dim = D;
       c.rotary_dim = D;
       freqs = rope_frequencies(c);
-      pos.rope.freqs = &freqs;
       const auto given = rope_pairs_case_params(*nd);
       nargs = named_scheme_args(*nd, given, Hq);
-      pos.named = {{nd->name, given}};
+      pos.named = {rope_scheme(freqs), {nd->name, given}};
       trig = kTrig;
       amp = std::sqrt(1.5);
     } else if (sch == scheme::named) {
@@ -559,13 +558,9 @@ void mrope_checks(std::vector<check_result>& r, uint64_t seed) {
   const auto image = positions_mrope(seg);
   auto with_ids = [&](const std::vector<int64_t>& ids, bool interleaved) {
     return pr.run([&](attention_params<double>& p) {
-      p.pos.rope = {};
-      p.pos.mrope.freqs = &pr.freqs;
-      p.pos.mrope.section =
-          interleaved ? std::array<int64_t, 3>{4, 2, 2} : std::array<int64_t, 3>{2, 3, 3};
-      p.pos.mrope.interleaved = interleaved;
-      p.pos.mrope.q_positions = ids;
-      p.pos.mrope.k_positions = ids;
+      p.pos.named = {mrope_scheme(
+          pr.freqs, interleaved ? std::array<int64_t, 3>{4, 2, 2} : std::array<int64_t, 3>{2, 3, 3},
+          interleaved, rope_layout::half, rope_angle::exact, ids, ids)};
     });
   };
   std::vector<int64_t> text(3 * pr.N);

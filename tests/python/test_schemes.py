@@ -11,8 +11,11 @@ import posenc
 import posenc.torch as pt
 
 DECLS = posenc.schemes()
-ATTENTION_PARAMS = [(d["name"], p) for d in DECLS if d["attention_level"] for p in d["params"]
-                    if p["name"] not in ("q_positions", "k_positions")]
+# A scheme whose switch is a RoPE config (RoPE, M-RoPE) is reached through the config's keywords
+# (ROPE_CONFIG); its declared parameters are the engine's arguments.
+ATTENTION_PARAMS = [(d["name"], p) for d in DECLS if d["attention_level"]
+                    and d["params"][0]["dtype"] != "RopeConfig" for p in d["params"]]
+ROPE_CONFIG = ["rope", "rope_layout", "rope_angle", "rope_seq_len", "keys_rotated"]
 
 
 @pytest.mark.parametrize("fn", [posenc.attention, posenc.attention_backward, pt.attention],
@@ -20,6 +23,7 @@ ATTENTION_PARAMS = [(d["name"], p) for d in DECLS if d["attention_level"] for p 
 def test_every_declared_parameter_is_a_keyword(fn):
     sig = inspect.signature(fn)
     missing = [f"{s}.{p['name']}" for s, p in ATTENTION_PARAMS if p["name"] not in sig.parameters]
+    missing += [k for k in ROPE_CONFIG if k not in sig.parameters]
     assert not missing, f"{fn.__qualname__} lacks the declared keywords {missing}"
     for s, p in ATTENTION_PARAMS:
         default = sig.parameters[p["name"]].default

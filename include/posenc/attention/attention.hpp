@@ -12,8 +12,8 @@
 //
 // with c = clip(kpos_j - qpos_i, -K, K) + K (Shaw et al. 2018, eq. 3-4). Absolute encodings
 // (sinusoidal, learned) act on the input before attention and need nothing here. A scheme is
-// switched on by filling its member of attention_position; nothing else in the engine knows
-// which scheme is on, and any combination is allowed.
+// switched on by naming it, with its arguments, in attention_position::named; nothing else in
+// the engine knows which scheme is on, and which combine follows from their declarations.
 //
 // Masks are defined on token indices (query i is token S - T + i of the key sequence, i.e.
 // aligned bottom-right, as a chunk of new tokens after a cache), position schemes on position
@@ -57,15 +57,6 @@
 
 namespace posenc {
 
-// Hook 1, the q/k transform: RoPE (Su et al. 2021) at the position ids, applied to q and k.
-struct attention_rope {
-  const rope_freqs* freqs = nullptr;  // nullptr = off; rotary_dim <= D, head_dim == D
-  rope_layout layout = rope_layout::half;
-  rope_angle angle = rope_angle::exact;
-  bool keys_rotated = false;  // true: k is already rotated at k_positions (a KV cache stores
-                              // rotated keys); only q is rotated
-};
-
 // A query temperature by position (hook 1 on queries only; the scheme reached by name
 // "temperature", temperature_scheme below): q'_t = s(qpos_t) A(qpos_t) q_t with
 //   s(p) = log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1,
@@ -91,46 +82,55 @@ double attention_temperature_scale(const attention_temperature& t, int64_t pos);
 struct named_scheme;
 named_scheme temperature_scheme(const attention_temperature& t);
 
-// Hook 1, M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1): RoPE with three position ids per
-// token (temporal, height, width); pair i turns by the id of its component c_i, given by
-// mrope_components(section, interleaved, rotary_dim / 2) (rope.hpp). q'_t and k'_s are
-// mrope_apply's rotation at the token's ids, bit for bit (the engine applies mrope_apply itself
-// to copies of q and k; its transpose, the backward, is mrope_apply's inverse). The ids are the
-// transform's own: the call's 1-D q_positions / k_positions still drive the masks, pads and
-// biases (posenc attend passes the temporal row there). A text token has equal ids in all three
-// rows and is rotated exactly as RoPE at that id.
-struct attention_mrope {
-  const rope_freqs* freqs = nullptr;  // nullptr = off; rotary_dim <= D, head_dim == D
-  std::array<int64_t, 3> section{};   // mrope_section: pairs per component, sum rotary_dim / 2
-  bool interleaved = false;           // Qwen3-VL's interleaved layout of the components
-  rope_layout layout = rope_layout::half;
-  rope_angle angle = rope_angle::exact;
-  std::span<const int64_t> q_positions;  // (3, T) row-major: row 0 temporal, 1 height, 2 width;
-                                         // every id in [0, 2^62]
-  std::span<const int64_t> k_positions;  // (3, S); may be empty when keys_rotated
-  bool keys_rotated = false;  // true: k is already rotated (a KV cache); only q is rotated
-};
-
-// A scheme reached by its declared name rather than by a member of attention_position: any
-// declaration with an engine of its own (schemes.hpp, scheme_decl::named), with
-// its numeric parameters by their declared names (a parameter left out takes its declared
-// default; an unknown name is an error that lists the declared ones). Such a scheme is declared
-// once, in its declaration, and needs nothing here.
+// A scheme, by its declared name (schemes.hpp): every scheme of the engine is one of these in
+// attention_position::named, with its numeric parameters by their declared names (a parameter
+// left out takes its declared default; an unknown name is an error that lists the declared
+// ones). Such a scheme is declared once, in its declaration, and needs nothing here.
 // Its tensor parameters (declared with dtype "tensor") are
 // named_tensors: a view in the call's element type (f32 for a float call, f64 for a double one),
 // with the shape as given, checked against the declared shape; one declared "tensor64" is f64 in
-// every call.
+// every call, one declared "ids" (integer ids: M-RoPE's) is in ids in every call.
 struct named_tensor {
-  std::string name;             // the declared parameter's name
-  std::vector<int64_t> shape;   // as given: (S, Hq) -> {S, Hq}
-  std::span<const float> f32;   // the values of a float call
-  std::span<const double> f64;  // the values of a double call
+  std::string name;                   // the declared parameter's name
+  std::vector<int64_t> shape;         // as given: (S, Hq) -> {S, Hq}
+  std::span<const float> f32;         // the values of a float call
+  std::span<const double> f64;        // the values of a double call
+  std::span<const int64_t> ids = {};  // the values of an "ids" parameter
 };
 struct named_scheme {
   std::string name;                                         // the declared name
   std::vector<std::pair<std::string, double>> params = {};  // {parameter, value}, ...
   std::vector<named_tensor> tensors = {};                   // {parameter, shape, view}, ...
+  // A switch of dtype "RopeConfig" (RoPE, M-RoPE): the frequencies of that config at its
+  // sequence length (rope_frequencies), which must outlive the calls.
+  const rope_freqs* freqs = nullptr;
 };
+
+// Hook 1, RoPE (Su et al. 2021): q'_t = a R(qpos_t) q_t, k'_s = a R(kpos_s) k_s at the call's
+// position ids, with f's frequencies and magnitude a (rotary_dim <= D, head_dim == D), in the
+// given pair layout and angle arithmetic; as the scheme reached by name that applies it
+// (src/attention/hook_rope.cpp). Keys given already rotated (a KV cache stores them so):
+// attention_position::keys_transformed.
+named_scheme rope_scheme(const rope_freqs& f, rope_layout layout = rope_layout::half,
+                         rope_angle angle = rope_angle::exact);
+
+// Hook 1, M-RoPE (Wang et al. 2024, "Qwen2-VL", sec. 2.1): RoPE with three position ids per
+// token (temporal, height, width); pair i turns by the id of its component c_i, given by
+// mrope_components(section, interleaved, rotary_dim / 2) (rope.hpp; Qwen3-VL's interleaved
+// layout when interleaved). q'_t and k'_s are mrope_apply's rotation at the token's ids, bit for
+// bit; its transpose, the backward, is mrope_apply's inverse. The ids are the transform's own,
+// q_ids (3, T) and k_ids (3, S) row-major (row 0 temporal, 1 height, 2 width; every id in
+// [0, 2^62]; k_ids may be empty when the keys are given rotated): the call's 1-D q_positions /
+// k_positions still drive the masks, pads and biases (posenc attend passes the temporal row
+// there). A text token has equal ids in all three rows and is rotated exactly as RoPE at that
+// id. The scheme reached by name that applies it (src/attention/hook_mrope.cpp); f and the ids
+// must outlive the calls.
+named_scheme mrope_scheme(const rope_freqs& f, const std::array<int64_t, 3>& section,
+                          bool interleaved, rope_layout layout, rope_angle angle,
+                          std::span<const int64_t> q_ids, std::span<const int64_t> k_ids);
+// For a call against a KV cache whose transform is M-RoPE (attention_forward_cached): the cache's
+// M-RoPE at the queries' ids q_ids (3, T) instead of the last T tokens' (the default).
+named_scheme mrope_query_ids(std::span<const int64_t> q_ids);
 // The gradient of a named scheme's tensor parameter (attention_grads::named): `name` is the
 // parameter's, data its shape's element count in the call's type, overwritten.
 // A float64 parameter (dtype "tensor64") has its gradient in f64 instead, in every call.
@@ -141,15 +141,13 @@ struct named_grad {
   std::span<double> f64 = {};
 };
 
-// Which position schemes are on. Each member is one scheme's parameters; empty/null = off.
+// Which position schemes are on: one typed list of schemes, each with its arguments.
 template <typename Real>
 struct attention_position {
-  attention_rope rope;              // hook 1
-  attention_mrope mrope;            // hook 1: M-RoPE, (3, T) and (3, S) ids (instead of rope)
-  std::vector<named_scheme> named;  // schemes by declared name (each at most once), after the
-                                    //   members above in the order given
-  bool keys_transformed = false;    // a q/k transform reached by name: k is given transformed
-                                    //   (a KV cache stores it so); only q is mapped
+  std::vector<named_scheme> named;  // the schemes on, by declared name (each at most once); the
+                                    //   engine applies them in declaration order
+  bool keys_transformed = false;    // the call's q/k transform (RoPE, M-RoPE, xPos): k is given
+                                    //   transformed (a KV cache stores it so); only q is mapped
 };
 
 // Operand precision of the forward's block products (attention_params::products).
@@ -323,7 +321,7 @@ void attention_tiled(const attention_params<Real>& p);
 //   dx += dS_ij * dbias_h(i, j)/dx                       (a named bias's tensor x)
 //   dq = a R(qpos)^T dq',  dk = a R(kpos)^T dk'          (RoPE: the rotation with sine negated)
 // GQA/MQA: dk and dv of kv head hk sum over its G = Hq / Hkv query heads. With
-// pos.rope.keys_rotated, k was given rotated and dk is the gradient with respect to that k.
+// pos.keys_transformed, k was given rotated and dk is the gradient with respect to that k.
 // Masked pairs and rows that see no key (lse = -inf) contribute nothing: their gradients are
 // exactly zero, never NaN.
 template <typename Real>

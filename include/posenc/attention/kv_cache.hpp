@@ -15,13 +15,13 @@
 //     attention_forward_cached(p, cache);            // keys, values, positions from the cache
 // equals the full-sequence forward on the same rows (tests/test_kv_cache.cpp).
 //
-// The q/k transforms a cache carries: RoPE, M-RoPE and those reached by name (pos.named: keys
-// scaled as well as rotated, say).
-// With M-RoPE (pos.mrope) every token has three ids (temporal, height, width): append takes
+// The q/k transform a cache carries is the one in pos.named (RoPE, M-RoPE, xPos: keys scaled as
+// well as rotated, say).
+// With M-RoPE (mrope_scheme) every token has three ids (temporal, height, width): append takes
 // positions (3, n) row-major (empty = text tokens, the next position in all three rows), the
 // next position is one past the largest id of any row (the Qwen2-VL convention of
 // positions_mrope), positions() is the temporal row (masks and biases read it), and a call's
-// pos.mrope.q_positions default to the ids of the last T tokens appended.
+// M-RoPE query ids default to the ids of the last T tokens appended.
 //
 // Note on length-dependent frequencies (dynamic NTK, LongRoPE): keys are rotated with the
 // frequencies in force when they were appended; the cache does not re-rotate them.
@@ -76,9 +76,8 @@ template <typename Real>
 class kv_cache {
  public:
   // capacity >= 1 tokens of Hkv >= 1 heads of dim D >= 1; positions start at start_position
-  // (>= 0). pos: the position schemes of the attention calls; their q/k transform (pos.rope,
-  // pos.mrope or one reached by name in pos.named, optional; keys_rotated, keys_transformed and
-  // M-RoPE's id spans are ignored, a head_dim
+  // (>= 0). pos: the position schemes of the attention calls; their q/k transform (in
+  // pos.named, optional; keys_transformed and M-RoPE's ids are ignored, a head_dim
   // when set must equal D) is applied to keys on append, the other schemes act at attention
   // time. What pos points to (the RoPE
   // frequencies, tables) must outlive the cache. Memory is allocated up front
@@ -226,11 +225,12 @@ std::vector<kv_shift_drift_row> kv_shift_drift(const rope_freqs& f, rope_layout 
 
 // Attention of p's queries against everything in the cache: sets p.k, p.v, p.S, p.Hkv and
 // p.k_positions from the cache and p.pos's q/k transform to the cache's, marked as already
-// applied to the keys (keys_rotated = true), and Llama 4's temperature to the cache's when p
+// applied to the keys (keys_transformed = true), and Llama 4's temperature to the cache's when p
 // sets none. q_positions default to the last T cache positions (the tokens just appended;
 // M-RoPE's q ids likewise). p must not set k, v, S, k_positions, key_padding or documents of
-// its own (invalid_argument otherwise); p.D must equal the cache's head dim and p.pos.rope,
-// p.pos.mrope and a q/k transform in p.pos.named must be unset or the cache's.
+// its own (invalid_argument otherwise); p.D must equal the cache's head dim and a q/k transform
+// in p.pos.named must be left out or the cache's (the same parameters and frequencies; M-RoPE's
+// query ids may be given).
 template <typename Real>
 void attention_forward_cached(attention_params<Real> p, const kv_cache<Real>& cache);
 

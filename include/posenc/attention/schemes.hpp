@@ -58,14 +58,19 @@ namespace detail {
 struct named_bias;   // src/attention/named_schemes.hpp: a scheme's score bias, defined in its hook
 struct named_pairs;  // src/attention/named_schemes.hpp: a scheme's per-pair RoPE positions
 struct named_transform;  // src/attention/named_schemes.hpp: a scheme's q/k transform (hook 1)
-struct scheme_impl;      // src/attention/hooks.hpp: a member scheme's engine terms, key transform,
-                         // model hook, registered by its hook file
+struct scheme_impl;      // src/attention/hooks.hpp: a scheme's model hook (the pos_scheme ones),
+                         // registered by its hook file
 }  // namespace detail
 
 struct scheme_param {
   const char* name;   // as Python spells it; the CLI flag is --name with dashes
   const char* shape;  // "(Hq,)", "(num_buckets, Hq)", "scalar", ...
-  const char* dtype;  // "float", "int", "bool", "str", "RopeConfig", "tensor", ...
+  const char* dtype;  // "float", "int", "bool", "str", "RopeConfig", "tensor", "ids", ...
+                      // "RopeConfig", a switch only: the frequencies of a RoPE config
+                      // (named_scheme::freqs), which a front end reads from the config (Python's
+                      // rope=, posenc attend's --rope, --hf-config, --gguf) rather than from
+                      // keywords of the declaration's own. "ids": integer ids of the shape above
+                      // (named_tensor::ids) in every call.
                       // "tensor": a named scheme's tensor parameter (named_tensor) of the
                       // shape above in symbols (S, T, Hq, Hkv, D), in the call's element type;
                       // in a learned scheme it has a gradient output (attention_grads::named),
@@ -91,7 +96,7 @@ struct scheme_decl {
   bool learned;          // has parameters a model trains (and the engine differentiates)
   bool causal_only;      // defined for causal attention only
   bool float_kv_only;    // needs float32 / float64 K and V (no half-precision storage)
-  bool attention_level;  // a member of attention_position (else the model's or the lab's)
+  bool attention_level;  // in attention_position::named (else the model's or the lab's)
   std::span<const scheme_param> params;
   // A scheme reached by name (attention_position::named) rather than by a member: its score bias,
   // defined in its hook file (src/attention/hook_<name>.cpp), and what posenc check tests of it.
@@ -108,15 +113,18 @@ struct scheme_decl {
   const detail::named_pairs* pairs = nullptr;
   // The scheme this one needs on and is the only one it combines with (rule 4); null = none.
   const char* rides_on = nullptr;
-  // A scheme with a member of attention_position, or one the model alone applies (NoPE,
-  // sinusoidal, learned, iRoPE): what its hook file registers (its engine terms, key transform,
-  // model hook), which the engine's and the model's registries walk in declaration order. null
-  // for the schemes reached by name.
+  // A scheme with a model hook of its own (a pos_scheme: NoPE, sinusoidal, learned, RoPE, iRoPE):
+  // what its hook file registers, which the model's registry (position_hook.cpp) reads. null for
+  // the others.
   const detail::scheme_impl* impl = nullptr;
-  // A scheme reached by name that maps q and k at hook 1 (scheme_qk_transform: xPos), its hook
-  // file's transform; reached, flagged and checked as above. null otherwise.
+  // A scheme reached by name that maps q and k at hook 1 (scheme_qk_transform: RoPE, M-RoPE,
+  // xPos; the query temperature, a query scale), its hook file's transform; reached, flagged and
+  // checked as above. null otherwise.
   const detail::named_transform* transform = nullptr;
   bool reached_by_name() const { return named || pairs || transform; }
+  // Its switch is a RoPE config (dtype "RopeConfig": RoPE, M-RoPE): reached by name in the engine,
+  // but its front ends read the config (named_scheme_decls leaves it out).
+  bool config_valued() const;
 };
 
 // Every declared scheme, in the engine's order (hook 1, hook 2b in summation order, hooks 2a/3,
@@ -135,7 +143,9 @@ void check_scheme_combination(std::span<const std::string> on);
 template <typename Real>
 std::vector<std::string> schemes_on(const attention_position<Real>& pos);
 
-// The schemes reached by name (score biases and per-pair RoPE), in declaration order.
+// The schemes reached by name whose arguments the front ends (the CLI's flags, Python's keywords,
+// the case tables, posenc check, the lab) take from the declaration alone, in declaration order:
+// every one but those whose switch is a config (scheme_decl::config_valued).
 std::vector<const scheme_decl*> named_scheme_decls();
 // The numeric parameters of a scheme reached by name as its engine takes them: every declared
 // parameter after the switch, in declaration order, the given value or else the default. Throws

@@ -12,7 +12,7 @@
 //   N-axis, axes_dim (FLUX's EmbedND, diffusers' FluxPosEmbed): axis a owns axes_dim[a] channels
 //     (axes_dim[a] / 2 pairs) in channel order, at omega_{a,i} = theta_a^(-2i / axes_dim[a]);
 //     interleaved pairs (x[2i], x[2i + 1]).
-// Both run on M-RoPE's machinery (mrope_apply, the engine's attention_mrope hook, posenc.torch):
+// Both run on M-RoPE's machinery (mrope_apply, the engine's M-RoPE, mrope_scheme, posenc.torch):
 // the axes are M-RoPE's three components 0, 1, 2 with contiguous sections, and the rope_freqs
 // lists each pair's own frequency. Hence at most 3 axes (FLUX uses 3, Pixtral 2). Ids are
 // (3, n) row-major, row a = axis a (Pixtral: row 0 unused, 1 = patch row, 2 = patch column;

@@ -387,14 +387,8 @@ void read_axial_rope(const attend_opts& o, attend_state<Real>& s) {
     fail("--axial-rope must be 2d or nd, got '{}'", o.axial_rope);
   }
   s.freqs = a.freqs;
-  p.pos.mrope.freqs = &s.freqs;
-  p.pos.mrope.section = a.section;
-  p.pos.mrope.interleaved = false;
-  p.pos.mrope.layout = a.layout;
-  p.pos.mrope.angle = angle;
-  p.pos.mrope.q_positions = s.qpos;
-  p.pos.mrope.k_positions = s.kpos;
-  s.schemes.push_back("mrope");
+  p.pos.named.push_back(mrope_scheme(s.freqs, a.section, false, a.layout, angle, s.qpos, s.kpos));
+  s.schemes.push_back(p.pos.named.back().name);
 }
 
 // The layer of a per-layer config, and RoPE or M-RoPE (none on a NoPE layer).
@@ -439,20 +433,14 @@ void read_rope(const attend_opts& o, attend_state<Real>& s) {
       if (c.mrope_section.size() != 3)
         fail("mrope_section must have 3 entries (temporal, height, width), got {}",
              c.mrope_section.size());
-      p.pos.mrope.freqs = &s.freqs;
-      std::copy(c.mrope_section.begin(), c.mrope_section.end(), p.pos.mrope.section.begin());
-      p.pos.mrope.interleaved = c.mrope_interleaved;
-      p.pos.mrope.layout = layout;
-      p.pos.mrope.angle = angle;
-      p.pos.mrope.q_positions = s.qpos;
-      p.pos.mrope.k_positions = s.kpos;
-      s.schemes.push_back("mrope");
+      std::array<int64_t, 3> section{};
+      std::copy(c.mrope_section.begin(), c.mrope_section.end(), section.begin());
+      p.pos.named.push_back(
+          mrope_scheme(s.freqs, section, c.mrope_interleaved, layout, angle, s.qpos, s.kpos));
     } else {
-      p.pos.rope.freqs = &s.freqs;
-      p.pos.rope.layout = layout;
-      p.pos.rope.angle = angle;
-      s.schemes.push_back("rope");
+      p.pos.named.push_back(rope_scheme(s.freqs, layout, angle));
     }
+    s.schemes.push_back(p.pos.named.back().name);
   } else if (!o.hf_config.empty() || !o.gguf.empty() || !o.layout.empty() ||
              given(o, "--head-dim")) {
     fail("--hf-config, --gguf, --head-dim and --layout need --rope");
@@ -509,7 +497,7 @@ void read_keys_rotated(const attend_opts& o, attend_state<Real>& s) {
     fail(
         "--keys-rotated needs a q/k transform whose keys are stored transformed: --rope, or a "
         "scheme reached by name that maps q and k (posenc schemes: q/k transform)");
-  p.pos.rope.keys_rotated = p.pos.mrope.keys_rotated = p.pos.keys_transformed = true;
+  p.pos.keys_transformed = true;
 }
 
 // The schemes reached by name: each switch given puts its scheme in pos.named with the
@@ -549,6 +537,7 @@ double choice_index(const scheme_param& prm, const std::string& flag, const atte
 
 template <typename Real>
 void read_named(const attend_opts& o, attend_state<Real>& s) {
+  const size_t first = s.p.pos.named.size();  // the schemes before (RoPE, M-RoPE) are not read here
   for (const scheme_decl* d : named_scheme_decls()) {
     named_scheme n{d->name, {}};
     std::vector<std::string> flags;
@@ -581,8 +570,8 @@ void read_named(const attend_opts& o, attend_state<Real>& s) {
     }
   }
   size_t x = 0;  // every file read: the views
-  for (auto& n : s.p.pos.named)
-    for (auto& t : n.tensors) {
+  for (size_t i = first; i < s.p.pos.named.size(); ++i)
+    for (auto& t : s.p.pos.named[i].tensors) {
       if (!s.named_w64[x].empty())
         t.f64 = s.named_w64[x];
       else if constexpr (std::is_same_v<Real, float>)

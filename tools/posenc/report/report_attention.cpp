@@ -71,7 +71,7 @@ report_section attention_section(report_context& ctx) {
   std::vector<entry> entries(5);
   entries[0] = {"none", "no position (NoPE)", {}};
   entries[1] = {"rope", "RoPE (theta 1e4, half layout)", {}};
-  entries[1].pos.rope.freqs = &freqs;
+  entries[1].pos.named = {rope_scheme(freqs)};
   entries[2] = {"alibi", fmt::format("ALiBi (slope of head {}: {})", head, num(slopes[head])), {}};
   entries[2].pos.named = {{"alibi"}};
   entries[3] = {"t5", "T5 bias (causal, 32 buckets, max distance 128, N(0,1) table)", {}};
