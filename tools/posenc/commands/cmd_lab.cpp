@@ -665,6 +665,47 @@ void run_extend(lab_cli c, CLI::App* sub) {
   std::fflush(stdout);
 }
 
+// The parameters of the schemes reached by name, from their declarations (schemes.hpp): a flag
+// per numeric, bool or choice parameter (tensors are the model's own), into o->named_params.
+void add_named_scheme_options(CLI::App* sub, const std::shared_ptr<lab_cli>& o) {
+  for (const scheme_decl* d : named_scheme_decls())
+    for (size_t i = 1; i < d->params.size(); ++i) {
+      const scheme_param& p = d->params[i];
+      if (is_tensor_param(p)) continue;  // the model's own
+      std::string flag = std::string("--") + p.name;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      if (std::string(p.dtype) == "bool") {  // --name (1) or --name=false (0)
+        sub->add_flag_function(
+            flag,
+            [o, name = std::string(p.name)](int64_t n) {
+              o->named_params.emplace_back(name, n > 0 ? 1.0 : 0.0);
+            },
+            fmt::format("{} {}: {} (default {}; with --schemes {})", d->title, p.name, p.doc, p.def,
+                        d->name));
+        continue;
+      }
+      if (p.choices) {  // a choice of strings: its text, passed on as its index
+        sub->add_option_function<std::string>(
+               flag,
+               [o, d, name = std::string(p.name)](const std::string& v) {
+                 o->named_params.emplace_back(name, named_choice(*d, name, v));
+               },
+               fmt::format("{} {}: {} (default {}; with --schemes {})", d->title, p.name, p.doc,
+                           p.def, d->name))
+            ->type_name(fmt::format("{}", fmt::join(param_choices(p), "|")));
+        continue;
+      }
+      sub->add_option_function<double>(
+             flag,
+             [o, name = std::string(p.name)](const double& v) {
+               o->named_params.emplace_back(name, v);
+             },
+             fmt::format("{} {}, {}: {} (default {}; with --schemes {})", d->title, p.name, p.dtype,
+                         p.doc, p.def, d->name))
+          ->type_name(std::string(p.dtype) == "int" ? "INT" : "FLOAT");
+    }
+}
+
 const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
   auto o = std::make_shared<lab_cli>();
   auto* sub = app.add_subcommand(
@@ -730,43 +771,7 @@ const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
       "--quick", o->quick,
       "Small preset (passkey: 2000 steps, 1 seed; with --preset press: 1 seed, 250 steps)");
   sub->add_flag("--no-progress", o->no_progress, "No progress bar on stderr");
-  // The parameters of the schemes reached by name, from their declarations (schemes.hpp).
-  for (const scheme_decl* d : named_scheme_decls())
-    for (size_t i = 1; i < d->params.size(); ++i) {
-      const scheme_param& p = d->params[i];
-      if (is_tensor_param(p)) continue;  // the model's own
-      std::string flag = std::string("--") + p.name;
-      std::replace(flag.begin(), flag.end(), '_', '-');
-      if (std::string(p.dtype) == "bool") {  // --name (1) or --name=false (0)
-        sub->add_flag_function(
-            flag,
-            [o, name = std::string(p.name)](int64_t n) {
-              o->named_params.emplace_back(name, n > 0 ? 1.0 : 0.0);
-            },
-            fmt::format("{} {}: {} (default {}; with --schemes {})", d->title, p.name, p.doc, p.def,
-                        d->name));
-        continue;
-      }
-      if (p.choices) {  // a choice of strings: its text, passed on as its index
-        sub->add_option_function<std::string>(
-               flag,
-               [o, d, name = std::string(p.name)](const std::string& v) {
-                 o->named_params.emplace_back(name, named_choice(*d, name, v));
-               },
-               fmt::format("{} {}: {} (default {}; with --schemes {})", d->title, p.name, p.doc,
-                           p.def, d->name))
-            ->type_name(fmt::format("{}", fmt::join(param_choices(p), "|")));
-        continue;
-      }
-      sub->add_option_function<double>(
-             flag,
-             [o, name = std::string(p.name)](const double& v) {
-               o->named_params.emplace_back(name, v);
-             },
-             fmt::format("{} {}, {}: {} (default {}; with --schemes {})", d->title, p.name, p.dtype,
-                         p.doc, p.def, d->name))
-          ->type_name(std::string(p.dtype) == "int" ? "INT" : "FLOAT");
-    }
+  add_named_scheme_options(sub, o);
   sub->callback([o, sub] {
     // Under mpirun an error on one rank ends every rank at once (never a rank left waiting in
     // a collective), with the exit code posenc gives that error.
