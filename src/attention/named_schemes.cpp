@@ -193,6 +193,11 @@ std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_
   return out;
 }
 
+bool tensor_param_has_extent(const scheme_param& p, const std::string& symbol) {
+  const auto syms = shape_symbols(p);
+  return std::find(syms.begin(), syms.end(), symbol) != syms.end();
+}
+
 std::string tensor_param_shape_text(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
                                     int64_t Hkv, int64_t D) {
   const auto syms = shape_symbols(p);
@@ -906,8 +911,7 @@ transform_args transform_args_for(const scheme_decl& d, const named_scheme& n, i
     const named_tensor* x = nullptr;
     for (const named_tensor& y : n.tensors)
       if (y.name == prm.name) x = &y;
-    const std::string shape = prm.shape;
-    const bool of_keys = shape.find('S') != std::string::npos;
+    const bool of_keys = tensor_param_has_extent(prm, "S");
     if (T < 0) {  // a cache's transform for its keys: the cache gives each key's ids
       a.ids.emplace_back();
       continue;

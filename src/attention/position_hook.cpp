@@ -165,8 +165,7 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
     named_scheme m = k;
     m.tensors.clear();
     for (const auto& prm : d.params) {
-      if (std::string(prm.dtype) != "ids" || std::string(prm.shape).find('T') == std::string::npos)
-        continue;
+      if (std::string(prm.dtype) != "ids" || !tensor_param_has_extent(prm, "T")) continue;
       takes_ids = true;
       const named_tensor* given = nullptr;
       for (const named_tensor* x : call_ids)
@@ -184,9 +183,9 @@ attention_position<Real> position_for_cached_keys(attention_position<Real> call,
     }
     named.push_back(std::move(m));
   }
-  for (const named_tensor* x : call_ids)
-    if (!takes_ids)
-      fail("{}: pos.named: {} given but the cache's q/k transform takes no ids", who, x->name);
+  if (!call_ids.empty() && !takes_ids)
+    fail("{}: pos.named: {} given but the cache's q/k transform takes no ids", who,
+         call_ids[0]->name);
   call.named = std::move(named);
   call.keys_transformed = true;
   return call;

@@ -206,6 +206,8 @@ std::vector<int64_t> tensor_param_shape(const scheme_param& p, int64_t T, int64_
                                         std::span<const int64_t> given = {});
 std::vector<int64_t> tensor_param_shape_for(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
                                             int64_t Hkv, int64_t D, int64_t count);
+// Whether the declared shape has the extent `symbol` ("T": a row per query, "S": per key).
+bool tensor_param_has_extent(const scheme_param& p, const std::string& symbol);
 // The shape for messages: the bound extents as numbers, a free one as its symbol ("(2, W)").
 std::string tensor_param_shape_text(const scheme_param& p, int64_t T, int64_t S, int64_t Hq,
                                     int64_t Hkv, int64_t D);
