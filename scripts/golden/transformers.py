@@ -66,6 +66,17 @@ def setup(checkout):
     return transformers
 
 
+def parse_checkout_and_out(doc):
+    """The arguments of a golden script that writes one file: --transformers CHECKOUT (set up as
+    setup() does) and --out FILE; doc's first line describes it."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--transformers", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    setup(a.transformers)
+    return a
+
+
 def commit_of(checkout):
     try:
         return subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], check=True,

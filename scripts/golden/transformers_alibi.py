@@ -22,7 +22,6 @@ Runs transformers' own code (imported through scripts/golden/transformers.py's s
 
 Not run by CI: the tests (tests/python/test_golden_transformers_alibi.py) read what it wrote.
 """
-import argparse
 import json
 
 import transformers_sweep as sweep  # noqa: E402  (it loads scripts/golden/transformers.py)
@@ -33,11 +32,7 @@ HEADS = list(range(1, 129))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transformers", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    golden.setup(a.transformers)
+    a = golden.parse_checkout_and_out(__doc__)
     import torch
     from transformers.models.bloom import modeling_bloom
     from transformers.models.bloom.configuration_bloom import BloomConfig

@@ -9,7 +9,6 @@ max distance 128) and the case tables' (16, 20), in both directions; and `comput
 encoder layer (is_decoder False) and a decoder layer (True) with a known table, which is the
 convention posenc's `t5_bidirectional` default ("not causal") follows. Not run by CI.
 """
-import argparse
 import json
 
 import transformers_sweep as sweep  # noqa: E402  (it loads scripts/golden/transformers.py)
@@ -18,11 +17,7 @@ golden = sweep.golden
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transformers", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    golden.setup(a.transformers)
+    a = golden.parse_checkout_and_out(__doc__)
     import torch
     from transformers.models.t5 import modeling_t5
     from transformers.models.t5.configuration_t5 import T5Config
