@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 #include "case_tables.hpp"
 #include "posenc/attention/attention.hpp"
@@ -54,9 +55,22 @@ TEST(AttentionBackward, TiledMatchesReferenceSampledShapes) {
   run_group("backward_sampled_shapes", 60, false);
 }
 
-// (3) The same bits for any thread count.
+// The per-pair RoPE schemes' float32 backward over several blocks and region chunks.
+TEST(AttentionBackward, TiledMatchesReferencePerPairSchemesAcrossBlocks) {
+  int n = 0;
+  for (int s = kSchemes; s < scheme_count(); ++s) n += rope_pairs_scheme(static_cast<scheme>(s));
+  ASSERT_GT(n, 0);
+  run_group("backward_pairs_blocks", n, false);
+}
+
+// (3) The same bits for any thread count: the member schemes, and each per-pair RoPE scheme on
+// its own path.
 TEST(AttentionBackward, ThreadCountDoesNotChangeTheBits) {
-  for (scheme sch : {scheme::none, scheme::all, relative_scheme(), offset_bias_scheme()}) {
+  std::vector<scheme> schemes = {scheme::none, scheme::all, relative_scheme(),
+                                 offset_bias_scheme()};
+  for (int s = kSchemes; s < scheme_count(); ++s)
+    if (rope_pairs_scheme(static_cast<scheme>(s))) schemes.push_back(static_cast<scheme>(s));
+  for (scheme sch : schemes) {
     const spec c{40, 150, 64, 8, 2, sch, mask::causal, 4242};
     fixture<float> f;
     build(f, c);

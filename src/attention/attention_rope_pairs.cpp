@@ -216,53 +216,95 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
 // per thread O(kPairsRows (S (copies + 1) + Hq D copies)), no T x S matrix.
 constexpr int64_t kPairsRows = 32;
 
-// The regions of the pairs of queries [i0, i0 + rows) (reg: (rows, Sl), -2 where the pair is
-// not visible, -1 in no region), and the column range [lo[u], hi[u]) where product u occurs and
-// [vlo, vhi) where any does (the ranges come in empty: lo = vlo = Sp, hi = vhi = 0).
-inline void pairs_block_regions(const attention_params<float>& p, const attention_plan& pl,
-                                const engine_terms<float>& t, const std::vector<int>& prod_of,
-                                int64_t i0, int64_t rows, int64_t Sl, int8_t* reg,
-                                std::vector<int64_t>& lo, std::vector<int64_t>& hi, int64_t& vlo,
-                                int64_t& vhi) {
-  const int64_t T = p.T, S = p.S;
+// A block of kPairsRows queries [i0, i0 + rows): the products' column ranges and each row's
+// runs of pairs in one region, found once for every head.
+struct pairs_run {
+  int64_t j0, j1;  // columns [j0, j1)
+  int r;           // the pairs' region, -1 where they are not attended (masked or in none)
+};
+struct pairs_block {
+  int64_t i0 = 0, rows = 0;
+  int64_t c0 = 0, c1 = 0;       // the columns P V reads, whole groups of 8 (c0 = c1: none)
+  std::vector<int64_t> lo, hi;  // per product u: the columns [lo[u], hi[u]) where it occurs
+  std::vector<pairs_run> runs;  // row ii's runs, covering [c0, c1): runs[at[ii] .. at[ii + 1])
+  std::vector<int64_t> at;
+  std::vector<uint8_t> sees;  // per row: 1 if it attends a key
+  std::vector<int8_t> reg;    // scratch: one row's regions
+};
+
+// Block bl's regions for queries [i0, i0 + rows) (np products, regions mapped by prod_of).
+inline void pairs_block_find(const attention_params<float>& p, const attention_plan& pl,
+                             const engine_terms<float>& t, const std::vector<int>& prod_of,
+                             int64_t np, int64_t i0, int64_t rows, pairs_block& bl) {
+  const int64_t T = p.T, S = p.S, Sp = (S + 7) / 8 * 8;
+  bl.i0 = i0, bl.rows = rows;
+  bl.lo.assign(np, Sp), bl.hi.assign(np, 0);
+  bl.reg.resize(static_cast<size_t>(rows * S));
+  bl.sees.assign(rows, 0);
+  int64_t vlo = Sp, vhi = 0;
   for (int64_t ii = 0; ii < rows; ++ii)
     for (int64_t j = 0; j < S; ++j) {
-      int8_t r = -2;
+      int8_t r = -1;
       if (attention_visible(pl, p.causal, p.window, T, S, i0 + ii, j)) {
-        r = static_cast<int8_t>(pair_region(t, pl, i0 + ii, j));
+        r = static_cast<int8_t>(std::max(pair_region(t, pl, i0 + ii, j), -1));
         if (r >= 0) {
           const int u = prod_of[r];
-          lo[u] = std::min(lo[u], j), hi[u] = std::max(hi[u], j + 1);
+          bl.lo[u] = std::min(bl.lo[u], j), bl.hi[u] = std::max(bl.hi[u], j + 1);
           vlo = std::min(vlo, j), vhi = std::max(vhi, j + 1);
+          bl.sees[ii] = 1;
         }
       }
-      reg[ii * Sl + j] = r;
+      bl.reg[ii * S + j] = r;
     }
+  bl.c0 = vlo >= vhi ? 0 : vlo / 8 * 8;
+  bl.c1 = vlo >= vhi ? 0 : std::min(Sp, (vhi + 7) / 8 * 8);
+  bl.runs.clear();
+  bl.at.assign(rows + 1, 0);
+  for (int64_t ii = 0; ii < rows; ++ii) {
+    bl.at[ii] = static_cast<int64_t>(bl.runs.size());
+    for (int64_t j = bl.c0; j < bl.c1;) {
+      const int r = j < S ? bl.reg[ii * S + j] : -1;
+      int64_t e = j + 1;
+      while (e < bl.c1 && (e < S ? bl.reg[ii * S + e] : -1) == r) ++e;
+      bl.runs.push_back({j, e, r});
+      j = e;
+    }
+  }
+  bl.at[rows] = static_cast<int64_t>(bl.runs.size());
 }
 
-// Head h's softmax over the columns [c0, c1) of the block's rows (queries [i0, i0 + rows)): P
-// (rows, Sl) from the products' scores G (np x (kPairsRows, Sl)) and the regions reg; writes lse,
-// and out = 0 for a row that sees no key.
+// Row ii of the block's scores for query head h from the products' scores G (np x
+// (kPairsRows, Sl)): Pi[j] = row_scale G_u(ii, j), u the pair's region's product, -inf where the
+// pair is not attended, over [c0, c1).
+inline void pairs_row_scores(const pairs_block& bl, const std::vector<int>& prod_of, const float* G,
+                             int64_t Sl, double row_scale, int64_t ii, float* Pi) {
+  for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
+    const pairs_run& rn = bl.runs[x];
+    if (rn.r < 0) {
+      std::fill(Pi + rn.j0, Pi + rn.j1, -std::numeric_limits<float>::infinity());
+      continue;
+    }
+    const float* Gu = G + (prod_of[rn.r] * kPairsRows + ii) * Sl;
+    for (int64_t j = rn.j0; j < rn.j1; ++j) Pi[j] = static_cast<float>(row_scale * Gu[j]);
+  }
+}
+
+// Head h's softmax over the block's columns [c0, c1): P (rows, Sl) from the products' scores G;
+// writes lse, and out = 0 for a row that sees no key.
 inline void pairs_softmax_rows_f32(const attention_params<float>& p, const pairs_input<float>& in,
                                    const std::vector<int>& prod_of, const float* G,
-                                   const int8_t* reg, float* P, int64_t h, int64_t i0, int64_t rows,
-                                   int64_t Sl, int64_t c0, int64_t c1) {
-  const int64_t S = p.S, Hq = p.Hq, D = p.D;
+                                   const pairs_block& bl, float* P, int64_t h, int64_t Sl) {
+  const int64_t Hq = p.Hq, D = p.D, c0 = bl.c0, c1 = bl.c1;
   const bool sink = !p.sinks.empty();
-  for (int64_t ii = 0; ii < rows; ++ii) {
+  for (int64_t ii = 0; ii < bl.rows; ++ii) {
     float* Pi = &P[ii * Sl];
+    const int64_t i = bl.i0 + ii;
     // The columns P V reads: each pair's score from its region's product, -inf where the
     // pair is not attended.
+    pairs_row_scores(bl, prod_of, G, Sl, in.row_scale[i], ii, Pi);
     const float neg_inf = -std::numeric_limits<float>::infinity();
     float m = neg_inf;
-    for (int64_t j = c0; j < c1; ++j) {
-      const int8_t r = reg[ii * Sl + j];
-      Pi[j] = j >= S || r < 0 ? neg_inf
-                              : static_cast<float>(in.row_scale[i0 + ii] *
-                                                   G[(prod_of[r] * kPairsRows + ii) * Sl + j]);
-      m = std::max(m, Pi[j]);
-    }
-    const int64_t i = i0 + ii;
+    for (int64_t j = c0; j < c1; ++j) m = std::max(m, Pi[j]);
     float* out = p.out + (i * Hq + h) * D;
     const double sk = sink ? double(p.sinks[h]) : 0.0;
     if (m == neg_inf) {
@@ -316,23 +358,20 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
   // Work item: a block of queries, all heads (the regions do not depend on the head).
   parallel_for(nqb, [&](int64_t b, int64_t e) {
     std::vector<float> G(np * kPairsRows * Sl), P(kPairsRows * Sl), O(kPairsRows * Dp);
-    std::vector<int8_t> reg(kPairsRows * Sl);
+    pairs_block bl;
     // The block's query rows, all heads, rotated once per distinct query map.
     std::vector<std::vector<float>> qrot(in.qmap.size(), std::vector<float>(kPairsRows * Hq * D));
     for (int64_t x = b; x < e; ++x) {
       const int64_t i0 = x * kPairsRows;
       const int64_t rows = std::min(kPairsRows, T - i0);
-      // Regions of the block's pairs (-2 = not visible) and each product's column range.
-      std::vector<int64_t> lo(np, Sp), hi(np, 0);
-      int64_t vlo = Sp, vhi = 0;
-      pairs_block_regions(p, pl, t, prod_of, i0, rows, Sl, reg.data(), lo, hi, vlo, vhi);
-      const int64_t c0 = vlo >= vhi ? 0 : vlo / 8 * 8,
-                    c1 = vlo >= vhi ? 0 : std::min(Sp, (vhi + 7) / 8 * 8);
+      // Regions of the block's pairs and each product's column range.
+      pairs_block_find(p, pl, t, prod_of, np, i0, rows, bl);
+      const int64_t c0 = bl.c0, c1 = bl.c1;
       // Rotated at the map's query positions with the call's RoPE (the bits of a rotation of
       // all of q: rope_apply rotates each token on its own).
       for (size_t c = 0; c < qrot.size(); ++c) {
         bool used = false;
-        for (int64_t u = 0; u < np; ++u) used |= prods[u].first == int(c) && lo[u] < hi[u];
+        for (int64_t u = 0; u < np; ++u) used |= prods[u].first == int(c) && bl.lo[u] < bl.hi[u];
         if (!used) continue;
         std::copy_n(p.q + i0 * Hq * D, rows * Hq * D, qrot[c].data());
         t.transform->apply(
@@ -342,28 +381,229 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
       for (int64_t h = 0; h < Hq; ++h) {
         const int64_t hk = h / pl.group;
         for (int64_t u = 0; u < np; ++u) {
-          if (lo[u] >= hi[u]) continue;
-          const int64_t g0 = lo[u] / 8 * 8, g1 = std::min(Sp, (hi[u] + 7) / 8 * 8);
+          if (bl.lo[u] >= bl.hi[u]) continue;
+          const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
           gemm_f32(rows, g1 - g0, qrot[prods[u].first].data() + h * D, Hq * D,
                    kT[prods[u].second].data() + hk * D * Sl + g0, Sl,
                    G.data() + u * kPairsRows * Sl + g0, Sl, D, nullptr);
         }
-        pairs_softmax_rows_f32(p, in, prod_of, G.data(), reg.data(), P.data(), h, i0, rows, Sl, c0,
-                               c1);
+        pairs_softmax_rows_f32(p, in, prod_of, G.data(), bl, P.data(), h, Sl);
         if (c1 > c0)
           gemm_f32(rows, Dp, P.data() + c0, Sl, vp.data() + (hk * Sp + c0) * Dp, Dp, O.data(), Dp,
                    c1 - c0, nullptr);
-        for (int64_t ii = 0; ii < rows; ++ii) {
-          const int64_t i = i0 + ii;
-          // A row with no visible key was written above (out = 0).
-          bool any = false;
-          for (int64_t j = c0; j < c1 && !any; ++j) any = reg[ii * Sl + j] >= 0 && j < S;
-          if (!any) continue;
-          std::copy_n(&O[ii * Dp], D, p.out + (i * Hq + h) * D);
-        }
+        for (int64_t ii = 0; ii < rows; ++ii)  // a row that sees no key was written above
+          if (bl.sees[ii]) std::copy_n(&O[ii * Dp], D, p.out + ((i0 + ii) * Hq + h) * D);
       }
     }
   });
+}
+
+// The float32 backward in blocks (the fast form for float32): FlashAttention-2's backward (Dao
+// 2023, Algorithm 2) with the forward's regions. P is recomputed from the saved lse, and each
+// product runs over the columns where one of its regions occurs in the block, through the
+// forward's micro-kernel (gemm_f32). Per block of kPairsRows queries, kv head hk and query head
+// h of hk's group, with u a distinct (q copy, k copy) product and c, c' its copies:
+//   G_u   = Q_c K_c'^T                       (rows, its columns)
+//   P_ij  = Exp(row_scale_i G_u(ij) - lse_i)  u the pair's region's product; 0 if not attended
+//   dP    = dO V^T                            (rows, the block's columns)
+//   dS_ij = row_scale_i P_ij (dP_ij - D_i),   D_i = dO_i . o_i (FlashAttention-2's rowsum)
+//   dQ_c += dS_u K_c'    dK_c' += dS_u^T Q_c  (each product's pairs only)
+//   dV   += P^T dO
+// then dq_i = sum_c R(qmap_c(i))^T dQ_c,i (copies in order) per block and head, and at the end
+// dk_j = sum_c' R(kmap_c'(j))^T dK_c',j. Each kv head's accumulators take the blocks in query
+// order whichever thread runs them (the blocks go in chunks; a chunk's regions are found once,
+// then its kv heads run in parallel), so the bits do not depend on the thread count. Memory
+// O((S (copies + 2) + T) Hkv D + chunk S), no T x S matrix.
+constexpr int64_t kPairsChunk = 16;  // query blocks whose regions are held at once
+
+// The gradient of one block of queries for query head h of kv head hk (pairs_backward_f32).
+struct pairs_bwd_scratch {
+  std::vector<float> G, P, dP, qb, dOb, dQ, dQg, dq;
+};
+
+void pairs_backward_f32(const attention_params<float>& p, const attention_plan& pl,
+                        const engine_terms<float>& t, const pairs_input<float>& in,
+                        const pairs_rotated<float>& rot, const attention_grads<float>& g) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
+  const int64_t Sp = (S + 7) / 8 * 8, Dp = (D + 7) / 8 * 8, Sl = Sp + 16;
+  std::vector<std::pair<int, int>> prods;
+  std::vector<int> prod_of(in.R);
+  for (int r = 0; r < in.R; ++r) {
+    const std::pair<int, int> x{in.qvar[r], in.kvar[r]};
+    auto it = std::find(prods.begin(), prods.end(), x);
+    prod_of[r] = static_cast<int>(it - prods.begin());
+    if (it == prods.end()) prods.push_back(x);
+  }
+  const auto np = static_cast<int64_t>(prods.size());
+  const auto nq = static_cast<int64_t>(in.qmap.size()), nk = static_cast<int64_t>(in.kmap.size());
+  // Per kv head: keys transposed per copy (D, Sl) and in rows (Sp, Dp), values transposed (D,
+  // Sl), zero-padded; the accumulators dK per copy and dV (Sp, Dp).
+  std::vector<float> kT(nk * Hkv * D * Sl, 0.f), kr(nk * Hkv * Sp * Dp, 0.f), vT(Hkv * D * Sl, 0.f),
+      dK(nk * Hkv * Sp * Dp, 0.f), dV(Hkv * Sp * Dp, 0.f);
+  for (int64_t c = 0; c < nk; ++c)
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t j = 0; j < S; ++j) {
+        const float* x = rot.k[c].data() + (j * Hkv + hk) * D;
+        std::copy_n(x, D, &kr[((c * Hkv + hk) * Sp + j) * Dp]);
+        for (int64_t d = 0; d < D; ++d) kT[((c * Hkv + hk) * D + d) * Sl + j] = x[d];
+      }
+  for (int64_t hk = 0; hk < Hkv; ++hk)
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = in.v[(j * Hkv + hk) * D + d];
+  const std::vector<float> ones(std::max(Sp, kPairsRows), 1.f);
+  const int64_t nqb = (T + kPairsRows - 1) / kPairsRows;
+  std::vector<pairs_block> blocks(kPairsChunk);
+
+  // Block bl for query head h = hk G + hh: dP, dS, the dK and dV accumulators, and its dq' per
+  // q copy (in the copy's frame) into the group's rows.
+  auto head_block = [&](const pairs_block& bl, int64_t hk, int64_t hh, pairs_bwd_scratch& sc) {
+    const int64_t h = hk * pl.group + hh, i0 = bl.i0, rows = bl.rows, c0 = bl.c0, c1 = bl.c1;
+    {
+      // The block's rows of each q copy and of dO, (rows, Dp) zero-padded.
+      for (int64_t c = 0; c < nq; ++c)
+        for (int64_t ii = 0; ii < rows; ++ii)
+          std::copy_n(rot.q[c].data() + ((i0 + ii) * Hq + h) * D, D,
+                      &sc.qb[(c * kPairsRows + ii) * Dp]);
+      for (int64_t ii = 0; ii < rows; ++ii)
+        std::copy_n(g.dout + ((i0 + ii) * Hq + h) * D, D, &sc.dOb[ii * Dp]);
+      for (int64_t u = 0; u < np; ++u) {
+        if (bl.lo[u] >= bl.hi[u]) continue;
+        const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
+        gemm_f32(rows, g1 - g0, &sc.qb[prods[u].first * kPairsRows * Dp], Dp,
+                 &kT[(prods[u].second * Hkv + hk) * D * Sl + g0], Sl,
+                 &sc.G[u * kPairsRows * Sl + g0], Sl, D, nullptr);
+      }
+      gemm_f32(rows, c1 - c0, sc.dOb.data(), Dp, &vT[hk * D * Sl + c0], Sl, &sc.dP[c0], Sl, D,
+               nullptr);
+      // P and dS per pair (dP <- dS in place).
+      for (int64_t ii = 0; ii < rows; ++ii) {
+        const int64_t i = i0 + ii;
+        float* Pi = &sc.P[ii * Sl];
+        float* dSi = &sc.dP[ii * Sl];
+        if (!bl.sees[ii]) {  // a row that sees no key: P = dS = 0
+          std::fill(Pi + c0, Pi + c1, 0.f);
+          std::fill(dSi + c0, dSi + c1, 0.f);
+        } else {
+          pairs_row_scores(bl, prod_of, sc.G.data(), Sl, in.row_scale[i], ii, Pi);
+          (void)exp_row_f32(Pi + c0, c1 - c0, g.lse[i * Hq + h]);
+          double Di = 0;
+          for (int64_t d = 0; d < D; ++d)
+            Di += double(g.dout[(i * Hq + h) * D + d]) * double(g.out[(i * Hq + h) * D + d]);
+          const auto Dif = static_cast<float>(Di), rs = static_cast<float>(in.row_scale[i]);
+          for (int64_t j = c0; j < c1; ++j) {
+            const float x = rs * Pi[j] * (dSi[j] - Dif);
+            dSi[j] = std::abs(x) < std::numeric_limits<float>::min() ? 0.f : x;  // no subnormals
+          }
+        }
+        // Each product's own pairs of dS (zero elsewhere), where there are more than one.
+        if (np > 1)
+          for (int64_t u = 0; u < np; ++u) {
+            if (bl.lo[u] >= bl.hi[u]) continue;
+            const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
+            float* Gu = &sc.G[(u * kPairsRows + ii) * Sl];
+            std::fill(Gu + g0, Gu + g1, 0.f);
+            for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
+              const pairs_run& rn = bl.runs[x];
+              if (rn.r >= 0 && prod_of[rn.r] == u) std::copy(dSi + rn.j0, dSi + rn.j1, Gu + rn.j0);
+            }
+          }
+      }
+      // dV += P^T dO; per product dK_c' += dS_u^T Q_c and dQ_c += dS_u K_c'.
+      gemm_f32(c1 - c0, Dp, &sc.P[c0], 1, sc.dOb.data(), Dp, &dV[(hk * Sp + c0) * Dp], Dp, rows,
+               ones.data(), Sl);
+      std::fill(sc.dQ.begin(), sc.dQ.end(), 0.f);
+      for (int64_t u = 0; u < np; ++u) {
+        if (bl.lo[u] >= bl.hi[u]) continue;
+        const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
+        const int qc = prods[u].first, kc = prods[u].second;
+        const float* dSu = np > 1 ? &sc.G[u * kPairsRows * Sl] : sc.dP.data();
+        gemm_f32(g1 - g0, Dp, dSu + g0, 1, &sc.qb[qc * kPairsRows * Dp], Dp,
+                 &dK[((kc * Hkv + hk) * Sp + g0) * Dp], Dp, rows, ones.data(), Sl);
+        gemm_f32(rows, Dp, dSu + g0, Sl, &kr[((kc * Hkv + hk) * Sp + g0) * Dp], Dp,
+                 &sc.dQ[qc * kPairsRows * Dp], Dp, g1 - g0, ones.data());
+      }
+    }
+    // dq' of each copy into the group's rows (rows, G, D), rotated back per block.
+    for (int64_t c = 0; c < nq; ++c)
+      for (int64_t ii = 0; ii < rows; ++ii)
+        std::copy_n(&sc.dQ[(c * kPairsRows + ii) * Dp], D,
+                    &sc.dQg[((c * kPairsRows + ii) * pl.group + hh) * D]);
+  };
+  // Block bl of kv head hk: its query heads, then dq = sum_c R(qmap_c)^T dq'_c (copies in order).
+  auto group_block = [&](const pairs_block& bl, int64_t hk, pairs_bwd_scratch& sc) {
+    const int64_t G = pl.group, rows = bl.rows, i0 = bl.i0;
+    if (bl.c1 <= bl.c0) {  // no row of the block sees a key
+      for (int64_t ii = 0; ii < rows; ++ii)
+        std::fill_n(g.dq + ((i0 + ii) * Hq + hk * G) * D, G * D, 0.f);
+      return;
+    }
+    for (int64_t hh = 0; hh < G; ++hh) head_block(bl, hk, hh, sc);
+    std::fill(sc.dq.begin(), sc.dq.end(), 0.f);
+    for (int64_t c = 0; c < nq; ++c) {
+      bool used = false;
+      for (int64_t u = 0; u < np; ++u) used |= prods[u].first == c && bl.lo[u] < bl.hi[u];
+      if (!used) continue;
+      float* x = &sc.dQg[c * kPairsRows * G * D];
+      t.transform->apply(
+          std::span<const int64_t>(in.qmap[c].data() + i0, static_cast<size_t>(rows)), x, rows, G,
+          D, false, true);
+      for (int64_t e = 0; e < rows * G * D; ++e) sc.dq[e] += x[e];
+    }
+    for (int64_t ii = 0; ii < rows; ++ii)
+      std::copy_n(&sc.dq[ii * G * D], G * D, g.dq + ((i0 + ii) * Hq + hk * G) * D);
+  };
+
+  for (int64_t b0 = 0; b0 < nqb; b0 += kPairsChunk) {
+    const int64_t nb = std::min(kPairsChunk, nqb - b0);
+    parallel_for(nb, [&](int64_t b, int64_t e) {
+      for (int64_t x = b; x < e; ++x) {
+        const int64_t i0 = (b0 + x) * kPairsRows;
+        pairs_block_find(p, pl, t, prod_of, np, i0, std::min(kPairsRows, T - i0), blocks[x]);
+      }
+    });
+    parallel_for(Hkv, [&](int64_t b, int64_t e) {
+      pairs_bwd_scratch sc;
+      sc.G.resize(np * kPairsRows * Sl);
+      sc.P.resize(kPairsRows * Sl);
+      sc.dP.resize(kPairsRows * Sl);
+      sc.qb.assign(nq * kPairsRows * Dp, 0.f);
+      sc.dOb.assign(kPairsRows * Dp, 0.f);
+      sc.dQ.resize(nq * kPairsRows * Dp);
+      sc.dQg.resize(nq * kPairsRows * pl.group * D);
+      sc.dq.resize(kPairsRows * pl.group * D);
+      for (int64_t hk = b; hk < e; ++hk)
+        for (int64_t x = 0; x < nb; ++x) group_block(blocks[x], hk, sc);
+    });
+  }
+  // dk: each k copy's accumulator back from its frame, summed over the copies in order; dv.
+  parallel_for(Hkv, [&](int64_t b, int64_t e) {
+    std::vector<float> tmp(S * D), acc(S * D);
+    for (int64_t hk = b; hk < e; ++hk) {
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t c = 0; c < nk; ++c) {
+        for (int64_t j = 0; j < S; ++j)
+          std::copy_n(&dK[((c * Hkv + hk) * Sp + j) * Dp], D, &tmp[j * D]);
+        t.transform->apply(in.kmap[c], tmp.data(), S, 1, D, true, true);
+        for (int64_t x = 0; x < S * D; ++x) acc[x] += tmp[x];
+      }
+      for (int64_t j = 0; j < S; ++j) {
+        std::copy_n(&acc[j * D], D, g.dk + (j * Hkv + hk) * D);
+        std::copy_n(&dV[(hk * Sp + j) * Dp], D, g.dv + (j * Hkv + hk) * D);
+      }
+    }
+  });
+  // dsinks_h = -sum_i p_i,sink D_i, p_i,sink = exp(sink_h - lse_i), in double over the rows.
+  if (g.dsinks)
+    for (int64_t h = 0; h < Hq; ++h) {
+      double acc = 0;
+      for (int64_t i = 0; i < T; ++i) {
+        double Di = 0;
+        for (int64_t d = 0; d < D; ++d)
+          Di += double(g.dout[(i * Hq + h) * D + d]) * double(g.out[(i * Hq + h) * D + d]);
+        acc -= std::exp(double(p.sinks[h]) - double(g.lse[i * Hq + h])) * Di;
+      }
+      g.dsinks[h] = static_cast<float>(acc);
+    }
 }
 
 }  // namespace
@@ -415,6 +655,8 @@ void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& 
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
   const auto in = pairs_load(p, pl, t);
   const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
+  if constexpr (std::is_same_v<Real, float>)
+    if (!reference) return pairs_backward_f32(p, pl, t, in, rot, g);
   const size_t nq = in.qmap.size(), nk = in.kmap.size();
   // Gradients with respect to each rotated copy (the rotated frame), in double.
   std::vector<std::vector<double>> dQ(reference ? 0 : nq, std::vector<double>(T * Hq * D, 0.0)),

@@ -105,6 +105,11 @@ bool own_path(scheme s) {
   return d && named_path_scheme(*d);
 }
 
+bool rope_pairs_scheme(scheme s) {
+  const scheme_decl* d = named_decl(s);
+  return d && d->pairs;
+}
+
 bool float_kv_only(scheme s) {
   const scheme_decl* d = named_decl(s);
   return d && d->float_kv_only;
@@ -1249,6 +1254,14 @@ void add_backward_cases(std::vector<spec>& v) {
                        spec{17, 70, 80, 8, 4, static_cast<scheme>(sch), static_cast<mask>(msk),
                             uint64_t(700 + sch * 16 + msk)},
                        backward, f32 | f64));
+  // The per-pair RoPE schemes' float32 backward across its blocks of 32 queries and the chunks
+  // of 16 blocks whose regions it holds at once (attention_rope_pairs.cpp): T = S = 530.
+  for (int sch = kSchemes; sch < scheme_count(); ++sch)
+    if (rope_pairs_scheme(static_cast<scheme>(sch)))
+      v.push_back(make("backward_pairs_blocks",
+                       spec{530, 530, 8, 2, 1, static_cast<scheme>(sch), mask::causal,
+                            uint64_t(1900 + sch)},
+                       backward, f32));
   // A deterministic sample of shapes: lengths across block edges (1, 3, 63, 64, 65, 129), odd
   // head dims, MHA / GQA / MQA.
   {

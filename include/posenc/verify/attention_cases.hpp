@@ -129,6 +129,9 @@ bool float_kv_only(scheme s);
 // True for a scheme reached by name on a path of its own (CoPE: named_path_scheme): no sinks
 // there, and a finer step for its finite differences (its kinks).
 bool own_path(scheme s);
+// True for a per-pair RoPE scheme reached by name (scheme_decl::pairs: Self-Extend, DCA,
+// StreamingLLM).
+bool rope_pairs_scheme(scheme s);
 // The first trained score bias reached by name whose parameter is a tensor and which depends on
 // the offset alone (declaration order: T5), which the scheme `all` composes with the member
 // schemes; and its row of the enum (where the tests want a table bias).
