@@ -180,7 +180,11 @@ pairs_rotated<Real> pairs_rotate(const attention_params<Real>& p, const engine_t
   pairs_rotated<Real> rot;
   for (const auto& m : in.qmap) {
     if (!rotate_q) break;
-    rot.q.push_back(in.q);
+    // From p.q where the input holds no copy of it (q is token-major in every layout).
+    if (in.q.empty())
+      rot.q.emplace_back(p.q, p.q + p.T * p.Hq * p.D);
+    else
+      rot.q.push_back(in.q);
     t.transform->apply(m, rot.q.back().data(), p.T, p.Hq, p.D, false, false);
   }
   for (const auto& m : in.kmap) {
@@ -273,19 +277,22 @@ inline void pairs_block_find(const attention_params<float>& p, const attention_p
   bl.at[rows] = static_cast<int64_t>(bl.runs.size());
 }
 
-// Row ii of the block's scores for query head h from the products' scores G (np x
-// (kPairsRows, Sl)): Pi[j] = row_scale G_u(ii, j), u the pair's region's product, -inf where the
-// pair is not attended, over [c0, c1).
+// Row ii of the block's scores for one query head over the columns [s0, s1) from the products'
+// scores G (np x (prod_rows, Sl); the row's at row grow, column j at G[.. + j - s0]): Pi[j - s0]
+// = row_scale G_u(grow, j), u the pair's region's product, -inf where the pair is not attended.
 inline void pairs_row_scores(const pairs_block& bl, const std::vector<int>& prod_of, const float* G,
-                             int64_t Sl, double row_scale, int64_t ii, float* Pi) {
+                             int64_t Sl, int64_t prod_rows, int64_t grow, double row_scale,
+                             int64_t ii, int64_t s0, int64_t s1, float* Pi) {
   for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
     const pairs_run& rn = bl.runs[x];
+    const int64_t j0 = std::max(rn.j0, s0), j1 = std::min(rn.j1, s1);
+    if (j0 >= j1) continue;
     if (rn.r < 0) {
-      std::fill(Pi + rn.j0, Pi + rn.j1, -std::numeric_limits<float>::infinity());
+      std::fill(Pi + (j0 - s0), Pi + (j1 - s0), -std::numeric_limits<float>::infinity());
       continue;
     }
-    const float* Gu = G + (prod_of[rn.r] * kPairsRows + ii) * Sl;
-    for (int64_t j = rn.j0; j < rn.j1; ++j) Pi[j] = static_cast<float>(row_scale * Gu[j]);
+    const float* Gu = G + (prod_of[rn.r] * prod_rows + grow) * Sl - s0;
+    for (int64_t j = j0; j < j1; ++j) Pi[j - s0] = static_cast<float>(row_scale * Gu[j]);
   }
 }
 
@@ -301,7 +308,7 @@ inline void pairs_softmax_rows_f32(const attention_params<float>& p, const pairs
     const int64_t i = bl.i0 + ii;
     // The columns P V reads: each pair's score from its region's product, -inf where the
     // pair is not attended.
-    pairs_row_scores(bl, prod_of, G, Sl, in.row_scale[i], ii, Pi);
+    pairs_row_scores(bl, prod_of, G, Sl, kPairsRows, ii, in.row_scale[i], ii, 0, c1, Pi);
     const float neg_inf = -std::numeric_limits<float>::infinity();
     float m = neg_inf;
     for (int64_t j = c0; j < c1; ++j) m = std::max(m, Pi[j]);
@@ -415,10 +422,12 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
 // then its kv heads run in parallel), so the bits do not depend on the thread count. Memory
 // O((S (copies + 2) + T) Hkv D + chunk S), no T x S matrix.
 constexpr int64_t kPairsChunk = 16;  // query blocks whose regions are held at once
+constexpr int64_t kPairsCols = 256;  // keys per column strip of a block
+constexpr int64_t kPairsTile = 128;  // tile rows: the block's rows for up to 4 query heads
 
 // The gradient of one block of queries for query head h of kv head hk (pairs_backward_f32).
 struct pairs_bwd_scratch {
-  std::vector<float> G, P, dP, qb, dOb, dQ, dQg, dq;
+  std::vector<float> G, P, dP, qb, dOb, dQ, dQg, dq, Drow;
 };
 
 void pairs_backward_f32(const attention_params<float>& p, const attention_plan& pl,
@@ -436,6 +445,7 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
   }
   const auto np = static_cast<int64_t>(prods.size());
   const auto nq = static_cast<int64_t>(in.qmap.size()), nk = static_cast<int64_t>(in.kmap.size());
+  if (np > 8) fail("per-pair RoPE: {} distinct products; the backward takes at most 8", np);
   // Per kv head: keys transposed per copy (D, Sl) and in rows (Sp, Dp), values transposed (D,
   // Sl), zero-padded; the accumulators dK per copy and dV (Sp, Dp).
   std::vector<float> kT(nk * Hkv * D * Sl, 0.f), kr(nk * Hkv * Sp * Dp, 0.f), vT(Hkv * D * Sl, 0.f),
@@ -450,86 +460,97 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
   for (int64_t hk = 0; hk < Hkv; ++hk)
     for (int64_t j = 0; j < S; ++j)
       for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = in.v[(j * Hkv + hk) * D + d];
-  const std::vector<float> ones(std::max(Sp, kPairsRows), 1.f);
+  const std::vector<float> ones(std::max(Sp, kPairsTile), 1.f);
   const int64_t nqb = (T + kPairsRows - 1) / kPairsRows;
   std::vector<pairs_block> blocks(kPairsChunk);
 
   // Block bl for query head h = hk G + hh: dP, dS, the dK and dV accumulators, and its dq' per
   // q copy (in the copy's frame) into the group's rows.
-  auto head_block = [&](const pairs_block& bl, int64_t hk, int64_t hh, pairs_bwd_scratch& sc) {
-    const int64_t h = hk * pl.group + hh, i0 = bl.i0, rows = bl.rows, c0 = bl.c0, c1 = bl.c1;
-    {
-      // The block's rows of each q copy and of dO, (rows, Dp) zero-padded.
+  // Block bl for the query heads hk G + h0 .. + ng - 1 of kv head hk as one tile of R = ng rows
+  // rows (tile row r: head hk G + h0 + r / rows, query i0 + r % rows): dP, dS, the dK and dV
+  // accumulators, and the heads' dq' per q copy into the group's rows (rows, G, D).
+  auto head_block = [&](const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng,
+                        pairs_bwd_scratch& sc) {
+    const int64_t i0 = bl.i0, rows = bl.rows, R = ng * rows, G = pl.group;
+    constexpr int64_t W = kPairsCols;
+    auto head = [&](int64_t r) { return hk * G + h0 + r / rows; };
+    auto query = [&](int64_t r) { return i0 + r % rows; };
+    // The tile's rows of each q copy and of dO, (R, Dp) zero-padded; D_i = dO_i . o_i.
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t x = (query(r) * Hq + head(r)) * D;
       for (int64_t c = 0; c < nq; ++c)
-        for (int64_t ii = 0; ii < rows; ++ii)
-          std::copy_n(rot.q[c].data() + ((i0 + ii) * Hq + h) * D, D,
-                      &sc.qb[(c * kPairsRows + ii) * Dp]);
-      for (int64_t ii = 0; ii < rows; ++ii)
-        std::copy_n(g.dout + ((i0 + ii) * Hq + h) * D, D, &sc.dOb[ii * Dp]);
+        std::copy_n(rot.q[c].data() + x, D, &sc.qb[(c * kPairsTile + r) * Dp]);
+      std::copy_n(g.dout + x, D, &sc.dOb[r * Dp]);
+      double Di = 0;
+      for (int64_t d = 0; d < D; ++d) Di += double(g.dout[x + d]) * double(g.out[x + d]);
+      sc.Drow[r] = static_cast<float>(Di);
+    }
+    std::fill(sc.dQ.begin(), sc.dQ.end(), 0.f);
+    // Column strips of W keys: each product's scores, P, dP and dS of the strip stay in cache.
+    for (int64_t s0 = bl.c0; s0 < bl.c1; s0 += W) {
+      const int64_t s1 = std::min(bl.c1, s0 + W);
+      // Product u's columns in the strip: [a[u], e[u]) (whole groups of 8; empty: a >= e).
+      int64_t a[8], e[8];
       for (int64_t u = 0; u < np; ++u) {
-        if (bl.lo[u] >= bl.hi[u]) continue;
-        const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
-        gemm_f32(rows, g1 - g0, &sc.qb[prods[u].first * kPairsRows * Dp], Dp,
-                 &kT[(prods[u].second * Hkv + hk) * D * Sl + g0], Sl,
-                 &sc.G[u * kPairsRows * Sl + g0], Sl, D, nullptr);
+        a[u] = std::max(s0, bl.lo[u] / 8 * 8);
+        e[u] = std::min(s1, (bl.hi[u] + 7) / 8 * 8);
+        if (a[u] < e[u])
+          gemm_f32(R, e[u] - a[u], &sc.qb[prods[u].first * kPairsTile * Dp], Dp,
+                   &kT[(prods[u].second * Hkv + hk) * D * Sl + a[u]], Sl,
+                   &sc.G[u * kPairsTile * W + (a[u] - s0)], W, D, nullptr);
       }
-      gemm_f32(rows, c1 - c0, sc.dOb.data(), Dp, &vT[hk * D * Sl + c0], Sl, &sc.dP[c0], Sl, D,
+      gemm_f32(R, s1 - s0, sc.dOb.data(), Dp, &vT[hk * D * Sl + s0], Sl, sc.dP.data(), W, D,
                nullptr);
-      // P and dS per pair (dP <- dS in place).
-      for (int64_t ii = 0; ii < rows; ++ii) {
-        const int64_t i = i0 + ii;
-        float* Pi = &sc.P[ii * Sl];
-        float* dSi = &sc.dP[ii * Sl];
+      // P and dS per pair (dP <- dS in place), then each product's own pairs of dS.
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = query(r), ii = r % rows;
+        float* Pi = &sc.P[r * W];
+        float* dSi = &sc.dP[r * W];
         if (!bl.sees[ii]) {  // a row that sees no key: P = dS = 0
-          std::fill(Pi + c0, Pi + c1, 0.f);
-          std::fill(dSi + c0, dSi + c1, 0.f);
+          std::fill(Pi, Pi + (s1 - s0), 0.f);
+          std::fill(dSi, dSi + (s1 - s0), 0.f);
         } else {
-          pairs_row_scores(bl, prod_of, sc.G.data(), Sl, in.row_scale[i], ii, Pi);
-          (void)exp_row_f32(Pi + c0, c1 - c0, g.lse[i * Hq + h]);
-          double Di = 0;
-          for (int64_t d = 0; d < D; ++d)
-            Di += double(g.dout[(i * Hq + h) * D + d]) * double(g.out[(i * Hq + h) * D + d]);
-          const auto Dif = static_cast<float>(Di), rs = static_cast<float>(in.row_scale[i]);
-          for (int64_t j = c0; j < c1; ++j) {
+          pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i], ii, s0, s1,
+                           Pi);
+          (void)exp_row_f32(Pi, s1 - s0, g.lse[i * Hq + head(r)]);
+          const float Dif = sc.Drow[r], rs = static_cast<float>(in.row_scale[i]);
+          for (int64_t j = 0; j < s1 - s0; ++j) {
             const float x = rs * Pi[j] * (dSi[j] - Dif);
             dSi[j] = std::abs(x) < std::numeric_limits<float>::min() ? 0.f : x;  // no subnormals
           }
         }
-        // Each product's own pairs of dS (zero elsewhere), where there are more than one.
         if (np > 1)
           for (int64_t u = 0; u < np; ++u) {
-            if (bl.lo[u] >= bl.hi[u]) continue;
-            const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
-            float* Gu = &sc.G[(u * kPairsRows + ii) * Sl];
-            std::fill(Gu + g0, Gu + g1, 0.f);
+            if (a[u] >= e[u]) continue;
+            float* Gu = &sc.G[(u * kPairsTile + r) * W] - s0;
+            std::fill(Gu + a[u], Gu + e[u], 0.f);
             for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
               const pairs_run& rn = bl.runs[x];
-              if (rn.r >= 0 && prod_of[rn.r] == u) std::copy(dSi + rn.j0, dSi + rn.j1, Gu + rn.j0);
+              const int64_t j0 = std::max(rn.j0, a[u]), j1 = std::min(rn.j1, e[u]);
+              if (rn.r >= 0 && prod_of[rn.r] == u && j0 < j1)
+                std::copy(dSi + (j0 - s0), dSi + (j1 - s0), Gu + j0);
             }
           }
       }
       // dV += P^T dO; per product dK_c' += dS_u^T Q_c and dQ_c += dS_u K_c'.
-      gemm_f32(c1 - c0, Dp, &sc.P[c0], 1, sc.dOb.data(), Dp, &dV[(hk * Sp + c0) * Dp], Dp, rows,
-               ones.data(), Sl);
-      std::fill(sc.dQ.begin(), sc.dQ.end(), 0.f);
+      gemm_f32(s1 - s0, Dp, sc.P.data(), 1, sc.dOb.data(), Dp, &dV[(hk * Sp + s0) * Dp], Dp, R,
+               ones.data(), W);
       for (int64_t u = 0; u < np; ++u) {
-        if (bl.lo[u] >= bl.hi[u]) continue;
-        const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
+        if (a[u] >= e[u]) continue;
         const int qc = prods[u].first, kc = prods[u].second;
-        const float* dSu = np > 1 ? &sc.G[u * kPairsRows * Sl] : sc.dP.data();
-        gemm_f32(g1 - g0, Dp, dSu + g0, 1, &sc.qb[qc * kPairsRows * Dp], Dp,
-                 &dK[((kc * Hkv + hk) * Sp + g0) * Dp], Dp, rows, ones.data(), Sl);
-        gemm_f32(rows, Dp, dSu + g0, Sl, &kr[((kc * Hkv + hk) * Sp + g0) * Dp], Dp,
-                 &sc.dQ[qc * kPairsRows * Dp], Dp, g1 - g0, ones.data());
+        const float* dSu = (np > 1 ? &sc.G[u * kPairsTile * W] : sc.dP.data()) + (a[u] - s0);
+        gemm_f32(e[u] - a[u], Dp, dSu, 1, &sc.qb[qc * kPairsTile * Dp], Dp,
+                 &dK[((kc * Hkv + hk) * Sp + a[u]) * Dp], Dp, R, ones.data(), W);
+        gemm_f32(R, Dp, dSu, W, &kr[((kc * Hkv + hk) * Sp + a[u]) * Dp], Dp,
+                 &sc.dQ[qc * kPairsTile * Dp], Dp, e[u] - a[u], ones.data());
       }
     }
     // dq' of each copy into the group's rows (rows, G, D), rotated back per block.
     for (int64_t c = 0; c < nq; ++c)
-      for (int64_t ii = 0; ii < rows; ++ii)
-        std::copy_n(&sc.dQ[(c * kPairsRows + ii) * Dp], D,
-                    &sc.dQg[((c * kPairsRows + ii) * pl.group + hh) * D]);
+      for (int64_t r = 0; r < R; ++r)
+        std::copy_n(&sc.dQ[(c * kPairsTile + r) * Dp], D,
+                    &sc.dQg[((c * kPairsRows + r % rows) * G + h0 + r / rows) * D]);
   };
-  // Block bl of kv head hk: its query heads, then dq = sum_c R(qmap_c)^T dq'_c (copies in order).
   auto group_block = [&](const pairs_block& bl, int64_t hk, pairs_bwd_scratch& sc) {
     const int64_t G = pl.group, rows = bl.rows, i0 = bl.i0;
     if (bl.c1 <= bl.c0) {  // no row of the block sees a key
@@ -537,7 +558,8 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
         std::fill_n(g.dq + ((i0 + ii) * Hq + hk * G) * D, G * D, 0.f);
       return;
     }
-    for (int64_t hh = 0; hh < G; ++hh) head_block(bl, hk, hh, sc);
+    for (int64_t h0 = 0; h0 < G; h0 += kPairsTile / kPairsRows)
+      head_block(bl, hk, h0, std::min(kPairsTile / kPairsRows, G - h0), sc);
     std::fill(sc.dq.begin(), sc.dq.end(), 0.f);
     for (int64_t c = 0; c < nq; ++c) {
       bool used = false;
@@ -563,12 +585,13 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
     });
     parallel_for(Hkv, [&](int64_t b, int64_t e) {
       pairs_bwd_scratch sc;
-      sc.G.resize(np * kPairsRows * Sl);
-      sc.P.resize(kPairsRows * Sl);
-      sc.dP.resize(kPairsRows * Sl);
-      sc.qb.assign(nq * kPairsRows * Dp, 0.f);
-      sc.dOb.assign(kPairsRows * Dp, 0.f);
-      sc.dQ.resize(nq * kPairsRows * Dp);
+      sc.G.resize(np * kPairsTile * kPairsCols);
+      sc.P.resize(kPairsTile * kPairsCols);
+      sc.dP.resize(kPairsTile * kPairsCols);
+      sc.qb.assign(nq * kPairsTile * Dp, 0.f);
+      sc.dOb.assign(kPairsTile * Dp, 0.f);
+      sc.dQ.resize(nq * kPairsTile * Dp);
+      sc.Drow.resize(kPairsTile);
       sc.dQg.resize(nq * kPairsRows * pl.group * D);
       sc.dq.resize(kPairsRows * pl.group * D);
       for (int64_t hk = b; hk < e; ++hk)
@@ -653,7 +676,8 @@ void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& 
                          const engine_terms<Real>& t, const attention_grads<Real>& g,
                          bool reference) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  const auto in = pairs_load(p, pl, t);
+  // The float32 fast form rotates q from p.q: no copy of it.
+  const auto in = pairs_load(p, pl, t, !std::is_same_v<Real, float> || reference);
   const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
   if constexpr (std::is_same_v<Real, float>)
     if (!reference) return pairs_backward_f32(p, pl, t, in, rot, g);
