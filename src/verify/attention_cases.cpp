@@ -1258,10 +1258,10 @@ void add_backward_cases(std::vector<spec>& v) {
   // of 16 blocks whose regions it holds at once (attention_rope_pairs.cpp): T = S = 530.
   for (int sch = kSchemes; sch < scheme_count(); ++sch)
     if (rope_pairs_scheme(static_cast<scheme>(sch)))
-      v.push_back(make("backward_pairs_blocks",
-                       spec{530, 530, 8, 2, 1, static_cast<scheme>(sch), mask::causal,
-                            uint64_t(1900 + sch)},
-                       backward, f32));
+      v.push_back(make(
+          "backward_pairs_blocks",
+          spec{530, 530, 8, 2, 1, static_cast<scheme>(sch), mask::causal, uint64_t(1900 + sch)},
+          backward, f32));
   // A deterministic sample of shapes: lengths across block edges (1, 3, 63, 64, 65, 129), odd
   // head dims, MHA / GQA / MQA.
   {
