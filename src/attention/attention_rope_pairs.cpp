@@ -430,47 +430,115 @@ struct pairs_bwd_scratch {
   std::vector<float> G, P, dP, qb, dOb, dQ, dQg, dq, Drow;
 };
 
-void pairs_backward_f32(const attention_params<float>& p, const attention_plan& pl,
-                        const engine_terms<float>& t, const pairs_input<float>& in,
-                        const pairs_rotated<float>& rot, const attention_grads<float>& g) {
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  const int64_t Sp = (S + 7) / 8 * 8, Dp = (D + 7) / 8 * 8, Sl = Sp + 16;
-  std::vector<std::pair<int, int>> prods;
-  std::vector<int> prod_of(in.R);
-  for (int r = 0; r < in.R; ++r) {
-    const std::pair<int, int> x{in.qvar[r], in.kvar[r]};
-    auto it = std::find(prods.begin(), prods.end(), x);
-    prod_of[r] = static_cast<int>(it - prods.begin());
-    if (it == prods.end()) prods.push_back(x);
-  }
-  const auto np = static_cast<int64_t>(prods.size());
-  const auto nq = static_cast<int64_t>(in.qmap.size()), nk = static_cast<int64_t>(in.kmap.size());
-  if (np > 8) fail("per-pair RoPE: {} distinct products; the backward takes at most 8", np);
+// The backward's problem: the call, its products and the packed keys, values and accumulators.
+struct pairs_bwd {
+  const attention_params<float>& p;
+  const attention_plan& pl;
+  const engine_terms<float>& t;
+  const pairs_input<float>& in;
+  const pairs_rotated<float>& rot;
+  const attention_grads<float>& g;
+  int64_t Hq, Hkv, D, Sp, Dp, Sl, np = 0, nq, nk;
+  std::vector<std::pair<int, int>> prods;  // distinct (q copy, k copy) products
+  std::vector<int> prod_of;                // each region's product
   // Per kv head: keys transposed per copy (D, Sl) and in rows (Sp, Dp), values transposed (D,
   // Sl), zero-padded; the accumulators dK per copy and dV (Sp, Dp).
-  std::vector<float> kT(nk * Hkv * D * Sl, 0.f), kr(nk * Hkv * Sp * Dp, 0.f), vT(Hkv * D * Sl, 0.f),
-      dK(nk * Hkv * Sp * Dp, 0.f), dV(Hkv * Sp * Dp, 0.f);
-  for (int64_t c = 0; c < nk; ++c)
-    for (int64_t hk = 0; hk < Hkv; ++hk)
-      for (int64_t j = 0; j < S; ++j) {
-        const float* x = rot.k[c].data() + (j * Hkv + hk) * D;
-        std::copy_n(x, D, &kr[((c * Hkv + hk) * Sp + j) * Dp]);
-        for (int64_t d = 0; d < D; ++d) kT[((c * Hkv + hk) * D + d) * Sl + j] = x[d];
-      }
-  for (int64_t hk = 0; hk < Hkv; ++hk)
-    for (int64_t j = 0; j < S; ++j)
-      for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = in.v[(j * Hkv + hk) * D + d];
-  const std::vector<float> ones(std::max(Sp, kPairsTile), 1.f);
-  const int64_t nqb = (T + kPairsRows - 1) / kPairsRows;
-  std::vector<pairs_block> blocks(kPairsChunk);
+  std::vector<float> kT, kr, vT, dK, dV, ones;
 
-  // Block bl for query head h = hk G + hh: dP, dS, the dK and dV accumulators, and its dq' per
-  // q copy (in the copy's frame) into the group's rows.
+  pairs_bwd(const attention_params<float>& p_, const attention_plan& pl_,
+            const engine_terms<float>& t_, const pairs_input<float>& in_,
+            const pairs_rotated<float>& rot_, const attention_grads<float>& g_)
+      : p(p_),
+        pl(pl_),
+        t(t_),
+        in(in_),
+        rot(rot_),
+        g(g_),
+        Hq(p.Hq),
+        Hkv(p.Hkv),
+        D(p.D),
+        Sp((p.S + 7) / 8 * 8),
+        Dp((p.D + 7) / 8 * 8),
+        Sl(Sp + 16),
+        nq(static_cast<int64_t>(in.qmap.size())),
+        nk(static_cast<int64_t>(in.kmap.size())),
+        prod_of(in.R) {
+    for (int r = 0; r < in.R; ++r) {
+      const std::pair<int, int> x{in.qvar[r], in.kvar[r]};
+      auto it = std::find(prods.begin(), prods.end(), x);
+      prod_of[r] = static_cast<int>(it - prods.begin());
+      if (it == prods.end()) prods.push_back(x);
+    }
+    np = static_cast<int64_t>(prods.size());
+    if (np > 8) fail("per-pair RoPE: {} distinct products; the backward takes at most 8", np);
+    const int64_t S = p.S;
+    kT.assign(nk * Hkv * D * Sl, 0.f), kr.assign(nk * Hkv * Sp * Dp, 0.f);
+    vT.assign(Hkv * D * Sl, 0.f), dK.assign(nk * Hkv * Sp * Dp, 0.f), dV.assign(Hkv * Sp * Dp, 0.f);
+    for (int64_t c = 0; c < nk; ++c)
+      for (int64_t hk = 0; hk < Hkv; ++hk)
+        for (int64_t j = 0; j < S; ++j) {
+          const float* x = rot.k[c].data() + (j * Hkv + hk) * D;
+          std::copy_n(x, D, &kr[((c * Hkv + hk) * Sp + j) * Dp]);
+          for (int64_t d = 0; d < D; ++d) kT[((c * Hkv + hk) * D + d) * Sl + j] = x[d];
+        }
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = in.v[(j * Hkv + hk) * D + d];
+    ones.assign(std::max(Sp, kPairsTile), 1.f);
+  }
+
+  pairs_bwd_scratch scratch() const {
+    pairs_bwd_scratch sc;
+    sc.G.resize(np * kPairsTile * kPairsCols);
+    sc.P.resize(kPairsTile * kPairsCols);
+    sc.dP.resize(kPairsTile * kPairsCols);
+    sc.qb.assign(nq * kPairsTile * Dp, 0.f);
+    sc.dOb.assign(kPairsTile * Dp, 0.f);
+    sc.dQ.resize(nq * kPairsTile * Dp);
+    sc.Drow.resize(kPairsTile);
+    sc.dQg.resize(nq * kPairsRows * pl.group * D);
+    sc.dq.resize(kPairsRows * pl.group * D);
+    return sc;
+  }
+
+  // Tile row r of block bl's P and dS over the strip [s0, s1) (a[u], e[u]: product u's columns
+  // there), in place of its scores and dP; then each product's own pairs of dS into its G.
+  void strip_row(const pairs_block& bl, int64_t r, int64_t i, int64_t h, int64_t s0, int64_t s1,
+                 const int64_t* a, const int64_t* e, pairs_bwd_scratch& sc) const {
+    constexpr int64_t W = kPairsCols;
+    const int64_t ii = i - bl.i0;
+    float* Pi = &sc.P[r * W];
+    float* dSi = &sc.dP[r * W];
+    if (!bl.sees[ii]) {  // a row that sees no key: P = dS = 0
+      std::fill(Pi, Pi + (s1 - s0), 0.f);
+      std::fill(dSi, dSi + (s1 - s0), 0.f);
+    } else {
+      pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i], ii, s0, s1, Pi);
+      (void)exp_row_f32(Pi, s1 - s0, g.lse[i * Hq + h]);
+      const float Dif = sc.Drow[r], rs = static_cast<float>(in.row_scale[i]);
+      for (int64_t j = 0; j < s1 - s0; ++j) {
+        const float x = rs * Pi[j] * (dSi[j] - Dif);
+        dSi[j] = std::abs(x) < std::numeric_limits<float>::min() ? 0.f : x;  // no subnormals
+      }
+    }
+    if (np == 1) return;
+    for (int64_t u = 0; u < np; ++u) {
+      if (a[u] >= e[u]) continue;
+      float* Gu = &sc.G[(u * kPairsTile + r) * W] - s0;
+      std::fill(Gu + a[u], Gu + e[u], 0.f);
+      for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
+        const pairs_run& rn = bl.runs[x];
+        const int64_t j0 = std::max(rn.j0, a[u]), j1 = std::min(rn.j1, e[u]);
+        if (rn.r >= 0 && prod_of[rn.r] == u && j0 < j1)
+          std::copy(dSi + (j0 - s0), dSi + (j1 - s0), Gu + j0);
+      }
+    }
+  }
+
   // Block bl for the query heads hk G + h0 .. + ng - 1 of kv head hk as one tile of R = ng rows
   // rows (tile row r: head hk G + h0 + r / rows, query i0 + r % rows): dP, dS, the dK and dV
   // accumulators, and the heads' dq' per q copy into the group's rows (rows, G, D).
-  auto head_block = [&](const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng,
-                        pairs_bwd_scratch& sc) {
+  void tile(const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng, pairs_bwd_scratch& sc) {
     const int64_t i0 = bl.i0, rows = bl.rows, R = ng * rows, G = pl.group;
     constexpr int64_t W = kPairsCols;
     auto head = [&](int64_t r) { return hk * G + h0 + r / rows; };
@@ -501,37 +569,7 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
       }
       gemm_f32(R, s1 - s0, sc.dOb.data(), Dp, &vT[hk * D * Sl + s0], Sl, sc.dP.data(), W, D,
                nullptr);
-      // P and dS per pair (dP <- dS in place), then each product's own pairs of dS.
-      for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = query(r), ii = r % rows;
-        float* Pi = &sc.P[r * W];
-        float* dSi = &sc.dP[r * W];
-        if (!bl.sees[ii]) {  // a row that sees no key: P = dS = 0
-          std::fill(Pi, Pi + (s1 - s0), 0.f);
-          std::fill(dSi, dSi + (s1 - s0), 0.f);
-        } else {
-          pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i], ii, s0, s1,
-                           Pi);
-          (void)exp_row_f32(Pi, s1 - s0, g.lse[i * Hq + head(r)]);
-          const float Dif = sc.Drow[r], rs = static_cast<float>(in.row_scale[i]);
-          for (int64_t j = 0; j < s1 - s0; ++j) {
-            const float x = rs * Pi[j] * (dSi[j] - Dif);
-            dSi[j] = std::abs(x) < std::numeric_limits<float>::min() ? 0.f : x;  // no subnormals
-          }
-        }
-        if (np > 1)
-          for (int64_t u = 0; u < np; ++u) {
-            if (a[u] >= e[u]) continue;
-            float* Gu = &sc.G[(u * kPairsTile + r) * W] - s0;
-            std::fill(Gu + a[u], Gu + e[u], 0.f);
-            for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
-              const pairs_run& rn = bl.runs[x];
-              const int64_t j0 = std::max(rn.j0, a[u]), j1 = std::min(rn.j1, e[u]);
-              if (rn.r >= 0 && prod_of[rn.r] == u && j0 < j1)
-                std::copy(dSi + (j0 - s0), dSi + (j1 - s0), Gu + j0);
-            }
-          }
-      }
+      for (int64_t r = 0; r < R; ++r) strip_row(bl, r, query(r), head(r), s0, s1, a, e, sc);
       // dV += P^T dO; per product dK_c' += dS_u^T Q_c and dQ_c += dS_u K_c'.
       gemm_f32(s1 - s0, Dp, sc.P.data(), 1, sc.dOb.data(), Dp, &dV[(hk * Sp + s0) * Dp], Dp, R,
                ones.data(), W);
@@ -545,13 +583,16 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
                  &sc.dQ[qc * kPairsTile * Dp], Dp, e[u] - a[u], ones.data());
       }
     }
-    // dq' of each copy into the group's rows (rows, G, D), rotated back per block.
+    // dq' of each copy into the group's rows (rows, G, D).
     for (int64_t c = 0; c < nq; ++c)
       for (int64_t r = 0; r < R; ++r)
         std::copy_n(&sc.dQ[(c * kPairsTile + r) * Dp], D,
                     &sc.dQg[((c * kPairsRows + r % rows) * G + h0 + r / rows) * D]);
-  };
-  auto group_block = [&](const pairs_block& bl, int64_t hk, pairs_bwd_scratch& sc) {
+  }
+
+  // Block bl of kv head hk: its query heads' tiles, then dq = sum_c R(qmap_c)^T dq'_c over the
+  // copies in order.
+  void group_block(const pairs_block& bl, int64_t hk, pairs_bwd_scratch& sc) {
     const int64_t G = pl.group, rows = bl.rows, i0 = bl.i0;
     if (bl.c1 <= bl.c0) {  // no row of the block sees a key
       for (int64_t ii = 0; ii < rows; ++ii)
@@ -559,7 +600,7 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
       return;
     }
     for (int64_t h0 = 0; h0 < G; h0 += kPairsTile / kPairsRows)
-      head_block(bl, hk, h0, std::min(kPairsTile / kPairsRows, G - h0), sc);
+      tile(bl, hk, h0, std::min(kPairsTile / kPairsRows, G - h0), sc);
     std::fill(sc.dq.begin(), sc.dq.end(), 0.f);
     for (int64_t c = 0; c < nq; ++c) {
       bool used = false;
@@ -573,53 +614,35 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
     }
     for (int64_t ii = 0; ii < rows; ++ii)
       std::copy_n(&sc.dq[ii * G * D], G * D, g.dq + ((i0 + ii) * Hq + hk * G) * D);
-  };
+  }
 
-  for (int64_t b0 = 0; b0 < nqb; b0 += kPairsChunk) {
-    const int64_t nb = std::min(kPairsChunk, nqb - b0);
-    parallel_for(nb, [&](int64_t b, int64_t e) {
-      for (int64_t x = b; x < e; ++x) {
-        const int64_t i0 = (b0 + x) * kPairsRows;
-        pairs_block_find(p, pl, t, prod_of, np, i0, std::min(kPairsRows, T - i0), blocks[x]);
-      }
-    });
+  // dk: each k copy's accumulator back from its frame, summed over the copies in order; dv.
+  void store_kv() const {
+    const int64_t S = p.S;
     parallel_for(Hkv, [&](int64_t b, int64_t e) {
-      pairs_bwd_scratch sc;
-      sc.G.resize(np * kPairsTile * kPairsCols);
-      sc.P.resize(kPairsTile * kPairsCols);
-      sc.dP.resize(kPairsTile * kPairsCols);
-      sc.qb.assign(nq * kPairsTile * Dp, 0.f);
-      sc.dOb.assign(kPairsTile * Dp, 0.f);
-      sc.dQ.resize(nq * kPairsTile * Dp);
-      sc.Drow.resize(kPairsTile);
-      sc.dQg.resize(nq * kPairsRows * pl.group * D);
-      sc.dq.resize(kPairsRows * pl.group * D);
-      for (int64_t hk = b; hk < e; ++hk)
-        for (int64_t x = 0; x < nb; ++x) group_block(blocks[x], hk, sc);
+      std::vector<float> tmp(S * D), acc(S * D);
+      for (int64_t hk = b; hk < e; ++hk) {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t c = 0; c < nk; ++c) {
+          for (int64_t j = 0; j < S; ++j)
+            std::copy_n(&dK[((c * Hkv + hk) * Sp + j) * Dp], D, &tmp[j * D]);
+          t.transform->apply(in.kmap[c], tmp.data(), S, 1, D, true, true);
+          for (int64_t x = 0; x < S * D; ++x) acc[x] += tmp[x];
+        }
+        for (int64_t j = 0; j < S; ++j) {
+          std::copy_n(&acc[j * D], D, g.dk + (j * Hkv + hk) * D);
+          std::copy_n(&dV[(hk * Sp + j) * Dp], D, g.dv + (j * Hkv + hk) * D);
+        }
+      }
     });
   }
-  // dk: each k copy's accumulator back from its frame, summed over the copies in order; dv.
-  parallel_for(Hkv, [&](int64_t b, int64_t e) {
-    std::vector<float> tmp(S * D), acc(S * D);
-    for (int64_t hk = b; hk < e; ++hk) {
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t c = 0; c < nk; ++c) {
-        for (int64_t j = 0; j < S; ++j)
-          std::copy_n(&dK[((c * Hkv + hk) * Sp + j) * Dp], D, &tmp[j * D]);
-        t.transform->apply(in.kmap[c], tmp.data(), S, 1, D, true, true);
-        for (int64_t x = 0; x < S * D; ++x) acc[x] += tmp[x];
-      }
-      for (int64_t j = 0; j < S; ++j) {
-        std::copy_n(&acc[j * D], D, g.dk + (j * Hkv + hk) * D);
-        std::copy_n(&dV[(hk * Sp + j) * Dp], D, g.dv + (j * Hkv + hk) * D);
-      }
-    }
-  });
+
   // dsinks_h = -sum_i p_i,sink D_i, p_i,sink = exp(sink_h - lse_i), in double over the rows.
-  if (g.dsinks)
+  void store_sinks() const {
+    if (!g.dsinks) return;
     for (int64_t h = 0; h < Hq; ++h) {
       double acc = 0;
-      for (int64_t i = 0; i < T; ++i) {
+      for (int64_t i = 0; i < p.T; ++i) {
         double Di = 0;
         for (int64_t d = 0; d < D; ++d)
           Di += double(g.dout[(i * Hq + h) * D + d]) * double(g.out[(i * Hq + h) * D + d]);
@@ -627,6 +650,32 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
       }
       g.dsinks[h] = static_cast<float>(acc);
     }
+  }
+};
+
+void pairs_backward_f32(const attention_params<float>& p, const attention_plan& pl,
+                        const engine_terms<float>& t, const pairs_input<float>& in,
+                        const pairs_rotated<float>& rot, const attention_grads<float>& g) {
+  // Threads write disjoint parts of pb's accumulators: kv head hk's.
+  pairs_bwd pb(p, pl, t, in, rot, g);
+  const int64_t T = p.T, nqb = (T + kPairsRows - 1) / kPairsRows;
+  std::vector<pairs_block> blocks(kPairsChunk);
+  for (int64_t b0 = 0; b0 < nqb; b0 += kPairsChunk) {
+    const int64_t nb = std::min(kPairsChunk, nqb - b0);
+    parallel_for(nb, [&](int64_t b, int64_t e) {
+      for (int64_t x = b; x < e; ++x) {
+        const int64_t i0 = (b0 + x) * kPairsRows;
+        pairs_block_find(p, pl, t, pb.prod_of, pb.np, i0, std::min(kPairsRows, T - i0), blocks[x]);
+      }
+    });
+    parallel_for(p.Hkv, [&](int64_t b, int64_t e) {
+      pairs_bwd_scratch sc = pb.scratch();
+      for (int64_t hk = b; hk < e; ++hk)
+        for (int64_t x = 0; x < nb; ++x) pb.group_block(blocks[x], hk, sc);
+    });
+  }
+  pb.store_kv();
+  pb.store_sinks();
 }
 
 }  // namespace
