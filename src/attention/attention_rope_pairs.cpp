@@ -74,13 +74,13 @@ struct pairs_input {
 
 template <typename Real>
 pairs_input<Real> pairs_load(const attention_params<Real>& p, const attention_plan& pl,
-                             const engine_terms<Real>& t, bool copy_q = true) {
+                             const engine_terms<Real>& t, bool copy_q = true, bool copy_kv = true) {
   pairs_input<Real> in;
   const int64_t T = p.T, S = p.S, Hkv = p.Hkv, D = p.D;
   if (copy_q) in.q.assign(p.q, p.q + T * p.Hq * D);
-  in.k.resize(S * Hkv * D);
-  in.v.resize(S * Hkv * D);
-  for (int64_t j = 0; j < S; ++j)
+  in.k.resize(copy_kv ? S * Hkv * D : 0);
+  in.v.resize(copy_kv ? S * Hkv * D : 0);
+  for (int64_t j = 0; copy_kv && j < S; ++j)
     for (int64_t hk = 0; hk < Hkv; ++hk) {
       const int64_t x = (j * Hkv + hk) * D, y = kv_offset(p, j, hk);
       copy_key(p, j, hk, in.k.data() + x);
@@ -405,6 +405,128 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
   });
 }
 
+// The float32 decode form (T <= kPairsDecodeRows queries): one pass over the keys in chunks of
+// kPairsDecodeKeys, no copy of K or V. Per chunk and query i, every key is rotated at its pair's
+// key position (apply over the chunk's keys at b_r(kpos_j), r the pair's region), the scores of
+// the query's heads come from one product per region present (the keys against q rotated at
+// a_r(qpos_i), (chunk, 8) per kv head), and the chunk keeps its softmax partials: its maximum m,
+// its sum l and O = sum_j exp(s_j - m) v_j. The partials are merged in chunk order (in double),
+// so the bits do not depend on the thread count. Memory O(threads kPairsDecodeKeys Hkv D).
+constexpr int64_t kPairsDecodeRows = 4;
+constexpr int64_t kPairsDecodeKeys = 256;
+
+struct pairs_partial {  // one chunk's softmax of one query row of one head
+  float m = -std::numeric_limits<float>::infinity(), l = 0;
+};
+
+void pairs_decode_f32(const attention_params<float>& p, const attention_plan& pl,
+                      const engine_terms<float>& t, const pairs_input<float>& in) {
+  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, G = pl.group;
+  const int64_t Dp = (D + 7) / 8 * 8, Gp = (G + 7) / 8 * 8, W = kPairsDecodeKeys;
+  const int64_t nc = (S + W - 1) / W;
+  // q rotated at each region's query position, per query: (T, R, Hq, D).
+  std::vector<float> qr(T * in.R * Hq * D);
+  for (int64_t i = 0; i < T; ++i)
+    for (int r = 0; r < in.R; ++r) {
+      float* x = &qr[(i * in.R + r) * Hq * D];
+      std::copy_n(p.q + i * Hq * D, Hq * D, x);
+      const int64_t a = in.qmap[in.qvar[r]][i];
+      t.transform->apply(std::span<const int64_t>(&a, 1), x, 1, Hq, D, false, false);
+    }
+  std::vector<pairs_partial> part(nc * T * Hq);
+  std::vector<float> po(nc * T * Hq * Dp, 0.f);
+  parallel_for(nc, [&](int64_t cb, int64_t ce) {
+    std::vector<float> kb(W * Hkv * D), vb(W * Dp, 0.f), qb(D * Gp, 0.f), C(W * Gp), Pg(Gp * W);
+    std::vector<int64_t> bpos(W);
+    std::vector<int8_t> reg(W);
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t j0 = c * W, n = std::min(W, S - j0);
+      for (int64_t i = 0; i < T; ++i) {
+        // The pairs' regions, and the keys rotated at their key positions.
+        bool any = false, present[8] = {};
+        for (int64_t jj = 0; jj < n; ++jj) {
+          const int64_t j = j0 + jj;
+          int r = -1;
+          if (attention_visible(pl, p.causal, p.window, T, S, i, j))
+            r = std::max(pair_region(t, pl, i, j), -1);
+          reg[jj] = static_cast<int8_t>(r);
+          bpos[jj] = r >= 0 ? in.kmap[in.kvar[r]][j] : 0;
+          if (r >= 0) any = present[r] = true;
+          for (int64_t hk = 0; hk < Hkv; ++hk) copy_key(p, j, hk, &kb[(jj * Hkv + hk) * D]);
+        }
+        if (!any) continue;  // the partials stay empty (m = -inf)
+        t.transform->apply(std::span<const int64_t>(bpos.data(), static_cast<size_t>(n)), kb.data(),
+                           n, Hkv, D, true, false);
+        const double rs = in.row_scale[i];
+        for (int64_t hk = 0; hk < Hkv; ++hk) {
+          // Scores (n, G): for each region present, the keys against q rotated for it; each
+          // key takes its region's column.
+          for (int r = 0; r < in.R; ++r) {
+            if (!present[r]) continue;
+            for (int64_t gg = 0; gg < G; ++gg)
+              for (int64_t d = 0; d < D; ++d)
+                qb[d * Gp + gg] = qr[((i * in.R + r) * Hq + hk * G + gg) * D + d];
+            gemm_f32(n, Gp, &kb[hk * D], Hkv * D, qb.data(), Gp, C.data(), Gp, D, nullptr);
+            for (int64_t jj = 0; jj < n; ++jj)
+              if (reg[jj] == r)
+                for (int64_t gg = 0; gg < G; ++gg)
+                  Pg[gg * W + jj] = static_cast<float>(rs * C[jj * Gp + gg]);
+          }
+          for (int64_t gg = 0; gg < G; ++gg) {
+            float* s = &Pg[gg * W];
+            float m = -std::numeric_limits<float>::infinity();
+            for (int64_t jj = 0; jj < n; ++jj) {
+              if (reg[jj] < 0) s[jj] = -std::numeric_limits<float>::infinity();
+              m = std::max(m, s[jj]);
+            }
+            pairs_partial& pp = part[(c * T + i) * Hq + hk * G + gg];
+            pp.m = m;
+            pp.l = exp_row_f32(s, n, m);
+          }
+          // O (G, Dp) = P V over the chunk's keys.
+          for (int64_t jj = 0; jj < n; ++jj) {
+            const int64_t y = kv_offset(p, j0 + jj, hk);
+            std::copy_n(p.v + y, D, &vb[jj * Dp]);
+          }
+          gemm_f32(G, Dp, Pg.data(), W, vb.data(), Dp, &po[((c * T + i) * Hq + hk * G) * Dp], Dp, n,
+                   nullptr);
+        }
+      }
+    }
+  });
+  // Merge the chunks in order: M = max m_c, l = sum l_c e^(m_c - M) (+ the sink's e^(sink - M)),
+  // out = sum O_c e^(m_c - M) / l; lse = M + log l.
+  const bool sink = !p.sinks.empty();
+  parallel_for(T * Hq, [&](int64_t b, int64_t e) {
+    std::vector<double> o(D);
+    for (int64_t x = b; x < e; ++x) {
+      const int64_t h = x % Hq;
+      double M = -std::numeric_limits<double>::infinity();
+      for (int64_t c = 0; c < nc; ++c) M = std::max(M, double(part[c * T * Hq + x].m));
+      float* out = p.out + x * D;
+      const double sk = sink ? double(p.sinks[h]) : 0.0;
+      if (M == -std::numeric_limits<double>::infinity()) {  // no key: the sink alone, out = 0
+        std::fill(out, out + D, 0.f);
+        if (p.lse) p.lse[x] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      if (sink) M = std::max(M, sk);
+      double l = sink ? std::exp(sk - M) : 0.0;
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t c = 0; c < nc; ++c) {
+        const pairs_partial& pp = part[c * T * Hq + x];
+        if (pp.m == -std::numeric_limits<float>::infinity()) continue;
+        const double w = std::exp(double(pp.m) - M);
+        l += w * double(pp.l);
+        const float* oc = &po[(c * T * Hq + x) * Dp];
+        for (int64_t d = 0; d < D; ++d) o[d] += w * double(oc[d]);
+      }
+      for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(o[d] / l);
+      if (p.lse) p.lse[x] = static_cast<float>(M + std::log(l));
+    }
+  });
+}
+
 // The float32 backward in blocks (the fast form for float32): FlashAttention-2's backward (Dao
 // 2023, Algorithm 2) with the forward's regions. P is recomputed from the saved lse, and each
 // product runs over the columns where one of its regions occurs in the block, through the
@@ -685,9 +807,13 @@ void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& p
                         const engine_terms<Real>& t, bool reference) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, D = p.D;
   if (T == 0) return;
-  // The float32 fast form reads q in place and rotates it block by block.
+  // The float32 fast form reads q in place and rotates it block by block; its decode form
+  // reads k and v in place too.
   const bool f32 = std::is_same_v<Real, float> && !reference;
-  const auto in = pairs_load(p, pl, t, !f32);
+  const bool decode = f32 && T <= kPairsDecodeRows;
+  const auto in = pairs_load(p, pl, t, !f32, !decode);
+  if constexpr (std::is_same_v<Real, float>)
+    if (decode) return pairs_decode_f32(p, pl, t, in);
   const pairs_rotated<Real> rot =
       reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in, /*rotate_q=*/!f32);
   if constexpr (std::is_same_v<Real, float>)

@@ -1544,6 +1544,15 @@ void add_scheme_perf(std::vector<spec>& v) {
              name(static_cast<scheme>(s)), forward,
              d->pairs || d->transform || named_path_scheme(*d));
   }
+  // The per-pair RoPE schemes' targets against RoPE's (issue 46): a decode step over 8192 keys
+  // and prefill at T = S = 8192, extended.
+  for (auto [T, S] : {std::pair<int64_t, int64_t>{1, 8192}, {8192, 8192}}) {
+    add_perf(v, "attention", T, S, 8, 128, scheme::rope_half, "rope", forward, true);
+    for (int s = kSchemes; s < scheme_count(); ++s)
+      if (rope_pairs_scheme(static_cast<scheme>(s)))
+        add_perf(v, "attention", T, S, 8, 128, static_cast<scheme>(s), name(static_cast<scheme>(s)),
+                 forward, true);
+  }
 }
 
 std::vector<spec> make_perf() {
