@@ -419,112 +419,163 @@ struct pairs_partial {  // one chunk's softmax of one query row of one head
   float m = -std::numeric_limits<float>::infinity(), l = 0;
 };
 
+// The decode form's problem: the call, q rotated per region and the chunks' partials.
+struct pairs_dec {
+  const attention_params<float>& p;
+  const attention_plan& pl;
+  const engine_terms<float>& t;
+  const pairs_input<float>& in;
+  int64_t T, S, Hq, Hkv, D, G, Dp, Gp, nc;
+  std::vector<float> qr;            // (T, R, Hq, D): q rotated at each region's query position
+  std::vector<pairs_partial> part;  // (chunks, T, Hq)
+  std::vector<float> po;            // (chunks, T, Hq, Dp): each chunk's O
+  struct scratch {
+    std::vector<float> kb, vb, qb, C, Pg;
+    std::vector<int64_t> bpos;
+    std::vector<int8_t> reg;
+  };
+
+  pairs_dec(const attention_params<float>& p_, const attention_plan& pl_,
+            const engine_terms<float>& t_, const pairs_input<float>& in_)
+      : p(p_),
+        pl(pl_),
+        t(t_),
+        in(in_),
+        T(p.T),
+        S(p.S),
+        Hq(p.Hq),
+        Hkv(p.Hkv),
+        D(p.D),
+        G(pl.group),
+        Dp((D + 7) / 8 * 8),
+        Gp((G + 7) / 8 * 8),
+        nc((S + kPairsDecodeKeys - 1) / kPairsDecodeKeys),
+        qr(T * in.R * Hq * D),
+        part(nc * T * Hq),
+        po(nc * T * Hq * Dp, 0.f) {
+    for (int64_t i = 0; i < T; ++i)
+      for (int r = 0; r < in.R; ++r) {
+        float* x = &qr[(i * in.R + r) * Hq * D];
+        std::copy_n(p.q + i * Hq * D, Hq * D, x);
+        const int64_t a = in.qmap[in.qvar[r]][i];
+        t.transform->apply(std::span<const int64_t>(&a, 1), x, 1, Hq, D, false, false);
+      }
+  }
+
+  scratch make_scratch() const {
+    constexpr int64_t W = kPairsDecodeKeys;
+    return {std::vector<float>(W * Hkv * D), std::vector<float>(W * Dp, 0.f),
+            std::vector<float>(D * Gp, 0.f), std::vector<float>(W * Gp),
+            std::vector<float>(Gp * W),      std::vector<int64_t>(W),
+            std::vector<int8_t>(W)};
+  }
+
+  // Kv head hk of chunk c for query i (n keys from j0; present: the regions that occur): the
+  // scores per region present, the softmax partials and O = P V.
+  void chunk_head(int64_t c, int64_t i, int64_t hk, int64_t j0, int64_t n, const bool* present,
+                  scratch& sc) {
+    constexpr int64_t W = kPairsDecodeKeys;
+    const double rs = in.row_scale[i];
+    // Scores (n, G): for each region present, the keys against q rotated for it; each key
+    // takes its region's column.
+    for (int r = 0; r < in.R; ++r) {
+      if (!present[r]) continue;
+      for (int64_t gg = 0; gg < G; ++gg)
+        for (int64_t d = 0; d < D; ++d)
+          sc.qb[d * Gp + gg] = qr[((i * in.R + r) * Hq + hk * G + gg) * D + d];
+      gemm_f32(n, Gp, &sc.kb[hk * D], Hkv * D, sc.qb.data(), Gp, sc.C.data(), Gp, D, nullptr);
+      for (int64_t jj = 0; jj < n; ++jj)
+        if (sc.reg[jj] == r)
+          for (int64_t gg = 0; gg < G; ++gg)
+            sc.Pg[gg * W + jj] = static_cast<float>(rs * sc.C[jj * Gp + gg]);
+    }
+    for (int64_t gg = 0; gg < G; ++gg) {
+      float* sr = &sc.Pg[gg * W];
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t jj = 0; jj < n; ++jj) {
+        if (sc.reg[jj] < 0) sr[jj] = -std::numeric_limits<float>::infinity();
+        m = std::max(m, sr[jj]);
+      }
+      pairs_partial& pp = part[(c * T + i) * Hq + hk * G + gg];
+      pp.m = m;
+      pp.l = exp_row_f32(sr, n, m);
+    }
+    // O (G, Dp) = P V over the chunk's keys.
+    for (int64_t jj = 0; jj < n; ++jj)
+      std::copy_n(p.v + kv_offset(p, j0 + jj, hk), D, &sc.vb[jj * Dp]);
+    gemm_f32(G, Dp, sc.Pg.data(), W, sc.vb.data(), Dp, &po[((c * T + i) * Hq + hk * G) * Dp], Dp, n,
+             nullptr);
+  }
+
+  // Chunk c: per query, the pairs' regions and the keys rotated at their key positions, then
+  // each kv head.
+  void chunk(int64_t c, scratch& sc) {
+    constexpr int64_t W = kPairsDecodeKeys;
+    const int64_t j0 = c * W, n = std::min(W, S - j0);
+    for (int64_t i = 0; i < T; ++i) {
+      bool any = false, present[8] = {};
+      for (int64_t jj = 0; jj < n; ++jj) {
+        const int64_t j = j0 + jj;
+        int r = -1;
+        if (attention_visible(pl, p.causal, p.window, T, S, i, j))
+          r = std::max(pair_region(t, pl, i, j), -1);
+        sc.reg[jj] = static_cast<int8_t>(r);
+        sc.bpos[jj] = r >= 0 ? in.kmap[in.kvar[r]][j] : 0;
+        if (r >= 0) any = present[r] = true;
+        for (int64_t hk = 0; hk < Hkv; ++hk) copy_key(p, j, hk, &sc.kb[(jj * Hkv + hk) * D]);
+      }
+      if (!any) continue;  // the partials stay empty (m = -inf)
+      t.transform->apply(std::span<const int64_t>(sc.bpos.data(), static_cast<size_t>(n)),
+                         sc.kb.data(), n, Hkv, D, true, false);
+      for (int64_t hk = 0; hk < Hkv; ++hk) chunk_head(c, i, hk, j0, n, present, sc);
+    }
+  }
+
+  // Merges the chunks in order: M = max m_c, l = sum l_c e^(m_c - M) (+ the sink's
+  // e^(sink - M)), out = sum O_c e^(m_c - M) / l; lse = M + log l.
+  void merge() const {
+    const bool sink = !p.sinks.empty();
+    const double ninf = -std::numeric_limits<double>::infinity();
+    parallel_for(T * Hq, [&](int64_t b, int64_t e) {
+      std::vector<double> o(D);
+      for (int64_t x = b; x < e; ++x) {
+        const int64_t h = x % Hq;
+        double M = ninf;
+        for (int64_t c = 0; c < nc; ++c) M = std::max(M, double(part[c * T * Hq + x].m));
+        float* out = p.out + x * D;
+        const double sk = sink ? double(p.sinks[h]) : 0.0;
+        if (M == ninf) {  // no key: the sink alone, out = 0
+          std::fill(out, out + D, 0.f);
+          if (p.lse) p.lse[x] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        if (sink) M = std::max(M, sk);
+        double l = sink ? std::exp(sk - M) : 0.0;
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t c = 0; c < nc; ++c) {
+          const pairs_partial& pp = part[c * T * Hq + x];
+          if (double(pp.m) == ninf) continue;
+          const double w = std::exp(double(pp.m) - M);
+          l += w * double(pp.l);
+          const float* oc = &po[(c * T * Hq + x) * Dp];
+          for (int64_t d = 0; d < D; ++d) o[d] += w * double(oc[d]);
+        }
+        for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(o[d] / l);
+        if (p.lse) p.lse[x] = static_cast<float>(M + std::log(l));
+      }
+    });
+  }
+};
+
 void pairs_decode_f32(const attention_params<float>& p, const attention_plan& pl,
                       const engine_terms<float>& t, const pairs_input<float>& in) {
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, G = pl.group;
-  const int64_t Dp = (D + 7) / 8 * 8, Gp = (G + 7) / 8 * 8, W = kPairsDecodeKeys;
-  const int64_t nc = (S + W - 1) / W;
-  // q rotated at each region's query position, per query: (T, R, Hq, D).
-  std::vector<float> qr(T * in.R * Hq * D);
-  for (int64_t i = 0; i < T; ++i)
-    for (int r = 0; r < in.R; ++r) {
-      float* x = &qr[(i * in.R + r) * Hq * D];
-      std::copy_n(p.q + i * Hq * D, Hq * D, x);
-      const int64_t a = in.qmap[in.qvar[r]][i];
-      t.transform->apply(std::span<const int64_t>(&a, 1), x, 1, Hq, D, false, false);
-    }
-  std::vector<pairs_partial> part(nc * T * Hq);
-  std::vector<float> po(nc * T * Hq * Dp, 0.f);
-  parallel_for(nc, [&](int64_t cb, int64_t ce) {
-    std::vector<float> kb(W * Hkv * D), vb(W * Dp, 0.f), qb(D * Gp, 0.f), C(W * Gp), Pg(Gp * W);
-    std::vector<int64_t> bpos(W);
-    std::vector<int8_t> reg(W);
-    for (int64_t c = cb; c < ce; ++c) {
-      const int64_t j0 = c * W, n = std::min(W, S - j0);
-      for (int64_t i = 0; i < T; ++i) {
-        // The pairs' regions, and the keys rotated at their key positions.
-        bool any = false, present[8] = {};
-        for (int64_t jj = 0; jj < n; ++jj) {
-          const int64_t j = j0 + jj;
-          int r = -1;
-          if (attention_visible(pl, p.causal, p.window, T, S, i, j))
-            r = std::max(pair_region(t, pl, i, j), -1);
-          reg[jj] = static_cast<int8_t>(r);
-          bpos[jj] = r >= 0 ? in.kmap[in.kvar[r]][j] : 0;
-          if (r >= 0) any = present[r] = true;
-          for (int64_t hk = 0; hk < Hkv; ++hk) copy_key(p, j, hk, &kb[(jj * Hkv + hk) * D]);
-        }
-        if (!any) continue;  // the partials stay empty (m = -inf)
-        t.transform->apply(std::span<const int64_t>(bpos.data(), static_cast<size_t>(n)), kb.data(),
-                           n, Hkv, D, true, false);
-        const double rs = in.row_scale[i];
-        for (int64_t hk = 0; hk < Hkv; ++hk) {
-          // Scores (n, G): for each region present, the keys against q rotated for it; each
-          // key takes its region's column.
-          for (int r = 0; r < in.R; ++r) {
-            if (!present[r]) continue;
-            for (int64_t gg = 0; gg < G; ++gg)
-              for (int64_t d = 0; d < D; ++d)
-                qb[d * Gp + gg] = qr[((i * in.R + r) * Hq + hk * G + gg) * D + d];
-            gemm_f32(n, Gp, &kb[hk * D], Hkv * D, qb.data(), Gp, C.data(), Gp, D, nullptr);
-            for (int64_t jj = 0; jj < n; ++jj)
-              if (reg[jj] == r)
-                for (int64_t gg = 0; gg < G; ++gg)
-                  Pg[gg * W + jj] = static_cast<float>(rs * C[jj * Gp + gg]);
-          }
-          for (int64_t gg = 0; gg < G; ++gg) {
-            float* s = &Pg[gg * W];
-            float m = -std::numeric_limits<float>::infinity();
-            for (int64_t jj = 0; jj < n; ++jj) {
-              if (reg[jj] < 0) s[jj] = -std::numeric_limits<float>::infinity();
-              m = std::max(m, s[jj]);
-            }
-            pairs_partial& pp = part[(c * T + i) * Hq + hk * G + gg];
-            pp.m = m;
-            pp.l = exp_row_f32(s, n, m);
-          }
-          // O (G, Dp) = P V over the chunk's keys.
-          for (int64_t jj = 0; jj < n; ++jj) {
-            const int64_t y = kv_offset(p, j0 + jj, hk);
-            std::copy_n(p.v + y, D, &vb[jj * Dp]);
-          }
-          gemm_f32(G, Dp, Pg.data(), W, vb.data(), Dp, &po[((c * T + i) * Hq + hk * G) * Dp], Dp, n,
-                   nullptr);
-        }
-      }
-    }
+  // Threads write disjoint parts of the partials: chunk c's.
+  pairs_dec pd(p, pl, t, in);
+  parallel_for(pd.nc, [&](int64_t b, int64_t e) {
+    auto sc = pd.make_scratch();
+    for (int64_t c = b; c < e; ++c) pd.chunk(c, sc);
   });
-  // Merge the chunks in order: M = max m_c, l = sum l_c e^(m_c - M) (+ the sink's e^(sink - M)),
-  // out = sum O_c e^(m_c - M) / l; lse = M + log l.
-  const bool sink = !p.sinks.empty();
-  parallel_for(T * Hq, [&](int64_t b, int64_t e) {
-    std::vector<double> o(D);
-    for (int64_t x = b; x < e; ++x) {
-      const int64_t h = x % Hq;
-      double M = -std::numeric_limits<double>::infinity();
-      for (int64_t c = 0; c < nc; ++c) M = std::max(M, double(part[c * T * Hq + x].m));
-      float* out = p.out + x * D;
-      const double sk = sink ? double(p.sinks[h]) : 0.0;
-      if (M == -std::numeric_limits<double>::infinity()) {  // no key: the sink alone, out = 0
-        std::fill(out, out + D, 0.f);
-        if (p.lse) p.lse[x] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
-        continue;
-      }
-      if (sink) M = std::max(M, sk);
-      double l = sink ? std::exp(sk - M) : 0.0;
-      std::fill(o.begin(), o.end(), 0.0);
-      for (int64_t c = 0; c < nc; ++c) {
-        const pairs_partial& pp = part[c * T * Hq + x];
-        if (pp.m == -std::numeric_limits<float>::infinity()) continue;
-        const double w = std::exp(double(pp.m) - M);
-        l += w * double(pp.l);
-        const float* oc = &po[(c * T * Hq + x) * Dp];
-        for (int64_t d = 0; d < D; ++d) o[d] += w * double(oc[d]);
-      }
-      for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(o[d] / l);
-      if (p.lse) p.lse[x] = static_cast<float>(M + std::log(l));
-    }
-  });
+  pd.merge();
 }
 
 // The float32 backward in blocks (the fast form for float32): FlashAttention-2's backward (Dao
