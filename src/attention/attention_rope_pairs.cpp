@@ -210,15 +210,15 @@ void pairs_scores_fast(const attention_params<Real>& p, const attention_plan& pl
   });
 }
 
-// The float32 forward in blocks of kPairsRows queries of one head (the fast form for float32):
-// each distinct (q copy, k copy) of the regions gives a score block Q_c K_c^T over the columns
-// where one of its regions occurs in the block (found by one pass over the block's pairs), each
-// product through the forward's Highway micro-kernel (gemm_f32); each pair then takes its
-// region's score; the softmax runs in float32 (Exp over the row in the engine's vectors, the
-// sum in float32 lanes as the tiled kernels sum), and P V is one more product over the visible
-// columns. The block's q rows are rotated once per distinct query map for all heads. Memory
-// per thread O(kPairsRows (S (copies + 1) + Hq D copies)), no T x S matrix.
+// The float32 forms work on blocks of kPairsRows queries, whose pairs' regions are found once
+// for every head (pairs_block), and on tiles of a block's rows for up to four query heads of one
+// kv head (kPairsTile rows) over column strips of kPairsCols keys, so that a strip's scores, P
+// and dS stay in cache. Each distinct (q copy, k copy) of the regions is one product over the
+// columns where one of its regions occurs (gemm_f32, the forward's Highway micro-kernel).
 constexpr int64_t kPairsRows = 32;
+constexpr int64_t kPairsChunk = 16;  // query blocks whose regions the backward holds at once
+constexpr int64_t kPairsCols = 256;  // keys per column strip
+constexpr int64_t kPairsTile = 128;  // tile rows: the block's rows for up to 4 query heads
 
 // A block of kPairsRows queries [i0, i0 + rows): the products' column ranges and each row's
 // runs of pairs in one region, found once for every head.
@@ -296,52 +296,10 @@ inline void pairs_row_scores(const pairs_block& bl, const std::vector<int>& prod
   }
 }
 
-// Head h's softmax over the block's columns [c0, c1): P (rows, Sl) from the products' scores G;
-// writes lse, and out = 0 for a row that sees no key.
-inline void pairs_softmax_rows_f32(const attention_params<float>& p, const pairs_input<float>& in,
-                                   const std::vector<int>& prod_of, const float* G,
-                                   const pairs_block& bl, float* P, int64_t h, int64_t Sl) {
-  const int64_t Hq = p.Hq, D = p.D, c0 = bl.c0, c1 = bl.c1;
-  const bool sink = !p.sinks.empty();
-  for (int64_t ii = 0; ii < bl.rows; ++ii) {
-    float* Pi = &P[ii * Sl];
-    const int64_t i = bl.i0 + ii;
-    // The columns P V reads: each pair's score from its region's product, -inf where the
-    // pair is not attended.
-    pairs_row_scores(bl, prod_of, G, Sl, kPairsRows, ii, in.row_scale[i], ii, 0, c1, Pi);
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    float m = neg_inf;
-    for (int64_t j = c0; j < c1; ++j) m = std::max(m, Pi[j]);
-    float* out = p.out + (i * Hq + h) * D;
-    const double sk = sink ? double(p.sinks[h]) : 0.0;
-    if (m == neg_inf) {
-      std::fill(Pi + c0, Pi + c1, 0.f);
-      std::fill(out, out + D, 0.f);
-      if (p.lse) p.lse[i * Hq + h] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
-      continue;
-    }
-    const double M = sink ? std::max(double(m), sk) : double(m);
-    const auto Mf = static_cast<float>(M);  // M is m or the sink (float32 either way)
-    // Exp over the row in the engine's vectors (a -inf score gives exactly 0).
-    const double l = (sink ? std::exp(sk - M) : 0.0) + double(exp_row_f32(Pi + c0, c1 - c0, Mf));
-    const float inv = static_cast<float>(1.0 / l);
-    for (int64_t j = c0; j < c1; ++j) Pi[j] *= inv;
-    if (p.lse) p.lse[i * Hq + h] = static_cast<float>(M + std::log(l));
-  }
-}
-
-void pairs_forward_f32(const attention_params<float>& p, const attention_plan& pl,
-                       const engine_terms<float>& t, const pairs_input<float>& in,
-                       const pairs_rotated<float>& rot) {
-  const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  const int64_t Sp = (S + 7) / 8 * 8, Dp = (D + 7) / 8 * 8;
-  // Row stride of the (., Sp) arrays: one cache line past Sp, so that rows a multiple of 4 KiB
-  // apart (S = 2048: 8 KiB) do not all fall in the same L1 set while the block products stream
-  // down a column strip of them.
-  const int64_t Sl = Sp + 16;
-  // Distinct (q copy, k copy) products and each region's product.
-  std::vector<std::pair<int, int>> prods;
-  std::vector<int> prod_of(in.R);
+// The distinct (q copy, k copy) products of the regions, and each region's product.
+inline int64_t pairs_products(const pairs_input<float>& in, std::vector<std::pair<int, int>>& prods,
+                              std::vector<int>& prod_of) {
+  prod_of.assign(in.R, 0);
   for (int r = 0; r < in.R; ++r) {
     const std::pair<int, int> x{in.qvar[r], in.kvar[r]};
     auto it = std::find(prods.begin(), prods.end(), x);
@@ -349,59 +307,172 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
     if (it == prods.end()) prods.push_back(x);
   }
   const auto np = static_cast<int64_t>(prods.size());
-  // Keys transposed per copy and kv head, (D, Sp) zero-padded in rows of Sl; values (Sp, Dp)
-  // zero-padded.
-  std::vector<std::vector<float>> kT(rot.k.size(), std::vector<float>(Hkv * D * Sl, 0.f));
-  for (size_t c = 0; c < rot.k.size(); ++c)
+  if (np > 8) fail("per-pair RoPE: {} distinct products; the float32 path takes at most 8", np);
+  return np;
+}
+
+// The float32 forward (the fast form for float32): per block, its q rows rotated once per
+// distinct query map for all heads; per tile, FlashAttention's online softmax over the column
+// strips (Dao et al. 2022, Algorithm 1): with m the running maximum and l the running sum of a
+// row, a strip's scores s (each pair's from its region's product, -inf where not attended) give
+//   m' = max(m, max s),  P = Exp(s - m'),  l = l e^(m - m') + sum P,  O = e^(m - m') O + P V
+// and at the end out = O / (l + e^(sink - m)), lse = m + log(l + e^(sink - m)) (the sink term
+// only with sinks). Threads take blocks. Memory per thread O(kPairsTile (kPairsCols (copies +
+// 1) + Dp copies)), no T x S matrix.
+struct pairs_fwd {
+  const attention_params<float>& p;
+  const attention_plan& pl;
+  const engine_terms<float>& t;
+  const pairs_input<float>& in;
+  int64_t Hq, Hkv, D, Sp, Dp, Sl, np = 0, nq, G;
+  std::vector<std::pair<int, int>> prods;
+  std::vector<int> prod_of;
+  // Keys transposed per copy and kv head, (D, Sl) zero-padded; values (Sp, Dp) zero-padded.
+  std::vector<float> kT, vp;
+  struct scratch {
+    std::vector<float> qrot;  // (copies, kPairsRows, Hq, D): the block's rotated q rows
+    std::vector<float> qb, G, P, O, m, l, beta;
+    pairs_block bl;
+  };
+
+  pairs_fwd(const attention_params<float>& p_, const attention_plan& pl_,
+            const engine_terms<float>& t_, const pairs_input<float>& in_,
+            const pairs_rotated<float>& rot)
+      : p(p_),
+        pl(pl_),
+        t(t_),
+        in(in_),
+        Hq(p.Hq),
+        Hkv(p.Hkv),
+        D(p.D),
+        Sp((p.S + 7) / 8 * 8),
+        Dp((p.D + 7) / 8 * 8),
+        Sl(Sp + 16),
+        nq(static_cast<int64_t>(in.qmap.size())),
+        G(pl.group) {
+    np = pairs_products(in, prods, prod_of);
+    const int64_t S = p.S;
+    kT.assign(rot.k.size() * Hkv * D * Sl, 0.f);
+    for (size_t c = 0; c < rot.k.size(); ++c)
+      for (int64_t hk = 0; hk < Hkv; ++hk)
+        for (int64_t j = 0; j < S; ++j)
+          for (int64_t d = 0; d < D; ++d)
+            kT[((c * Hkv + hk) * D + d) * Sl + j] = rot.k[c][(j * Hkv + hk) * D + d];
+    vp.assign(Hkv * Sp * Dp, 0.f);
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t j = 0; j < S; ++j)
-        for (int64_t d = 0; d < D; ++d)
-          kT[c][(hk * D + d) * Sl + j] = rot.k[c][(j * Hkv + hk) * D + d];
-  std::vector<float> vp(Hkv * Sp * Dp, 0.f);
-  for (int64_t hk = 0; hk < Hkv; ++hk)
-    for (int64_t j = 0; j < S; ++j)
-      std::copy_n(&in.v[(j * Hkv + hk) * D], D, &vp[(hk * Sp + j) * Dp]);
-  const int64_t nqb = (T + kPairsRows - 1) / kPairsRows;
-  // Work item: a block of queries, all heads (the regions do not depend on the head).
-  parallel_for(nqb, [&](int64_t b, int64_t e) {
-    std::vector<float> G(np * kPairsRows * Sl), P(kPairsRows * Sl), O(kPairsRows * Dp);
-    pairs_block bl;
-    // The block's query rows, all heads, rotated once per distinct query map.
-    std::vector<std::vector<float>> qrot(in.qmap.size(), std::vector<float>(kPairsRows * Hq * D));
-    for (int64_t x = b; x < e; ++x) {
-      const int64_t i0 = x * kPairsRows;
-      const int64_t rows = std::min(kPairsRows, T - i0);
-      // Regions of the block's pairs and each product's column range.
-      pairs_block_find(p, pl, t, prod_of, np, i0, rows, bl);
-      const int64_t c0 = bl.c0, c1 = bl.c1;
-      // Rotated at the map's query positions with the call's RoPE (the bits of a rotation of
-      // all of q: rope_apply rotates each token on its own).
-      for (size_t c = 0; c < qrot.size(); ++c) {
-        bool used = false;
-        for (int64_t u = 0; u < np; ++u) used |= prods[u].first == int(c) && bl.lo[u] < bl.hi[u];
-        if (!used) continue;
-        std::copy_n(p.q + i0 * Hq * D, rows * Hq * D, qrot[c].data());
-        t.transform->apply(
-            std::span<const int64_t>(in.qmap[c].data() + i0, static_cast<size_t>(rows)),
-            qrot[c].data(), rows, Hq, D, false, false);
-      }
-      for (int64_t h = 0; h < Hq; ++h) {
-        const int64_t hk = h / pl.group;
-        for (int64_t u = 0; u < np; ++u) {
-          if (bl.lo[u] >= bl.hi[u]) continue;
-          const int64_t g0 = bl.lo[u] / 8 * 8, g1 = std::min(Sp, (bl.hi[u] + 7) / 8 * 8);
-          gemm_f32(rows, g1 - g0, qrot[prods[u].first].data() + h * D, Hq * D,
-                   kT[prods[u].second].data() + hk * D * Sl + g0, Sl,
-                   G.data() + u * kPairsRows * Sl + g0, Sl, D, nullptr);
-        }
-        pairs_softmax_rows_f32(p, in, prod_of, G.data(), bl, P.data(), h, Sl);
-        if (c1 > c0)
-          gemm_f32(rows, Dp, P.data() + c0, Sl, vp.data() + (hk * Sp + c0) * Dp, Dp, O.data(), Dp,
-                   c1 - c0, nullptr);
-        for (int64_t ii = 0; ii < rows; ++ii)  // a row that sees no key was written above
-          if (bl.sees[ii]) std::copy_n(&O[ii * Dp], D, p.out + ((i0 + ii) * Hq + h) * D);
-      }
+        std::copy_n(&in.v[(j * Hkv + hk) * D], D, &vp[(hk * Sp + j) * Dp]);
+  }
+
+  scratch make_scratch() const {
+    scratch sc;
+    sc.qrot.resize(nq * kPairsRows * Hq * D);
+    sc.qb.assign(nq * kPairsTile * Dp, 0.f);
+    sc.G.resize(np * kPairsTile * kPairsCols);
+    sc.P.resize(kPairsTile * kPairsCols);
+    sc.O.resize(kPairsTile * Dp);
+    sc.m.resize(kPairsTile);
+    sc.l.resize(kPairsTile);
+    sc.beta.resize(kPairsTile);
+    return sc;
+  }
+
+  // Tile row r's strip [s0, s1): its scores, the running maximum and sum, and P in place.
+  void strip_row(const pairs_block& bl, int64_t r, int64_t i, int64_t s0, int64_t s1,
+                 scratch& sc) const {
+    constexpr int64_t W = kPairsCols;
+    float* Pr = &sc.P[r * W];
+    pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i], i - bl.i0, s0, s1,
+                     Pr);
+    float ms = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < s1 - s0; ++j) ms = std::max(ms, Pr[j]);
+    const float m1 = std::max(sc.m[r], ms);
+    if (m1 == -std::numeric_limits<float>::infinity()) {  // nothing attended yet
+      std::fill(Pr, Pr + (s1 - s0), 0.f);
+      sc.beta[r] = 0.f;
+      return;
     }
+    sc.beta[r] = sc.m[r] == -std::numeric_limits<float>::infinity()
+                     ? 0.f
+                     : static_cast<float>(std::exp(double(sc.m[r]) - double(m1)));
+    sc.l[r] = sc.l[r] * sc.beta[r] + exp_row_f32(Pr, s1 - s0, m1);
+    sc.m[r] = m1;
+  }
+
+  // Block bl's heads h0 .. h0 + ng - 1 of kv head hk as one tile of R = ng rows rows (tile row
+  // r: head hk G + h0 + r / rows, query i0 + r % rows).
+  void tile(const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng, scratch& sc) const {
+    constexpr int64_t W = kPairsCols;
+    const int64_t i0 = bl.i0, rows = bl.rows, R = ng * rows;
+    for (int64_t c = 0; c < nq; ++c)
+      for (int64_t r = 0; r < R; ++r)
+        std::copy_n(&sc.qrot[((c * kPairsRows + r % rows) * Hq + hk * G + h0 + r / rows) * D], D,
+                    &sc.qb[(c * kPairsTile + r) * Dp]);
+    std::fill(sc.m.begin(), sc.m.end(), -std::numeric_limits<float>::infinity());
+    std::fill(sc.l.begin(), sc.l.end(), 0.f);
+    std::fill(sc.O.begin(), sc.O.end(), 0.f);
+    for (int64_t s0 = bl.c0; s0 < bl.c1; s0 += W) {
+      const int64_t s1 = std::min(bl.c1, s0 + W);
+      for (int64_t u = 0; u < np; ++u) {
+        const int64_t a = std::max(s0, bl.lo[u] / 8 * 8), e = std::min(s1, (bl.hi[u] + 7) / 8 * 8);
+        if (a < e)
+          gemm_f32(R, e - a, &sc.qb[prods[u].first * kPairsTile * Dp], Dp,
+                   &kT[(prods[u].second * Hkv + hk) * D * Sl + a], Sl,
+                   &sc.G[u * kPairsTile * W + (a - s0)], W, D, nullptr);
+      }
+      for (int64_t r = 0; r < R; ++r) strip_row(bl, r, i0 + r % rows, s0, s1, sc);
+      gemm_f32(R, Dp, sc.P.data(), W, &vp[(hk * Sp + s0) * Dp], Dp, sc.O.data(), Dp, s1 - s0,
+               sc.beta.data());
+    }
+    const bool sink = !p.sinks.empty();
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = i0 + r % rows, h = hk * G + h0 + r / rows;
+      float* out = p.out + (i * Hq + h) * D;
+      const double sk = sink ? double(p.sinks[h]) : 0.0;
+      if (!bl.sees[r % rows]) {  // no key: the sink alone, out = 0
+        std::fill(out, out + D, 0.f);
+        if (p.lse) p.lse[i * Hq + h] = sink ? float(sk) : -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const double M = sink ? std::max(double(sc.m[r]), sk) : double(sc.m[r]);
+      const double l =
+          double(sc.l[r]) * std::exp(double(sc.m[r]) - M) + (sink ? std::exp(sk - M) : 0.0);
+      const double f = std::exp(double(sc.m[r]) - M) / l;
+      for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(f * double(sc.O[r * Dp + d]));
+      if (p.lse) p.lse[i * Hq + h] = static_cast<float>(M + std::log(l));
+    }
+  }
+
+  // Block x: its regions, its q rows rotated per used query map, then its tiles.
+  void block(int64_t x, scratch& sc) const {
+    const int64_t i0 = x * kPairsRows, rows = std::min(kPairsRows, p.T - i0);
+    pairs_block& bl = sc.bl;
+    pairs_block_find(p, pl, t, prod_of, np, i0, rows, bl);
+    // Rotated at the map's query positions with the call's RoPE (the bits of a rotation of
+    // all of q: rope_apply rotates each token on its own).
+    for (int64_t c = 0; c < nq; ++c) {
+      bool used = false;
+      for (int64_t u = 0; u < np; ++u) used |= prods[u].first == c && bl.lo[u] < bl.hi[u];
+      if (!used) continue;
+      float* qc = &sc.qrot[c * kPairsRows * Hq * D];
+      std::copy_n(p.q + i0 * Hq * D, rows * Hq * D, qc);
+      t.transform->apply(
+          std::span<const int64_t>(in.qmap[c].data() + i0, static_cast<size_t>(rows)), qc, rows, Hq,
+          D, false, false);
+    }
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t h0 = 0; h0 < G; h0 += kPairsTile / kPairsRows)
+        tile(bl, hk, h0, std::min(kPairsTile / kPairsRows, G - h0), sc);
+  }
+};
+
+void pairs_forward_f32(const attention_params<float>& p, const attention_plan& pl,
+                       const engine_terms<float>& t, const pairs_input<float>& in,
+                       const pairs_rotated<float>& rot) {
+  const pairs_fwd pf(p, pl, t, in, rot);
+  parallel_for((p.T + kPairsRows - 1) / kPairsRows, [&](int64_t b, int64_t e) {
+    auto sc = pf.make_scratch();
+    for (int64_t x = b; x < e; ++x) pf.block(x, sc);
   });
 }
 
@@ -594,9 +665,6 @@ void pairs_decode_f32(const attention_params<float>& p, const attention_plan& pl
 // order whichever thread runs them (the blocks go in chunks; a chunk's regions are found once,
 // then its kv heads run in parallel), so the bits do not depend on the thread count. Memory
 // O((S (copies + 2) + T) Hkv D + chunk S), no T x S matrix.
-constexpr int64_t kPairsChunk = 16;  // query blocks whose regions are held at once
-constexpr int64_t kPairsCols = 256;  // keys per column strip of a block
-constexpr int64_t kPairsTile = 128;  // tile rows: the block's rows for up to 4 query heads
 
 // The gradient of one block of queries for query head h of kv head hk (pairs_backward_f32).
 struct pairs_bwd_scratch {
@@ -636,14 +704,7 @@ struct pairs_bwd {
         nq(static_cast<int64_t>(in.qmap.size())),
         nk(static_cast<int64_t>(in.kmap.size())),
         prod_of(in.R) {
-    for (int r = 0; r < in.R; ++r) {
-      const std::pair<int, int> x{in.qvar[r], in.kvar[r]};
-      auto it = std::find(prods.begin(), prods.end(), x);
-      prod_of[r] = static_cast<int>(it - prods.begin());
-      if (it == prods.end()) prods.push_back(x);
-    }
-    np = static_cast<int64_t>(prods.size());
-    if (np > 8) fail("per-pair RoPE: {} distinct products; the backward takes at most 8", np);
+    np = pairs_products(in, prods, prod_of);
     const int64_t S = p.S;
     kT.assign(nk * Hkv * D * Sl, 0.f), kr.assign(nk * Hkv * Sp * Dp, 0.f);
     vT.assign(Hkv * D * Sl, 0.f), dK.assign(nk * Hkv * Sp * Dp, 0.f), dV.assign(Hkv * Sp * Dp, 0.f);
