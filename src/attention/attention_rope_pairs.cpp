@@ -685,6 +685,61 @@ struct pairs_bwd {
   // Per kv head: keys transposed per copy (D, Sl) and in rows (Sp, Dp), values transposed (D,
   // Sl), zero-padded; the accumulators dK per copy and dV (Sp, Dp).
   std::vector<float> kT, kr, vT, dK, dV, ones;
+  // With the transform's row form (rot empty): each q copy's per-token table, (T, Rt).
+  int64_t Rt = 0;
+  std::vector<std::vector<float>> qtab;
+
+  // kT, kr and vT from the rotated copies of k, or, with the row form, from k and v in place,
+  // each key rotated at each copy's position as it is packed (the bits of apply()).
+  void pack() {
+    const int64_t S = p.S, T = p.T;
+    Rt = rot.k.empty() ? t.transform->row_table_size() : 0;
+    parallel_for(
+        S,
+        [&](int64_t b, int64_t e) {
+          std::vector<float> x(Hkv * D), tab(Rt);
+          for (int64_t j = b; j < e; ++j)
+            for (int64_t c = 0; c < nk; ++c) {
+              if (Rt > 0) {
+                for (int64_t hk = 0; hk < Hkv; ++hk) copy_key(p, j, hk, &x[hk * D]);
+                t.transform->fill_row_table(j, in.kmap[c][j], true, tab.data());
+                t.transform->apply_rows(tab.data(), true, x.data(), Hkv, D);
+              } else {
+                std::copy_n(rot.k[c].data() + j * Hkv * D, Hkv * D, x.data());
+              }
+              for (int64_t hk = 0; hk < Hkv; ++hk) {
+                std::copy_n(&x[hk * D], D, &kr[((c * Hkv + hk) * Sp + j) * Dp]);
+                for (int64_t d = 0; d < D; ++d)
+                  kT[((c * Hkv + hk) * D + d) * Sl + j] = x[hk * D + d];
+              }
+            }
+        },
+        64);
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t j = 0; j < S; ++j) {
+        const float* v = in.v.empty() ? p.v + kv_offset(p, j, hk) : &in.v[(j * Hkv + hk) * D];
+        for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = v[d];
+      }
+    qtab.assign(Rt > 0 ? nq : 0, std::vector<float>(T * Rt));
+    for (size_t c = 0; c < qtab.size(); ++c)
+      parallel_for(
+          T,
+          [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i)
+              t.transform->fill_row_table(i, in.qmap[c][i], false, &qtab[c][i * Rt]);
+          },
+          64);
+  }
+
+  // Query i of head h in q copy c, rotated, into dst (D).
+  void q_row(int64_t c, int64_t i, int64_t h, float* dst) const {
+    if (Rt == 0) {
+      std::copy_n(rot.q[c].data() + (i * Hq + h) * D, D, dst);
+      return;
+    }
+    std::copy_n(p.q + (i * Hq + h) * D, D, dst);
+    t.transform->apply_rows(&qtab[c][i * Rt], false, dst, 1, D);
+  }
 
   pairs_bwd(const attention_params<float>& p_, const attention_plan& pl_,
             const engine_terms<float>& t_, const pairs_input<float>& in_,
@@ -705,19 +760,9 @@ struct pairs_bwd {
         nk(static_cast<int64_t>(in.kmap.size())),
         prod_of(in.R) {
     np = pairs_products(in, prods, prod_of);
-    const int64_t S = p.S;
     kT.assign(nk * Hkv * D * Sl, 0.f), kr.assign(nk * Hkv * Sp * Dp, 0.f);
     vT.assign(Hkv * D * Sl, 0.f), dK.assign(nk * Hkv * Sp * Dp, 0.f), dV.assign(Hkv * Sp * Dp, 0.f);
-    for (int64_t c = 0; c < nk; ++c)
-      for (int64_t hk = 0; hk < Hkv; ++hk)
-        for (int64_t j = 0; j < S; ++j) {
-          const float* x = rot.k[c].data() + (j * Hkv + hk) * D;
-          std::copy_n(x, D, &kr[((c * Hkv + hk) * Sp + j) * Dp]);
-          for (int64_t d = 0; d < D; ++d) kT[((c * Hkv + hk) * D + d) * Sl + j] = x[d];
-        }
-    for (int64_t hk = 0; hk < Hkv; ++hk)
-      for (int64_t j = 0; j < S; ++j)
-        for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = in.v[(j * Hkv + hk) * D + d];
+    pack();
     ones.assign(std::max(Sp, kPairsTile), 1.f);
   }
 
@@ -781,7 +826,7 @@ struct pairs_bwd {
     for (int64_t r = 0; r < R; ++r) {
       const int64_t x = (query(r) * Hq + head(r)) * D;
       for (int64_t c = 0; c < nq; ++c)
-        std::copy_n(rot.q[c].data() + x, D, &sc.qb[(c * kPairsTile + r) * Dp]);
+        q_row(c, query(r), head(r), &sc.qb[(c * kPairsTile + r) * Dp]);
       std::copy_n(g.dout + x, D, &sc.dOb[r * Dp]);
       double Di = 0;
       for (int64_t d = 0; d < D; ++d) Di += double(g.dout[x + d]) * double(g.out[x + d]);
@@ -963,9 +1008,13 @@ void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& 
                          const engine_terms<Real>& t, const attention_grads<Real>& g,
                          bool reference) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  // The float32 fast form rotates q from p.q: no copy of it.
-  const auto in = pairs_load(p, pl, t, !std::is_same_v<Real, float> || reference);
-  const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
+  // The float32 fast form rotates q from p.q: no copy of it; with the transform's row form it
+  // reads q, k and v in place and rotates them as it packs them (no rotated copies).
+  const bool f32 = std::is_same_v<Real, float> && !reference;
+  const bool rows = f32 && t.transform->row_table_size() > 0;
+  const auto in = pairs_load(p, pl, t, !f32, !rows);
+  const pairs_rotated<Real> rot =
+      reference || rows ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
   if constexpr (std::is_same_v<Real, float>)
     if (!reference) return pairs_backward_f32(p, pl, t, in, rot, g);
   const size_t nq = in.qmap.size(), nk = in.kmap.size();
