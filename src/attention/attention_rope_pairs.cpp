@@ -311,6 +311,45 @@ inline int64_t pairs_products(const pairs_input<float>& in, std::vector<std::pai
   return np;
 }
 
+// Every k copy's keys, rotated, into kT (copies, Hkv, D, Sl) and, when kr is not null, kr (copies,
+// Hkv, Sp, Dp), both zero-padded: from the rotated copies (rot.k), or, with the transform's row
+// form (rot.k empty), from k in place, each key rotated at each copy's position as it is packed
+// (the bits of apply()).
+void pairs_pack_keys(const attention_params<float>& p, const engine_terms<float>& t,
+                     const pairs_input<float>& in, const pairs_rotated<float>& rot, int64_t Sl,
+                     int64_t Sp, int64_t Dp, std::vector<float>& kT, std::vector<float>* kr) {
+  const int64_t S = p.S, Hkv = p.Hkv, D = p.D, nk = static_cast<int64_t>(in.kmap.size());
+  const int64_t Rt = rot.k.empty() ? t.transform->row_table_size() : 0;
+  kT.assign(nk * Hkv * D * Sl, 0.f);
+  if (kr) kr->assign(nk * Hkv * Sp * Dp, 0.f);
+  parallel_for(
+      S,
+      [&](int64_t b, int64_t e) {
+        std::vector<float> x(Hkv * D), tab(Rt);
+        for (int64_t j = b; j < e; ++j)
+          for (int64_t c = 0; c < nk; ++c) {
+            if (Rt > 0) {
+              for (int64_t hk = 0; hk < Hkv; ++hk) copy_key(p, j, hk, &x[hk * D]);
+              t.transform->fill_row_table(j, in.kmap[c][j], true, tab.data());
+              t.transform->apply_rows(tab.data(), true, x.data(), Hkv, D);
+            } else {
+              std::copy_n(rot.k[c].data() + j * Hkv * D, Hkv * D, x.data());
+            }
+            for (int64_t hk = 0; hk < Hkv; ++hk) {
+              if (kr) std::copy_n(&x[hk * D], D, &(*kr)[((c * Hkv + hk) * Sp + j) * Dp]);
+              for (int64_t d = 0; d < D; ++d) kT[((c * Hkv + hk) * D + d) * Sl + j] = x[hk * D + d];
+            }
+          }
+      },
+      64);
+}
+
+// Value j of kv head hk: from the copy in `in`, or in place.
+inline const float* pairs_value(const attention_params<float>& p, const pairs_input<float>& in,
+                                int64_t j, int64_t hk) {
+  return in.v.empty() ? p.v + kv_offset(p, j, hk) : &in.v[(j * p.Hkv + hk) * p.D];
+}
+
 // The float32 forward (the fast form for float32): per block, its q rows rotated once per
 // distinct query map for all heads; per tile, FlashAttention's online softmax over the column
 // strips (Dao et al. 2022, Algorithm 1): with m the running maximum and l the running sum of a
@@ -351,17 +390,11 @@ struct pairs_fwd {
         nq(static_cast<int64_t>(in.qmap.size())),
         G(pl.group) {
     np = pairs_products(in, prods, prod_of);
-    const int64_t S = p.S;
-    kT.assign(rot.k.size() * Hkv * D * Sl, 0.f);
-    for (size_t c = 0; c < rot.k.size(); ++c)
-      for (int64_t hk = 0; hk < Hkv; ++hk)
-        for (int64_t j = 0; j < S; ++j)
-          for (int64_t d = 0; d < D; ++d)
-            kT[((c * Hkv + hk) * D + d) * Sl + j] = rot.k[c][(j * Hkv + hk) * D + d];
+    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, nullptr);
     vp.assign(Hkv * Sp * Dp, 0.f);
     for (int64_t hk = 0; hk < Hkv; ++hk)
-      for (int64_t j = 0; j < S; ++j)
-        std::copy_n(&in.v[(j * Hkv + hk) * D], D, &vp[(hk * Sp + j) * Dp]);
+      for (int64_t j = 0; j < p.S; ++j)
+        std::copy_n(pairs_value(p, in, j, hk), D, &vp[(hk * Sp + j) * Dp]);
   }
 
   scratch make_scratch() const {
@@ -694,30 +727,10 @@ struct pairs_bwd {
   void pack() {
     const int64_t S = p.S, T = p.T;
     Rt = rot.k.empty() ? t.transform->row_table_size() : 0;
-    parallel_for(
-        S,
-        [&](int64_t b, int64_t e) {
-          std::vector<float> x(Hkv * D), tab(Rt);
-          for (int64_t j = b; j < e; ++j)
-            for (int64_t c = 0; c < nk; ++c) {
-              if (Rt > 0) {
-                for (int64_t hk = 0; hk < Hkv; ++hk) copy_key(p, j, hk, &x[hk * D]);
-                t.transform->fill_row_table(j, in.kmap[c][j], true, tab.data());
-                t.transform->apply_rows(tab.data(), true, x.data(), Hkv, D);
-              } else {
-                std::copy_n(rot.k[c].data() + j * Hkv * D, Hkv * D, x.data());
-              }
-              for (int64_t hk = 0; hk < Hkv; ++hk) {
-                std::copy_n(&x[hk * D], D, &kr[((c * Hkv + hk) * Sp + j) * Dp]);
-                for (int64_t d = 0; d < D; ++d)
-                  kT[((c * Hkv + hk) * D + d) * Sl + j] = x[hk * D + d];
-              }
-            }
-        },
-        64);
+    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, &kr);
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t j = 0; j < S; ++j) {
-        const float* v = in.v.empty() ? p.v + kv_offset(p, j, hk) : &in.v[(j * Hkv + hk) * D];
+        const float* v = pairs_value(p, in, j, hk);
         for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = v[d];
       }
     qtab.assign(Rt > 0 ? nq : 0, std::vector<float>(T * Rt));
@@ -760,7 +773,6 @@ struct pairs_bwd {
         nk(static_cast<int64_t>(in.kmap.size())),
         prod_of(in.R) {
     np = pairs_products(in, prods, prod_of);
-    kT.assign(nk * Hkv * D * Sl, 0.f), kr.assign(nk * Hkv * Sp * Dp, 0.f);
     vT.assign(Hkv * D * Sl, 0.f), dK.assign(nk * Hkv * Sp * Dp, 0.f), dV.assign(Hkv * Sp * Dp, 0.f);
     pack();
     ones.assign(std::max(Sp, kPairsTile), 1.f);
@@ -968,11 +980,12 @@ void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& p
   // reads k and v in place too.
   const bool f32 = std::is_same_v<Real, float> && !reference;
   const bool decode = f32 && T <= kPairsDecodeRows;
-  const auto in = pairs_load(p, pl, t, !f32, !decode);
+  const bool row_form = f32 && t.transform->row_table_size() > 0;  // keys rotated as packed
+  const auto in = pairs_load(p, pl, t, !f32, !decode && !row_form);
   if constexpr (std::is_same_v<Real, float>)
     if (decode) return pairs_decode_f32(p, pl, t, in);
   const pairs_rotated<Real> rot =
-      reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in, /*rotate_q=*/!f32);
+      reference || row_form ? pairs_rotated<Real>{} : pairs_rotate(p, t, in, /*rotate_q=*/!f32);
   if constexpr (std::is_same_v<Real, float>)
     if (!reference) return pairs_forward_f32(p, pl, t, in, rot);
   const bool sink = !p.sinks.empty();
