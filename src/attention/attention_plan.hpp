@@ -139,6 +139,11 @@ void add_row_f32(float* row, const float* src, int64_t n);
 // vectors; the bits of the scalar loop.
 void add_diff_row_f32(float* row, double c, const double* src, int64_t n);
 
+// dst[j] = float(scale * double(src[j])) for 0 <= j < n in the dispatched target's vectors (the
+// scalar loop's bits: the product in double, rounded once); returns the largest (-inf for n = 0).
+// A row of a per-pair scheme's scores from its region's product (attention_rope_pairs.cpp).
+float scale_row_max_f32(float* dst, const float* src, double scale, int64_t n);
+
 // FIRE's per-key MLP (hook_fire.cpp) in the dispatched target's double vectors: acc[j] = b2 +
 // sum_u w2[u] max(0, w1[u] (psi[j] / pm) + b1[u]), u in order, for 0 <= j < n; w is one head's
 // parameters [w1 (m) | b1 (m) | w2 (m) | b2]. The bits of the scalar loop (no fused multiply-add).

@@ -279,10 +279,12 @@ inline void pairs_block_find(const attention_params<float>& p, const attention_p
 
 // Row ii of the block's scores for one query head over the columns [s0, s1) from the products'
 // scores G (np x (prod_rows, Sl); the row's at row grow, column j at G[.. + j - s0]): Pi[j - s0]
-// = row_scale G_u(grow, j), u the pair's region's product, -inf where the pair is not attended.
-inline void pairs_row_scores(const pairs_block& bl, const std::vector<int>& prod_of, const float* G,
-                             int64_t Sl, int64_t prod_rows, int64_t grow, double row_scale,
-                             int64_t ii, int64_t s0, int64_t s1, float* Pi) {
+// = row_scale G_u(grow, j), u the pair's region's product, -inf where the pair is not attended;
+// returns the row's largest score there.
+inline float pairs_row_scores(const pairs_block& bl, const std::vector<int>& prod_of,
+                              const float* G, int64_t Sl, int64_t prod_rows, int64_t grow,
+                              double row_scale, int64_t ii, int64_t s0, int64_t s1, float* Pi) {
+  float m = -std::numeric_limits<float>::infinity();
   for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
     const pairs_run& rn = bl.runs[x];
     const int64_t j0 = std::max(rn.j0, s0), j1 = std::min(rn.j1, s1);
@@ -292,8 +294,9 @@ inline void pairs_row_scores(const pairs_block& bl, const std::vector<int>& prod
       continue;
     }
     const float* Gu = G + (prod_of[rn.r] * prod_rows + grow) * Sl - s0;
-    for (int64_t j = j0; j < j1; ++j) Pi[j - s0] = static_cast<float>(row_scale * Gu[j]);
+    m = std::max(m, scale_row_max_f32(Pi + (j0 - s0), Gu + j0, row_scale, j1 - j0));
   }
+  return m;
 }
 
 // The distinct (q copy, k copy) products of the regions, and each region's product.
@@ -415,10 +418,8 @@ struct pairs_fwd {
                  scratch& sc) const {
     constexpr int64_t W = kPairsCols;
     float* Pr = &sc.P[r * W];
-    pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i], i - bl.i0, s0, s1,
-                     Pr);
-    float ms = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < s1 - s0; ++j) ms = std::max(ms, Pr[j]);
+    const float ms = pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i],
+                                      i - bl.i0, s0, s1, Pr);
     const float m1 = std::max(sc.m[r], ms);
     if (m1 == -std::numeric_limits<float>::infinity()) {  // nothing attended yet
       std::fill(Pr, Pr + (s1 - s0), 0.f);
@@ -804,7 +805,8 @@ struct pairs_bwd {
       std::fill(Pi, Pi + (s1 - s0), 0.f);
       std::fill(dSi, dSi + (s1 - s0), 0.f);
     } else {
-      pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i], ii, s0, s1, Pi);
+      (void)pairs_row_scores(bl, prod_of, sc.G.data(), W, kPairsTile, r, in.row_scale[i], ii, s0,
+                             s1, Pi);
       (void)exp_row_f32(Pi, s1 - s0, g.lse[i * Hq + h]);
       const float Dif = sc.Drow[r], rs = static_cast<float>(in.row_scale[i]);
       for (int64_t j = 0; j < s1 - s0; ++j) {

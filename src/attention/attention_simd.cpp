@@ -1448,6 +1448,28 @@ void AddDiffRow(float* HWY_RESTRICT row, double c, const double* HWY_RESTRICT sr
   for (; j < n; ++j) row[j] += static_cast<float>(c - src[j]);
 }
 
+// dst[j] = float(scale * double(src[j])) for j < n, returning the largest (-inf for n = 0): the
+// product in double, rounded once (the scalar loop's bits).
+float ScaleRowMax(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, double scale, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vs = hn::Set(dd, scale);
+  auto vm = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto x = hn::DemoteTo(df, hn::Mul(vs, hn::PromoteTo(dd, hn::LoadU(df, src + j))));
+    hn::StoreU(x, df, dst + j);
+    vm = hn::Max(vm, x);
+  }
+  float m = hn::GetLane(hn::MaxOfLanes(df, vm));
+  for (; j < n; ++j) {
+    dst[j] = static_cast<float>(scale * double(src[j]));
+    m = std::max(m, dst[j]);
+  }
+  return m;
+}
+
 // row[j] += float(alpha + gamma * p[j]): the product and the sum in double (no fused
 // multiply-add, as the scalar loop), rounded once to float, then added: the scalar loop's bits.
 void AddLinearRow(float* HWY_RESTRICT row, double alpha, double gamma, const double* HWY_RESTRICT p,
@@ -1476,6 +1498,7 @@ HWY_EXPORT(TargetIsAvx3);
 HWY_EXPORT(WidenRows);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(AddDiffRow);
+HWY_EXPORT(ScaleRowMax);
 HWY_EXPORT(FireMlp);
 HWY_EXPORT(AddLinearRow);
 HWY_EXPORT(Lanes);
@@ -1867,6 +1890,11 @@ void add_row_f32(float* row, const float* src, int64_t n) {
 
 void add_diff_row_f32(float* row, double c, const double* src, int64_t n) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(AddDiffRow)(row, c, src, n);
+}
+
+float scale_row_max_f32(float* dst, const float* src, double scale, int64_t n) {
+  return n > 0 ? HWY_DYNAMIC_DISPATCH(ScaleRowMax)(dst, src, scale, n)
+               : -std::numeric_limits<float>::infinity();
 }
 
 void fire_mlp_f64(const double* psi, int64_t n, double pm, const double* w, int64_t m,
