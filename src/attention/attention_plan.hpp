@@ -119,6 +119,13 @@ bool attention_bf16_native_impl();
 void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B, int64_t ldb,
               float* C, int64_t ldc, int64_t K, const float* beta, int64_t ak = 1);
 
+// The same with B packed in panels of gemm_panel_width() columns, each K x width contiguous (a
+// column strip the micro-kernel streams is one run of memory): column c of row kk at
+// B[(c / width) * K * width + kk * width + c % width]. The same bits as gemm_f32.
+void gemm_f32_panel(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
+                    float* C, int64_t ldc, int64_t K, const float* beta);
+int64_t gemm_panel_width();
+
 // The backward's softmax step on a (rows, 64) block of scores s and dP = dO V^T, in place: for
 // keys jlo[r] <= jj < jhi[r], s <- P = Exp(s - lse[r]) and dp <- dS = P (dp - Drow[r]); both 0
 // on every other key. Exp: the forward's SoftmaxExp (attention_simd.cpp): for t <= 0 within 1.13

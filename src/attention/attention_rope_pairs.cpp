@@ -260,7 +260,8 @@ inline void pairs_block_find(const attention_params<float>& p, const attention_p
       }
       bl.reg[ii * S + j] = r;
     }
-  bl.c0 = vlo >= vhi ? 0 : vlo / 8 * 8;
+  const int64_t al = gemm_panel_width();  // a multiple of 8: the forward's key panels start there
+  bl.c0 = vlo >= vhi ? 0 : vlo / al * al;
   bl.c1 = vlo >= vhi ? 0 : std::min(Sp, (vhi + 7) / 8 * 8);
   bl.runs.clear();
   bl.at.assign(rows + 1, 0);
@@ -318,12 +319,19 @@ inline int64_t pairs_products(const pairs_input<float>& in, std::vector<std::pai
 // Hkv, Sp, Dp), both zero-padded: from the rotated copies (rot.k), or, with the transform's row
 // form (rot.k empty), from k in place, each key rotated at each copy's position as it is packed
 // (the bits of apply()).
+// With panel > 0, kT holds per copy and kv head ceil(Sp / panel) panels of (D, panel) instead
+// (gemm_f32_panel's B): element (d, j) at (j / panel) D panel + d panel + j % panel.
 void pairs_pack_keys(const attention_params<float>& p, const engine_terms<float>& t,
                      const pairs_input<float>& in, const pairs_rotated<float>& rot, int64_t Sl,
-                     int64_t Sp, int64_t Dp, std::vector<float>& kT, std::vector<float>* kr) {
+                     int64_t Sp, int64_t Dp, std::vector<float>& kT, std::vector<float>* kr,
+                     int64_t panel = 0) {
   const int64_t S = p.S, Hkv = p.Hkv, D = p.D, nk = static_cast<int64_t>(in.kmap.size());
   const int64_t Rt = rot.k.empty() ? t.transform->row_table_size() : 0;
-  kT.assign(nk * Hkv * D * Sl, 0.f);
+  const int64_t kh = panel ? (Sp + panel - 1) / panel * D * panel : D * Sl;  // per copy and head
+  auto at = [&](int64_t d, int64_t j) {
+    return panel ? j / panel * D * panel + d * panel + j % panel : d * Sl + j;
+  };
+  kT.assign(nk * Hkv * kh, 0.f);
   if (kr) kr->assign(nk * Hkv * Sp * Dp, 0.f);
   parallel_for(
       S,
@@ -340,7 +348,7 @@ void pairs_pack_keys(const attention_params<float>& p, const engine_terms<float>
             }
             for (int64_t hk = 0; hk < Hkv; ++hk) {
               if (kr) std::copy_n(&x[hk * D], D, &(*kr)[((c * Hkv + hk) * Sp + j) * Dp]);
-              for (int64_t d = 0; d < D; ++d) kT[((c * Hkv + hk) * D + d) * Sl + j] = x[hk * D + d];
+              for (int64_t d = 0; d < D; ++d) kT[(c * Hkv + hk) * kh + at(d, j)] = x[hk * D + d];
             }
           }
       },
@@ -367,9 +375,11 @@ struct pairs_fwd {
   const engine_terms<float>& t;
   const pairs_input<float>& in;
   int64_t Hq, Hkv, D, Sp, Dp, Sl, np = 0, nq, G;
+  int64_t pw = gemm_panel_width(), kh = 0;  // key panels' width, elements per copy and head
   std::vector<std::pair<int, int>> prods;
   std::vector<int> prod_of;
-  // Keys transposed per copy and kv head, (D, Sl) zero-padded; values (Sp, Dp) zero-padded.
+  // Keys transposed per copy and kv head in panels of (D, pw) (gemm_f32_panel's B), zero-padded;
+  // values (Sp, Dp) zero-padded.
   std::vector<float> kT, vp;
   struct scratch {
     std::vector<float> qrot;  // (copies, kPairsRows, Hq, D): the block's rotated q rows
@@ -393,7 +403,8 @@ struct pairs_fwd {
         nq(static_cast<int64_t>(in.qmap.size())),
         G(pl.group) {
     np = pairs_products(in, prods, prod_of);
-    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, nullptr);
+    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, nullptr, pw);
+    kh = (Sp + pw - 1) / pw * D * pw;
     vp.assign(Hkv * Sp * Dp, 0.f);
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t j = 0; j < p.S; ++j)
@@ -448,11 +459,13 @@ struct pairs_fwd {
     for (int64_t s0 = bl.c0; s0 < bl.c1; s0 += W) {
       const int64_t s1 = std::min(bl.c1, s0 + W);
       for (int64_t u = 0; u < np; ++u) {
-        const int64_t a = std::max(s0, bl.lo[u] / 8 * 8), e = std::min(s1, (bl.hi[u] + 7) / 8 * 8);
+        // From a panel's first column (s0 is one).
+        const int64_t a = std::max(s0, bl.lo[u] / pw * pw),
+                      e = std::min(s1, (bl.hi[u] + 7) / 8 * 8);
         if (a < e)
-          gemm_f32(R, e - a, &sc.qb[prods[u].first * kPairsTile * Dp], Dp,
-                   &kT[(prods[u].second * Hkv + hk) * D * Sl + a], Sl,
-                   &sc.G[u * kPairsTile * W + (a - s0)], W, D, nullptr);
+          gemm_f32_panel(R, e - a, &sc.qb[prods[u].first * kPairsTile * Dp], Dp,
+                         &kT[(prods[u].second * Hkv + hk) * kh + a / pw * D * pw],
+                         &sc.G[u * kPairsTile * W + (a - s0)], W, D, nullptr);
       }
       for (int64_t r = 0; r < R; ++r) strip_row(bl, r, i0 + r % rows, s0, s1, sc);
       gemm_f32(R, Dp, sc.P.data(), W, &vp[(hk * Sp + s0) * Dp], Dp, sc.O.data(), Dp, s1 - s0,

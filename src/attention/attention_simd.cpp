@@ -1356,6 +1356,16 @@ void GemmExported(int64_t rows, int64_t ncols, const float* A, int64_t lda, cons
   Gemm(rows, ncols, A, lda, B, ldb, C, ldc, K, beta, ak);
 }
 
+// The same with B packed in panels of PanelWidth() columns, each K x PanelWidth() contiguous.
+void GemmPanelExported(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
+                       float* C, int64_t ldc, int64_t K, const float* beta) {
+  Gemm(rows, ncols, A, lda, B, PanelWidth(), C, ldc, K, beta, 1, PanelWidth());
+}
+
+int64_t PanelWidthExported() {
+  return PanelWidth();
+}
+
 // The backward's softmax step over one (rows x Bk) block, row r visible on keys
 // [jlo[r], jhi[r]): P = SoftmaxExp(s - lse_r) (the forward's exponential), dS =
 // P (dp - D_r); 0 elsewhere, and where |P| or |dS| is below FLT_MIN (no subnormals; see below). P
@@ -1503,6 +1513,8 @@ HWY_EXPORT(FireMlp);
 HWY_EXPORT(AddLinearRow);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GemmExported);
+HWY_EXPORT(GemmPanelExported);
+HWY_EXPORT(PanelWidthExported);
 HWY_EXPORT(SoftmaxBackwardBlock);
 HWY_EXPORT(ExpRow);
 HWY_EXPORT(AddRow);
@@ -1878,6 +1890,16 @@ void gemm_f32(int64_t rows, int64_t ncols, const float* A, int64_t lda, const fl
 void softmax_backward_block_f32(int64_t rows, float* s, float* dp, const int64_t* jlo,
                                 const int64_t* jhi, const float* lse, const float* Drow) {
   HWY_DYNAMIC_DISPATCH(SoftmaxBackwardBlock)(rows, s, dp, jlo, jhi, lse, Drow);
+}
+
+void gemm_f32_panel(int64_t rows, int64_t ncols, const float* A, int64_t lda, const float* B,
+                    float* C, int64_t ldc, int64_t K, const float* beta) {
+  if (rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmPanelExported)(rows, ncols, A, lda, B, C, ldc, K, beta);
+}
+
+int64_t gemm_panel_width() {
+  return HWY_DYNAMIC_DISPATCH(PanelWidthExported)();
 }
 
 float exp_row_f32(float* x, int64_t n, float m) {
