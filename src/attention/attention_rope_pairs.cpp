@@ -376,10 +376,12 @@ struct pairs_fwd {
   const pairs_input<float>& in;
   int64_t Hq, Hkv, D, Sp, Dp, Sl, np = 0, nq, G;
   int64_t pw = gemm_panel_width(), kh = 0;  // key panels' width, elements per copy and head
+  int64_t Dv = 0;
   std::vector<std::pair<int, int>> prods;
   std::vector<int> prod_of;
   // Keys transposed per copy and kv head in panels of (D, pw) (gemm_f32_panel's B), zero-padded;
-  // values (Sp, Dp) zero-padded.
+  // values (Sp, Dp) zero-padded in rows of Dv = Dp + 16 (a row a multiple of 512 B would put a
+  // column strip of P V's B in a quarter of the L1 sets; the tiled kernels' vb_row).
   std::vector<float> kT, vp;
   struct scratch {
     std::vector<float> qrot;  // (copies, kPairsRows, Hq, D): the block's rotated q rows
@@ -405,10 +407,11 @@ struct pairs_fwd {
     np = pairs_products(in, prods, prod_of);
     pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, nullptr, pw);
     kh = (Sp + pw - 1) / pw * D * pw;
-    vp.assign(Hkv * Sp * Dp, 0.f);
+    Dv = Dp + 16;
+    vp.assign(Hkv * Sp * Dv, 0.f);
     for (int64_t hk = 0; hk < Hkv; ++hk)
       for (int64_t j = 0; j < p.S; ++j)
-        std::copy_n(pairs_value(p, in, j, hk), D, &vp[(hk * Sp + j) * Dp]);
+        std::copy_n(pairs_value(p, in, j, hk), D, &vp[(hk * Sp + j) * Dv]);
   }
 
   scratch make_scratch() const {
@@ -468,7 +471,7 @@ struct pairs_fwd {
                          &sc.G[u * kPairsTile * W + (a - s0)], W, D, nullptr);
       }
       for (int64_t r = 0; r < R; ++r) strip_row(bl, r, i0 + r % rows, s0, s1, sc);
-      gemm_f32(R, Dp, sc.P.data(), W, &vp[(hk * Sp + s0) * Dp], Dp, sc.O.data(), Dp, s1 - s0,
+      gemm_f32(R, Dp, sc.P.data(), W, &vp[(hk * Sp + s0) * Dv], Dv, sc.O.data(), Dp, s1 - s0,
                sc.beta.data());
     }
     const bool sink = !p.sinks.empty();
