@@ -13,17 +13,23 @@
 //   dq_i = sum_r R(a_r)^T sum_{j in r} scale f dS_ij k'_jr
 //   dk_j = sum_r R(b_r)^T sum_{i in r} scale f dS_ij q'_ir,   dv_j = sum_i P_ij dO_i
 // A pair whose region is -1 is not attended (as a masked one): StreamingLLM's evicted keys.
-// Two implementations:
+// Implementations:
 //   reference  the specification: every pair's q and k rotated at that pair's positions, in
 //              double, then the score row and a two-pass softmax (T S rotations of each).
 //   fast       each token rotated once per distinct position map (Self-Extend: 2 for q, 2 for
-//              k; DCA: 3 for q, 1 for k) in the element type, as the RoPE engine rotates. The
-//              float32 forward then runs blocks of queries through the Highway micro-kernel
-//              (pairs_forward_f32: one product per distinct map over the columns where it
-//              occurs, P V one more); the float64 forward and both backwards compute the
-//              scores, softmax and sums per row in double, threads over query heads (forward)
-//              or kv heads (backward). O(T S D) arithmetic, O((T Hq + S Hkv) D R) memory, no
-//              T x S matrix.
+//              k; DCA: 3 for q, 1 for k) in the element type, as the RoPE engine rotates, and
+//              one product per distinct (q map, k map) over the columns where it occurs:
+//     float32 forward   tiles of a block's 32 queries for up to 4 query heads of a kv head
+//                       over strips of 256 keys, FlashAttention's online softmax
+//                       (pairs_forward_f32); T <= 4: one pass over the keys read in place,
+//                       chunk partials merged in order (pairs_decode_f32);
+//     float32 backward  FlashAttention-2's backward on the same tiles, P from the saved lse,
+//                       kv heads in parallel (pairs_backward_f32);
+//     float64           the scores, softmax and sums per row in double, threads over query
+//                       heads (forward) or kv heads (backward).
+//   With the transform's row form (RoPE's per-token cos/sin table) the float32 forms read q, k
+//   and v in place and rotate each key as they pack it. Every form's bits are independent of
+//   the thread count. O(T S D) arithmetic, no T x S matrix.
 #include <algorithm>
 #include <cmath>
 #include <limits>
