@@ -275,6 +275,7 @@ struct simd_scratch {
   std::vector<float> vb;     // (Bk, vb_row(Dp)): the value rows of one key block, zero-padded to Dp
   std::vector<float> kb;     // (D * Bk): one key block, transposed (simd_problem::pack_local)
   std::vector<float> krows;  // (8 * D): PackKeyBlock's rows
+  std::vector<float> krot;   // (Bk, D): the decode path's transformed key rows (hook 1 fused)
   std::vector<uint16_t> qb;  // (rows, 2 D2): the item's q' rows in bfloat16 (pr.bf16)
   std::vector<uint16_t> pb;  // (rows, Bk): a block's probabilities in bfloat16 (pr.bf16)
 };
@@ -1006,6 +1007,25 @@ void BlockScores(const simd_problem& pr, simd_scratch& sc, int64_t hk, int64_t r
                  pr.Rt, pf_end);
     Gemm<a_layout::kChunked>(rows, ncols, qc, rows * kAChunk, sc.kb.data(), kSimdBk, s, kSimdBk, D,
                              nullptr, 1, PanelWidth());
+  } else if (pr.ktab) {
+    // Hook 1's row form on the decode path: each key of the block widened and transformed into
+    // scratch as it is read (the key and value rows kPrefetchKeys ahead prefetched here), then
+    // the in-place path's dots over the scratch rows: the bits of a transformed copy of K,
+    // without one (a decode step over S keys wrote and reread all S Hkv D of it).
+    float* kr = sc.krot.data();
+    const int64_t kbytes = D * kv_bytes(pr.kt), vb = D * kv_bytes(pr.vt);
+    for (int64_t jj = 0; jj < nb; ++jj) {
+      if (const int64_t jf = j0 + jj + kPrefetchKeys; jf < pf_end) {
+        const char* kf = static_cast<const char*>(pr.krow(jf, hk));
+        const char* vf = static_cast<const char*>(pr.vrow(jf, hk));
+        for (int64_t b = 0; b < kbytes; b += 64) StreamPrefetch(kf + b);
+        for (int64_t b = 0; b < vb; b += 64) StreamPrefetch(vf + b);
+      }
+      KeyRow(pr, j0 + jj, hk, kr + jj * D);
+      pr.tr->apply_rows(pr.ktab + (j0 + jj) * pr.Rt, true, kr + jj * D, 1, D);
+    }
+    DecodeScores<false>(qs, rows, D, kr, static_cast<const char*>(pr.vrow(j0, hk)), 0, D, nb, j0, 0,
+                        s);
   } else {
     // Key outer, row inner: each key row (one L1 set apart from the next, as for V) is used
     // by every row while it is in L1.
@@ -1699,8 +1719,8 @@ void widen_keys(const simd_problem& pr, std::vector<float>& k_t) {
 }
 
 // Hook 1. With a row form (RoPE): per-position tables, applied to q rows as each item loads
-// them and to key rows as they are packed; no transformed copy of q or K (the decode path,
-// which reads K in place, still takes a copy of K). Without one: transformed copies.
+// them and to key rows as they are packed, or, on the decode path, which reads K in place, as
+// each block's rows are read; no transformed copy of q or K. Without one: transformed copies.
 void prepare_transform(simd_problem& pr, const engine_terms<float>& terms, bool pack,
                        hook1_buffers& b) {
   const auto& p = *pr.p;
@@ -1735,11 +1755,11 @@ void prepare_transform(simd_problem& pr, const engine_terms<float>& terms, bool 
     pr.q16 = nullptr;
     pr.qt = kv_storage::f32;
   }
-  b.fuse_k = map_k && Rt > 0 && (pack || pr.pack_local);
+  b.fuse_k = map_k && Rt > 0;
   if (b.fuse_k) {
     fill_tables(b.ktab, pl.kpos_safe, true);
-    if (pr.pack_local) pr.ktab = b.ktab.data();
-  } else if (map_k) {  // a float32 copy, widened from half-precision storage
+    if (!pack) pr.ktab = b.ktab.data();  // applied per block: pack_local's packing, decode's rows
+  } else if (map_k) {                    // a float32 copy, widened from half-precision storage
     widen_keys(pr, b.k_t);
     pr.k_ld = Hkv * D;
     pr.k_hs = D;
@@ -1824,6 +1844,9 @@ std::vector<simd_scratch> make_scratch(const simd_problem& pr, int64_t rows, int
     if (pr.pack_local) {
       sc.kb.resize(static_cast<size_t>(D * kSimdBk));
       sc.krows.resize(static_cast<size_t>(8 * D));
+    }
+    if (pr.ktab && !pr.kT && !pr.pack_local) {
+      sc.krot.resize(static_cast<size_t>(pr.bk * D));
     }
     if (pr.kT16) {
       sc.qb.assign(static_cast<size_t>(rows * 2 * pr.D2), 0);
