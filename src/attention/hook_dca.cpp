@@ -72,6 +72,12 @@ const named_pairs dca_pairs_decl = {
       return m * m;
     },
     {8, 3, 6},  // chunks of 5 positions (every region by position 10), scaled past 6 keys
+    // chunk_size = L, local_size = L/4, original_max_position_embeddings = L, as Qwen2.5-1M's
+    // config sets it to its chunk_size (vLLM's length scaling).
+    [](int64_t L, double* a) {
+      const int64_t local = L / 4;  // tokens, rounded down
+      a[0] = double(L), a[1] = double(local), a[2] = double(L);
+    },
 };
 
 }  // namespace posenc::detail

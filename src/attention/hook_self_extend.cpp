@@ -47,6 +47,12 @@ const named_pairs self_extend_pairs_decl = {
     [](std::span<const double> a, int r, int64_t kp) { return r == 0 ? kp : kp / se_group(a); },
     nullptr,
     {3, 5, 0},  // G = 3, w = 5: neighbours up to distance 4, groups of 3 past them
+    // w = L/2 neighbours, G = 16: grouped distances reach (L - w) G + w = 8.5 L before they
+    // leave the trained range (Jin et al. 2024's rule for G and w).
+    [](int64_t L, double* a) {
+      const int64_t w = L / 2;  // tokens, rounded down
+      a[0] = 16, a[1] = double(w);
+    },
 };
 
 }  // namespace posenc::detail

@@ -50,6 +50,8 @@ const named_pairs streaming_llm_pairs_decl = {
     [](std::span<const double>, int, int64_t kp) { return kp; },
     nullptr,
     {2, 4, 0},  // 2 sinks and 4 recent tokens: 13 keys evict some
+    // 4 sink tokens and a window of L - 4: a cache of L (Xiao et al. 2024).
+    [](int64_t L, double* a) { a[0] = 4, a[1] = double(L - 4); },
 };
 
 }  // namespace posenc::detail

@@ -263,6 +263,21 @@ std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_
   return out;
 }
 
+bool rope_pairs_in_lab(const scheme_decl& d) {
+  return d.pairs && pairs_of(d).lab_args;
+}
+
+std::vector<std::pair<std::string, double>> rope_pairs_lab_params(const scheme_decl& d, int64_t L) {
+  const auto& x = pairs_of(d);
+  if (!x.lab_args) fail("{} gives no parameters for the lab's extension preset", d.name);
+  double a[3] = {0, 0, 0};
+  x.lab_args(L, a);
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 1; i < d.params.size() && i <= 3; ++i)
+    out.emplace_back(d.params[i].name, a[i - 1]);
+  return out;
+}
+
 std::vector<std::pair<std::string, double>> hf_dca_scheme_params(const hf_dca_config& c) {
   const scheme_decl& d = scheme_decl_of("dca");
   // The declaration's parameters after its switch, in order (schemes.cpp, kDca).

@@ -244,6 +244,10 @@ struct named_pairs {
   // Parameters, in declaration order after the switch, that put the pairs of a case-table call
   // (13 keys at positions 0 .. 12) in every region: what the case tables and checks run.
   double case_args[3] = {0, 0, 0};
+  // Its parameters, in declaration order after the switch, for a RoPE model trained at length L
+  // run zero-shot at 8L: the lab's extension preset (`posenc lab --preset extend`), with the rule
+  // its paper gives for choosing them. null: the preset leaves the scheme out.
+  void (*lab_args)(int64_t L, double* args) = nullptr;
 };
 
 }  // namespace posenc::detail

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 
+#include "posenc/attention/schemes.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/formats/hf_config.hpp"
@@ -16,13 +17,10 @@
 namespace posenc::lab {
 
 std::vector<named_scheme> extend_pair_schemes(int64_t L) {
-  const int64_t half = L / 2, quarter = L / 4;  // token counts, rounded down
-  return {{"self_extend", {{"self_extend_group", 16}, {"self_extend_window", double(half)}}},
-          {"dca",
-           {{"dca_chunk_size", double(L)},
-            {"dca_local_size", double(quarter)},
-            {"dca_original_max_position_embeddings", double(L)}}},
-          {"streaming_llm", {{"streaming_sink_tokens", 4}, {"streaming_window", double(L - 4)}}}};
+  std::vector<named_scheme> out;
+  for (const scheme_decl& d : scheme_decls())
+    if (rope_pairs_in_lab(d)) out.push_back({d.name, rope_pairs_lab_params(d, L)});
+  return out;
 }
 
 namespace {

@@ -167,6 +167,11 @@ const char* rope_pairs_region_name(const scheme_decl& d, int r);
 // The factor on every score of a call with S keys (DCA's length scaling; 1 for the others).
 double rope_pairs_score_factor(const scheme_decl& d, std::span<const double> args, int64_t S);
 std::vector<std::pair<std::string, double>> rope_pairs_case_params(const scheme_decl& d);
+// The parameters (by name) its hook file gives a per-pair scheme for a RoPE model trained at
+// length L run zero-shot at 8L (the lab's extension preset), or none when it gives none
+// (rope_pairs_in_lab false).
+bool rope_pairs_in_lab(const scheme_decl& d);
+std::vector<std::pair<std::string, double>> rope_pairs_lab_params(const scheme_decl& d, int64_t L);
 
 // The `dca` parameters, named as its declaration names them, that a config.json's
 // dual_chunk_attention_config gives (hf_dca_config_from_json, posenc/formats/hf_config.hpp):

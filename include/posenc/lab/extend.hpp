@@ -114,12 +114,9 @@ struct extend_progress {
   std::function<progress_fn()> runs;  // a fresh callback per phase (null = none)
 };
 
-// The per-pair schemes with their parameters for a model trained at L, target 8L:
-//   self_extend    w = L/2 neighbours, G = 16: grouped distances reach (L - w) G + w = 8.5 L
-//                  before they leave the trained range (Jin et al. 2024's rule for G and w);
-//   dca            chunk_size = L, local_size = L/4, original_max_position_embeddings = L as
-//                  Qwen2.5-1M's config sets it to its chunk_size (vLLM's length scaling);
-//   streaming_llm  4 sink tokens and a window of L - 4, a cache of L (Xiao et al. 2024).
+// The per-pair schemes, in declaration order, with the parameters their hook files give for a
+// model trained at L, target 8L (rope_pairs_lab_params, schemes.hpp; each hook file cites its
+// paper's rule).
 std::vector<named_scheme> extend_pair_schemes(int64_t L);
 
 // Runs the protocol on t (a text task with at least base.eval_chars + 8L + 1 held-out bytes)

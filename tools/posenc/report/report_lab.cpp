@@ -14,6 +14,7 @@
 #include "cli.hpp"
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
+#include "posenc/lab/extend.hpp"
 #include "posenc/lab/lab.hpp"
 #include "report.hpp"
 
@@ -126,16 +127,37 @@ std::string extend_curve(const J& row) {
   return row["scheme"].get<std::string>() + "/" + row["extension"].get<std::string>();
 }
 
+// The extend preset's curves with their colours: RoPE under each extension method (in the
+// methods' order), then the other curves of the summary in their order, those on the RoPE model
+// first (the per-pair schemes, "rope/<scheme>") and the models trained with another scheme after
+// ("<scheme>/none"). No scheme is named here: the summary says which ran.
+std::vector<std::pair<std::string, std::string>> extend_curves(const J& summary) {
+  static const char* const methods[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                        "#9467bd", "#8c564b", "#e377c2"};
+  static const char* const others[] = {"#17becf", "#393b79", "#637939", "#7f7f7f", "#bcbd22",
+                                       "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"};
+  std::vector<std::pair<std::string, std::string>> out;
+  std::set<std::string> seen;
+  size_t m = 0, o = 0;
+  for (lab::extension e : lab::extensions()) {
+    const std::string c = std::string("rope/") + lab::extension_name(e);
+    out.emplace_back(c, methods[m++ % std::size(methods)]);
+    seen.insert(c);
+  }
+  for (bool on_rope : {true, false})
+    for (const auto& row : summary) {
+      const std::string c = extend_curve(row);
+      if ((row["scheme"].get<std::string>() == "rope") != on_rope || !seen.insert(c).second)
+        continue;
+      out.emplace_back(c, others[o++ % std::size(others)]);
+    }
+  return out;
+}
+
 // The extend preset's plot of bits per byte against evaluation length, zero-shot or fine-tuned
 // (ft); no series when the summary has none of its rows.
 vl::line_plot extend_plot(const J& summary, int64_t L, bool ft) {
-  static const std::vector<std::pair<std::string, std::string>> curves = {
-      {"rope/none", "#1f77b4"},    {"rope/linear", "#ff7f0e"},
-      {"rope/dynamic", "#2ca02c"}, {"rope/yarn", "#d62728"},
-      {"rope/llama3", "#9467bd"},  {"rope/longrope", "#8c564b"},
-      {"rope/pose", "#e377c2"},    {"rope/self_extend", "#17becf"},
-      {"rope/dca", "#393b79"},     {"rope/streaming_llm", "#637939"},
-      {"alibi/none", "#7f7f7f"},   {"kerple/none", "#bcbd22"}};
+  const auto curves = extend_curves(summary);
   vl::line_plot plot;
   plot.title = ft ? "fine-tuned at the target length" : "zero-shot";
   plot.x.label = "evaluation length (bytes)";
