@@ -389,10 +389,11 @@ struct pairs_fwd {
   // values (Sp, Dp) zero-padded in rows of Dv = Dp + 16 (a row a multiple of 512 B would put a
   // column strip of P V's B in a quarter of the L1 sets; the tiled kernels' vb_row).
   std::vector<float> kT, vp;
+  // With the transform's row form: each q copy's per-token table, (T, Rt).
+  int64_t Rt = 0;
+  std::vector<std::vector<float>> qtab;
   struct scratch {
-    std::vector<float> qrot;  // (copies, kPairsRows, Hq, D): the block's rotated q rows
     std::vector<float> qb, G, P, O, m, l, beta;
-    pairs_block bl;
   };
 
   pairs_fwd(const attention_params<float>& p_, const attention_plan& pl_,
@@ -413,6 +414,16 @@ struct pairs_fwd {
     np = pairs_products(in, prods, prod_of);
     pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, nullptr, pw);
     kh = (Sp + pw - 1) / pw * D * pw;
+    Rt = t.transform->row_table_size();
+    qtab.assign(Rt > 0 ? nq : 0, std::vector<float>(p.T * Rt));
+    for (size_t c = 0; c < qtab.size(); ++c)
+      parallel_for(
+          p.T,
+          [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i)
+              t.transform->fill_row_table(i, in.qmap[c][i], false, &qtab[c][i * Rt]);
+          },
+          64);
     Dv = Dp + 16;
     vp.assign(Hkv * Sp * Dv, 0.f);
     for (int64_t hk = 0; hk < Hkv; ++hk)
@@ -422,7 +433,6 @@ struct pairs_fwd {
 
   scratch make_scratch() const {
     scratch sc;
-    sc.qrot.resize(nq * kPairsRows * Hq * D);
     sc.qb.assign(nq * kPairsTile * Dp, 0.f);
     sc.G.resize(np * kPairsTile * kPairsCols);
     sc.P.resize(kPairsTile * kPairsCols);
@@ -458,10 +468,13 @@ struct pairs_fwd {
   void tile(const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng, scratch& sc) const {
     constexpr int64_t W = kPairsCols;
     const int64_t i0 = bl.i0, rows = bl.rows, R = ng * rows;
-    for (int64_t c = 0; c < nq; ++c)
+    for (int64_t c = 0; c < nq; ++c) {
+      bool used = false;
+      for (int64_t u = 0; u < np; ++u) used |= prods[u].first == c && bl.lo[u] < bl.hi[u];
+      if (!used) continue;
       for (int64_t r = 0; r < R; ++r)
-        std::copy_n(&sc.qrot[((c * kPairsRows + r % rows) * Hq + hk * G + h0 + r / rows) * D], D,
-                    &sc.qb[(c * kPairsTile + r) * Dp]);
+        q_row(c, i0 + r % rows, hk * G + h0 + r / rows, &sc.qb[(c * kPairsTile + r) * Dp]);
+    }
     std::fill(sc.m.begin(), sc.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(sc.l.begin(), sc.l.end(), 0.f);
     std::fill(sc.O.begin(), sc.O.end(), 0.f);
@@ -499,26 +512,17 @@ struct pairs_fwd {
     }
   }
 
-  // Block x: its regions, its q rows rotated per used query map, then its tiles.
-  void block(int64_t x, scratch& sc) const {
-    const int64_t i0 = x * kPairsRows, rows = std::min(kPairsRows, p.T - i0);
-    pairs_block& bl = sc.bl;
-    pairs_block_find(p, pl, t, prod_of, np, i0, rows, bl);
-    // Rotated at the map's query positions with the call's RoPE (the bits of a rotation of
-    // all of q: rope_apply rotates each token on its own).
-    for (int64_t c = 0; c < nq; ++c) {
-      bool used = false;
-      for (int64_t u = 0; u < np; ++u) used |= prods[u].first == c && bl.lo[u] < bl.hi[u];
-      if (!used) continue;
-      float* qc = &sc.qrot[c * kPairsRows * Hq * D];
-      std::copy_n(p.q + i0 * Hq * D, rows * Hq * D, qc);
-      t.transform->apply(
-          std::span<const int64_t>(in.qmap[c].data() + i0, static_cast<size_t>(rows)), qc, rows, Hq,
-          D, false, false);
+  // Query i of head h in q copy c, rotated, into dst (D): with the row form from the copy's
+  // per-token table, else by apply() on the one row (the same bits: RoPE rotates each token on
+  // its own).
+  void q_row(int64_t c, int64_t i, int64_t h, float* dst) const {
+    std::copy_n(p.q + (i * Hq + h) * D, D, dst);
+    if (Rt > 0) {
+      t.transform->apply_rows(&qtab[c][i * Rt], false, dst, 1, D);
+    } else {
+      const int64_t a = in.qmap[c][i];
+      t.transform->apply(std::span<const int64_t>(&a, 1), dst, 1, 1, D, false, false);
     }
-    for (int64_t hk = 0; hk < Hkv; ++hk)
-      for (int64_t h0 = 0; h0 < G; h0 += kPairsTile / kPairsRows)
-        tile(bl, hk, h0, std::min(kPairsTile / kPairsRows, G - h0), sc);
   }
 };
 
@@ -526,10 +530,25 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
                        const engine_terms<float>& t, const pairs_input<float>& in,
                        const pairs_rotated<float>& rot) {
   const pairs_fwd pf(p, pl, t, in, rot);
-  parallel_for((p.T + kPairsRows - 1) / kPairsRows, [&](int64_t b, int64_t e) {
-    auto sc = pf.make_scratch();
-    for (int64_t x = b; x < e; ++x) pf.block(x, sc);
-  });
+  // Chunks of blocks: their regions found once, then the (kv head, block) tiles with the kv
+  // head outermost, so that a thread's run of tiles rereads one head's packed keys and values.
+  const int64_t T = p.T, nqb = (T + kPairsRows - 1) / kPairsRows, G = pf.G;
+  std::vector<pairs_block> blocks(kPairsChunk);
+  for (int64_t b0 = 0; b0 < nqb; b0 += kPairsChunk) {
+    const int64_t nb = std::min(kPairsChunk, nqb - b0);
+    parallel_for(nb, [&](int64_t b, int64_t e) {
+      for (int64_t x = b; x < e; ++x) {
+        const int64_t i0 = (b0 + x) * kPairsRows;
+        pairs_block_find(p, pl, t, pf.prod_of, pf.np, i0, std::min(kPairsRows, T - i0), blocks[x]);
+      }
+    });
+    parallel_for(p.Hkv * nb, [&](int64_t b, int64_t e) {
+      auto sc = pf.make_scratch();
+      for (int64_t x = b; x < e; ++x)
+        for (int64_t h0 = 0; h0 < G; h0 += kPairsTile / kPairsRows)
+          pf.tile(blocks[x % nb], x / nb, h0, std::min(kPairsTile / kPairsRows, G - h0), sc);
+    });
+  }
 }
 
 // The float32 decode form (T <= kPairsDecodeRows queries): one pass over the keys in chunks of
