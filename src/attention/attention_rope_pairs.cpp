@@ -300,8 +300,8 @@ inline float pairs_row_scores(const pairs_block& bl, const std::vector<int>& pro
       std::fill(Pi + (j0 - s0), Pi + (j1 - s0), -std::numeric_limits<float>::infinity());
       continue;
     }
-    const float* Gu = G + (prod_of[rn.r] * prod_rows + grow) * Sl - s0;
-    m = std::max(m, scale_row_max_f32(Pi + (j0 - s0), Gu + j0, row_scale, j1 - j0));
+    const float* Gu = G + (prod_of[rn.r] * prod_rows + grow) * Sl;  // column j at Gu[j - s0]
+    m = std::max(m, scale_row_max_f32(Pi + (j0 - s0), Gu + (j0 - s0), row_scale, j1 - j0));
   }
   return m;
 }
@@ -858,13 +858,13 @@ struct pairs_bwd {
     if (np == 1) return;
     for (int64_t u = 0; u < np; ++u) {
       if (a[u] >= e[u]) continue;
-      float* Gu = &sc.G[(u * kPairsTile + r) * W] - s0;
-      std::fill(Gu + a[u], Gu + e[u], 0.f);
+      float* Gu = &sc.G[(u * kPairsTile + r) * W];  // column j at Gu[j - s0]
+      std::fill(Gu + (a[u] - s0), Gu + (e[u] - s0), 0.f);
       for (int64_t x = bl.at[ii]; x < bl.at[ii + 1]; ++x) {
         const pairs_run& rn = bl.runs[x];
         const int64_t j0 = std::max(rn.j0, a[u]), j1 = std::min(rn.j1, e[u]);
         if (rn.r >= 0 && prod_of[rn.r] == u && j0 < j1)
-          std::copy(dSi + (j0 - s0), dSi + (j1 - s0), Gu + j0);
+          std::copy(dSi + (j0 - s0), dSi + (j1 - s0), Gu + (j0 - s0));
       }
     }
   }
