@@ -1059,20 +1059,16 @@ void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& p
     parallel_for(Hq * T, rows, 16);
 }
 
+namespace {
+
+// The per-row backward in double: the float64 fast form and the reference.
 template <typename Real>
-void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& pl,
-                         const engine_terms<Real>& t, const attention_grads<Real>& g,
-                         bool reference) {
+void rope_pairs_backward_rows(const attention_params<Real>& p, const attention_plan& pl,
+                              const engine_terms<Real>& t, const attention_grads<Real>& g,
+                              bool reference) {
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D;
-  // The float32 fast form rotates q from p.q: no copy of it; with the transform's row form it
-  // reads q, k and v in place and rotates them as it packs them (no rotated copies).
-  const bool f32 = std::is_same_v<Real, float> && !reference;
-  const bool rows = f32 && t.transform->row_table_size() > 0;
-  const auto in = pairs_load(p, pl, t, !f32, !rows);
-  const pairs_rotated<Real> rot =
-      reference || rows ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
-  if constexpr (std::is_same_v<Real, float>)
-    if (!reference) return pairs_backward_f32(p, pl, t, in, rot, g);
+  const auto in = pairs_load(p, pl, t);
+  const pairs_rotated<Real> rot = reference ? pairs_rotated<Real>{} : pairs_rotate(p, t, in);
   const size_t nq = in.qmap.size(), nk = in.kmap.size();
   // Gradients with respect to each rotated copy (the rotated frame), in double.
   std::vector<std::vector<double>> dQ(reference ? 0 : nq, std::vector<double>(T * Hq * D, 0.0)),
@@ -1161,6 +1157,26 @@ void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& 
   }
   if (g.dsinks)
     for (int64_t h = 0; h < Hq; ++h) g.dsinks[h] = static_cast<Real>(dsink[h]);
+}
+
+}  // namespace
+
+// The float32 fast form rotates q from p.q: no copy of it; with the transform's row form it reads
+// q, k and v in place and rotates them as it packs them (no rotated copies). The float64 fast
+// form and the reference: per row (rope_pairs_backward_rows).
+template <typename Real>
+void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& pl,
+                         const engine_terms<Real>& t, const attention_grads<Real>& g,
+                         bool reference) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (!reference) {
+      const bool rows = t.transform->row_table_size() > 0;
+      const auto in = pairs_load(p, pl, t, false, !rows);
+      const pairs_rotated<float> rot = rows ? pairs_rotated<float>{} : pairs_rotate(p, t, in);
+      return pairs_backward_f32(p, pl, t, in, rot, g);
+    }
+  }
+  rope_pairs_backward_rows(p, pl, t, g, reference);
 }
 
 template void rope_pairs_forward(const attention_params<float>&, const attention_plan&,
