@@ -37,6 +37,31 @@
 #include "posenc/core/threads.hpp"
 
 namespace posenc {
+namespace detail {
+
+// dsinks_h = -sum_i p_i,sink D_i with p_i,sink = exp(sink_h - lse_i) and D_i = dO_i . O_i (the
+// sink's column has no value: dP = 0, dS = p (0 - D_i)), summed in double over the rows in order.
+template <typename Real>
+void sink_grads(const attention_params<Real>& p, const attention_grads<Real>& g) {
+  if (!g.dsinks) return;
+  const int64_t T = p.T, Hq = p.Hq, D = p.D;
+  for (int64_t h = 0; h < Hq; ++h) {
+    double sum = 0;
+    for (int64_t i = 0; i < T; ++i) {
+      const Real* o = g.out + (i * Hq + h) * D;
+      const Real* d_o = g.dout + (i * Hq + h) * D;
+      double Di = 0;
+      for (int64_t d = 0; d < D; ++d) Di += double(d_o[d]) * double(o[d]);
+      sum += std::exp(double(p.sinks[h]) - double(g.lse[i * Hq + h])) * Di;
+    }
+    g.dsinks[h] = static_cast<Real>(-sum);
+  }
+}
+template void sink_grads(const attention_params<float>&, const attention_grads<float>&);
+template void sink_grads(const attention_params<double>&, const attention_grads<double>&);
+
+}  // namespace detail
+
 namespace {
 
 constexpr int64_t kBk = 64;  // keys per block
@@ -70,25 +95,6 @@ void validate_grads(const attention_params<Real>& p, const attention_grads<Real>
     fail("attention backward: dk and dv must not be null when S = {}", p.S);
   if (g.dsinks && p.sinks.empty())
     fail("attention backward: dsinks is requested but the call has no sinks");
-}
-
-// dsinks_h = -sum_i p_i,sink D_i with p_i,sink = exp(sink_h - lse_i) and D_i = dO_i . O_i (the
-// sink's column has no value: dP = 0, dS = p (0 - D_i)), summed in double over the rows in order.
-template <typename Real>
-void sink_grads(const attention_params<Real>& p, const attention_grads<Real>& g) {
-  if (!g.dsinks) return;
-  const int64_t T = p.T, Hq = p.Hq, D = p.D;
-  for (int64_t h = 0; h < Hq; ++h) {
-    double sum = 0;
-    for (int64_t i = 0; i < T; ++i) {
-      const Real* o = g.out + (i * Hq + h) * D;
-      const Real* d_o = g.dout + (i * Hq + h) * D;
-      double Di = 0;
-      for (int64_t d = 0; d < D; ++d) Di += double(d_o[d]) * double(o[d]);
-      sum += std::exp(double(p.sinks[h]) - double(g.lse[i * Hq + h])) * Di;
-    }
-    g.dsinks[h] = static_cast<Real>(-sum);
-  }
 }
 
 // The parameter gradients of the terms, accumulated in double: one buffer per bias (its
@@ -788,7 +794,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
       std::fill(g.dv, g.dv + S * Hkv * D, Real(0));
     }
     store_param_grads(terms, make_param_grads(terms, D));
-    sink_grads(p, g);
+    detail::sink_grads(p, g);
     return;
   }
 
@@ -850,7 +856,7 @@ void attention_backward_tiled(const attention_params<Real>& p, const attention_g
   param_grads pg = make_param_grads(terms, D);
   reduce_param_grads(pg, dbias, dak, dav, Hkv, pr.C, D);
   store_param_grads(terms, pg);
-  sink_grads(p, g);
+  detail::sink_grads(p, g);
 }
 
 template <typename Real>

@@ -375,30 +375,21 @@ inline const float* pairs_value(const attention_params<float>& p, const pairs_in
 // and at the end out = O / (l + e^(sink - m)), lse = m + log(l + e^(sink - m)) (the sink term
 // only with sinks). Threads take blocks. Memory per thread O(kPairsTile (kPairsCols (copies +
 // 1) + Dp copies)), no T x S matrix.
-struct pairs_fwd {
+// What the float32 tiled forms share: the call, its sizes, the regions' products and, with the
+// transform's row form, each q copy's per-token table; q_row and tile_q load rotated q rows.
+struct pairs_tiles {
   const attention_params<float>& p;
   const attention_plan& pl;
   const engine_terms<float>& t;
   const pairs_input<float>& in;
-  int64_t Hq, Hkv, D, Sp, Dp, Sl, np = 0, nq, G;
-  int64_t pw = gemm_panel_width(), kh = 0;  // key panels' width, elements per copy and head
-  int64_t Dv = 0;
-  std::vector<std::pair<int, int>> prods;
-  std::vector<int> prod_of;
-  // Keys transposed per copy and kv head in panels of (D, pw) (gemm_f32_panel's B), zero-padded;
-  // values (Sp, Dp) zero-padded in rows of Dv = Dp + 16 (a row a multiple of 512 B would put a
-  // column strip of P V's B in a quarter of the L1 sets; the tiled kernels' vb_row).
-  std::vector<float> kT, vp;
-  // With the transform's row form: each q copy's per-token table, (T, Rt).
-  int64_t Rt = 0;
-  std::vector<std::vector<float>> qtab;
-  struct scratch {
-    std::vector<float> qb, G, P, O, m, l, beta;
-  };
+  int64_t Hq, Hkv, D, G, Sp, Dp, Sl, nq, nk, np = 0;
+  std::vector<std::pair<int, int>> prods;  // distinct (q copy, k copy) products
+  std::vector<int> prod_of;                // each region's product
+  int64_t Rt = 0;                          // the row form's table size (0: none)
+  std::vector<std::vector<float>> qtab;    // per q copy: (T, Rt)
 
-  pairs_fwd(const attention_params<float>& p_, const attention_plan& pl_,
-            const engine_terms<float>& t_, const pairs_input<float>& in_,
-            const pairs_rotated<float>& rot)
+  pairs_tiles(const attention_params<float>& p_, const attention_plan& pl_,
+              const engine_terms<float>& t_, const pairs_input<float>& in_)
       : p(p_),
         pl(pl_),
         t(t_),
@@ -406,15 +397,14 @@ struct pairs_fwd {
         Hq(p.Hq),
         Hkv(p.Hkv),
         D(p.D),
+        G(pl.group),
         Sp((p.S + 7) / 8 * 8),
         Dp((p.D + 7) / 8 * 8),
         Sl(Sp + 16),
         nq(static_cast<int64_t>(in.qmap.size())),
-        G(pl.group) {
+        nk(static_cast<int64_t>(in.kmap.size())),
+        Rt(t.transform->row_table_size()) {
     np = pairs_products(in, prods, prod_of);
-    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, nullptr, pw);
-    kh = (Sp + pw - 1) / pw * D * pw;
-    Rt = t.transform->row_table_size();
     qtab.assign(Rt > 0 ? nq : 0, std::vector<float>(p.T * Rt));
     for (size_t c = 0; c < qtab.size(); ++c)
       parallel_for(
@@ -424,6 +414,52 @@ struct pairs_fwd {
               t.transform->fill_row_table(i, in.qmap[c][i], false, &qtab[c][i * Rt]);
           },
           64);
+  }
+
+  // Query i of head h in q copy c, rotated, into dst (D): with the row form from the copy's
+  // per-token table, else by apply() on the one row (the same bits: RoPE rotates each token on
+  // its own).
+  void q_row(int64_t c, int64_t i, int64_t h, float* dst) const {
+    std::copy_n(p.q + (i * Hq + h) * D, D, dst);
+    if (Rt > 0) {
+      t.transform->apply_rows(&qtab[c][i * Rt], false, dst, 1, D);
+    } else {
+      const int64_t a = in.qmap[c][i];
+      t.transform->apply(std::span<const int64_t>(&a, 1), dst, 1, 1, D, false, false);
+    }
+  }
+
+  // The tile's rows of each q copy a product of block bl uses, into qb (copies, kPairsTile, Dp):
+  // tile row r is head hk G + h0 + r / rows, query i0 + r % rows (R = ng rows rows).
+  void tile_q(const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng, float* qb) const {
+    const int64_t rows = bl.rows;
+    for (int64_t c = 0; c < nq; ++c) {
+      bool used = false;
+      for (int64_t u = 0; u < np; ++u) used |= prods[u].first == c && bl.lo[u] < bl.hi[u];
+      if (!used) continue;
+      for (int64_t r = 0; r < ng * rows; ++r)
+        q_row(c, bl.i0 + r % rows, hk * G + h0 + r / rows, qb + (c * kPairsTile + r) * Dp);
+    }
+  }
+};
+
+struct pairs_fwd : pairs_tiles {
+  int64_t pw = gemm_panel_width(), kh = 0;  // key panels' width, elements per copy and head
+  int64_t Dv = 0;
+  // Keys transposed per copy and kv head in panels of (D, pw) (gemm_f32_panel's B), zero-padded;
+  // values (Sp, Dp) zero-padded in rows of Dv = Dp + 16 (a row a multiple of 512 B would put a
+  // column strip of P V's B in a quarter of the L1 sets; the tiled kernels' vb_row).
+  std::vector<float> kT, vp;
+  struct scratch {
+    std::vector<float> qb, G, P, O, m, l, beta;
+  };
+
+  pairs_fwd(const attention_params<float>& p_, const attention_plan& pl_,
+            const engine_terms<float>& t_, const pairs_input<float>& in_,
+            const pairs_rotated<float>& rot)
+      : pairs_tiles(p_, pl_, t_, in_) {
+    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, nullptr, pw);
+    kh = (Sp + pw - 1) / pw * D * pw;
     Dv = Dp + 16;
     vp.assign(Hkv * Sp * Dv, 0.f);
     for (int64_t hk = 0; hk < Hkv; ++hk)
@@ -468,13 +504,7 @@ struct pairs_fwd {
   void tile(const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng, scratch& sc) const {
     constexpr int64_t W = kPairsCols;
     const int64_t i0 = bl.i0, rows = bl.rows, R = ng * rows;
-    for (int64_t c = 0; c < nq; ++c) {
-      bool used = false;
-      for (int64_t u = 0; u < np; ++u) used |= prods[u].first == c && bl.lo[u] < bl.hi[u];
-      if (!used) continue;
-      for (int64_t r = 0; r < R; ++r)
-        q_row(c, i0 + r % rows, hk * G + h0 + r / rows, &sc.qb[(c * kPairsTile + r) * Dp]);
-    }
+    tile_q(bl, hk, h0, ng, sc.qb.data());
     std::fill(sc.m.begin(), sc.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(sc.l.begin(), sc.l.end(), 0.f);
     std::fill(sc.O.begin(), sc.O.end(), 0.f);
@@ -509,19 +539,6 @@ struct pairs_fwd {
       const double f = std::exp(double(sc.m[r]) - M) / l;
       for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(f * double(sc.O[r * Dp + d]));
       if (p.lse) p.lse[i * Hq + h] = static_cast<float>(M + std::log(l));
-    }
-  }
-
-  // Query i of head h in q copy c, rotated, into dst (D): with the row form from the copy's
-  // per-token table, else by apply() on the one row (the same bits: RoPE rotates each token on
-  // its own).
-  void q_row(int64_t c, int64_t i, int64_t h, float* dst) const {
-    std::copy_n(p.q + (i * Hq + h) * D, D, dst);
-    if (Rt > 0) {
-      t.transform->apply_rows(&qtab[c][i * Rt], false, dst, 1, D);
-    } else {
-      const int64_t a = in.qmap[c][i];
-      t.transform->apply(std::span<const int64_t>(&a, 1), dst, 1, 1, D, false, false);
     }
   }
 };
@@ -747,76 +764,26 @@ struct pairs_bwd_scratch {
 };
 
 // The backward's problem: the call, its products and the packed keys, values and accumulators.
-struct pairs_bwd {
-  const attention_params<float>& p;
-  const attention_plan& pl;
-  const engine_terms<float>& t;
-  const pairs_input<float>& in;
-  const pairs_rotated<float>& rot;
+struct pairs_bwd : pairs_tiles {
   const attention_grads<float>& g;
-  int64_t Hq, Hkv, D, Sp, Dp, Sl, np = 0, nq, nk;
-  std::vector<std::pair<int, int>> prods;  // distinct (q copy, k copy) products
-  std::vector<int> prod_of;                // each region's product
   // Per kv head: keys transposed per copy (D, Sl) and in rows (Sp, Dp), values transposed (D,
   // Sl), zero-padded; the accumulators dK per copy and dV (Sp, Dp).
   std::vector<float> kT, kr, vT, dK, dV, ones;
-  // With the transform's row form (rot empty): each q copy's per-token table, (T, Rt).
-  int64_t Rt = 0;
-  std::vector<std::vector<float>> qtab;
-
-  // kT, kr and vT from the rotated copies of k, or, with the row form, from k and v in place,
-  // each key rotated at each copy's position as it is packed (the bits of apply()).
-  void pack() {
-    const int64_t S = p.S, T = p.T;
-    Rt = rot.k.empty() ? t.transform->row_table_size() : 0;
-    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, &kr);
-    for (int64_t hk = 0; hk < Hkv; ++hk)
-      for (int64_t j = 0; j < S; ++j) {
-        const float* v = pairs_value(p, in, j, hk);
-        for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = v[d];
-      }
-    qtab.assign(Rt > 0 ? nq : 0, std::vector<float>(T * Rt));
-    for (size_t c = 0; c < qtab.size(); ++c)
-      parallel_for(
-          T,
-          [&](int64_t b, int64_t e) {
-            for (int64_t i = b; i < e; ++i)
-              t.transform->fill_row_table(i, in.qmap[c][i], false, &qtab[c][i * Rt]);
-          },
-          64);
-  }
-
-  // Query i of head h in q copy c, rotated, into dst (D).
-  void q_row(int64_t c, int64_t i, int64_t h, float* dst) const {
-    if (Rt == 0) {
-      std::copy_n(rot.q[c].data() + (i * Hq + h) * D, D, dst);
-      return;
-    }
-    std::copy_n(p.q + (i * Hq + h) * D, D, dst);
-    t.transform->apply_rows(&qtab[c][i * Rt], false, dst, 1, D);
-  }
 
   pairs_bwd(const attention_params<float>& p_, const attention_plan& pl_,
             const engine_terms<float>& t_, const pairs_input<float>& in_,
-            const pairs_rotated<float>& rot_, const attention_grads<float>& g_)
-      : p(p_),
-        pl(pl_),
-        t(t_),
-        in(in_),
-        rot(rot_),
-        g(g_),
-        Hq(p.Hq),
-        Hkv(p.Hkv),
-        D(p.D),
-        Sp((p.S + 7) / 8 * 8),
-        Dp((p.D + 7) / 8 * 8),
-        Sl(Sp + 16),
-        nq(static_cast<int64_t>(in.qmap.size())),
-        nk(static_cast<int64_t>(in.kmap.size())),
-        prod_of(in.R) {
-    np = pairs_products(in, prods, prod_of);
-    vT.assign(Hkv * D * Sl, 0.f), dK.assign(nk * Hkv * Sp * Dp, 0.f), dV.assign(Hkv * Sp * Dp, 0.f);
-    pack();
+            const pairs_rotated<float>& rot, const attention_grads<float>& g_)
+      : pairs_tiles(p_, pl_, t_, in_), g(g_) {
+    // kT, kr from the rotated copies of k, or, with the row form, from k in place (each key
+    // rotated at each copy's position as it is packed); vT from v.
+    pairs_pack_keys(p, t, in, rot, Sl, Sp, Dp, kT, &kr);
+    vT.assign(Hkv * D * Sl, 0.f);
+    for (int64_t hk = 0; hk < Hkv; ++hk)
+      for (int64_t j = 0; j < p.S; ++j) {
+        const float* v = pairs_value(p, in, j, hk);
+        for (int64_t d = 0; d < D; ++d) vT[(hk * D + d) * Sl + j] = v[d];
+      }
+    dK.assign(nk * Hkv * Sp * Dp, 0.f), dV.assign(Hkv * Sp * Dp, 0.f);
     ones.assign(std::max(Sp, kPairsTile), 1.f);
   }
 
@@ -878,10 +845,9 @@ struct pairs_bwd {
     auto head = [&](int64_t r) { return hk * G + h0 + r / rows; };
     auto query = [&](int64_t r) { return i0 + r % rows; };
     // The tile's rows of each q copy and of dO, (R, Dp) zero-padded; D_i = dO_i . o_i.
+    tile_q(bl, hk, h0, ng, sc.qb.data());
     for (int64_t r = 0; r < R; ++r) {
       const int64_t x = (query(r) * Hq + head(r)) * D;
-      for (int64_t c = 0; c < nq; ++c)
-        q_row(c, query(r), head(r), &sc.qb[(c * kPairsTile + r) * Dp]);
       std::copy_n(g.dout + x, D, &sc.dOb[r * Dp]);
       double Di = 0;
       for (int64_t d = 0; d < D; ++d) Di += double(g.dout[x + d]) * double(g.out[x + d]);
@@ -970,21 +936,6 @@ struct pairs_bwd {
       }
     });
   }
-
-  // dsinks_h = -sum_i p_i,sink D_i, p_i,sink = exp(sink_h - lse_i), in double over the rows.
-  void store_sinks() const {
-    if (!g.dsinks) return;
-    for (int64_t h = 0; h < Hq; ++h) {
-      double acc = 0;
-      for (int64_t i = 0; i < p.T; ++i) {
-        double Di = 0;
-        for (int64_t d = 0; d < D; ++d)
-          Di += double(g.dout[(i * Hq + h) * D + d]) * double(g.out[(i * Hq + h) * D + d]);
-        acc -= std::exp(double(p.sinks[h]) - double(g.lse[i * Hq + h])) * Di;
-      }
-      g.dsinks[h] = static_cast<float>(acc);
-    }
-  }
 };
 
 void pairs_backward_f32(const attention_params<float>& p, const attention_plan& pl,
@@ -1009,7 +960,7 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
     });
   }
   pb.store_kv();
-  pb.store_sinks();
+  sink_grads(p, g);
 }
 
 }  // namespace
@@ -1172,7 +1123,8 @@ void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& 
     if (!reference) {
       const bool rows = t.transform->row_table_size() > 0;
       const auto in = pairs_load(p, pl, t, false, !rows);
-      const pairs_rotated<float> rot = rows ? pairs_rotated<float>{} : pairs_rotate(p, t, in);
+      const pairs_rotated<float> rot =
+          rows ? pairs_rotated<float>{} : pairs_rotate(p, t, in, /*rotate_q=*/false);
       return pairs_backward_f32(p, pl, t, in, rot, g);
     }
   }

@@ -159,6 +159,11 @@ std::vector<double> cope_positions(const attention_params<Real>& p, int64_t h);
 template <typename Real>
 void rope_pairs_forward(const attention_params<Real>& p, const attention_plan& pl,
                         const engine_terms<Real>& t, bool reference);
+// The sinks' gradients of a backward (attention_backward.cpp): dsinks_h = -sum_i p_i,sink D_i,
+// p_i,sink = exp(sink_h - lse_i), D_i = dO_i . O_i, in double over the rows in order; nothing
+// when g.dsinks is null.
+template <typename Real>
+void sink_grads(const attention_params<Real>& p, const attention_grads<Real>& g);
 template <typename Real>
 void rope_pairs_backward(const attention_params<Real>& p, const attention_plan& pl,
                          const engine_terms<Real>& t, const attention_grads<Real>& g,
