@@ -429,6 +429,24 @@ struct pairs_tiles {
     }
   }
 
+  // The query blocks in chunks of kPairsChunk: each chunk's regions found once, in parallel,
+  // then run(blocks, nb) over its nb blocks.
+  template <typename F>
+  void for_chunks(F&& run) const {
+    const int64_t T = p.T, nqb = (T + kPairsRows - 1) / kPairsRows;
+    std::vector<pairs_block> blocks(kPairsChunk);
+    for (int64_t b0 = 0; b0 < nqb; b0 += kPairsChunk) {
+      const int64_t nb = std::min(kPairsChunk, nqb - b0);
+      parallel_for(nb, [&](int64_t b, int64_t e) {
+        for (int64_t x = b; x < e; ++x) {
+          const int64_t i0 = (b0 + x) * kPairsRows;
+          pairs_block_find(p, pl, t, prod_of, np, i0, std::min(kPairsRows, T - i0), blocks[x]);
+        }
+      });
+      run(blocks, nb);
+    }
+  }
+
   // The tile's rows of each q copy a product of block bl uses, into qb (copies, kPairsTile, Dp):
   // tile row r is head hk G + h0 + r / rows, query i0 + r % rows (R = ng rows rows).
   void tile_q(const pairs_block& bl, int64_t hk, int64_t h0, int64_t ng, float* qb) const {
@@ -549,23 +567,15 @@ void pairs_forward_f32(const attention_params<float>& p, const attention_plan& p
   const pairs_fwd pf(p, pl, t, in, rot);
   // Chunks of blocks: their regions found once, then the (kv head, block) tiles with the kv
   // head outermost, so that a thread's run of tiles rereads one head's packed keys and values.
-  const int64_t T = p.T, nqb = (T + kPairsRows - 1) / kPairsRows, G = pf.G;
-  std::vector<pairs_block> blocks(kPairsChunk);
-  for (int64_t b0 = 0; b0 < nqb; b0 += kPairsChunk) {
-    const int64_t nb = std::min(kPairsChunk, nqb - b0);
-    parallel_for(nb, [&](int64_t b, int64_t e) {
-      for (int64_t x = b; x < e; ++x) {
-        const int64_t i0 = (b0 + x) * kPairsRows;
-        pairs_block_find(p, pl, t, pf.prod_of, pf.np, i0, std::min(kPairsRows, T - i0), blocks[x]);
-      }
-    });
+  const int64_t G = pf.G;
+  pf.for_chunks([&](const std::vector<pairs_block>& blocks, int64_t nb) {
     parallel_for(p.Hkv * nb, [&](int64_t b, int64_t e) {
       auto sc = pf.make_scratch();
       for (int64_t x = b; x < e; ++x)
         for (int64_t h0 = 0; h0 < G; h0 += kPairsTile / kPairsRows)
           pf.tile(blocks[x % nb], x / nb, h0, std::min(kPairsTile / kPairsRows, G - h0), sc);
     });
-  }
+  });
 }
 
 // The float32 decode form (T <= kPairsDecodeRows queries): one pass over the keys in chunks of
@@ -943,22 +953,13 @@ void pairs_backward_f32(const attention_params<float>& p, const attention_plan& 
                         const pairs_rotated<float>& rot, const attention_grads<float>& g) {
   // Threads write disjoint parts of pb's accumulators: kv head hk's.
   pairs_bwd pb(p, pl, t, in, rot, g);
-  const int64_t T = p.T, nqb = (T + kPairsRows - 1) / kPairsRows;
-  std::vector<pairs_block> blocks(kPairsChunk);
-  for (int64_t b0 = 0; b0 < nqb; b0 += kPairsChunk) {
-    const int64_t nb = std::min(kPairsChunk, nqb - b0);
-    parallel_for(nb, [&](int64_t b, int64_t e) {
-      for (int64_t x = b; x < e; ++x) {
-        const int64_t i0 = (b0 + x) * kPairsRows;
-        pairs_block_find(p, pl, t, pb.prod_of, pb.np, i0, std::min(kPairsRows, T - i0), blocks[x]);
-      }
-    });
+  pb.for_chunks([&](const std::vector<pairs_block>& blocks, int64_t nb) {
     parallel_for(p.Hkv, [&](int64_t b, int64_t e) {
       pairs_bwd_scratch sc = pb.scratch();
       for (int64_t hk = b; hk < e; ++hk)
         for (int64_t x = 0; x < nb; ++x) pb.group_block(blocks[x], hk, sc);
     });
-  }
+  });
   pb.store_kv();
   sink_grads(p, g);
 }
