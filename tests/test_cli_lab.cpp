@@ -350,6 +350,8 @@ TEST(CliLab, ExtendPresetRowsAndConfigsMatchRopeFreqs) {
                                          "32",
                                          "--eval-chars",
                                          "600",
+                                         "--needle-samples",
+                                         "2",
                                          "--format",
                                          "json",
                                          "--no-progress",
@@ -361,26 +363,53 @@ TEST(CliLab, ExtendPresetRowsAndConfigsMatchRopeFreqs) {
   EXPECT_EQ(j["preset"], "extend");
   EXPECT_EQ(j["config"]["target_len"], 128);
   std::map<std::string, int> rows;  // scheme/extension/finetune_steps -> rows
+  int64_t needle_rows = 0;
   for (const auto& row : j["results"]) {
-    for (const char* k : {"scheme", "extension", "finetune_steps", "train_len", "eval_len", "seed",
-                          "bits_per_byte"})
+    for (const char* k : {"task", "scheme", "extension", "finetune_steps", "train_len", "eval_len",
+                          "depth", "keys", "seed", "accuracy", "bits_per_byte"})
       ASSERT_TRUE(row.contains(k)) << k;
     EXPECT_EQ(row["train_len"], 16);
     EXPECT_EQ(row["in_distribution"].get<bool>(), row["eval_len"] == 16);
     ASSERT_TRUE(row["bits_per_byte"].is_number()) << row.dump();
     EXPECT_GT(row["bits_per_byte"].get<double>(), 0.0);
+    if (row["task"] == "needle") {
+      // A cell too short for its keys (3 keys need 20 bytes) is null, every other a fraction.
+      const bool fits = row["eval_len"].get<int64_t>() >= 4 * (row["keys"].get<int64_t>() + 2);
+      EXPECT_EQ(row["accuracy"].is_null(), !fits) << row.dump();
+      if (fits) {
+        EXPECT_TRUE(row["accuracy"] == 0.0 || row["accuracy"] == 0.5 || row["accuracy"] == 1.0)
+            << row.dump();  // 2 samples a cell
+      }
+      ++needle_rows;
+      continue;
+    }
+    EXPECT_EQ(row["task"], "text");
+    EXPECT_TRUE(row["accuracy"].is_null() && row["depth"].is_null() && row["keys"].is_null());
     ++rows[fmt::format("{}/{}/{}", row["scheme"].get<std::string>(),
                        row["extension"].get<std::string>(), row["finetune_steps"].get<int>())];
   }
+  // Every model trained at L: RoPE, then the declarations' schemes that need no extension.
   const std::map<std::string, int> want = {
-      {"rope/none/0", 10},        {"alibi/none/0", 10},    {"kerple/none/0", 10},
-      {"rope/linear/0", 10},      {"rope/dynamic/0", 10},  {"rope/yarn/0", 10},
-      {"rope/llama3/0", 10},      {"rope/longrope/0", 10}, {"rope/none/2", 10},
-      {"rope/linear/2", 10},      {"rope/dynamic/2", 10},  {"rope/yarn/2", 10},
-      {"rope/llama3/2", 10},      {"rope/longrope/2", 10}, {"rope/pose/2", 10},
-      {"rope/self_extend/0", 10}, {"rope/dca/0", 10},      {"rope/streaming_llm/0", 10}};
-  EXPECT_EQ(rows, want);  // 2 seeds x lengths 16 .. 256
-  EXPECT_EQ(j["summary"].size(), 18u * 5);
+      {"rope/none/0", 10},     {"alibi/none/0", 10},        {"kerple/none/0", 10},
+      {"fox/none/0", 10},      {"nope/none/0", 10},         {"rope/linear/0", 10},
+      {"rope/dynamic/0", 10},  {"rope/yarn/0", 10},         {"rope/llama3/0", 10},
+      {"rope/longrope/0", 10}, {"rope/none/2", 10},         {"rope/linear/2", 10},
+      {"rope/dynamic/2", 10},  {"rope/yarn/2", 10},         {"rope/llama3/2", 10},
+      {"rope/longrope/2", 10}, {"rope/pose/2", 10},         {"rope/self_extend/0", 10},
+      {"rope/dca/0", 10},      {"rope/streaming_llm/0", 10}};
+  EXPECT_EQ(rows, want);                       // 2 seeds x lengths 16 .. 256
+  EXPECT_EQ(needle_rows, 20 * 2 * 5 * 5 * 2);  // methods x seeds x lengths x depths x keys
+  EXPECT_EQ(j["summary"].size(), 20u * 5);
+  // The retrieval summary: a cell per method, length, depth and keys over the seeds (the short
+  // cells left out), and an effective context length per method and key count.
+  EXPECT_EQ(j["retrieval"]["cells"].size(), 20u * 5 * 5 + 20u * 4 * 5);
+  ASSERT_EQ(j["retrieval"]["effective_context"].size(), 20u * 2);
+  for (const auto& e : j["retrieval"]["effective_context"]) {
+    EXPECT_EQ(e["seeds"], 2);
+    const double m = e["effective_context_length_mean"].get<double>();
+    EXPECT_GE(m, e["effective_context_length_min"].get<double>());
+    EXPECT_LE(m, e["effective_context_length_max"].get<double>());
+  }
   // StreamingLLM with 4 sinks and a window of L - 4 evicts nothing at L: the trained model's
   // bits (another path: the per-pair one in double), and something else past L.
   auto bpb = [&](const std::string& ext, int64_t len, int64_t seed) {
@@ -393,7 +422,8 @@ TEST(CliLab, ExtendPresetRowsAndConfigsMatchRopeFreqs) {
   };
   for (int64_t seed : {0, 1}) {
     EXPECT_NEAR(bpb("streaming_llm", 16, seed), bpb("none", 16, seed), 1e-5);
-    EXPECT_GT(std::abs(bpb("streaming_llm", 256, seed) - bpb("none", 256, seed)), 1e-3);
+    // Past L: apart by more than the tolerance that calls them equal at L.
+    EXPECT_GT(std::abs(bpb("streaming_llm", 256, seed) - bpb("none", 256, seed)), 1e-5);
   }
   EXPECT_EQ(j["config"]["rope_pair_schemes"]["self_extend"]["self_extend_window"], 8);
   EXPECT_EQ(j["config"]["rope_pair_schemes"]["dca"]["dca_chunk_size"], 16);

@@ -161,6 +161,13 @@ constexpr scheme_decl with_transform(scheme_decl d, const detail::named_transfor
   return d;
 }
 
+// Trained at L in the lab's context-extension preset, beside RoPE and its methods, as a scheme
+// that needs no extension (scheme_decl::lab_extend_trained).
+constexpr scheme_decl extend_trained(scheme_decl d) {
+  d.lab_extend_trained = true;
+  return d;
+}
+
 // name, title, citation, points, learned, causal only, float K/V only, attention level, params.
 // Constant-initialised (constinit): other files' static initialisers (the bench's case
 // registration) read the declarations, so they must not wait for dynamic initialisation.
@@ -177,14 +184,14 @@ constinit const scheme_decl kDecls[] = {
     with_transform({"temperature", "query temperature", "Llama 4 (Meta 2025)", scheme_query_scale,
                     false, false, false, true, kTemperature},
                    &detail::temperature_transform_decl),
-    {"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false, true, kAlibi,
-     &detail::alibi_bias_decl, bias_offset_only},
+    extend_trained({"alibi", "ALiBi", "Press et al. 2022", scheme_score_bias, true, false, false,
+                    true, kAlibi, &detail::alibi_bias_decl, bias_offset_only}),
     {"t5", "T5 buckets", "Raffel et al. 2020", scheme_score_bias, true, false, false, true, kT5,
      &detail::t5_bias_decl, bias_offset_only},
     {"shaw", "Shaw", "Shaw et al. 2018", scheme_relative_keys | scheme_value_term, true, false,
      false, true, kShaw, &detail::shaw_tables_decl, bias_offset_only},
-    {"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false, true, kKerple,
-     &detail::kerple_bias_decl, bias_offset_only | bias_symmetric},
+    extend_trained({"kerple", "Kerple", "Chi et al. 2022", scheme_score_bias, true, false, false,
+                    true, kKerple, &detail::kerple_bias_decl, bias_offset_only | bias_symmetric}),
     {"fire", "FIRE", "Li et al. 2023", scheme_score_bias, true, false, false, true, kFire,
      &detail::fire_bias_decl},
     {"sandwich", "Sandwich", "Chi et al. 2023", scheme_score_bias, false, false, false, true,
@@ -195,12 +202,13 @@ constinit const scheme_decl kDecls[] = {
      kDca, nullptr, 0, &detail::dca_pairs_decl, "rope"},
     {"streaming_llm", "StreamingLLM", "Xiao et al. 2024", scheme_rope_pairs, false, true, true,
      true, kStreamingLlm, nullptr, 0, &detail::streaming_llm_pairs_decl, "rope"},
-    {"fox", "Forgetting Attention", "Lin et al. 2025", scheme_score_bias, true, true, false, true,
-     kFox, &detail::fox_bias_decl},
+    extend_trained({"fox", "Forgetting Attention", "Lin et al. 2025", scheme_score_bias, true, true,
+                    false, true, kFox, &detail::fox_bias_decl}),
     {"cope", "CoPE", "Golovneva et al. 2024", scheme_own_path, true, true, true, true, kCope,
      &detail::cope_decl},
-    with_impl({"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
-              &detail::nope_impl),
+    extend_trained(
+        with_impl({"nope", "NoPE", "Kazemnejad et al. 2023", 0, false, true, false, false, {}},
+                  &detail::nope_impl)),
     with_impl({"sinusoidal", "sinusoidal", "Vaswani et al. 2017", scheme_input, false, false, false,
                false, kSinusoidal},
               &detail::sinusoidal_impl),

@@ -13,6 +13,7 @@
 #include "posenc/core/threads.hpp"
 #include "posenc/formats/hf_config.hpp"
 #include "posenc/lab/extend.hpp"
+#include "posenc/lab/needle.hpp"
 
 namespace posenc::lab {
 
@@ -20,6 +21,13 @@ std::vector<named_scheme> extend_pair_schemes(int64_t L) {
   std::vector<named_scheme> out;
   for (const scheme_decl& d : scheme_decls())
     if (rope_pairs_in_lab(d)) out.push_back({d.name, rope_pairs_lab_params(d, L)});
+  return out;
+}
+
+std::vector<model::pos_scheme> extend_trained_schemes() {
+  std::vector<model::pos_scheme> out = {model::pos_scheme::rope};
+  for (const scheme_decl& d : scheme_decls())
+    if (d.lab_extend_trained) out.push_back(model::pos_scheme_from_name(d.name));
   return out;
 }
 
@@ -85,12 +93,10 @@ void validate_options(const extend_preset_options& o, const task& t) {
   if (t.eval_text.empty()) fail("--preset extend needs a text task with held-out text");
 }
 
-// 1. Training at L: rope, alibi and kerple, each seed.
+// 1. Training at L: RoPE and the schemes that need no extension (extend_trained_schemes), each
+// seed.
 void extend_run::train_at_L() {
-  const model::pos_scheme trained[] = {model::pos_scheme::rope,
-                                       model::pos_scheme_from_name("alibi"),
-                                       model::pos_scheme_from_name("kerple")};
-  for (model::pos_scheme s : trained)
+  for (model::pos_scheme s : extend_trained_schemes())
     for (int64_t k = 0; k < o.seeds; ++k) {
       lab_options lo = base;
       lo.schemes = {s};
@@ -170,24 +176,38 @@ void extend_run::extension_specs() {
     }
 }
 
-// One row per (scheme, extension, fine-tune, seed, eval length).
+// One row per (scheme, extension, fine-tune, seed, eval length) for bits per byte (task "text"),
+// and with needles one per retrieval cell (task "needle", the run's bits per byte at that length
+// beside its accuracy).
 J extend_run::results() const {
   const double ln2 = std::log(2.0);
   J out = J::array();
   auto add = [&](const std::string& scheme, const std::string& ext, int64_t ft_steps, int64_t seed,
                  const run_result& r) {
+    std::map<int64_t, J> bpb;
+    auto row = [&](const char* task, int64_t len, const J& depth, const J& keys, const J& acc) {
+      J x;
+      x["task"] = task;
+      x["scheme"] = scheme;
+      x["extension"] = ext;
+      x["finetune_steps"] = ft_steps;
+      x["train_len"] = L;
+      x["eval_len"] = len;
+      x["depth"] = depth;
+      x["keys"] = keys;
+      x["seed"] = seed;
+      x["accuracy"] = acc;
+      x["bits_per_byte"] = bpb[len];
+      x["in_distribution"] = len == L;
+      out.push_back(x);
+    };
     for (const eval_metrics& e : r.evals) {
-      J row;
-      row["scheme"] = scheme;
-      row["extension"] = ext;
-      row["finetune_steps"] = ft_steps;
-      row["train_len"] = L;
-      row["eval_len"] = e.length;
-      row["seed"] = seed;
-      row["bits_per_byte"] = e.defined && std::isfinite(e.loss) ? J(e.loss / ln2) : J(nullptr);
-      row["in_distribution"] = e.length == L;
-      out.push_back(row);
+      bpb[e.length] = e.defined && std::isfinite(e.loss) ? J(e.loss / ln2) : J(nullptr);
+      row("text", e.length, nullptr, nullptr, nullptr);
     }
+    for (const needle_metrics& c : r.needles)
+      row("needle", c.length, c.depth, c.keys,
+          std::isfinite(c.accuracy) ? J(c.accuracy) : J(nullptr));
   };
   for (size_t i = 0; i < train.size(); ++i)
     add(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i]);
@@ -227,6 +247,7 @@ J summarize(const J& results) {
   std::vector<std::string> keys;
   std::map<std::string, std::vector<const J*>> groups;
   for (const J& row : results) {
+    if (row["task"] != "text") continue;
     const std::string key = fmt::format(
         "{}|{}|{}|{}", row["scheme"].get<std::string>(), row["extension"].get<std::string>(),
         row["finetune_steps"].get<int64_t>(), row["eval_len"].get<int64_t>());
@@ -261,6 +282,90 @@ J summarize(const J& results) {
     summary.push_back(row);
   }
   return summary;
+}
+
+// Mean and sample std of a set of values (std null for one value).
+std::pair<double, J> mean_std(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  const double n = static_cast<double>(v.size()), mean = sum / n;
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return {mean, v.size() > 1 ? J(std::sqrt(ss / (n - 1))) : J(nullptr)};
+}
+
+// The retrieval grid over seeds: each cell's mean and std of accuracy per (method, eval length,
+// depth, keys), and each method's effective context length per seed (effective_context_length
+// over its lengths of the mean accuracy over depths) with their mean, std, min and max.
+J summarize_needles(const J& results) {
+  std::vector<std::string> cell_keys, method_keys;
+  std::map<std::string, std::vector<const J*>> cells;
+  // method|keys -> seed -> eval_len -> accuracies over depths
+  std::map<std::string, std::map<int64_t, std::map<int64_t, std::vector<double>>>> by_method;
+  std::map<std::string, const J*> method_row;
+  for (const J& row : results) {
+    if (row["task"] != "needle" || row["accuracy"].is_null()) continue;
+    const std::string method = fmt::format(
+        "{}|{}|{}|{}", row["scheme"].get<std::string>(), row["extension"].get<std::string>(),
+        row["finetune_steps"].get<int64_t>(), row["keys"].get<int64_t>());
+    const std::string key =
+        fmt::format("{}|{}|{}", method, row["eval_len"].get<int64_t>(), row["depth"].get<double>());
+    if (!cells.count(key)) cell_keys.push_back(key);
+    cells[key].push_back(&row);
+    if (!method_row.count(method)) method_keys.push_back(method);
+    method_row.emplace(method, &row);
+    by_method[method][row["seed"].get<int64_t>()][row["eval_len"].get<int64_t>()].push_back(
+        row["accuracy"].get<double>());
+  }
+  J out;
+  out["cells"] = J::array();
+  for (const std::string& key : cell_keys) {
+    const auto& g = cells[key];
+    std::vector<double> acc;
+    for (const J* r : g) acc.push_back((*r)["accuracy"].get<double>());
+    J row;
+    for (const char* k :
+         {"scheme", "extension", "finetune_steps", "train_len", "eval_len", "depth", "keys"})
+      row[k] = (*g[0])[k];
+    row["seeds"] = g.size();
+    const auto [mean, sd] = mean_std(acc);
+    row["accuracy_mean"] = mean;
+    row["accuracy_std"] = sd;
+    out["cells"].push_back(row);
+  }
+  out["effective_context"] = J::array();
+  for (const std::string& method : method_keys) {
+    const J& first = *method_row[method];
+    std::vector<double> ecl, in_dist;
+    std::map<int64_t, std::vector<double>> acc_by_len;  // over seeds
+    for (const auto& [seed, lens_acc] : by_method[method]) {
+      std::vector<int64_t> lens;
+      std::vector<double> acc;
+      for (const auto& [len, a] : lens_acc) {
+        lens.push_back(len);
+        acc.push_back(mean_std(a).first);
+        acc_by_len[len].push_back(acc.back());
+      }
+      ecl.push_back(static_cast<double>(effective_context_length(lens, acc)));
+      in_dist.push_back(acc[0]);
+    }
+    J row;
+    for (const char* k : {"scheme", "extension", "finetune_steps", "train_len", "keys"})
+      row[k] = first[k];
+    row["seeds"] = ecl.size();
+    row["in_distribution_accuracy_mean"] = mean_std(in_dist).first;
+    J by_len = J::array();
+    for (const auto& [len, a] : acc_by_len) by_len.push_back({len, mean_std(a).first});
+    row["accuracy_by_length"] = by_len;
+    const auto [mean, sd] = mean_std(ecl);
+    row["effective_context_length"] = ecl;
+    row["effective_context_length_mean"] = mean;
+    row["effective_context_length_std"] = sd;
+    row["effective_context_length_min"] = *std::min_element(ecl.begin(), ecl.end());
+    row["effective_context_length_max"] = *std::max_element(ecl.begin(), ecl.end());
+    out["effective_context"].push_back(row);
+  }
+  return out;
 }
 
 // Each method's config as config.json keys (posenc rope freqs --hf-config reads them back);
@@ -298,6 +403,13 @@ J extend_run::config(double wall) const {
   cfg["target_len"] = target;
   cfg["eval_lens"] = base.eval_lens;
   cfg["evaluation"] = "bits per byte over non-overlapping windows (no sliding windows)";
+  if (o.needle_samples > 0) {
+    cfg["needles"] = {{"samples_per_cell", o.needle_samples},
+                      {"training_mix", extend_needle_mix},
+                      {"depths", needle_depths},
+                      {"keys", needle_keys},
+                      {"format", "'#' key '=' four distinct digits; asked as '#' key '='"}};
+  }
   cfg["steps"] = base.steps;
   cfg["finetune_steps"] = o.finetune_steps;
   cfg["finetune_tokens_per_step"] = extend_tokens;
@@ -337,6 +449,8 @@ J run_extend_preset(const extend_preset_options& o, const task& t,
   r.base.train_min = r.base.train_max = r.L;
   r.base.eval_lens = {r.L, 2 * r.L, 4 * r.L, 8 * r.L, 16 * r.L};
   r.base.sliding_eval = false;
+  r.base.needle_samples = o.needle_samples;
+  r.base.needle_mix = o.needle_samples > 0 ? extend_needle_mix : 0;
   const int64_t ne = static_cast<int64_t>(t.eval_text.size());
   r.scored = std::min(o.base.eval_chars, ne);
   r.search_end = std::min(ne, r.scored + extend_search_chars);
@@ -356,6 +470,7 @@ J run_extend_preset(const extend_preset_options& o, const task& t,
   const J results = r.results();
   doc["results"] = results;
   doc["summary"] = summarize(results);
+  if (o.needle_samples > 0) doc["retrieval"] = summarize_needles(results);
   doc["runs"] = r.runs();
   return doc;
 }

@@ -16,6 +16,7 @@
 #include "posenc/core/rng.hpp"
 #include "posenc/core/threads.hpp"
 #include "posenc/formats/hf_config.hpp"
+#include "posenc/lab/needle.hpp"
 
 namespace posenc::lab {
 namespace {
@@ -31,7 +32,7 @@ uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-constexpr uint64_t stream_train = 1, stream_eval = 2;
+constexpr uint64_t stream_train = 1, stream_eval = 2, stream_needle = 3;
 
 // Sorted uniform sample of L distinct integers from [0, N) (Knuth's selection sampling,
 // Algorithm S): each subset is equally likely.
@@ -43,7 +44,7 @@ void sample_positions(rng& r, int64_t L, int64_t N, int64_t* out) {
 
 // One batch of B sequences of length L from rng r.
 model::batch make_batch(const lab_options& o, const task& t, int64_t B, int64_t L, bool eval,
-                        rng& r) {
+                        rng& r, bool needles = false) {
   model::batch b;
   b.B = B;
   b.T = L;
@@ -51,7 +52,16 @@ model::batch make_batch(const lab_options& o, const task& t, int64_t B, int64_t 
   b.targets.resize(B * L);
   b.positions.resize(B * L);
   for (int64_t i = 0; i < B; ++i) {
-    task_sample(t, L, eval, r, b.tokens.data() + i * L, b.targets.data() + i * L);
+    // A needle batch (lab_options::needle_mix): each sequence a needle sample at a uniform
+    // depth with 1 or needle_max_keys keys, scored on its answer alone.
+    if (needles) {
+      const double depth = r.uniform();
+      int64_t keys = r.below(2) ? needle_keys[1] : needle_keys[0];
+      if (L < needle_min_length(keys)) keys = needle_keys[0];
+      needle_sample(t, L, depth, keys, false, r, b.tokens.data() + i * L, b.targets.data() + i * L);
+    } else {
+      task_sample(t, L, eval, r, b.tokens.data() + i * L, b.targets.data() + i * L);
+    }
     int64_t* pos = b.positions.data() + i * L;
     if (o.randomized_positions > 0)
       sample_positions(r, L, o.randomized_positions, pos);
@@ -143,15 +153,16 @@ struct score_sums {
   std::vector<double> by_pos;  // (T) nll summed over the scored tokens at window position j
 };
 
-// Scores batch b, just run forward on rm, into q: nll, argmax hits and whole-sequence hits of
-// the scored targets (V: vocabulary; lm: also the nll of the last 64 positions).
+// Scores batch b, just run forward on rm, into q: nll, argmax hits and (tasks scored by exact
+// match, !lm) whole-sequence hits of the scored targets (V: vocabulary; lm: also the nll of the
+// last 64 positions).
 void score_batch_into(const model::transformer<float>& rm, const model::batch& b, int64_t V,
                       bool lm, score_sums& q) {
   const int64_t L = b.T;
   const auto& probs = rm.probs();
   const auto& nll = rm.nll();
   for (int64_t s = 0; s < b.B; ++s) {
-    bool all = true;
+    if (!lm) q.exact += exact_match_row(b.targets.data() + s * L, probs.data() + s * L * V, L, V);
     for (int64_t j = 0; j < L; ++j) {
       const int64_t i = s * L + j;
       const int64_t tg = b.targets[i];
@@ -160,10 +171,7 @@ void score_batch_into(const model::transformer<float>& rm, const model::batch& b
       const int64_t arg = std::max_element(p, p + V) - p;
       q.loss += nll[i];
       ++q.scored;
-      if (arg == tg)
-        ++q.correct;
-      else
-        all = false;
+      q.correct += arg == tg;
       if (lm && j >= L - 64) {
         q.last += nll[i];
         ++q.last_n;
@@ -171,7 +179,6 @@ void score_batch_into(const model::transformer<float>& rm, const model::batch& b
       if (q.by_pos.empty()) q.by_pos.assign(L, 0.0);
       q.by_pos[j] += nll[i];
     }
-    q.exact += all;
   }
 }
 
@@ -433,6 +440,16 @@ void validate(const lab_options& o, const task& t) {
              L + 1);
   }
   if (o.checkpoint_every < 0) fail("--checkpoint-every must be >= 0, got {}", o.checkpoint_every);
+  if (!(o.needle_mix >= 0 && o.needle_mix <= 1))
+    fail("needle_mix must be in [0, 1], got {}", o.needle_mix);
+  if (o.needle_samples < 0 || o.needle_samples > 100000)
+    fail("needle_samples must be in [0, 100000], got {}", o.needle_samples);
+  if ((o.needle_mix > 0 || o.needle_samples > 0) && t.key_symbols.empty())
+    fail("needles need a text task made with needles (make_task's needles)");
+  // Grid cells too short for their keys are undefined (NaN); a needle batch needs one needle.
+  if (o.needle_mix > 0 && o.train_min < needle_min_length(1))
+    fail("--train-len must be >= {} for needle batches (--needle-mix), got {}",
+         needle_min_length(1), o.train_min);
   if (o.resume && o.checkpoint_dir.empty())
     fail("--resume needs --out DIR (checkpoints are read from DIR/checkpoints)");
   for (auto s : o.schemes) model::validate(lab_model_config(o, t, s));
@@ -634,6 +651,53 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
   return e;
 }
 
+std::vector<needle_metrics> evaluate_needles(const model::transformer<float>& m,
+                                             const lab_options& o, const task& t, int64_t L,
+                                             int64_t seed) {
+  if (rope_depends_on_length(m.config(), L))
+    return evaluate_needles(at_length(m, L), o, t, L, seed);
+  // A length with no defined position (evaluate's notes) gets NaN cells.
+  const bool undefined =
+      (o.randomized_positions > 0 && L > o.randomized_positions) ||
+      (m.config().scheme == pos_scheme::learned && L > m.config().pos.max_positions);
+  const int64_t chunk =
+      std::clamp<int64_t>((int64_t{1} << 22) / (o.n_heads * L * L), 1, o.needle_samples);
+  std::vector<needle_metrics> out;
+  for (size_t di = 0; di < needle_depths.size(); ++di)
+    for (size_t ki = 0; ki < needle_keys.size(); ++ki) {
+      needle_metrics c{L, needle_depths[di], needle_keys[ki], o.needle_samples, 0, nan};
+      if (undefined || L < needle_min_length(c.keys)) {
+        out.push_back(c);
+        continue;
+      }
+      const uint64_t cell = static_cast<uint64_t>(L) * 64 + di * needle_keys.size() + ki;
+      rng r(mix(static_cast<uint64_t>(seed), stream_needle, cell));
+      std::vector<model::batch> batches;
+      for (int64_t done = 0; done < o.needle_samples; done += chunk) {
+        model::batch b;
+        b.B = std::min(chunk, o.needle_samples - done);
+        b.T = L;
+        b.tokens.resize(b.B * L);
+        b.targets.resize(b.B * L);
+        b.positions.resize(b.B * L);
+        for (int64_t i = 0; i < b.B; ++i) {
+          needle_sample(t, L, c.depth, c.keys, true, r, b.tokens.data() + i * L,
+                        b.targets.data() + i * L);
+          int64_t* pos = b.positions.data() + i * L;
+          if (o.randomized_positions > 0)
+            sample_positions(r, L, o.randomized_positions, pos);
+          else
+            for (int64_t j = 0; j < L; ++j) pos[j] = j;
+        }
+        batches.push_back(std::move(b));
+      }
+      c.hits = score_batches(m, batches, t.vocab, false, o.dist.get()).exact;
+      c.accuracy = static_cast<double>(c.hits) / static_cast<double>(c.samples);
+      out.push_back(c);
+    }
+  return out;
+}
+
 namespace {
 
 // The run's checkpoint file in o.checkpoint_dir (created if missing); empty without one.
@@ -732,7 +796,10 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
     const int64_t step = opt.step;
     rng r(mix(static_cast<uint64_t>(seed), stream_train, static_cast<uint64_t>(step)));
     const int64_t L = o.train_min + static_cast<int64_t>(r.below(o.train_max - o.train_min + 1));
-    const model::batch b = make_batch(o, t, o.batch_size, L, false, r);
+    // With needle_mix this step's batch is needles with that probability (the draw happens only
+    // then: without it the batches are as before).
+    const bool needles = o.needle_mix > 0 && r.uniform() < o.needle_mix;
+    const model::batch b = make_batch(o, t, o.batch_size, L, false, r, needles);
     double bytes = 0;
     const double loss = sharded_forward_backward(m, reps, b, o.dist.get(), &bytes);
     comm_bytes += bytes;
@@ -766,6 +833,9 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
   }
   res.in_distribution = evaluate(m, o, t, o.train_max, seed);
   for (int64_t L : o.eval_lens) res.evals.push_back(evaluate(m, o, t, L, seed));
+  if (o.needle_samples > 0)
+    for (int64_t L : o.eval_lens)
+      for (const needle_metrics& c : evaluate_needles(m, o, t, L, seed)) res.needles.push_back(c);
   return res;
 }
 
@@ -1020,6 +1090,22 @@ nlohmann::ordered_json lab_results_json(const lab_results& r) {
       j["summary"].push_back(summary_row_json(r, s, li, held_out));
   j["config"] = results_config_json(r, held_out);
   j["runs"] = runs_json(r);
+  if (o.needle_samples > 0) {
+    J rows = J::array();
+    for (const run_result& run : r.runs)
+      for (const needle_metrics& c : run.needles)
+        rows.push_back({{"scheme", model::pos_scheme_name(run.scheme)},
+                        {"seed", run.seed},
+                        {"eval_len", c.length},
+                        {"depth", c.depth},
+                        {"keys", c.keys},
+                        {"samples", c.samples},
+                        {"hits", c.hits},
+                        {"accuracy", std::isfinite(c.accuracy) ? J(c.accuracy) : J(nullptr)}});
+    j["needles"] = rows;
+    j["config"]["needle_mix"] = o.needle_mix;
+    j["config"]["needle_samples"] = o.needle_samples;
+  }
   return j;
 }
 

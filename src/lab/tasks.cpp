@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "posenc/core/error.hpp"
 #include "posenc/core/file.hpp"
@@ -54,9 +55,12 @@ double markov_entropy_rate(const std::vector<double>& tr, int64_t k) {
   return h;
 }
 
-task make_task(task_kind kind, const std::string& file, const std::string& eval_file) {
+task make_task(task_kind kind, const std::string& file, const std::string& eval_file,
+               bool needles) {
   task t;
   t.kind = kind;
+  if (needles && kind != task_kind::text)
+    fail("needles are inserted into text; task {} has none", task_kind_name(kind));
   switch (kind) {
     case task_kind::copy:
       t.vocab = 4 + copy_symbols;
@@ -99,6 +103,18 @@ task make_task(task_kind kind, const std::string& file, const std::string& eval_
         if (eval_bytes.size() < 2)
           fail("--eval-file {} must hold at least 2 bytes, got {}", eval_file, eval_bytes.size());
         for (std::byte b : eval_bytes) seen[static_cast<unsigned char>(b)] = true;
+      }
+      if (needles) {
+        for (unsigned char c : std::string_view("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"))
+          if (!seen[c]) t.key_symbols.push_back(c);
+        if (static_cast<int64_t>(t.key_symbols.size()) < needle_key_symbols_min)
+          fail(
+              "needles take their keys from the ASCII punctuation a text does not use; --file "
+              "{}{}{} leaves {}, at least {} are needed",
+              file, eval_file.empty() ? "" : " with --eval-file ", eval_file, t.key_symbols.size(),
+              needle_key_symbols_min);
+        for (unsigned char c : t.key_symbols) seen[c] = true;
+        for (unsigned char c = '0'; c <= '9'; ++c) seen[c] = true;
       }
       int64_t map[256];
       for (int c = 0; c < 256; ++c)

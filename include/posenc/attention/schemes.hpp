@@ -121,6 +121,9 @@ struct scheme_decl {
   // xPos; the query temperature, a query scale), its hook file's transform; reached, flagged and
   // checked as above. null otherwise.
   const detail::named_transform* transform = nullptr;
+  // Trained at L in the lab's context-extension preset (posenc/lab/extend.hpp) as a scheme that
+  // needs no extension, its bits per byte and retrieval beside RoPE's methods.
+  bool lab_extend_trained = false;
   bool reached_by_name() const { return named || pairs || transform; }
   // Its switch is a RoPE config (dtype "RopeConfig": RoPE, M-RoPE): reached by name in the engine,
   // but its front ends read the config (named_scheme_decls leaves it out).

@@ -81,18 +81,21 @@ longrope_search_result longrope_search(const model::transformer<float>& m, const
                                        const task& t, const longrope_search_options& so);
 
 // ---- `posenc lab --preset extend`: the protocol ---------------------------------------------
-// RoPE, ALiBi and Kerple models trained at L on a text task, then the RoPE models run at
-// L..16L with each extension method's config for 8L (extend_factor), zero-shot and after a short
-// fine-tune. Phases, each a set of runs (concurrent, or over MPI ranks, as every lab run):
-//   1. train rope, alibi and kerple at L (the rope runs are the `none` rows);
+// Models trained at L on a text task (RoPE and the schemes that need no extension,
+// extend_trained_schemes), then the RoPE models run at L..16L with each extension method's config
+// for 8L (extend_factor), zero-shot and after a short fine-tune. Phases, each a set of runs
+// (concurrent, or over MPI ranks, as every lab run):
+//   1. train each of extend_trained_schemes at L (the rope runs are the `none` rows);
 //   2. per rope seed, LongRoPE's search on held-out bytes after the scored ones;
 //   3. zero-shot: the trained weights under each method's config, 0 steps;
 //   4. fine-tune: each method from the trained weights for finetune_steps steps of
 //      extend_tokens tokens at 8L (batch extend_tokens / 8L), PoSE at L (batch extend_tokens /
 //      L) with positions skipped over [0, 8L); peak learning rate lr / 3, warm-up F / 10.
 // Evaluation: bits per byte over non-overlapping windows of the first base.eval_chars held-out
-// bytes. The per-pair RoPE schemes (Self-Extend, DCA, StreamingLLM) run zero-shot on the trained
-// RoPE weights (extend_pair_schemes).
+// bytes; with needle_samples, the retrieval grid at every length (results rows of task
+// "needle", and "retrieval": the cells over seeds and each method's effective context
+// length). The per-pair RoPE schemes (Self-Extend, DCA, StreamingLLM) run zero-shot on the
+// trained RoPE weights (extend_pair_schemes).
 constexpr int64_t extend_factor = 8;
 constexpr int64_t extend_tokens = 1024;  // per fine-tuning step, every method
 constexpr int64_t extend_search_chars = 8192;
@@ -105,7 +108,20 @@ struct extend_preset_options {
   int64_t finetune_steps = 100;  // [1, 10^6]
   int64_t search_budget = 48;    // LongRoPE candidates, [3, 10^5]
   std::string checkpoint_root;   // "" = none; else <root>/checkpoints/<scheme>-L<L>
+  // The retrieval grid (lab/needle.hpp): sequences per cell; > 0 also mixes needles into every
+  // training and fine-tuning run (extend_needle_mix) and needs a task made with needles; 0 =
+  // bits per byte alone.
+  int64_t needle_samples = 0;
 };
+
+// The fraction of training steps whose batch is needles when the grid is on: three of four, so
+// that 3,200 steps are 800 of text (the preset without needles trained 500) and 2,400 of
+// needles, past where a RoPE model at L = 64 learns the single-needle lookup (docs/lab.md).
+constexpr double extend_needle_mix = 0.75;
+
+// The models trained at L: RoPE (the base of every method), then every scheme whose declaration
+// says it needs no extension (scheme_decl::lab_extend_trained), in declaration order.
+std::vector<model::pos_scheme> extend_trained_schemes();
 
 // What the protocol reports of its progress: a phase starting (with its run count, or -1 for a
 // LongRoPE search) and each run's progress.

@@ -99,6 +99,16 @@ struct lab_options {
   std::vector<float> init_params;
   int64_t pose_target = 0;
   bool sliding_eval = true;
+  // Needles (lab/needle.hpp; a text task made with needles):
+  //   needle_mix: the fraction of training steps whose batch is needles rather than text, each
+  //     sequence with its depth uniform in [0, 1] and 1 or needle_max_keys keys (probability 1/2
+  //     each), scored on its answer alone; 0 = plain text, the batches exactly as without. (Whole
+  //     batches, not sequences among text: with the answers a few tokens among the text's in
+  //     one mean loss the models never learned the lookup; docs/lab.md);
+  //   needle_samples: sequences per cell of the retrieval grid, every evaluation length x
+  //     needle_depths x needle_keys (run_result::needles); 0 = no grid.
+  double needle_mix = 0;
+  int64_t needle_samples = 0;
 };
 
 // PoSE's training positions (Zhu et al. 2024, sec. 3.2) for one sequence of length L that
@@ -141,6 +151,16 @@ struct eval_metrics {
   std::vector<position_bucket> position_loss;
 };
 
+// One cell of the retrieval grid: greedy exact match of the asked value over `samples`
+// sequences of length `length` with the asked needle at `depth` among `keys` needles.
+struct needle_metrics {
+  int64_t length = 0;
+  double depth = 0;
+  int64_t keys = 1;
+  int64_t samples = 0, hits = 0;
+  double accuracy = 0;  // hits / samples; NaN where the length has no defined position
+};
+
 struct curve_point {
   int64_t step = 0;  // updates applied
   double loss = 0;   // training loss of that step's batch
@@ -158,9 +178,10 @@ struct run_result {
   double comm_bytes_per_step = 0;  // distributed: bytes each rank received per step (mean)
   int64_t parameters = 0;
   std::vector<curve_point> curve;
-  eval_metrics in_distribution;     // at length train_max
-  std::vector<eval_metrics> evals;  // one per eval_lens entry
-  std::vector<float> final_params;  // the trained weights (tests compare runs bitwise)
+  eval_metrics in_distribution;         // at length train_max
+  std::vector<eval_metrics> evals;      // one per eval_lens entry
+  std::vector<needle_metrics> needles;  // with needle_samples: eval_lens x depths x keys
+  std::vector<float> final_params;      // the trained weights (tests compare runs bitwise)
 };
 
 struct progress {
@@ -202,6 +223,13 @@ eval_metrics evaluate(const model::transformer<float>& m, const lab_options& o, 
 // as evaluate's do (concurrently, distributed with o.dist) and the result does not depend on
 // the thread count. The model's RoPE config is evaluated at rope_seq_len = L. Throws
 // invalid_argument when the task has no held-out text or the range holds no window.
+// The retrieval grid's cells at length L (needle_depths x needle_keys, depth outermost), each
+// with o.needle_samples held-out sequences from a stream of (seed, L, cell); concurrent and
+// distributed as evaluate, and independent of the thread count.
+std::vector<needle_metrics> evaluate_needles(const model::transformer<float>& m,
+                                             const lab_options& o, const task& t, int64_t length,
+                                             int64_t seed);
+
 double held_out_loss(const model::transformer<float>& m, const lab_options& o, const task& t,
                      int64_t length, int64_t begin, int64_t end);
 
@@ -236,6 +264,8 @@ std::vector<run_result> run_specs(const std::vector<run_spec>& specs, const task
 //    "summary": [{"scheme", "eval_len", "seeds", "<metric>_mean", "<metric>_std", ...}],
 //    "config": {...}, "runs": [{"scheme", "seed", "steps", "train_seconds", "tokens_per_second",
 //    "curve": [[step, loss, lr], ...]}]}
+// With needle_samples also "needles": [{"scheme", "seed", "eval_len", "depth", "keys",
+// "samples", "hits", "accuracy"}, ...] (run_result::needles).
 // Undefined values are null. std is the sample standard deviation over seeds (null for 1).
 nlohmann::ordered_json lab_results_json(const lab_results& r);
 

@@ -43,6 +43,9 @@ enum class task_kind { copy, passkey, repeat_count, markov, text };
 const char* task_kind_name(task_kind k);  // "copy", "passkey", "repeat-count", "markov", "text"
 task_kind task_kind_from_name(const std::string& name, const std::string& arg = "task");
 
+// The fewest key symbols a text made with needles may leave (make_task).
+inline constexpr int64_t needle_key_symbols_min = 8;
+
 struct task {
   task_kind kind = task_kind::passkey;
   int64_t vocab = 0;        // V
@@ -56,12 +59,19 @@ struct task {
   std::vector<int64_t> text;
   std::vector<unsigned char> alphabet;
   std::vector<int64_t> eval_text;  // the held-out file mapped to [0, V); empty = 90/10 split
+  // text made with needles (lab/needle.hpp): the needles' key symbols, the punctuation bytes
+  // that neither file contains, in byte order; the alphabet holds them and the digits.
+  std::vector<unsigned char> key_symbols;
 };
 
 // Builds a task. `file` (and `eval_file` if not empty) is read for text (io_error if
 // unreadable; invalid_argument if it has fewer than 2 distinct bytes or is too short for the
-// longest requested length, which the lab checks with task_validate_length).
-task make_task(task_kind kind, const std::string& file = "", const std::string& eval_file = "");
+// longest requested length, which the lab checks with task_validate_length). With `needles`
+// (text only) the alphabet also holds the needles' bytes: the digits and, as keys, every ASCII
+// punctuation byte neither file contains (task::key_symbols; invalid_argument naming the files
+// when fewer than needle_key_symbols_min are left).
+task make_task(task_kind kind, const std::string& file = "", const std::string& eval_file = "",
+               bool needles = false);
 
 // Throws invalid_argument naming `arg` when L is outside [min_length, max_length], or a text
 // file is too short to cut a window of L+1 bytes from its evaluation part.

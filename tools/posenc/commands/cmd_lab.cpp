@@ -28,6 +28,7 @@
 #include "posenc/formats/hf_config.hpp"
 #include "posenc/lab/extend.hpp"
 #include "posenc/lab/lab.hpp"
+#include "posenc/lab/needle.hpp"
 
 namespace posenc::cli {
 namespace {
@@ -43,7 +44,9 @@ struct lab_cli {
   int threads = 0;
   double lr = 3e-3, weight_decay = 0.01, clip = 1.0;
   bool quick = false, resume = false, no_progress = false, embed_scale = false;
-  int64_t finetune_steps = 0, search_budget = 0;             // --preset extend (0 = the preset's)
+  int64_t finetune_steps = 0, search_budget = 0;  // --preset extend (0 = the preset's)
+  int64_t needle_samples = -1;  // the retrieval grid (-1 = none, or the extend preset's)
+  double needle_mix = 0;        // fraction of training sequences with needles (text tasks)
   std::vector<std::pair<std::string, double>> named_params;  // --sandwich-dim, ... as given
 };
 
@@ -65,6 +68,32 @@ void apply_quick(lab_cli& o, CLI::App* sub) {
   if (unset("--steps")) o.steps = 2000;
   if (unset("--seeds")) o.seeds = 1;
   if (unset("--eval-samples")) o.eval_samples = 32;
+}
+
+// The retrieval grid of a plain run: per scheme and key count, exact match at each evaluation
+// length, mean over depths and seeds.
+void print_needles(const lab::lab_options& o, const lab::lab_results& r) {
+  std::printf("retrieval (exact match of the needle's value, mean over depths and seeds)\n");
+  std::string head = fmt::format("{:<11} {:>4}", "scheme", "keys");
+  for (int64_t L : o.eval_lens) head += fmt::format(" {:>7}", fmt::format("@{}", L));
+  std::printf("%s\n", head.c_str());
+  for (auto s : o.schemes)
+    for (int64_t keys : lab::needle_keys) {
+      std::string line = fmt::format("{:<11} {:>4}", model::pos_scheme_name(s), keys);
+      for (int64_t L : o.eval_lens) {
+        double sum = 0;
+        int64_t n = 0;
+        for (const auto& run : r.runs)
+          for (const auto& c : run.needles)
+            if (run.scheme == s && c.keys == keys && c.length == L && std::isfinite(c.accuracy)) {
+              sum += c.accuracy;
+              ++n;
+            }
+        line += n ? fmt::format(" {:>7.3f}", sum / static_cast<double>(n))
+                  : fmt::format(" {:>7}", "n/a");
+      }
+      std::printf("%s\n", line.c_str());
+    }
 }
 
 lab::lab_options to_options(const lab_cli& c) {
@@ -101,6 +130,8 @@ lab::lab_options to_options(const lab_cli& c) {
     o.train_max = b[0];
   }
   o.eval_lens = parse_ints(c.eval_lens, "--eval-lens");
+  o.needle_mix = c.needle_mix;
+  o.needle_samples = std::max<int64_t>(0, c.needle_samples);
   o.steps = c.steps;
   o.seeds = c.seeds;
   o.batch_size = c.batch;
@@ -190,7 +221,8 @@ void run_lab_cmd(lab_cli c, CLI::App* sub) {
   if (!c.no_progress && writer) cb = [&bar](const lab::progress& p) { bar(p); };
   lab::lab_results r;
   r.options = o;
-  r.task_info = lab::make_task(o.task, o.file, o.eval_file);
+  r.task_info =
+      lab::make_task(o.task, o.file, o.eval_file, o.needle_mix > 0 || o.needle_samples > 0);
   lab::validate(o, r.task_info);
   std::vector<lab::run_spec> specs;
   for (auto s : o.schemes)
@@ -252,6 +284,7 @@ void run_lab_cmd(lab_cli c, CLI::App* sub) {
       }
       std::printf("%s\n", line.c_str());
     }
+    if (o.needle_samples > 0) print_needles(o, r);
     if (o.task == lab::task_kind::markov)
       std::printf("entropy floor of the source: %.4f nats/token\n", r.task_info.entropy_rate);
     double tps = 0;
@@ -531,9 +564,19 @@ void run_press(lab_cli c, CLI::App* sub) {
 // Extending a trained RoPE model's context: the protocol is the library's
 // (posenc/lab/extend.hpp, run_extend_preset); here the preset's defaults, the corpus, MPI, the
 // progress bars and the printing.
-constexpr int64_t extend_steps = 500, extend_quick_steps = 250;
+constexpr int64_t extend_steps = 500, extend_quick_steps = 250;  // without needles
+// With needles three steps in four are needle batches (lab::extend_needle_mix).
+constexpr int64_t extend_needle_steps = 3200, extend_quick_needle_steps = 1600;
 constexpr int64_t extend_finetune = 100, extend_quick_finetune = 30;
 constexpr int64_t extend_budget = 48, extend_quick_budget = 12;
+constexpr int64_t extend_needles = 32, extend_quick_needles = 16;
+
+// The models the preset trains at L, by name ("rope, alibi, ...").
+std::string extend_trained_names() {
+  std::vector<std::string> n;
+  for (pos_scheme s : lab::extend_trained_schemes()) n.emplace_back(pos_scheme_name(s));
+  return fmt::format("{}", fmt::join(n, ", "));
+}
 
 // The preset's options from the flags (its defaults where a flag is not given).
 lab::extend_preset_options extend_options(lab_cli& c, CLI::App* sub) {
@@ -541,9 +584,8 @@ lab::extend_preset_options extend_options(lab_cli& c, CLI::App* sub) {
     fail("--preset extend is a --task text preset, got --task {}", c.task);
   for (const char* f : {"--eval-lens", "--schemes", "--randomized-positions"})
     if (!unset(sub, f))
-      fail(
-          "--preset extend sets {} itself (rope, alibi, kerple at L; eval at L..16L); leave it out",
-          f);
+      fail("--preset extend sets {} itself ({} at L; eval at L..16L); leave it out", f,
+           extend_trained_names());
   if (c.threads < 0) fail("--threads must be >= 0 (0 = default), got {}", c.threads);
   if (c.threads > 0) set_num_threads(c.threads);
   c.task = "text";
@@ -556,7 +598,14 @@ lab::extend_preset_options extend_options(lab_cli& c, CLI::App* sub) {
           "and --eval-file)",
           f);
   if (unset(sub, "--seeds")) c.seeds = c.quick ? 1 : 3;
-  if (unset(sub, "--steps")) c.steps = c.quick ? extend_quick_steps : extend_steps;
+  if (unset(sub, "--needle-samples"))
+    c.needle_samples = c.quick ? extend_quick_needles : extend_needles;
+  if (c.needle_samples < 0 || c.needle_samples > 100000)
+    fail("--needle-samples must be in [0, 100000] (0 = no retrieval grid), got {}",
+         c.needle_samples);
+  if (unset(sub, "--steps"))
+    c.steps = c.needle_samples > 0 ? (c.quick ? extend_quick_needle_steps : extend_needle_steps)
+                                   : (c.quick ? extend_quick_steps : extend_steps);
   if (unset(sub, "--eval-chars"))
     c.eval_chars = c.quick ? press_quick_eval_chars : press_eval_chars;
   if (unset(sub, "--finetune-steps"))
@@ -576,8 +625,37 @@ lab::extend_preset_options extend_options(lab_cli& c, CLI::App* sub) {
   o.seeds = c.seeds;
   o.finetune_steps = c.finetune_steps;
   o.search_budget = c.search_budget;
+  o.needle_samples = c.needle_samples;
   o.checkpoint_root = c.out;
   return o;
+}
+
+// The retrieval table: per method and key count, the accuracy at each length (mean over depths
+// and seeds) and the effective context length (mean +- std over seeds, min-max).
+void print_extend_retrieval(const nlohmann::ordered_json& r, int64_t L) {
+  std::printf(
+      "\nretrieval: exact match of the needle's value, mean over depths and seeds; effective "
+      "context length: the longest length up to which it stays >= 0.8 of its value at L\n");
+  std::string head = fmt::format("{:<26} {:>4}", "scheme / extension", "keys");
+  for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>6}", fmt::format("@{}", m * L));
+  std::printf("%s  effective length\n", head.c_str());
+  for (const auto& row : r["effective_context"]) {
+    std::string line =
+        fmt::format("{:<26} {:>4}",
+                    fmt::format("{} {}{}", row["scheme"].get<std::string>(),
+                                row["extension"].get<std::string>(),
+                                row["finetune_steps"].get<int64_t>() > 0 ? " +ft" : ""),
+                    row["keys"].get<int64_t>());
+    for (const auto& p : row["accuracy_by_length"])
+      line += fmt::format(" {:>6.2f}", p[1].get<double>());
+    const auto& sd = row["effective_context_length_std"];
+    line += fmt::format("  {:.0f}{} ({:.0f}-{:.0f})",
+                        row["effective_context_length_mean"].get<double>(),
+                        sd.is_null() ? "" : fmt::format(" +- {:.0f}", sd.get<double>()),
+                        row["effective_context_length_min"].get<double>(),
+                        row["effective_context_length_max"].get<double>());
+    std::printf("%s\n", line.c_str());
+  }
 }
 
 // The summary as a table: one line per scheme / extension, a column per evaluation length.
@@ -611,8 +689,9 @@ void print_extend_text(const lab_cli& c, const nlohmann::ordered_json& doc) {
     std::printf(" %13s",
                 (cell(m) + (sd.is_null() || m.is_null() ? "" : "+-" + cell(sd, 2))).c_str());
   }
-  std::printf("\nwall time %.0f s on %d threads\n", cfg["wall_seconds"].get<double>(),
-              num_threads());
+  std::printf("\n");
+  if (doc.contains("retrieval")) print_extend_retrieval(doc["retrieval"], L);
+  std::printf("wall time %.0f s on %d threads\n", cfg["wall_seconds"].get<double>(), num_threads());
   if (!c.out.empty()) std::printf("wrote %s/results.json\n", c.out.c_str());
 }
 
@@ -627,7 +706,8 @@ void run_extend(lab_cli c, CLI::App* sub) {
     if (ec || !std::filesystem::is_directory(c.out))
       fail_io("cannot create output directory {}: {}", c.out, ec.message());
   }
-  const lab::task t = lab::make_task(lab::task_kind::text, c.file, c.eval_file);
+  const lab::task t =
+      lab::make_task(lab::task_kind::text, c.file, c.eval_file, o.needle_samples > 0);
   progress_bar bar;
   lab::extend_progress progress;
   if (writer && !c.no_progress) {
@@ -649,16 +729,22 @@ void run_extend(lab_cli c, CLI::App* sub) {
   if (c.format == out_format::json) {
     std::printf("%s\n", doc.dump(2).c_str());
   } else if (c.format == out_format::csv) {
-    std::printf("scheme,extension,finetune_steps,train_len,eval_len,seed,bits_per_byte\n");
-    for (const J& row : doc["results"])
-      std::printf(
-          "%s,%s,%lld,%lld,%lld,%lld,%s\n", row["scheme"].get<std::string>().c_str(),
-          row["extension"].get<std::string>().c_str(),
-          static_cast<long long>(row["finetune_steps"].get<int64_t>()),
-          static_cast<long long>(row["train_len"].get<int64_t>()),
-          static_cast<long long>(row["eval_len"].get<int64_t>()),
-          static_cast<long long>(row["seed"].get<int64_t>()),
-          row["bits_per_byte"].is_null() ? "" : num(row["bits_per_byte"].get<double>()).c_str());
+    // results.json's row fields, in its order; null is an empty cell.
+    const char* cols[] = {"task",      "scheme",   "extension",    "finetune_steps",
+                          "train_len", "eval_len", "depth",        "keys",
+                          "seed",      "accuracy", "bits_per_byte"};
+    std::printf("%s\n", fmt::format("{}", fmt::join(cols, ",")).c_str());
+    for (const J& row : doc["results"]) {
+      std::vector<std::string> cells;
+      for (const char* k : cols) {
+        const J& v = row[k];
+        cells.push_back(v.is_null()             ? ""
+                        : v.is_string()         ? v.get<std::string>()
+                        : v.is_number_integer() ? std::to_string(v.get<int64_t>())
+                                                : num(v.get<double>()));
+      }
+      std::printf("%s\n", fmt::format("{}", fmt::join(cells, ",")).c_str());
+    }
   } else {
     print_extend_text(c, doc);
   }
@@ -724,11 +810,19 @@ const bool registered_cmd_lab = register_command(70, [](CLI::App& app) {
                   "press: Press et al. 2022's perplexity-against-length table on the "
                   "Jane Austen corpus (scripts/get-corpus); extend: a RoPE model trained at L "
                   "extended to 8L by none, linear, dynamic, yarn, llama3, longrope and pose, "
-                  "zero-shot and fine-tuned, beside ALiBi and Kerple; with --quick smaller ones");
+                  "zero-shot and fine-tuned, beside models trained with schemes that need no "
+                  "extension, judged by bits per byte and by retrieval; with --quick smaller ones");
   sub->add_option("--finetune-steps", o->finetune_steps,
                   "--preset extend: fine-tuning steps per method (default 100; --quick 30)");
   sub->add_option("--search-budget", o->search_budget,
                   "--preset extend: LongRoPE candidates scored per seed (default 48; --quick 12)");
+  sub->add_option("--needle-mix", o->needle_mix,
+                  "Text tasks: the fraction of training sequences that carry needles (a key and "
+                  "a 4-digit value asked for again at the end; docs/lab.md), 0 to 1");
+  sub->add_option("--needle-samples", o->needle_samples,
+                  "Sequences per cell of the retrieval grid (depth x evaluation length x keys; "
+                  "text tasks). --preset extend: default 32, --quick 16; 0 = bits per byte "
+                  "alone, no needles in training");
   std::vector<std::string> trainable;  // every model scheme, from the registry
   for (int i = 0; i < pos_scheme_count(); ++i)
     trainable.emplace_back(pos_scheme_name(static_cast<pos_scheme>(i)));
