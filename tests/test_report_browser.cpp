@@ -404,6 +404,8 @@ std::string generate_report(const fs::path& report) {
                             "32",
                             "--eval-chars",
                             "600",
+                            "--needle-samples",
+                            "2",
                             "--threads",
                             "1",
                             "--no-progress",
@@ -563,8 +565,10 @@ TEST_F(ReportBrowser, EveryFigureDrawsWithoutConsoleErrors) {
   EXPECT_NE(html.find("data-file=\"bench_fractions.vl.json\""), std::string::npos);
   EXPECT_NE(html.find("data-file=\"lab_length.vl.json\""), std::string::npos);
   EXPECT_NE(html.find("Numbers from <code>lab/results.json</code>"), std::string::npos);
-  EXPECT_NE(html.find("data-file=\"lab_extend_zeroshot.vl.json\""), std::string::npos);
-  EXPECT_NE(html.find("data-file=\"lab_extend_finetuned.vl.json\""), std::string::npos);
+  for (const char* f : {"lab_extend_scaling_zero_shot", "lab_extend_scaling_finetuned",
+                        "lab_extend_per_pair", "lab_extend_trained", "lab_needles_yarn___fine-tune",
+                        "lab_needles_alibi", "lab_needles_rope__trained_"})
+    EXPECT_NE(html.find(fmt::format("data-file=\"{}.vl.json\"", f)), std::string::npos) << f;
 
   // Each chart's spec file beside the page is the spec the page draws.
   const auto specs = specs_in(html);

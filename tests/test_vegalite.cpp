@@ -243,6 +243,26 @@ TEST(VegaLite, HeatmapCellsColoursAndMask) {
   EXPECT_EQ(masked.at("encoding").at("fill").at("scale").at("range"), json{"#c8c8c8"});
 }
 
+TEST(VegaLite, HeatmapLabelsNameRowsAndColumns) {
+  auto h = simple_heatmap();  // 3 x 4
+  EXPECT_FALSE(vl::spec(h).at("encoding").at("x").at("axis").contains("labelExpr"));
+  h.col_labels = {"64", "128", "256", "512"};
+  h.row_labels = {"0", "0.5", "1"};
+  const json s = vl::spec(h);
+  const json& x = s.at("encoding").at("x").at("axis");
+  EXPECT_EQ(x.at("values"), (json{0, 1, 2, 3}));
+  EXPECT_EQ(x.at("labelExpr"), "[\"64\",\"128\",\"256\",\"512\"][datum.value]");
+  EXPECT_EQ(s.at("encoding").at("y").at("axis").at("labelExpr"),
+            "[\"0\",\"0.5\",\"1\"][datum.value]");
+  // The tooltip shows the labels.
+  const json& tip = s.at("encoding").at("tooltip");
+  EXPECT_EQ(tip[0].at("field"), "i_label");
+  EXPECT_EQ(tip[1].at("field"), "j_label");
+  EXPECT_EQ(s.at("transform").back().at("calculate"), "[\"64\",\"128\",\"256\",\"512\"][datum.j]");
+  h.col_labels.pop_back();
+  EXPECT_NE(error_of([&] { vl::spec(h); }).find("3 column and 3 row labels"), std::string::npos);
+}
+
 TEST(VegaLite, HeatmapErrors) {
   auto h = simple_heatmap();
   h.values.pop_back();

@@ -156,6 +156,9 @@ void extend_run::extension_specs() {
           lo.train_min = lo.train_max = pose ? L : target;
           lo.batch_size = extend_tokens / lo.train_max;
           lo.pose_target = pose ? target : 0;
+          // Fine-tunes read text alone, as the papers' (YaRN on PG19, PoSE on RedPajama) did
+          // before their passkey tests: retrieval at the new length is what carries over.
+          lo.needle_mix = 0;
         }
         validate(lo, t);
         rows.push_back({"rope", extension_name(e), ft, k, ext_specs.size()});

@@ -90,7 +90,8 @@ longrope_search_result longrope_search(const model::transformer<float>& m, const
 //   3. zero-shot: the trained weights under each method's config, 0 steps;
 //   4. fine-tune: each method from the trained weights for finetune_steps steps of
 //      extend_tokens tokens at 8L (batch extend_tokens / 8L), PoSE at L (batch extend_tokens /
-//      L) with positions skipped over [0, 8L); peak learning rate lr / 3, warm-up F / 10.
+//      L) with positions skipped over [0, 8L); peak learning rate lr / 3, warm-up F / 10; text
+//      alone (no needle batches, as the papers fine-tuned before their passkey tests).
 // Evaluation: bits per byte over non-overlapping windows of the first base.eval_chars held-out
 // bytes; with needle_samples, the retrieval grid at every length (results rows of task
 // "needle", and "retrieval": the cells over seeds and each method's effective context

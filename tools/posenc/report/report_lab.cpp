@@ -5,6 +5,7 @@
 // `posenc lab --quick --out DIR/lab` before `posenc report --out DIR`, as `make run` does);
 // otherwise the section trains a very small comparison itself (4 schemes, 150 steps; 2
 // schemes and 20 steps with --quick) and says so, since such a run is only a smoke test.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "posenc/core/file.hpp"
 #include "posenc/lab/extend.hpp"
 #include "posenc/lab/lab.hpp"
+#include "posenc/lab/needle.hpp"
 #include "report.hpp"
 
 namespace posenc::cli {
@@ -127,76 +129,109 @@ std::string extend_curve(const J& row) {
   return row["scheme"].get<std::string>() + "/" + row["extension"].get<std::string>();
 }
 
-// The extend preset's curves with their colours: RoPE under each extension method (in the
-// methods' order), then the other curves of the summary in their order, those on the RoPE model
-// first (the per-pair schemes, "rope/<scheme>") and the models trained with another scheme after
-// ("<scheme>/none"). No scheme is named here: the summary says which ran.
-std::vector<std::pair<std::string, std::string>> extend_curves(const J& summary) {
-  static const char* const methods[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                        "#9467bd", "#8c564b", "#e377c2"};
-  static const char* const others[] = {"#17becf", "#393b79", "#637939", "#7f7f7f", "#bcbd22",
-                                       "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"};
-  std::vector<std::pair<std::string, std::string>> out;
-  std::set<std::string> seen;
-  size_t m = 0, o = 0;
-  for (lab::extension e : lab::extensions()) {
-    const std::string c = std::string("rope/") + lab::extension_name(e);
-    out.emplace_back(c, methods[m++ % std::size(methods)]);
-    seen.insert(c);
-  }
-  for (bool on_rope : {true, false})
-    for (const auto& row : summary) {
-      const std::string c = extend_curve(row);
-      if ((row["scheme"].get<std::string>() == "rope") != on_rope || !seen.insert(c).second)
-        continue;
-      out.emplace_back(c, others[o++ % std::size(others)]);
-    }
-  return out;
+// The extend preset's figures, one panel per family of methods, each with at most seven curves
+// in the palette's seven distinct colours (no two of a panel alike). The families come from the
+// rows, not from scheme names: RoPE under a frequency scaling (an extension() of its config),
+// zero-shot or fine-tuned; RoPE under a per-pair scheme (any other extension); the models
+// trained at L with another scheme. The trained RoPE model (rope/none, zero-shot) is each
+// panel's reference where it is not a curve of its own.
+enum class extend_family { scaling_zero_shot, scaling_finetuned, per_pair, trained };
+
+bool is_frequency_scaling(const std::string& ext) {
+  for (lab::extension e : lab::extensions())
+    if (ext == lab::extension_name(e)) return true;
+  return false;
 }
 
-// The extend preset's plot of bits per byte against evaluation length, zero-shot or fine-tuned
-// (ft); no series when the summary has none of its rows.
-vl::line_plot extend_plot(const J& summary, int64_t L, bool ft) {
-  const auto curves = extend_curves(summary);
+bool in_family(const J& row, extend_family f) {
+  const bool rope = row["scheme"] == "rope", ft = row["finetune_steps"].get<int64_t>() > 0;
+  const std::string ext = row["extension"].get<std::string>();
+  const bool trained = rope && ext == "none" && !ft;  // the reference of every panel
+  switch (f) {
+    case extend_family::scaling_zero_shot:
+      return rope && !ft && is_frequency_scaling(ext);
+    case extend_family::scaling_finetuned:
+      return trained || (rope && ft);
+    case extend_family::per_pair:
+      return trained || (rope && !is_frequency_scaling(ext));
+    case extend_family::trained:
+      return trained || !rope;
+  }
+  return false;
+}
+
+const char* family_title(extend_family f) {
+  switch (f) {
+    case extend_family::scaling_zero_shot:
+      return "frequency scalings, zero-shot";
+    case extend_family::scaling_finetuned:
+      return "frequency scalings, fine-tuned at the target";
+    case extend_family::per_pair:
+      return "per-pair schemes, zero-shot";
+    case extend_family::trained:
+      return "trained at L (no extension)";
+  }
+  return "";
+}
+
+const char* family_file(extend_family f) {
+  switch (f) {
+    case extend_family::scaling_zero_shot:
+      return "scaling_zero_shot";
+    case extend_family::scaling_finetuned:
+      return "scaling_finetuned";
+    case extend_family::per_pair:
+      return "per_pair";
+    case extend_family::trained:
+      return "trained";
+  }
+  return "";
+}
+
+// A curve's legend name: the method, "+ fine-tune" after a fine-tune, "(trained)" for the
+// trained RoPE model where it is a reference.
+std::string curve_name(const J& row) {
+  const std::string scheme = row["scheme"].get<std::string>(),
+                    ext = row["extension"].get<std::string>();
+  const bool ft = row["finetune_steps"].get<int64_t>() > 0;
+  if (scheme != "rope") return scheme;
+  if (ext == "none" && !ft) return "rope (trained)";
+  return ext + (ft ? " + fine-tune" : "");
+}
+
+// One family's panel of bits per byte against evaluation length (no series when the summary
+// has none of its rows).
+vl::line_plot extend_plot(const J& summary, int64_t L, extend_family f) {
   vl::line_plot plot;
-  plot.title = ft ? "fine-tuned at the target length" : "zero-shot";
+  plot.title = family_title(f);
   plot.x.label = "evaluation length (bytes)";
   plot.x.kind = vl::scale::log;
   const double l = static_cast<double>(L);
   plot.x.ticks = {l, 2 * l, 4 * l, 8 * l, 16 * l};
   plot.y.label = "bits per byte";
-  plot.width = 560;
-  plot.height = 400;
-  vl::line_series ring;
-  ring.name = "in distribution (L_eval = L)";
-  ring.line = false;
-  ring.markers = true;
-  ring.marker_radius = 7;
-  ring.color = "#000000";
-  for (const auto& [name, color] : curves) {
-    vl::line_series ls;
-    const bool reference = name.rfind("rope/", 0) != 0;
-    ls.name = reference ? name.substr(0, name.find('/')) + " (no extension)"
-                        : name.substr(5) + (ft ? " + fine-tune" : "");
-    ls.markers = true;
-    ls.dashed = reference;
-    ls.color = color;
-    for (const auto& row : summary) {
-      if (extend_curve(row) != name) continue;
-      // The references and the trained RoPE model (none, zero-shot) have no fine-tune.
-      if (!reference && (row["finetune_steps"].get<int64_t>() > 0) != ft) continue;
-      const J& m = row["bits_per_byte_mean"];
-      const double x = row["eval_len"].get<double>(), y = m.is_null() ? NAN : m.get<double>();
-      ls.x.push_back(x);
-      ls.y.push_back(y);
-      if (row["eval_len"] == L && !m.is_null()) {
-        ring.x.push_back(x);
-        ring.y.push_back(y);
-      }
+  plot.width = 420;
+  plot.height = 320;
+  std::vector<std::string> order;
+  std::map<std::string, vl::line_series> curves;
+  for (const auto& row : summary) {
+    if (!in_family(row, f)) continue;
+    const std::string name = curve_name(row);
+    if (!curves.count(name)) {
+      order.push_back(name);
+      curves[name].name = name;
+      curves[name].markers = true;
+      curves[name].dashed = name == "rope (trained)";
     }
-    if (!ls.x.empty()) plot.series.push_back(ls);
+    const J& m = row["bits_per_byte_mean"];
+    curves[name].x.push_back(row["eval_len"].get<double>());
+    curves[name].y.push_back(m.is_null() ? NAN : m.get<double>());
   }
-  if (!plot.series.empty()) plot.series.insert(plot.series.begin(), ring);
+  if (order.size() <= 1) return plot;  // the reference alone
+  for (size_t i = 0; i < order.size(); ++i) {
+    vl::line_series& c = curves[order[i]];
+    c.color = vl::palette_color(i);
+    plot.series.push_back(std::move(c));
+  }
   return plot;
 }
 
@@ -222,6 +257,107 @@ doc::table extend_table(const J& summary, int64_t L) {
     table.rows.push_back(std::move(r));
   }
   return table;
+}
+
+// A method's label in the retrieval figures and table: "yarn + fine-tune", "alibi", ...
+std::string retrieval_method(const J& row) {
+  const std::string scheme = row["scheme"].get<std::string>(),
+                    ext = row["extension"].get<std::string>();
+  if (scheme != "rope") return scheme;
+  return ext == "none" && row["finetune_steps"].get<int64_t>() == 0
+             ? "rope (trained)"
+             : ext + (row["finetune_steps"].get<int64_t>() > 0 ? " + fine-tune" : "");
+}
+
+// The retrieval grid of the extend preset (results.json's "retrieval", with the needle grid):
+// per method a heat map of exact match over depth x evaluation length (rows: 1 key at each
+// depth, then several keys), in figure rows by family as the bits-per-byte panels; then the
+// table of effective context lengths.
+void extend_retrieval(report_context& ctx, doc::document& body, const J& j, int64_t L) {
+  const J& r = j["retrieval"];
+  body.heading("Retrieval: needles in the held-out text", 4);
+  body.para(fmt::format(
+      "A key symbol and three digits hidden at a depth of the held-out novel, asked for again "
+      "at the end (1 needle, or {} with one asked); exact match of the greedy answer, mean over "
+      "seeds, {} samples a cell. The effective context length is the longest length up to "
+      "which the mean over depths stays at or above 0.8 of its value at L (RULER's measure; "
+      "docs/lab.md).",
+      lab::needle_max_keys, j["config"]["needles"]["samples_per_cell"].get<int64_t>()));
+  std::vector<int64_t> lens;
+  for (int64_t m : {1, 2, 4, 8, 16}) lens.push_back(m * L);
+  // method -> (keys, depth index, length index) accuracy
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<double>> grid;
+  std::map<std::string, const J*> first;
+  const auto& depths = lab::needle_depths;
+  const int64_t rows = static_cast<int64_t>(depths.size() * lab::needle_keys.size());
+  for (const auto& c : r["cells"]) {
+    const std::string m = retrieval_method(c);
+    if (!grid.count(m)) {
+      order.push_back(m);
+      grid[m].assign(static_cast<size_t>(rows) * lens.size(), NAN);
+      first[m] = &c;
+    }
+    const auto li = std::find(lens.begin(), lens.end(), c["eval_len"].get<int64_t>());
+    const auto di = std::find(depths.begin(), depths.end(), c["depth"].get<double>());
+    const auto ki =
+        std::find(lab::needle_keys.begin(), lab::needle_keys.end(), c["keys"].get<int64_t>());
+    if (li == lens.end() || di == depths.end() || ki == lab::needle_keys.end()) continue;
+    const int64_t row = (ki - lab::needle_keys.begin()) * static_cast<int64_t>(depths.size()) +
+                        (di - depths.begin());
+    grid[m][static_cast<size_t>(row) * lens.size() + (li - lens.begin())] =
+        c["accuracy_mean"].get<double>();
+  }
+  std::vector<std::string> col_labels, row_labels;
+  for (int64_t l : lens) col_labels.push_back(std::to_string(l));
+  for (int64_t k : lab::needle_keys)
+    for (double d : depths)
+      row_labels.push_back(fmt::format("{} key{}, depth {}", k, k > 1 ? "s" : "", d));
+  for (extend_family f : {extend_family::scaling_zero_shot, extend_family::scaling_finetuned,
+                          extend_family::per_pair, extend_family::trained}) {
+    doc::figure_row fig_row;
+    for (const std::string& m : order) {
+      // Each method once, in its own family (the trained RoPE model with the trained ones).
+      const J& c = *first[m];
+      const bool reference = m == "rope (trained)";
+      if (reference ? f != extend_family::trained : !in_family(c, f)) continue;
+      vl::heatmap h;
+      h.title = m;
+      h.x_label = "evaluation length (bytes)";
+      h.y_label = "needles, depth";
+      h.value_label = "exact match";
+      h.rows = rows;
+      h.cols = static_cast<int64_t>(lens.size());
+      h.values = grid[m];
+      h.vmin = 0;
+      h.vmax = 1;
+      h.col_labels = col_labels;
+      h.row_labels = row_labels;
+      h.masked_label = "too short for its needles";
+      h.width = 340;
+      h.height = 300;
+      std::string file = "lab_needles_" + m + ".vl.json";
+      for (char& ch : file)
+        if (ch == ' ' || ch == '+' || ch == '(' || ch == ')') ch = '_';
+      fig_row.figures.push_back(
+          {{doc::save_chart(ctx.out_dir, file, "retrieval, " + m, vl::spec(h))},
+           doc::markup(fmt::format("{} ({})", m, family_title(f)))});
+    }
+    if (!fig_row.figures.empty()) body.add(fig_row);
+  }
+  doc::table t;
+  t.head = {"method", "needles", "exact match at L", "effective context length (mean ± std)",
+            "min-max over seeds"};
+  for (const auto& e : r["effective_context"]) {
+    const J& sd = e["effective_context_length_std"];
+    t.rows.push_back({retrieval_method(e), std::to_string(e["keys"].get<int64_t>()),
+                      fmt::format("{:.2f}", e["in_distribution_accuracy_mean"].get<double>()),
+                      fmt::format("{:.0f}", e["effective_context_length_mean"].get<double>()) +
+                          (sd.is_null() ? "" : fmt::format(" ± {:.0f}", sd.get<double>())),
+                      fmt::format("{:.0f}-{:.0f}", e["effective_context_length_min"].get<double>(),
+                                  e["effective_context_length_max"].get<double>())});
+  }
+  body.add(t);
 }
 
 // The context-extension table (`posenc lab --preset extend --out DIR/extend`), when
@@ -257,26 +393,21 @@ void extend_part(report_context& ctx, doc::document& body) {
       cfg["finetune_steps"].get<int64_t>(), cfg["finetune_tokens_per_step"].get<int64_t>(),
       cfg["target_len"].get<int64_t>(), cfg["target_len"].get<int64_t>(),
       cfg["eval_chars"].get<int64_t>()));
-  std::vector<std::pair<doc::chart, std::string>> charts;
-  for (bool ft : {false, true}) {
-    const vl::line_plot plot = extend_plot(j["summary"], L, ft);
+  doc::figure_row row;
+  for (extend_family f : {extend_family::scaling_zero_shot, extend_family::scaling_finetuned,
+                          extend_family::per_pair, extend_family::trained}) {
+    const vl::line_plot plot = extend_plot(j["summary"], L, f);
     if (plot.series.empty()) continue;
-    const char* file = ft ? "lab_extend_finetuned.vl.json" : "lab_extend_zeroshot.vl.json";
-    charts.emplace_back(
-        doc::save_chart(ctx.out_dir, file,
-                        ft ? "bits per byte against length, fine-tuned extensions"
-                           : "bits per byte against length, zero-shot extensions",
-                        vl::spec(plot)),
-        ft ? "Fine-tuned: each method's config, trained further at the target length."
-           : "Zero-shot: the trained weights under each method's config.");
+    const std::string file = fmt::format("lab_extend_{}.vl.json", family_file(f));
+    row.figures.push_back(
+        {{doc::save_chart(ctx.out_dir, file,
+                          fmt::format("bits per byte against length, {}", family_title(f)),
+                          vl::spec(plot))},
+         doc::markup(fmt::format("{}; dashed: the trained RoPE model.", family_title(f)))});
   }
-  if (!charts.empty()) {
-    doc::figure_row row;
-    for (const auto& [chart, caption] : charts)
-      row.figures.push_back({{chart}, doc::markup(caption)});
-    body.add(row);
-  }
+  if (!row.figures.empty()) body.add(row);
   body.add(extend_table(j["summary"], L));
+  if (j.contains("retrieval")) extend_retrieval(ctx, body, j, L);
 }
 
 report_section lab_section(report_context& ctx) {

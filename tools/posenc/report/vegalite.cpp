@@ -282,6 +282,12 @@ json spec(const heatmap& h) {
   validate_size("heatmap", h.title, h.width, h.height);
   if (h.rows <= 0 || h.cols <= 0 || h.rows > 4096 || h.cols > 4096)
     fail("heatmap '{}': rows and cols must be in 1..4096, got {} x {}", h.title, h.rows, h.cols);
+  if ((!h.col_labels.empty() && static_cast<int64_t>(h.col_labels.size()) != h.cols) ||
+      (!h.row_labels.empty() && static_cast<int64_t>(h.row_labels.size()) != h.rows))
+    fail(
+        "heatmap '{}': {} column and {} row labels for {} x {} cells (give one per column / row, "
+        "or none)",
+        h.title, h.col_labels.size(), h.row_labels.size(), h.rows, h.cols);
   if (static_cast<int64_t>(h.values.size()) != h.rows * h.cols)
     fail("heatmap '{}': values has {} entries but rows x cols = {} x {} = {}", h.title,
          h.values.size(), h.rows, h.cols, h.rows * h.cols);
@@ -313,7 +319,15 @@ json spec(const heatmap& h) {
     for (int64_t j = 0; j < h.cols; ++j)
       rows.push_back({{"i", i}, {"j", j}, {"v", value(h.values[i * h.cols + j])}});
 
-  auto cells = [](const std::string& field, const std::string& label, int64_t n, bool reverse) {
+  auto cells = [](const std::string& field, const std::string& label, int64_t n, bool reverse,
+                  const std::vector<std::string>& names) {
+    json axis = {{"tickMinStep", 1}, {"format", "d"}, {"grid", false}};
+    if (!names.empty()) {  // one tick per cell, labelled by name
+      json at = json::array();
+      for (int64_t k = 0; k < n; ++k) at.push_back(k);
+      axis["values"] = at;
+      axis["labelExpr"] = fmt::format("{}[datum.value]", json(names).dump());
+    }
     return json{{"field", field + "0"},
                 {"type", "quantitative"},
                 {"title", label},
@@ -322,7 +336,7 @@ json spec(const heatmap& h) {
                   {"nice", false},
                   {"zero", false},
                   {"reverse", reverse}}},
-                {"axis", {{"tickMinStep", 1}, {"format", "d"}, {"grid", false}}}};
+                {"axis", axis}};
   };
   json color_scale = {{"scheme", h.map == colormap::sequential ? "viridis" : "redblue"},
                       {"domain", {lo, hi}},
@@ -356,14 +370,23 @@ json spec(const heatmap& h) {
                                 {{"calculate", "datum.j + 0.5"}, {"as", "j1"}},
                                 {{"calculate", "datum.i - 0.5"}, {"as", "i0"}},
                                 {{"calculate", "datum.i + 0.5"}, {"as", "i1"}}});
+  // The tooltip names a labelled row or column by its label.
+  auto tip = [&](const char* field, const std::string& title,
+                 const std::vector<std::string>& names) {
+    if (names.empty()) return json{{"field", field}, {"type", "quantitative"}, {"title", title}};
+    const std::string as = std::string(field) + "_label";
+    s["transform"].push_back(
+        {{"calculate", fmt::format("{}[datum.{}]", json(names).dump(), field)}, {"as", as}});
+    return json{{"field", as}, {"type", "nominal"}, {"title", title}};
+  };
   s["encoding"] = {
-      {"x", cells("j", h.x_label, h.cols, false)},
+      {"x", cells("j", h.x_label, h.cols, false, h.col_labels)},
       {"x2", {{"field", "j1"}}},
-      {"y", cells("i", h.y_label, h.rows, true)},
+      {"y", cells("i", h.y_label, h.rows, true, h.row_labels)},
       {"y2", {{"field", "i1"}}},
       {"tooltip",
-       json::array({{{"field", "i"}, {"type", "quantitative"}, {"title", h.y_label}},
-                    {{"field", "j"}, {"type", "quantitative"}, {"title", h.x_label}},
+       json::array({tip("i", h.y_label, h.row_labels),
+                    tip("j", h.x_label, h.col_labels),
                     {{"field", "v"}, {"type", "quantitative"}, {"title", h.value_label}}})}};
   s["layer"] = std::move(layers);
   return s;

@@ -90,6 +90,9 @@ struct heatmap {
   // (diverging, so that 0 is white). Values outside are drawn in the end colours.
   std::optional<double> vmin, vmax;
   std::string masked_label = "masked";  // legend entry of the masked cells (shown if any)
+  // Axis labels of the columns and rows in place of their indices (empty: the indices), one per
+  // column / row, e.g. the evaluation lengths of a grid.
+  std::vector<std::string> col_labels, row_labels;
   int width = 760, height = 520;
 };
 
