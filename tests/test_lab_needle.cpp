@@ -193,13 +193,17 @@ TEST(Needle, ExactMatchOfAnAttentionThatCopiesFromTheCue) {
 
 TEST(Needle, EffectiveContextLength) {
   const std::vector<int64_t> lens = {64, 128, 256, 512, 1024};
-  auto ecl = [&](std::vector<double> a) { return effective_context_length(lens, a); };
+  auto ecl = [&](std::vector<double> a) { return effective_context_length(lens, a, a[0]); };
   EXPECT_EQ(ecl({1, 1, 1, 1, 1}), 1024);
   EXPECT_EQ(ecl({1, 0.9, 0.8, 0.79, 1}), 256);  // "stays": the first drop ends it
   EXPECT_EQ(ecl({0.5, 0.4, 0.39, 0.5, 0.5}), 128);
   EXPECT_EQ(ecl({0.5, 0.1, 1, 1, 1}), 64);
   EXPECT_EQ(ecl({0, 0, 0, 0, 0}), 0);
-  EXPECT_THROW(effective_context_length(lens, std::vector<double>{1, 1}), invalid_argument);
+  // Held to the model before extension: a method that loses the lookup at L already has none.
+  const std::vector<double> pi = {0.45, 0.6, 0.64, 0.58, 0.18};
+  EXPECT_EQ(effective_context_length(lens, pi, 0.91), 0);
+  EXPECT_EQ(effective_context_length(lens, pi, 0.55), 512);
+  EXPECT_THROW(effective_context_length(lens, std::vector<double>{1, 1}, 1), invalid_argument);
 }
 
 TEST(Needle, LabGridIsDeterministicAndIndependentOfThreads) {

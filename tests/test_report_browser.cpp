@@ -31,6 +31,7 @@
 // use another binary. No network is used: every page is a file:// URL and the scripts are the
 // report's own copies.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/wait.h>

@@ -297,10 +297,12 @@ std::pair<double, J> mean_std(const std::vector<double>& v) {
   return {mean, v.size() > 1 ? J(std::sqrt(ss / (n - 1))) : J(nullptr)};
 }
 
+}  // namespace
+
 // The retrieval grid over seeds: each cell's mean and std of accuracy per (method, eval length,
 // depth, keys), and each method's effective context length per seed (effective_context_length
 // over its lengths of the mean accuracy over depths) with their mean, std, min and max.
-J summarize_needles(const J& results) {
+J extend_retrieval_summary(const J& results) {
   std::vector<std::string> cell_keys, method_keys;
   std::map<std::string, std::vector<const J*>> cells;
   // method|keys -> seed -> eval_len -> accuracies over depths
@@ -336,10 +338,18 @@ J summarize_needles(const J& results) {
     row["accuracy_std"] = sd;
     out["cells"].push_back(row);
   }
+  // A method on the trained RoPE model is held to that model's accuracy at L (same seed and
+  // keys): what it kept of the lookup the model had before any extension.
+  auto at_L = [&](const std::string& method, int64_t seed) {
+    const auto& lens_acc = by_method[method][seed];
+    return lens_acc.empty() ? 0.0 : mean_std(lens_acc.begin()->second).first;
+  };
   out["effective_context"] = J::array();
   for (const std::string& method : method_keys) {
     const J& first = *method_row[method];
-    std::vector<double> ecl, in_dist;
+    const std::string base = fmt::format("rope|none|0|{}", first["keys"].get<int64_t>());
+    const bool on_rope = first["scheme"] == "rope" && by_method.count(base);
+    std::vector<double> ecl, in_dist, ref;
     std::map<int64_t, std::vector<double>> acc_by_len;  // over seeds
     for (const auto& [seed, lens_acc] : by_method[method]) {
       std::vector<int64_t> lens;
@@ -349,14 +359,16 @@ J summarize_needles(const J& results) {
         acc.push_back(mean_std(a).first);
         acc_by_len[len].push_back(acc.back());
       }
-      ecl.push_back(static_cast<double>(effective_context_length(lens, acc)));
       in_dist.push_back(acc[0]);
+      ref.push_back(on_rope ? at_L(base, seed) : acc[0]);
+      ecl.push_back(static_cast<double>(effective_context_length(lens, acc, ref.back())));
     }
     J row;
     for (const char* k : {"scheme", "extension", "finetune_steps", "train_len", "keys"})
       row[k] = first[k];
     row["seeds"] = ecl.size();
     row["in_distribution_accuracy_mean"] = mean_std(in_dist).first;
+    row["reference_accuracy_mean"] = mean_std(ref).first;
     J by_len = J::array();
     for (const auto& [len, a] : acc_by_len) by_len.push_back({len, mean_std(a).first});
     row["accuracy_by_length"] = by_len;
@@ -370,6 +382,8 @@ J summarize_needles(const J& results) {
   }
   return out;
 }
+
+namespace {
 
 // Each method's config as config.json keys (posenc rope freqs --hf-config reads them back);
 // LongRoPE's per seed.
@@ -473,7 +487,7 @@ J run_extend_preset(const extend_preset_options& o, const task& t,
   const J results = r.results();
   doc["results"] = results;
   doc["summary"] = summarize(results);
-  if (o.needle_samples > 0) doc["retrieval"] = summarize_needles(results);
+  if (o.needle_samples > 0) doc["retrieval"] = extend_retrieval_summary(results);
   doc["runs"] = r.runs();
   return doc;
 }

@@ -144,12 +144,12 @@ bool exact_match_row(const int64_t* tg, const float* probs, int64_t L, int64_t V
 }
 
 int64_t effective_context_length(std::span<const int64_t> lens, std::span<const double> acc,
-                                 double fraction) {
+                                 double reference, double fraction) {
   if (lens.size() != acc.size() || lens.empty())
     fail("effective_context_length: {} lengths and {} accuracies", lens.size(), acc.size());
-  if (!(acc[0] > 0)) return 0;
+  if (!(reference > 0)) return 0;
   int64_t best = 0;
-  for (size_t i = 0; i < lens.size() && acc[i] >= fraction * acc[0]; ++i) best = lens[i];
+  for (size_t i = 0; i < lens.size() && acc[i] >= fraction * reference; ++i) best = lens[i];
   return best;
 }
 

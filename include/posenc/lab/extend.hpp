@@ -131,6 +131,14 @@ struct extend_progress {
   std::function<progress_fn()> runs;  // a fresh callback per phase (null = none)
 };
 
+// The retrieval summary of an extend results document's rows (results.json "retrieval"):
+// "cells", the accuracy of each (method, length, depth, keys) cell over seeds (mean, std), and
+// "effective_context", per method and key count the accuracy by length (mean over depths and
+// seeds) and the effective context length per seed (effective_context_length, needle.hpp) with
+// its mean, std, min and max. The reference accuracy of a method run on the trained RoPE model
+// is that model's at L (same seed and keys), of a model trained with another scheme its own.
+nlohmann::ordered_json extend_retrieval_summary(const nlohmann::ordered_json& results);
+
 // The per-pair schemes, in declaration order, with the parameters their hook files give for a
 // model trained at L, target 8L (rope_pairs_lab_params, schemes.hpp; each hook file cites its
 // paper's rule).

@@ -70,8 +70,13 @@ bool exact_match_row(const int64_t* targets, const float* probs, int64_t L, int6
 // The effective context length (RULER, Hsieh et al. 2024, sec. 4: the longest length at which a
 // model still retrieves): lens ascending with lens[0] the training length and acc[i] the mean
 // accuracy over depths at lens[i]; the longest lens[i] such that every length up to it keeps
-// acc >= 0.8 acc[0]. Returns 0 when acc[0] is 0 (nothing retrieved even in distribution).
+// acc >= fraction x reference, where reference is the accuracy at L of the model before any
+// extension (for a model trained at L, acc[0]). 0 when acc[0] is already below it, or the
+// reference is 0.
 int64_t effective_context_length(std::span<const int64_t> lens, std::span<const double> acc,
-                                 double fraction = 0.8);
+                                 double reference, double fraction = 0.8);
+// The reference accuracy below which the tables show no effective context length (a model that
+// does not retrieve at L has none: 0.8 of a near-zero accuracy is no test).
+inline constexpr double needle_retrieves = 0.5;
 
 }  // namespace posenc::lab

@@ -635,7 +635,8 @@ lab::extend_preset_options extend_options(lab_cli& c, CLI::App* sub) {
 void print_extend_retrieval(const nlohmann::ordered_json& r, int64_t L) {
   std::printf(
       "\nretrieval: exact match of the needle's value, mean over depths and seeds; effective "
-      "context length: the longest length up to which it stays >= 0.8 of its value at L\n");
+      "context length: the longest length up to which it stays >= 0.8 of the accuracy at L "
+      "before any extension (the trained model's), where that is >= 0.5\n");
   std::string head = fmt::format("{:<26} {:>4}", "scheme / extension", "keys");
   for (int64_t m : {1, 2, 4, 8, 16}) head += fmt::format(" {:>6}", fmt::format("@{}", m * L));
   std::printf("%s  effective length\n", head.c_str());
@@ -649,6 +650,10 @@ void print_extend_retrieval(const nlohmann::ordered_json& r, int64_t L) {
     for (const auto& p : row["accuracy_by_length"])
       line += fmt::format(" {:>6.2f}", p[1].get<double>());
     const auto& sd = row["effective_context_length_std"];
+    if (row["reference_accuracy_mean"].get<double>() < lab::needle_retrieves) {
+      std::printf("%s  n/a (does not retrieve at L)\n", line.c_str());
+      continue;
+    }
     line += fmt::format("  {:.0f}{} ({:.0f}-{:.0f})",
                         row["effective_context_length_mean"].get<double>(),
                         sd.is_null() ? "" : fmt::format(" +- {:.0f}", sd.get<double>()),

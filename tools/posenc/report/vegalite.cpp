@@ -278,7 +278,10 @@ json spec(const line_plot& p) {
 // Heatmap: one row per cell {i, j, v}; cell (i, j) spans [j - 0.5, j + 0.5] x [i - 0.5, i + 0.5]
 // on quantitative axes (so that they zoom), with the ticks at the cell centres.
 
-json spec(const heatmap& h) {
+namespace {
+
+// A heatmap's sizes, labels and values against each other (the file comment's errors).
+void validate_heatmap(const heatmap& h) {
   validate_size("heatmap", h.title, h.width, h.height);
   if (h.rows <= 0 || h.cols <= 0 || h.rows > 4096 || h.cols > 4096)
     fail("heatmap '{}': rows and cols must be in 1..4096, got {} x {}", h.title, h.rows, h.cols);
@@ -291,7 +294,34 @@ json spec(const heatmap& h) {
   if (static_cast<int64_t>(h.values.size()) != h.rows * h.cols)
     fail("heatmap '{}': values has {} entries but rows x cols = {} x {} = {}", h.title,
          h.values.size(), h.rows, h.cols, h.rows * h.cols);
+}
 
+// The x or y encoding of a heatmap's cells: indices 0..n-1 centred in their cells, or with
+// names one tick per cell labelled by name.
+json heatmap_cells(const std::string& field, const std::string& label, int64_t n, bool reverse,
+                   const std::vector<std::string>& names) {
+  json axis = {{"tickMinStep", 1}, {"format", "d"}, {"grid", false}};
+  if (!names.empty()) {  // one tick per cell, labelled by name
+    json at = json::array();
+    for (int64_t k = 0; k < n; ++k) at.push_back(k);
+    axis["values"] = at;
+    axis["labelExpr"] = fmt::format("{}[datum.value]", json(names).dump());
+  }
+  return json{{"field", field + "0"},
+              {"type", "quantitative"},
+              {"title", label},
+              {"scale",
+               {{"domain", {-0.5, static_cast<double>(n) - 0.5}},
+                {"nice", false},
+                {"zero", false},
+                {"reverse", reverse}}},
+              {"axis", axis}};
+}
+
+}  // namespace
+
+json spec(const heatmap& h) {
+  validate_heatmap(h);
   double lo = std::numeric_limits<double>::infinity(), hi = -lo, amax = 0;
   bool any_masked = false;
   for (double v : h.values) {
@@ -319,25 +349,6 @@ json spec(const heatmap& h) {
     for (int64_t j = 0; j < h.cols; ++j)
       rows.push_back({{"i", i}, {"j", j}, {"v", value(h.values[i * h.cols + j])}});
 
-  auto cells = [](const std::string& field, const std::string& label, int64_t n, bool reverse,
-                  const std::vector<std::string>& names) {
-    json axis = {{"tickMinStep", 1}, {"format", "d"}, {"grid", false}};
-    if (!names.empty()) {  // one tick per cell, labelled by name
-      json at = json::array();
-      for (int64_t k = 0; k < n; ++k) at.push_back(k);
-      axis["values"] = at;
-      axis["labelExpr"] = fmt::format("{}[datum.value]", json(names).dump());
-    }
-    return json{{"field", field + "0"},
-                {"type", "quantitative"},
-                {"title", label},
-                {"scale",
-                 {{"domain", {-0.5, static_cast<double>(n) - 0.5}},
-                  {"nice", false},
-                  {"zero", false},
-                  {"reverse", reverse}}},
-                {"axis", axis}};
-  };
   json color_scale = {{"scheme", h.map == colormap::sequential ? "viridis" : "redblue"},
                       {"domain", {lo, hi}},
                       {"clamp", true}};
@@ -380,9 +391,9 @@ json spec(const heatmap& h) {
     return json{{"field", as}, {"type", "nominal"}, {"title", title}};
   };
   s["encoding"] = {
-      {"x", cells("j", h.x_label, h.cols, false, h.col_labels)},
+      {"x", heatmap_cells("j", h.x_label, h.cols, false, h.col_labels)},
       {"x2", {{"field", "j1"}}},
-      {"y", cells("i", h.y_label, h.rows, true, h.row_labels)},
+      {"y", heatmap_cells("i", h.y_label, h.rows, true, h.row_labels)},
       {"y2", {{"field", "i1"}}},
       {"tooltip",
        json::array({tip("i", h.y_label, h.row_labels),
