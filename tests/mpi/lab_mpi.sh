@@ -63,11 +63,12 @@ case $mode in
     "$posenc" "${text[@]}" > "$dir/t1.csv" || fail "text, 1 process"
     "${mpi[@]}" "$posenc" "${text[@]}" > "$dir/t2.csv" || fail "text, 2 ranks"
     cmp "$dir/t1.csv" "$dir/t2.csv" || fail "text evaluation differs between 1 process and 2 ranks"
-    # The context-extension preset: training, LongRoPE's search, zero-shot and fine-tuned runs.
+    # The context-extension preset: training (needle batches included), LongRoPE's search,
+    # zero-shot and fine-tuned runs, bits per byte and the retrieval grid.
     "$posenc" "${ext[@]}" > "$dir/e1.csv" || fail "extend, 1 process"
     "${mpi[@]}" "$posenc" "${ext[@]}" > "$dir/e2.csv" || fail "extend, 2 ranks"
     cmp "$dir/e1.csv" "$dir/e2.csv" || fail "extend preset differs between 1 process and 2 ranks"
-    echo "bitwise: 1 process = 2 ranks (training, evaluation, resume, text windows, extend preset) = 4 ranks in groups"
+    echo "bitwise: 1 process = 2 ranks (training, evaluation, resume, text windows, extend preset with its needle batches and retrieval grid) = 4 ranks in groups"
     ;;
   killed)
     long=("${tiny[@]}")
