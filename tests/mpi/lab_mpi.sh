@@ -34,7 +34,7 @@ text=(lab --preset press --file "$dir/train.txt" --eval-file "$dir/held.txt" --s
       --d-ff 32 --eval-chars 600 --format csv --no-progress)
 ext=(lab --preset extend --file "$dir/train.txt" --eval-file "$dir/held.txt" --train-len 16
      --steps 3 --finetune-steps 2 --search-budget 4 --seeds 1 --batch 10 --d-model 16 --layers 1
-     --heads 2 --d-ff 32 --eval-chars 600 --format csv --no-progress)
+     --heads 2 --d-ff 32 --eval-chars 600 --needle-samples 3 --format csv --no-progress)
 
 case $mode in
   bitwise)
