@@ -72,6 +72,18 @@ struct extend_run {
   void train_at_L();
   void search_longrope();
   void extension_specs();
+  // Calls f(scheme, extension, finetune_steps, seed, result, sequence length, trains) for every
+  // run in result order: the models trained at L, then the extension rows; trains: the run
+  // took steps (a zero-shot row takes none).
+  template <class F>
+  void for_each_run(F f) const {
+    for (size_t i = 0; i < train.size(); ++i)
+      f(model::pos_scheme_name(train[i].scheme), std::string("none"), int64_t{0}, train[i].seed,
+        trained_runs[i], L, true);
+    for (const extend_row& r : rows)
+      f(r.scheme, r.ext, r.finetuned ? o.finetune_steps : 0, r.seed, ext_runs[r.run],
+        ext_specs[r.run].options.train_max, r.finetuned);
+  }
   J results() const;
   J runs() const;
   J config(double wall) const;
@@ -185,8 +197,8 @@ void extend_run::extension_specs() {
 J extend_run::results() const {
   const double ln2 = std::log(2.0);
   J out = J::array();
-  auto add = [&](const std::string& scheme, const std::string& ext, int64_t ft_steps, int64_t seed,
-                 const run_result& r) {
+  for_each_run([&](const std::string& scheme, const std::string& ext, int64_t ft_steps,
+                   int64_t seed, const run_result& r, int64_t, bool) {
     std::map<int64_t, J> bpb;
     auto row = [&](const char* task, int64_t len, const J& depth, const J& keys, const J& acc) {
       J x;
@@ -211,19 +223,17 @@ J extend_run::results() const {
     for (const needle_metrics& c : r.needles)
       row("needle", c.length, c.depth, c.keys,
           std::isfinite(c.accuracy) ? J(c.accuracy) : J(nullptr));
-  };
-  for (size_t i = 0; i < train.size(); ++i)
-    add(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i]);
-  for (const extend_row& r : rows)
-    add(r.scheme, r.ext, r.finetuned ? o.finetune_steps : 0, r.seed, ext_runs[r.run]);
+  });
   return out;
 }
 
-// The training and fine-tuning time of each run (PoSE's point is its cost).
+// The training and fine-tuning time of each run (PoSE's point is its cost): the trained models
+// and the fine-tunes (a zero-shot row trains nothing).
 J extend_run::runs() const {
   J out = J::array();
-  auto add = [&](const std::string& scheme, const std::string& ext, int64_t ft_steps, int64_t seed,
-                 const run_result& r, int64_t len) {
+  for_each_run([&](const std::string& scheme, const std::string& ext, int64_t ft_steps,
+                   int64_t seed, const run_result& r, int64_t len, bool trains) {
+    if (!trains) return;
     J row;
     row["scheme"] = scheme;
     row["extension"] = ext;
@@ -234,13 +244,7 @@ J extend_run::runs() const {
     row["train_seconds"] = r.train_seconds;
     row["tokens_per_second"] = r.tokens_per_second;
     out.push_back(row);
-  };
-  for (size_t i = 0; i < train.size(); ++i)
-    add(model::pos_scheme_name(train[i].scheme), "none", 0, train[i].seed, trained_runs[i], L);
-  for (const extend_row& r : rows)
-    if (r.finetuned)
-      add(r.scheme, r.ext, o.finetune_steps, r.seed, ext_runs[r.run],
-          ext_specs[r.run].options.train_max);
+  });
   return out;
 }
 

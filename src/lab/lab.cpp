@@ -42,9 +42,19 @@ void sample_positions(rng& r, int64_t L, int64_t N, int64_t* out) {
     if (static_cast<int64_t>(r.below(static_cast<uint64_t>(N - i))) < L - chosen) out[chosen++] = i;
 }
 
-// One batch of B sequences of length L from rng r.
+// What a batch's sequences are: task samples; needle samples, each at a uniform depth with 1 or
+// needle_max_keys keys (lab_options::needle_mix's training batches); or needle samples of one
+// cell of the retrieval grid (evaluate_needles).
+struct batch_kind {
+  enum { text, needles_drawn, needle_cell } what = text;
+  double depth = 0;  // needle_cell only
+  int64_t keys = 1;  // needle_cell only
+};
+
+// One batch of B sequences of length L from rng r. Needle samples are scored on their answer
+// alone.
 model::batch make_batch(const lab_options& o, const task& t, int64_t B, int64_t L, bool eval,
-                        rng& r, bool needles = false) {
+                        rng& r, batch_kind kind = {}) {
   model::batch b;
   b.B = B;
   b.T = L;
@@ -52,15 +62,17 @@ model::batch make_batch(const lab_options& o, const task& t, int64_t B, int64_t 
   b.targets.resize(B * L);
   b.positions.resize(B * L);
   for (int64_t i = 0; i < B; ++i) {
-    // A needle batch (lab_options::needle_mix): each sequence a needle sample at a uniform
-    // depth with 1 or needle_max_keys keys, scored on its answer alone.
-    if (needles) {
+    int64_t* tok = b.tokens.data() + i * L;
+    int64_t* tgt = b.targets.data() + i * L;
+    if (kind.what == batch_kind::needles_drawn) {
       const double depth = r.uniform();
       int64_t keys = r.below(2) ? needle_keys[1] : needle_keys[0];
       if (L < needle_min_length(keys)) keys = needle_keys[0];
-      needle_sample(t, L, depth, keys, false, r, b.tokens.data() + i * L, b.targets.data() + i * L);
+      needle_sample(t, L, depth, keys, eval, r, tok, tgt);
+    } else if (kind.what == batch_kind::needle_cell) {
+      needle_sample(t, L, kind.depth, kind.keys, eval, r, tok, tgt);
     } else {
-      task_sample(t, L, eval, r, b.tokens.data() + i * L, b.targets.data() + i * L);
+      task_sample(t, L, eval, r, tok, tgt);
     }
     int64_t* pos = b.positions.data() + i * L;
     if (o.randomized_positions > 0)
@@ -162,16 +174,15 @@ void score_batch_into(const model::transformer<float>& rm, const model::batch& b
   const auto& probs = rm.probs();
   const auto& nll = rm.nll();
   for (int64_t s = 0; s < b.B; ++s) {
-    if (!lm) q.exact += exact_match_row(b.targets.data() + s * L, probs.data() + s * L * V, L, V);
+    const argmax_hits h =
+        count_argmax_hits(b.targets.data() + s * L, probs.data() + s * L * V, L, V);
+    q.scored += h.scored;
+    q.correct += h.correct;
+    if (!lm) q.exact += h.correct == h.scored;
     for (int64_t j = 0; j < L; ++j) {
       const int64_t i = s * L + j;
-      const int64_t tg = b.targets[i];
-      if (tg < 0) continue;
-      const float* p = probs.data() + i * V;
-      const int64_t arg = std::max_element(p, p + V) - p;
+      if (b.targets[i] < 0) continue;
       q.loss += nll[i];
-      ++q.scored;
-      q.correct += arg == tg;
       if (lm && j >= L - 64) {
         q.last += nll[i];
         ++q.last_n;
@@ -673,24 +684,9 @@ std::vector<needle_metrics> evaluate_needles(const model::transformer<float>& m,
       const uint64_t cell = static_cast<uint64_t>(L) * 64 + di * needle_keys.size() + ki;
       rng r(mix(static_cast<uint64_t>(seed), stream_needle, cell));
       std::vector<model::batch> batches;
-      for (int64_t done = 0; done < o.needle_samples; done += chunk) {
-        model::batch b;
-        b.B = std::min(chunk, o.needle_samples - done);
-        b.T = L;
-        b.tokens.resize(b.B * L);
-        b.targets.resize(b.B * L);
-        b.positions.resize(b.B * L);
-        for (int64_t i = 0; i < b.B; ++i) {
-          needle_sample(t, L, c.depth, c.keys, true, r, b.tokens.data() + i * L,
-                        b.targets.data() + i * L);
-          int64_t* pos = b.positions.data() + i * L;
-          if (o.randomized_positions > 0)
-            sample_positions(r, L, o.randomized_positions, pos);
-          else
-            for (int64_t j = 0; j < L; ++j) pos[j] = j;
-        }
-        batches.push_back(std::move(b));
-      }
+      for (int64_t done = 0; done < o.needle_samples; done += chunk)
+        batches.push_back(make_batch(o, t, std::min(chunk, o.needle_samples - done), L, true, r,
+                                     {batch_kind::needle_cell, c.depth, c.keys}));
       c.hits = score_batches(m, batches, t.vocab, false, o.dist.get()).exact;
       c.accuracy = static_cast<double>(c.hits) / static_cast<double>(c.samples);
       out.push_back(c);
@@ -799,7 +795,8 @@ run_result train_and_evaluate(const lab_options& o, const task& t, pos_scheme s,
     // With needle_mix this step's batch is needles with that probability (the draw happens only
     // then: without it the batches are as before).
     const bool needles = o.needle_mix > 0 && r.uniform() < o.needle_mix;
-    const model::batch b = make_batch(o, t, o.batch_size, L, false, r, needles);
+    const model::batch b = make_batch(o, t, o.batch_size, L, false, r,
+                                      {needles ? batch_kind::needles_drawn : batch_kind::text});
     double bytes = 0;
     const double loss = sharded_forward_backward(m, reps, b, o.dist.get(), &bytes);
     comm_bytes += bytes;

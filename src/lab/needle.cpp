@@ -134,13 +134,15 @@ void needle_sample(const task& t, int64_t L, double depth, int64_t keys, bool ev
   if (layout) *layout = lay;
 }
 
-bool exact_match_row(const int64_t* tg, const float* probs, int64_t L, int64_t V) {
+argmax_hits count_argmax_hits(const int64_t* tg, const float* probs, int64_t L, int64_t V) {
+  argmax_hits h;
   for (int64_t j = 0; j < L; ++j) {
     if (tg[j] < 0) continue;
     const float* p = probs + j * V;
-    if (std::max_element(p, p + V) - p != tg[j]) return false;
+    ++h.scored;
+    h.correct += std::max_element(p, p + V) - p == tg[j];
   }
-  return true;
+  return h;
 }
 
 int64_t effective_context_length(std::span<const int64_t> lens, std::span<const double> acc,

@@ -62,10 +62,19 @@ struct needle_layout {
 void needle_sample(const task& t, int64_t L, double depth, int64_t keys, bool eval, rng& r,
                    int64_t* tokens, int64_t* targets, needle_layout* layout = nullptr);
 
-// Greedy exact match of one sequence: every scored target (>= 0) of targets[0..L) is the
-// argmax of its row of probs (L rows of V; the first largest wins). The lab's exact-match
-// figure counts sequences with this.
-bool exact_match_row(const int64_t* targets, const float* probs, int64_t L, int64_t V);
+// The scored targets (>= 0) of targets[0..L) and how many of them are the argmax of their row
+// of probs (L rows of V; the first largest wins).
+struct argmax_hits {
+  int64_t scored = 0, correct = 0;
+};
+argmax_hits count_argmax_hits(const int64_t* targets, const float* probs, int64_t L, int64_t V);
+
+// Greedy exact match of one sequence: every scored target is its row's argmax. The lab's
+// exact-match figure counts sequences with this.
+inline bool exact_match_row(const int64_t* targets, const float* probs, int64_t L, int64_t V) {
+  const argmax_hits h = count_argmax_hits(targets, probs, L, V);
+  return h.correct == h.scored;
+}
 
 // The effective context length (RULER, Hsieh et al. 2024, sec. 4: the longest length at which a
 // model still retrieves): lens ascending with lens[0] the training length and acc[i] the mean

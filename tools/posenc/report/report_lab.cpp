@@ -188,8 +188,9 @@ const char* family_file(extend_family f) {
   return "";
 }
 
-// A curve's legend name: the method, "+ fine-tune" after a fine-tune, "(trained)" for the
-// trained RoPE model where it is a reference.
+// A method's name in the legends, heat maps and retrieval table: the scheme, or for RoPE the
+// extension with "+ fine-tune" after a fine-tune and "rope (trained)" for the trained model,
+// the reference.
 std::string curve_name(const J& row) {
   std::string scheme = row["scheme"].get<std::string>();
   const std::string ext = row["extension"].get<std::string>();
@@ -264,14 +265,89 @@ doc::table extend_table(const J& summary, int64_t L) {
   return table;
 }
 
-// A method's label in the retrieval figures and table: "yarn + fine-tune", "alibi", ...
-std::string retrieval_method(const J& row) {
-  std::string scheme = row["scheme"].get<std::string>();
-  const std::string ext = row["extension"].get<std::string>();
-  if (scheme != "rope") return scheme;
-  return ext == "none" && row["finetune_steps"].get<int64_t>() == 0
-             ? "rope (trained)"
-             : ext + (row["finetune_steps"].get<int64_t>() > 0 ? " + fine-tune" : "");
+// The retrieval cells (results.json's "retrieval" "cells") by method, in first-seen order: per
+// method the mean exact match over (keys, depth) rows x evaluation lengths lens, NaN where
+// missing, and its first cell (which says its family).
+struct retrieval_grids {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<double>> grid;
+  std::map<std::string, const J*> first;
+};
+
+constexpr int64_t retrieval_rows =
+    static_cast<int64_t>(lab::needle_depths.size() * lab::needle_keys.size());
+
+retrieval_grids gather_retrieval(const J& cells, const std::vector<int64_t>& lens) {
+  retrieval_grids g;
+  const auto& depths = lab::needle_depths;
+  for (const auto& c : cells) {
+    const std::string m = curve_name(c);
+    if (!g.grid.count(m)) {
+      g.order.push_back(m);
+      g.grid[m].assign(static_cast<size_t>(retrieval_rows) * lens.size(), NAN);
+      g.first[m] = &c;
+    }
+    const auto li = std::find(lens.begin(), lens.end(), c["eval_len"].get<int64_t>());
+    const auto di = std::find(depths.begin(), depths.end(), c["depth"].get<double>());
+    const auto ki =
+        std::find(lab::needle_keys.begin(), lab::needle_keys.end(), c["keys"].get<int64_t>());
+    if (li == lens.end() || di == depths.end() || ki == lab::needle_keys.end()) continue;
+    const int64_t row = (ki - lab::needle_keys.begin()) * static_cast<int64_t>(depths.size()) +
+                        (di - depths.begin());
+    g.grid[m][static_cast<size_t>(row) * lens.size() + (li - lens.begin())] =
+        c["accuracy_mean"].get<double>();
+  }
+  return g;
+}
+
+// Method m's depth x length heat map, saved to lab_needles_<m>.vl.json.
+doc::figure retrieval_heatmap(report_context& ctx, const retrieval_grids& g, const std::string& m,
+                              const std::vector<int64_t>& lens, extend_family f) {
+  vl::heatmap h;
+  h.title = m;
+  h.x_label = "evaluation length (bytes)";
+  h.y_label = "needles, depth";
+  h.value_label = "exact match";
+  h.rows = retrieval_rows;
+  h.cols = static_cast<int64_t>(lens.size());
+  h.values = g.grid.at(m);
+  h.vmin = 0;
+  h.vmax = 1;
+  for (int64_t l : lens) h.col_labels.push_back(std::to_string(l));
+  for (int64_t k : lab::needle_keys)
+    for (double d : lab::needle_depths)
+      h.row_labels.push_back(fmt::format("{} key{}, depth {}", k, k > 1 ? "s" : "", d));
+  h.masked_label = "too short for its needles";
+  h.width = 400;
+  h.height = 300;
+  std::string file = "lab_needles_" + m + ".vl.json";
+  for (char& ch : file)
+    if (ch == ' ' || ch == '+' || ch == '(' || ch == ')') ch = '_';
+  return {{doc::save_chart(ctx.out_dir, file, "retrieval, " + m, vl::spec(h))},
+          doc::markup(fmt::format("{} ({})", m, family_title(f)))};
+}
+
+// The table of effective context lengths (results.json's "retrieval" "effective_context").
+doc::table retrieval_table(const J& effective_context) {
+  doc::table t;
+  t.head = {"method", "needles", "exact match at L", "effective context length (mean ± std)",
+            "min-max over seeds"};
+  for (const auto& e : effective_context) {
+    std::vector<std::string> row = {
+        curve_name(e), std::to_string(e["keys"].get<int64_t>()),
+        fmt::format("{:.2f}", e["in_distribution_accuracy_mean"].get<double>())};
+    if (e["reference_accuracy_mean"].get<double>() < lab::needle_retrieves) {
+      row.insert(row.end(), {"n/a (does not retrieve at L)", ""});
+    } else {
+      const J& sd = e["effective_context_length_std"];
+      row.push_back(fmt::format("{:.0f}", e["effective_context_length_mean"].get<double>()) +
+                    (sd.is_null() ? "" : fmt::format(" ± {:.0f}", sd.get<double>())));
+      row.push_back(fmt::format("{:.0f}-{:.0f}", e["effective_context_length_min"].get<double>(),
+                                e["effective_context_length_max"].get<double>()));
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return t;
 }
 
 // The retrieval grid of the extend preset (results.json's "retrieval", with the needle grid):
@@ -291,86 +367,19 @@ void extend_retrieval(report_context& ctx, doc::document& body, const J& j, int6
       lab::needle_max_keys, j["config"]["needles"]["samples_per_cell"].get<int64_t>()));
   std::vector<int64_t> lens;
   for (int64_t m : {1, 2, 4, 8, 16}) lens.push_back(m * L);
-  // method -> (keys, depth index, length index) accuracy
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<double>> grid;
-  std::map<std::string, const J*> first;
-  const auto& depths = lab::needle_depths;
-  const int64_t rows = static_cast<int64_t>(depths.size() * lab::needle_keys.size());
-  for (const auto& c : r["cells"]) {
-    const std::string m = retrieval_method(c);
-    if (!grid.count(m)) {
-      order.push_back(m);
-      grid[m].assign(static_cast<size_t>(rows) * lens.size(), NAN);
-      first[m] = &c;
-    }
-    const auto li = std::find(lens.begin(), lens.end(), c["eval_len"].get<int64_t>());
-    const auto di = std::find(depths.begin(), depths.end(), c["depth"].get<double>());
-    const auto ki =
-        std::find(lab::needle_keys.begin(), lab::needle_keys.end(), c["keys"].get<int64_t>());
-    if (li == lens.end() || di == depths.end() || ki == lab::needle_keys.end()) continue;
-    const int64_t row = (ki - lab::needle_keys.begin()) * static_cast<int64_t>(depths.size()) +
-                        (di - depths.begin());
-    grid[m][static_cast<size_t>(row) * lens.size() + (li - lens.begin())] =
-        c["accuracy_mean"].get<double>();
-  }
-  std::vector<std::string> col_labels, row_labels;
-  for (int64_t l : lens) col_labels.push_back(std::to_string(l));
-  for (int64_t k : lab::needle_keys)
-    for (double d : depths)
-      row_labels.push_back(fmt::format("{} key{}, depth {}", k, k > 1 ? "s" : "", d));
+  const retrieval_grids g = gather_retrieval(r["cells"], lens);
   for (extend_family f : {extend_family::scaling_zero_shot, extend_family::scaling_finetuned,
                           extend_family::per_pair, extend_family::trained}) {
     doc::figure_row fig_row;
-    for (const std::string& m : order) {
+    for (const std::string& m : g.order) {
       // Each method once, in its own family (the trained RoPE model with the trained ones).
-      const J& c = *first[m];
       const bool reference = m == "rope (trained)";
-      if (reference ? f != extend_family::trained : !in_family(c, f)) continue;
-      vl::heatmap h;
-      h.title = m;
-      h.x_label = "evaluation length (bytes)";
-      h.y_label = "needles, depth";
-      h.value_label = "exact match";
-      h.rows = rows;
-      h.cols = static_cast<int64_t>(lens.size());
-      h.values = grid[m];
-      h.vmin = 0;
-      h.vmax = 1;
-      h.col_labels = col_labels;
-      h.row_labels = row_labels;
-      h.masked_label = "too short for its needles";
-      h.width = 400;
-      h.height = 300;
-      std::string file = "lab_needles_" + m + ".vl.json";
-      for (char& ch : file)
-        if (ch == ' ' || ch == '+' || ch == '(' || ch == ')') ch = '_';
-      fig_row.figures.push_back(
-          {{doc::save_chart(ctx.out_dir, file, "retrieval, " + m, vl::spec(h))},
-           doc::markup(fmt::format("{} ({})", m, family_title(f)))});
+      if (reference ? f != extend_family::trained : !in_family(*g.first.at(m), f)) continue;
+      fig_row.figures.push_back(retrieval_heatmap(ctx, g, m, lens, f));
     }
     if (!fig_row.figures.empty()) body.add(fig_row);
   }
-  doc::table t;
-  t.head = {"method", "needles", "exact match at L", "effective context length (mean ± std)",
-            "min-max over seeds"};
-  for (const auto& e : r["effective_context"]) {
-    const J& sd = e["effective_context_length_std"];
-    const bool retrieves = e["reference_accuracy_mean"].get<double>() >= lab::needle_retrieves;
-    if (!retrieves) {
-      t.rows.push_back({retrieval_method(e), std::to_string(e["keys"].get<int64_t>()),
-                        fmt::format("{:.2f}", e["in_distribution_accuracy_mean"].get<double>()),
-                        "n/a (does not retrieve at L)", ""});
-      continue;
-    }
-    t.rows.push_back({retrieval_method(e), std::to_string(e["keys"].get<int64_t>()),
-                      fmt::format("{:.2f}", e["in_distribution_accuracy_mean"].get<double>()),
-                      fmt::format("{:.0f}", e["effective_context_length_mean"].get<double>()) +
-                          (sd.is_null() ? "" : fmt::format(" ± {:.0f}", sd.get<double>())),
-                      fmt::format("{:.0f}-{:.0f}", e["effective_context_length_min"].get<double>(),
-                                  e["effective_context_length_max"].get<double>())});
-  }
-  body.add(t);
+  body.add(retrieval_table(r["effective_context"]));
 }
 
 // The context-extension table (`posenc lab --preset extend --out DIR/extend`), when
