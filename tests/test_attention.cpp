@@ -348,6 +348,41 @@ TEST(AttentionSimd, TokenMajorAndHeadMajorGiveTheSameBits) {
       }
 }
 
+// Keys in 8-key blocks and keys in rows (both head-major) at decode shapes give the same bits:
+// on AVX-512 the blocked decode takes two keys a 16-lane vector (DecodeDotsPairs), the rows 8
+// lanes a key (DecodeDots), and each (row, key) must still accumulate and reduce the same way.
+// Rows per kv head 1 (MHA), 4 (GQA) and 6 (4 + 2 register blocks); S = 8195 ends in a partial
+// block (a group of 4 keys and single keys); float32 and float16; 1 and 2 threads.
+TEST(AttentionSimd, BlockedAndRowKeysGiveTheSameBits) {
+  for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {6, 1}})
+    for (kv_storage kv : {kv_storage::f32, kv_storage::f16})
+      for (scheme sch : {scheme::none, offset_bias_scheme()}) {
+        spec c{1, 8195, 128, Hq, Hkv, sch, mask::causal, 5151};
+        c.kv = kv;
+        c.head_major = true;
+        spec cb = c;
+        cb.k_blocked = true;
+        fixture<float> fr, fb;
+        build(fr, c);
+        build(fb, cb);
+        const int saved = num_threads();
+        for (int nth : {1, 2}) {
+          set_num_threads(nth);
+          std::vector<float> orow(fr.out_fast.size()), oblk(orow.size());
+          std::vector<float> lrow(fr.lse_fast.size()), lblk(lrow.size());
+          auto pr = fr.p;
+          auto pb = fb.p;
+          pr.out = orow.data(), pr.lse = lrow.data();
+          pb.out = oblk.data(), pb.lse = lblk.data();
+          attention_tiled(pr);
+          attention_tiled(pb);
+          EXPECT_EQ(orow, oblk) << describe(c) << ", " << nth << " threads";
+          EXPECT_EQ(lrow, lblk) << describe(c) << ", " << nth << " threads";
+        }
+        set_num_threads(saved);
+      }
+}
+
 // Large scores on the SIMD path: the running max moves across key blocks by a lot (rescale
 // alpha << 1) and masked lanes stay exactly 0 (Exp(-inf) = 0, no NaN).
 TEST(AttentionSimd, LargeScoresStayFinite) {

@@ -841,6 +841,45 @@ HWY_INLINE void DecodeDots(const float* HWY_RESTRICT qs, int64_t r0, int64_t D, 
   }
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// DecodeDots<RB, 2, true> in 16-lane vectors (AVX-512): keys in 8-key blocks lie two keys'
+// 8-element pieces side by side (slots t and t + 1 of element piece c are 16 consecutive
+// elements), so one 16-lane vector holds keys t (low half) and t + 1 (high half) against q's
+// piece in both halves. Each half does DecodeDots' 8-lane operations in its order (the same
+// fused multiply-adds over c = 0, 8, ..., then Reduce4 over the 8-lane halves of a group of four
+// keys): the same bits in half the instructions (docs/decisions.md, "Decode: key pairs in
+// 16-lane vectors").
+constexpr bool kDecPairs = true;
+template <int RB, typename TK>
+HWY_INLINE void DecodeDotsPairs(const float* HWY_RESTRICT qs, int64_t r0, int64_t D, const TK* k0,
+                                float* HWY_RESTRICT s) {
+  const DF df;
+  const DH dh;
+  hn::Vec<DF> a[RB][4];
+  for (int r = 0; r < RB; ++r)
+    for (int p = 0; p < 4; ++p) a[r][p] = hn::Zero(df);
+  for (int64_t c = 0; c < D; c += kKeyBlock) {
+    hn::Vec<DF> kv[4];
+    for (int p = 0; p < 4; ++p) kv[p] = LoadAsFloat(df, k0 + c * kKeyBlock + 2 * p * kKeyBlock);
+    for (int r = 0; r < RB; ++r) {
+      const auto qh = hn::LoadU(dh, qs + (r0 + r) * D + c);
+      const auto qv = hn::Combine(df, qh, qh);
+      for (int p = 0; p < 4; ++p) a[r][p] = hn::MulAdd(qv, kv[p], a[r][p]);
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    float* srow = s + (r0 + r) * kSimdBk;
+    for (int g = 0; g < 2; ++g)
+      Reduce4(dh, hn::LowerHalf(dh, a[r][2 * g]), hn::UpperHalf(dh, a[r][2 * g]),
+              hn::LowerHalf(dh, a[r][2 * g + 1]), hn::UpperHalf(dh, a[r][2 * g + 1]), srow + 4 * g);
+  }
+}
+#else
+constexpr bool kDecPairs = false;
+template <int RB, typename TK>
+HWY_INLINE void DecodeDotsPairs(const float*, int64_t, int64_t, const TK*, float*) {}
+#endif
+
 // Scores of one block on the decode path: s(rows, Bk) for keys [0, nb) of the block at k0 (key
 // rows kstride floats apart), qs (rows, D). Keys in groups of 8 (then one of 4), rows in register
 // blocks (DecodeDots): each key vector is loaded once per row block and each q vector once per
@@ -878,6 +917,12 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT qs, int64_t rows, int64_t
   for (; jj + 8 <= nb; jj += 8) {
     for (int64_t t = 0; t < 8; ++t) prefetch(jj + t);
     int64_t r = 0;
+    if constexpr (kBlk && kDecPairs) {  // jj is a block's first key: group(jj) is the block
+      for (; r + 4 <= rows; r += 4) DecodeDotsPairs<4>(qs, r, D, group(jj), s + jj);
+      for (; r + 2 <= rows; r += 2) DecodeDotsPairs<2>(qs, r, D, group(jj), s + jj);
+      for (; r < rows; ++r) DecodeDotsPairs<1>(qs, r, D, group(jj), s + jj);
+      continue;
+    }
     if constexpr (kDecRows8 > 1)
       for (; r + kDecRows8 <= rows; r += kDecRows8)
         DecodeDots<kDecRows8, 2, kBlk>(qs, r, D, group(jj), kst, s + jj);
@@ -1822,38 +1867,36 @@ void pack_kv(simd_problem& pr, const engine_terms<float>& terms, const hook1_buf
   pr.vP = vP.data();
 }
 
-// Per-thread scratch for items of up to `rows` tile rows.
-std::vector<simd_scratch> make_scratch(const simd_problem& pr, int64_t rows, int nth) {
+// Per-thread scratch for items of up to `rows` tile rows, every buffer zeroed as if new, in
+// `scratch` (the calling thread's, kept between calls: its memory is reused rather than
+// allocated, faulted in and given back each call, which cost a decode step in cache about 30% of
+// its time; docs/decisions.md, "Decode: key pairs in 16-lane vectors"). A buffer not needed is
+// emptied but keeps its capacity.
+void make_scratch(const simd_problem& pr, int64_t rows, int nth,
+                  std::vector<simd_scratch>& scratch) {
   const int64_t D = pr.p->D;
-  std::vector<simd_scratch> scratch(static_cast<size_t>(nth));
+  scratch.resize(static_cast<size_t>(nth));
+  auto zeroed = [](auto& v, int64_t n) { v.assign(static_cast<size_t>(n), 0); };
   for (auto& sc : scratch) {
-    sc.qs.resize(static_cast<size_t>(rows * D));
-    if (pr.kT || pr.pack_local)
-      sc.qc.resize(static_cast<size_t>(rows * ((D + kAChunk - 1) / kAChunk) * kAChunk));
-    sc.s.resize(static_cast<size_t>(rows * pr.bk));
-    sc.acc.resize(static_cast<size_t>(rows * pr.Dp));
-    sc.m.resize(static_cast<size_t>(rows));
-    sc.l.resize(static_cast<size_t>(rows));
-    sc.beta.resize(static_cast<size_t>(rows));
-    sc.kadd.resize(static_cast<size_t>(pr.bk));
-    sc.qa.resize(static_cast<size_t>(rows * pr.C));
-    sc.w.resize(static_cast<size_t>(rows * pr.C));
-    sc.c.resize(static_cast<size_t>(pr.bk));
+    zeroed(sc.qs, rows * D);
+    zeroed(sc.qc, pr.kT || pr.pack_local ? rows * ((D + kAChunk - 1) / kAChunk) * kAChunk : 0);
+    zeroed(sc.s, rows * pr.bk);
+    zeroed(sc.acc, rows * pr.Dp);
+    zeroed(sc.m, rows);
+    zeroed(sc.l, rows);
+    zeroed(sc.beta, rows);
+    zeroed(sc.kadd, pr.bk);
+    zeroed(sc.qa, rows * pr.C);
+    zeroed(sc.w, rows * pr.C);
+    zeroed(sc.c, pr.bk);
     // Zero once: the packing writes columns [0, D) only, so the padding to Dp stays zero.
-    sc.vb.assign(static_cast<size_t>(kSimdBk * vb_row(pr.Dp)), 0.0f);
-    if (pr.pack_local) {
-      sc.kb.resize(static_cast<size_t>(D * kSimdBk));
-      sc.krows.resize(static_cast<size_t>(8 * D));
-    }
-    if (pr.ktab && !pr.kT && !pr.pack_local) {
-      sc.krot.resize(static_cast<size_t>(pr.bk * D));
-    }
-    if (pr.kT16) {
-      sc.qb.assign(static_cast<size_t>(rows * 2 * pr.D2), 0);
-      sc.pb.resize(static_cast<size_t>(rows * pr.bk));
-    }
+    zeroed(sc.vb, kSimdBk * vb_row(pr.Dp));
+    zeroed(sc.kb, pr.pack_local ? D * kSimdBk : 0);
+    zeroed(sc.krows, pr.pack_local ? 8 * D : 0);
+    zeroed(sc.krot, pr.ktab && !pr.kT && !pr.pack_local ? pr.bk * D : 0);
+    zeroed(sc.qb, pr.kT16 ? rows * 2 * pr.D2 : 0);
+    zeroed(sc.pb, pr.kT16 ? rows * pr.bk : 0);
   }
-  return scratch;
 }
 
 }  // namespace
@@ -1864,9 +1907,16 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   init_problem(pr, p, pl, terms);
   const simd_tiling t = plan_tiling(pr, max_threads);
   const int64_t Hkv = p.Hkv;
-  std::vector<float> part;
+  // The split-K partial states (zero: a chunk no item visits reads as empty) and the threads'
+  // scratch, kept by the calling thread for its next call up to kKeptPart floats.
+  constexpr size_t kKeptPart = size_t{16} << 20;
+  thread_local std::vector<float> part_kept;
+  thread_local std::vector<simd_scratch> scratch_kept;
+  std::vector<float> part_big;
   if (pr.nch > 1) {
-    part.resize(static_cast<size_t>(Hkv * pr.nqb * pr.nch * t.rows * pr.part_row()));
+    const size_t n = static_cast<size_t>(Hkv * pr.nqb * pr.nch * t.rows * pr.part_row());
+    std::vector<float>& part = n <= kKeptPart ? part_kept : part_big;
+    part.assign(n, 0.0f);
     pr.part = part.data();
   }
   hook1_buffers h1;
@@ -1880,7 +1930,8 @@ void attention_simd_f32(const attention_params<float>& p, const attention_plan& 
   page_buffer<uint16_t> kv16;  // bfloat16 products above the kept size
   if (t.pack) pack_kv(pr, terms, h1, kT, vP, kv16);
 
-  std::vector<simd_scratch> scratch = make_scratch(pr, t.rows, t.nth);
+  std::vector<simd_scratch>& scratch = scratch_kept;
+  make_scratch(pr, t.rows, t.nth, scratch);
   const int nth = t.nth;
   std::atomic<int64_t> next{0};
   parallel_for(nth, [&](int64_t t0, int64_t t1) {
