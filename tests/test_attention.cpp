@@ -314,6 +314,33 @@ TEST(AttentionCope, ThreadCountDoesNotChangeTheBits) {
   expect_bits_for_any_thread_count(f, &attention_forward<double>, "CoPE");
 }
 
+namespace {
+
+// attention_tiled on the fixtures of cases a and b (the same values in two layouts) gives the
+// same output and log-sum-exp bits, on 1 and 2 threads.
+void expect_same_bits(const spec& a, const spec& b) {
+  fixture<float> fa, fb;
+  build(fa, a);
+  build(fb, b);
+  const int saved = num_threads();
+  for (int nth : {1, 2}) {
+    set_num_threads(nth);
+    std::vector<float> oa(fa.out_fast.size()), ob(oa.size());
+    std::vector<float> la(fa.lse_fast.size()), lb(la.size());
+    auto pa = fa.p;
+    auto pb = fb.p;
+    pa.out = oa.data(), pa.lse = la.data();
+    pb.out = ob.data(), pb.lse = lb.data();
+    attention_tiled(pa);
+    attention_tiled(pb);
+    EXPECT_EQ(oa, ob) << describe(a) << " against " << describe(b) << ", " << nth << " threads";
+    EXPECT_EQ(la, lb) << describe(a) << " against " << describe(b) << ", " << nth << " threads";
+  }
+  set_num_threads(saved);
+}
+
+}  // namespace
+
 // Token-major and head-major K and V at split-decode shapes (T = 1, S = 8192: 512-key chunks,
 // kv head fastest in the token-major item order) run the same chunks through the same
 // arithmetic per row, so the two layouts give the same bits: GQA (4 rows per head) and MHA,
@@ -327,24 +354,7 @@ TEST(AttentionSimd, TokenMajorAndHeadMajorGiveTheSameBits) {
         c.kv = kv;
         spec ch = c;
         ch.head_major = true;
-        fixture<float> ft, fh;
-        build(ft, c);
-        build(fh, ch);
-        const int saved = num_threads();
-        for (int nth : {1, 2}) {
-          set_num_threads(nth);
-          std::vector<float> ot(ft.out_fast.size()), oh(ot.size());
-          std::vector<float> lt(ft.lse_fast.size()), lh(lt.size());
-          auto pt = ft.p;
-          auto ph = fh.p;
-          pt.out = ot.data(), pt.lse = lt.data();
-          ph.out = oh.data(), ph.lse = lh.data();
-          attention_tiled(pt);
-          attention_tiled(ph);
-          EXPECT_EQ(ot, oh) << describe(c) << ", " << nth << " threads";
-          EXPECT_EQ(lt, lh) << describe(c) << ", " << nth << " threads";
-        }
-        set_num_threads(saved);
+        expect_same_bits(c, ch);
       }
 }
 
@@ -362,24 +372,7 @@ TEST(AttentionSimd, BlockedAndRowKeysGiveTheSameBits) {
         c.head_major = true;
         spec cb = c;
         cb.k_blocked = true;
-        fixture<float> fr, fb;
-        build(fr, c);
-        build(fb, cb);
-        const int saved = num_threads();
-        for (int nth : {1, 2}) {
-          set_num_threads(nth);
-          std::vector<float> orow(fr.out_fast.size()), oblk(orow.size());
-          std::vector<float> lrow(fr.lse_fast.size()), lblk(lrow.size());
-          auto pr = fr.p;
-          auto pb = fb.p;
-          pr.out = orow.data(), pr.lse = lrow.data();
-          pb.out = oblk.data(), pb.lse = lblk.data();
-          attention_tiled(pr);
-          attention_tiled(pb);
-          EXPECT_EQ(orow, oblk) << describe(c) << ", " << nth << " threads";
-          EXPECT_EQ(lrow, lblk) << describe(c) << ", " << nth << " threads";
-        }
-        set_num_threads(saved);
+        expect_same_bits(c, cb);
       }
 }
 
