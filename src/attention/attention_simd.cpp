@@ -875,9 +875,10 @@ HWY_INLINE void DecodeDotsPairs(const float* HWY_RESTRICT qs, int64_t r0, int64_
   }
 }
 #else
+// Declared only, for DecodeScores' discarded `if constexpr (kDecPairs)` branch: never called.
 constexpr bool kDecPairs = false;
 template <int RB, typename TK>
-HWY_INLINE void DecodeDotsPairs(const float*, int64_t, int64_t, const TK*, float*) {}
+void DecodeDotsPairs(const float* qs, int64_t r0, int64_t D, const TK* k0, float* s);
 #endif
 
 // Scores of one block on the decode path: s(rows, Bk) for keys [0, nb) of the block at k0 (key
