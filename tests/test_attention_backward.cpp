@@ -63,6 +63,16 @@ TEST(AttentionBackward, TiledMatchesReferencePerPairSchemesAcrossBlocks) {
   run_group("backward_pairs_blocks", n, false);
 }
 
+// A scheme on a path of its own with a float32 tiled form (CoPE), forward and backward against
+// the reference across its tiles of 32 queries and strips of 256 keys, a decode step, padding
+// and documents.
+TEST(AttentionBackward, TiledMatchesReferenceOwnPathAcrossTilesAndStrips) {
+  int n = 0;
+  for (int s = kSchemes; s < scheme_count(); ++s) n += 4 * own_path(static_cast<scheme>(s));
+  ASSERT_GT(n, 0);
+  run_group("path_tiles", n, false);
+}
+
 // (3) The same bits for any thread count: the member schemes, and each per-pair RoPE scheme on
 // its own path.
 TEST(AttentionBackward, ThreadCountDoesNotChangeTheBits) {

@@ -290,7 +290,7 @@ bool attention_reference_selected() {
 
 template <typename Real>
 void attention_tiled(const attention_params<Real>& p) {
-  if (detail::named_path_forward(p)) return;  // a scheme's own path (CoPE): no tiles
+  if (detail::named_path_forward(p, false)) return;  // a scheme's own path (CoPE)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   if (terms.pairs) return detail::rope_pairs_forward(p, pl, terms, false);  // its own path

@@ -296,7 +296,7 @@ void ref_accumulate(const attention_params<Real>& p, const detail::attention_pla
 // and the accumulations of attention.hpp, in (h, i, j) order.
 template <typename Real>
 void attention_backward_reference(const attention_params<Real>& p, const attention_grads<Real>& g) {
-  if (detail::named_path_backward(p, g)) return;  // a scheme's own path (CoPE)
+  if (detail::named_path_backward(p, g, true)) return;  // a scheme's own path (CoPE)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);
@@ -781,7 +781,7 @@ void reduce_param_grads(param_grads& pg, const std::vector<std::vector<double>>&
 
 template <typename Real>
 void attention_backward_tiled(const attention_params<Real>& p, const attention_grads<Real>& g) {
-  if (detail::named_path_backward(p, g)) return;  // a scheme's own path (CoPE): no tiles
+  if (detail::named_path_backward(p, g, false)) return;  // a scheme's own path (CoPE)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms(p, pl, &g);
   validate_grads(p, g);

@@ -151,6 +151,10 @@ void add_diff_row_f32(float* row, double c, const double* src, int64_t n);
 // A row of a per-pair scheme's scores from its region's product (attention_rope_pairs.cpp).
 float scale_row_max_f32(float* dst, const float* src, double scale, int64_t n);
 
+// The largest of x[0 .. n) in the dispatched target's float32 vectors (-inf for n = 0): a row's
+// softmax maximum (CoPE's tiled path, hook_cope.cpp).
+float row_max_f32(const float* x, int64_t n);
+
 // FIRE's per-key MLP (hook_fire.cpp) in the dispatched target's double vectors: acc[j] = b2 +
 // sum_u w2[u] max(0, w1[u] (psi[j] / pm) + b1[u]), u in order, for 0 <= j < n; w is one head's
 // parameters [w1 (m) | b1 (m) | w2 (m) | b2]. The bits of the scalar loop (no fused multiply-add).

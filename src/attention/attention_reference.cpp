@@ -222,7 +222,7 @@ void attention_validate(const attention_params<Real>& p) {
 // A row with no visible key: out_i = 0, lse_i = -inf.
 template <typename Real>
 void attention_reference(const attention_params<Real>& p) {
-  if (detail::named_path_forward(p)) return;  // a scheme's own path (CoPE)
+  if (detail::named_path_forward(p, true)) return;  // a scheme's own path (CoPE)
   const auto pl = detail::make_attention_plan(p);
   const auto terms = detail::make_engine_terms<Real>(p, pl, nullptr);
   if (terms.pairs) return detail::rope_pairs_forward(p, pl, terms, true);  // per-pair RoPE

@@ -1546,6 +1546,18 @@ float ScaleRowMax(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, double
   return m;
 }
 
+// The largest of x[0 .. n) (n >= 1), in the dispatched target's float32 vectors.
+float RowMax(const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto vm = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + N <= n; j += N) vm = hn::Max(vm, hn::LoadU(df, x + j));
+  float m = hn::GetLane(hn::MaxOfLanes(df, vm));
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
 // row[j] += float(alpha + gamma * p[j]): the product and the sum in double (no fused
 // multiply-add, as the scalar loop), rounded once to float, then added: the scalar loop's bits.
 void AddLinearRow(float* HWY_RESTRICT row, double alpha, double gamma, const double* HWY_RESTRICT p,
@@ -1575,6 +1587,7 @@ HWY_EXPORT(WidenRows);
 HWY_EXPORT(AttendItems);
 HWY_EXPORT(AddDiffRow);
 HWY_EXPORT(ScaleRowMax);
+HWY_EXPORT(RowMax);
 HWY_EXPORT(FireMlp);
 HWY_EXPORT(AddLinearRow);
 HWY_EXPORT(Lanes);
@@ -1992,6 +2005,10 @@ void add_diff_row_f32(float* row, double c, const double* src, int64_t n) {
 float scale_row_max_f32(float* dst, const float* src, double scale, int64_t n) {
   return n > 0 ? HWY_DYNAMIC_DISPATCH(ScaleRowMax)(dst, src, scale, n)
                : -std::numeric_limits<float>::infinity();
+}
+
+float row_max_f32(const float* x, int64_t n) {
+  return n > 0 ? HWY_DYNAMIC_DISPATCH(RowMax)(x, n) : -std::numeric_limits<float>::infinity();
 }
 
 void fire_mlp_f64(const double* psi, int64_t n, double pm, const double* w, int64_t m,

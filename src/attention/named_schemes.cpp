@@ -331,6 +331,14 @@ double named_path_score_bound(const scheme_decl& d, const std::vector<std::vecto
   return d.named->path->score_bound(tensors, D, qmax);
 }
 
+path_tiled_errors named_path_tiled_errors(const scheme_decl& d,
+                                          const std::vector<std::vector<double>>& tensors,
+                                          int64_t D, double qmax, double A, int64_t S, double u) {
+  if (!named_path_scheme(d)) fail("{} runs no path of its own", d.name);
+  const auto e = d.named->path->tiled_errors;
+  return e ? e(tensors, D, qmax, A, S, u) : path_tiled_errors{};
+}
+
 template <typename Real>
 bool qk_transform_on(const attention_position<Real>& pos) {
   for (const auto& n : pos.named) {
@@ -770,36 +778,41 @@ std::pair<const scheme_decl*, const named_scheme*> path_on(const attention_param
 }  // namespace
 
 template <typename Real>
-bool named_path_forward(const attention_params<Real>& p) {
+bool named_path_forward(const attention_params<Real>& p, bool reference) {
   const auto [d, n] = path_on(p);
   if (!d) return false;
   (void)make_engine_terms<Real>(p, make_attention_plan(p), nullptr);  // the rule, the checks
   std::vector<double> args;
   const auto c = named_call_for<Real>(p, nullptr, *d, *n, args);
+  const named_path& path = *d->named->path;
   if constexpr (std::is_same_v<Real, float>)
-    d->named->path->forward_f32(p, c);
+    (!reference && path.tiled_forward_f32 ? path.tiled_forward_f32 : path.forward_f32)(p, c);
   else
-    d->named->path->forward_f64(p, c);
+    path.forward_f64(p, c);
   return true;
 }
-template bool named_path_forward(const attention_params<float>&);
-template bool named_path_forward(const attention_params<double>&);
+template bool named_path_forward(const attention_params<float>&, bool);
+template bool named_path_forward(const attention_params<double>&, bool);
 
 template <typename Real>
-bool named_path_backward(const attention_params<Real>& p, const attention_grads<Real>& g) {
+bool named_path_backward(const attention_params<Real>& p, const attention_grads<Real>& g,
+                         bool reference) {
   const auto [d, n] = path_on(p);
   if (!d) return false;
   (void)make_engine_terms<Real>(p, make_attention_plan(p), &g);
   std::vector<double> args;
   const auto c = named_call_for<Real>(p, &g, *d, *n, args);
+  const named_path& path = *d->named->path;
   if constexpr (std::is_same_v<Real, float>)
-    d->named->path->backward_f32(p, g, c);
+    (!reference && path.tiled_backward_f32 ? path.tiled_backward_f32 : path.backward_f32)(p, g, c);
   else
-    d->named->path->backward_f64(p, g, c);
+    path.backward_f64(p, g, c);
   return true;
 }
-template bool named_path_backward(const attention_params<float>&, const attention_grads<float>&);
-template bool named_path_backward(const attention_params<double>&, const attention_grads<double>&);
+template bool named_path_backward(const attention_params<float>&, const attention_grads<float>&,
+                                  bool);
+template bool named_path_backward(const attention_params<double>&, const attention_grads<double>&,
+                                  bool);
 
 template <typename Real>
 std::unique_ptr<score_bias<Real>> make_tensor_term(const attention_params<Real>& p,

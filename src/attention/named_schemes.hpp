@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "posenc/attention/schemes.hpp"
+
 namespace posenc::detail {
 
 struct attention_plan;  // attention_plan.hpp
@@ -73,6 +75,8 @@ struct named_call {
 // instead of its kernels when the scheme is on (the declarations' rule leaves it alone in the
 // call), given its call (named_call: its checked tensors and their gradient outputs). It
 // validates the tensors' values and writes out, lse (forward) or every gradient (backward).
+// forward_* and backward_* are the specification (the reference entry points run them); the
+// tiled entry points run tiled_*_f32 for float32 where the scheme has one.
 struct named_path {
   void (*forward_f32)(const attention_params<float>& p, const named_call<float>& c);
   void (*forward_f64)(const attention_params<double>& p, const named_call<double>& c);
@@ -80,9 +84,17 @@ struct named_path {
                        const named_call<float>& c);
   void (*backward_f64)(const attention_params<double>& p, const attention_grads<double>& g,
                        const named_call<double>& c);
+  void (*tiled_forward_f32)(const attention_params<float>& p, const named_call<float>& c) = nullptr;
+  void (*tiled_backward_f32)(const attention_params<float>& p, const attention_grads<float>& g,
+                             const named_call<float>& c) = nullptr;
   // The case tables and checks: a bound on what the scheme adds to a score, given its tensors
   // (declaration order, in double), the head dim D and the largest |q_i| (CoPE: |q| max|e_t|).
   double (*score_bound)(const std::vector<std::vector<double>>& tensors, int64_t D, double qmax);
+  // The case tables' tolerances for tiled_*_f32: bounds on its errors beyond the products' own
+  // (named_path_tiled_errors), given the bound A on |scale q . k|, S keys and the unit roundoff
+  // u; null: no tiled path.
+  path_tiled_errors (*tiled_errors)(const std::vector<std::vector<double>>& tensors, int64_t D,
+                                    double qmax, double A, int64_t S, double u) = nullptr;
 };
 
 // args: the scheme's numeric parameters, in declaration order after the switch, defaults filled
@@ -155,11 +167,13 @@ named_call<Real> named_call_for(const attention_params<Real>& p, const attention
                                 const scheme_decl& d, const named_scheme& n,
                                 std::vector<double>& args);
 // Runs the path of the scheme reached by name on in p that has one (named_path: CoPE) and returns
-// true; false (nothing run) when none is on. What every entry point asks first.
+// true; false (nothing run) when none is on. What every entry point asks first; reference: the
+// specification's form, else the tiled form where the path has one for Real.
 template <typename Real>
-bool named_path_forward(const attention_params<Real>& p);
+bool named_path_forward(const attention_params<Real>& p, bool reference);
 template <typename Real>
-bool named_path_backward(const attention_params<Real>& p, const attention_grads<Real>& g);
+bool named_path_backward(const attention_params<Real>& p, const attention_grads<Real>& g,
+                         bool reference);
 
 // For a named_bias's hook_f32 / hook_f64 whose tensor is a trained parameter of the model: every
 // layer owns a (rows, cols) tensor `tensor` (a per-layer table of per-head parameters; one table

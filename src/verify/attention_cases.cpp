@@ -509,6 +509,11 @@ void set_magnitudes(fixture<Real>& f, const spec& c, const scheme_bounds& b) {
     for (size_t x = f.path_first; x < f.named.size(); ++x)
       t.emplace_back(f.named[x].begin(), f.named[x].end());
     kbias = std::max(kbias, named_path_score_bound(*f.path, t, D, qmax));
+    if constexpr (std::is_same_v<Real, float>) {
+      const auto e = named_path_tiled_errors(*f.path, t, D, qmax, f.A, S,
+                                             std::numeric_limits<float>::epsilon() / 2);
+      f.Ez = e.score, f.Ep = e.position, f.Eg = e.gate;
+    }
   }
   f.B = kbias;
   f.V = vmax + avmax;
@@ -554,7 +559,7 @@ forward_tolerances forward_tolerance(const fixture<Real>& f, const spec& c) {
   const int64_t K = f.rel >= 0 ? f.rel_K : 0;
   // D + 11: the SIMD path folds the scale into q (one more rounding of u A); a query
   // temperature after a rotation rounds q once more (u A).
-  const double ds = (c.D + 11 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B);
+  const double ds = (c.D + 11 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B) + f.Ez;
   const double ep = 2 * ds + 4 * u * (f.A + f.B) + 2 * u;  // exp: Highway Exp is 1 ulp = 2u
   forward_tolerances t;
   t.out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
@@ -623,7 +628,7 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   const double amp = rf ? rf->attention_factor : std::sqrt(f.F);
   const double scale = 1.0 / std::sqrt(double(c.D));
   // Forward error terms (the forward derivation).
-  const double e_s = (c.D + 10 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B);
+  const double e_s = (c.D + 10 + composed_scale(f)) * u * f.A + 2 * u * (f.A + f.B) + f.Ez;
   const double ep = 2 * e_s + 4 * u * (f.A + f.B) + 2 * u;
   const double tol_out = (2 * ep + (2 * c.S + 2 * K + 8) * u) * f.V;
   double lmax = 0;
@@ -655,6 +660,22 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   t.dak = both * scale * Qinf * c.Hq * c.T * E_S;
   t.dav = both * c.Hq * c.T * Oinf * e_P;
   t.dpar = both * c.T * E_S * f.G;
+  if (f.Ez > 0) {  // a scheme's own float32 tiled path: CoPE's content positions
+    // dS_ij = P_ij (dP_ij - D_i) errs by at most P_ij E_S (E_S above), so a row's errors sum to
+    // at most E_S (sum_j P_ij = 1) and sum_j |dS_ij| <= 2 W. dZ_i[t] sums dS_ij with weights in
+    // [0, 1] that moved with their position (by at most Ep): eZ. The gates' share of dA: dg_it
+    // sums dp_ij = dS_ij (Z[f + 1] - Z[f]) (|Z[f + 1] - Z[f]| <= 2 B, its float32 error
+    // 2 (D + 2) u B): |dg| <= 4 B W, its error edg; times g (1 - g) <= 1/4, whose error is at
+    // most Eg: edA per pair, rounded once to float (u 4 B W).
+    const auto& e = f.named[f.path_first];
+    const double P = double(e.size()) / double(c.D), einf = max_abs<Real>(e);
+    const double eZ = E_S + 2 * W * f.Ep + 2 * W * (c.S + 2) * u;
+    const double edg = 2 * f.B * E_S + 4 * W * (c.D + 2) * u * f.B + 4 * W * f.B * (c.S + 2) * u;
+    const double edA = 4 * f.B * W * f.Eg + edg / 4 + 4 * u * f.B * W;
+    t.dq += scale * Kinf * f.qs * c.S * edA + P * eZ * einf;
+    t.dk += scale * Qinf * N * edA;
+    t.dpar += double(c.Hq) * double(c.T) * eZ * max_abs<Real>(f.q);
+  }
   return t;
 }
 
@@ -1254,6 +1275,19 @@ void add_backward_cases(std::vector<spec>& v) {
                        spec{17, 70, 80, 8, 4, static_cast<scheme>(sch), static_cast<mask>(msk),
                             uint64_t(700 + sch * 16 + msk)},
                        backward, f32 | f64));
+  // A scheme on a path of its own with a float32 tiled form (CoPE: tiles of 32 queries over
+  // strips of 256 keys walked from the last, the positions carried across strips): several tiles
+  // and strips, a decode step, padding and documents (the per-key mask), forward and backward.
+  for (int sch = kSchemes; sch < scheme_count(); ++sch) {
+    if (!own_path(static_cast<scheme>(sch))) continue;
+    const uint64_t seed = 2100 + 8 * static_cast<uint64_t>(sch);
+    for (const spec& c :
+         {spec{70, 600, 24, 4, 2, static_cast<scheme>(sch), mask::causal, seed},
+          spec{1, 600, 24, 4, 1, static_cast<scheme>(sch), mask::causal, seed + 1},
+          spec{40, 300, 20, 4, 2, static_cast<scheme>(sch), mask::padding, seed + 2},
+          spec{40, 300, 16, 2, 2, static_cast<scheme>(sch), mask::doc_ids, seed + 3}})
+      v.push_back(make("path_tiles", c, forward | backward, f32));
+  }
   // The per-pair RoPE schemes' float32 backward across its blocks of 32 queries and the chunks
   // of 16 blocks whose regions it holds at once (attention_rope_pairs.cpp): T = S = 530.
   for (int sch = kSchemes; sch < scheme_count(); ++sch)

@@ -270,6 +270,15 @@ double named_transform_coef_error(const scheme_decl& d, std::span<const double> 
 bool named_path_scheme(const scheme_decl& d);
 double named_path_score_bound(const scheme_decl& d, const std::vector<std::vector<double>>& tensors,
                               int64_t D, double qmax);
+// The errors of its float32 tiled path beyond the products' own, given also a bound A on |scale
+// q . k|, S keys and the unit roundoff u (all 0: no tiled path): of what it adds to a score, of a
+// content position (CoPE's sum of gates) and of one gate.
+struct path_tiled_errors {
+  double score = 0, position = 0, gate = 0;
+};
+path_tiled_errors named_path_tiled_errors(const scheme_decl& d,
+                                          const std::vector<std::vector<double>>& tensors,
+                                          int64_t D, double qmax, double A, int64_t S, double u);
 // Whether pos has a q/k transform at hook 1: RoPE, M-RoPE or one reached by name that maps both
 // (not a query scale); and pos's query scale reached by name (the query temperature), or null.
 template <typename Real>

@@ -21,7 +21,9 @@
 //   score:    D-term dot product (gamma_D <= D u), the rotation of q and k in the element
 //             type (<= 4u relative each), the scale multiply (folded into q on the SIMD path)
 //             and bias add (2u of |s|):
-//             |ds| <= (D + 11) u A + 2u (A + B)
+//             |ds| <= (D + 11) u A + 2u (A + B) [+ E_z]
+//             E_z: CoPE's float32 tiled path, whose positions sum float32 gates (its derivation
+//             beside cope_tiled_score_error, src/attention/hook_cope.cpp; fixture::Ez)
 //   probs:    p = exp(s - m) with s - m in [-2(A+B), 0]:
 //             |dp|/p <= 2|ds| + 4u (A + B) + 2u =: e_p
 //             (the running max m is one of the scores, so it carries the same |ds|)
@@ -232,6 +234,10 @@ struct fixture {
   // `named` (its score bound enters B: named_path_score_bound); null = none.
   const scheme_decl* path = nullptr;
   size_t path_first = 0;
+  // Its float32 tiled path's errors beyond the products' (CoPE's positions from float32 gates:
+  // named_path_tiled_errors): in what it adds to a score (Ez), a position, a gate; 0 for float64
+  // and the others.
+  double Ez = 0, Ep = 0, Eg = 0;
   int64_t rel_K = 0;  // its clip K (tables of 2K + 1 rows)
   double G = 0;       // bound on |d bias / d parameter| over the pairs (FIRE, tensor schemes)
   double F = 1;  // xPos: bound on zeta^((n - m) / B) over the pairs (|q'_n . k'_m| <= F |q||k|)
