@@ -155,6 +155,14 @@ float scale_row_max_f32(float* dst, const float* src, double scale, int64_t n);
 // softmax maximum (CoPE's tiled path, hook_cope.cpp).
 float row_max_f32(const float* x, int64_t n);
 
+// sum_d a[d] b[d] in double for float32 a and b (each product exact, the sum's error at most
+// (n + 2) 2^-53 sum_d |a_d b_d|), in the dispatched target's double vectors: CoPE's gates.
+double dot_f64(const float* a, const float* b, int64_t n);
+
+// y[j] += a x[j] for 0 <= j < n in double (one fused multiply-add each), in the dispatched
+// target's double vectors: CoPE's backward (dq += dZ[t] e_t, de_t += dZ[t] q).
+void add_scaled_row_f64(double* y, double a, const float* x, int64_t n);
+
 // FIRE's per-key MLP (hook_fire.cpp) in the dispatched target's double vectors: acc[j] = b2 +
 // sum_u w2[u] max(0, w1[u] (psi[j] / pm) + b1[u]), u in order, for 0 <= j < n; w is one head's
 // parameters [w1 (m) | b1 (m) | w2 (m) | b2]. The bits of the scalar loop (no fused multiply-add).

@@ -1546,6 +1546,40 @@ float ScaleRowMax(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, double
   return m;
 }
 
+// sum_d a[d] b[d] in double (each product exact) in the dispatched target's double vectors.
+double DotF64(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
+  auto acc0 = hn::Zero(dd), acc1 = hn::Zero(dd);
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    acc0 = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(df, a + j)),
+                      hn::PromoteTo(dd, hn::LoadU(df, b + j)), acc0);
+    acc1 = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(df, a + j + N)),
+                      hn::PromoteTo(dd, hn::LoadU(df, b + j + N)), acc1);
+  }
+  for (; j + N <= n; j += N)
+    acc0 = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(df, a + j)),
+                      hn::PromoteTo(dd, hn::LoadU(df, b + j)), acc0);
+  double sum = hn::GetLane(hn::SumOfLanes(dd, hn::Add(acc0, acc1)));
+  for (; j < n; ++j) sum += double(a[j]) * double(b[j]);
+  return sum;
+}
+
+// y[j] += a x[j] in double (a fused multiply-add per element).
+void AddScaledRow(double* HWY_RESTRICT y, double a, const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
+  const auto va = hn::Set(dd, a);
+  int64_t j = 0;
+  for (; j + N <= n; j += N)
+    hn::StoreU(hn::MulAdd(va, hn::PromoteTo(dd, hn::LoadU(df, x + j)), hn::LoadU(dd, y + j)), dd,
+               y + j);
+  for (; j < n; ++j) y[j] = std::fma(a, double(x[j]), y[j]);
+}
+
 // The largest of x[0 .. n) (n >= 1), in the dispatched target's float32 vectors.
 float RowMax(const float* HWY_RESTRICT x, int64_t n) {
   const hn::ScalableTag<float> df;
@@ -1588,6 +1622,8 @@ HWY_EXPORT(AttendItems);
 HWY_EXPORT(AddDiffRow);
 HWY_EXPORT(ScaleRowMax);
 HWY_EXPORT(RowMax);
+HWY_EXPORT(DotF64);
+HWY_EXPORT(AddScaledRow);
 HWY_EXPORT(FireMlp);
 HWY_EXPORT(AddLinearRow);
 HWY_EXPORT(Lanes);
@@ -2005,6 +2041,14 @@ void add_diff_row_f32(float* row, double c, const double* src, int64_t n) {
 float scale_row_max_f32(float* dst, const float* src, double scale, int64_t n) {
   return n > 0 ? HWY_DYNAMIC_DISPATCH(ScaleRowMax)(dst, src, scale, n)
                : -std::numeric_limits<float>::infinity();
+}
+
+void add_scaled_row_f64(double* y, double a, const float* x, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(AddScaledRow)(y, a, x, n);
+}
+
+double dot_f64(const float* a, const float* b, int64_t n) {
+  return n > 0 ? HWY_DYNAMIC_DISPATCH(DotF64)(a, b, n) : 0.0;
 }
 
 float row_max_f32(const float* x, int64_t n) {

@@ -263,10 +263,10 @@ struct cope_f32_input {
   bool simple = true;     // causal alone: key j visible to query i iff j <= S - T + i
   std::vector<float> kt;  // (Hkv, D, Sp): K^T per kv head
   std::vector<float> v;   // (Hkv, Sp, Dp)
-  std::vector<float> kr;  // (Hkv, Sp, Dp): K rows (backward)
+  std::vector<float> kr;  // (Hkv, Sp, Dp): K rows (the gates' products, the backward)
   std::vector<float> vt;  // (Hkv, D, Sp): V^T (backward)
   std::vector<float> et;  // (D, Pp): E^T
-  std::vector<double> e;  // (P, D): E in double (backward)
+  std::vector<float> e;   // (P, D): E (backward)
 };
 
 cope_f32_input cope_f32_load(const attention_params<float>& p, const attention_plan& pl,
@@ -290,7 +290,8 @@ cope_f32_input cope_f32_load(const attention_params<float>& p, const attention_p
   const int64_t S = in.S, Sp = in.Sp, D = in.D, Dp = in.Dp;
   in.kt.assign(in.Hkv * D * Sp, 0.f);
   in.v.assign(in.Hkv * Sp * Dp, 0.f);
-  if (backward) in.kr.assign(in.Hkv * Sp * Dp, 0.f), in.vt.assign(in.Hkv * D * Sp, 0.f);
+  in.kr.assign(in.Hkv * Sp * Dp, 0.f);
+  if (backward) in.vt.assign(in.Hkv * D * Sp, 0.f);
   std::vector<float> row(D);
   for (int64_t hk = 0; hk < in.Hkv; ++hk)
     for (int64_t j = 0; j < S; ++j) {
@@ -298,8 +299,8 @@ cope_f32_input cope_f32_load(const attention_params<float>& p, const attention_p
       const float* vj = p.v + kv_offset(p, j, hk);
       for (int64_t d = 0; d < D; ++d) in.kt[(hk * D + d) * Sp + j] = row[d];
       std::copy_n(vj, D, &in.v[(hk * Sp + j) * Dp]);
-      if (!backward) continue;
       std::copy_n(row.data(), D, &in.kr[(hk * Sp + j) * Dp]);
+      if (!backward) continue;
       for (int64_t d = 0; d < D; ++d) in.vt[(hk * D + d) * Sp + j] = vj[d];
     }
   in.et.assign(D * in.Pp, 0.f);
@@ -329,8 +330,8 @@ struct cope_open_pair {
 // (-1: none).
 int64_t cope_row_scores(const cope_f32_input& in, const attention_plan& pl,
                         const attention_params<float>& p, int64_t i, int64_t j0, int64_t n,
-                        int64_t nc, const float* a, const float* Z, cope_carry& cr, float* s,
-                        std::vector<cope_open_pair>* open) {
+                        int64_t nc, const float* a, const float* q, const float* kr, const float* Z,
+                        cope_carry& cr, float* s, std::vector<cope_open_pair>* open) {
   const int64_t P = in.P, last = in.S - in.T + i;
   const float zsat = Z[P - 1];
   const auto visible = [&](int64_t j) {
@@ -344,16 +345,19 @@ int64_t cope_row_scores(const cope_f32_input& in, const attention_plan& pl,
       s[jj] = kCopeNegInfF;
       continue;
     }
-    const float x = a[jj], ex = std::exp(-std::abs(x));  // sigmoid without overflow
-    const float g = x >= 0 ? 1 / (1 + ex) : ex / (1 + ex);
+    // a in double from the float32 q and k: the positions sum these gates, so their error would
+    // otherwise be the float32 product's, (D + 11) u A, times up to P gates.
+    const double x = in.scale * dot_f64(q, kr + j * in.Dp, in.D), ex = std::exp(-std::abs(x));
+    const double g = x >= 0 ? 1 / (1 + ex) : ex / (1 + ex);  // sigmoid without overflow
     cr.sum += g;
     const double pc = std::min(cr.sum, double(P - 1));
     cr.sat = cr.sum >= double(P - 1);
     const auto f = static_cast<int64_t>(std::floor(pc));
     const auto w = static_cast<float>(pc - double(f));
     const int64_t c = std::min(f + 1, P - 1);
-    s[jj] = x + ((1 - w) * Z[f] + w * Z[c]);
-    if (open) open->push_back({j, f, cr.sat ? 0.f : Z[c] - Z[f], g * (1 - g), w, 0.f});
+    s[jj] = static_cast<float>(x + double((1 - w) * Z[f] + w * Z[c]));
+    if (open)
+      open->push_back({j, f, cr.sat ? 0.f : Z[c] - Z[f], static_cast<float>(g * (1 - g)), w, 0.f});
   }
   if (in.simple) {  // saturated, every key visible (all below the last)
     for (int64_t k = 0; k <= jj; ++k) s[k] = a[k] + zsat;
@@ -391,8 +395,10 @@ struct cope_tile {
     gemm_f32(rows, nc, qs.data(), in.Dp, &in.kt[hk * in.D * in.Sp + j0], in.Sp, C.data(), kCopeKeys,
              in.D, nullptr);
     for (int64_t r = 0; r < rows; ++r)
-      sat_end[r] = cope_row_scores(in, pl, p, i0 + r, j0, n, nc, &C[r * kCopeKeys], &Z[r * in.Pp],
-                                   carry[r], &Pb[r * kCopeKeys], open ? &(*open)[r] : nullptr);
+      sat_end[r] = cope_row_scores(in, pl, p, i0 + r, j0, n, nc, &C[r * kCopeKeys],
+                                   p.q + ((i0 + r) * in.Hq + h) * in.D, &in.kr[hk * in.Sp * in.Dp],
+                                   &Z[r * in.Pp], carry[r], &Pb[r * kCopeKeys],
+                                   open ? &(*open)[r] : nullptr);
   }
 };
 
@@ -551,8 +557,8 @@ struct cope_bwd {
     for (int64_t d = 0; d < D; ++d) dq[d] = in.scale * double(dqr[d]);
     for (int64_t t = 0; t < P; ++t) {
       if (dz[t] == 0) continue;
-      const double* et = &in.e[t * D];
-      for (int64_t d = 0; d < D; ++d) dq[d] += dz[t] * et[d], de[t * D + d] += dz[t] * q[d];
+      add_scaled_row_f64(dq.data(), dz[t], &in.e[t * D], D);
+      add_scaled_row_f64(de + t * D, dz[t], q, D);
     }
     for (int64_t d = 0; d < D; ++d) g.dq[(i * in.Hq + h) * D + d] = static_cast<float>(dq[d]);
   }
@@ -593,23 +599,25 @@ void cope_backward_tiled(const attention_params<float>& p, const attention_grads
 }
 
 // The float32 tiled path's errors (named_path::tiled_errors), with B = |q| max_t |e_t|
-// (cope_score_bound), A >= |a_ij| and unit roundoff u, to first order:
-//   gate: a computed a (error (D + 11) u A, the products' bound) through the sigmoid, whose slope
-//   g (1 - g) is at most g, computed from exp within 1 ulp and two roundings (4 u of g):
-//   |dg| <= g ((D + 11) u A + 4 u), and <= (D + 11) u A / 4 + 4 u.
+// (cope_score_bound), A >= |a_ij|, unit roundoff u and ud = 2^-53, to first order:
+//   gate: a in double from the float32 q and k (exact products, a sum of D: (D + 2) ud A, the
+//   scale: ud A), the sigmoid in double (exp within 1 ulp, two roundings: 4 ud of g; its slope
+//   g (1 - g) is at most g): |dg| <= g ga, ga = (D + 3) ud A + 4 ud. The backward keeps
+//   g (1 - g) <= 1/4 rounded to float32: u / 4 more.
 //   position: the gates summed (in double) before p reaches P - 1 and saturates total at most P
-//   (the last adds at most 1), so |dp| <= (P + 1) ((D + 11) u A + 4 u), plus the double sum's
-//   rounding of at most S terms.
+//   (the last adds at most 1): (P + 1) ga, plus the double sum's rounding of at most S terms.
 //   score: Z_i[t] = q_i . e_t in float32 (D multiply-adds): (D + 2) u B; the interpolation's
-//   weight rounded once, 1 - w, two products and a sum: 6 u B; and z moves by at most
-//   |Z[f + 1] - Z[f]| <= 2 B per unit of position.
+//   weight rounded once, 1 - w, two products and a sum: 6 u B; z moves by at most
+//   |Z[f + 1] - Z[f]| <= 2 B per unit of position. (a + z is rounded once: the products' 2 u
+//   (A + B); the saturated keys' a is the float32 product's, as every scheme's.)
 path_tiled_errors cope_tiled_errors(const std::vector<std::vector<double>>& t, int64_t D,
                                     double qmax, double A, int64_t S, double u) {
+  constexpr double ud = 0x1p-53;
   const double B = cope_score_bound(t, D, qmax), P = double(t[0].size()) / double(D);
-  const double ga = (D + 11) * u * A + 4 * u;
+  const double ga = ((D + 3) * ud * A + 4 * ud) * (1 + 1e-3);
   path_tiled_errors e;
-  e.gate = ga / 4 + 4 * u;
-  e.position = (P + 1) * ga * (1 + 1e-3) + double(S) * P * 0x1p-52;
+  e.gate = ga / 4 + u / 4;
+  e.position = (P + 1) * ga + double(S) * P * 2 * ud;
   e.score = (D + 8) * u * B + 2 * B * e.position;
   return e;
 }

@@ -663,17 +663,21 @@ backward_tolerances backward_tolerance(const fixture<Real>& f, const spec& c,
   if (f.Ez > 0) {  // a scheme's own float32 tiled path: CoPE's content positions
     // dS_ij = P_ij (dP_ij - D_i) errs by at most P_ij E_S (E_S above), so a row's errors sum to
     // at most E_S (sum_j P_ij = 1) and sum_j |dS_ij| <= 2 W. dZ_i[t] sums dS_ij with weights in
-    // [0, 1] that moved with their position (by at most Ep): eZ. The gates' share of dA: dg_it
-    // sums dp_ij = dS_ij (Z[f + 1] - Z[f]) (|Z[f + 1] - Z[f]| <= 2 B, its float32 error
-    // 2 (D + 2) u B): |dg| <= 4 B W, its error edg; times g (1 - g) <= 1/4, whose error is at
-    // most Eg: edA per pair, rounded once to float (u 4 B W).
+    // [0, 1] that moved with their position (by at most Ep): eZ. The gates' share of dA is
+    // g'_t dg_t, g' = g (1 - g) <= min(g, 1/4), dg_t = sum_{j <= t} dp_ij with dp_ij = dS_ij
+    // (Z[f + 1] - Z[f]) (|Z[f + 1] - Z[f]| <= 2 B, its float32 error 2 (D + 2) u B): |dg| <= 4 B W,
+    // its error edg. g' errs by at most 4 Eg g (hook_cope.cpp), and the gates of a row's
+    // unsaturated pairs sum to at most P + 1, so the share's errors over a row sum to at most
+    // eA_row; per pair at most eA_pair. Each is rounded once to float (u 4 B W g').
     const auto& e = f.named[f.path_first];
     const double P = double(e.size()) / double(c.D), einf = max_abs<Real>(e);
     const double eZ = E_S + 2 * W * f.Ep + 2 * W * (c.S + 2) * u;
     const double edg = 2 * f.B * E_S + 4 * W * (c.D + 2) * u * f.B + 4 * W * f.B * (c.S + 2) * u;
-    const double edA = 4 * f.B * W * f.Eg + edg / 4 + 4 * u * f.B * W;
-    t.dq += scale * Kinf * f.qs * c.S * edA + P * eZ * einf;
-    t.dk += scale * Qinf * N * edA;
+    const double ng = std::min(double(c.S) / 4, P + 1);
+    const double eA_row = ng * (edg + 4 * u * f.B * W) + 16 * f.B * W * (P + 1) * f.Eg;
+    const double eA_pair = edg / 4 + 16 * f.B * W * f.Eg + 4 * u * f.B * W;
+    t.dq += scale * Kinf * f.qs * eA_row + P * eZ * einf;
+    t.dk += scale * Qinf * N * eA_pair;
     t.dpar += double(c.Hq) * double(c.T) * eZ * max_abs<Real>(f.q);
   }
   return t;
