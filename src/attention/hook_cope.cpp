@@ -159,14 +159,20 @@ void cope_forward(const attention_params<Real>& p, const named_call<Real>& c) {
   });
 }
 
+// The backward's outputs present (both forms).
 template <typename Real>
-void cope_backward(const attention_params<Real>& p, const attention_grads<Real>& g,
-                   const named_call<Real>& c) {
-  const auto pl = make_attention_plan(p);
+void cope_check_grads(const attention_params<Real>& p, const attention_grads<Real>& g) {
   if (p.T > 0 && (!g.out || !g.lse || !g.dout || !g.dq))
     fail("attention backward: out, lse, dout and dq must not be null when T = {}", p.T);
   if (p.S > 0 && (!g.dk || !g.dv))
     fail("attention backward: dk and dv must not be null when S = {}", p.S);
+}
+
+template <typename Real>
+void cope_backward(const attention_params<Real>& p, const attention_grads<Real>& g,
+                   const named_call<Real>& c) {
+  const auto pl = make_attention_plan(p);
+  cope_check_grads(p, g);
   const auto in = cope_load(p, c);
   const int64_t T = p.T, S = p.S, Hq = p.Hq, Hkv = p.Hkv, D = p.D, P = in.P;
   std::vector<double> dq(T * Hq * D, 0.0), dk(S * Hkv * D, 0.0), dv(S * Hkv * D, 0.0),
@@ -567,10 +573,7 @@ struct cope_bwd {
 void cope_backward_tiled(const attention_params<float>& p, const attention_grads<float>& g,
                          const named_call<float>& c) {
   const auto pl = make_attention_plan(p);
-  if (p.T > 0 && (!g.out || !g.lse || !g.dout || !g.dq))
-    fail("attention backward: out, lse, dout and dq must not be null when T = {}", p.T);
-  if (p.S > 0 && (!g.dk || !g.dv))
-    fail("attention backward: dk and dv must not be null when S = {}", p.S);
+  cope_check_grads(p, g);
   const auto in = cope_f32_load(p, pl, c, true);
   const int64_t nqb = (in.T + kCopeRows - 1) / kCopeRows, Sp = in.Sp, Dp = in.Dp, D = in.D;
   std::vector<double> de(in.Hkv * in.P * D, 0.0);
