@@ -49,19 +49,28 @@ struct cope_inputs {
   int64_t P = 0;
 };
 
+// The rows npos of the call's embeddings c.tensors[0] (npos, D), checked: cope_npos (0: any)
+// agrees, npos in [1, 2^20], every value finite.
+template <typename Real>
+int64_t cope_table_rows(const named_call<Real>& c, int64_t D) {
+  const std::span<const Real> e = c.tensors[0];
+  const int64_t P = D > 0 ? static_cast<int64_t>(e.size()) / D : 0;
+  if (c.args[0] != 0 && c.args[0] != double(P))
+    fail("cope must have cope_npos = {} rows, got shape ({}, {})", c.args[0], P, D);
+  if (P < 1 || P > (int64_t(1) << 20))
+    fail("cope must have npos in [1, 2^20] rows (position embeddings), got {}", P);
+  for (size_t x = 0; x < e.size(); ++x)
+    if (!std::isfinite(double(e[x])))
+      fail("cope must be finite, got {} at ({}, {})", double(e[x]), x / D, x % D);
+  return P;
+}
+
 // q, k, v of the call and the embeddings of c (its tensor cope, (npos, D): finite, npos in
 // [1, 2^20], checked here), in double.
 template <typename Real>
 cope_inputs cope_load(const attention_params<Real>& p, const named_call<Real>& c) {
   const std::span<const Real> e = c.tensors[0];
-  const int64_t P = p.D > 0 ? static_cast<int64_t>(e.size()) / p.D : 0;
-  if (c.args[0] != 0 && c.args[0] != double(P))
-    fail("cope must have cope_npos = {} rows, got shape ({}, {})", c.args[0], P, p.D);
-  if (P < 1 || P > (int64_t(1) << 20))
-    fail("cope must have npos in [1, 2^20] rows (position embeddings), got {}", P);
-  for (size_t x = 0; x < e.size(); ++x)
-    if (!std::isfinite(double(e[x])))
-      fail("cope must be finite, got {} at ({}, {})", double(e[x]), x / p.D, x % p.D);
+  const int64_t P = cope_table_rows(c, p.D);
   cope_inputs in;
   in.q.assign(p.q, p.q + p.T * p.Hq * p.D);
   in.k.resize(p.S * p.Hkv * p.D);
@@ -266,13 +275,13 @@ int64_t cope_round8(int64_t n) {
 struct cope_f32_input {
   int64_t T = 0, S = 0, Sp = 0, Hq = 0, Hkv = 0, D = 0, Dp = 0, P = 0, Pp = 0, G = 1;
   double scale = 1;
-  bool simple = true;     // causal alone: key j visible to query i iff j <= S - T + i
-  std::vector<float> kt;  // (Hkv, D, Sp): K^T per kv head
-  std::vector<float> v;   // (Hkv, Sp, Dp)
-  std::vector<float> kr;  // (Hkv, Sp, Dp): K rows (the gates' products, the backward)
-  std::vector<float> vt;  // (Hkv, D, Sp): V^T (backward)
-  std::vector<float> et;  // (D, Pp): E^T
-  std::vector<float> e;   // (P, D): E (backward)
+  bool simple = true;        // causal alone: key j visible to query i iff j <= S - T + i
+  std::vector<float> kt;     // (Hkv, D, Sp): K^T per kv head
+  std::vector<float> v;      // (Hkv, Sp, Dp)
+  std::vector<float> kr;     // (Hkv, Sp, Dp): K rows (the gates' products, the backward)
+  std::vector<float> vt;     // (Hkv, D, Sp): V^T (backward)
+  std::vector<float> et;     // (D, Pp): E^T
+  const float* e = nullptr;  // (P, D): E, the call's tensor
 };
 
 cope_f32_input cope_f32_load(const attention_params<float>& p, const attention_plan& pl,
@@ -280,14 +289,8 @@ cope_f32_input cope_f32_load(const attention_params<float>& p, const attention_p
   cope_f32_input in;
   const std::span<const float> e = c.tensors[0];
   in.T = p.T, in.S = p.S, in.Hq = p.Hq, in.Hkv = p.Hkv, in.D = p.D, in.G = pl.group;
-  in.P = p.D > 0 ? static_cast<int64_t>(e.size()) / p.D : 0;
-  if (c.args[0] != 0 && c.args[0] != double(in.P))
-    fail("cope must have cope_npos = {} rows, got shape ({}, {})", c.args[0], in.P, p.D);
-  if (in.P < 1 || in.P > (int64_t(1) << 20))
-    fail("cope must have npos in [1, 2^20] rows (position embeddings), got {}", in.P);
-  for (size_t x = 0; x < e.size(); ++x)
-    if (!std::isfinite(e[x]))
-      fail("cope must be finite, got {} at ({}, {})", e[x], x / p.D, x % p.D);
+  in.P = cope_table_rows(c, p.D);
+  in.e = e.data();
   in.Sp = cope_round8(p.S), in.Dp = cope_round8(p.D), in.Pp = cope_round8(in.P);
   in.scale = pl.scale;
   in.simple = p.window == 0 && pl.qdoc.empty() &&
@@ -312,7 +315,6 @@ cope_f32_input cope_f32_load(const attention_params<float>& p, const attention_p
   in.et.assign(D * in.Pp, 0.f);
   for (int64_t t = 0; t < in.P; ++t)
     for (int64_t d = 0; d < D; ++d) in.et[d * in.Pp + t] = e[t * D + d];
-  if (backward) in.e.assign(e.begin(), e.end());
   return in;
 }
 
